@@ -1,0 +1,300 @@
+"""Serving engines' rules: how much memory goes to the KV cache and how it is cut into pages.
+
+Each engine is one row of ENGINES: a budget rule (which memory the engine leaves for the
+KV cache) and a pool (how that memory is split into blocks and how many blocks one
+request needs). Sources are cited per engine; docs/engines.md shows worked examples.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from .errors import KvsizeError, unknown
+from .layers import CacheLayout
+from .units import cdiv
+
+LLAMACPP_CTX_PAD = 256  # llama.cpp pads n_ctx to a multiple of 256 (src/llama-context.cpp)
+
+
+@dataclass(frozen=True)
+class MemoryTerms:
+    """Per-GPU memory that is not KV cache, and the GPU's total."""
+
+    total_bytes: int
+    weights_bytes: int
+    activation_bytes: int
+    non_torch_bytes: int
+    cuda_graph_bytes: int
+
+    @property
+    def model_bytes(self) -> int:
+        return self.weights_bytes + self.activation_bytes + self.non_torch_bytes + self.cuda_graph_bytes
+
+
+@dataclass(frozen=True)
+class Budget:
+    kv_budget_bytes: int  # memory the engine gives the KV cache (negative: the model does not fit)
+    headroom_bytes: int  # memory the engine's rule leaves unused
+    usable_bytes: int  # what the rule allows for model + KV together
+    formula: str
+
+
+# -- pools -----------------------------------------------------------------------------
+
+
+class Pool(Protocol):
+    unit_bytes: int  # bytes of one allocation unit (a block across the layers it spans, or one byte)
+    fixed_bytes: int  # stored once per layer (per-tensor scales, codebooks)
+    block_size: int  # tokens per block (1 for engines without paging)
+    paged: bool
+
+    def request_units(self, context_len: int) -> int: ...
+
+    def tokens(self, units: int) -> int: ...
+
+    def payload_share(self) -> tuple[int, int]: ...
+
+
+@dataclass(frozen=True)
+class VllmPool:
+    """vLLM v1 (vllm/v1/core/kv_cache_utils.py): one block pool; hybrid models group layers by
+    type into groups of equal size and every block holds one page per layer of a group."""
+
+    layout: CacheLayout
+    block_size: int
+    max_num_batched_tokens: int
+    unit_bytes: int
+    group_size: int
+    groups: tuple  # one spec per KV cache group
+    fixed_bytes: int
+    paged = True
+
+    @classmethod
+    def build(cls, layout: CacheLayout, block_size: int, max_num_batched_tokens: int) -> VllmPool:
+        specs = layout.kv
+        by_type: dict[tuple, list] = {}
+        for spec in specs.values():
+            by_type.setdefault(spec.group_key, []).append(spec)
+        if len(by_type) <= 1:
+            # Uniform type (also with per-layer page sizes): num_blocks = available // sum of pages.
+            unit = sum(spec.page_bytes(block_size) for spec in specs.values())
+            groups = tuple(next(iter(by_type.values()))[:1]) if by_type else ()
+            return cls(layout, block_size, max_num_batched_tokens, unit, max(1, len(specs)), groups,
+                       layout.layer_bytes())
+        pages = Counter(spec.page_bytes(block_size) for spec in specs.values())
+        if len(pages) > 1:
+            raise KvsizeError(
+                "vLLM's hybrid allocator needs one page size across layer types, but this layout has pages of "
+                f"{', '.join(f'{p} B' for p in sorted(pages))}; drop --layer-kv-dtype or use --engine ideal"
+            )
+        counts = [len(v) for v in by_type.values()]
+        group_size = min(counts)
+        if max(counts) < group_size * 1.5:
+            group_size = max(counts)
+        groups = tuple(layers[0] for layers in by_type.values() for _ in range(cdiv(len(layers), group_size)))
+        page = next(iter(pages))
+        return cls(layout, block_size, max_num_batched_tokens, page * group_size, group_size, groups,
+                   layout.layer_bytes())
+
+    def request_units(self, context_len: int) -> int:
+        if not self.groups:
+            return 0
+        page = self.groups[0].page_bytes(self.block_size)
+        usage = sum(g.vllm_usage_bytes(context_len, self.block_size, self.max_num_batched_tokens)
+                    for g in self.groups)
+        return cdiv(usage, page)
+
+    def tokens(self, units: int) -> int:
+        # "GPU KV cache size: N tokens" (vllm/v1/core/kv_cache_utils.py, _report_kv_cache_config)
+        return units // max(1, len(self.groups)) * self.block_size
+
+    def payload_share(self) -> tuple[int, int]:
+        return _payload_share(self.layout, self.block_size)
+
+
+@dataclass(frozen=True)
+class UniformBlockPool:
+    """One block table for all layers: SGLang (page_size tokens, default 1), TensorRT-LLM
+    (tokens_per_block), LMDeploy (cache_block_seq_len). Window layers are sized as full
+    layers, which is how these engines allocate unless their hybrid pools are enabled."""
+
+    layout: CacheLayout
+    block_size: int
+    unit_bytes: int
+    fixed_bytes: int
+    paged = True
+
+    @classmethod
+    def build(cls, layout: CacheLayout, block_size: int) -> UniformBlockPool:
+        unit = sum(spec.page_bytes(block_size) for spec in layout.kv.values())
+        return cls(layout, block_size, unit, layout.layer_bytes())
+
+    def request_units(self, context_len: int) -> int:
+        return cdiv(context_len, self.block_size) if self.layout.kv else 0
+
+    def tokens(self, units: int) -> int:
+        return units * self.block_size
+
+    def payload_share(self) -> tuple[int, int]:
+        return _payload_share(self.layout, self.block_size)
+
+
+@dataclass(frozen=True)
+class ExactPool:
+    """No paging: each layer holds exactly min(tokens, its window) for each sequence.
+    llama.cpp (contiguous cache) also pads the context to a multiple of `pad` tokens."""
+
+    layout: CacheLayout
+    pad: int
+    fixed_bytes: int
+    per_token_bytes: int
+    unit_bytes = 1
+    block_size = 1
+    paged = False
+
+    @classmethod
+    def build(cls, layout: CacheLayout, pad: int = 1) -> ExactPool:
+        payload, metadata = layout.token_bytes()
+        per_token = _ceil(payload) + _ceil(metadata)
+        return cls(layout, pad, layout.layer_bytes(), per_token)
+
+    def request_units(self, context_len: int) -> int:
+        p, m = self.layout.sequence_bytes(cdiv(context_len, self.pad) * self.pad)
+        return p + m
+
+    def tokens(self, units: int) -> int:
+        return units // self.per_token_bytes if self.per_token_bytes else 0
+
+    def payload_share(self) -> tuple[int, int]:
+        payload, metadata = self.layout.token_bytes()
+        return _ceil(payload), _ceil(metadata)
+
+
+def _ceil(x) -> int:
+    return -(-x.numerator // x.denominator)
+
+
+def _payload_share(layout: CacheLayout, block_size: int) -> tuple[int, int]:
+    payload = metadata = 0
+    for spec in layout.kv.values():
+        p, m = spec.page_split(block_size)
+        payload, metadata = payload + p, metadata + m
+    return payload, metadata
+
+
+# -- engines ---------------------------------------------------------------------------
+
+
+def _vllm_budget(m: MemoryTerms, fraction: float, headroom: float) -> Budget:
+    usable = int(m.total_bytes * fraction)
+    return Budget(usable - m.model_bytes, m.total_bytes - usable, usable,
+                  "gpu_memory_utilization × total − weights − activation − non_torch − cuda_graphs")
+
+
+def _sglang_budget(m: MemoryTerms, fraction: float, headroom: float) -> Budget:
+    usable = int(m.total_bytes * fraction)
+    kv = usable - m.weights_bytes - m.non_torch_bytes
+    return Budget(kv, m.total_bytes - usable - m.activation_bytes - m.cuda_graph_bytes, usable,
+                  "mem_fraction_static × total − weights − non_torch (activation and CUDA graphs live in the rest)")
+
+
+def _trtllm_budget(m: MemoryTerms, fraction: float, headroom: float) -> Budget:
+    free = m.total_bytes - m.model_bytes
+    kv = int(free * fraction)
+    return Budget(kv, free - kv, m.total_bytes,
+                  "free_gpu_memory_fraction × (total − weights − activation − non_torch − cuda_graphs)")
+
+
+def _lmdeploy_budget(m: MemoryTerms, fraction: float, headroom: float) -> Budget:
+    free = m.total_bytes - m.weights_bytes - m.non_torch_bytes
+    kv = int(free * fraction)
+    return Budget(kv, free - kv - m.activation_bytes - m.cuda_graph_bytes, m.total_bytes,
+                  "cache_max_entry_count × (total − weights − non_torch)")
+
+
+def _headroom_budget(m: MemoryTerms, fraction: float, headroom: float) -> Budget:
+    usable = m.total_bytes - int(m.total_bytes * headroom)
+    return Budget(usable - m.model_bytes, m.total_bytes - usable, usable,
+                  "(1 − headroom) × total − weights − activation − non_torch − cuda_graphs")
+
+
+def _vllm_pool(layout: CacheLayout, block_size: int, max_num_batched_tokens: int) -> Pool:
+    return VllmPool.build(layout, block_size, max_num_batched_tokens)
+
+
+def _block_pool(layout: CacheLayout, block_size: int, max_num_batched_tokens: int) -> Pool:
+    return UniformBlockPool.build(layout, block_size)
+
+
+def _exact_pool(layout: CacheLayout, block_size: int, max_num_batched_tokens: int) -> Pool:
+    return ExactPool.build(layout)
+
+
+def _llamacpp_pool(layout: CacheLayout, block_size: int, max_num_batched_tokens: int) -> Pool:
+    return ExactPool.build(layout, LLAMACPP_CTX_PAD)
+
+
+@dataclass(frozen=True)
+class Engine:
+    name: str
+    fraction_option: str | None  # the engine's own memory-fraction setting
+    fraction_default: float
+    block_option: str | None
+    block_default: int
+    cuda_graphs: bool
+    budget_rule: Callable[[MemoryTerms, float, float], Budget]
+    pool_rule: Callable[[CacheLayout, int, int], Pool]
+    source: str
+    formats_note: str
+
+    def budget(self, m: MemoryTerms, fraction: float, headroom: float) -> Budget:
+        return self.budget_rule(m, fraction, headroom)
+
+    def pool(self, layout: CacheLayout, block_size: int, max_num_batched_tokens: int) -> Pool:
+        return self.pool_rule(layout, block_size, max_num_batched_tokens)
+
+
+ENGINES: dict[str, Engine] = {
+    "vllm": Engine("vllm", "--gpu-memory-utilization", 0.9, "--block-size", 16, True, _vllm_budget, _vllm_pool,
+                   "vllm/v1/worker/gpu_worker.py (determine_available_memory), vllm/v1/core/kv_cache_utils.py "
+                   "(get_num_blocks, get_max_concurrency_for_kv_cache_config), vllm/v1/kv_cache_interface.py",
+                   "auto, fp16, bf16, fp8, fp8_e4m3, fp8_e5m2, fp8_per_token_head, int8_per_token_head, nvfp4"),
+    "sglang": Engine("sglang", "--mem-fraction-static", 0.88, "--page-size", 1, True, _sglang_budget, _block_pool,
+                     "python/sglang/srt/model_executor/model_runner.py (profile_max_num_token: rest_memory = "
+                     "available − total × (1 − mem_fraction_static); max_total_num_tokens = rest // cell_size)",
+                     "auto, fp16, bf16, fp8_e4m3, fp8_e5m2"),
+    "trtllm": Engine("trtllm", "--free-gpu-memory-fraction", 0.9, "--tokens-per-block", 32, True, _trtllm_budget, _block_pool,
+                     "tensorrt_llm/_torch/pyexecutor/_util.py (KvCacheCreator: free memory after the profiling "
+                     "run × free_gpu_memory_fraction), KvCacheConfig.tokens_per_block",
+                     "auto, fp16, bf16, fp8, nvfp4"),
+    "lmdeploy": Engine("lmdeploy", "--cache-max-entry-count", 0.8, "--cache-block-seq-len", 64, True, _lmdeploy_budget, _block_pool,
+                       "lmdeploy/turbomind (cache_max_entry_count: share of free GPU memory after weights for "
+                       "the k/v cache; cache_block_seq_len tokens per block)",
+                       "auto, fp16, bf16, lmdeploy_int8 (quant_policy 8), lmdeploy_int4 (quant_policy 4)"),
+    "llamacpp": Engine("llamacpp", None, 0.0, None, 1, False, _headroom_budget, _llamacpp_pool,
+                       "src/llama-kv-cache.cpp (contiguous per-layer K and V tensors of n_ctx cells; "
+                       "n_ctx padded to 256)",
+                       "f16, bf16, f32, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl (-ctk/-ctv; quantized V needs -fa)"),
+    "ideal": Engine("ideal", None, 0.0, None, 1, False, _headroom_budget, _exact_pool,
+                    "no engine: each layer holds exactly min(tokens, its window); KIVI keeps its fp16 residual",
+                    "every format"),
+}
+
+
+def get_engine(name: str) -> Engine:
+    key = str(name).strip().lower().replace("-", "").replace("_", "").replace(".", "")
+    key = {"tensorrtllm": "trtllm", "llamacpp": "llamacpp", "trt": "trtllm"}.get(key, key)
+    if key not in ENGINES:
+        raise unknown("engine", name, ENGINES, "--engine")
+    return ENGINES[key]
+
+
+def check_format_supported(engine: Engine, fmt_name: str, engines_of_format: tuple[str, ...], option: str) -> None:
+    if engine.name not in engines_of_format:
+        raise KvsizeError(
+            f"{option} {fmt_name} is not a KV cache format of {engine.name} (it supports: {engine.formats_note}); "
+            f"engines that store {fmt_name}: {', '.join(engines_of_format)}"
+        )

@@ -1,0 +1,21 @@
+"""One error type for every bad input, so front ends can print one line and exit 2."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class KvsizeError(ValueError):
+    """A problem with the user's input or plan, phrased for the user."""
+
+
+def unknown(kind: str, name: str, choices: Iterable[str], option: str | None = None) -> KvsizeError:
+    """An error for an unknown name that lists the closest known names."""
+    choices = sorted(choices)
+    close = difflib.get_close_matches(name.lower(), [c.lower() for c in choices], n=4, cutoff=0.4)
+    by_lower = {c.lower(): c for c in choices}
+    hint = f"; did you mean {', '.join(by_lower[c] for c in close)}?" if close else ""
+    where = f" ({option})" if option else ""
+    listing = ", ".join(choices) if len(choices) <= 12 else ", ".join(choices[:12]) + ", …"
+    return KvsizeError(f"unknown {kind} {name!r}{where}{hint} Known: {listing}")

@@ -1,0 +1,261 @@
+"""Per-layer KV cache specs: one small frozen class per layer kind.
+
+A model's cache on one GPU is a mapping from layer index to spec; every total is a sum
+over that mapping. Byte counts are for the KV heads this GPU holds (after tensor
+parallelism) and exclude nothing: payload plus every metadata tensor.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+
+from .errors import KvsizeError
+from .formats import FormatOptions, KVFormat, SideLayout, get_format
+from .shape import DTYPE_BYTES, ModelShape
+from .units import cdiv
+
+
+@dataclass(frozen=True)
+class FullAttentionSpec:
+    """K and V for every token of the sequence (or the MLA latent, with `v` None)."""
+
+    heads: int
+    head_dim: int
+    k: SideLayout
+    v: SideLayout | None
+    k_format: str
+    v_format: str | None
+
+    kind = "full"
+
+    def tokens_held(self, tokens: int) -> int:
+        return tokens
+
+    def _sides(self) -> tuple[SideLayout, ...]:
+        return (self.k,) if self.v is None else (self.k, self.v)
+
+    def bytes_for(self, tokens: int) -> tuple[int, int]:
+        """(payload, metadata) bytes this layer holds for one sequence of `tokens` tokens."""
+        held = self.tokens_held(tokens)
+        payload = metadata = 0
+        for side in self._sides():
+            p, m = side.bytes_for(held, self.head_dim, self.heads)
+            payload, metadata = payload + p, metadata + m
+        return payload, metadata
+
+    def token_bytes(self) -> tuple[Fraction, Fraction]:
+        """Steady-state (payload, metadata) bytes per token, below any window."""
+        payload = metadata = Fraction(0)
+        for side in self._sides():
+            p, m = side.token_bytes(self.head_dim)
+            payload, metadata = payload + p * self.heads, metadata + m * self.heads
+        return payload, metadata
+
+    def page_bytes(self, block_size: int) -> int:
+        """Bytes of one page of `block_size` tokens (quantized layout, no full-precision residual)."""
+        total = 0
+        for side in self._sides():
+            p, m = SideLayout(side.components).bytes_for(block_size, self.head_dim, self.heads)
+            total += p + m
+        return total
+
+    def page_split(self, block_size: int) -> tuple[int, int]:
+        payload = metadata = 0
+        for side in self._sides():
+            p, m = SideLayout(side.components).bytes_for(block_size, self.head_dim, self.heads)
+            payload, metadata = payload + p, metadata + m
+        return payload, metadata
+
+    def layer_bytes(self) -> int:
+        """Bytes stored once per layer (per-tensor scales, codebooks)."""
+        return sum(side.layer_bytes(self.head_dim) for side in self._sides())
+
+    def sequence_extra_bytes(self) -> int:
+        """Per-sequence bytes beyond whole pages: full-precision recent tokens (KIVI)."""
+        extra = 0
+        for side in self._sides():
+            r = side.recent_full_precision_tokens
+            if r:
+                extra += r * self.head_dim * self.heads * 2
+        return extra
+
+    def vllm_usage_bytes(self, max_model_len: int, block_size: int, max_num_batched_tokens: int) -> int:
+        """vLLM's max_memory_usage_bytes for one request (vllm/v1/kv_cache_interface.py)."""
+        return cdiv(max_model_len, block_size) * self.page_bytes(block_size)
+
+    @property
+    def group_key(self) -> tuple:
+        return (self.kind,)
+
+
+@dataclass(frozen=True)
+class SlidingWindowSpec(FullAttentionSpec):
+    window: int = 0
+
+    kind = "sliding"
+
+    def tokens_held(self, tokens: int) -> int:
+        return min(tokens, self.window)
+
+    def vllm_usage_bytes(self, max_model_len: int, block_size: int, max_num_batched_tokens: int) -> int:
+        # vLLM keeps window - 1 + one step's tokens, plus one block because the window
+        # need not start on a block boundary.
+        tokens = min(self.window - 1 + max_num_batched_tokens, max_model_len)
+        return (cdiv(tokens, block_size) + 1) * self.page_bytes(block_size)
+
+    @property
+    def group_key(self) -> tuple:
+        return (self.kind, self.window)
+
+
+@dataclass(frozen=True)
+class ChunkedLocalSpec(FullAttentionSpec):
+    chunk: int = 0
+
+    kind = "chunked"
+
+    def tokens_held(self, tokens: int) -> int:
+        return min(tokens, self.chunk)
+
+    def vllm_usage_bytes(self, max_model_len: int, block_size: int, max_num_batched_tokens: int) -> int:
+        tokens = min(self.chunk + max_num_batched_tokens, max_model_len)
+        return cdiv(tokens, block_size) * self.page_bytes(block_size)
+
+    @property
+    def group_key(self) -> tuple:
+        return (self.kind, self.chunk)
+
+
+@dataclass(frozen=True)
+class RecurrentStateSpec:
+    """A fixed-size state per sequence (Mamba, gated delta net): no per-token cache."""
+
+    state_bytes: int
+
+    kind = "recurrent"
+
+
+KVSpec = FullAttentionSpec | SlidingWindowSpec | ChunkedLocalSpec
+
+
+@dataclass(frozen=True, eq=False)  # compared and hashed by identity: layouts are built once and cached
+class CacheLayout:
+    """The cache one GPU holds: KV-holding layers and recurrent layers, by layer index."""
+
+    kv: dict[int, KVSpec]
+    recurrent: dict[int, RecurrentStateSpec]
+
+    def token_bytes(self) -> tuple[Fraction, Fraction]:
+        payload = metadata = Fraction(0)
+        for spec in self.kv.values():
+            p, m = spec.token_bytes()
+            payload, metadata = payload + p, metadata + m
+        return payload, metadata
+
+    def sequence_bytes(self, tokens: int) -> tuple[int, int]:
+        """Exact (payload, metadata) bytes for one sequence: every layer holds min(tokens, its window)."""
+        payload = metadata = 0
+        for spec in self.kv.values():
+            p, m = spec.bytes_for(tokens)
+            payload, metadata = payload + p, metadata + m
+        return payload, metadata
+
+    def state_bytes_per_sequence(self) -> int:
+        return sum(spec.state_bytes for spec in self.recurrent.values())
+
+    def layer_bytes(self) -> int:
+        return sum(spec.layer_bytes() for spec in self.kv.values())
+
+
+def parse_layer_overrides(text: str | None, num_layers: int) -> dict[int, str]:
+    """'first:2,last:2=bf16;10-12=fp8' -> {layer: format name}."""
+    overrides: dict[int, str] = {}
+    if not text:
+        return overrides
+    for item in filter(None, (part.strip() for part in text.split(";"))):
+        if "=" not in item:
+            raise KvsizeError(
+                f"--layer-kv-dtype: {item!r} must look like SELECTION=FORMAT, e.g. 'first:2,last:2=bf16'"
+            )
+        selection, fmt = item.rsplit("=", 1)
+        for sel in filter(None, (s.strip() for s in selection.split(","))):
+            overrides.update({i: fmt.strip() for i in _select(sel, num_layers)})
+    return overrides
+
+
+def _select(sel: str, num_layers: int) -> range:
+    m = re.fullmatch(r"(first|last):(\d+)", sel)
+    if m:
+        n = int(m.group(2))
+        if not 0 < n <= num_layers:
+            raise KvsizeError(f"--layer-kv-dtype: {sel!r} needs 1..{num_layers} layers")
+        return range(n) if m.group(1) == "first" else range(num_layers - n, num_layers)
+    m = re.fullmatch(r"(\d+)(?:-(\d+))?", sel)
+    if not m:
+        raise KvsizeError(f"--layer-kv-dtype: layer selection {sel!r} must be first:N, last:N, I or I-J")
+    lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+    if not lo <= hi < num_layers:
+        raise KvsizeError(f"--layer-kv-dtype: layers {sel!r} out of range 0..{num_layers - 1}")
+    return range(lo, hi + 1)
+
+
+def kv_heads_per_rank(kv_heads: int, tp: int) -> int:
+    """ceil(kv_heads / tp): with more ranks than KV heads, each rank holds one replicated head."""
+    return max(1, cdiv(kv_heads, tp))
+
+
+def build_layout(
+    shape: ModelShape,
+    k_format: str,
+    v_format: str,
+    tp: int = 1,
+    layers: range | None = None,
+    overrides: dict[int, str] | None = None,
+    options: FormatOptions | None = None,
+) -> CacheLayout:
+    """The cache layout one GPU holds for `layers` of the model at tensor parallelism `tp`."""
+    overrides = overrides or {}
+    layers = layers if layers is not None else range(shape.num_layers)
+    dtype = shape.serving_dtype
+    cache: dict[tuple[str, str], tuple[KVFormat, KVFormat]] = {}
+
+    def formats(k_name: str, v_name: str) -> tuple[KVFormat, KVFormat]:
+        if (k_name, v_name) not in cache:
+            cache[(k_name, v_name)] = (
+                get_format(k_name, dtype, options, "--k-cache-dtype"),
+                get_format(v_name, dtype, options, "--v-cache-dtype"),
+            )
+        return cache[(k_name, v_name)]
+
+    kv: dict[int, KVSpec] = {}
+    recurrent: dict[int, RecurrentStateSpec] = {}
+    heads = 1 if shape.is_mla else kv_heads_per_rank(shape.num_kv_heads, tp)
+    head_dim = shape.mla_latent_dim if shape.is_mla else shape.head_dim
+    state_bytes = cdiv(shape.recurrent_state_elements, tp) * DTYPE_BYTES[shape.recurrent_state_dtype]
+    for i in layers:
+        kind = shape.layer_kinds[i]
+        if kind == "none":
+            continue
+        if kind == "recurrent":
+            recurrent[i] = RecurrentStateSpec(state_bytes)
+            continue
+        k_name = overrides.get(i, k_format)
+        v_name = overrides.get(i, v_format)
+        k_fmt, v_fmt = formats(k_name, v_name)
+        k_fmt.k.check(head_dim, k_fmt.name)
+        if not shape.is_mla:
+            v_fmt.v.check(head_dim, v_fmt.name)
+        common = dict(
+            heads=heads, head_dim=head_dim, k=k_fmt.k,
+            v=None if shape.is_mla else v_fmt.v,
+            k_format=k_fmt.name, v_format=None if shape.is_mla else v_fmt.name,
+        )
+        if kind == "sliding":
+            kv[i] = SlidingWindowSpec(**common, window=shape.sliding_window)
+        elif kind == "chunked":
+            kv[i] = ChunkedLocalSpec(**common, chunk=shape.attention_chunk_size)
+        else:
+            kv[i] = FullAttentionSpec(**common)
+    return CacheLayout(kv, recurrent)

@@ -1,0 +1,357 @@
+"""One scenario in, one typed estimate out: KV bytes, blocks, capacity, fit, breakdown."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from functools import lru_cache
+
+from .engines import Budget, Engine, MemoryTerms, Pool, check_format_supported, get_engine
+from .errors import KvsizeError
+from .formats import FormatOptions, get_format
+from .layers import CacheLayout, build_layout, kv_heads_per_rank, parse_layer_overrides
+from .memory import activation_estimate, non_torch_estimate, resolve_weights_dtype, weight_bytes
+from .shape import ModelShape
+from .units import GiB, MiB
+
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # vLLM v1 default for the OpenAI server on data-center GPUs
+DEFAULT_MAX_NUM_SEQS = 256
+DEFAULT_CUDA_GRAPH_BYTES = 512 * MiB
+
+
+@dataclass(frozen=True)
+class Scenario:
+    model_name: str
+    shape: ModelShape
+    gpu_name: str
+    gpu_memory_bytes: int
+    engine: str = "vllm"
+    k_cache_dtype: str = "auto"
+    v_cache_dtype: str = "auto"
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    max_model_len: int | None = None
+    concurrency: int = 1
+    block_size: int | None = None
+    memory_fraction: float | None = None  # the engine's own fraction (gpu_memory_utilization, ...)
+    kv_cache_memory_bytes: int | None = None
+    weights_dtype: str = "auto"
+    headroom: float = 0.10
+    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS
+    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
+    non_torch_bytes: int | None = None
+    cuda_graph_bytes: int | None = None
+    layer_kv_dtype: str | None = None
+    format_options: FormatOptions = field(default_factory=FormatOptions)
+
+    def validated(self) -> Scenario:
+        for name, value, low in (
+            ("--tensor-parallel-size", self.tensor_parallel_size, 1),
+            ("--pipeline-parallel-size", self.pipeline_parallel_size, 1),
+            ("--concurrency", self.concurrency, 1),
+            ("--max-num-batched-tokens", self.max_num_batched_tokens, 1),
+            ("--max-num-seqs", self.max_num_seqs, 1),
+        ):
+            _int_at_least(value, name, low)
+        if self.max_model_len is not None:
+            _int_at_least(self.max_model_len, "--max-model-len", 1)
+        if self.block_size is not None:
+            _int_at_least(self.block_size, "--block-size", 1)
+        if not 0 <= self.headroom < 1:
+            raise KvsizeError(f"--headroom must be a fraction in [0, 1), got {self.headroom}")
+        if self.memory_fraction is not None and not 0 < self.memory_fraction <= 1:
+            raise KvsizeError(f"the engine's memory fraction must be in (0, 1], got {self.memory_fraction}")
+        if self.gpu_memory_bytes <= 0:
+            raise KvsizeError("GPU memory must be greater than zero")
+        if self.pipeline_parallel_size > self.shape.num_layers:
+            raise KvsizeError(
+                f"--pipeline-parallel-size {self.pipeline_parallel_size} exceeds the model's "
+                f"{self.shape.num_layers} layers"
+            )
+        return self
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Per-GPU memory; the terms add up to total_bytes."""
+
+    total_bytes: int
+    weights_bytes: int
+    activation_bytes: int
+    non_torch_bytes: int
+    cuda_graph_bytes: int
+    kv_payload_bytes: int
+    kv_metadata_bytes: int
+    recurrent_state_bytes: int
+    headroom_bytes: int
+    free_bytes: int
+
+    def terms(self) -> dict[str, int]:
+        return {k: v for k, v in self.__dict__.items() if k != "total_bytes"}
+
+
+@dataclass(frozen=True)
+class Estimate:
+    scenario: Scenario
+    engine: Engine
+    k_format: str
+    v_format: str
+    weights_format: str
+    kv_heads_per_gpu: int
+    kv_layers: int
+    pipeline_stage: int
+    max_model_len: int
+    kv_payload_bytes_per_token: int
+    kv_metadata_bytes_per_token: int
+    kv_layer_fixed_bytes: int
+    kv_bytes_per_sequence: int
+    kv_reserved_bytes_per_sequence: int
+    recurrent_state_bytes_per_sequence: int
+    block_size: int
+    num_blocks: int
+    block_bytes: int
+    max_tokens: int
+    max_concurrency: int
+    max_concurrency_ratio: float
+    max_context_at_concurrency: int
+    kv_budget_bytes: int
+    budget_formula: str
+    breakdown: Breakdown
+    fits: bool
+    fit_message: str
+    warnings: tuple[str, ...]
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return self.kv_payload_bytes_per_token + self.kv_metadata_bytes_per_token
+
+
+def _int_at_least(value, option: str, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise KvsizeError(f"{option} must be an integer of at least {low}, got {value!r}")
+    return value
+
+
+def pp_stages(num_layers: int, pp: int) -> list[range]:
+    """vLLM's get_pp_indices: an even split, extra layers going to the stages before the last."""
+    sizes = [num_layers // pp] * pp
+    for i in range(2, num_layers % pp + 2):
+        sizes[-i] += 1
+    stages, start = [], 0
+    for size in sizes:
+        stages.append(range(start, start + size))
+        start += size
+    return stages
+
+
+def check_tensor_parallel(shape: ModelShape, tp: int, engine: Engine) -> None:
+    if tp == 1 or engine.name in ("ideal", "llamacpp"):
+        return
+    heads = shape.num_attention_heads
+    if heads % tp:
+        raise KvsizeError(
+            f"--tensor-parallel-size {tp} does not divide num_attention_heads {heads}; {engine.name} splits heads "
+            f"evenly: use one of {', '.join(str(d) for d in range(1, heads + 1) if heads % d == 0 and d <= 64)}"
+        )
+    kv = shape.num_kv_heads
+    if not shape.is_mla and (kv % tp if kv >= tp else tp % kv):
+        raise KvsizeError(
+            f"--tensor-parallel-size {tp} cannot split {kv} KV heads: it must divide them or be a multiple of them"
+        )
+
+
+@lru_cache(maxsize=4096)
+def _layout(shape: ModelShape, k: str, v: str, tp: int, stage: range, overrides: str | None,
+            options: FormatOptions) -> CacheLayout:
+    return build_layout(shape, k, v, tp, stage, parse_layer_overrides(overrides, shape.num_layers), options)
+
+
+@lru_cache(maxsize=4096)
+def _pool(engine: Engine, layout: CacheLayout, block_size: int, mnbt: int) -> Pool:
+    return engine.pool(layout, block_size, mnbt)
+
+
+def units_for(pool: Pool, budget_bytes: int) -> int:
+    if pool.unit_bytes == 0:
+        return 0
+    return max(0, (budget_bytes - pool.fixed_bytes) // pool.unit_bytes)
+
+
+def concurrency_fits(pool: Pool, budget_bytes: int, context_len: int, state_bytes: int, n: int) -> bool:
+    remaining = budget_bytes - n * state_bytes
+    if remaining < pool.fixed_bytes:
+        return False
+    return n * pool.request_units(context_len) <= units_for(pool, remaining)
+
+
+def max_concurrency(pool: Pool, budget_bytes: int, context_len: int, state_bytes: int) -> int:
+    request = pool.request_units(context_len)
+    per_request = request * pool.unit_bytes + state_bytes
+    if per_request == 0:
+        return 0
+    n = max(0, (budget_bytes - pool.fixed_bytes) // per_request)
+    while concurrency_fits(pool, budget_bytes, context_len, state_bytes, n + 1):
+        n += 1
+    while n > 0 and not concurrency_fits(pool, budget_bytes, context_len, state_bytes, n):
+        n -= 1
+    return n
+
+
+def max_context(pool: Pool, budget_bytes: int, concurrency: int, state_bytes: int, limit: int) -> int:
+    """The longest context (up to `limit`) at which `concurrency` sequences fit; 0 if none."""
+    if not concurrency_fits(pool, budget_bytes, 1, state_bytes, concurrency):
+        return 0
+    lo, hi = 1, limit
+    if concurrency_fits(pool, budget_bytes, hi, state_bytes, concurrency):
+        return hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if concurrency_fits(pool, budget_bytes, mid, state_bytes, concurrency):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def estimate(scenario: Scenario) -> Estimate:
+    """The estimate for one scenario; with pipeline parallelism, for its tightest stage."""
+    s = scenario.validated()
+    engine = get_engine(s.engine)
+    shape = s.shape
+    check_tensor_parallel(shape, s.tensor_parallel_size, engine)
+    k_fmt = get_format(s.k_cache_dtype, shape.serving_dtype, s.format_options, "--k-cache-dtype")
+    v_fmt = get_format(s.v_cache_dtype, shape.serving_dtype, s.format_options, "--v-cache-dtype")
+    check_format_supported(engine, k_fmt.name, k_fmt.engines, "--k-cache-dtype")
+    check_format_supported(engine, v_fmt.name, v_fmt.engines, "--v-cache-dtype")
+    if engine.name in ("vllm", "sglang", "trtllm", "lmdeploy") and k_fmt.name != v_fmt.name:
+        raise KvsizeError(
+            f"{engine.name} stores K and V in one format; --k-cache-dtype {k_fmt.name} and --v-cache-dtype "
+            f"{v_fmt.name} differ (use --engine llamacpp or ideal for mixed K/V formats)"
+        )
+    stages = pp_stages(shape.num_layers, s.pipeline_parallel_size)
+    results = [_estimate_stage(s, engine, k_fmt.name, v_fmt.name, i, stage, len(stages))
+               for i, stage in enumerate(stages)]
+    return min(results, key=lambda e: (e.fits, e.max_concurrency, e.max_tokens))
+
+
+def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index: int, stage: range,
+                    num_stages: int) -> Estimate:
+    shape = s.shape
+    tp = s.tensor_parallel_size
+    warnings: list[str] = list(shape.notes)
+    max_model_len = s.max_model_len or shape.max_position_embeddings
+    if max_model_len > shape.max_position_embeddings:
+        warnings.append(
+            f"--max-model-len {max_model_len} exceeds the model's max_position_embeddings "
+            f"{shape.max_position_embeddings}; quality beyond it is not assured"
+        )
+    block_size = s.block_size or engine.block_default
+    fraction = s.memory_fraction if s.memory_fraction is not None else engine.fraction_default
+    layout = _layout(shape, k_name, v_name, tp, stage, s.layer_kv_dtype, s.format_options)
+    pool = _pool(engine, layout, block_size, s.max_num_batched_tokens)
+
+    wfmt = resolve_weights_dtype(s.weights_dtype, shape)
+    weights = weight_bytes(shape, wfmt, tp, stage, index == 0, index == num_stages - 1).total_bytes
+    activation = activation_estimate(shape, s.max_num_batched_tokens, s.max_num_seqs, tp).peak_bytes
+    non_torch = s.non_torch_bytes if s.non_torch_bytes is not None else non_torch_estimate(
+        tp, s.pipeline_parallel_size)
+    graphs = s.cuda_graph_bytes if s.cuda_graph_bytes is not None else (
+        DEFAULT_CUDA_GRAPH_BYTES if engine.cuda_graphs else 0)
+    terms = MemoryTerms(s.gpu_memory_bytes, weights, activation, non_torch, graphs)
+    budget = engine.budget(terms, fraction, s.headroom)
+    if s.kv_cache_memory_bytes is not None:
+        budget = Budget(s.kv_cache_memory_bytes, s.gpu_memory_bytes - terms.model_bytes - s.kv_cache_memory_bytes,
+                        s.gpu_memory_bytes, "--kv-cache-memory (fixed KV budget)")
+
+    payload_tok, metadata_tok = layout.token_bytes()
+    state = layout.state_bytes_per_sequence()
+    kv_budget = max(0, budget.kv_budget_bytes)
+    state_reserved = s.concurrency * state
+    units = units_for(pool, kv_budget - state_reserved)
+    page_payload, page_metadata = pool.payload_share()
+    allocated = units * pool.unit_bytes
+    kv_payload = allocated * page_payload // max(1, page_payload + page_metadata)
+    kv_metadata = allocated - kv_payload + (layout.layer_bytes() if units else 0)
+    seq_payload, seq_metadata = layout.sequence_bytes(max_model_len)
+    request_units = pool.request_units(max_model_len)
+    mc = max_concurrency(pool, kv_budget, max_model_len, state)
+    ratio = units_for(pool, kv_budget - state) / request_units if request_units else 0.0
+    limit = max(shape.max_position_embeddings, max_model_len)
+    mctx = max_context(pool, kv_budget, s.concurrency, state, limit)
+    free = kv_budget - state_reserved - allocated - (layout.layer_bytes() if units else 0)
+    breakdown = Breakdown(
+        total_bytes=s.gpu_memory_bytes,
+        weights_bytes=weights,
+        activation_bytes=activation,
+        non_torch_bytes=non_torch,
+        cuda_graph_bytes=graphs,
+        kv_payload_bytes=kv_payload,
+        kv_metadata_bytes=kv_metadata,
+        recurrent_state_bytes=state_reserved if budget.kv_budget_bytes > 0 else 0,
+        headroom_bytes=budget.headroom_bytes,
+        free_bytes=free if budget.kv_budget_bytes > 0 else budget.kv_budget_bytes,
+    )
+    if engine.name == "sglang" and budget.headroom_bytes < 0:
+        warnings.append(
+            "activation and CUDA graphs exceed the memory outside --mem-fraction-static; lower it to avoid OOM"
+        )
+    fits, message = _fit(s, engine, budget, pool, kv_budget, max_model_len, state, mc, mctx, terms, fraction)
+    return Estimate(
+        scenario=s, engine=engine, k_format=k_name if k_name != "auto" else shape.serving_dtype,
+        v_format=v_name, weights_format=wfmt.name,
+        kv_heads_per_gpu=1 if shape.is_mla else kv_heads_per_rank(shape.num_kv_heads, tp),
+        kv_layers=len(layout.kv), pipeline_stage=index, max_model_len=max_model_len,
+        kv_payload_bytes_per_token=_ceil(payload_tok), kv_metadata_bytes_per_token=_ceil(metadata_tok),
+        kv_layer_fixed_bytes=layout.layer_bytes(),
+        kv_bytes_per_sequence=seq_payload + seq_metadata,
+        kv_reserved_bytes_per_sequence=request_units * pool.unit_bytes,
+        recurrent_state_bytes_per_sequence=state,
+        block_size=pool.block_size, num_blocks=units if pool.paged else pool.tokens(units),
+        block_bytes=pool.unit_bytes if pool.paged else pool.per_token_bytes,
+        max_tokens=pool.tokens(units), max_concurrency=mc, max_concurrency_ratio=ratio,
+        max_context_at_concurrency=mctx, kv_budget_bytes=budget.kv_budget_bytes,
+        budget_formula=budget.formula, breakdown=breakdown, fits=fits, fit_message=message,
+        warnings=tuple(warnings),
+    )
+
+
+def _ceil(x: Fraction) -> int:
+    return -(-x.numerator // x.denominator)
+
+
+def _gib(n: int) -> str:
+    return f"{n / GiB:.2f} GiB"
+
+
+def _fit(s: Scenario, engine: Engine, budget: Budget, pool: Pool, kv_budget: int, max_model_len: int,
+         state: int, mc: int, mctx: int, terms: MemoryTerms, fraction: float) -> tuple[bool, str]:
+    setting = engine.fraction_option or "--headroom"
+    if budget.kv_budget_bytes <= 0:
+        return False, (
+            f"the model does not fit: weights {_gib(terms.weights_bytes)} + activation "
+            f"{_gib(terms.activation_bytes)} + non-torch {_gib(terms.non_torch_bytes)} + CUDA graphs "
+            f"{_gib(terms.cuda_graph_bytes)} leave {_gib(budget.kv_budget_bytes)} for the KV cache "
+            f"({budget.formula}); try a larger --tensor-parallel-size, --weights-dtype fp8/int4, a larger GPU, "
+            f"or raising {setting}"
+        )
+    if not concurrency_fits(pool, kv_budget, max_model_len, state, 1):
+        need = pool.request_units(max_model_len) * pool.unit_bytes + state + pool.fixed_bytes
+        longest = max_context(pool, kv_budget, 1, state, max_model_len)
+        return False, (
+            f"one request of --max-model-len {max_model_len} needs {_gib(need)} of KV cache, available "
+            f"{_gib(kv_budget)}; the longest that fits is {longest} tokens; try decreasing --max-model-len, "
+            f"a smaller --kv-cache-dtype, or raising {setting}"
+        )
+    if s.concurrency > mc:
+        need = s.concurrency * (pool.request_units(max_model_len) * pool.unit_bytes + state) + pool.fixed_bytes
+        return False, (
+            f"{s.concurrency} concurrent requests of {max_model_len} tokens need {_gib(need)} of KV cache, "
+            f"available {_gib(kv_budget)}; at most {mc} fit at that length, and at {s.concurrency} requests "
+            f"the longest context is {mctx} tokens; try a smaller --kv-cache-dtype, a larger "
+            f"--tensor-parallel-size, or decreasing --concurrency or --max-model-len"
+        )
+    return True, f"fits: {s.concurrency} × {max_model_len} tokens (up to {mc} requests at this length)"
+
+
+def with_formats(scenario: Scenario, k: str, v: str | None = None) -> Scenario:
+    return replace(scenario, k_cache_dtype=k, v_cache_dtype=v or k)

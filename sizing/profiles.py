@@ -1,0 +1,132 @@
+"""Bundled profiles: one data file per model and per GPU under profiles/, file name as key.
+
+Model files hold the unchanged config.json, where it came from, and the shape resolved
+from it (so start-up needs no transformers; a test re-resolves every config and checks
+the stored shape). Nothing is read at import time; loads are cached.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import KvsizeError, unknown
+from .shape import ModelShape, read_config_file, resolve_shape
+from .units import MiB
+
+PROFILES_DIR = Path(__file__).resolve().parent.parent / "profiles"
+
+
+class ModelProfile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)
+    hf_id: str = Field(min_length=1)
+    source: str = Field(min_length=1)
+    config: dict[str, Any]
+    shape: dict[str, Any]
+
+
+class GpuProfile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)
+    vendor: Literal["NVIDIA", "AMD"]
+    memory_mib: int = Field(gt=0)
+    memory_source: str = Field(min_length=1)
+    hbm_bandwidth_gb_s: float = Field(gt=0)
+    bf16_dense_tflops: float = Field(gt=0)
+    fp8_dense_tflops: float | None = Field(default=None, gt=0)
+    fp8_native: bool
+    price_usd_per_hour: float = Field(gt=0)
+    price_date: str = Field(pattern=r"^\d{4}-\d{2}(-\d{2})?$")
+    price_source: str = Field(min_length=1)
+    spec_source: str = Field(min_length=1)
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.memory_mib * MiB
+
+
+def _ids(kind: str) -> list[str]:
+    return sorted(p.stem for p in (PROFILES_DIR / kind).glob("*.json"))
+
+
+@cache
+def model_ids() -> tuple[str, ...]:
+    return tuple(_ids("models"))
+
+
+@cache
+def gpu_ids() -> tuple[str, ...]:
+    return tuple(_ids("gpus"))
+
+
+def _load(kind: str, key: str, schema: type[BaseModel]) -> Any:
+    path = PROFILES_DIR / kind / f"{key}.json"
+    try:
+        return schema.model_validate(json.loads(path.read_text()))
+    except (ValidationError, json.JSONDecodeError) as e:
+        first = str(e).splitlines()[0:3]
+        raise KvsizeError(f"profile {path.name} is invalid: {' '.join(first)}") from None
+
+
+@cache
+def model_profile(key: str) -> ModelProfile:
+    lookup = {k.lower(): k for k in model_ids()}
+    if key.lower() not in lookup:
+        raise unknown("model", key, model_ids(), "--model")
+    return _load("models", lookup[key.lower()], ModelProfile)
+
+
+@cache
+def gpu_profile(key: str) -> GpuProfile:
+    lookup = {k.lower(): k for k in gpu_ids()}
+    if key.lower() not in lookup:
+        raise unknown("GPU", key, gpu_ids(), "--gpu")
+    return _load("gpus", lookup[key.lower()], GpuProfile)
+
+
+@cache
+def bundled_shape(key: str) -> ModelShape:
+    profile = model_profile(key)
+    try:
+        return ModelShape.from_dict(profile.shape)
+    except TypeError as e:
+        raise KvsizeError(f"profile {key}.json has an invalid shape: {e}") from None
+
+
+def load_model(spec: str) -> tuple[str, ModelShape]:
+    """--model: a bundled profile id, a path to a config.json, or a folder holding one."""
+    spec = str(spec)
+    path = Path(spec)
+    looks_like_path = path.suffix == ".json" or "/" in spec or "\\" in spec or path.is_dir()
+    if looks_like_path and path.exists():
+        config = read_config_file(path)
+        name = config.get("_name_or_path") or (path.parent.name if path.name == "config.json" else path.stem)
+        return str(name or spec), resolve_shape(config)
+    if looks_like_path and (path.suffix == ".json" or path.name == "config.json"):
+        raise KvsizeError(f"--model: no such file {spec}")
+    return model_profile(spec).name, bundled_shape(spec)
+
+
+def refresh_shapes() -> list[str]:
+    """Re-resolve every bundled config and rewrite the stored shapes; returns changed ids."""
+    changed = []
+    for key in model_ids():
+        path = PROFILES_DIR / "models" / f"{key}.json"
+        data = json.loads(path.read_text())
+        shape = resolve_shape(data["config"]).to_dict()
+        if shape != data.get("shape"):
+            data["shape"] = shape
+            path.write_text(json.dumps(data, indent=1) + "\n")
+            changed.append(key)
+    return changed
+
+
+if __name__ == "__main__":
+    print("refreshed:", ", ".join(refresh_shapes()) or "nothing")

@@ -1,0 +1,482 @@
+"""A model's shape, resolved from a Hugging Face config.json.
+
+transformers' config classes know each family's defaults (layer patterns, head sizes,
+vocabulary sizes), so a config whose `model_type` transformers knows is read through
+its config class (never with remote code, never over the network). Unknown types fall
+back to the raw JSON under the common field names. The result is a plain, frozen
+`ModelShape` that the rest of kvsize works from and that bundled profiles store.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import KvsizeError
+
+MAX_CONFIG_BYTES = 4 * 1024 * 1024  # a real config.json is a few KiB; refuse anything huge
+
+# What each layer holds. "full", "sliding" and "chunked" hold per-token K and V (or the
+# MLA latent); "recurrent" holds a fixed-size state per sequence; "none" holds nothing.
+LAYER_TYPE_KINDS = {
+    "full_attention": "full",
+    "attention": "full",
+    "global_attention": "full",
+    "sliding_attention": "sliding",
+    "local_attention": "sliding",
+    "chunked_attention": "chunked",
+    "linear_attention": "recurrent",
+    "mamba": "recurrent",
+    "mamba2": "recurrent",
+    "conv": "recurrent",
+    "mlp": "none",
+    "moe": "none",
+}
+HYBRID_PATTERN_KINDS = {"*": "full", "M": "recurrent", "-": "none", "E": "none"}
+# Blocks that carry only a feed-forward part (Nemotron-H): their neighbours carry no MLP.
+FEED_FORWARD_BLOCKS = {"mlp": "mlp", "moe": "moe", "-": "mlp", "E": "moe"}
+
+DTYPE_NAMES = {
+    "float32": "fp32", "float": "fp32", "fp32": "fp32",
+    "float16": "fp16", "half": "fp16", "fp16": "fp16",
+    "bfloat16": "bf16", "bf16": "bf16",
+}
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+
+
+@dataclass(frozen=True)
+class LayerParams:
+    """Parameters of one decoder layer, by how they are stored."""
+
+    attention: int  # q/k/v/o projections, MLA projections, or the recurrent mixer's projections
+    mlp: int  # dense MLP and shared experts
+    experts: int  # routed experts (what mxfp4 checkpoints quantize)
+    other: int  # norms, routers, biases, convolution weights: kept in the model dtype
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    model_type: str
+    config_dtype: str
+    num_layers: int
+    layer_kinds: tuple[str, ...]
+    hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    sliding_window: int | None
+    attention_chunk_size: int | None
+    mla_latent_dim: int | None
+    recurrent_state_elements: int  # per sequence per recurrent layer, before TP sharding
+    recurrent_state_dtype: str
+    vocab_size: int
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    intermediate_size: int
+    moe_intermediate_size: int
+    num_experts: int
+    num_experts_per_tok: int
+    embedding_params: int
+    lm_head_params: int
+    vision_params: int
+    layer_params: tuple[LayerParams, ...]
+    weights_quantization: str | None = None
+    parsed_with: str = "transformers"
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def serving_dtype(self) -> str:
+        # vLLM serves fp32 checkpoints in bf16 (vllm/config/model.py, _resolve_auto_dtype)
+        return "bf16" if self.config_dtype == "fp32" else self.config_dtype
+
+    @property
+    def is_mla(self) -> bool:
+        return self.mla_latent_dim is not None
+
+    @property
+    def total_params(self) -> int:
+        return (self.embedding_params + self.lm_head_params + self.vision_params
+                + sum(p.attention + p.mlp + p.experts + p.other for p in self.layer_params))
+
+    @property
+    def attention_class(self) -> str:
+        if self.is_mla:
+            return "MLA"
+        if self.num_kv_heads == 1:
+            return "MQA"
+        return "MHA" if self.num_kv_heads == self.num_attention_heads else "GQA"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelShape:
+        data = dict(data)
+        data["layer_kinds"] = tuple(data["layer_kinds"])
+        data["layer_params"] = tuple(LayerParams(**p) for p in data["layer_params"])
+        data["notes"] = tuple(data.get("notes", ()))
+        return cls(**data)
+
+
+# -- reading config.json ---------------------------------------------------------------
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """A config.json (or a folder holding one) as a dict, with clear errors."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise KvsizeError(f"--model: no config.json at {path}")
+    size = path.stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise KvsizeError(f"--model: {path} is {size} bytes; a config.json must be under {MAX_CONFIG_BYTES} bytes")
+    return parse_config_text(path.read_bytes(), str(path))
+
+
+def parse_config_text(data: bytes | str, where: str = "config.json") -> dict[str, Any]:
+    if isinstance(data, bytes):
+        if len(data) > MAX_CONFIG_BYTES:
+            raise KvsizeError(f"{where} is {len(data)} bytes; a config.json must be under {MAX_CONFIG_BYTES} bytes")
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise KvsizeError(f"{where} is not UTF-8 text; expected a Hugging Face config.json") from None
+    try:
+        config = json.loads(data)
+    except json.JSONDecodeError as e:
+        raise KvsizeError(f"{where} is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    if not isinstance(config, dict):
+        raise KvsizeError(f"{where} must hold a JSON object, got {type(config).__name__}")
+    return config
+
+
+def _transformers_config(raw: dict[str, Any]) -> Any | None:
+    """transformers' config object for a known model_type, or None for unknown types."""
+    model_type = raw.get("model_type")
+    if not isinstance(model_type, str):
+        return None
+    hide_torch = "torch" not in sys.modules and "transformers" not in sys.modules
+    if hide_torch:
+        # Parsing a config needs no torch; importing it would cost seconds at every start.
+        sys.modules["torch"] = None  # type: ignore[assignment]
+    try:
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    finally:
+        if hide_torch:
+            del sys.modules["torch"]
+    if model_type not in CONFIG_MAPPING:
+        return None
+    import logging
+
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    try:
+        return CONFIG_MAPPING[model_type].from_dict(dict(raw))
+    except Exception as e:  # transformers validates values; surface its message as ours
+        raise KvsizeError(f"config.json ({model_type}) rejected by its transformers config class: {e}") from None
+
+
+class _Fields:
+    """Looks fields up on the text config, then the outer config, then the raw JSON."""
+
+    def __init__(self, *sources: Any) -> None:
+        self.sources = [s for s in sources if s is not None]
+
+    def get(self, *names: str, default: Any = None) -> Any:
+        # The first source that has the field decides, even when it says None: transformers
+        # sets sliding_window to None when use_sliding_window is false, and that must win.
+        for source in self.sources:
+            for name in names:
+                present = name in source if isinstance(source, dict) else hasattr(source, name)
+                if present:
+                    value = source[name] if isinstance(source, dict) else getattr(source, name)
+                    return default if value is None else value
+        return default
+
+    def need_int(self, *names: str, minimum: int = 1) -> int:
+        value = self.get(*names)
+        if value is None:
+            raise KvsizeError(f"config.json is missing {names[0]!r} (also looked for {', '.join(names[1:]) or 'nothing else'})")
+        return _as_int(value, names[0], minimum)
+
+
+def _as_int(value: Any, name: str, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+        raise KvsizeError(f"config.json field {name!r} must be an integer, got {value!r}")
+    if value < minimum:
+        raise KvsizeError(f"config.json field {name!r} must be at least {minimum}, got {value}")
+    return int(value)
+
+
+def _dtype_name(value: Any) -> str | None:
+    if value is None:
+        return None
+    text = str(value).removeprefix("torch.")
+    return DTYPE_NAMES.get(text)
+
+
+def resolve_shape(raw: dict[str, Any]) -> ModelShape:
+    """The shape of the model a config.json describes."""
+    if not isinstance(raw, dict):
+        raise KvsizeError("config.json must hold a JSON object")
+    if "text_config" in raw and not isinstance(raw["text_config"], dict):
+        raise KvsizeError("config.json field 'text_config' must be an object")
+    parsed = _transformers_config(raw)
+    raw_text = raw.get("text_config") or raw
+    if parsed is not None:
+        text = parsed.get_text_config(decoder=True) if hasattr(parsed, "get_text_config") else parsed
+        f = _Fields(text, raw_text, parsed, raw)
+        parsed_with = "transformers"
+    else:
+        f = _Fields(raw_text, raw)
+        parsed_with = "raw JSON"
+    notes: list[str] = []
+
+    model_type = str(raw.get("model_type") or "unknown")
+    num_layers = f.need_int("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+    hidden = f.need_int("hidden_size", "n_embd", "d_model", "dim")
+    heads = f.need_int("num_attention_heads", "n_head", "num_heads", "n_heads")
+
+    kv_heads = _kv_heads(f, heads)
+    head_dim = _as_int(f.get("head_dim", "kv_channels", "attention_head_dim", default=hidden // heads), "head_dim", 1)
+    if kv_heads > heads:
+        raise KvsizeError(f"config.json: num_key_value_heads {kv_heads} exceeds num_attention_heads {heads}")
+
+    kv_lora = f.get("kv_lora_rank")
+    mla_latent = None
+    if kv_lora is not None:
+        mla_latent = _as_int(kv_lora, "kv_lora_rank", 1) + _as_int(f.get("qk_rope_head_dim", default=0), "qk_rope_head_dim")
+
+    kinds, blocks = _layer_kinds(f, num_layers)
+    sliding_window = f.get("sliding_window")
+    if sliding_window is not None:
+        sliding_window = _as_int(sliding_window, "sliding_window", 1)
+    if "sliding" in kinds and sliding_window is None:
+        raise KvsizeError("config.json has sliding-attention layers but no 'sliding_window'")
+    chunk = f.get("attention_chunk_size")
+    chunk = _as_int(chunk, "attention_chunk_size", 1) if chunk is not None else None
+    if "chunked" in kinds and chunk is None:
+        raise KvsizeError("config.json has chunked-attention layers but no 'attention_chunk_size'")
+
+    config_dtype = (_dtype_name(f.get("dtype", "torch_dtype"))
+                    or _dtype_name(_Fields(parsed, raw).get("dtype", "torch_dtype")) or "bf16")
+    state_elements, state_dtype, mixer_params, mixer_other = _recurrent(f, hidden, config_dtype) \
+        if "recurrent" in kinds else (0, config_dtype, 0, 0)
+
+    vocab = f.need_int("vocab_size", "padded_vocab_size", "n_vocab")
+    tied = bool(f.get("tie_word_embeddings", default=False))
+    max_pos = _as_int(f.get("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length",
+                            default=0), "max_position_embeddings")
+    if max_pos == 0:
+        max_pos = 4096
+        notes.append("config.json gives no max_position_embeddings; assumed 4096")
+
+    intermediate = _as_int(f.get("intermediate_size", "ffn_hidden_size", "n_inner", default=4 * hidden),
+                           "intermediate_size", 1)
+    gated = not (f.get("mlp_hidden_act") == "relu2"
+                 or (f.get("ffn_hidden_size") is not None and f.get("intermediate_size") is None)
+                 or model_type in _UNGATED_MLP)
+    num_experts = _as_int(f.get("n_routed_experts", "num_local_experts", "num_experts", "moe_num_experts",
+                                default=0), "num_experts")
+    top_k = _as_int(f.get("num_experts_per_tok", "experts_per_token", "moe_top_k", default=0), "num_experts_per_tok")
+    moe_inter = _as_int(f.get("moe_intermediate_size", default=intermediate), "moe_intermediate_size")
+    moe_layers = _moe_layers(f, num_layers, num_experts, blocks)
+
+    attention_params = _attention_params(f, hidden, heads, kv_heads, head_dim)
+    layer_params = []
+    for i, kind in enumerate(kinds):
+        attn = mixer_params if kind == "recurrent" else (attention_params if kind != "none" else 0)
+        other = 2 * hidden + (mixer_other if kind == "recurrent" else 0)
+        mlp = experts = 0
+        block = blocks[i] if blocks else None
+        if blocks is None or block in ("mlp", "moe"):
+            if i in moe_layers:
+                experts = num_experts * (3 if gated else 2) * hidden * moe_inter
+                other += hidden * num_experts  # router
+                mlp = _shared_expert_params(f, hidden, moe_inter, intermediate)
+            else:
+                mlp = (3 if gated else 2) * hidden * _dense_intermediate(f, intermediate, num_experts)
+        layer_params.append(LayerParams(attn, mlp, experts, other))
+
+    embedding = vocab * hidden
+    quant = f.get("quantization_config")
+    quant_method = quant.get("quant_method") if isinstance(quant, dict) else None
+    vision = _vision_params(raw.get("vision_config"))
+    return ModelShape(
+        model_type=model_type,
+        config_dtype=config_dtype,
+        num_layers=num_layers,
+        layer_kinds=tuple(kinds),
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        sliding_window=sliding_window if "sliding" in kinds else None,
+        attention_chunk_size=chunk if "chunked" in kinds else None,
+        mla_latent_dim=mla_latent,
+        recurrent_state_elements=state_elements,
+        recurrent_state_dtype=state_dtype,
+        vocab_size=vocab,
+        max_position_embeddings=max_pos,
+        tie_word_embeddings=tied,
+        intermediate_size=intermediate,
+        moe_intermediate_size=moe_inter if num_experts else 0,
+        num_experts=num_experts,
+        num_experts_per_tok=top_k,
+        embedding_params=embedding,
+        lm_head_params=0 if tied else embedding,
+        vision_params=vision,
+        layer_params=tuple(layer_params),
+        weights_quantization=str(quant_method) if quant_method else None,
+        parsed_with=parsed_with,
+        notes=tuple(notes),
+    )
+
+
+_UNGATED_MLP = {"falcon", "gpt2", "gpt_bigcode", "gpt_neox", "gptj", "opt", "bloom", "phi", "starcoder2", "mpt"}
+
+
+def _kv_heads(f: _Fields, heads: int) -> int:
+    # Falcon-7B style: multi_query without the new decoder architecture means one KV head.
+    if f.get("multi_query") and not f.get("new_decoder_architecture"):
+        return 1
+    value = f.get("num_key_value_heads", "num_kv_heads", "multi_query_group_num", "n_head_kv", default=heads)
+    return _as_int(value, "num_key_value_heads", 1)
+
+
+def _layer_kinds(f: _Fields, num_layers: int) -> tuple[list[str], list[str] | None]:
+    """Per-layer KV kinds, and per-layer block names where blocks are single-purpose (Nemotron-H)."""
+    layer_types = f.get("layer_types", "layers_block_type")
+    pattern = f.get("hybrid_override_pattern")
+    if layer_types is None and isinstance(pattern, str):
+        layer_types = list(pattern)
+        table = HYBRID_PATTERN_KINDS
+    else:
+        table = LAYER_TYPE_KINDS
+    if layer_types is not None:
+        if not isinstance(layer_types, (list, tuple)) or len(layer_types) != num_layers:
+            raise KvsizeError(
+                f"config.json: layer_types must list one entry per layer ({num_layers}), got "
+                f"{len(layer_types) if isinstance(layer_types, (list, tuple)) else type(layer_types).__name__}"
+            )
+        kinds = []
+        for entry in layer_types:
+            if entry not in table:
+                raise KvsizeError(f"config.json: unknown layer type {entry!r}; known: {', '.join(sorted(table))}")
+            kinds.append(table[entry])
+        blocks = None
+        if any(entry in FEED_FORWARD_BLOCKS for entry in layer_types):
+            blocks = [FEED_FORWARD_BLOCKS.get(entry, "mixer") for entry in layer_types]
+        return kinds, blocks
+    window = f.get("sliding_window")
+    if window is not None and f.get("use_sliding_window", default=True) is not False:
+        return ["sliding"] * num_layers, None
+    return ["full"] * num_layers, None
+
+
+def _attention_params(f: _Fields, hidden: int, heads: int, kv_heads: int, head_dim: int) -> int:
+    kv_lora = f.get("kv_lora_rank")
+    if kv_lora is not None:
+        rope = f.get("qk_rope_head_dim", default=0)
+        nope = f.get("qk_nope_head_dim", default=0)
+        v_dim = f.get("v_head_dim", default=head_dim)
+        q_lora = f.get("q_lora_rank")
+        q_head = heads * (nope + rope)
+        q = hidden * q_lora + q_lora + q_lora * q_head if q_lora else hidden * q_head
+        kv = hidden * (kv_lora + rope) + kv_lora + kv_lora * heads * (nope + v_dim)
+        return q + kv + heads * v_dim * hidden
+    q = hidden * heads * head_dim
+    kv = 2 * hidden * kv_heads * head_dim
+    o = heads * head_dim * hidden
+    bias = (heads + 2 * kv_heads) * head_dim + hidden if f.get("attention_bias") else 0
+    return q + kv + o + bias
+
+
+def _recurrent(f: _Fields, hidden: int, config_dtype: str) -> tuple[int, str, int, int]:
+    """(state elements per sequence, state dtype, projection params, other params) of one recurrent layer."""
+    state_dtype = _dtype_name(f.get("mamba_ssm_dtype", "mamba_ssm_cache_dtype")) or config_dtype
+    kernel = _as_int(f.get("linear_conv_kernel_dim", "conv_kernel", "d_conv", default=4), "conv_kernel", 1)
+    if f.get("linear_num_value_heads") is not None:  # gated delta net (Qwen3-Next, Qwen3.5)
+        nk = _as_int(f.get("linear_num_key_heads"), "linear_num_key_heads", 1)
+        nv = _as_int(f.get("linear_num_value_heads"), "linear_num_value_heads", 1)
+        dk = _as_int(f.get("linear_key_head_dim"), "linear_key_head_dim", 1)
+        dv = _as_int(f.get("linear_value_head_dim"), "linear_value_head_dim", 1)
+        key_dim, value_dim = nk * dk, nv * dv
+        conv_dim = 2 * key_dim + value_dim
+        state = conv_dim * (kernel - 1) + nv * dk * dv
+        projections = hidden * (2 * key_dim + 2 * value_dim) + hidden * 2 * nv + value_dim * hidden
+        other = conv_dim * kernel + 2 * nv + dv
+        return state, state_dtype, projections, other
+    # Mamba-2 (Nemotron-H, Bamba, Jamba-style)
+    n_heads = f.get("mamba_num_heads")
+    head = f.get("mamba_head_dim")
+    d_state = f.get("ssm_state_size", "state_size", "d_state")
+    if d_state is None:
+        raise KvsizeError("config.json has recurrent layers but no 'ssm_state_size' or 'linear_num_value_heads'")
+    d_state = _as_int(d_state, "ssm_state_size", 1)
+    if n_heads is not None and head is not None:
+        d_inner = _as_int(n_heads, "mamba_num_heads", 1) * _as_int(head, "mamba_head_dim", 1)
+    else:
+        d_inner = _as_int(f.get("mamba_expand", "expand", default=2), "expand", 1) * hidden
+        head = f.get("mamba_head_dim", default=64)
+        n_heads = d_inner // head
+    groups = _as_int(f.get("n_groups", "mamba_n_groups", default=1), "n_groups", 1)
+    conv_dim = d_inner + 2 * groups * d_state
+    state = conv_dim * (kernel - 1) + d_inner * d_state
+    projections = hidden * (2 * d_inner + 2 * groups * d_state + n_heads) + d_inner * hidden
+    other = conv_dim * kernel + conv_dim + 3 * n_heads + d_inner
+    return state, state_dtype, projections, other
+
+
+def _moe_layers(f: _Fields, num_layers: int, num_experts: int, blocks: list[str] | None) -> set[int]:
+    if not num_experts:
+        return set()
+    if blocks is not None:
+        return {i for i, b in enumerate(blocks) if b == "moe"}
+    explicit = f.get("moe_layers")
+    if isinstance(explicit, (list, tuple)):
+        return {int(i) for i in explicit}
+    first_dense = _as_int(f.get("first_k_dense_replace", default=0), "first_k_dense_replace")
+    freq = _as_int(f.get("moe_layer_freq", default=1), "moe_layer_freq", 1)
+    step = _as_int(f.get("decoder_sparse_step", "interleave_moe_layer_step", default=1), "decoder_sparse_step", 1)
+    dense_only = set(f.get("mlp_only_layers", default=[]) or [])
+    return {
+        i for i in range(num_layers)
+        if i >= first_dense and i % freq == 0 and (i + 1) % step == 0 and i not in dense_only
+    }
+
+
+def _shared_expert_params(f: _Fields, hidden: int, moe_inter: int, intermediate: int) -> int:
+    shared = f.get("shared_expert_intermediate_size", "moe_shared_expert_intermediate_size")
+    if shared:
+        return 3 * hidden * int(shared) + hidden  # plus the shared-expert gate
+    n_shared = f.get("n_shared_experts")
+    if n_shared:
+        return 3 * hidden * moe_inter * int(n_shared)
+    if f.get("interleave_moe_layer_step") is not None:  # Llama 4: one shared expert of intermediate_size
+        return 3 * hidden * intermediate
+    return 0
+
+
+def _dense_intermediate(f: _Fields, intermediate: int, num_experts: int) -> int:
+    if num_experts and f.get("intermediate_size_mlp") is not None:  # Llama 4's dense layers
+        return int(f.get("intermediate_size_mlp"))
+    return intermediate
+
+
+def _vision_params(vision: Any) -> int:
+    """A ViT encoder's parameters: per layer 4 h^2 (attention) + 2 h I (MLP), plus a patch embedding."""
+    if not isinstance(vision, dict):
+        return 0
+    h = vision.get("hidden_size") or vision.get("embed_dim") or 0
+    inter = vision.get("intermediate_size") or 4 * h
+    layers = vision.get("num_hidden_layers") or vision.get("depth") or 0
+    patch = vision.get("patch_size") or 14
+    channels = vision.get("num_channels") or vision.get("in_channels") or 3
+    try:
+        return int(layers * (4 * h * h + 2 * h * inter) + channels * patch * patch * h)
+    except TypeError:
+        raise KvsizeError("config.json: vision_config fields must be numbers") from None

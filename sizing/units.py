@@ -1,0 +1,49 @@
+"""Byte units. GiB (2**30) and GB (10**9) are distinct and always labelled."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from .errors import KvsizeError
+
+KiB = 1 << 10
+MiB = 1 << 20
+GiB = 1 << 30
+TiB = 1 << 40
+KB = 10**3
+MB = 10**6
+GB = 10**9
+TB = 10**12
+
+_UNITS = {
+    "": 1, "b": 1,
+    "kib": KiB, "mib": MiB, "gib": GiB, "tib": TiB,
+    "kb": KB, "mb": MB, "gb": GB, "tb": TB,
+}
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_bytes(text: str | int | float, field: str) -> int:
+    """'10GiB' -> 10737418240; '80GB' -> 80000000000; '1e9' -> 1000000000. Must be > 0."""
+    if isinstance(text, bool):
+        raise KvsizeError(f"{field} must be a size in bytes such as 10GiB, got {text!r}")
+    if isinstance(text, (int, float)):
+        value, unit = float(text), ""
+    else:
+        match = _SIZE.match(str(text))
+        if not match:
+            raise KvsizeError(
+                f"{field} must be a size such as 10GiB, 512MiB or 80GB (GiB = 2^30 bytes, GB = 10^9), got {text!r}"
+            )
+        value, unit = float(match.group(1)), match.group(2).lower()
+        if unit not in _UNITS:
+            raise KvsizeError(f"{field}: unknown unit {match.group(2)!r}; use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB")
+    if not math.isfinite(value) or value <= 0:
+        raise KvsizeError(f"{field} must be greater than zero, got {text!r}")
+    return int(value * _UNITS[unit])
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division of non-negative integers."""
+    return -(-a // b)
