@@ -355,3 +355,88 @@ def _fit(s: Scenario, engine: Engine, budget: Budget, pool: Pool, kv_budget: int
 
 def with_formats(scenario: Scenario, k: str, v: str | None = None) -> Scenario:
     return replace(scenario, k_cache_dtype=k, v_cache_dtype=v or k)
+
+
+ESTIMATE_SCHEMA = "kvsize.estimate/1"
+
+
+def to_record(e: Estimate) -> dict:
+    """The estimate as plain values: the stable JSON of `kvsize estimate --format json`."""
+    s = e.scenario
+    return {
+        "schema": ESTIMATE_SCHEMA,
+        "model": s.model_name,
+        "gpu": s.gpu_name,
+        "engine": e.engine.name,
+        "k_cache_dtype": e.k_format,
+        "v_cache_dtype": e.v_format,
+        "weights_dtype": e.weights_format,
+        "tensor_parallel_size": s.tensor_parallel_size,
+        "pipeline_parallel_size": s.pipeline_parallel_size,
+        "pipeline_stage": e.pipeline_stage,
+        "kv_heads_per_gpu": e.kv_heads_per_gpu,
+        "kv_layers": e.kv_layers,
+        "max_model_len": e.max_model_len,
+        "concurrency": s.concurrency,
+        "block_size": e.block_size,
+        "kv_bytes_per_token": e.kv_bytes_per_token,
+        "kv_payload_bytes_per_token": e.kv_payload_bytes_per_token,
+        "kv_metadata_bytes_per_token": e.kv_metadata_bytes_per_token,
+        "kv_layer_fixed_bytes": e.kv_layer_fixed_bytes,
+        "kv_bytes_per_sequence": e.kv_bytes_per_sequence,
+        "kv_reserved_bytes_per_sequence": e.kv_reserved_bytes_per_sequence,
+        "recurrent_state_bytes_per_sequence": e.recurrent_state_bytes_per_sequence,
+        "num_blocks": e.num_blocks,
+        "block_bytes": e.block_bytes,
+        "max_tokens": e.max_tokens,
+        "max_concurrency": e.max_concurrency,
+        "max_concurrency_ratio": round(e.max_concurrency_ratio, 4),
+        "max_context_at_concurrency": e.max_context_at_concurrency,
+        "kv_budget_bytes": e.kv_budget_bytes,
+        "budget_formula": e.budget_formula,
+        "fits": e.fits,
+        "fit_message": e.fit_message,
+        "warnings": list(e.warnings),
+        "breakdown": dict(total_bytes=e.breakdown.total_bytes, **e.breakdown.terms()),
+    }
+
+
+def compare(base: Scenario, engine: str, format_names) -> list[dict]:
+    """Every format for one scenario, one row each; formats the engine cannot store are sized
+    with the `ideal` engine and say so."""
+    from .formats import get_format
+
+    reference = None
+    rows = []
+    eng = get_engine(engine)
+    for name in format_names:
+        fmt = get_format(name, base.shape.serving_dtype, base.format_options)
+        use = eng.name if eng.name in fmt.engines else "ideal"
+        scenario = replace(base, engine=use, k_cache_dtype=fmt.name, v_cache_dtype=fmt.name,
+                           block_size=base.block_size if use == eng.name else None)
+        try:
+            e = estimate(scenario)
+        except KvsizeError as err:
+            rows.append(dict(format=fmt.name, engine=use, status=f"n/a: {err}", kv_bytes_per_token=0,
+                             kv_payload_bytes_per_token=0, kv_metadata_bytes_per_token=0, ratio_to_bf16=0.0,
+                             max_tokens=0, max_concurrency=0, max_context_at_concurrency=0, fits=False,
+                             summary=fmt.summary, quality=fmt.quality, quality_source=fmt.quality_source,
+                             layout_source=fmt.source))
+            continue
+        if fmt.name == "bf16" or reference is None and fmt.name == base.shape.serving_dtype:
+            reference = e.kv_bytes_per_token
+        status = "fits" if e.fits else "does not fit"
+        if use != eng.name:
+            status += f" (sized as ideal: {eng.name} has no {fmt.name})"
+        rows.append(dict(
+            format=fmt.name, engine=use, status=status, kv_bytes_per_token=e.kv_bytes_per_token,
+            kv_payload_bytes_per_token=e.kv_payload_bytes_per_token,
+            kv_metadata_bytes_per_token=e.kv_metadata_bytes_per_token, ratio_to_bf16=0.0,
+            max_tokens=e.max_tokens, max_concurrency=e.max_concurrency,
+            max_context_at_concurrency=e.max_context_at_concurrency, fits=e.fits,
+            summary=fmt.summary, quality=fmt.quality, quality_source=fmt.quality_source, layout_source=fmt.source,
+        ))
+    bf16 = next((r["kv_bytes_per_token"] for r in rows if r["format"] == "bf16" and r["kv_bytes_per_token"]), None)
+    for r in rows:
+        r["ratio_to_bf16"] = round(r["kv_bytes_per_token"] / bf16, 4) if bf16 else 0.0
+    return rows

@@ -1,0 +1,1 @@
+"""kvsize front ends: the `kvsize` CLI and the Streamlit web app."""

@@ -1,0 +1,466 @@
+"""The `kvsize` command line. Heavy imports stay inside the commands that need them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from fractions import Fraction
+from pathlib import Path
+
+from sizing.errors import KvsizeError
+from sizing.units import GB, GiB, parse_bytes
+
+FRACTION_OPTIONS = {
+    "gpu_memory_utilization": ("vllm", "--gpu-memory-utilization"),
+    "mem_fraction_static": ("sglang", "--mem-fraction-static"),
+    "free_gpu_memory_fraction": ("trtllm", "--free-gpu-memory-fraction"),
+    "cache_max_entry_count": ("lmdeploy", "--cache-max-entry-count"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        raise KvsizeError(message)
+
+
+def _tokens(text: str) -> int:
+    """'32768', '32k' or '128K' (K = 1024 tokens)."""
+    t = str(text).strip().lower()
+    try:
+        value = int(t[:-1]) * 1024 if t.endswith("k") else int(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of tokens such as 32768 or 32k, got {text!r}")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be greater than zero, got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be greater than zero, got {text!r}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction such as 0.9, got {text!r}")
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text!r}")
+    return value
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_bytes(text, "size")
+    except KvsizeError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("size "))
+
+
+def _list(text: str) -> list[str]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError("expected a comma-separated list")
+    return items
+
+
+def _add_scenario_options(p: argparse.ArgumentParser, single: bool = True) -> None:
+    if single:
+        p.add_argument("--model", required=True, help="bundled profile id, a config.json, or a folder holding one")
+        p.add_argument("--gpu", default="h100-sxm", help="bundled GPU id (kvsize gpus)")
+        p.add_argument("--engine", default="vllm", help="vllm, sglang, trtllm, lmdeploy, llamacpp or ideal")
+        p.add_argument("--tensor-parallel-size", "-tp", type=_positive_int, default=1)
+        p.add_argument("--max-model-len", type=_tokens, default=None, help="tokens per request (default: the model's)")
+    p.add_argument("--gpu-memory", type=_size, default=None, help="override the GPU's memory, e.g. 80GiB")
+    p.add_argument("--pipeline-parallel-size", "-pp", type=_positive_int, default=1)
+    p.add_argument("--concurrency", type=_positive_int, default=1, help="concurrent requests to plan for")
+    p.add_argument("--block-size", type=_positive_int, default=None,
+                   help="tokens per KV block (vLLM --block-size, SGLang --page-size, TRT-LLM tokens_per_block)")
+    for dest, (_, flag) in FRACTION_OPTIONS.items():
+        p.add_argument(flag, dest=dest, type=_fraction, default=None)
+    p.add_argument("--kv-cache-memory", type=_size, default=None, help="fix the KV budget, e.g. 10GiB")
+    p.add_argument("--weights-dtype", default="auto", help="auto, bf16, fp16, fp8, int8, int4, mxfp4")
+    p.add_argument("--headroom", type=_fraction, default=0.10,
+                   help="share of GPU memory left unused by engines without their own fraction (default 0.10)")
+    p.add_argument("--max-num-batched-tokens", type=_positive_int, default=8192)
+    p.add_argument("--max-num-seqs", type=_positive_int, default=256)
+    p.add_argument("--non-torch-memory", type=_size, default=None)
+    p.add_argument("--cuda-graph-memory", type=_size, default=None)
+    p.add_argument("--layer-kv-dtype", default=None, help="per-layer formats, e.g. 'first:2,last:2=bf16'")
+    p.add_argument("--kivi-group", type=_positive_int, default=32)
+    p.add_argument("--kivi-residual", type=int, default=128)
+    p.add_argument("--kvquant-outliers", type=_fraction, default=0.01)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="kvsize", description="KV cache capacity planner for LLM serving.")
+    parser.add_argument("--traceback", action="store_true", help="show the full error on failure")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("estimate", help="one scenario")
+    _add_scenario_options(p)
+    p.add_argument("--kv-cache-dtype", default="auto")
+    p.add_argument("--k-cache-dtype", default=None)
+    p.add_argument("--v-cache-dtype", default=None)
+    p.add_argument("--format", choices=["table", "json", "csv"], default="table")
+    p.add_argument("--out", default=None, help="write to this file instead of standard output")
+    p.set_defaults(run=cmd_estimate)
+
+    p = sub.add_parser("compare", help="every KV format for one scenario")
+    _add_scenario_options(p)
+    p.add_argument("--format", choices=["table", "json", "csv"], default="table")
+    p.add_argument("--out", default=None)
+    p.set_defaults(run=cmd_compare)
+
+    p = sub.add_parser("sweep", help="a grid of scenarios to CSV, XLSX or JSON")
+    p.add_argument("--models", type=_list, required=True)
+    p.add_argument("--gpus", type=_list, default=["h100-sxm"])
+    p.add_argument("--engines", type=_list, default=["vllm"])
+    p.add_argument("--formats", type=_list, default=["auto"])
+    p.add_argument("--contexts", type=_list, default=["8k", "32k", "128k"])
+    p.add_argument("--tp", type=_list, default=["1"])
+    _add_scenario_options(p, single=False)
+    p.add_argument("--out", required=True, help="output file: .csv, .xlsx or .json")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(run=cmd_sweep)
+
+    for name, fn, text in (("models", cmd_models, "bundled model profiles"), ("gpus", cmd_gpus, "bundled GPUs"),
+                           ("formats", cmd_formats, "KV cache formats")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("--format", choices=["table", "json"], default="table")
+        p.set_defaults(run=fn)
+
+    p = sub.add_parser("measure", help="measure on an NVIDIA GPU and write a report (needs torch)")
+    p.add_argument("--model", action="append", required=True, help="bundled model id (repeatable)")
+    p.add_argument("--kv-cache-dtype", type=_list, default=["bf16"])
+    p.add_argument("--blocks", type=_positive_int, default=256)
+    p.add_argument("--layers", type=_positive_int, default=None, help="scale the model down to N layers")
+    p.add_argument("--gpu-memory-utilization", type=_fraction, default=0.9)
+    p.add_argument("--max-num-batched-tokens", type=_positive_int, default=2048)
+    p.add_argument("--decode-batches", type=_list, default=["1", "8", "32"])
+    p.add_argument("--decode-contexts", type=_list, default=["1024", "4096", "16384"])
+    p.add_argument("--skip", type=_list, default=[], help="parts to skip: allocation, capacity, decode")
+    p.add_argument("--out", required=True)
+    p.set_defaults(run=cmd_measure)
+
+    p = sub.add_parser("validate", help="re-check a measurement report against today's predictions")
+    p.add_argument("reports", nargs="+")
+    p.add_argument("--tolerance", type=float, default=None, help="override every relative tolerance")
+    p.set_defaults(run=cmd_validate)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    show_traceback = "--traceback" in argv
+    try:
+        args = build_parser().parse_args(argv)
+        return args.run(args)
+    except KvsizeError as e:
+        if show_traceback:
+            raise
+        print(f"kvsize: error: {e}", file=sys.stderr)
+        return 2
+    except (OSError, ImportError) as e:
+        if show_traceback:
+            raise
+        print(f"kvsize: error: {e}", file=sys.stderr)
+        return 2
+
+
+# -- scenario building -----------------------------------------------------------------
+
+
+def _memory_fraction(args: argparse.Namespace, engine: str) -> float | None:
+    given = {dest: getattr(args, dest) for dest in FRACTION_OPTIONS if getattr(args, dest) is not None}
+    for dest, value in given.items():
+        owner, flag = FRACTION_OPTIONS[dest]
+        if owner != engine:
+            raise KvsizeError(f"{flag} belongs to --engine {owner}, not {engine}")
+    return next(iter(given.values()), None)
+
+
+def scenario_from_args(args: argparse.Namespace, model: str, gpu: str, engine: str, tp: int,
+                       max_model_len: int | None, k: str, v: str):
+    from sizing.engines import get_engine
+    from sizing.formats import FormatOptions
+    from sizing.plan import Scenario
+    from sizing.profiles import gpu_profile, load_model
+
+    name, shape = load_model(model)
+    gpu_row = gpu_profile(gpu)
+    engine_row = get_engine(engine)
+    if engine_row.block_option is None and args.block_size is not None:
+        raise KvsizeError(f"--block-size does not apply to --engine {engine_row.name} (it does not page its cache)")
+    return Scenario(
+        model_name=name, shape=shape, gpu_name=gpu_row.name,
+        gpu_memory_bytes=args.gpu_memory or gpu_row.memory_bytes,
+        engine=engine_row.name, k_cache_dtype=k, v_cache_dtype=v,
+        tensor_parallel_size=tp, pipeline_parallel_size=args.pipeline_parallel_size,
+        max_model_len=max_model_len, concurrency=args.concurrency, block_size=args.block_size,
+        memory_fraction=_memory_fraction(args, engine_row.name), kv_cache_memory_bytes=args.kv_cache_memory,
+        weights_dtype=args.weights_dtype, headroom=args.headroom,
+        max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
+        non_torch_bytes=args.non_torch_memory, cuda_graph_bytes=args.cuda_graph_memory,
+        layer_kv_dtype=args.layer_kv_dtype,
+        format_options=FormatOptions(args.kivi_group, args.kivi_residual,
+                                     Fraction(args.kvquant_outliers).limit_denominator(10**6)),
+    )
+
+
+# -- output ----------------------------------------------------------------------------
+
+
+def _emit(text: str, out: str | None) -> None:
+    """Standard output, or a file written whole (a temporary file renamed into place)."""
+    if out is None:
+        sys.stdout.write(text)
+        return
+    _atomic_write(Path(out), text.encode())
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path = path.resolve()
+    if not path.parent.is_dir():
+        raise KvsizeError(f"--out: folder {path.parent} does not exist")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _gib(n: int) -> str:
+    return f"{n / GiB:,.2f} GiB"
+
+
+def _csv_text(rows: list[dict]) -> str:
+    import csv
+    import io
+
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+def _flat(record: dict) -> dict:
+    flat = {k: v for k, v in record.items() if k not in ("breakdown", "warnings")}
+    flat.update({f"breakdown_{k}": v for k, v in record["breakdown"].items()})
+    flat["warnings"] = " | ".join(record["warnings"])
+    return flat
+
+
+def render_table(record: dict) -> str:
+    b = record["breakdown"]
+    lines = [
+        f"model {record['model']} on {record['gpu']} ({record['engine']}), TP {record['tensor_parallel_size']} "
+        f"PP {record['pipeline_parallel_size']}, KV {record['k_cache_dtype']}/{record['v_cache_dtype']}, "
+        f"weights {record['weights_dtype']}",
+        f"  KV bytes per token         {record['kv_bytes_per_token']:>16,} B  (payload "
+        f"{record['kv_payload_bytes_per_token']:,} + metadata {record['kv_metadata_bytes_per_token']:,}; "
+        f"{record['kv_layers']} KV layers × {record['kv_heads_per_gpu']} KV heads per GPU)",
+        f"  KV bytes per sequence      {record['kv_bytes_per_sequence']:>16,} B  at {record['max_model_len']:,} tokens "
+        f"({_gib(record['kv_bytes_per_sequence'])}; engine reserves {_gib(record['kv_reserved_bytes_per_sequence'])})",
+        f"  KV budget                  {record['kv_budget_bytes']:>16,} B  ({_gib(record['kv_budget_bytes'])} = "
+        f"{record['budget_formula']})",
+        f"  blocks                     {record['num_blocks']:>16,}    of {record['block_size']} tokens, "
+        f"{record['block_bytes']:,} B each",
+        f"  max tokens in cache        {record['max_tokens']:>16,}",
+        f"  max concurrency            {record['max_concurrency']:>16,}    at {record['max_model_len']:,} tokens "
+        f"({record['max_concurrency_ratio']:.2f}x)",
+        f"  max context                {record['max_context_at_concurrency']:>16,}    tokens at "
+        f"{record['concurrency']} concurrent requests",
+        "  memory per GPU (GiB = 2^30 bytes):",
+    ]
+    for key, value in b.items():
+        lines.append(f"    {key.removesuffix('_bytes'):<24}{value:>18,} B  {_gib(value):>14}")
+    lines.append(f"  {record['fit_message']}")
+    lines.extend(f"  warning: {w}" for w in record["warnings"])
+    return "\n".join(lines) + "\n"
+
+
+# -- commands --------------------------------------------------------------------------
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    from sizing.plan import estimate, to_record
+
+    k = args.k_cache_dtype or args.kv_cache_dtype
+    v = args.v_cache_dtype or args.kv_cache_dtype
+    scenario = scenario_from_args(args, args.model, args.gpu, args.engine, args.tensor_parallel_size,
+                                  args.max_model_len, k, v)
+    result = estimate(scenario)
+    record = to_record(result)
+    if not result.fits:
+        raise KvsizeError(result.fit_message)
+    for w in result.warnings:
+        print(f"kvsize: warning: {w}", file=sys.stderr)
+    if args.format == "json":
+        _emit(json.dumps(record, indent=2) + "\n", args.out)
+    elif args.format == "csv":
+        _emit(_csv_text([_flat(record)]), args.out)
+    else:
+        _emit(render_table(record), args.out)
+    return 0
+
+
+def compare_rows(args: argparse.Namespace) -> list[dict]:
+    from sizing.formats import FORMAT_NAMES
+    from sizing.plan import compare
+
+    base = scenario_from_args(args, args.model, args.gpu, "ideal", args.tensor_parallel_size,
+                              args.max_model_len, "auto", "auto")
+    return compare(base, args.engine, FORMAT_NAMES)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    rows = compare_rows(args)
+    if args.format == "json":
+        _emit(json.dumps(rows, indent=2) + "\n", args.out)
+    elif args.format == "csv":
+        _emit(_csv_text(rows), args.out)
+    else:
+        head = f"{'format':<22}{'engine':<10}{'bytes/token':>13}{'metadata':>10}{'vs bf16':>9}" \
+               f"{'max tokens':>14}{'max conc.':>11}  status"
+        lines = [head]
+        for r in rows:
+            lines.append(
+                f"{r['format']:<22}{r['engine']:<10}{r['kv_bytes_per_token']:>13,}{r['kv_metadata_bytes_per_token']:>10,}"
+                f"{r['ratio_to_bf16']:>9.3f}{r['max_tokens']:>14,}{r['max_concurrency']:>11,}  {r['status']}"
+            )
+        _emit("\n".join(lines) + "\n", args.out)
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from sizing.sweep import SweepGrid, run_sweep
+
+    out = Path(args.out)
+    kind = out.suffix.lower()
+    if kind not in (".csv", ".xlsx", ".json"):
+        raise KvsizeError(f"--out must end in .csv, .xlsx or .json, got {out.name!r}")
+    grid = SweepGrid(
+        models=args.models, gpus=args.gpus, engines=args.engines, formats=args.formats,
+        contexts=[_tokens_or_error(c) for c in args.contexts],
+        tensor_parallel_sizes=[_int_or_error(t, "--tp") for t in args.tp],
+    )
+    base = scenario_from_args(args, args.models[0], args.gpus[0], "ideal", 1, None, "auto", "auto")
+    progress = None if args.no_progress or not sys.stderr.isatty() else _progress
+    rows = run_sweep(grid, base, progress=progress)
+    if not rows:
+        raise KvsizeError("the sweep produced no rows")
+    if kind == ".csv":
+        _atomic_write(out, _csv_text(rows).encode())
+    elif kind == ".json":
+        _atomic_write(out, (json.dumps(rows) + "\n").encode())
+    else:
+        from app.spreadsheet import xlsx_bytes
+
+        _atomic_write(out, xlsx_bytes({"scenarios": rows}))
+    print(f"kvsize: wrote {len(rows):,} rows to {out}", file=sys.stderr)
+    return 0
+
+
+def _progress(done: int, total: int) -> None:
+    width = 30
+    filled = width * done // max(1, total)
+    end = "\n" if done == total else ""
+    print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,} scenarios", end=end, file=sys.stderr)
+
+
+def _tokens_or_error(text: str) -> int:
+    try:
+        return _tokens(text)
+    except argparse.ArgumentTypeError as e:
+        raise KvsizeError(f"--contexts: {e}") from None
+
+
+def _int_or_error(text: str, option: str) -> int:
+    try:
+        return _positive_int(text)
+    except argparse.ArgumentTypeError as e:
+        raise KvsizeError(f"{option}: {e}") from None
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from sizing.profiles import bundled_shape, model_ids, model_profile
+
+    rows = []
+    for key in model_ids():
+        shape, profile = bundled_shape(key), model_profile(key)
+        kinds = {k: shape.layer_kinds.count(k) for k in dict.fromkeys(shape.layer_kinds)}
+        rows.append(dict(id=key, name=profile.name, hf_id=profile.hf_id, attention=shape.attention_class,
+                         layers=shape.num_layers, layer_kinds=kinds, kv_heads=shape.num_kv_heads,
+                         head_dim=shape.head_dim, params=shape.total_params, source=profile.source))
+    if args.format == "json":
+        print(json.dumps(rows, indent=2))
+        return 0
+    for r in rows:
+        kinds = " ".join(f"{k}:{n}" for k, n in r["layer_kinds"].items())
+        print(f"{r['id']:<32}{r['attention']:<5}{r['layers']:>4} layers  kv_heads {r['kv_heads']:<4}"
+              f"head_dim {r['head_dim']:<5}{r['params'] / 1e9:>8.2f}B params  {kinds}\n"
+              f"{'':<32}source: {r['source']}")
+    return 0
+
+
+def cmd_gpus(args: argparse.Namespace) -> int:
+    from sizing.profiles import gpu_ids, gpu_profile
+
+    rows = [dict(id=k, **gpu_profile(k).model_dump()) for k in gpu_ids()]
+    if args.format == "json":
+        print(json.dumps(rows, indent=2))
+        return 0
+    for r in rows:
+        fp8 = f"{r['fp8_dense_tflops']:.0f}" if r["fp8_dense_tflops"] else "-"
+        print(f"{r['id']:<11}{r['name']:<34}{r['memory_mib']:>8} MiB ({r['memory_mib'] * 2**20 / GB:6.1f} GB)"
+              f"{r['hbm_bandwidth_gb_s']:>7.0f} GB/s  bf16 {r['bf16_dense_tflops']:>5.0f}  fp8 {fp8:>5} TFLOP/s  "
+              f"${r['price_usd_per_hour']:.2f}/h ({r['price_date']})\n{'':<11}memory: {r['memory_source']}; "
+              f"specs: {r['spec_source']}")
+    return 0
+
+
+def cmd_formats(args: argparse.Namespace) -> int:
+    from sizing.formats import all_formats
+
+    rows = []
+    for f in all_formats():
+        p, m = f.k.token_bytes(128)
+        rows.append(dict(name=f.name, family=f.family, summary=f.summary, engines=list(f.engines),
+                         k_bytes_per_token_per_head_at_128=float(p + m), source=f.source,
+                         quality=f.quality, quality_source=f.quality_source))
+    if args.format == "json":
+        print(json.dumps(rows, indent=2))
+        return 0
+    for r in rows:
+        print(f"{r['name']:<21}{r['k_bytes_per_token_per_head_at_128']:>7.1f} B/token/head (head_dim 128)  "
+              f"{r['summary']}\n{'':<21}engines: {', '.join(r['engines'])}; layout: {r['source']}")
+    return 0
+
+
+def cmd_measure(args: argparse.Namespace) -> int:
+    from measure.run import run_measurement
+
+    return run_measurement(args)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from measure.validate import validate_files
+
+    return validate_files(args.reports, args.tolerance)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

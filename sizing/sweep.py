@@ -1,0 +1,85 @@
+"""A grid of scenarios for procurement spreadsheets: one flat row per scenario."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from .engines import get_engine
+from .errors import KvsizeError
+from .formats import get_format
+from .plan import Scenario, estimate
+from .profiles import gpu_profile, load_model
+from .units import GiB
+
+
+@dataclass(frozen=True)
+class SweepGrid:
+    models: list[str]
+    gpus: list[str]
+    engines: list[str]
+    formats: list[str]
+    contexts: list[int]
+    tensor_parallel_sizes: list[int]
+
+    @property
+    def size(self) -> int:
+        return (len(self.models) * len(self.gpus) * len(self.engines) * len(self.formats)
+                * len(self.contexts) * len(self.tensor_parallel_sizes))
+
+
+COLUMNS = (
+    "model", "gpu", "engine", "kv_cache_dtype", "tensor_parallel_size", "max_model_len_tokens", "status",
+    "kv_bytes_per_token", "kv_metadata_bytes_per_token", "kv_bytes_per_sequence", "num_blocks", "max_tokens",
+    "max_concurrency", "max_context_at_concurrency_tokens", "weights_gib_per_gpu", "kv_budget_gib_per_gpu",
+    "gpu_memory_gib", "gpus_per_replica",
+)
+
+
+def run_sweep(grid: SweepGrid, base: Scenario, progress: Callable[[int, int], None] | None = None) -> list[dict]:
+    """Every combination of the grid; combinations an engine cannot run get a row that says why."""
+    rows: list[dict] = []
+    total, done = grid.size, 0
+    shapes = {m: load_model(m) for m in grid.models}
+    gpus = {g: gpu_profile(g) for g in grid.gpus}
+    engines = [get_engine(e).name for e in grid.engines]
+    for model in grid.models:
+        name, shape = shapes[model]
+        for gpu in grid.gpus:
+            g = gpus[gpu]
+            for engine in engines:
+                for fmt in grid.formats:
+                    for tp in grid.tensor_parallel_sizes:
+                        for context in grid.contexts:
+                            scenario = replace(
+                                base, model_name=name, shape=shape, gpu_name=g.name,
+                                gpu_memory_bytes=g.memory_bytes, engine=engine, k_cache_dtype=fmt,
+                                v_cache_dtype=fmt, tensor_parallel_size=tp, max_model_len=context,
+                            )
+                            rows.append(_row(scenario, model, gpu, fmt))
+                            done += 1
+                            if progress and (done % 1000 == 0 or done == total):
+                                progress(done, total)
+    return rows
+
+
+def _row(s: Scenario, model: str, gpu: str, fmt: str) -> dict:
+    row = dict.fromkeys(COLUMNS)
+    row.update(model=model, gpu=gpu, engine=s.engine, kv_cache_dtype=fmt, tensor_parallel_size=s.tensor_parallel_size,
+               max_model_len_tokens=s.max_model_len, gpu_memory_gib=round(s.gpu_memory_bytes / GiB, 3),
+               gpus_per_replica=s.tensor_parallel_size * s.pipeline_parallel_size)
+    try:
+        e = estimate(s)
+    except KvsizeError as err:
+        row["status"] = f"n/a: {err}"
+        return row
+    row.update(
+        kv_cache_dtype=get_format(fmt, s.shape.serving_dtype, s.format_options).name,
+        status="fits" if e.fits else "does not fit",
+        kv_bytes_per_token=e.kv_bytes_per_token, kv_metadata_bytes_per_token=e.kv_metadata_bytes_per_token,
+        kv_bytes_per_sequence=e.kv_bytes_per_sequence, num_blocks=e.num_blocks, max_tokens=e.max_tokens,
+        max_concurrency=e.max_concurrency, max_context_at_concurrency_tokens=e.max_context_at_concurrency,
+        weights_gib_per_gpu=round(e.breakdown.weights_bytes / GiB, 3),
+        kv_budget_gib_per_gpu=round(e.kv_budget_bytes / GiB, 3),
+    )
+    return row
