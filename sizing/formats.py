@@ -370,9 +370,9 @@ def _nvfp4() -> KVFormat:
 
 
 _ROWS: dict[str, Callable[[FormatOptions], KVFormat]] = {
-    "fp32": lambda o: _plain("fp32", 32, "fp32", ("vllm", "llamacpp", "ideal"), "IEEE 754 binary32", "fp32 values"),
-    "fp16": lambda o: _plain("fp16", 16, "fp16", _ALL_PAGED, "IEEE 754 binary16", "fp16 values"),
-    "bf16": lambda o: _plain("bf16", 16, "bf16", _ALL_PAGED, "bfloat16", "bf16 values"),
+    "fp32": lambda o: _plain("fp32", 32, "fp32", ("vllm", "llamacpp", "ideal"), "IEEE 754-2008 binary32 (4 bytes per value)", "fp32 values"),
+    "fp16": lambda o: _plain("fp16", 16, "fp16", _ALL_PAGED, "IEEE 754-2008 binary16 (2 bytes per value)", "fp16 values"),
+    "bf16": lambda o: _plain("bf16", 16, "bf16", _ALL_PAGED, "bfloat16: 8-bit exponent, 7-bit mantissa (2 bytes per value)", "bf16 values"),
     "fp8_e4m3": lambda o: _fp8_per_tensor("fp8_e4m3", "fp8_e4m3", aliases=("fp8",)),
     "fp8_e5m2": lambda o: _fp8_per_tensor("fp8_e5m2", "fp8_e5m2"),
     "fp8_per_token_head": lambda o: _per_token_head("fp8_per_token_head", "fp8_e4m3"),

@@ -438,5 +438,5 @@ def compare(base: Scenario, engine: str, format_names) -> list[dict]:
         ))
     bf16 = next((r["kv_bytes_per_token"] for r in rows if r["format"] == "bf16" and r["kv_bytes_per_token"]), None)
     for r in rows:
-        r["ratio_to_bf16"] = round(r["kv_bytes_per_token"] / bf16, 4) if bf16 else 0.0
+        r["ratio_to_bf16"] = r["kv_bytes_per_token"] / bf16 if bf16 else 0.0
     return rows

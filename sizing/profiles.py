@@ -120,9 +120,9 @@ def refresh_shapes() -> list[str]:
     for key in model_ids():
         path = PROFILES_DIR / "models" / f"{key}.json"
         data = json.loads(path.read_text())
-        shape = resolve_shape(data["config"]).to_dict()
-        if shape != data.get("shape"):
-            data["shape"] = shape
+        shape = resolve_shape(data["config"])
+        if not data.get("shape") or ModelShape.from_dict(data["shape"]) != shape:
+            data["shape"] = shape.to_dict()
             path.write_text(json.dumps(data, indent=1) + "\n")
             changed.append(key)
     return changed

@@ -1,0 +1,155 @@
+"""The kvsize CLI: outputs, exit codes, one-line errors, no partial files."""
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+
+from app.cli import main
+from conftest import ROOT
+
+CONFIGS = ROOT / "profiles" / "models"
+
+
+def run(*argv):
+    return main(list(argv))
+
+
+def test_estimate_json_schema(capsys):
+    assert run("estimate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--max-model-len", "32k",
+               "--format", "json") == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["schema"] == "kvsize.estimate/1"
+    assert record["kv_bytes_per_token"] == 131_072  # 2 x 32 x 8 x 128 x 2
+    assert record["kv_payload_bytes_per_token"] + record["kv_metadata_bytes_per_token"] == 131_072
+    assert record["kv_bytes_per_sequence"] == 32768 * 131_072
+    for key in ("num_blocks", "max_tokens", "max_concurrency"):
+        assert isinstance(record[key], int) and record[key] > 0
+    assert sum(v for k, v in record["breakdown"].items() if k != "total_bytes") == record["breakdown"]["total_bytes"]
+
+
+def test_estimate_from_raw_config_file(capsys, tmp_path):
+    config = json.loads((CONFIGS / "qwen3-8b.json").read_text())["config"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert run("estimate", "--model", str(tmp_path), "--format", "json", "--max-model-len", "8192") == 0
+    assert json.loads(capsys.readouterr().out)["kv_bytes_per_token"] == 2 * 36 * 8 * 128 * 2
+
+
+def test_csv_output_file(tmp_path):
+    out = tmp_path / "one.csv"
+    assert run("estimate", "--model", "qwen3-8b", "--max-model-len", "8192", "--format", "csv", "--out", str(out)) == 0
+    rows = list(csv.DictReader(out.open()))
+    assert rows[0]["kv_bytes_per_token"] == "147456"
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["estimate", "--model", "llama-3.1-8", "--max-model-len", "8k"], "did you mean llama-3.1-8b"),
+    (["estimate", "--model", "llama-3.1-8b", "--gpu", "h1000"], "unknown GPU"),
+    (["estimate", "--model", "llama-3.1-8b", "--engine", "vllmm"], "unknown engine"),
+    (["estimate", "--model", "llama-3.1-8b", "--kv-cache-dtype", "fp9"], "unknown KV cache format"),
+    (["estimate", "--model", "llama-3.1-8b", "--max-model-len", "-5"], "greater than zero"),
+    (["estimate", "--model", "llama-3.1-8b", "--max-model-len", "abc"], "whole number of tokens"),
+    (["estimate", "--model", "llama-3.1-8b", "--kv-cache-memory", "ten"], "size such as 10GiB"),
+    (["estimate", "--model", "llama-3.1-8b", "-tp", "3"], "does not divide num_attention_heads 32"),
+    (["estimate", "--model", "llama-3.1-8b", "--kv-cache-dtype", "q4_0"], "not a KV cache format of vllm"),
+    (["estimate", "--model", "llama-3.1-70b", "--gpu", "l4"], "the model does not fit"),
+    (["estimate", "--model", "llama-3.1-8b", "--gpu", "l4", "--max-model-len", "128k"], "longest that fits"),
+    (["estimate", "--model", "llama-3.1-8b", "--max-model-len", "32k", "--concurrency", "500"],
+     "500 concurrent requests"),
+    (["estimate", "--model", "llama-3.1-8b", "--mem-fraction-static", "0.8"], "belongs to --engine sglang"),
+])
+def test_bad_input_one_line_exit_2(capsys, argv, needle):
+    assert run(*argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("content, needle", [
+    ("{not json", "not valid JSON"),
+    ("[1, 2]", "must hold a JSON object"),
+    ('{"model_type": "llama", "num_hidden_layers": "many"}', "rejected by its transformers config class"),
+    ('{"model_type": "mystery", "hidden_size": 64}', "missing 'num_hidden_layers'"),
+    ('{"model_type": "mystery", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,'
+     ' "vocab_size": 10, "num_key_value_heads": 8}', "exceeds num_attention_heads"),
+])
+def test_malformed_configs(capsys, tmp_path, content, needle):
+    path = tmp_path / "config.json"
+    path.write_text(content)
+    assert run("estimate", "--model", str(path)) == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_oversized_config(capsys, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{"pad": "' + "x" * (5 * 1024 * 1024) + '"}')
+    assert run("estimate", "--model", str(path)) == 2
+    assert "must be under" in capsys.readouterr().err
+
+
+def test_context_beyond_max_position_warns(capsys):
+    assert run("estimate", "--model", "llama-2-7b", "--max-model-len", "8192", "--engine", "ideal") == 0
+    assert "exceeds the model's max_position_embeddings 4096" in capsys.readouterr().err
+
+
+def test_traceback_flag_shows_the_error():
+    with pytest.raises(Exception, match="unknown model"):
+        run("--traceback", "estimate", "--model", "nope")
+
+
+def test_compare_lists_every_format(capsys):
+    assert run("compare", "--model", "llama-3.1-8b", "--max-model-len", "8k", "--format", "json") == 0
+    rows = json.loads(capsys.readouterr().out)
+    by_name = {r["format"]: r for r in rows}
+    assert by_name["fp8_e4m3"]["ratio_to_bf16"] == 0.5
+    assert by_name["q8_0"]["ratio_to_bf16"] == 34 / 64  # 34 bytes per 32 values vs 64
+    assert len(rows) == 19
+
+
+def test_sweep_csv_and_xlsx(tmp_path):
+    out = tmp_path / "grid.csv"
+    assert run("sweep", "--models", "llama-3.1-8b,gpt-oss-20b", "--gpus", "h100-sxm,l40s", "--formats",
+               "auto,fp8", "--contexts", "8k,32k", "--tp", "1,2", "--out", str(out), "--no-progress") == 0
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 2 * 2 * 2 * 2 * 2
+    assert "max_model_len_tokens" in rows[0] and "weights_gib_per_gpu" in rows[0]
+    xlsx = tmp_path / "grid.xlsx"
+    assert run("sweep", "--models", "llama-3.1-8b", "--formats", "auto,fp8,q4_0", "--out", str(xlsx),
+               "--no-progress") == 0
+    import openpyxl
+
+    sheet = openpyxl.load_workbook(xlsx).active
+    assert sheet.freeze_panes == "A2" and sheet["A1"].font.bold
+    assert sheet.max_row == 1 + 3 * 3
+    statuses = [c.value for c in sheet["G"][1:]]
+    assert any(str(s).startswith("n/a") for s in statuses)  # q4_0 is not a vLLM format
+
+
+def test_sweep_bad_input_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "grid.xlsx"
+    assert run("sweep", "--models", "llama-3.1-8b", "--contexts", "8k,zero", "--out", str(out)) == 2
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_listings(capsys):
+    for command in ("models", "gpus", "formats"):
+        assert run(command, "--format", "json") == 0
+    assert run("gpus") == 0 and "81559 MiB" in capsys.readouterr().out
+
+
+def test_startup_imports_neither_torch_nor_streamlit():
+    code = ("import sys, sizing, sizing.plan, sizing.profiles, app.cli; "
+            "bad = [m for m in ('torch', 'streamlit', 'plotly', 'pandas', 'transformers', 'measure') if m in sys.modules]; "
+            "print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_estimate_on_bundled_profile_imports_no_torch():
+    code = ("import sys; from app.cli import main; main(['estimate','--model','gemma-2-9b','--format','json']); "
+            "print('TORCH' if 'torch' in sys.modules else 'CLEAN', file=sys.stderr)")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert r.stderr.strip().endswith("CLEAN")

@@ -1,0 +1,121 @@
+"""Engine rules against worked examples from each engine's source, and capacity properties."""
+
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from helpers import scenario
+from sizing.plan import concurrency_fits, estimate, _layout, _pool
+from sizing.units import GiB
+
+
+def test_vllm_uniform_worked_example():
+    # vllm/v1/core/kv_cache_utils.py get_num_blocks: num_blocks = available // page_size // num_layers
+    # Llama-3.1-8B: page = 16 tokens x 2 (K,V) x 8 heads x 128 x 2 B = 65,536 B; 10 GiB fixed budget
+    e = estimate(scenario(kv_cache_memory_bytes=10 * GiB, max_model_len=8192))
+    assert e.num_blocks == 10 * GiB // 65_536 // 32 == 5120
+    assert e.max_tokens == 5120 * 16  # "GPU KV cache size: 81,920 tokens"
+    # "Maximum concurrency for 8,192 tokens per request": 5120 / cdiv(8192, 16) = 10.00x
+    assert e.max_concurrency_ratio == 10.0 and e.max_concurrency == 10
+
+
+def test_vllm_hybrid_worked_example():
+    # gpt-oss-20b: 12 sliding (window 128) + 12 full layers; group_size 12, two groups;
+    # page = 16 x 2 x 8 x 64 x 2 = 32,768 B; num_blocks = 10 GiB // (32,768 x 12) = 27,306
+    e = estimate(scenario("gpt-oss-20b", kv_cache_memory_bytes=10 * GiB, max_model_len=8192))
+    assert e.num_blocks == 27_306
+    assert e.max_tokens == 27_306 // 2 * 16
+    # per request: full cdiv(8192,16) = 512 blocks; sliding min(128 - 1 + 8192, 8192) -> 512 + 1 = 513
+    assert e.max_concurrency == 27_306 // (512 + 513)
+
+
+def test_sglang_token_pool():
+    # sglang profile_max_num_token: max_total_num_tokens = rest_memory // cell_size (cell = 131,072 B)
+    e = estimate(scenario(engine="sglang", kv_cache_memory_bytes=10 * GiB, max_model_len=8192))
+    assert e.max_tokens == 10 * GiB // 131_072 == 81_920
+
+
+def test_sglang_budget_rule():
+    # rest = total * mem_fraction_static - weights - non_torch
+    e = estimate(scenario(engine="sglang", max_model_len=8192, memory_fraction=0.85))
+    b = e.breakdown
+    assert e.kv_budget_bytes == int(b.total_bytes * 0.85) - b.weights_bytes - b.non_torch_bytes
+
+
+def test_trtllm_blocks_of_32_tokens():
+    e = estimate(scenario(engine="trtllm", kv_cache_memory_bytes=10 * GiB, max_model_len=8192))
+    assert e.block_size == 32
+    assert e.num_blocks == 10 * GiB // (32 * 131_072)
+
+
+def test_lmdeploy_fraction_of_free_memory():
+    e = estimate(scenario(engine="lmdeploy", k_cache_dtype="lmdeploy_int8", v_cache_dtype="lmdeploy_int8",
+                          max_model_len=8192))
+    b = e.breakdown
+    assert e.kv_budget_bytes == int((b.total_bytes - b.weights_bytes - b.non_torch_bytes) * 0.8)
+
+
+def test_llamacpp_pads_context_to_256():
+    # llama.cpp keeps n_ctx cells per layer; 1000 tokens are padded to 1024
+    e = estimate(scenario(engine="llamacpp", k_cache_dtype="q8_0", v_cache_dtype="q8_0", max_model_len=1000))
+    assert e.kv_reserved_bytes_per_sequence == 1024 * e.kv_bytes_per_token
+
+
+def test_breakdown_adds_up():
+    for engine, fmt in [("vllm", "auto"), ("sglang", "fp8_e4m3"), ("trtllm", "nvfp4"), ("lmdeploy", "lmdeploy_int4"),
+                        ("llamacpp", "q4_0"), ("ideal", "kivi2")]:
+        e = estimate(scenario(engine=engine, k_cache_dtype=fmt, v_cache_dtype=fmt, max_model_len=16384))
+        assert sum(e.breakdown.terms().values()) == e.breakdown.total_bytes
+
+
+contexts = st.integers(min_value=1, max_value=131_072)
+
+
+@settings(max_examples=40, deadline=None)
+@given(a=contexts, b=contexts, engine=st.sampled_from(["vllm", "sglang", "trtllm", "ideal"]),
+       model=st.sampled_from(["llama-3.1-8b", "gpt-oss-20b", "mistral-7b-v0.1", "qwen3-next-80b-a3b-thinking"]))
+def test_monotone_in_context(a, b, engine, model):
+    lo, hi = sorted((a, b))
+    e_lo = estimate(scenario(model, engine=engine, max_model_len=lo))
+    e_hi = estimate(scenario(model, engine=engine, max_model_len=hi))
+    assert e_lo.kv_bytes_per_sequence <= e_hi.kv_bytes_per_sequence
+    assert e_lo.max_concurrency >= e_hi.max_concurrency
+
+
+@settings(max_examples=40, deadline=None)
+@given(context=contexts, engine=st.sampled_from(["vllm", "sglang", "ideal", "llamacpp"]),
+       model=st.sampled_from(["llama-3.1-8b", "gpt-oss-20b", "gemma-2-9b", "nemotron-h-8b-base-8k"]))
+def test_max_concurrency_fits_and_one_more_does_not(context, engine, model):
+    s = scenario(model, engine=engine, max_model_len=context)
+    e = estimate(s)
+    layout = _layout(s.shape, e.k_format, e.v_format, 1, range(s.shape.num_layers), None, s.format_options)
+    pool = _pool(e.engine, layout, e.block_size, s.max_num_batched_tokens)
+    state = layout.state_bytes_per_sequence()
+    assert concurrency_fits(pool, e.kv_budget_bytes, context, state, e.max_concurrency)
+    assert not concurrency_fits(pool, e.kv_budget_bytes, context, state, e.max_concurrency + 1)
+
+
+@settings(max_examples=30, deadline=None)
+@given(concurrency=st.integers(1, 64), model=st.sampled_from(["llama-3.1-8b", "gpt-oss-20b"]))
+def test_max_context_fits_at_concurrency(concurrency, model):
+    s = scenario(model, engine="vllm", max_model_len=8192, concurrency=concurrency)
+    e = estimate(s)
+    ctx = e.max_context_at_concurrency
+    if ctx:
+        assert estimate(replace(s, max_model_len=ctx)).fits
+        if ctx < s.shape.max_position_embeddings:
+            assert not estimate(replace(s, max_model_len=ctx + 1)).fits
+
+
+FAMILIES = [["fp16", "fp8_e4m3", "nvfp4"], ["q8_0", "q5_0", "q4_0"], ["q5_1", "q4_1"],
+            ["lmdeploy_int8", "lmdeploy_int4"], ["kivi4", "kivi2"], ["fp8_per_token_head", "nvfp4"]]
+
+
+@settings(max_examples=30, deadline=None)
+@given(family=st.sampled_from(FAMILIES), context=st.integers(1, 65536),
+       model=st.sampled_from(["llama-3.1-8b", "qwen3-8b", "gpt-oss-20b", "deepseek-v3"]))
+def test_fewer_bits_never_more_bytes(family, context, model):
+    sizes = [estimate(scenario(model, engine="ideal", k_cache_dtype=f, v_cache_dtype=f, max_model_len=context))
+             .kv_bytes_per_sequence for f in family]
+    assert sizes == sorted(sizes, reverse=True)

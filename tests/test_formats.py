@@ -1,0 +1,79 @@
+"""Each format's bytes against its published layout (head_dim 128, one head, one token)."""
+
+from fractions import Fraction
+
+import pytest
+
+from sizing.errors import KvsizeError
+from sizing.formats import FORMAT_NAMES, FormatOptions, get_format
+
+
+def row_bytes(name, side="k", tokens=1, head_dim=128, **opts):
+    fmt = get_format(name, options=FormatOptions(**opts))
+    p, m = getattr(fmt, side).bytes_for(tokens, head_dim, 1)
+    return p, m
+
+
+@pytest.mark.parametrize("name, payload, metadata", [
+    ("fp16", 256, 0), ("bf16", 256, 0), ("fp32", 512, 0),
+    ("fp8_e4m3", 128, 0), ("fp8_e5m2", 128, 0),              # the fp32 scale is per layer, not per token
+    ("fp8_per_token_head", 128, 4), ("int8_per_token_head", 128, 4),   # + one fp32 scale
+    ("nvfp4", 64, 8),                                       # 128 x 4 bits + 8 e4m3 scales (one per 16)
+    ("q8_0", 128, 8), ("q4_0", 64, 8), ("iq4_nl", 64, 8),   # 4 blocks of 34 / 18 / 18 bytes
+    ("q4_1", 64, 16), ("q5_0", 80, 8), ("q5_1", 80, 16),    # 4 blocks of 20 / 22 / 24 bytes
+    ("lmdeploy_int8", 128, 4), ("lmdeploy_int4", 64, 4),    # fp16 scale + fp16 zero point
+])
+def test_bytes_per_token_per_head(name, payload, metadata):
+    assert row_bytes(name) == (payload, metadata)
+
+
+@pytest.mark.parametrize("name, block_bytes", [("q8_0", 34), ("q4_0", 18), ("q4_1", 20), ("q5_0", 22),
+                                                ("q5_1", 24), ("iq4_nl", 18)])
+def test_llamacpp_block_sizes(name, block_bytes):
+    # ggml-common.h: one block = 32 values
+    assert sum(row_bytes(name, head_dim=32)) == block_bytes
+
+
+def test_per_tensor_scales_are_per_layer():
+    fmt = get_format("fp8")
+    assert fmt.name == "fp8_e4m3"
+    assert fmt.k.layer_bytes(128) == 4 and fmt.v.layer_bytes(128) == 4
+
+
+def test_kivi_groups_and_residual():
+    # KIVI-2, G=32, R=128, head_dim 128, 256 tokens: 128 recent tokens stay fp16 (128 x 256 B);
+    # 128 quantized: keys 128 x 128 x 2 bits = 4096 B, scale+min per channel per 32 tokens:
+    # 4 groups x 128 channels x 4 B = 2048 B.
+    p, m = row_bytes("kivi2", "k", tokens=256)
+    assert p == 128 * 256 + 4096 and m == 2048
+    # values: per token, 128/32 = 4 groups x (2+2) B = 16 B per token
+    p, m = row_bytes("kivi2", "v", tokens=256)
+    assert p == 128 * 256 + 4096 and m == 128 * 16
+
+
+def test_kivi_options_change_the_layout():
+    p, m = row_bytes("kivi4", "k", tokens=64, kivi_group=64, kivi_residual=0)
+    assert (p, m) == (64 * 128 * 4 // 8, 1 * 128 * 4)
+
+
+def test_kvquant_outliers_and_row_pointers():
+    # 3 bits x 128 = 48 B; 1% of 128 -> 2 outlier slots x (fp16 + int32) = 12 B; int32 row pointer 4 B
+    assert row_bytes("kvquant3") == (48, 16)
+    p, m = row_bytes("kvquant3", kvquant_outlier_fraction=Fraction(5, 100))
+    assert m == 7 * 6 + 4  # ceil(6.4) = 7 outliers
+
+
+def test_grouped_formats_reject_ragged_head_dims():
+    fmt = get_format("q4_0")
+    with pytest.raises(KvsizeError, match="multiple of 32"):
+        fmt.k.check(80, fmt.name)
+
+
+def test_unknown_format_suggests_close_names():
+    with pytest.raises(KvsizeError, match="did you mean.*fp8_e4m3"):
+        get_format("fp8_e4m4")
+
+
+def test_every_row_cites_a_source():
+    for name in FORMAT_NAMES:
+        assert len(get_format(name).source) > 10

@@ -1,0 +1,107 @@
+"""Reference KV sizes from the real configs in profiles/models, with the arithmetic shown."""
+
+import pytest
+
+from helpers import scenario
+from sizing.plan import estimate
+from sizing.units import GiB
+
+
+def per_token(model, fmt="auto", **kw):
+    return estimate(scenario(model, k_cache_dtype=fmt, v_cache_dtype=fmt, engine="ideal",
+                             max_model_len=4096, **kw)).kv_bytes_per_token
+
+
+@pytest.mark.parametrize("model, expected", [
+    # Llama-3.1-8B config: 32 layers, 8 KV heads, head_dim 4096/32 = 128, bf16: 2 x 32 x 8 x 128 x 2
+    ("llama-3.1-8b", 2 * 32 * 8 * 128 * 2),          # 131,072
+    # Llama-2-7b: MHA, 32 KV heads, fp16: 2 x 32 x 32 x 128 x 2
+    ("llama-2-7b", 2 * 32 * 32 * 128 * 2),           # 524,288
+    # Qwen3-8B: explicit head_dim 128, 36 layers, 8 KV heads
+    ("qwen3-8b", 2 * 36 * 8 * 128 * 2),              # 147,456
+    # Falcon-7B: multi_query true -> one KV head of 4544/71 = 64
+    ("falcon-7b", 2 * 32 * 1 * 64 * 2),              # 8,192
+    # DeepSeek-V3 MLA: one latent of kv_lora_rank 512 + qk_rope_head_dim 64 per layer, 61 layers
+    ("deepseek-v3", 61 * (512 + 64) * 2),            # 70,272
+    # MiniCPM3-4B MLA: 62 layers x (256 + 32)
+    ("minicpm3-4b", 62 * (256 + 32) * 2),
+    # gpt-oss-120b: 36 layers (18 sliding, 18 full, all count below the window), 8 KV heads, head_dim 64
+    ("gpt-oss-120b", 2 * 36 * 8 * 64 * 2),           # 73,728
+    # gemma-2-9b: fp32 config served in bf16 (vLLM rule), 42 layers, 8 KV heads, head_dim 256
+    ("gemma-2-9b", 2 * 42 * 8 * 256 * 2),            # 344,064
+    # Gemma 3 27B (text_config nested): 62 layers, 16 KV heads, head_dim 128
+    ("gemma-3-27b-it", 2 * 62 * 16 * 128 * 2),
+    # Qwen3-Next: only the 12 full-attention layers of 48 hold KV: 2 KV heads x head_dim 256
+    ("qwen3-next-80b-a3b-thinking", 2 * 12 * 2 * 256 * 2),  # 24,576
+    # Nemotron-H-8B: hybrid_override_pattern has 4 '*' attention layers, 8 KV heads, head_dim 128
+    ("nemotron-h-8b-base-8k", 2 * 4 * 8 * 128 * 2),  # 16,384
+])
+def test_bf16_bytes_per_token(model, expected):
+    assert per_token(model) == expected
+
+
+def test_gqa_is_not_ignored():
+    # A formula that uses num_attention_heads instead of num_key_value_heads would give
+    # 2 x 32 x 32 x 128 x 2 = 524,288 for Llama-3.1-8B; ours gives a quarter of it.
+    assert per_token("llama-3.1-8b") == 131_072 != 524_288
+
+
+def test_mistral_sliding_window_caps_the_sequence():
+    # Mistral-7B-v0.1: sliding_window 4096 on every layer; at 32768 tokens each layer keeps 4096.
+    e = estimate(scenario("mistral-7b-v0.1", engine="ideal", max_model_len=32768))
+    assert e.kv_bytes_per_sequence == 4096 * 131_072
+
+
+def test_disabled_window_is_full_attention():
+    # Qwen2.5-7B-Instruct: sliding_window 131072 but use_sliding_window false -> every layer full.
+    e = estimate(scenario("qwen2.5-7b-instruct", engine="ideal", max_model_len=32768))
+    assert e.kv_bytes_per_sequence == 32768 * 2 * 28 * 4 * 128 * 2
+
+
+def test_gpt_oss_window_layers_hold_128_tokens():
+    # 18 full layers hold 8192 tokens; 18 sliding layers hold 128 (sliding_window 128).
+    e = estimate(scenario("gpt-oss-120b", engine="ideal", max_model_len=8192))
+    per_layer_token = 2 * 8 * 64 * 2
+    assert e.kv_bytes_per_sequence == 18 * 8192 * per_layer_token + 18 * 128 * per_layer_token
+
+
+def test_llama4_chunked_layers_hold_one_chunk():
+    # Llama 4 Scout: 36 chunked layers (attention_chunk_size 8192) and 12 full layers.
+    e = estimate(scenario("llama-4-scout-17b-16e-instruct", engine="ideal", max_model_len=65536))
+    per_layer_token = 2 * 8 * 128 * 2
+    assert e.kv_bytes_per_sequence == 12 * 65536 * per_layer_token + 36 * 8192 * per_layer_token
+
+
+def test_recurrent_state_is_reported_apart():
+    # Qwen3-Next gated delta net: conv state (2*16*128 + 32*128) * (4-1) + recurrent 32*128*128, bf16
+    e = estimate(scenario("qwen3-next-80b-a3b-thinking", engine="ideal", max_model_len=4096))
+    state = ((2 * 16 * 128 + 32 * 128) * 3 + 32 * 128 * 128) * 2
+    assert e.recurrent_state_bytes_per_sequence == 36 * state
+
+
+def test_tensor_parallel_splits_and_replicates_kv_heads():
+    # Llama-3.1-70B: 8 KV heads; TP 4 -> 2 per GPU; TP 16 exceeds them -> 1 replicated head per GPU
+    assert per_token("llama-3.1-70b", tensor_parallel_size=4) == 2 * 80 * 2 * 128 * 2
+    assert per_token("llama-3.1-70b", tensor_parallel_size=16) == 2 * 80 * 1 * 128 * 2
+
+
+def test_mla_latent_is_replicated_on_every_rank():
+    assert per_token("deepseek-v3", tensor_parallel_size=8) == 61 * 576 * 2
+
+
+def test_pipeline_parallel_splits_layers():
+    # 32 layers over PP 2 -> 16 per stage
+    assert per_token("llama-3.1-8b", pipeline_parallel_size=2) == 2 * 16 * 8 * 128 * 2
+
+
+def test_layer_override_keeps_edges_in_bf16():
+    # fp8 everywhere but layers 0,1,30,31 in bf16: 28 x 128 x 2 x 8 + 4 x 256 x 2 x 8 (bytes per head-dim row)
+    got = per_token("llama-3.1-8b", fmt="fp8", layer_kv_dtype="first:2,last:2=bf16")
+    assert got == 28 * 2 * 8 * 128 * 1 + 4 * 2 * 8 * 128 * 2
+
+
+def test_weights_match_published_parameter_counts():
+    # Llama-3.1-8B has 8.03e9 parameters (model card); bf16 -> about 14.96 GiB
+    e = estimate(scenario("llama-3.1-8b", engine="ideal", max_model_len=4096))
+    assert 8.0e9 * 2 < e.breakdown.weights_bytes < 8.1e9 * 2
+    assert abs(e.breakdown.weights_bytes / GiB - 14.96) < 0.01

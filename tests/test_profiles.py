@@ -1,0 +1,55 @@
+"""Bundled profiles: enough of them, valid, and their stored shapes match a fresh parse."""
+
+import json
+
+import pytest
+
+from sizing.profiles import PROFILES_DIR, gpu_ids, gpu_profile, model_ids, model_profile
+from sizing.shape import ModelShape, resolve_shape
+
+
+def test_counts():
+    assert len(model_ids()) >= 20
+    assert len(gpu_ids()) >= 12
+
+
+@pytest.mark.parametrize("key", model_ids())
+def test_stored_shape_matches_config(key):
+    profile = model_profile(key)
+    assert resolve_shape(profile.config) == ModelShape.from_dict(profile.shape)
+    assert profile.source
+
+
+def test_every_class_is_covered():
+    from sizing.profiles import bundled_shape
+
+    shapes = [bundled_shape(k) for k in model_ids()]
+    classes = {s.attention_class for s in shapes}
+    kinds = {k for s in shapes for k in s.layer_kinds}
+    assert {"MHA", "GQA", "MQA", "MLA"} <= classes
+    assert {"full", "sliding", "chunked", "recurrent", "none"} <= kinds
+    assert any("text_config" in model_profile(k).config for k in model_ids())
+
+
+def test_gpu_memory_as_devices_report_it():
+    # nvidia-smi on real machines: H100 80GB HBM3 81559 MiB, H200 143771 MiB
+    assert gpu_profile("h100-sxm").memory_mib == 81559
+    assert gpu_profile("h200").memory_mib == 143771
+
+
+def test_invalid_profile_is_rejected(tmp_path, monkeypatch):
+    import sizing.profiles as profiles
+
+    (tmp_path / "gpus").mkdir()
+    bad = json.loads((PROFILES_DIR / "gpus" / "h100-sxm.json").read_text())
+    bad["memory_mib"] = -1
+    (tmp_path / "gpus" / "broken.json").write_text(json.dumps(bad))
+    monkeypatch.setattr(profiles, "PROFILES_DIR", tmp_path)
+    profiles.gpu_ids.cache_clear()
+    profiles.gpu_profile.cache_clear()
+    try:
+        with pytest.raises(profiles.KvsizeError, match="broken.json is invalid"):
+            profiles.gpu_profile("broken")
+    finally:
+        profiles.gpu_ids.cache_clear()
+        profiles.gpu_profile.cache_clear()
