@@ -1,0 +1,234 @@
+"""`kvsize measure`: allocation, capacity at the boundary and paged decode on an NVIDIA GPU."""
+
+from __future__ import annotations
+
+import copy
+import gc
+import json
+import platform
+import sys
+import time
+
+from sizing.errors import KvsizeError
+from sizing.layers import build_layout
+from sizing.plan import Scenario, estimate
+from sizing.profiles import model_profile
+from sizing.shape import ModelShape, resolve_shape
+
+REPORT_SCHEMA = "kvsize.measure/1"
+
+
+def scaled_config(config: dict, layers: int | None) -> dict:
+    """The config with its decoder cut to `layers` layers (per-layer lists cut to match)."""
+    config = copy.deepcopy(config)
+    if not layers:
+        return config
+    text = config.get("text_config") or config
+    if layers > text["num_hidden_layers"]:
+        raise KvsizeError(f"--layers {layers} exceeds the model's {text['num_hidden_layers']} layers")
+    text["num_hidden_layers"] = layers
+    for key in ("layer_types", "layers_block_type"):
+        if isinstance(text.get(key), list):
+            text[key] = text[key][:layers]
+    if isinstance(text.get("hybrid_override_pattern"), str):
+        text["hybrid_override_pattern"] = text["hybrid_override_pattern"][:layers]
+    return config
+
+
+def model_shape(model: str, layers: int | None) -> tuple[dict, ModelShape]:
+    config = scaled_config(model_profile(model).config, layers)
+    return config, resolve_shape(config)
+
+
+class Gpu:
+    def __init__(self) -> None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise KvsizeError("no NVIDIA GPU is visible (torch.cuda.is_available() is False); "
+                              "kvsize measure needs a CUDA device")
+        self.torch = torch
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self.nvml = pynvml
+            self.handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        except Exception:  # NVML missing: report torch figures only
+            self.nvml = None
+
+    def used_bytes(self) -> int | None:
+        return self.nvml.nvmlDeviceGetMemoryInfo(self.handle).used if self.nvml else None
+
+    def other_processes_bytes(self) -> int:
+        if not self.nvml:
+            return 0
+        import os
+
+        total = 0
+        for p in self.nvml.nvmlDeviceGetComputeRunningProcesses(self.handle):
+            if p.pid != os.getpid() and p.usedGpuMemory:
+                total += p.usedGpuMemory
+        return total
+
+    def info(self) -> dict:
+        t = self.torch
+        props = t.cuda.get_device_properties(0)
+        driver = self.nvml.nvmlSystemGetDriverVersion() if self.nvml else None
+        return dict(name=props.name, total_bytes=props.total_memory,
+                    total_mib=props.total_memory // 2**20,
+                    nvml_total_bytes=self.nvml.nvmlDeviceGetMemoryInfo(self.handle).total if self.nvml else None,
+                    driver=driver if isinstance(driver, str) else (driver.decode() if driver else None),
+                    torch=t.__version__, cuda=t.version.cuda, python=platform.python_version(),
+                    other_processes_bytes=self.other_processes_bytes())
+
+    def settle(self) -> None:
+        gc.collect()
+        self.torch.cuda.synchronize()
+        self.torch.cuda.empty_cache()
+
+
+def measure_allocation(gpu: Gpu, model: str, fmt: str, blocks: int, layers: int | None, block_size: int) -> dict:
+    from .tensors import allocate_layout, predicted_bytes
+
+    t = gpu.torch
+    _, shape = model_shape(model, layers)
+    layout = build_layout(shape, fmt, fmt)
+    gpu.settle()
+    a0, r0, n0 = t.cuda.memory_allocated(), t.cuda.memory_reserved(), gpu.used_bytes()
+    cache = allocate_layout(layout, blocks, block_size, "cuda")
+    t.cuda.synchronize()
+    a1, r1, n1 = t.cuda.memory_allocated(), t.cuda.memory_reserved(), gpu.used_bytes()
+    storage = cache.storage_bytes
+    cache.release()
+    del cache
+    gpu.settle()
+    a2 = t.cuda.memory_allocated()
+    predicted = predicted_bytes(layout, blocks, block_size)
+    return dict(model=model, layers=layers, kv_cache_dtype=fmt, num_blocks=blocks, block_size=block_size,
+                predicted_bytes=predicted, storage_bytes=storage, allocated_delta_bytes=a1 - a0,
+                reserved_delta_bytes=r1 - r0, nvml_delta_bytes=(n1 - n0) if n0 is not None else None,
+                allocator_rounding_bytes=(a1 - a0) - storage, released_to_baseline=a2 == a0,
+                storage_error_bytes=storage - predicted)
+
+
+def measure_capacity(gpu: Gpu, model: str, layers: int | None, util: float, mnbt: int, block_size: int) -> dict:
+    """Weights and peak activation of the real transformers model, then vLLM's rule, then the boundary."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from .tensors import allocate_layout
+
+    config, shape = model_shape(model, layers)
+    hf_config_dict = {k: v for k, v in config.items() if k != "quantization_config"}
+    if isinstance(hf_config_dict.get("text_config"), dict):
+        hf_config_dict["text_config"] = dict(hf_config_dict["text_config"])
+    hf_config = AutoConfig.for_model(**hf_config_dict)
+    gpu.settle()
+    total = torch.cuda.get_device_properties(0).total_memory
+    a0 = torch.cuda.memory_allocated()
+    n0 = gpu.used_bytes()
+    with torch.device("meta"):
+        hf = AutoModelForCausalLM.from_config(hf_config, dtype=torch.bfloat16, attn_implementation="sdpa")
+    hf = hf.to_empty(device="cuda")
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.normal_(0, 0.02)
+    torch.cuda.synchronize()
+    weights = torch.cuda.memory_allocated() - a0
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    ids = torch.randint(0, shape.vocab_size, (1, mnbt), device="cuda")
+    with torch.no_grad():
+        hf(input_ids=ids, logits_to_keep=1, use_cache=False)
+    torch.cuda.synchronize()
+    activation = torch.cuda.max_memory_allocated() - base
+    del ids
+    gpu.settle()
+    used = gpu.used_bytes()
+    non_torch = (used - torch.cuda.memory_reserved() - gpu.other_processes_bytes()) if used is not None else 0
+    # vLLM: available KV = utilization x total - weights - peak activation - non-torch (no CUDA graphs here)
+    available = int(total * util) - weights - activation - non_torch
+    layout = build_layout(shape, "auto", "auto")
+    page_total = sum(s.page_bytes(block_size) for s in layout.kv.values())
+    measured_blocks = available // page_total
+    predicted = estimate(Scenario(model, shape, "measured", total, engine="vllm", memory_fraction=util,
+                                  max_num_batched_tokens=mnbt, max_num_seqs=1, cuda_graph_bytes=0,
+                                  weights_dtype="bf16", block_size=block_size, max_model_len=mnbt))
+    # the boundary: torch may use utilization x total minus what is not torch's
+    limit_fraction = (int(total * util) - non_torch) / total
+    torch.cuda.set_per_process_memory_fraction(limit_fraction)
+    fits = over = None
+    try:
+        cache = allocate_layout(layout, measured_blocks, block_size, "cuda")
+        fits = True
+        try:
+            extra = allocate_layout(layout, max(1, measured_blocks * 5 // 100), block_size, "cuda")
+            over = False
+            del extra
+        except torch.OutOfMemoryError:
+            over = True
+        del cache
+    except torch.OutOfMemoryError:
+        fits = False
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+    del hf
+    gpu.settle()
+    return dict(
+        model=model, layers=layers, gpu_memory_utilization=util, max_num_batched_tokens=mnbt, block_size=block_size,
+        total_bytes=total, measured=dict(weights_bytes=weights, activation_bytes=activation, non_torch_bytes=non_torch,
+                                         num_blocks=measured_blocks),
+        predicted=dict(weights_bytes=predicted.breakdown.weights_bytes,
+                       activation_bytes=predicted.breakdown.activation_bytes,
+                       non_torch_bytes=predicted.breakdown.non_torch_bytes, num_blocks=predicted.num_blocks),
+        boundary=dict(measured_blocks_fit=fits, five_percent_more_fails=over),
+        released_to_baseline=torch.cuda.memory_allocated() == a0, nvml_before_bytes=n0,
+    )
+
+
+def run_measurement(args) -> int:
+    from .decode import paged_decode_case
+
+    gpu = Gpu()
+    started = time.time()
+    report = dict(schema=REPORT_SCHEMA, device=gpu.info(), started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                  allocation=[], capacity=[], decode=[])
+    models = [_model_and_layers(m, args.layers) for m in args.model]
+    jobs = []
+    if "allocation" not in args.skip:
+        jobs += [("allocation", m, f) for m in models for f in args.kv_cache_dtype]
+    if "capacity" not in args.skip:
+        jobs += [("capacity", m, None) for m in models]
+    if "decode" not in args.skip:
+        # the reference path materialises fp32 copies: keep each case under 128K live tokens
+        jobs += [("decode", f, (int(b), int(c))) for f in args.kv_cache_dtype for b in args.decode_batches
+                 for c in args.decode_contexts if int(b) * int(c) <= 131072]
+    for i, (kind, a, b) in enumerate(jobs, 1):
+        print(f"[{i}/{len(jobs)}] {kind} {a} {b or ''}", file=sys.stderr, flush=True)
+        try:
+            if kind == "allocation":
+                report["allocation"].append(measure_allocation(gpu, a[0], b, args.blocks, a[1], 16))
+            elif kind == "capacity":
+                report["capacity"].append(measure_capacity(gpu, a[0], a[1], args.gpu_memory_utilization,
+                                                           args.max_num_batched_tokens, 16))
+            else:
+                report["decode"].append(paged_decode_case(a, b[0], b[1], 32, 8, 128, 16, "cuda"))
+        except KvsizeError as e:
+            report.setdefault("skipped", []).append(dict(kind=kind, item=a, reason=str(e)))
+        except Exception as e:  # keep measuring the rest; the report says what failed
+            gpu.settle()
+            report.setdefault("skipped", []).append(dict(kind=kind, item=a, reason=f"{type(e).__name__}: {e}"))
+    report["seconds"] = round(time.time() - started, 1)
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=1)
+    print(f"kvsize: wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def _model_and_layers(spec: str, default_layers: int | None) -> tuple[str, int | None]:
+    """'qwen3-30b-a3b:12' -> the model cut to 12 layers."""
+    name, _, layers = spec.partition(":")
+    if layers and not layers.isdigit():
+        raise KvsizeError(f"--model {spec!r}: the part after ':' must be a layer count")
+    return name, int(layers) if layers else default_layers
