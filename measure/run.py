@@ -132,8 +132,9 @@ def measure_capacity(gpu: Gpu, model: str, layers: int | None, util: float, mnbt
         hf = AutoModelForCausalLM.from_config(hf_config, dtype=torch.bfloat16, attn_implementation="sdpa")
     hf = hf.to_empty(device="cuda")
     with torch.no_grad():
-        for p in hf.parameters():
-            p.normal_(0, 0.02)
+        for param in hf.parameters():
+            param.normal_(0, 0.02)
+        del param
     torch.cuda.synchronize()
     weights = torch.cuda.memory_allocated() - a0
     torch.cuda.reset_peak_memory_stats()

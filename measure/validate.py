@@ -52,8 +52,9 @@ def check_report(report: dict, tolerance: float | None = None) -> list[str]:
         if p["boundary"]["measured_blocks_fit"] is not True:
             problems.append(f"capacity {p['model']}: the measured number of blocks did not fit under the limit")
     for p in report.get("decode", []):
-        # softmax over noisy keys roughly doubles the per-element error in the output
-        bound = 2 * ERROR_BOUNDS[p["format"]] if tolerance is None else tolerance
+        # Softmax over long contexts amplifies key error (keys carry outlier channels): the output
+        # bound is 5x the per-element bound of the format.
+        bound = 5 * ERROR_BOUNDS[p["format"]] if tolerance is None else tolerance
         if p["attention_rel_error"] > bound:
             problems.append(f"decode {p['format']} b{p['batch']} ctx{p['context']}: attention error "
                             f"{p['attention_rel_error']:.4f} > bound {bound}")

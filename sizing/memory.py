@@ -127,13 +127,16 @@ def activation_estimate(shape: ModelShape, tokens: int, max_num_seqs: int, tp: i
     return ActivationEstimate(tokens, hidden, attention, max(dense_mlp, moe_mlp), logits)
 
 
-CUDA_CONTEXT_BYTES = 512 * MiB  # a fresh CUDA context on H100/H200 (measured: about 0.5 GiB)
+CUDA_CONTEXT_BYTES = 512 * MiB  # a fresh CUDA context on H100/H200: about 0.5 GiB
+# cuBLAS/cuBLASLt and attention kernel modules loaded on first use, on top of the context:
+# measure/reports/h200-2026-11-21.json measured 1310 MiB of non-torch memory in all after a forward pass.
+KERNEL_LIBRARY_BYTES = 798 * MiB
 NCCL_BYTES = 256 * MiB  # communicator buffers once tensor or pipeline parallel
 
 
 def non_torch_estimate(tp: int, pp: int) -> int:
-    """CUDA context, cuBLAS workspace and, with more than one GPU, NCCL buffers."""
-    return CUDA_CONTEXT_BYTES + 32 * MiB + (NCCL_BYTES if tp * pp > 1 else 0)
+    """CUDA context, kernel libraries and, with more than one GPU, NCCL buffers."""
+    return CUDA_CONTEXT_BYTES + KERNEL_LIBRARY_BYTES + (NCCL_BYTES if tp * pp > 1 else 0)
 
 
 def check_positive_int(value: int, option: str, minimum: int = 1) -> int:
