@@ -129,7 +129,7 @@ def activation_estimate(shape: ModelShape, tokens: int, max_num_seqs: int, tp: i
 
 CUDA_CONTEXT_BYTES = 512 * MiB  # a fresh CUDA context on H100/H200: about 0.5 GiB
 # cuBLAS/cuBLASLt and attention kernel modules loaded on first use, on top of the context:
-# measure/reports/h200-2026-11-21.json measured 1310 MiB of non-torch memory in all after a forward pass.
+# measure/reports/h200-capacity.json measured 1310 MiB of non-torch memory in all after a forward pass.
 KERNEL_LIBRARY_BYTES = 798 * MiB
 NCCL_BYTES = 256 * MiB  # communicator buffers once tensor or pipeline parallel
 
