@@ -1,0 +1,274 @@
+"""kvsize web app: read widgets, call sizing, draw. Run: streamlit run app/streamlit_app.py"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import pandas as pd  # noqa: E402
+import plotly.graph_objects as go  # noqa: E402
+import streamlit as st  # noqa: E402
+
+from sizing.engines import ENGINES  # noqa: E402
+from sizing.errors import KvsizeError  # noqa: E402
+from sizing.formats import FORMAT_NAMES  # noqa: E402
+from sizing.plan import Scenario, compare, estimate, to_record  # noqa: E402
+from sizing.profiles import bundled_shape, gpu_ids, gpu_profile, model_ids, model_profile  # noqa: E402
+from sizing.shape import MAX_CONFIG_BYTES, parse_config_text, resolve_shape  # noqa: E402
+from sizing.units import GiB  # noqa: E402
+
+BREAKDOWN_COLORS = {
+    "weights": "#4C78A8", "kv_payload": "#F58518", "kv_metadata": "#E45756", "activation": "#72B7B2",
+    "non_torch": "#54A24B", "cuda_graph": "#B279A2", "recurrent_state": "#9D755D", "headroom": "#BAB0AC",
+    "free": "#EEEEEE",
+}
+
+
+@st.cache_data(show_spinner=False)
+def _model_choices() -> list[str]:
+    return list(model_ids())
+
+
+@st.cache_data(show_spinner=False)
+def _gpu_choices() -> list[str]:
+    return list(gpu_ids())
+
+
+@st.cache_resource(show_spinner=False)
+def _uploaded_shape(data: bytes):
+    return resolve_shape(parse_config_text(data, "uploaded config.json"))
+
+
+def _query(key: str, default, cast=str):
+    value = st.query_params.get(key)
+    try:
+        return cast(value) if value is not None else default
+    except (TypeError, ValueError):
+        return default
+
+
+def _index(options: list[str], value: str) -> int:
+    return options.index(value) if value in options else 0
+
+
+def read_scenario() -> Scenario | None:
+    """The sidebar widgets as a Scenario; errors are shown with st.error."""
+    models, gpus = _model_choices(), _gpu_choices()
+    sb = st.sidebar
+    sb.header("Scenario")
+    model = sb.selectbox("Model", models, index=_index(models, _query("model", "llama-3.1-8b")), key="model")
+    upload = sb.file_uploader(f"…or upload a config.json (≤ {MAX_CONFIG_BYTES // 2**20} MiB)", type=["json"],
+                              key="upload")
+    gpu = sb.selectbox("GPU", gpus, index=_index(gpus, _query("gpu", "h100-sxm")), key="gpu")
+    engines = list(ENGINES)
+    engine = sb.selectbox("Engine", engines, index=_index(engines, _query("engine", "vllm")), key="engine")
+    formats = ["auto", *FORMAT_NAMES]
+    k_fmt = sb.selectbox("K cache format", formats, index=_index(formats, _query("k", "auto")), key="k_format")
+    v_fmt = sb.selectbox("V cache format", formats, index=_index(formats, _query("v", "auto")), key="v_format")
+    tp = sb.number_input("Tensor parallel size", 1, 64, _query("tp", 1, int), key="tp")
+    pp = sb.number_input("Pipeline parallel size", 1, 64, _query("pp", 1, int), key="pp")
+    context = sb.number_input("Context (max_model_len, tokens)", 1, 10_485_760, _query("ctx", 32768, int),
+                              step=1024, key="context")
+    concurrency = sb.number_input("Concurrent requests", 1, 100_000, _query("conc", 8, int), key="concurrency")
+    fraction = sb.slider("Engine memory fraction (vLLM gpu_memory_utilization, …)", 0.5, 1.0,
+                         _query("util", ENGINES[engine].fraction_default or 0.9, float), 0.01, key="fraction")
+    headroom = sb.slider("Headroom (engines without their own fraction)", 0.0, 0.5,
+                         _query("headroom", 0.10, float), 0.01, key="headroom")
+    st.query_params.update(model=model, gpu=gpu, engine=engine, k=k_fmt, v=v_fmt, tp=str(tp), pp=str(pp),
+                           ctx=str(context), conc=str(concurrency), util=str(fraction), headroom=str(headroom))
+    try:
+        if upload is not None:
+            shape, name = _uploaded_shape(upload.getvalue()), upload.name
+        else:
+            shape, name = bundled_shape(model), model_profile(model).name
+        g = gpu_profile(gpu)
+        return Scenario(
+            model_name=name, shape=shape, gpu_name=g.name, gpu_memory_bytes=g.memory_bytes, engine=engine,
+            k_cache_dtype=k_fmt, v_cache_dtype=v_fmt, tensor_parallel_size=int(tp), pipeline_parallel_size=int(pp),
+            max_model_len=int(context), concurrency=int(concurrency),
+            memory_fraction=fraction if ENGINES[engine].fraction_option else None, headroom=headroom,
+        )
+    except KvsizeError as e:
+        st.error(str(e))
+        return None
+
+
+def breakdown_figure(record: dict) -> go.Figure:
+    b = record["breakdown"]
+    fig = go.Figure()
+    for key, color in BREAKDOWN_COLORS.items():
+        value = b.get(f"{key}_bytes", 0)
+        fig.add_bar(name=key.replace("_", " "), x=[value / GiB], y=["per GPU"], orientation="h",
+                    marker_color=color, hovertemplate=f"{key}: %{{x:.2f}} GiB ({value:,} bytes)<extra></extra>")
+    fig.update_layout(barmode="stack", height=260, xaxis_title="GiB (2^30 bytes)",
+                      title=f"Memory per GPU: {record['gpu']} ({b['total_bytes'] / GiB:.2f} GiB)",
+                      legend=dict(orientation="h", y=-0.4))
+    return fig
+
+
+def _downloads(df: pd.DataFrame, fig: go.Figure | None, stem: str) -> None:
+    from app.spreadsheet import xlsx_bytes
+
+    cols = st.columns(3)
+    cols[0].download_button("CSV", df.to_csv(index=False).encode(), f"{stem}.csv", "text/csv", key=f"{stem}_csv")
+    cols[1].download_button("XLSX", xlsx_bytes({stem: df.to_dict("records")}), f"{stem}.xlsx", key=f"{stem}_xlsx")
+    if fig is not None:
+        cols[2].download_button("Chart (HTML)", fig.to_html(include_plotlyjs="cdn").encode(), f"{stem}.html",
+                                "text/html", key=f"{stem}_html")
+
+
+def page_plan(s: Scenario) -> None:
+    try:
+        e = estimate(s)
+    except KvsizeError as err:
+        st.error(str(err))
+        return
+    r = to_record(e)
+    c = st.columns(4)
+    c[0].metric("Max concurrency", f"{r['max_concurrency']:,}", help=f"requests of {r['max_model_len']:,} tokens",
+                )
+    c[1].metric("Max context", f"{r['max_context_at_concurrency']:,}", help=f"tokens at {s.concurrency} requests")
+    c[2].metric("KV bytes per token", f"{r['kv_bytes_per_token']:,}")
+    c[3].metric("Max tokens in cache", f"{r['max_tokens']:,}")
+    (st.success if e.fits else st.error)(e.fit_message)
+    for w in e.warnings:
+        st.warning(w)
+    fig = breakdown_figure(r)
+    st.plotly_chart(fig, key="breakdown_chart")
+    df = pd.DataFrame([{k: v for k, v in r.items() if k != "breakdown"} | r["breakdown"]])
+    st.dataframe(df.T.rename(columns={0: "value"}).astype(str), key="plan_table")
+    _downloads(df, fig, "plan")
+
+
+def page_compare(s: Scenario) -> None:
+    rows = compare(replace(s, concurrency=1), s.engine, FORMAT_NAMES)
+    df = pd.DataFrame(rows)
+    fig = go.Figure()
+    fig.add_bar(name="payload", x=df["format"], y=df["kv_payload_bytes_per_token"], marker_color="#F58518")
+    fig.add_bar(name="metadata", x=df["format"], y=df["kv_metadata_bytes_per_token"], marker_color="#E45756")
+    fig.update_layout(barmode="stack", yaxis_title="KV bytes per token (per GPU)", title="Bytes per token by format")
+    st.plotly_chart(fig, key="compare_chart")
+    st.dataframe(df[["format", "engine", "kv_bytes_per_token", "ratio_to_bf16", "max_concurrency", "max_tokens",
+                     "status", "quality", "quality_source"]], key="compare_table")
+    _downloads(df, fig, "formats")
+
+
+def page_curves(s: Scenario) -> None:
+    contexts = [2**i for i in range(10, 18)] + [s.max_model_len]
+    contexts = sorted(set(c for c in contexts if c <= max(s.shape.max_position_embeddings, s.max_model_len)))
+    chosen = st.multiselect("Formats", FORMAT_NAMES, default=["bf16", "fp8_e4m3", "nvfp4", "kivi2"], key="curve_formats")
+    fig = go.Figure()
+    rows = []
+    for fmt in chosen:
+        ys = []
+        for ctx in contexts:
+            try:
+                e = estimate(replace(s, engine="ideal" if s.engine not in _engines_of(fmt) else s.engine,
+                                     k_cache_dtype=fmt, v_cache_dtype=fmt, max_model_len=ctx, concurrency=1))
+                ys.append(e.max_concurrency)
+            except KvsizeError:
+                ys.append(None)
+            rows.append(dict(format=fmt, context_tokens=ctx, max_concurrency=ys[-1]))
+        fig.add_scatter(x=contexts, y=ys, name=fmt, mode="lines+markers",
+                        hovertemplate="%{x:,} tokens: %{y:,} requests<extra>" + fmt + "</extra>")
+    fig.add_vline(x=s.max_model_len, line_dash="dash", annotation_text="your context")
+    fig.add_hline(y=s.concurrency, line_dash="dot", annotation_text="your concurrency")
+    fig.update_layout(xaxis_type="log", yaxis_type="log", xaxis_title="context length (tokens)",
+                      yaxis_title="max concurrent requests", title=f"Capacity on {s.gpu_name}")
+    st.plotly_chart(fig, key="curves_chart")
+    _downloads(pd.DataFrame(rows), fig, "curves")
+
+
+def _engines_of(fmt: str) -> tuple[str, ...]:
+    from sizing.formats import get_format
+
+    return get_format(fmt).engines
+
+
+def page_validation() -> None:
+    reports = sorted((ROOT / "measure" / "reports").glob("*.json"))
+    names = [p.name for p in reports]
+    choice = st.selectbox("Bundled report", names, key="report_choice") if names else None
+    upload = st.file_uploader("…or upload a report", type=["json"], key="report_upload")
+    try:
+        data = json.loads(upload.getvalue()) if upload else json.loads((ROOT / "measure" / "reports" / choice).read_text())
+    except (json.JSONDecodeError, TypeError) as e:
+        st.error(f"not a measurement report: {e}")
+        return
+    points = []
+    for a in data.get("allocation", []):
+        points.append(dict(kind="storage bytes", point=f"{a['model']} {a['kv_cache_dtype']}",
+                           predicted=a["predicted_bytes"], measured=a["storage_bytes"]))
+    for c in data.get("capacity", []):
+        for key in ("weights_bytes", "num_blocks", "activation_bytes", "non_torch_bytes"):
+            points.append(dict(kind=key, point=c["model"], predicted=c["predicted"][key], measured=c["measured"][key]))
+    if not points:
+        st.info("this report has no allocation or capacity points")
+        return
+    df = pd.DataFrame(points)
+    df["error_%"] = 100 * (df["predicted"] - df["measured"]) / df["measured"].clip(lower=1)
+    fig = go.Figure()
+    for kind, part in df.groupby("kind"):
+        fig.add_scatter(x=part["measured"], y=part["predicted"], mode="markers", name=kind, text=part["point"])
+    top = float(max(df["measured"].max(), df["predicted"].max()))
+    fig.add_scatter(x=[1, top], y=[1, top], mode="lines", name="identity", line=dict(dash="dash", color="gray"))
+    fig.update_layout(xaxis_type="log", yaxis_type="log", xaxis_title="measured", yaxis_title="predicted",
+                      title=f"Predicted vs measured on {data.get('device', {}).get('name', '?')}")
+    st.plotly_chart(fig, key="validation_chart")
+    st.dataframe(df, key="validation_table")
+    _downloads(df, fig, "validation")
+
+
+def page_formulas(s: Scenario) -> None:
+    try:
+        e = estimate(s)
+    except KvsizeError as err:
+        st.error(str(err))
+        return
+    r, b = to_record(e), e.breakdown
+    shape = s.shape
+    st.markdown(f"""
+**KV bytes per token** = Σ over KV layers on this GPU of heads × (K bytes + V bytes per token per head)
+= {e.kv_layers} layers × {e.kv_heads_per_gpu} heads × … = **{r['kv_bytes_per_token']:,} B**
+(payload {r['kv_payload_bytes_per_token']:,} B + metadata {r['kv_metadata_bytes_per_token']:,} B;
+for bf16 this is 2 × layers × kv_heads × head_dim × 2 = 2 × {e.kv_layers} × {e.kv_heads_per_gpu} × {shape.mla_latent_dim or shape.head_dim} × 2 when every layer is plain attention).
+
+**KV budget** ({e.engine.name}) = {e.budget_formula}
+= {b.total_bytes:,} total → **{e.kv_budget_bytes:,} B** ({e.kv_budget_bytes / GiB:.2f} GiB)
+with weights {b.weights_bytes:,} B, activation {b.activation_bytes:,} B, non-torch {b.non_torch_bytes:,} B,
+CUDA graphs {b.cuda_graph_bytes:,} B.
+
+**Blocks** = ⌊(budget − per-layer tensors) / block bytes⌋ = ⌊({e.kv_budget_bytes:,} − {e.kv_layer_fixed_bytes:,}) / {e.block_bytes:,}⌋ = **{e.num_blocks:,}**
+of {e.block_size} tokens → **{e.max_tokens:,} tokens** in cache.
+
+**Per request** at {e.max_model_len:,} tokens: {e.kv_reserved_bytes_per_sequence:,} B reserved by the engine
+({e.kv_bytes_per_sequence:,} B exact) → **max concurrency {e.max_concurrency:,}** ({e.max_concurrency_ratio:.2f}×).
+""")
+
+
+def main() -> None:
+    st.set_page_config(page_title="kvsize", layout="wide")
+    st.title("kvsize — KV cache capacity planner")
+    scenario = read_scenario()
+    tabs = st.tabs(["Plan", "Compare formats", "Capacity curves", "Validation", "Formulas"])
+    with tabs[3]:
+        page_validation()
+    if scenario is None:
+        return
+    with tabs[0]:
+        page_plan(scenario)
+    with tabs[1]:
+        page_compare(scenario)
+    with tabs[2]:
+        page_curves(scenario)
+    with tabs[4]:
+        page_formulas(scenario)
+
+
+main()

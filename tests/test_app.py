@@ -1,0 +1,67 @@
+"""The web app through streamlit's AppTest: widgets set by key, metrics equal sizing's."""
+
+import json
+
+import pytest
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from conftest import ROOT  # noqa: E402
+from helpers import scenario  # noqa: E402
+from sizing.plan import estimate  # noqa: E402
+
+APP = str(ROOT / "app" / "streamlit_app.py")
+
+
+def _app():
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    assert not at.exception
+    return at
+
+
+def _metric(at, label):
+    return next(m.value for m in at.metric if m.label == label)
+
+
+def test_plan_metrics_equal_sizing():
+    at = _app()
+    at.selectbox(key="model").set_value("qwen3-8b")
+    at.selectbox(key="k_format").set_value("fp8_e4m3")
+    at.selectbox(key="v_format").set_value("fp8_e4m3")
+    at.number_input(key="context").set_value(16384)
+    at.run()
+    assert not at.exception
+    e = estimate(scenario("qwen3-8b", k_cache_dtype="fp8", v_cache_dtype="fp8", max_model_len=16384, concurrency=8,
+                          memory_fraction=0.9))
+    assert _metric(at, "Max concurrency") == f"{e.max_concurrency:,}"
+    assert _metric(at, "KV bytes per token") == f"{e.kv_bytes_per_token:,}"  # 2 x 36 x 8 x 128 x 1
+    assert e.kv_bytes_per_token == 73_728
+
+
+def test_plan_that_does_not_fit_shows_error():
+    at = _app()
+    at.selectbox(key="model").set_value("llama-3.1-70b")
+    at.selectbox(key="gpu").set_value("l4")
+    at.run()
+    assert not at.exception
+    assert any("does not fit" in e.value for e in at.error)
+
+
+def test_unsupported_format_for_engine_is_an_error_not_a_traceback():
+    at = _app()
+    at.selectbox(key="k_format").set_value("q4_0")
+    at.selectbox(key="v_format").set_value("q4_0")
+    at.run()
+    assert not at.exception
+    assert any("not a KV cache format of vllm" in e.value for e in at.error)
+
+
+def test_every_page_renders_for_a_hybrid_model():
+    at = _app()
+    at.selectbox(key="model").set_value("gpt-oss-20b")
+    at.run()
+    assert not at.exception
+    assert len(at.tabs) == 5
+    assert at.dataframe  # plan, compare, validation tables
