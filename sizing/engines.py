@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Protocol
 
 from .errors import KvsizeError, unknown
@@ -177,6 +178,7 @@ def _ceil(x) -> int:
     return -(-x.numerator // x.denominator)
 
 
+@lru_cache(maxsize=8192)
 def _payload_share(layout: CacheLayout, block_size: int) -> tuple[int, int]:
     payload = metadata = 0
     for spec in layout.kv.values():

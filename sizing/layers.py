@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from fractions import Fraction
 
 from .errors import KvsizeError
@@ -147,6 +148,7 @@ class CacheLayout:
     kv: dict[int, KVSpec]
     recurrent: dict[int, RecurrentStateSpec]
 
+    @lru_cache(maxsize=8192)  # noqa: B019 - layouts are long-lived, cached and hashed by identity
     def token_bytes(self) -> tuple[Fraction, Fraction]:
         payload = metadata = Fraction(0)
         for spec in self.kv.values():
@@ -154,6 +156,7 @@ class CacheLayout:
             payload, metadata = payload + p, metadata + m
         return payload, metadata
 
+    @lru_cache(maxsize=65536)  # noqa: B019
     def sequence_bytes(self, tokens: int) -> tuple[int, int]:
         """Exact (payload, metadata) bytes for one sequence: every layer holds min(tokens, its window)."""
         payload = metadata = 0
@@ -165,6 +168,7 @@ class CacheLayout:
     def state_bytes_per_sequence(self) -> int:
         return sum(spec.state_bytes for spec in self.recurrent.values())
 
+    @lru_cache(maxsize=8192)  # noqa: B019
     def layer_bytes(self) -> int:
         return sum(spec.layer_bytes() for spec in self.kv.values())
 

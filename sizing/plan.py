@@ -171,6 +171,16 @@ def _pool(engine: Engine, layout: CacheLayout, block_size: int, mnbt: int) -> Po
     return engine.pool(layout, block_size, mnbt)
 
 
+@lru_cache(maxsize=4096)
+def _weights(shape, wfmt, tp, stage, first, last) -> int:
+    return weight_bytes(shape, wfmt, tp, stage, first, last).total_bytes
+
+
+@lru_cache(maxsize=4096)
+def _activation(shape, tokens, seqs, tp) -> int:
+    return activation_estimate(shape, tokens, seqs, tp).peak_bytes
+
+
 def units_for(pool: Pool, budget_bytes: int) -> int:
     if pool.unit_bytes == 0:
         return 0
@@ -251,8 +261,8 @@ def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index
     pool = _pool(engine, layout, block_size, s.max_num_batched_tokens)
 
     wfmt = resolve_weights_dtype(s.weights_dtype, shape)
-    weights = weight_bytes(shape, wfmt, tp, stage, index == 0, index == num_stages - 1).total_bytes
-    activation = activation_estimate(shape, s.max_num_batched_tokens, s.max_num_seqs, tp).peak_bytes
+    weights = _weights(shape, wfmt, tp, stage, index == 0, index == num_stages - 1)
+    activation = _activation(shape, s.max_num_batched_tokens, s.max_num_seqs, tp)
     non_torch = s.non_torch_bytes if s.non_torch_bytes is not None else non_torch_estimate(
         tp, s.pipeline_parallel_size)
     graphs = s.cuda_graph_bytes if s.cuda_graph_bytes is not None else (
