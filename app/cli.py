@@ -26,26 +26,22 @@ class _Parser(argparse.ArgumentParser):
         raise KvsizeError(message)
 
 
+def _positive_int(text: str, unit: str = "", scale: int = 1) -> int:
+    try:
+        value = int(text) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number{unit}, got {text!r}")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be greater than zero, got {text!r}")
+    return value
+
+
 def _tokens(text: str) -> int:
     """'32768', '32k' or '128K' (K = 1024 tokens)."""
     t = str(text).strip().lower()
-    try:
-        value = int(t[:-1]) * 1024 if t.endswith("k") else int(t)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of tokens such as 32768 or 32k, got {text!r}")
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be greater than zero, got {text!r}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be greater than zero, got {text!r}")
-    return value
+    if t.endswith("k"):
+        return _positive_int(t[:-1], " of tokens such as 32768 or 32k", 1024)
+    return _positive_int(t, " of tokens such as 32768 or 32k")
 
 
 def _fraction(text: str) -> float:

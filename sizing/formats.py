@@ -205,10 +205,6 @@ class KVFormat:
     quality_source: str = ""
     aliases: tuple[str, ...] = field(default=())
 
-    @property
-    def nominal_bits(self) -> int:
-        return next(c.bits for c in self.k.components if c.role == "payload")
-
 
 @dataclass(frozen=True)
 class FormatOptions:

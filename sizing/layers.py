@@ -56,11 +56,7 @@ class FullAttentionSpec:
 
     def page_bytes(self, block_size: int) -> int:
         """Bytes of one page of `block_size` tokens (quantized layout, no full-precision residual)."""
-        total = 0
-        for side in self._sides():
-            p, m = SideLayout(side.components).bytes_for(block_size, self.head_dim, self.heads)
-            total += p + m
-        return total
+        return sum(self.page_split(block_size))
 
     def page_split(self, block_size: int) -> tuple[int, int]:
         payload = metadata = 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import KvsizeError, unknown
+from .errors import unknown
 from .shape import DTYPE_BYTES, ModelShape
 from .units import MiB, cdiv
 
@@ -138,8 +138,3 @@ def non_torch_estimate(tp: int, pp: int) -> int:
     """CUDA context, kernel libraries and, with more than one GPU, NCCL buffers."""
     return CUDA_CONTEXT_BYTES + KERNEL_LIBRARY_BYTES + (NCCL_BYTES if tp * pp > 1 else 0)
 
-
-def check_positive_int(value: int, option: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise KvsizeError(f"{option} must be an integer of at least {minimum}, got {value!r}")
-    return value

@@ -363,10 +363,6 @@ def _fit(s: Scenario, engine: Engine, budget: Budget, pool: Pool, kv_budget: int
     return True, f"fits: {s.concurrency} × {max_model_len} tokens (up to {mc} requests at this length)"
 
 
-def with_formats(scenario: Scenario, k: str, v: str | None = None) -> Scenario:
-    return replace(scenario, k_cache_dtype=k, v_cache_dtype=v or k)
-
-
 ESTIMATE_SCHEMA = "kvsize.estimate/1"
 
 
