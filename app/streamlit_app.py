@@ -15,6 +15,7 @@ import pandas as pd  # noqa: E402
 import plotly.graph_objects as go  # noqa: E402
 import streamlit as st  # noqa: E402
 
+from app.chart_export import PLOTLY_CONFIG, browser_path, html_bytes, png_bytes  # noqa: E402
 from sizing.engines import ENGINES  # noqa: E402
 from sizing.errors import KvsizeError  # noqa: E402
 from sizing.formats import FORMAT_NAMES  # noqa: E402
@@ -64,7 +65,7 @@ def read_scenario() -> Scenario | None:
     sb.header("Scenario")
     model = sb.selectbox("Model", models, index=_index(models, _query("model", "llama-3.1-8b")), key="model")
     upload = sb.file_uploader(f"…or upload a config.json (≤ {MAX_CONFIG_BYTES // 2**20} MiB)", type=["json"],
-                              key="upload")
+                              key="upload", max_upload_size=MAX_CONFIG_BYTES // 2**20)
     gpu = sb.selectbox("GPU", gpus, index=_index(gpus, _query("gpu", "h100-sxm")), key="gpu")
     engines = list(ENGINES)
     engine = sb.selectbox("Engine", engines, index=_index(engines, _query("engine", "vllm")), key="engine")
@@ -104,23 +105,38 @@ def breakdown_figure(record: dict) -> go.Figure:
     fig = go.Figure()
     for key, color in BREAKDOWN_COLORS.items():
         value = b.get(f"{key}_bytes", 0)
-        fig.add_bar(name=key.replace("_", " "), x=[value / GiB], y=["per GPU"], orientation="h",
-                    marker_color=color, hovertemplate=f"{key}: %{{x:.2f}} GiB ({value:,} bytes)<extra></extra>")
-    fig.update_layout(barmode="stack", height=260, xaxis_title="GiB (2^30 bytes)",
+        if value <= 0:
+            continue  # a zero term only crowds the legend
+        label = key.replace("_", " ")
+        fig.add_bar(name=f"{label} {value / GiB:.2f} GiB", x=[value / GiB], y=["per GPU"], orientation="h",
+                    marker_color=color, hovertemplate=f"{label}: %{{x:.2f}} GiB ({value:,} bytes)<extra></extra>")
+    fig.update_layout(barmode="stack", height=300, xaxis_title="GiB (2^30 bytes)",
                       title=f"Memory per GPU: {record['gpu']} ({b['total_bytes'] / GiB:.2f} GiB)",
-                      legend=dict(orientation="h", y=-0.4))
+                      legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0, traceorder="normal"),
+                      margin=dict(t=90))
     return fig
 
 
 def _downloads(df: pd.DataFrame, fig: go.Figure | None, stem: str) -> None:
     from app.spreadsheet import xlsx_bytes
 
-    cols = st.columns(3)
+    cols = st.columns(4)
     cols[0].download_button("CSV", df.to_csv(index=False).encode(), f"{stem}.csv", "text/csv", key=f"{stem}_csv")
     cols[1].download_button("XLSX", xlsx_bytes({stem: df.to_dict("records")}), f"{stem}.xlsx", key=f"{stem}_xlsx")
-    if fig is not None:
-        cols[2].download_button("Chart (HTML)", fig.to_html(include_plotlyjs="cdn").encode(), f"{stem}.html",
-                                "text/html", key=f"{stem}_html")
+    if fig is None:
+        return
+    # Rendering is deferred to the click: HTML with plotly.js inlined is ~4 MB, PNG needs a browser.
+    cols[2].download_button("Chart (HTML)", lambda: html_bytes(fig), f"{stem}.html", "text/html",
+                            key=f"{stem}_html")
+    has_browser = browser_path() is not None
+    cols[3].download_button("Chart (PNG)", (lambda: png_bytes(fig)) if has_browser else b"", f"{stem}.png",
+                            "image/png", key=f"{stem}_png", disabled=not has_browser,
+                            help=None if has_browser else "needs Chrome or Chromium on the server; "
+                                                          "the chart's camera button saves a PNG too")
+
+
+def _chart(fig: go.Figure, key: str) -> None:
+    st.plotly_chart(fig, key=key, config=PLOTLY_CONFIG)
 
 
 def page_plan(s: Scenario) -> None:
@@ -140,7 +156,7 @@ def page_plan(s: Scenario) -> None:
     for w in e.warnings:
         st.warning(w)
     fig = breakdown_figure(r)
-    st.plotly_chart(fig, key="breakdown_chart")
+    _chart(fig, "breakdown_chart")
     df = pd.DataFrame([{k: v for k, v in r.items() if k != "breakdown"} | r["breakdown"]])
     st.dataframe(df.T.rename(columns={0: "value"}).astype(str), key="plan_table")
     _downloads(df, fig, "plan")
@@ -152,10 +168,14 @@ def page_compare(s: Scenario) -> None:
     fig = go.Figure()
     fig.add_bar(name="payload", x=df["format"], y=df["kv_payload_bytes_per_token"], marker_color="#F58518")
     fig.add_bar(name="metadata", x=df["format"], y=df["kv_metadata_bytes_per_token"], marker_color="#E45756")
-    fig.update_layout(barmode="stack", yaxis_title="KV bytes per token (per GPU)", title="Bytes per token by format")
-    st.plotly_chart(fig, key="compare_chart")
-    st.dataframe(df[["format", "engine", "kv_bytes_per_token", "ratio_to_bf16", "max_concurrency", "max_tokens",
-                     "status", "quality", "quality_source"]], key="compare_table")
+    fig.update_layout(barmode="stack", yaxis_title="KV bytes per token, per GPU (bytes)",
+                      title=f"KV bytes per token by format: {s.model_name}", xaxis_tickangle=-35)
+    _chart(fig, "compare_chart")
+    st.dataframe(df[["format", "engine", "kv_bytes_per_token", "ratio_to_bf16", "capacity_vs_bf16", "max_concurrency",
+                     "max_tokens", "status", "quality", "quality_source"]], key="compare_table",
+                 column_config={"ratio_to_bf16": st.column_config.NumberColumn("bytes vs bf16", format="%.3f×"),
+                                "capacity_vs_bf16": st.column_config.NumberColumn("capacity vs bf16",
+                                                                                  format="%.2f×")})
     _downloads(df, fig, "formats")
 
 
@@ -177,11 +197,19 @@ def page_curves(s: Scenario) -> None:
             rows.append(dict(format=fmt, context_tokens=ctx, max_concurrency=ys[-1]))
         fig.add_scatter(x=contexts, y=ys, name=fmt, mode="lines+markers",
                         hovertemplate="%{x:,} tokens: %{y:,} requests<extra>" + fmt + "</extra>")
-    fig.add_vline(x=s.max_model_len, line_dash="dash", annotation_text="your context")
-    fig.add_hline(y=s.concurrency, line_dash="dot", annotation_text="your concurrency")
-    fig.update_layout(xaxis_type="log", yaxis_type="log", xaxis_title="context length (tokens)",
-                      yaxis_title="max concurrent requests", title=f"Capacity on {s.gpu_name}")
-    st.plotly_chart(fig, key="curves_chart")
+    # Marks as traces, not shapes: shape annotations are placed in linear units on log axes.
+    values = [r["max_concurrency"] for r in rows if r["max_concurrency"]] + [s.concurrency]
+    low, high = max(min(values) / 2, 0.5), max(values) * 2
+    fig.add_scatter(x=[s.max_model_len, s.max_model_len], y=[low, high], mode="lines", name="your context",
+                    line=dict(dash="dash", color="black", width=1),
+                    hovertemplate=f"your context: {s.max_model_len:,} tokens<extra></extra>")
+    fig.add_scatter(x=[contexts[0], contexts[-1]], y=[s.concurrency, s.concurrency], mode="lines",
+                    name="your concurrency", line=dict(dash="dot", color="black", width=1),
+                    hovertemplate=f"your concurrency: {s.concurrency:,} requests<extra></extra>")
+    fig.update_layout(xaxis_type="log", yaxis_type="log", xaxis_title="context length (tokens, log scale)",
+                      yaxis_title="max concurrent requests (log scale)",
+                      title=f"Max concurrency vs context: {s.model_name} on {s.gpu_name}, {s.engine}")
+    _chart(fig, "curves_chart")
     _downloads(pd.DataFrame(rows), fig, "curves")
 
 
@@ -191,38 +219,98 @@ def _engines_of(fmt: str) -> tuple[str, ...]:
     return get_format(fmt).engines
 
 
+REPORT_SCHEMA = "kvsize.measure/1"  # measure/run.py writes it; the app reads reports without importing torch
+
+
+def report_points(data) -> pd.DataFrame:
+    """Predicted vs measured points of a measurement report; KvsizeError names what is missing."""
+    if not isinstance(data, dict) or data.get("schema") != REPORT_SCHEMA:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise KvsizeError(f"not a kvsize measurement report: schema {found!r}, expected {REPORT_SCHEMA!r}")
+    points = []
+    try:
+        for a in data.get("allocation", []):
+            points.append(dict(kind="storage bytes", point=f"{a['model']} {a['kv_cache_dtype']}",
+                               predicted=a["predicted_bytes"], measured=a["storage_bytes"]))
+        for c in data.get("capacity", []):
+            for key in ("weights_bytes", "num_blocks", "activation_bytes", "non_torch_bytes"):
+                points.append(dict(kind=key, point=c["model"], predicted=c["predicted"][key],
+                                   measured=c["measured"][key]))
+    except (KeyError, TypeError) as e:
+        raise KvsizeError(f"measurement report point is missing field {e}") from None
+    df = pd.DataFrame(points, columns=["kind", "point", "predicted", "measured"])
+    df["error_%"] = 100 * (df["predicted"] - df["measured"]) / df["measured"].clip(lower=1)
+    return df
+
+
 def page_validation() -> None:
     reports = sorted((ROOT / "measure" / "reports").glob("*.json"))
     names = [p.name for p in reports]
     choice = st.selectbox("Bundled report", names, key="report_choice") if names else None
-    upload = st.file_uploader("…or upload a report", type=["json"], key="report_upload")
-    try:
-        data = json.loads(upload.getvalue()) if upload else json.loads((ROOT / "measure" / "reports" / choice).read_text())
-    except (json.JSONDecodeError, TypeError) as e:
-        st.error(f"not a measurement report: {e}")
+    upload = st.file_uploader("…or upload a report", type=["json"], key="report_upload", max_upload_size=64)
+    if upload is None and choice is None:
+        st.info("no measurement report bundled; upload one written by `kvsize measure`")
         return
-    points = []
-    for a in data.get("allocation", []):
-        points.append(dict(kind="storage bytes", point=f"{a['model']} {a['kv_cache_dtype']}",
-                           predicted=a["predicted_bytes"], measured=a["storage_bytes"]))
-    for c in data.get("capacity", []):
-        for key in ("weights_bytes", "num_blocks", "activation_bytes", "non_torch_bytes"):
-            points.append(dict(kind=key, point=c["model"], predicted=c["predicted"][key], measured=c["measured"][key]))
-    if not points:
+    try:
+        raw = upload.getvalue() if upload is not None else (ROOT / "measure" / "reports" / choice).read_bytes()
+        data = json.loads(raw)
+        df = report_points(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        st.error(f"measurement report: not valid JSON ({e})")
+        return
+    except KvsizeError as e:
+        st.error(str(e))
+        return
+    if df.empty:
         st.info("this report has no allocation or capacity points")
+    else:
+        fig = go.Figure()
+        for kind, part in df.groupby("kind"):
+            fig.add_scatter(x=part["measured"], y=part["predicted"], mode="markers", name=kind, text=part["point"],
+                            hovertemplate="%{text}<br>measured %{x:,}<br>predicted %{y:,}<extra>" + kind + "</extra>")
+        top = float(max(df["measured"].max(), df["predicted"].max()))
+        bottom = float(max(min(df["measured"].min(), df["predicted"].min()), 1))
+        fig.add_scatter(x=[bottom, top], y=[bottom, top], mode="lines", name="identity (predicted = measured)",
+                        line=dict(dash="dash", color="gray"))
+        fig.update_layout(xaxis_type="log", yaxis_type="log", xaxis_title="measured (bytes, or blocks)",
+                          yaxis_title="predicted (bytes, or blocks)",
+                          title=f"Predicted vs measured on {data.get('device', {}).get('name', '?')}")
+        _chart(fig, "validation_chart")
+        st.dataframe(df, key="validation_table")
+        _downloads(df, fig, "validation")
+    decode_section(data)
+
+
+def decode_section(data: dict) -> None:
+    """Decode time against context, one line per format (and kernel), at the report's largest batch."""
+    points = data.get("decode") or []
+    if not points:
         return
     df = pd.DataFrame(points)
-    df["error_%"] = 100 * (df["predicted"] - df["measured"]) / df["measured"].clip(lower=1)
+    needed = {"format", "batch", "context", "median_ms"}
+    if not needed <= set(df.columns):
+        st.error(f"measurement report decode points need fields {sorted(needed)}; found {sorted(df.columns)}")
+        return
+    if "kernel" not in df.columns:
+        df["kernel"] = "torch reference"
+    st.subheader("Decode attention time")
+    batches = sorted(df["batch"].unique())
+    batch = st.selectbox("Batch", batches, index=len(batches) - 1, key="decode_batch")
+    part = df[df["batch"] == batch].sort_values("context")
     fig = go.Figure()
-    for kind, part in df.groupby("kind"):
-        fig.add_scatter(x=part["measured"], y=part["predicted"], mode="markers", name=kind, text=part["point"])
-    top = float(max(df["measured"].max(), df["predicted"].max()))
-    fig.add_scatter(x=[1, top], y=[1, top], mode="lines", name="identity", line=dict(dash="dash", color="gray"))
-    fig.update_layout(xaxis_type="log", yaxis_type="log", xaxis_title="measured", yaxis_title="predicted",
-                      title=f"Predicted vs measured on {data.get('device', {}).get('name', '?')}")
-    st.plotly_chart(fig, key="validation_chart")
-    st.dataframe(df, key="validation_table")
-    _downloads(df, fig, "validation")
+    for (kernel, fmt), line in part.groupby(["kernel", "format"]):
+        fig.add_scatter(x=line["context"], y=line["median_ms"], mode="lines+markers", name=f"{fmt} ({kernel})",
+                        hovertemplate="%{x:,} tokens: %{y:.3f} ms<extra>" + f"{fmt} ({kernel})" + "</extra>")
+        if "predicted_ms" in line.columns and line["predicted_ms"].notna().any():
+            fig.add_scatter(x=line["context"], y=line["predicted_ms"], mode="lines", name=f"{fmt} predicted",
+                            line=dict(dash="dot"), showlegend=False,
+                            hovertemplate="%{x:,} tokens: predicted %{y:.3f} ms<extra>" + fmt + "</extra>")
+    fig.update_layout(xaxis_type="log", xaxis_title="context length (tokens)",
+                      yaxis_title="decode attention time per step (ms)",
+                      title=f"Decode attention at batch {batch} (dotted: kvsize prediction)")
+    _chart(fig, "decode_chart")
+    st.dataframe(part, key="decode_table")
+    _downloads(part, fig, "decode")
 
 
 def page_formulas(s: Scenario) -> None:

@@ -412,7 +412,6 @@ def compare(base: Scenario, engine: str, format_names) -> list[dict]:
     with the `ideal` engine and say so."""
     from .formats import get_format
 
-    reference = None
     rows = []
     eng = get_engine(engine)
     for name in format_names:
@@ -425,12 +424,10 @@ def compare(base: Scenario, engine: str, format_names) -> list[dict]:
         except KvsizeError as err:
             rows.append(dict(format=fmt.name, engine=use, status=f"n/a: {err}", kv_bytes_per_token=0,
                              kv_payload_bytes_per_token=0, kv_metadata_bytes_per_token=0, ratio_to_bf16=0.0,
-                             max_tokens=0, max_concurrency=0, max_context_at_concurrency=0, fits=False,
+                             capacity_vs_bf16=0.0, max_tokens=0, max_concurrency=0, max_context_at_concurrency=0, fits=False,
                              summary=fmt.summary, quality=fmt.quality, quality_source=fmt.quality_source,
                              layout_source=fmt.source))
             continue
-        if fmt.name == "bf16" or reference is None and fmt.name == base.shape.serving_dtype:
-            reference = e.kv_bytes_per_token
         status = "fits" if e.fits else "does not fit"
         if use != eng.name:
             status += f" (sized as ideal: {eng.name} has no {fmt.name})"
@@ -438,11 +435,14 @@ def compare(base: Scenario, engine: str, format_names) -> list[dict]:
             format=fmt.name, engine=use, status=status, kv_bytes_per_token=e.kv_bytes_per_token,
             kv_payload_bytes_per_token=e.kv_payload_bytes_per_token,
             kv_metadata_bytes_per_token=e.kv_metadata_bytes_per_token, ratio_to_bf16=0.0,
-            max_tokens=e.max_tokens, max_concurrency=e.max_concurrency,
+            capacity_vs_bf16=0.0, max_tokens=e.max_tokens, max_concurrency=e.max_concurrency,
             max_context_at_concurrency=e.max_context_at_concurrency, fits=e.fits,
             summary=fmt.summary, quality=fmt.quality, quality_source=fmt.quality_source, layout_source=fmt.source,
         ))
-    bf16 = next((r["kv_bytes_per_token"] for r in rows if r["format"] == "bf16" and r["kv_bytes_per_token"]), None)
+    bf16 = next((r for r in rows if r["format"] == "bf16" and r["kv_bytes_per_token"]), None)
     for r in rows:
-        r["ratio_to_bf16"] = r["kv_bytes_per_token"] / bf16 if bf16 else 0.0
+        # Bytes ratio is per token; the capacity multiplier counts tokens the pool holds, so it
+        # includes block rounding and any change of engine for formats the chosen one lacks.
+        r["ratio_to_bf16"] = r["kv_bytes_per_token"] / bf16["kv_bytes_per_token"] if bf16 else 0.0
+        r["capacity_vs_bf16"] = r["max_tokens"] / bf16["max_tokens"] if bf16 and bf16["max_tokens"] else 0.0
     return rows

@@ -133,14 +133,16 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         raise KvsizeError(f"--model: no config.json at {path}")
     size = path.stat().st_size
     if size > MAX_CONFIG_BYTES:
-        raise KvsizeError(f"--model: {path} is {size} bytes; a config.json must be under {MAX_CONFIG_BYTES} bytes")
+        raise KvsizeError(f"--model: {path} is {size:,} bytes; a config.json must be at most "
+                          f"{MAX_CONFIG_BYTES:,} bytes ({MAX_CONFIG_BYTES // 2**20} MiB)")
     return parse_config_text(path.read_bytes(), str(path))
 
 
 def parse_config_text(data: bytes | str, where: str = "config.json") -> dict[str, Any]:
     if isinstance(data, bytes):
         if len(data) > MAX_CONFIG_BYTES:
-            raise KvsizeError(f"{where} is {len(data)} bytes; a config.json must be under {MAX_CONFIG_BYTES} bytes")
+            raise KvsizeError(f"{where} is {len(data):,} bytes; a config.json must be at most "
+                              f"{MAX_CONFIG_BYTES:,} bytes ({MAX_CONFIG_BYTES // 2**20} MiB)")
         try:
             data = data.decode("utf-8")
         except UnicodeDecodeError:

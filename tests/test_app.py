@@ -65,3 +65,59 @@ def test_every_page_renders_for_a_hybrid_model():
     assert not at.exception
     assert len(at.tabs) == 5
     assert at.dataframe  # plan, compare, validation tables
+
+
+def _upload(at, key, name, data: bytes):
+    at.file_uploader(key=key).set_value((name, data, "application/json"))
+    at.run()
+    assert not at.exception
+
+
+def test_malformed_config_upload_shows_the_cli_error():
+    from sizing.errors import KvsizeError
+    from sizing.shape import parse_config_text
+
+    at = _app()
+    _upload(at, "upload", "config.json", b"{not json")
+    with pytest.raises(KvsizeError) as cli_error:  # the same parser the CLI uses
+        parse_config_text(b"{not json", "uploaded config.json")
+    assert [e.value for e in at.error] == [str(cli_error.value)]
+    assert not at.metric  # nothing drawn from a half-read config
+
+
+def test_oversized_config_upload_is_refused():
+    from sizing.shape import MAX_CONFIG_BYTES
+
+    at = _app()
+    _upload(at, "upload", "config.json", b" " * (MAX_CONFIG_BYTES + 1))
+    assert any("MiB" in e.value and "config" in e.value for e in at.error)
+
+
+def test_uploaded_config_is_sized_like_the_bundled_profile():
+    from sizing.profiles import model_profile
+
+    config = json.dumps(model_profile("qwen3-8b").config).encode()
+    at = _app()
+    _upload(at, "upload", "config.json", config)
+    e = estimate(scenario("qwen3-8b", max_model_len=32768, concurrency=8, memory_fraction=0.9))
+    assert _metric(at, "Max concurrency") == f"{e.max_concurrency:,}"
+    assert _metric(at, "KV bytes per token") == "147,456"  # 2 x 36 layers x 8 heads x 128 x 2 B (config.json)
+
+
+def test_compare_page_shows_capacity_multiplier():
+    at = _app()
+    table = next(d for d in at.dataframe if "capacity_vs_bf16" in d.value.columns).value
+    row = table.set_index("format")
+    assert row.loc["bf16", "capacity_vs_bf16"] == 1.0
+    # fp8 halves bytes per token; the pool holds twice the tokens up to one block of rounding.
+    assert row.loc["fp8_e4m3", "ratio_to_bf16"] == 0.5
+    assert 1.99 < row.loc["fp8_e4m3", "capacity_vs_bf16"] <= 2.0
+
+
+def test_bad_measurement_report_upload_is_an_error():
+    at = _app()
+    _upload(at, "report_upload", "report.json", json.dumps({"schema": "something-else"}).encode())
+    assert any("not a kvsize measurement report" in e.value for e in at.error)
+    _upload(at, "report_upload", "report.json",
+            json.dumps({"schema": "kvsize.measure/1", "allocation": [{"model": "x"}]}).encode())
+    assert any("missing field" in e.value for e in at.error)

@@ -87,7 +87,7 @@ def test_oversized_config(capsys, tmp_path):
     path = tmp_path / "config.json"
     path.write_text('{"pad": "' + "x" * (5 * 1024 * 1024) + '"}')
     assert run("estimate", "--model", str(path)) == 2
-    assert "must be under" in capsys.readouterr().err
+    assert "must be at most 4,194,304 bytes (4 MiB)" in capsys.readouterr().err
 
 
 def test_context_beyond_max_position_warns(capsys):

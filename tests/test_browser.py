@@ -1,0 +1,160 @@
+"""End to end: `streamlit run` on localhost, driven by Playwright in headless Chromium.
+
+Locally the test is skipped when Chromium is absent; under CI (CI=true) that is a failure, since
+`.ci/run` installs Debian's chromium package.
+"""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from helpers import scenario
+from sizing.plan import estimate
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = os.environ.get("KVSIZE_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+SCREENSHOTS = Path(os.environ.get("KVSIZE_SCREENSHOT_DIR", ROOT / "tests" / "screenshots"))
+
+
+def _need_browser():
+    have = Path(CHROMIUM).exists()
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        have = False
+    if not have:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the browser test: need {CHROMIUM} and the playwright package")
+        pytest.skip(f"needs {CHROMIUM} and the playwright package")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def app_url():
+    _need_browser()
+    port = _free_port()
+    cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "streamlit_app.py"),
+           "--server.address", "127.0.0.1", "--server.port", str(port), "--server.headless", "true",
+           "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                out = proc.stdout.read().decode(errors="replace") if proc.poll() is not None else ""
+                pytest.fail(f"streamlit did not start on {url}: {out[-2000:]}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture(scope="module")
+def page(app_url):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        pg = browser.new_page(viewport={"width": 1500, "height": 1100})
+        pg.set_default_timeout(60_000)
+        yield pg
+        browser.close()
+
+
+def _metric(page, label: str) -> str:
+    box = page.locator('[data-testid="stMetric"]', has_text=label).first
+    return box.locator('[data-testid="stMetricValue"]').inner_text().strip()
+
+
+def _choose(page, label: str, option: str) -> None:
+    box = page.locator('[data-testid="stSelectbox"]', has_text=label).first
+    box.click()
+    page.keyboard.type(option)
+    page.get_by_role("option", name=option, exact=True).click()
+
+
+def _wait_for_metric(page, label: str, expected: str) -> str:
+    deadline = time.monotonic() + 60
+    value = _metric(page, label)
+    while value != expected and time.monotonic() < deadline:
+        page.wait_for_timeout(250)
+        value = _metric(page, label)
+    return value
+
+
+def test_changing_model_and_format_changes_the_headline(page, app_url):
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.goto(f"{app_url}/?model=llama-3.1-8b&gpu=h100-sxm&engine=vllm&ctx=32768&conc=8")
+    default = estimate(scenario("llama-3.1-8b", max_model_len=32768, concurrency=8, memory_fraction=0.9))
+    assert _wait_for_metric(page, "Max concurrency", f"{default.max_concurrency:,}") == f"{default.max_concurrency:,}"
+    page.screenshot(path=str(SCREENSHOTS / "plan-llama-3.1-8b-bf16.png"), full_page=True)
+
+    _choose(page, "Model", "qwen3-8b")
+    qwen = estimate(scenario("qwen3-8b", max_model_len=32768, concurrency=8, memory_fraction=0.9))
+    assert _wait_for_metric(page, "Max concurrency", f"{qwen.max_concurrency:,}") == f"{qwen.max_concurrency:,}"
+
+    _choose(page, "K cache format", "fp8_e4m3")
+    _choose(page, "V cache format", "fp8_e4m3")
+    fp8 = estimate(scenario("qwen3-8b", k_cache_dtype="fp8_e4m3", v_cache_dtype="fp8_e4m3", max_model_len=32768,
+                            concurrency=8, memory_fraction=0.9))
+    # Qwen3-8B: 36 layers x 8 KV heads x 128 (its config.json); fp8 halves the 147,456 B of bf16 per token.
+    assert fp8.kv_bytes_per_token == 73_728
+    assert _wait_for_metric(page, "KV bytes per token", "73,728") == "73,728"
+    assert _wait_for_metric(page, "Max concurrency", f"{fp8.max_concurrency:,}") == f"{fp8.max_concurrency:,}"
+    assert fp8.max_concurrency > qwen.max_concurrency
+    page.wait_for_selector('[data-testid="stPlotlyChart"]')
+    page.wait_for_timeout(1000)  # let plotly finish drawing before the picture
+    page.screenshot(path=str(SCREENSHOTS / "plan-qwen3-8b-fp8.png"), full_page=True)
+    assert "model=qwen3-8b" in page.url and "k=fp8_e4m3" in page.url  # the link reproduces the scenario
+
+
+def test_each_tab_draws_its_chart(page, app_url):
+    page.goto(f"{app_url}/?model=gpt-oss-20b&gpu=h100-sxm&ctx=65536&conc=16")
+    page.wait_for_selector('[data-testid="stMetricValue"]')
+    for tab, shot in (("Compare formats", "compare"), ("Capacity curves", "curves"), ("Validation", "validation"),
+                      ("Formulas", "formulas")):
+        page.get_by_role("tab", name=tab).click()
+        page.wait_for_timeout(1500)
+        page.screenshot(path=str(SCREENSHOTS / f"{shot}-gpt-oss-20b.png"), full_page=True)
+        assert page.locator('[data-testid="stException"]').count() == 0
+    assert page.locator(".js-plotly-plot").count() >= 3
+
+
+def test_chart_png_export_renders_through_chromium():
+    _need_browser()
+    import plotly.graph_objects as go
+
+    from app.chart_export import png_bytes
+
+    fig = go.Figure()
+    fig.add_bar(x=["bf16", "fp8_e4m3"], y=[147_456, 73_728])
+    png = png_bytes(fig, width=600, height=300, scale=1)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    # PNG IHDR: width and height as big-endian 32-bit integers at bytes 16..24
+    assert int.from_bytes(png[16:20], "big") == 600 and int.from_bytes(png[20:24], "big") == 300
