@@ -19,6 +19,7 @@ from app.chart_export import PLOTLY_CONFIG, browser_path, html_bytes, png_bytes 
 from sizing.engines import ENGINES  # noqa: E402
 from sizing.errors import KvsizeError  # noqa: E402
 from sizing.formats import FORMAT_NAMES  # noqa: E402
+from sizing.layers import layer_groups  # noqa: E402
 from sizing.plan import Scenario, compare, estimate, to_record  # noqa: E402
 from sizing.profiles import bundled_shape, gpu_ids, gpu_profile, model_ids, model_profile  # noqa: E402
 from sizing.shape import MAX_CONFIG_BYTES, parse_config_text, resolve_shape  # noqa: E402
@@ -313,6 +314,11 @@ def decode_section(data: dict) -> None:
     _downloads(part, fig, "decode")
 
 
+def _fmt_bytes(x) -> str:
+    """An exact per-token byte count: integer where it is one, else the fraction (e.g. 17/32 of q8_0)."""
+    return f"{x.numerator:,}" if x.denominator == 1 else f"{float(x):,.4f} ({x.numerator}/{x.denominator})"
+
+
 def page_formulas(s: Scenario) -> None:
     try:
         e = estimate(s)
@@ -320,13 +326,24 @@ def page_formulas(s: Scenario) -> None:
         st.error(str(err))
         return
     r, b = to_record(e), e.breakdown
-    shape = s.shape
+    groups = layer_groups(e.layout, e.max_model_len) if e.layout is not None else []
+    terms = " + ".join(f"{g.layers} × {_fmt_bytes(g.payload_bytes_per_token + g.metadata_bytes_per_token)}"
+                       for g in groups) or "0"
     st.markdown(f"""
-**KV bytes per token** = Σ over KV layers on this GPU of heads × (K bytes + V bytes per token per head)
-= {e.kv_layers} layers × {e.kv_heads_per_gpu} heads × … = **{r['kv_bytes_per_token']:,} B**
-(payload {r['kv_payload_bytes_per_token']:,} B + metadata {r['kv_metadata_bytes_per_token']:,} B;
-for bf16 this is 2 × layers × kv_heads × head_dim × 2 = 2 × {e.kv_layers} × {e.kv_heads_per_gpu} × {shape.mla_latent_dim or shape.head_dim} × 2 when every layer is plain attention).
-
+**KV bytes per token** = Σ over the {e.kv_layers} KV layers on this GPU of (K + V bytes per token of the layer),
+each layer = heads × (K + V payload and metadata per head per token) = {terms}
+= **{r['kv_bytes_per_token']:,} B** (payload {r['kv_payload_bytes_per_token']:,} B + metadata
+{r['kv_metadata_bytes_per_token']:,} B; rounded up to whole bytes). Windowed layers count per token only up to
+their window; the per-sequence column holds that.
+""")
+    if groups:
+        st.dataframe(pd.DataFrame([dict(
+            layers=g.layers, kind=g.kind, window=g.window, kv_heads=g.heads, head_dim=g.head_dim,
+            k_format=g.k_format, v_format=g.v_format or "(MLA latent: no V)",
+            payload_bytes_per_token=_fmt_bytes(g.payload_bytes_per_token),
+            metadata_bytes_per_token=_fmt_bytes(g.metadata_bytes_per_token),
+            bytes_per_sequence=g.sequence_bytes) for g in groups]), key="formula_layers")
+    st.markdown(f"""
 **KV budget** ({e.engine.name}) = {e.budget_formula}
 = {b.total_bytes:,} total → **{e.kv_budget_bytes:,} B** ({e.kv_budget_bytes / GiB:.2f} GiB)
 with weights {b.weights_bytes:,} B, activation {b.activation_bytes:,} B, non-torch {b.non_torch_bytes:,} B,

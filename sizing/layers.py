@@ -169,6 +169,36 @@ class CacheLayout:
         return sum(spec.layer_bytes() for spec in self.kv.values())
 
 
+@dataclass(frozen=True)
+class LayerGroup:
+    """Layers that hold the same thing, for showing the per-token sum term by term."""
+
+    kind: str
+    window: int | None
+    heads: int
+    head_dim: int
+    k_format: str
+    v_format: str | None
+    layers: int
+    payload_bytes_per_token: Fraction  # one layer, below any window
+    metadata_bytes_per_token: Fraction
+    sequence_bytes: int  # all layers of the group, one sequence at the given length
+
+
+def layer_groups(layout: CacheLayout, tokens: int) -> list[LayerGroup]:
+    groups: dict[tuple, list] = {}
+    for spec in layout.kv.values():
+        key = (spec.kind, getattr(spec, "window", None) or getattr(spec, "chunk", None), spec.heads, spec.head_dim,
+               spec.k_format, spec.v_format)
+        groups.setdefault(key, []).append(spec)
+    rows = []
+    for (kind, window, heads, head_dim, k_format, v_format), specs in groups.items():
+        payload, metadata = specs[0].token_bytes()
+        rows.append(LayerGroup(kind, window, heads, head_dim, k_format, v_format, len(specs), payload, metadata,
+                               sum(sum(spec.bytes_for(tokens)) for spec in specs)))
+    return rows
+
+
 def parse_layer_overrides(text: str | None, num_layers: int) -> dict[int, str]:
     """'first:2,last:2=bf16;10-12=fp8' -> {layer: format name}."""
     overrides: dict[int, str] = {}

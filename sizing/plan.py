@@ -120,6 +120,7 @@ class Estimate:
     fits: bool
     fit_message: str
     warnings: tuple[str, ...]
+    layout: CacheLayout | None = field(default=None, repr=False, compare=False)
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -321,7 +322,7 @@ def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index
         max_tokens=pool.tokens(units), max_concurrency=mc, max_concurrency_ratio=ratio,
         max_context_at_concurrency=mctx, kv_budget_bytes=budget.kv_budget_bytes,
         budget_formula=budget.formula, breakdown=breakdown, fits=fits, fit_message=message,
-        warnings=tuple(warnings),
+        warnings=tuple(warnings), layout=layout,
     )
 
 

@@ -121,3 +121,19 @@ def test_bad_measurement_report_upload_is_an_error():
     _upload(at, "report_upload", "report.json",
             json.dumps({"schema": "kvsize.measure/1", "allocation": [{"model": "x"}]}).encode())
     assert any("missing field" in e.value for e in at.error)
+
+
+def test_formulas_page_lists_layer_groups_term_by_term():
+    at = _app()
+    at.selectbox(key="model").set_value("gpt-oss-20b")
+    at.run()
+    assert not at.exception
+    table = next(d for d in at.dataframe if "bytes_per_sequence" in d.value.columns).value
+    # gpt-oss-20b config.json: 24 layers alternating sliding (window 128) and full, 8 KV heads of 64;
+    # bf16 K+V per layer per token = 8 x 64 x 2 x 2 B = 2,048 B.
+    by_kind = table.set_index("kind")
+    assert by_kind.loc["full", "layers"] == 12 and by_kind.loc["sliding", "layers"] == 12
+    assert by_kind.loc["sliding", "window"] == 128
+    assert by_kind.loc["full", "payload_bytes_per_token"] == "2,048"
+    assert by_kind.loc["sliding", "bytes_per_sequence"] == 12 * 128 * 2048  # held only up to the window
+    assert any("12 × 2,048 + 12 × 2,048" in m.value for m in at.markdown)
