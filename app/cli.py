@@ -134,6 +134,24 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--format", choices=["table", "json"], default="table")
         p.set_defaults(run=fn)
 
+    p = sub.add_parser("plan", help="a fleet for a workload: GPUs, KV format, TP, speed, cost, serve command")
+    p.add_argument("--workload", required=True, help="workload file (.yaml, .yml or .json)")
+    p.add_argument("--model", required=True, help="bundled profile id, a config.json, or a folder holding one")
+    p.add_argument("--gpus", type=_list, default=["h100-sxm", "h200"])
+    p.add_argument("--engine", default="vllm", help="vllm, sglang, trtllm, lmdeploy, llamacpp or ideal")
+    p.add_argument("--formats", type=_list, default=["auto", "fp8_e4m3", "nvfp4"])
+    p.add_argument("--tp", type=_list, default=["1", "2", "4", "8"])
+    p.add_argument("--price", default=None, help="USD per GPU-hour overrides, e.g. 'h100-sxm=2.1,h200=3.2'")
+    p.add_argument("--kv-efficiency", default=None,
+                   help="bandwidth efficiencies, e.g. 'fp8_e4m3=0.7,default=0.75,weights=0.8,mfu=0.5'")
+    p.add_argument("--efficiency-report", default=None,
+                   help="measurement report whose decode_efficiency replaces the assumed efficiencies")
+    p.add_argument("--quality-report", default=None, help="measurement report whose attention errors to show")
+    p.add_argument("--out", action="append", default=[], help="write .csv, .xlsx or .json (repeatable)")
+    p.add_argument("--top", type=_positive_int, default=12, help="candidates shown in the summary")
+    _add_scenario_options(p, single=False)
+    p.set_defaults(run=cmd_plan)
+
     p = sub.add_parser("measure", help="measure on an NVIDIA GPU and write a report (needs torch)")
     p.add_argument("--model", action="append", required=True, help="bundled model id (repeatable)")
     p.add_argument("--kv-cache-dtype", type=_list, default=["bf16"])
@@ -444,6 +462,161 @@ def cmd_formats(args: argparse.Namespace) -> int:
         print(f"{r['name']:<21}{r['k_bytes_per_token_per_head_at_128']:>7.1f} B/token/head (head_dim 128)  "
               f"{r['summary']}\n{'':<21}engines: {', '.join(r['engines'])}; layout: {r['source']}")
     return 0
+
+
+def _prices(text: str | None) -> dict[str, float]:
+    prices = {}
+    for item in filter(None, (p.strip() for p in (text or "").split(","))):
+        gpu, sep, value = item.partition("=")
+        try:
+            prices[gpu] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise KvsizeError(f"--price: {item!r} must look like GPU=USD_PER_HOUR, e.g. h100-sxm=2.49")
+    return prices
+
+
+def _read_report(path: str, option: str) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise KvsizeError(f"{option}: {p} is not a file")
+    try:
+        return json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise KvsizeError(f"{option}: {p} is not a JSON measurement report ({e})") from None
+
+
+def plan_from_args(args: argparse.Namespace):
+    """(fleet plan, base scenario, guidance, quality notes, serve command of the cheapest)."""
+    from sizing.fleet import build_candidates, load_draft, plan_fleet
+    from sizing.formats import get_format
+    from sizing.guidance import evaluate_rules, quality_notes
+    from sizing.speed import DecodeEfficiency, efficiency_from_report, parse_efficiency_overrides
+    from sizing.workload import read_workload
+
+    if args.pipeline_parallel_size != 1:
+        raise KvsizeError("plan sizes replicas of TP GPUs; --pipeline-parallel-size is not supported here")
+    if args.concurrency != 1:
+        raise KvsizeError("plan takes the peak from the workload's peak_concurrency; drop --concurrency")
+    workload = read_workload(args.workload)
+    base = scenario_from_args(args, args.model, args.gpus[0], args.engine, 1, None, "auto", "auto")
+    efficiency = DecodeEfficiency()
+    if args.efficiency_report:
+        efficiency = efficiency_from_report(_read_report(args.efficiency_report, "--efficiency-report"),
+                                            Path(args.efficiency_report).name)
+    efficiency = parse_efficiency_overrides(args.kv_efficiency, efficiency)
+    tps = [_int_or_error(t, "--tp") for t in args.tp]
+    formats = [get_format(f, base.shape.serving_dtype, option="--formats").name for f in args.formats]
+    candidates = build_candidates(args.gpus, list(dict.fromkeys(formats)), tps, _prices(args.price))
+    plan = plan_fleet(base, candidates, workload, efficiency, load_draft(workload))
+    report = _read_report(args.quality_report, "--quality-report") if args.quality_report else None
+    notes = quality_notes(formats, base.shape.serving_dtype, report,
+                          Path(args.quality_report).name if args.quality_report else None)
+    return plan, base, evaluate_rules(workload), notes
+
+
+def _hf_id(model: str) -> str:
+    """What an engine is started with: the profile's Hugging Face id, or the local folder given."""
+    from sizing.profiles import model_ids, model_profile
+
+    if model.lower() in {m.lower() for m in model_ids()}:
+        return model_profile(model).hf_id
+    path = Path(model)
+    return str(path.parent if path.name == "config.json" else path)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from sizing.fleet import PLAN_SCHEMA, bucket_rows, candidate_rows, cost_rows, plan_serve_command
+
+    outs = [Path(o) for o in args.out]
+    for out in outs:
+        if out.suffix.lower() not in (".csv", ".xlsx", ".json"):
+            raise KvsizeError(f"--out must end in .csv, .xlsx or .json, got {out.name!r}")
+    plan, base, rules, notes = plan_from_args(args)
+    cheapest = plan.cheapest
+    serve = plan_serve_command(plan, base, cheapest, _hf_id(args.model)) if cheapest else None
+    rows, pools, costs = candidate_rows(plan), bucket_rows(plan), cost_rows(plan)
+    guidance = [dict(rule=r.rule.name, above_tokens=r.rule.above_tokens, share_percent=round(r.share_percent, 2),
+                     threshold_percent=r.rule.min_share_percent, fires=r.fires, explanation=r.explanation)
+                for r in rules]
+    quality = [dict(format=n.format, published=n.published, source=n.source,
+                    measured_attention_error=n.measured_attention_error, measured_where=n.measured_where)
+               for n in notes]
+    for out in outs:
+        kind = out.suffix.lower()
+        if kind == ".csv":
+            _atomic_write(out, _csv_text(rows).encode())
+        elif kind == ".json":
+            record = dict(schema=PLAN_SCHEMA, model=plan.model_name, engine=plan.engine,
+                          workload=plan.workload.model_dump(mode="json"), efficiency_source=plan.efficiency.source,
+                          cheapest=_cheapest_key(cheapest), serve_command=serve.command if serve else None,
+                          candidates=rows, pools=pools, cost=costs, guidance=guidance, quality=quality)
+            _atomic_write(out, (json.dumps(record, indent=2) + "\n").encode())
+        else:
+            from app.spreadsheet import xlsx_bytes
+
+            _atomic_write(out, xlsx_bytes({"candidates": rows, "pools": pools, "cost": costs, "guidance": guidance,
+                                           "quality": quality}))
+    sys.stdout.write(render_plan(plan, rows, rules, notes, serve, args.top))
+    for out in outs:
+        print(f"kvsize: wrote {out}", file=sys.stderr)
+    return 0 if cheapest else 2
+
+
+def _cheapest_key(p) -> dict | None:
+    if p is None:
+        return None
+    return dict(gpu=p.candidate.gpu.id, kv_format=p.candidate.kv_format,
+                tensor_parallel_size=p.candidate.tensor_parallel_size, gpus=p.gpus)
+
+
+def render_plan(plan, rows: list[dict], rules, notes, serve, top: int) -> str:
+    w = plan.workload
+    lines = [f"Fleet plan: {plan.model_name} on {plan.engine}, workload {w.name!r}: peak {w.peak_concurrency:,} "
+             f"concurrent requests, prefix cache share {w.prefix_cache_share:.0%}"]
+    lines.append("  mix: " + ", ".join(f"{b.label} tokens {b.share_percent:g}% (out {b.output_tokens:,})"
+                                        for b in w.mix()))
+    lines.append("")
+    head = (f"{'gpu':<11}{'kv format':<20}{'tp':>3}{'gpus':>6}{'req/repl':>9}{'split':>7}{'ITL ms':>9}"
+            f"{'tok/s/GPU':>11}{'$/h':>9}{'$/M tok':>9}{'vs bf16':>9}")
+    lines.append(head)
+    fitting = sorted((r for r in rows if r["fits"]), key=lambda r: (r["fleet_usd_per_hour"], r["gpus"]))
+    for r in fitting[:top]:
+        saving = f"{-r['savings_vs_bf16_percent']:+.0f}%" if r["savings_vs_bf16_percent"] is not None else "-"
+        lines.append(f"{r['gpu']:<11}{r['kv_format']:<20}{r['tensor_parallel_size']:>3}{r['gpus']:>6}"
+                     f"{r['requests_per_replica']:>9}{r['gpus_per_bucket_pools']:>7}{r['itl_ms']:>9.2f}"
+                     f"{r['tokens_per_s_per_gpu']:>11,.0f}{r['fleet_usd_per_hour']:>9.2f}"
+                     f"{r['usd_per_million_output_tokens']:>9.3f}{saving:>9}")
+    refused = [r for r in rows if not r["fits"]]
+    if refused:
+        lines.append(f"  ({len(refused)} candidate(s) do not fit or cannot run; see --out for reasons, e.g. "
+                     f"{refused[0]['gpu']} {refused[0]['kv_format']} TP {refused[0]['tensor_parallel_size']}: "
+                     f"{refused[0]['reason']})")
+    lines.append("  gpus: one shared pool; split: one pool per length bucket; ITL at the peak batch per replica; "
+                 f"efficiency: {plan.efficiency.source}")
+    lines.append("")
+    best = plan.cheapest
+    if best:
+        c = best.candidate
+        lines.append(f"Cheapest: {best.gpus} × {c.gpu.name} ({c.kv_format} KV, TP {c.tensor_parallel_size}) — "
+                     f"{best.reason}; ${best.usd_per_hour:,.2f}/h at ${c.gpu.usd_per_hour:g}/GPU-h ({c.gpu.price_source})")
+    else:
+        lines.append("No candidate fits: try larger TP, more memory per GPU, or a smaller KV format.")
+    lines.append("")
+    lines.append("Guidance:")
+    lines += [f"  - {r.explanation}" for r in rules]
+    lines.append("Quality notes:")
+    for n in notes:
+        measured = (f"; measured attention error {n.measured_attention_error:.1%} ({n.measured_where})"
+                    if n.measured_attention_error is not None else "")
+        lines.append(f"  - {n.format}: {n.published} [{n.source}]{measured}")
+    if serve:
+        lines.append("")
+        lines.append(f"Serve ({serve.engine}; {serve.note}):" if serve.command else f"Serve: {serve.note}")
+        if serve.command:
+            lines.append(f"  {serve.command}")
+    return "\n".join(lines) + "\n"
 
 
 def cmd_measure(args: argparse.Namespace) -> int:

@@ -43,6 +43,7 @@ class Scenario:
     cuda_graph_bytes: int | None = None
     layer_kv_dtype: str | None = None
     format_options: FormatOptions = field(default_factory=FormatOptions)
+    extra_weights_bytes: int = 0  # other models on the GPU, e.g. a speculative-decoding draft (per GPU)
 
     def validated(self) -> Scenario:
         for name, value, low in (
@@ -63,6 +64,8 @@ class Scenario:
             raise KvsizeError(f"the engine's memory fraction must be in (0, 1], got {self.memory_fraction}")
         if self.gpu_memory_bytes <= 0:
             raise KvsizeError("GPU memory must be greater than zero")
+        if self.extra_weights_bytes < 0:
+            raise KvsizeError(f"extra weights must be zero or more bytes, got {self.extra_weights_bytes}")
         if self.pipeline_parallel_size > self.shape.num_layers:
             raise KvsizeError(
                 f"--pipeline-parallel-size {self.pipeline_parallel_size} exceeds the model's "
@@ -121,6 +124,7 @@ class Estimate:
     fit_message: str
     warnings: tuple[str, ...]
     layout: CacheLayout | None = field(default=None, repr=False, compare=False)
+    pool: Pool | None = field(default=None, repr=False, compare=False)
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -262,7 +266,7 @@ def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index
     pool = _pool(engine, layout, block_size, s.max_num_batched_tokens)
 
     wfmt = resolve_weights_dtype(s.weights_dtype, shape)
-    weights = _weights(shape, wfmt, tp, stage, index == 0, index == num_stages - 1)
+    weights = _weights(shape, wfmt, tp, stage, index == 0, index == num_stages - 1) + s.extra_weights_bytes
     activation = _activation(shape, s.max_num_batched_tokens, s.max_num_seqs, tp)
     non_torch = s.non_torch_bytes if s.non_torch_bytes is not None else non_torch_estimate(
         tp, s.pipeline_parallel_size)
@@ -322,7 +326,7 @@ def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index
         max_tokens=pool.tokens(units), max_concurrency=mc, max_concurrency_ratio=ratio,
         max_context_at_concurrency=mctx, kv_budget_bytes=budget.kv_budget_bytes,
         budget_formula=budget.formula, breakdown=breakdown, fits=fits, fit_message=message,
-        warnings=tuple(warnings), layout=layout,
+        warnings=tuple(warnings), layout=layout, pool=pool,
     )
 
 

@@ -10,6 +10,9 @@ from .errors import KvsizeError
 from .formats import get_format
 from .plan import Scenario, estimate
 from .profiles import gpu_profile, load_model
+from .fleet import GpuOffer
+from .memory import resolve_weights_dtype
+from .speed import DecodeEfficiency, decode_step
 from .units import GiB
 
 
@@ -33,15 +36,20 @@ COLUMNS = (
     "kv_bytes_per_token", "kv_metadata_bytes_per_token", "kv_bytes_per_sequence", "num_blocks", "max_tokens",
     "max_concurrency", "max_context_at_concurrency_tokens", "weights_gib_per_gpu", "kv_budget_gib_per_gpu",
     "gpu_memory_gib", "gpus_per_replica",
+    # speed and cost with every slot full: min(max_concurrency, max_num_seqs) requests at max_model_len
+    "decode_batch", "itl_ms", "tokens_per_s_per_gpu", "usd_per_gpu_hour", "usd_per_million_output_tokens",
 )
 
 
-def run_sweep(grid: SweepGrid, base: Scenario, progress: Callable[[int, int], None] | None = None) -> list[dict]:
+def run_sweep(grid: SweepGrid, base: Scenario, progress: Callable[[int, int], None] | None = None,
+              efficiency: DecodeEfficiency | None = None, prices: dict[str, float] | None = None) -> list[dict]:
     """Every combination of the grid; combinations an engine cannot run get a row that says why."""
+    efficiency = efficiency or DecodeEfficiency()
+    prices = prices or {}
     rows: list[dict] = []
     total, done = grid.size, 0
     shapes = {m: load_model(m) for m in grid.models}
-    gpus = {g: gpu_profile(g) for g in grid.gpus}
+    gpus = {g: GpuOffer.from_profile(g, gpu_profile(g), prices.get(g)) for g in grid.gpus}
     engines = [get_engine(e).name for e in grid.engines]
     for model in grid.models:
         name, shape = shapes[model]
@@ -56,14 +64,14 @@ def run_sweep(grid: SweepGrid, base: Scenario, progress: Callable[[int, int], No
                                 gpu_memory_bytes=g.memory_bytes, engine=engine, k_cache_dtype=fmt,
                                 v_cache_dtype=fmt, tensor_parallel_size=tp, max_model_len=context,
                             )
-                            rows.append(_row(scenario, model, gpu, fmt))
+                            rows.append(_row(scenario, model, gpu, fmt, g, efficiency))
                             done += 1
                             if progress and (done % 1000 == 0 or done == total):
                                 progress(done, total)
     return rows
 
 
-def _row(s: Scenario, model: str, gpu: str, fmt: str) -> dict:
+def _row(s: Scenario, model: str, gpu: str, fmt: str, offer: GpuOffer, efficiency: DecodeEfficiency) -> dict:
     row = dict.fromkeys(COLUMNS)
     row.update(model=model, gpu=gpu, engine=s.engine, kv_cache_dtype=fmt, tensor_parallel_size=s.tensor_parallel_size,
                max_model_len_tokens=s.max_model_len, gpu_memory_gib=round(s.gpu_memory_bytes / GiB, 3),
@@ -80,6 +88,15 @@ def _row(s: Scenario, model: str, gpu: str, fmt: str) -> dict:
         kv_bytes_per_sequence=e.kv_bytes_per_sequence, num_blocks=e.num_blocks, max_tokens=e.max_tokens,
         max_concurrency=e.max_concurrency, max_context_at_concurrency_tokens=e.max_context_at_concurrency,
         weights_gib_per_gpu=round(e.breakdown.weights_bytes / GiB, 3),
-        kv_budget_gib_per_gpu=round(e.kv_budget_bytes / GiB, 3),
+        kv_budget_gib_per_gpu=round(e.kv_budget_bytes / GiB, 3), usd_per_gpu_hour=offer.usd_per_hour,
     )
+    batch = min(e.max_concurrency, s.max_num_seqs)
+    # Speed is modelled for one pipeline stage holding every layer (PP = 1) only.
+    if batch > 0 and e.layout is not None and s.pipeline_parallel_size == 1:
+        step = decode_step(s.shape, e.layout, resolve_weights_dtype(s.weights_dtype, s.shape), s.tensor_parallel_size,
+                           [(batch, e.max_model_len)], offer.hbm_bandwidth_gb_s, efficiency, e.k_format)
+        gpus = s.tensor_parallel_size * s.pipeline_parallel_size
+        per_gpu = step.tokens_per_second / gpus
+        row.update(decode_batch=batch, itl_ms=round(step.seconds * 1000, 3), tokens_per_s_per_gpu=round(per_gpu, 1),
+                   usd_per_million_output_tokens=round(offer.usd_per_hour / (per_gpu * 3600 / 1e6), 4))
     return row

@@ -1,0 +1,351 @@
+"""Fleet planning: how many GPUs of which kind, in which KV format, for a workload
+(docs/formulas.md, 'Fleet').
+
+A candidate is (GPU, KV format, TP). A replica is one engine instance on TP GPUs. For each
+candidate the peak concurrency of the mix is served
+
+- from one shared pool: every replica runs with max_model_len = the longest bucket, and a
+  request of bucket b reserves the engine's pages for its own length; a replica holds
+  ⌊(KV budget − shared prefix) / Σ_b share_b × bytes_b⌋ requests (at most max_num_seqs);
+- or from one pool per bucket: replicas of bucket b run with max_model_len = its length and
+  serve peak × share_b requests.
+
+Speed at the peak comes from bytes moved (sizing.speed), cost from the GPU's hourly price.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from .errors import KvsizeError
+from .formats import get_format
+from .layers import build_layout, kv_heads_per_rank
+from .memory import resolve_weights_dtype, weight_bytes
+from .plan import Estimate, Scenario, estimate
+from .shape import ModelShape
+from .speed import DecodeEfficiency, decode_step, itl_slope_seconds_per_token, prefill_seconds
+from .units import GiB
+from .workload import Bucket, Workload
+
+SECONDS_PER_HOUR = 3600
+
+
+@dataclass(frozen=True)
+class GpuOffer:
+    """A GPU kind as the planner buys it."""
+
+    id: str
+    name: str
+    memory_bytes: int
+    hbm_bandwidth_gb_s: float
+    bf16_dense_tflops: float
+    usd_per_hour: float
+    price_source: str
+
+    @classmethod
+    def from_profile(cls, gpu_id: str, profile, usd_per_hour: float | None = None) -> GpuOffer:
+        """`profile`: a GpuProfile; `usd_per_hour` overrides its indicative price."""
+        if usd_per_hour is not None and not usd_per_hour > 0:
+            raise KvsizeError(f"--price for {gpu_id} must be a positive USD per GPU-hour, got {usd_per_hour}")
+        source = "given with --price" if usd_per_hour is not None else f"{profile.price_source} ({profile.price_date})"
+        return cls(gpu_id, profile.name, profile.memory_bytes, profile.hbm_bandwidth_gb_s, profile.bf16_dense_tflops,
+                   usd_per_hour if usd_per_hour is not None else profile.price_usd_per_hour, source)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    gpu: GpuOffer
+    kv_format: str
+    tensor_parallel_size: int
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A speculative-decoding draft model served beside the target on every replica."""
+
+    name: str
+    shape: ModelShape
+    kv_cache_dtype: str = "auto"
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """Replicas that serve some of the traffic with one max_model_len."""
+
+    name: str
+    max_model_len: int
+    requests: float  # peak requests this pool serves
+    bytes_per_request: float  # KV (+ state, + draft KV) per rank, mix-weighted
+    requests_per_replica: int
+    replicas: int
+    kv_budget_bytes: int  # per rank
+    limited_by: str  # "kv cache" or "max_num_seqs"
+
+
+@dataclass(frozen=True)
+class CandidatePlan:
+    candidate: Candidate
+    engine: str
+    fits: bool
+    reason: str
+    shared: PoolPlan | None
+    per_bucket: tuple[PoolPlan, ...]
+    gpus: int  # shared pool
+    gpus_per_bucket_pools: int
+    kv_bytes_per_token: int  # per rank
+    cache_tokens: int  # tokens one replica's KV pool holds (at the longest bucket's max_model_len)
+    itl_seconds: float  # at the peak, shared pool
+    itl_weights_seconds: float
+    itl_kv_seconds: float
+    itl_slope_seconds_per_1k_tokens: float
+    kv_efficiency: float
+    tokens_per_second_per_gpu: float
+    fleet_tokens_per_second: float
+    prefill_seconds: dict[str, float]  # per bucket, one prompt on one replica
+    usd_per_hour: float
+    usd_per_million_output_tokens: float
+    savings_vs_bf16_percent: float | None = None
+
+    @property
+    def best_gpus(self) -> int:
+        return min(self.gpus, self.gpus_per_bucket_pools) if self.fits else 0
+
+
+@dataclass(frozen=True)
+class FleetPlan:
+    workload: Workload
+    model_name: str
+    engine: str
+    plans: tuple[CandidatePlan, ...]
+    efficiency: DecodeEfficiency
+
+    @property
+    def cheapest(self) -> CandidatePlan | None:
+        fitting = [p for p in self.plans if p.fits]
+        return min(fitting, key=lambda p: (p.usd_per_hour, p.gpus, p.itl_seconds)) if fitting else None
+
+
+def _request_bytes(e: Estimate, tokens: int) -> int:
+    return e.pool.request_units(tokens) * e.pool.unit_bytes + e.recurrent_state_bytes_per_sequence
+
+
+def _draft_terms(draft: Draft | None, tp: int) -> tuple[int, object]:
+    """(draft weights per rank, draft layout per rank) or (0, None)."""
+    if draft is None:
+        return 0, None
+    heads_tp = tp
+    try:
+        kv_heads_per_rank(draft.shape.num_kv_heads, tp)
+    except KvsizeError:
+        heads_tp = 1  # a draft whose heads do not split runs unsharded on each rank
+    wfmt = resolve_weights_dtype("auto", draft.shape)
+    weights = weight_bytes(draft.shape, wfmt, heads_tp, range(draft.shape.num_layers), True, True).total_bytes
+    fmt = draft.kv_cache_dtype
+    layout = build_layout(draft.shape, fmt, fmt, heads_tp, range(draft.shape.num_layers), {}, None)
+    return weights, layout
+
+
+def _pool_plan(name: str, e: Estimate, mix: list[tuple[float, Bucket]], requests: float, prefix_share: float,
+               draft_layout, max_num_seqs: int) -> PoolPlan:
+    """`mix`: (share of this pool's requests, bucket) pairs summing to 1."""
+    per_request = 0.0
+    shared_prefix = 0
+    for share, b in mix:
+        shared = int(prefix_share * b.mean_prompt_tokens)
+        shared_prefix = max(shared_prefix, shared)
+        unique = b.max_context_tokens - shared
+        draft = 0
+        if draft_layout is not None:
+            draft = sum(draft_layout.sequence_bytes(b.max_context_tokens))
+        per_request += share * (_request_bytes(e, unique) + draft)
+    # One copy of the shared prefix per replica: prefix caching keeps it once for every request.
+    prefix_bytes = e.pool.request_units(shared_prefix) * e.pool.unit_bytes if shared_prefix else 0
+    usable = e.kv_budget_bytes - e.pool.fixed_bytes - prefix_bytes
+    by_kv = int(usable // per_request) if per_request > 0 and usable > 0 else 0
+    per_replica = min(by_kv, max_num_seqs)
+    limited = "max_num_seqs" if max_num_seqs < by_kv else "kv cache"
+    replicas = math.ceil(requests / per_replica - 1e-9) if per_replica > 0 else 0
+    return PoolPlan(name, e.max_model_len, requests, per_request, per_replica, replicas, e.kv_budget_bytes, limited)
+
+
+def plan_candidate(base: Scenario, candidate: Candidate, workload: Workload, efficiency: DecodeEfficiency,
+                   draft: Draft | None = None) -> CandidatePlan:
+    """One candidate against the workload; a candidate that cannot hold one request says why."""
+    mix = workload.mix()
+    longest = max(b.max_context_tokens for b in mix)
+    tp = candidate.tensor_parallel_size
+    g = candidate.gpu
+    draft_weights, draft_layout = _draft_terms(draft, tp)
+    scenario = replace(base, gpu_name=g.name, gpu_memory_bytes=g.memory_bytes, k_cache_dtype=candidate.kv_format,
+                       v_cache_dtype=candidate.kv_format, tensor_parallel_size=tp, pipeline_parallel_size=1,
+                       max_model_len=longest, concurrency=1, extra_weights_bytes=draft_weights)
+    e = estimate(scenario)  # KvsizeError (TP split, unsupported format) goes to the caller
+    max_seqs = base.max_num_seqs
+    shared = _pool_plan("shared", e, [(b.share_percent / 100, b) for b in mix], float(workload.peak_concurrency),
+                        workload.prefix_cache_share, draft_layout, max_seqs)
+    per_bucket = []
+    for b in mix:
+        eb = e if b.max_context_tokens == longest else estimate(replace(scenario, max_model_len=b.max_context_tokens))
+        per_bucket.append(_pool_plan(b.label, eb, [(1.0, b)], workload.peak_concurrency * b.share_percent / 100,
+                                     workload.prefix_cache_share, draft_layout, max_seqs))
+    fits = shared.requests_per_replica > 0
+    gpus = shared.replicas * tp
+    gpus_split = sum(p.replicas for p in per_bucket) * tp if all(p.requests_per_replica for p in per_bucket) else 0
+    if fits:
+        reason = (f"{shared.replicas} replica(s) × TP {tp}: {shared.requests_per_replica} requests each "
+                  f"(limited by {shared.limited_by})")
+    else:
+        reason = (f"does not fit: one request of the mix needs {shared.bytes_per_request / GiB:.2f} GiB of KV per GPU, "
+                  f"available {max(e.kv_budget_bytes, 0) / GiB:.2f} GiB; try a larger TP, a smaller KV format or a "
+                  f"GPU with more memory")
+
+    fmt_name = e.k_format
+    weights_fmt = resolve_weights_dtype(base.weights_dtype, base.shape)
+    batch = workload.peak_concurrency / shared.replicas if fits else 0.0
+    requests = [(batch * b.share_percent / 100, b.mean_decode_length) for b in mix]
+    step = decode_step(base.shape, e.layout, weights_fmt, tp, requests, g.hbm_bandwidth_gb_s, efficiency, fmt_name)
+    if draft_layout is not None and fits:
+        # The draft's KV is read too; its weights are small and its step overlaps the verify step.
+        extra = sum(n * sum(draft_layout.sequence_bytes(t)) for n, t in requests)
+        step = replace(step, kv_read_bytes=step.kv_read_bytes + int(extra))
+    kv_eff = efficiency.for_format(fmt_name)
+    slope = itl_slope_seconds_per_token(e.kv_bytes_per_token, batch, g.hbm_bandwidth_gb_s, kv_eff) * 1000
+    fleet_tps = workload.peak_concurrency / step.seconds if fits and step.seconds else 0.0
+    usd_hour = gpus * g.usd_per_hour
+    per_million = usd_hour / (fleet_tps * SECONDS_PER_HOUR / 1e6) if fleet_tps else math.inf
+    prefill = {b.label: prefill_seconds(base.shape, b.mean_prompt_tokens, tp, g.bf16_dense_tflops, efficiency.mfu)
+               for b in mix}
+    return CandidatePlan(
+        candidate=candidate, engine=e.engine.name, fits=fits, reason=reason, shared=shared,
+        per_bucket=tuple(per_bucket), gpus=gpus if fits else 0, gpus_per_bucket_pools=gpus_split,
+        kv_bytes_per_token=e.kv_bytes_per_token, cache_tokens=e.max_tokens, itl_seconds=step.seconds if fits else 0.0,
+        itl_weights_seconds=step.weights_seconds, itl_kv_seconds=step.kv_seconds if fits else 0.0,
+        itl_slope_seconds_per_1k_tokens=slope, kv_efficiency=kv_eff,
+        tokens_per_second_per_gpu=fleet_tps / gpus if gpus else 0.0, fleet_tokens_per_second=fleet_tps,
+        prefill_seconds=prefill, usd_per_hour=usd_hour if fits else 0.0, usd_per_million_output_tokens=per_million,
+    )
+
+
+def plan_fleet(base: Scenario, candidates: list[Candidate], workload: Workload,
+               efficiency: DecodeEfficiency | None = None, draft: Draft | None = None) -> FleetPlan:
+    """Every candidate; those the engine cannot run are kept with the reason, not dropped."""
+    efficiency = efficiency or DecodeEfficiency()
+    plans = []
+    for c in candidates:
+        try:
+            plans.append(plan_candidate(base, c, workload, efficiency, draft))
+        except KvsizeError as err:
+            plans.append(_refused(c, base.engine, str(err)))
+    # Savings against bf16 KV on the same GPU and TP (cost of the fleet per hour).
+    reference = {(p.candidate.gpu.id, p.candidate.tensor_parallel_size): p for p in plans
+                 if p.fits and _is_bf16(p.candidate.kv_format, base.shape)}
+    out = []
+    for p in plans:
+        ref = reference.get((p.candidate.gpu.id, p.candidate.tensor_parallel_size))
+        saving = 100 * (1 - p.usd_per_hour / ref.usd_per_hour) if ref and p.fits and ref.usd_per_hour else None
+        out.append(replace(p, savings_vs_bf16_percent=saving))
+    return FleetPlan(workload, base.model_name, base.engine, tuple(out), efficiency)
+
+
+def _is_bf16(name: str, shape: ModelShape) -> bool:
+    return get_format(name, shape.serving_dtype).name in ("bf16", "fp16")
+
+
+def _refused(c: Candidate, engine: str, why: str) -> CandidatePlan:
+    return CandidatePlan(candidate=c, engine=engine, fits=False, reason=f"n/a: {why}", shared=None, per_bucket=(),
+                         gpus=0, gpus_per_bucket_pools=0, kv_bytes_per_token=0, cache_tokens=0, itl_seconds=0.0,
+                         itl_weights_seconds=0.0, itl_kv_seconds=0.0, itl_slope_seconds_per_1k_tokens=0.0,
+                         kv_efficiency=0.0, tokens_per_second_per_gpu=0.0, fleet_tokens_per_second=0.0,
+                         prefill_seconds={}, usd_per_hour=0.0, usd_per_million_output_tokens=math.inf)
+
+
+def candidate_rows(plan: FleetPlan) -> list[dict]:
+    """One flat row per candidate, for tables and spreadsheets."""
+    rows = []
+    for p in plan.plans:
+        c = p.candidate
+        rows.append(dict(
+            gpu=c.gpu.id, kv_format=c.kv_format, tensor_parallel_size=c.tensor_parallel_size, engine=p.engine,
+            fits=p.fits, gpus=p.gpus, replicas=p.shared.replicas if p.shared else 0,
+            requests_per_replica=p.shared.requests_per_replica if p.shared else 0,
+            gpus_per_bucket_pools=p.gpus_per_bucket_pools, kv_bytes_per_token=p.kv_bytes_per_token,
+            itl_ms=round(p.itl_seconds * 1000, 3), itl_slope_ms_per_1k_tokens=round(
+                p.itl_slope_seconds_per_1k_tokens * 1000, 4),
+            kv_efficiency=p.kv_efficiency, tokens_per_s_per_gpu=round(p.tokens_per_second_per_gpu, 1),
+            fleet_tokens_per_s=round(p.fleet_tokens_per_second, 1), usd_per_gpu_hour=c.gpu.usd_per_hour,
+            fleet_usd_per_hour=round(p.usd_per_hour, 2),
+            usd_per_million_output_tokens=(round(p.usd_per_million_output_tokens, 4)
+                                           if math.isfinite(p.usd_per_million_output_tokens) else None),
+            savings_vs_bf16_percent=(round(p.savings_vs_bf16_percent, 1)
+                                     if p.savings_vs_bf16_percent is not None else None),
+            reason=p.reason,
+        ))
+    return rows
+
+
+def bucket_rows(plan: FleetPlan) -> list[dict]:
+    rows = []
+    for p in plan.plans:
+        for pool in ((p.shared,) if p.shared else ()) + p.per_bucket:
+            rows.append(dict(
+                gpu=p.candidate.gpu.id, kv_format=p.candidate.kv_format,
+                tensor_parallel_size=p.candidate.tensor_parallel_size, pool=pool.name,
+                max_model_len=pool.max_model_len, peak_requests=round(pool.requests, 2),
+                kv_bytes_per_request=int(pool.bytes_per_request), requests_per_replica=pool.requests_per_replica,
+                replicas=pool.replicas, gpus=pool.replicas * p.candidate.tensor_parallel_size,
+                limited_by=pool.limited_by, kv_budget_bytes_per_gpu=pool.kv_budget_bytes,
+            ))
+    return rows
+
+
+def build_candidates(gpu_ids: list[str], formats: list[str], tensor_parallel_sizes: list[int],
+                     prices: dict[str, float] | None = None) -> list[Candidate]:
+    from .profiles import gpu_profile
+
+    prices = prices or {}
+    unknown_prices = set(prices) - set(gpu_ids)
+    if unknown_prices:
+        raise KvsizeError(f"--price names GPUs not in --gpus: {', '.join(sorted(unknown_prices))}")
+    offers = [GpuOffer.from_profile(g, gpu_profile(g), prices.get(g)) for g in gpu_ids]
+    return [Candidate(o, f, tp) for o in offers for f in formats for tp in tensor_parallel_sizes]
+
+
+def load_draft(workload: Workload) -> Draft | None:
+    from .profiles import load_model
+
+    if workload.draft is None:
+        return None
+    name, shape = load_model(workload.draft.model)
+    return Draft(name, shape, workload.draft.kv_cache_dtype)
+
+
+PLAN_SCHEMA = "kvsize.plan/1"
+
+
+def cost_rows(plan: FleetPlan) -> list[dict]:
+    return [dict(gpu=r["gpu"], kv_format=r["kv_format"], tensor_parallel_size=r["tensor_parallel_size"],
+                 gpus=r["gpus"], usd_per_gpu_hour=r["usd_per_gpu_hour"], fleet_usd_per_hour=r["fleet_usd_per_hour"],
+                 fleet_tokens_per_s=r["fleet_tokens_per_s"],
+                 usd_per_million_output_tokens=r["usd_per_million_output_tokens"],
+                 savings_vs_bf16_percent=r["savings_vs_bf16_percent"])
+            for r in candidate_rows(plan) if r["fits"]]
+
+
+def plan_serve_command(plan: FleetPlan, base: Scenario, chosen: CandidatePlan, model_id: str | None = None):
+    """The command that starts one replica of `chosen` (the shared pool)."""
+    from .engines import get_engine
+    from .serve import ServeSettings, serve_command
+
+    engine = get_engine(plan.engine)
+    fmt = get_format(chosen.candidate.kv_format, base.shape.serving_dtype).name
+    longest = max(b.max_context_tokens for b in plan.workload.mix())
+    fraction = base.memory_fraction if base.memory_fraction is not None else engine.fraction_default
+    settings = ServeSettings(
+        model=model_id or base.model_name, kv_format=fmt, serving_dtype=base.shape.serving_dtype,
+        tensor_parallel_size=chosen.candidate.tensor_parallel_size, max_model_len=longest,
+        memory_fraction=fraction, block_size=base.block_size or engine.block_default,
+        max_num_seqs=chosen.shared.requests_per_replica if chosen.shared else base.max_num_seqs,
+        cache_tokens=chosen.cache_tokens,
+    )
+    return serve_command(plan.engine, settings)

@@ -1,0 +1,188 @@
+"""A workload: the traffic mix a fleet must serve, read from YAML or JSON.
+
+Lengths are in tokens. A bucket's requests are charged KV at the bucket's
+`max_context_tokens` (prompt + output), the length an engine must be able to hold; speed
+uses the mean length during decode (mean prompt + half the output).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import KvsizeError
+
+MAX_WORKLOAD_BYTES = 1024 * 1024
+SHARE_TOLERANCE_PERCENT = 0.01
+
+
+class Bucket(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str | None = None
+    max_context_tokens: int = Field(gt=0, description="longest prompt + output in this bucket")
+    share_percent: float = Field(gt=0, le=100, description="share of requests")
+    output_tokens: int = Field(gt=0, description="mean output tokens per request")
+    prompt_tokens: int | None = Field(default=None, gt=0,
+                                      description="mean prompt tokens; default max_context_tokens - output_tokens")
+
+    @model_validator(mode="after")
+    def _lengths(self) -> Bucket:
+        if self.output_tokens >= self.max_context_tokens:
+            raise ValueError(f"output_tokens {self.output_tokens} must be below max_context_tokens "
+                             f"{self.max_context_tokens}")
+        if self.prompt_tokens is not None and self.prompt_tokens + self.output_tokens > self.max_context_tokens:
+            raise ValueError(f"prompt_tokens + output_tokens = {self.prompt_tokens + self.output_tokens} exceeds "
+                             f"max_context_tokens {self.max_context_tokens}")
+        return self
+
+    @property
+    def label(self) -> str:
+        return self.name or f"≤{self.max_context_tokens:,}"
+
+    @property
+    def mean_prompt_tokens(self) -> int:
+        return self.prompt_tokens if self.prompt_tokens is not None else self.max_context_tokens - self.output_tokens
+
+    @property
+    def mean_decode_length(self) -> int:
+        """Mean tokens in the cache while this bucket's requests decode."""
+        return self.mean_prompt_tokens + self.output_tokens // 2
+
+
+class Percentile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    percentile: float = Field(gt=0, le=100)
+    context_tokens: int = Field(gt=0)
+    output_tokens: int = Field(gt=0)
+
+
+class DraftModel(BaseModel):
+    """Speculative decoding: the draft model's weights and KV cache sit beside the target's."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str = Field(min_length=1, description="bundled profile id or path to a config.json")
+    kv_cache_dtype: str = "auto"
+
+
+class Workload(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = "workload"
+    peak_concurrency: int = Field(gt=0, description="requests in flight at the peak")
+    buckets: tuple[Bucket, ...] | None = None
+    percentiles: tuple[Percentile, ...] | None = None
+    prefix_cache_share: float = Field(default=0.0, ge=0, lt=1,
+                                      description="share of prompt tokens served from one shared prefix")
+    draft: DraftModel | None = None
+
+    @model_validator(mode="after")
+    def _mix(self) -> Workload:
+        if (self.buckets is None) == (self.percentiles is None):
+            raise ValueError("give exactly one of buckets or percentiles")
+        if self.buckets is not None:
+            if not self.buckets:
+                raise ValueError("buckets: at least one bucket is needed")
+            total = sum(b.share_percent for b in self.buckets)
+            if abs(total - 100) > SHARE_TOLERANCE_PERCENT:
+                raise ValueError(f"buckets: share_percent must sum to 100, got {total:g}")
+        else:
+            points = self.percentiles
+            if not points or points[-1].percentile != 100:
+                raise ValueError("percentiles: the last entry must be percentile 100 (the longest request)")
+            for a, b in zip(points, points[1:]):
+                if not (a.percentile < b.percentile and a.context_tokens <= b.context_tokens):
+                    raise ValueError("percentiles: percentile and context_tokens must increase entry by entry")
+            for p in points:
+                if p.output_tokens >= p.context_tokens:
+                    raise ValueError(f"percentiles: output_tokens {p.output_tokens} must be below context_tokens "
+                                     f"{p.context_tokens}")
+        return self
+
+    def mix(self) -> tuple[Bucket, ...]:
+        """The buckets, shortest first; percentiles become one bucket per step of the distribution."""
+        if self.buckets is not None:
+            return tuple(sorted(self.buckets, key=lambda b: b.max_context_tokens))
+        out, previous = [], 0.0
+        for p in self.percentiles:
+            out.append(Bucket(name=f"p{p.percentile:g}", max_context_tokens=p.context_tokens,
+                              share_percent=p.percentile - previous, output_tokens=p.output_tokens))
+            previous = p.percentile
+        return tuple(out)
+
+    def share_above(self, tokens: int) -> float:
+        """Percent of requests in buckets whose longest request exceeds `tokens`."""
+        return sum(b.share_percent for b in self.mix() if b.max_context_tokens > tokens)
+
+
+def _where(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "workload"
+
+
+def parse_workload(data: Any, where: str = "workload") -> Workload:
+    if not isinstance(data, dict):
+        raise KvsizeError(f"{where}: expected a mapping of workload fields, got {type(data).__name__}")
+    try:
+        return Workload.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            allowed = _allowed_fields(err["loc"])
+            msg = f"unknown field; allowed: {', '.join(allowed)}"
+        raise KvsizeError(f"{where}: {_where(err['loc'])}: {msg}") from None
+
+
+def _allowed_fields(loc: tuple) -> list[str]:
+    model: type[BaseModel] = Workload
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(part)
+        inner = getattr(field, "annotation", None)
+        for candidate in (Bucket, Percentile, DraftModel):
+            if candidate.__name__ in str(inner):
+                model = candidate
+    return list(model.model_fields)
+
+
+def read_workload(path: str | Path) -> Workload:
+    p = Path(path)
+    if not p.is_file():
+        raise KvsizeError(f"--workload: {p} is not a file; give a .yaml, .yml or .json workload")
+    size = p.stat().st_size
+    if size > MAX_WORKLOAD_BYTES:
+        raise KvsizeError(f"--workload: {p} is {size:,} bytes; a workload file must be at most "
+                          f"{MAX_WORKLOAD_BYTES:,} bytes")
+    return parse_workload_text(p.read_bytes(), p.name)
+
+
+def parse_workload_text(data: bytes | str, where: str = "workload") -> Workload:
+    if isinstance(data, bytes):
+        if len(data) > MAX_WORKLOAD_BYTES:
+            raise KvsizeError(f"{where} is {len(data):,} bytes; a workload must be at most {MAX_WORKLOAD_BYTES:,}")
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise KvsizeError(f"{where} is not UTF-8 text") from None
+    stripped = data.lstrip()
+    if stripped.startswith("{"):
+        try:
+            return parse_workload(json.loads(data), where)
+        except json.JSONDecodeError as e:
+            raise KvsizeError(f"{where}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    import yaml  # only plan reads YAML; keep CLI start-up light
+
+    try:
+        loaded = yaml.safe_load(data)  # safe_load builds plain data only, never objects
+    except yaml.YAMLError as e:
+        raise KvsizeError(f"{where}: not valid YAML ({str(e).splitlines()[0]})") from None
+    return parse_workload(loaded, where)
