@@ -95,6 +95,7 @@ class CandidatePlan:
     gpus_per_bucket_pools: int
     kv_bytes_per_token: int  # per rank
     cache_tokens: int  # tokens one replica's KV pool holds (at the longest bucket's max_model_len)
+    decode_batch: float  # requests per replica at the peak
     itl_seconds: float  # at the peak, shared pool
     itl_weights_seconds: float
     itl_kv_seconds: float
@@ -219,7 +220,7 @@ def plan_candidate(base: Scenario, candidate: Candidate, workload: Workload, eff
     return CandidatePlan(
         candidate=candidate, engine=e.engine.name, fits=fits, reason=reason, shared=shared,
         per_bucket=tuple(per_bucket), gpus=gpus if fits else 0, gpus_per_bucket_pools=gpus_split,
-        kv_bytes_per_token=e.kv_bytes_per_token, cache_tokens=e.max_tokens, itl_seconds=step.seconds if fits else 0.0,
+        kv_bytes_per_token=e.kv_bytes_per_token, cache_tokens=e.max_tokens, decode_batch=batch, itl_seconds=step.seconds if fits else 0.0,
         itl_weights_seconds=step.weights_seconds, itl_kv_seconds=step.kv_seconds if fits else 0.0,
         itl_slope_seconds_per_1k_tokens=slope, kv_efficiency=kv_eff,
         tokens_per_second_per_gpu=fleet_tps / gpus if gpus else 0.0, fleet_tokens_per_second=fleet_tps,
@@ -254,7 +255,7 @@ def _is_bf16(name: str, shape: ModelShape) -> bool:
 
 def _refused(c: Candidate, engine: str, why: str) -> CandidatePlan:
     return CandidatePlan(candidate=c, engine=engine, fits=False, reason=f"n/a: {why}", shared=None, per_bucket=(),
-                         gpus=0, gpus_per_bucket_pools=0, kv_bytes_per_token=0, cache_tokens=0, itl_seconds=0.0,
+                         gpus=0, gpus_per_bucket_pools=0, kv_bytes_per_token=0, cache_tokens=0, decode_batch=0.0, itl_seconds=0.0,
                          itl_weights_seconds=0.0, itl_kv_seconds=0.0, itl_slope_seconds_per_1k_tokens=0.0,
                          kv_efficiency=0.0, tokens_per_second_per_gpu=0.0, fleet_tokens_per_second=0.0,
                          prefill_seconds={}, usd_per_hour=0.0, usd_per_million_output_tokens=math.inf)

@@ -124,7 +124,7 @@ def _where(loc: tuple) -> str:
     out = ""
     for part in loc:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "workload"
+    return out
 
 
 def parse_workload(data: Any, where: str = "workload") -> Workload:
@@ -138,7 +138,8 @@ def parse_workload(data: Any, where: str = "workload") -> Workload:
         if err["type"] == "extra_forbidden":
             allowed = _allowed_fields(err["loc"])
             msg = f"unknown field; allowed: {', '.join(allowed)}"
-        raise KvsizeError(f"{where}: {_where(err['loc'])}: {msg}") from None
+        field = _where(err["loc"])
+        raise KvsizeError(f"{where}: {field + ': ' if field else ''}{msg}") from None
 
 
 def _allowed_fields(loc: tuple) -> list[str]:

@@ -1,0 +1,351 @@
+"""Fleet planning: workloads, pools, decode speed, cost, guidance, serve commands, `kvsize plan`."""
+
+import json
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.cli import main
+from helpers import scenario
+from sizing.errors import KvsizeError
+from sizing.fleet import Candidate, Draft, GpuOffer, build_candidates, plan_candidate, plan_fleet
+from sizing.guidance import evaluate_rules, quality_notes
+from sizing.layers import build_layout
+from sizing.memory import WEIGHT_FORMATS
+from sizing.profiles import gpu_profile, load_model
+from sizing.serve import ServeSettings, serve_command
+from sizing.speed import DecodeEfficiency, decode_step, itl_slope_seconds_per_token, weights_read_bytes
+from sizing.workload import parse_workload, parse_workload_text
+
+MIX = {
+    "peak_concurrency": 300,
+    "buckets": [
+        {"max_context_tokens": 8192, "share_percent": 60, "output_tokens": 512},
+        {"max_context_tokens": 32768, "share_percent": 30, "output_tokens": 1024},
+        {"max_context_tokens": 131072, "share_percent": 10, "output_tokens": 1024},
+    ],
+}
+
+
+def _offer(gpu="h100-sxm", price=None):
+    return GpuOffer.from_profile(gpu, gpu_profile(gpu), price)
+
+
+def _plan(workload, fmt="auto", gpu="h100-sxm", tp=1, model="llama-3.1-8b", efficiency=None, draft=None):
+    return plan_candidate(scenario(model), Candidate(_offer(gpu), fmt, tp), workload,
+                          efficiency or DecodeEfficiency(), draft)
+
+
+def _workload(**changes):
+    return parse_workload({**MIX, **changes})
+
+
+# -- the worked example ------------------------------------------------------------------
+
+
+def test_llama3_8b_int8_kv_for_24000_tokens_uses_its_real_8_kv_heads():
+    """A widely shared walk-through sizes Llama-3 8B with 24,000 live tokens of INT8 KV at about
+    6.1 GB by assuming 32 KV heads (256 KiB per token). Its config.json has num_key_value_heads 8
+    (grouped-query attention), so one token is 2 x 32 layers x 8 heads x 128 x 1 B = 65,536 B and
+    24,000 tokens are 1,572,864,000 B (1.57 GB) of payload, plus the per-token-head fp32 scales:
+    2 x 32 x 8 x 4 B = 2,048 B per token."""
+    _, shape = load_model("llama-3.1-8b")
+    assert shape.num_kv_heads == 8 and shape.num_layers == 32 and shape.head_dim == 128
+    payload, metadata = build_layout(shape, "int8_per_token_head", "int8_per_token_head").sequence_bytes(24_000)
+    assert payload == 24_000 * 65_536 == 1_572_864_000
+    assert metadata == 24_000 * 2_048
+    # The 32-head assumption, kept for comparison: four times the bytes (6.29 GB = 5.86 GiB).
+    wrong = replace(shape, num_kv_heads=32)
+    wrong_payload, _ = build_layout(wrong, "int8_per_token_head", "int8_per_token_head").sequence_bytes(24_000)
+    assert wrong_payload == 24_000 * 262_144 == 4 * payload
+
+
+# -- workload files ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("data, needle", [
+    ({**MIX, "peak": 3}, "peak: unknown field; allowed: name, peak_concurrency"),
+    ({**MIX, "buckets": [{**MIX["buckets"][0], "share_percent": 50}]}, "share_percent must sum to 100, got 50"),
+    ({**MIX, "buckets": [{**MIX["buckets"][0], "share_percent": 100, "max_context_tokens": -8}]},
+     "buckets[0].max_context_tokens: Input should be greater than 0"),
+    ({**MIX, "buckets": [{**MIX["buckets"][0], "share_percent": 100, "output_tokens": 9000}]},
+     "output_tokens 9000 must be below max_context_tokens 8192"),
+    ({**MIX, "buckets": [{**MIX["buckets"][0], "share_percent": 100, "colour": "red"}]},
+     "buckets[0].colour: unknown field; allowed: name, max_context_tokens, share_percent"),
+    ({"peak_concurrency": 4, "percentiles": [{"percentile": 50, "context_tokens": 4096, "output_tokens": 256}]},
+     "the last entry must be percentile 100"),
+    ({"peak_concurrency": 0, "buckets": MIX["buckets"]}, "peak_concurrency: Input should be greater than 0"),
+    ({"peak_concurrency": 4}, "give exactly one of buckets or percentiles"),
+    ({**MIX, "prefix_cache_share": 1.5}, "prefix_cache_share: Input should be less than 1"),
+])
+def test_bad_workloads_name_the_field(data, needle):
+    with pytest.raises(KvsizeError) as e:
+        parse_workload(data, "w.yaml")
+    assert needle in str(e.value) and str(e.value).startswith("w.yaml: ")
+    assert "\n" not in str(e.value)
+
+
+def test_yaml_and_json_read_the_same_workload():
+    import yaml
+
+    from_yaml = parse_workload_text(yaml.safe_dump(MIX).encode(), "w.yaml")
+    from_json = parse_workload_text(json.dumps(MIX).encode(), "w.json")
+    assert from_yaml == from_json
+    with pytest.raises(KvsizeError, match="not valid YAML"):
+        parse_workload_text(b"buckets: [unclosed", "w.yaml")
+    with pytest.raises(KvsizeError, match="expected a mapping"):
+        parse_workload_text(b"- 1\n- 2\n", "w.yaml")
+
+
+def test_percentiles_become_buckets_with_the_steps_as_shares():
+    w = parse_workload({"peak_concurrency": 10, "percentiles": [
+        {"percentile": 50, "context_tokens": 2000, "output_tokens": 200},
+        {"percentile": 90, "context_tokens": 12000, "output_tokens": 400},
+        {"percentile": 100, "context_tokens": 60000, "output_tokens": 800}]})
+    assert [(b.max_context_tokens, b.share_percent) for b in w.mix()] == [(2000, 50), (12000, 40), (60000, 10)]
+    assert w.share_above(8192) == 50
+
+
+# -- pools -----------------------------------------------------------------------------------
+
+
+def test_shared_pool_counts_each_bucket_at_its_own_length():
+    w = _workload()
+    p = _plan(w)
+    base = scenario("llama-3.1-8b", max_model_len=131072, memory_fraction=0.9)
+    from sizing.plan import estimate
+
+    e = estimate(base)
+    # vLLM pages of 16 tokens x 131,072 B (bf16, 32 layers x 8 heads x 128 x 2 x 2 B per token)
+    page = 16 * 131_072
+    per_request = 0.6 * (8192 // 16) * page + 0.3 * (32768 // 16) * page + 0.1 * (131072 // 16) * page
+    assert p.shared.bytes_per_request == pytest.approx(per_request)
+    assert p.shared.requests_per_replica == min(int((e.kv_budget_bytes - e.pool.fixed_bytes) // per_request), 256)
+    assert p.shared.replicas == -(-300 // p.shared.requests_per_replica)
+    assert p.gpus == p.shared.replicas
+
+
+def test_one_bucket_shared_and_split_pools_agree():
+    w = parse_workload({"peak_concurrency": 100,
+                        "buckets": [{"max_context_tokens": 32768, "share_percent": 100, "output_tokens": 1000}]})
+    p = _plan(w)
+    assert p.gpus == p.gpus_per_bucket_pools
+    assert p.per_bucket[0].requests_per_replica == p.shared.requests_per_replica
+
+
+def test_a_candidate_that_cannot_hold_one_request_says_why():
+    w = parse_workload({"peak_concurrency": 1,
+                        "buckets": [{"max_context_tokens": 131072, "share_percent": 100, "output_tokens": 10}]})
+    p = _plan(w, model="llama-3.1-70b", gpu="h100-sxm", tp=2)
+    assert not p.fits
+    assert "does not fit" in p.reason and "try a larger TP" in p.reason
+
+
+def test_unsupported_format_is_kept_with_its_reason():
+    plan = plan_fleet(scenario("llama-3.1-8b"), build_candidates(["h100-sxm"], ["q4_0", "fp8"], [1]), _workload())
+    by_fmt = {p.candidate.kv_format: p for p in plan.plans}
+    assert not by_fmt["q4_0"].fits and "engines that store q4_0: llamacpp" in by_fmt["q4_0"].reason
+    assert plan.cheapest.candidate.kv_format == "fp8"
+
+
+@settings(max_examples=25, deadline=None)
+@given(a=st.integers(1, 5000), b=st.integers(1, 5000), fmt=st.sampled_from(["auto", "fp8", "nvfp4"]),
+       prefix=st.floats(0, 0.9))
+def test_more_traffic_never_needs_fewer_gpus(a, b, fmt, prefix):
+    low, high = sorted((a, b))
+    w = _workload(prefix_cache_share=prefix)
+    assert _plan(w.model_copy(update={'peak_concurrency': low}), fmt).gpus <= _plan(
+        w.model_copy(update={'peak_concurrency': high}), fmt).gpus
+
+
+@settings(max_examples=25, deadline=None)
+@given(peak=st.integers(1, 5000), long_share=st.integers(1, 98), gpu=st.sampled_from(["h100-sxm", "l40s", "h200"]),
+       tp=st.sampled_from([1, 2, 4]))
+def test_a_format_with_fewer_bytes_never_needs_more_gpus(peak, long_share, gpu, tp):
+    w = parse_workload({"peak_concurrency": peak, "buckets": [
+        {"max_context_tokens": 4096, "share_percent": 99 - long_share, "output_tokens": 256},
+        {"max_context_tokens": 65536, "share_percent": long_share, "output_tokens": 1024},
+        {"max_context_tokens": 131072, "share_percent": 1, "output_tokens": 1024}]})
+    eff = DecodeEfficiency()  # one efficiency for every format
+    gpus = [_plan(w, fmt, gpu, tp, efficiency=eff).gpus for fmt in ("bf16", "fp8", "nvfp4")]  # 131072, 65544, 36872 B
+    assert gpus[0] >= gpus[1] >= gpus[2]
+
+
+def test_prefix_cache_and_draft_move_the_count_the_right_way():
+    w = _workload()
+    plain = _plan(w).gpus
+    assert _plan(w.model_copy(update={'prefix_cache_share': 0.5})).gpus <= plain
+    name, shape = load_model("qwen2.5-0.5b")
+    assert _plan(w, draft=Draft(name, shape)).gpus >= plain
+
+
+# -- speed and cost ------------------------------------------------------------------------
+
+
+def test_decode_step_is_bytes_over_bandwidth():
+    _, shape = load_model("llama-3.1-8b")
+    layout = build_layout(shape, "bf16", "bf16")
+    eff = DecodeEfficiency(weights=0.8, kv_default=0.7)
+    step = decode_step(shape, layout, WEIGHT_FORMATS["bf16"], 1, [(4, 32768)], 3350, eff, "bf16")
+    # Weights read: 8,030,257,152 params less the 525,336,576 embedding rows, 2 B each (config.json);
+    # KV: 4 requests x 32,768 tokens x 131,072 B.
+    weights = (8_030_257_152 - 525_336_576) * 2
+    kv = 4 * 32_768 * 131_072
+    assert step.weights_read_bytes == weights and step.kv_read_bytes == kv
+    assert step.seconds == pytest.approx(weights / (3350e9 * 0.8) + kv / (3350e9 * 0.7))
+    assert step.tokens_per_second == pytest.approx(4 / step.seconds)
+
+
+def test_moe_decode_reads_only_the_touched_experts():
+    _, shape = load_model("qwen3-30b-a3b")  # 128 experts, 8 per token (config.json)
+    one = weights_read_bytes(shape, WEIGHT_FORMATS["bf16"], 1, 1)
+    many = weights_read_bytes(shape, WEIGHT_FORMATS["bf16"], 1, 256)
+    assert one < many < shape.total_params * 2
+    assert one == pytest.approx(2 * 3.04e9, rel=0.01)  # ~3.0B active parameters per token in bf16
+
+
+def test_halving_kv_bytes_halves_the_itl_slope():
+    bf16 = itl_slope_seconds_per_token(131_072, 32, 3350, 0.75)
+    fp8 = itl_slope_seconds_per_token(65_536, 32, 3350, 0.75)
+    assert fp8 / bf16 == 0.5
+    # and the plan reports it per format at equal batch: slope tracks bytes per token
+    w = _workload()
+    a, b = _plan(w, "auto"), _plan(w, "fp8")
+    ratio = (b.itl_slope_seconds_per_1k_tokens / b.decode_batch) / (a.itl_slope_seconds_per_1k_tokens / a.decode_batch)
+    assert ratio == pytest.approx(b.kv_bytes_per_token / a.kv_bytes_per_token, rel=0.02)
+
+
+def test_cost_per_million_tokens_from_fleet_rate_and_price():
+    w = _workload()
+    p = plan_candidate(scenario("llama-3.1-8b"), Candidate(_offer("h100-sxm", 2.0), "fp8", 1), w, DecodeEfficiency())
+    assert p.usd_per_hour == pytest.approx(2.0 * p.gpus)
+    assert p.fleet_tokens_per_second == pytest.approx(300 / p.itl_seconds)
+    assert p.usd_per_million_output_tokens == pytest.approx(p.usd_per_hour / (p.fleet_tokens_per_second * 3600 / 1e6))
+
+
+def test_savings_against_bf16_on_the_same_gpu():
+    plan = plan_fleet(scenario("llama-3.1-8b"), build_candidates(["h100-sxm"], ["auto", "fp8"], [1]), _workload())
+    bf16, fp8 = plan.plans
+    assert bf16.savings_vs_bf16_percent == 0
+    assert fp8.savings_vs_bf16_percent == pytest.approx(100 * (1 - fp8.usd_per_hour / bf16.usd_per_hour))
+    assert fp8.savings_vs_bf16_percent > 0
+
+
+# -- guidance, quality, serve -------------------------------------------------------------
+
+
+def test_guidance_rules_fire_at_their_thresholds():
+    def mix(long_share):
+        return parse_workload({"peak_concurrency": 1, "buckets": [
+            {"max_context_tokens": 8192, "share_percent": 100 - long_share, "output_tokens": 100},
+            {"max_context_tokens": 12000, "share_percent": long_share, "output_tokens": 100}]})
+
+    fired = {r.rule.name: r for r in evaluate_rules(mix(30))}
+    assert fired["8-bit KV for long traffic"].fires and "30.0% of requests" in fired["8-bit KV for long traffic"].explanation
+    assert not fired["4-bit KV for very long traffic"].fires  # 12,000 tokens is not above 16,384
+    assert not evaluate_rules(mix(29))[0].fires
+
+
+def test_quality_notes_carry_the_measured_error():
+    report = {"device": {"name": "NVIDIA H200"},
+              "decode": [{"format": "fp8_e4m3", "attention_rel_error": 0.09},
+                         {"format": "fp8_e4m3", "attention_rel_error": 0.24}]}
+    notes = {n.format: n for n in quality_notes(["fp8", "bf16"], "bf16", report, "r.json")}
+    assert notes["fp8_e4m3"].measured_attention_error == 0.24 and "H200" in notes["fp8_e4m3"].measured_where
+    assert "vLLM" in notes["fp8_e4m3"].published and notes["bf16"].measured_attention_error is None
+
+
+def _settings(fmt, **kw):
+    base = dict(model="meta-llama/Llama-3.1-8B", kv_format=fmt, serving_dtype="bf16", tensor_parallel_size=2,
+                max_model_len=32768, memory_fraction=0.9, block_size=16, max_num_seqs=64, cache_tokens=500_000)
+    return ServeSettings(**{**base, **kw})
+
+
+@pytest.mark.parametrize("engine, fmt, expected", [
+    ("vllm", "fp8_e4m3", "vllm serve meta-llama/Llama-3.1-8B --kv-cache-dtype fp8_e4m3 --max-model-len 32768 "
+                         "--gpu-memory-utilization 0.9 --tensor-parallel-size 2 --block-size 16 --max-num-seqs 64"),
+    ("vllm", "bf16", "--kv-cache-dtype auto"),
+    ("sglang", "fp8_e5m2", "--kv-cache-dtype fp8_e5m2 --context-length 32768 --mem-fraction-static 0.9 --tp 2"),
+    ("trtllm", "nvfp4", "dtype: nvfp4"),
+    ("lmdeploy", "lmdeploy_int4", "--quant-policy 4 --cache-max-entry-count 0.9 --tp 2 --session-len 32768"),
+    ("llamacpp", "q4_0", "-ctk q4_0 -ctv q4_0 -fa on -c 500000 -np 64 -kvu"),
+])
+def test_serve_commands_speak_each_engine(engine, fmt, expected):
+    cmd = serve_command(engine, _settings(fmt))
+    assert cmd.command is not None and expected in cmd.command
+
+
+def test_serve_command_for_an_unsupported_format_names_the_engines_that_can():
+    cmd = serve_command("sglang", _settings("q8_0"))
+    assert cmd.command is None and "engines that can: llamacpp" in cmd.note
+
+
+# -- the CLI -------------------------------------------------------------------------------
+
+
+def _workload_file(tmp_path, data=MIX, name="w.yaml"):
+    import yaml
+
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data) if name.endswith(".yaml") else json.dumps(data))
+    return str(path)
+
+
+def test_plan_cli_writes_every_view(tmp_path, capsys):
+    import openpyxl
+
+    wl = _workload_file(tmp_path)
+    xlsx, js, csv = tmp_path / "p.xlsx", tmp_path / "p.json", tmp_path / "p.csv"
+    assert main(["plan", "--workload", wl, "--model", "llama-3.1-8b", "--gpus", "h100-sxm,h200",
+                 "--formats", "auto,fp8", "--tp", "1,2", "--price", "h200=3.5",
+                 "--out", str(xlsx), "--out", str(js), "--out", str(csv)]) == 0
+    out = capsys.readouterr().out
+    assert "Cheapest:" in out and "vllm serve meta-llama/Llama-3.1-8B" in out and "Guidance:" in out
+    book = openpyxl.load_workbook(xlsx)
+    assert book.sheetnames == ["candidates", "pools", "cost", "guidance", "quality"]
+    record = json.loads(js.read_text())
+    assert record["schema"] == "kvsize.plan/1" and len(record["candidates"]) == 8
+    h200 = [r for r in record["candidates"] if r["gpu"] == "h200"]
+    assert all(r["usd_per_gpu_hour"] == 3.5 for r in h200)
+    cheapest = min((r for r in record["candidates"] if r["fits"]), key=lambda r: (r["fleet_usd_per_hour"], r["gpus"]))
+    assert record["cheapest"]["gpu"] == cheapest["gpu"] and record["cheapest"]["gpus"] == cheapest["gpus"]
+    assert csv.read_text().splitlines()[0].startswith("gpu,kv_format,tensor_parallel_size")
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--price", "h100-sxm"], "--price: 'h100-sxm' must look like GPU=USD_PER_HOUR"),
+    (["--price", "b200=3"], "--price names GPUs not in --gpus: b200"),
+    (["--kv-efficiency", "fp8=fast"], "--kv-efficiency: 'fp8=fast' must look like FORMAT=FRACTION"),
+    (["--kv-efficiency", "fp8=1.5"], "efficiency kv[fp8] must be in (0, 1]"),
+    (["--concurrency", "5"], "drop --concurrency"),
+    (["--out", "plan.pdf"], "--out must end in .csv, .xlsx or .json"),
+    (["--formats", "fp9"], "unknown KV cache format 'fp9'"),
+])
+def test_plan_cli_bad_options(tmp_path, capsys, args, needle):
+    wl = _workload_file(tmp_path)
+    assert main(["plan", "--workload", wl, "--model", "llama-3.1-8b", "--gpus", "h100-sxm", *args]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1
+
+
+def test_plan_cli_bad_workload_file(tmp_path, capsys):
+    bad = {**MIX, "buckets": [{**MIX["buckets"][0], "share_percent": 60}, MIX["buckets"][1]]}  # 60 + 30
+    wl = _workload_file(tmp_path, bad, "w.json")
+    out = tmp_path / "p.json"
+    assert main(["plan", "--workload", wl, "--model", "llama-3.1-8b", "--out", str(out)]) == 2
+    assert "w.json: buckets: share_percent must sum to 100, got 90" in capsys.readouterr().err
+    assert not out.exists()  # nothing half-written
+
+
+def test_sweep_has_speed_and_cost_columns(tmp_path):
+    out = tmp_path / "s.json"
+    assert main(["sweep", "--models", "llama-3.1-8b", "--gpus", "h100-sxm", "--formats", "auto,fp8",
+                 "--contexts", "32k", "--out", str(out), "--no-progress"]) == 0
+    rows = {r["kv_cache_dtype"]: r for r in json.loads(out.read_text())}
+    for r in rows.values():
+        assert r["decode_batch"] == min(r["max_concurrency"], 256)
+        assert r["usd_per_million_output_tokens"] == pytest.approx(
+            r["usd_per_gpu_hour"] / (r["tokens_per_s_per_gpu"] * 3600 / 1e6), rel=1e-3)
+    assert rows["fp8_e4m3"]["tokens_per_s_per_gpu"] > rows["bf16"]["tokens_per_s_per_gpu"]
