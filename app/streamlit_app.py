@@ -357,12 +357,149 @@ of {e.block_size} tokens → **{e.max_tokens:,} tokens** in cache.
 """)
 
 
+DEFAULT_BUCKETS = [
+    {"max_context_tokens": 8192, "share_percent": 55.0, "output_tokens": 512},
+    {"max_context_tokens": 16384, "share_percent": 25.0, "output_tokens": 512},
+    {"max_context_tokens": 32768, "share_percent": 15.0, "output_tokens": 1024},
+    {"max_context_tokens": 131072, "share_percent": 5.0, "output_tokens": 1024},
+]
+
+
+def read_workload_widgets():
+    """The workload from an uploaded file, else from the table editor; errors via st.error."""
+    from sizing.workload import parse_workload, parse_workload_text
+
+    upload = st.file_uploader("Workload file (.yaml/.json, as for `kvsize plan --workload`)",
+                              type=["yaml", "yml", "json"], key="workload_upload", max_upload_size=1)
+    if upload is not None:
+        return parse_workload_text(upload.getvalue(), upload.name)
+    c = st.columns(2)
+    peak = c[0].number_input("Peak concurrent requests", 1, 10_000_000, 400, key="peak_concurrency")
+    prefix = c[1].slider("Share of prompt tokens from a shared prefix", 0.0, 0.95, 0.0, 0.05, key="prefix_share")
+    table = st.data_editor(pd.DataFrame(DEFAULT_BUCKETS), num_rows="dynamic", key="buckets",
+                           column_config={
+                               "max_context_tokens": st.column_config.NumberColumn("≤ context (tokens)", step=1),
+                               "share_percent": st.column_config.NumberColumn("share of requests (%)"),
+                               "output_tokens": st.column_config.NumberColumn("mean output (tokens)", step=1)})
+    buckets = [{k: (float(v) if k == "share_percent" else int(v)) for k, v in row.items() if pd.notna(v)}
+               for row in table.to_dict("records")]
+    return parse_workload({"peak_concurrency": int(peak), "prefix_cache_share": float(prefix), "buckets": buckets},
+                          "workload table")
+
+
+def page_fleet(s: Scenario) -> None:
+    from app.spreadsheet import xlsx_bytes
+    from sizing.fleet import bucket_rows, build_candidates, candidate_rows, cost_rows, plan_fleet, plan_serve_command
+    from sizing.guidance import evaluate_rules, quality_notes
+
+    st.caption(f"{s.model_name} on {s.engine}; the sidebar's engine settings apply. KV is charged at each bucket's "
+               "longest request; speed at the peak batch per replica (docs/formulas.md, 'Fleet' and 'Speed').")
+    try:
+        workload = read_workload_widgets()
+    except KvsizeError as e:
+        st.error(str(e))
+        return
+    c = st.columns(3)
+    gpus = c[0].multiselect("GPUs", _gpu_choices(), default=["h100-sxm", "h200"], key="fleet_gpus")
+    formats = c[1].multiselect("KV formats", ["auto", *FORMAT_NAMES], default=["auto", "fp8_e4m3", "nvfp4"],
+                               key="fleet_formats")
+    tps = c[2].multiselect("TP sizes", [1, 2, 4, 8], default=[1, 2, 4], key="fleet_tp")
+    if not (gpus and formats and tps):
+        st.error("choose at least one GPU, one KV format and one TP size")
+        return
+    try:
+        plan = plan_fleet(replace(s, pipeline_parallel_size=1), build_candidates(gpus, formats, tps), workload)
+    except KvsizeError as e:
+        st.error(str(e))
+        return
+    rows = candidate_rows(plan)
+    best = plan.cheapest
+    if best is None:
+        st.error("no candidate fits: try a larger TP, a GPU with more memory, or a smaller KV format")
+    else:
+        b = best.candidate
+        m = st.columns(4)
+        m[0].metric("Cheapest fleet", f"{best.gpus} × {b.gpu.id}", help=best.reason)
+        m[1].metric("KV format, TP", f"{b.kv_format}, TP {b.tensor_parallel_size}")
+        m[2].metric("Fleet cost", f"${best.usd_per_hour:,.2f}/h", help=f"${b.gpu.usd_per_hour:g} per GPU-hour "
+                                                                       f"({b.gpu.price_source})")
+        m[3].metric("Cost per million output tokens", f"${best.usd_per_million_output_tokens:,.3f}",
+                    help=f"ITL {best.itl_seconds * 1000:.1f} ms at {best.decode_batch:.0f} requests per replica")
+    df = pd.DataFrame(rows)
+    fitting = df[df["fits"]].sort_values(["fleet_usd_per_hour", "gpus"])
+    if not fitting.empty:
+        fig = go.Figure()
+        for fmt, part in fitting.groupby("kv_format"):
+            fig.add_bar(name=fmt, x=part["gpu"] + " TP" + part["tensor_parallel_size"].astype(str),
+                        y=part["fleet_usd_per_hour"], text=part["gpus"].astype(str) + " GPUs",
+                        hovertemplate="%{x}: $%{y:,.2f}/h, %{text}<extra>" + fmt + "</extra>")
+        fig.update_layout(barmode="group", yaxis_title="fleet cost (USD per hour)", xaxis_title="GPU and TP size",
+                          title=f"Fleet cost for a peak of {workload.peak_concurrency:,} requests, by KV format")
+        _chart(fig, "fleet_cost_chart")
+    st.dataframe(df, key="fleet_table")
+    pools, costs = bucket_rows(plan), cost_rows(plan)
+    cols = st.columns(3)
+    cols[0].download_button("Candidates (CSV)", df.to_csv(index=False).encode(), "fleet.csv", "text/csv",
+                            key="fleet_csv")
+    cols[1].download_button("Plan (XLSX)", lambda: xlsx_bytes({"candidates": rows, "pools": pools, "cost": costs}),
+                            "fleet.xlsx", key="fleet_xlsx")
+    if best is not None:
+        _itl_chart(plan, s, best, formats)
+        st.subheader("Serve the cheapest plan")
+        uploaded = st.session_state.get("upload") is not None
+        serve = plan_serve_command(plan, s, best, None if uploaded else model_profile(st.session_state["model"]).hf_id)
+        if serve.command:
+            st.code(serve.command, language="bash")
+        st.caption(serve.note)
+        st.subheader("Pools of the cheapest candidate")
+        st.dataframe(pd.DataFrame([r for r in pools if r["gpu"] == b.gpu.id and r["kv_format"] == b.kv_format
+                                   and r["tensor_parallel_size"] == b.tensor_parallel_size]), key="fleet_pools")
+    st.subheader("Guidance")
+    for r in evaluate_rules(workload):
+        (st.success if r.fires else st.info)(r.explanation)
+    st.subheader("Quality notes")
+    st.dataframe(pd.DataFrame([n.__dict__ for n in quality_notes(formats, s.shape.serving_dtype)]),
+                 key="fleet_quality")
+    st.caption(f"Efficiency: {plan.efficiency.source}")
+
+
+def _itl_chart(plan, s: Scenario, best, formats: list[str]) -> None:
+    """Inter-token latency against context at the cheapest plan's batch, one line per format."""
+    from sizing.memory import resolve_weights_dtype
+    from sizing.speed import decode_step
+
+    c = best.candidate
+    batch = max(1, round(best.decode_batch))
+    contexts = [2**i for i in range(10, 18)]
+    fig, rows = go.Figure(), []
+    for fmt in formats:
+        try:
+            e = estimate(replace(s, k_cache_dtype=fmt, v_cache_dtype=fmt, tensor_parallel_size=c.tensor_parallel_size,
+                                 pipeline_parallel_size=1, gpu_name=c.gpu.name, gpu_memory_bytes=c.gpu.memory_bytes,
+                                 max_model_len=contexts[-1]))
+        except KvsizeError:
+            continue
+        ys = []
+        for ctx in contexts:
+            step = decode_step(s.shape, e.layout, resolve_weights_dtype(s.weights_dtype, s.shape),
+                               c.tensor_parallel_size, [(batch, ctx)], c.gpu.hbm_bandwidth_gb_s, plan.efficiency,
+                               e.k_format)
+            ys.append(step.seconds * 1000)
+            rows.append(dict(format=e.k_format, context_tokens=ctx, batch=batch, itl_ms=ys[-1]))
+        fig.add_scatter(x=contexts, y=ys, mode="lines+markers", name=e.k_format,
+                        hovertemplate="%{x:,} tokens: %{y:.2f} ms<extra>" + e.k_format + "</extra>")
+    fig.update_layout(xaxis_title="context per request (tokens)", yaxis_title="inter-token latency (ms)",
+                      title=f"Decode step vs context: {batch} requests on {c.gpu.id} TP {c.tensor_parallel_size} "
+                            "(slope ∝ KV bytes per token)")
+    _chart(fig, "itl_chart")
+
+
 def main() -> None:
     st.set_page_config(page_title="kvsize", layout="wide")
     st.title("kvsize — KV cache capacity planner")
     scenario = read_scenario()
-    tabs = st.tabs(["Plan", "Compare formats", "Capacity curves", "Validation", "Formulas"])
-    with tabs[3]:
+    tabs = st.tabs(["Plan", "Compare formats", "Capacity curves", "Fleet", "Validation", "Formulas"])
+    with tabs[4]:
         page_validation()
     if scenario is None:
         return
@@ -372,7 +509,9 @@ def main() -> None:
         page_compare(scenario)
     with tabs[2]:
         page_curves(scenario)
-    with tabs[4]:
+    with tabs[3]:
+        page_fleet(scenario)
+    with tabs[5]:
         page_formulas(scenario)
 
 

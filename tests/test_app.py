@@ -63,7 +63,7 @@ def test_every_page_renders_for_a_hybrid_model():
     at.selectbox(key="model").set_value("gpt-oss-20b")
     at.run()
     assert not at.exception
-    assert len(at.tabs) == 5
+    assert [t.label for t in at.tabs] == ["Plan", "Compare formats", "Capacity curves", "Fleet", "Validation", "Formulas"]
     assert at.dataframe  # plan, compare, validation tables
 
 
@@ -137,3 +137,31 @@ def test_formulas_page_lists_layer_groups_term_by_term():
     assert by_kind.loc["full", "payload_bytes_per_token"] == "2,048"
     assert by_kind.loc["sliding", "bytes_per_sequence"] == 12 * 128 * 2048  # held only up to the window
     assert any("12 × 2,048 + 12 × 2,048" in m.value for m in at.markdown)
+
+
+def test_fleet_page_shows_the_cheapest_plan_from_sizing():
+    from sizing.fleet import build_candidates, plan_fleet
+    from sizing.workload import parse_workload
+
+    at = _app()
+    at.number_input(key="peak_concurrency").set_value(250)
+    at.run()
+    assert not at.exception
+    # The page's defaults: the four-bucket mix, H100 and H200, auto/fp8_e4m3/nvfp4, TP 1/2/4.
+    workload = parse_workload({"peak_concurrency": 250, "buckets": [
+        {"max_context_tokens": 8192, "share_percent": 55, "output_tokens": 512},
+        {"max_context_tokens": 16384, "share_percent": 25, "output_tokens": 512},
+        {"max_context_tokens": 32768, "share_percent": 15, "output_tokens": 1024},
+        {"max_context_tokens": 131072, "share_percent": 5, "output_tokens": 1024}]})
+    plan = plan_fleet(scenario("llama-3.1-8b", memory_fraction=0.9),
+                      build_candidates(["h100-sxm", "h200"], ["auto", "fp8_e4m3", "nvfp4"], [1, 2, 4]), workload)
+    best = plan.cheapest
+    assert _metric(at, "Cheapest fleet") == f"{best.gpus} × {best.candidate.gpu.id}"
+    assert _metric(at, "Fleet cost") == f"${best.usd_per_hour:,.2f}/h"
+    assert any("vllm serve meta-llama/Llama-3.1-8B" in c.value for c in at.code)
+
+
+def test_fleet_page_bad_workload_file_is_an_error():
+    at = _app()
+    _upload(at, "workload_upload", "w.yaml", b"peak_concurrency: 4\nbuckets:\n  - {max_context_tokens: -1}\n")
+    assert any("buckets[0]" in e.value for e in at.error)

@@ -349,3 +349,11 @@ def test_sweep_has_speed_and_cost_columns(tmp_path):
         assert r["usd_per_million_output_tokens"] == pytest.approx(
             r["usd_per_gpu_hour"] / (r["tokens_per_s_per_gpu"] * 3600 / 1e6), rel=1e-3)
     assert rows["fp8_e4m3"]["tokens_per_s_per_gpu"] > rows["bf16"]["tokens_per_s_per_gpu"]
+
+
+def test_the_readme_example_workload_plans(capsys):
+    from conftest import ROOT
+
+    assert main(["plan", "--workload", str(ROOT / "examples" / "workload.yaml"), "--model", "llama-3.1-8b",
+                 "--gpus", "h100-sxm,h200", "--formats", "auto,fp8,nvfp4", "--tp", "1,2,4"]) == 0
+    assert "chat + RAG mix" in capsys.readouterr().out
