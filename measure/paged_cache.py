@@ -104,8 +104,10 @@ def unpack_bits(packed: torch.Tensor, bits: int) -> torch.Tensor:
 
 
 def _e2m1_codes(x: torch.Tensor) -> torch.Tensor:
+    """Nearest E2M1 magnitude (ties to the lower code), sign in bit 3; no 8x temporary."""
     grid = torch.tensor(E2M1, device=x.device)
-    mag = (x.abs().unsqueeze(-1) - grid).abs().argmin(dim=-1)
+    mids = (grid[1:] + grid[:-1]) / 2
+    mag = torch.bucketize(x.abs(), mids, right=False)
     return (mag + 8 * (x < 0)).to(torch.int32)
 
 

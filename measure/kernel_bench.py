@@ -1,0 +1,243 @@
+"""Decode kernels on a GPU: check every format against fp32, time it, and derive the
+bandwidth efficiency that sizing's inter-token model uses (benchmarks/bench_decode.py runs it).
+
+Per point: bytes read (every stored byte of the pages the batch reads, payload and metadata),
+kernel time (median, L2 flushed between runs, CUDA events through triton.testing.do_bench),
+achieved GB/s, its share of the measured copy bandwidth, the kernel's error against fp32
+attention over the same dequantized cache (kernel_rel_error) and against fp32 attention over
+the unquantized keys and values (attention_rel_error, the format's own loss).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+from .kernels import paged_decode
+from .paged_cache import FORMATS, KIVI, add_kivi_residual, pack, reference_decode, relative_error
+from .quant import ERROR_BOUNDS, realistic_kv
+
+KERNEL_TOLERANCE = 2e-2  # fp16/bf16 tensor-core dots against an fp32 reference
+KIVI_RESIDUAL = 128
+
+
+def _bench(fn, rep_ms: int = 60) -> float:
+    from triton.testing import do_bench
+
+    return float(do_bench(fn, warmup=10, rep=rep_ms, return_mode="median"))
+
+
+def copy_bandwidth_gb_s(gib: int = 2) -> float:
+    """Device-to-device copy: bytes read plus bytes written per second (decimal GB/s)."""
+    n = gib * 2**30
+    src = torch.empty(n, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    ms = _bench(lambda: dst.copy_(src), rep_ms=200)
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * n / (ms / 1e3) / 1e9
+
+
+def build_case(fmt: str, batch: int, context: int, kv_heads: int, head_dim: int, block_size: int, seed: int,
+               mla_v_dim: int | None = None):
+    """A fresh cache holding exactly the pages a batch of `context`-token sequences reads."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    kivi = FORMATS[fmt].kind == KIVI
+    paged_tokens = context
+    if kivi:  # KIVI: whole groups quantized, the rest (at least KIVI_RESIDUAL) kept in fp16
+        paged_tokens = max(0, (context - KIVI_RESIDUAL) // block_size * block_size)
+    pages_per_seq = max(1, math.ceil(paged_tokens / block_size))
+    nb = batch * pages_per_seq
+    k, v = realistic_kv(nb * block_size, kv_heads, head_dim, g, "cuda")
+    if mla_v_dim is not None:
+        cache = pack(fmt, k, None, block_size, v_dim=mla_v_dim)
+    else:
+        cache = pack(fmt, k, v, block_size)
+    raw_k, raw_v = k, (v if mla_v_dim is None else None)
+    if kivi:
+        rest = context - paged_tokens
+        rk, rv = realistic_kv(batch * rest, kv_heads, head_dim, g, "cuda")
+        add_kivi_residual(cache, rk.reshape(batch, rest, kv_heads, head_dim),
+                          rv.reshape(batch, rest, kv_heads, head_dim),
+                          torch.full((batch,), paged_tokens, dtype=torch.int32, device="cuda"))
+    table = torch.randperm(nb, generator=g, device="cuda").reshape(batch, pages_per_seq).to(torch.int32)
+    lens = torch.full((batch,), context, dtype=torch.int32, device="cuda")
+    return cache, table, lens, raw_k, raw_v
+
+
+def bytes_read(cache, batch: int, context: int, window: int | None) -> int:
+    """Stored bytes the kernel reads: every page of the cache (it holds exactly the batch's pages)
+    less per-tensor scalars; with a window, only the pages the window touches."""
+    total = cache.nbytes()
+    if window and window < context:
+        per_seq_pages = math.ceil(context / cache.block_size)
+        touched = min(per_seq_pages, math.ceil(window / cache.block_size) + 1)
+        total = total * touched // per_seq_pages
+    return int(total)
+
+
+def unquantized_reference(q, cache, table, lens, raw_k, raw_v, window):
+    """fp32 attention over the original keys and values laid out like the cache."""
+    from .paged_cache import PagedCache, PagedSide
+
+    plain = PagedCache(FORMATS["bf16"], cache.block_size, cache.heads, cache.head_dim, cache.v_dim,
+                       PagedSide(raw_k.reshape(-1, cache.block_size, cache.heads, cache.head_dim)),
+                       None if raw_v is None else PagedSide(raw_v.reshape(-1, cache.block_size, cache.heads,
+                                                                          raw_v.shape[-1])))
+    plain.k.data = plain.k.data.float()
+    if plain.v is not None:
+        plain.v.data = plain.v.data.float()
+    plain.residual_k, plain.residual_v, plain.quantized_lens = cache.residual_k, cache.residual_v, cache.quantized_lens
+    return reference_decode(q, plain, table, lens, window)
+
+
+def tune(fmt: str, kv_heads: int, head_dim: int, q_heads: int, block_size: int, configs, batch=16, context=16384):
+    """The fastest (block_t, num_warps, num_stages) for a format at a long-context point."""
+    cache, table, lens, _, _ = build_case(fmt, batch, context, kv_heads, head_dim, block_size, seed=1)
+    q = torch.randn(batch, q_heads, head_dim, device="cuda")
+    best, timings = None, {}
+    for bt, warps, stages in configs:
+        try:
+            ms = _bench(lambda: paged_decode(q, cache, table, lens, block_t=bt, num_warps=warps, num_stages=stages,
+                                             max_context=context), rep_ms=40)
+        except Exception as e:  # a config that does not compile (registers, shared memory) is skipped
+            timings[f"{bt}/{warps}/{stages}"] = f"failed: {type(e).__name__}"
+            continue
+        timings[f"{bt}/{warps}/{stages}"] = ms
+        if best is None or ms < best[0]:
+            best = (ms, dict(block_t=bt, num_warps=warps, num_stages=stages))
+    del cache
+    torch.cuda.empty_cache()
+    return best[1], timings
+
+
+def run_point(fmt: str, batch: int, context: int, q_heads: int, kv_heads: int, head_dim: int, block_size: int,
+              config: dict, copy_gb_s: float, seed: int, window: int | None = None,
+              mla_v_dim: int | None = None) -> dict:
+    cache, table, lens, raw_k, raw_v = build_case(fmt, batch, context, kv_heads, head_dim, block_size, seed,
+                                                  mla_v_dim)
+    q = torch.randn(batch, q_heads, head_dim, device="cuda",
+                    generator=torch.Generator(device="cuda").manual_seed(seed + 7))
+    def run():
+        return paged_decode(q, cache, table, lens, window=window, max_context=context, **config)
+
+    out = run()
+    ref = reference_decode(q, cache, table, lens, window)
+    exact = unquantized_reference(q, cache, table, lens, raw_k, raw_v, window) if mla_v_dim is None else None
+    ms = _bench(run)
+    nbytes = bytes_read(cache, batch, context, window)
+    gbs = nbytes / (ms / 1e3) / 1e9
+    point = dict(kernel="triton fused", format=fmt, batch=batch, context=context, q_heads=q_heads, kv_heads=kv_heads,
+                 head_dim=head_dim, v_dim=cache.v_dim, block_size=block_size, window=window, mla=mla_v_dim is not None,
+                 bytes_read=nbytes, median_ms=ms, achieved_gb_s=gbs, pct_of_copy=100 * gbs / copy_gb_s,
+                 kernel_rel_error=relative_error(out, ref),
+                 attention_rel_error=relative_error(out, exact) if exact is not None else None, config=config)
+    del cache, table, raw_k, raw_v, ref, out
+    return point
+
+
+def baseline_points(batch: int, context: int, q_heads: int, kv_heads: int, head_dim: int, block_size: int,
+                    seed: int) -> list[dict]:
+    """bf16 through SDPA's flash backend on a contiguous cache, and the plain torch path
+    (gather pages, dequantize, attend) on the bf16 paged cache."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    k = torch.randn(batch, kv_heads, context, head_dim, device="cuda", generator=g, dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    q = torch.randn(batch, q_heads, 1, head_dim, device="cuda", generator=g, dtype=torch.bfloat16)
+    nbytes = 2 * k.numel() * k.element_size()
+    out = []
+
+    def sdpa():
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+
+    try:
+        ms = _bench(sdpa)
+        out.append(dict(kernel="sdpa flash (contiguous)", format="bf16", batch=batch, context=context,
+                        bytes_read=nbytes, median_ms=ms, achieved_gb_s=nbytes / (ms / 1e3) / 1e9))
+    except RuntimeError as e:
+        out.append(dict(kernel="sdpa flash (contiguous)", format="bf16", batch=batch, context=context,
+                        error=str(e).splitlines()[0]))
+    del k, v
+    cache, table, lens, _, _ = build_case("bf16", batch, context, kv_heads, head_dim, block_size, seed)
+    qf = torch.randn(batch, q_heads, head_dim, device="cuda")
+    group = q_heads // kv_heads
+
+    def plain():
+        kk = cache.k.data[table.long()].reshape(batch, -1, kv_heads, head_dim)[:, :context].float()
+        vv = cache.v.data[table.long()].reshape(batch, -1, kv_heads, head_dim)[:, :context].float()
+        kk = kk.repeat_interleave(group, dim=2)
+        vv = vv.repeat_interleave(group, dim=2)
+        s = torch.einsum("bhd,bthd->bht", qf, kk) * head_dim ** -0.5
+        return torch.einsum("bht,bthd->bhd", s.softmax(-1), vv)
+
+    ms = _bench(plain, rep_ms=40)
+    out.append(dict(kernel="torch gather+attend (paged)", format="bf16", batch=batch, context=context,
+                    bytes_read=cache.nbytes(), median_ms=ms, achieved_gb_s=cache.nbytes() / (ms / 1e3) / 1e9))
+    del cache
+    torch.cuda.empty_cache()
+    return out
+
+
+def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Least squares y = a + b x; returns (a, b)."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
+    return my - b * mx, b
+
+
+def efficiency_section(points: list[dict], spec_gb_s: float, min_batch: int) -> dict:
+    """Per format: time = overhead + bytes / (spec bandwidth × efficiency), fitted on the grid
+    points with batch ≥ min_batch; every point gets its predicted time."""
+    kv, overhead = {}, {}
+    for fmt in dict.fromkeys(p["format"] for p in points):
+        sel = [p for p in points if p["format"] == fmt and p["batch"] >= min_batch]
+        if len(sel) < 2:
+            continue
+        a, b = fit_line([p["bytes_read"] for p in sel], [p["median_ms"] / 1e3 for p in sel])
+        if b <= 0:
+            continue
+        kv[fmt] = min(1.0, 1 / b / (spec_gb_s * 1e9))
+        overhead[fmt] = max(0.0, a)
+    for p in points:
+        if p["format"] in kv:
+            p["predicted_ms"] = 1e3 * (overhead[p["format"]] + p["bytes_read"] / (spec_gb_s * 1e9 * kv[p["format"]]))
+            p["prediction_error_pct"] = 100 * (p["predicted_ms"] - p["median_ms"]) / p["median_ms"]
+    return dict(reference_bandwidth_gb_s=spec_gb_s, kv=kv, overhead_s=overhead, fitted_on_batch_at_least=min_batch,
+                model="time = overhead_s + bytes_read / (reference_bandwidth × kv efficiency)")
+
+
+def slopes(points: list[dict], batch: int) -> dict:
+    """Decode time against context at one batch: slope per format and its ratio to bf16's,
+    beside the ratio of bytes per token."""
+    out = {}
+    for fmt in dict.fromkeys(p["format"] for p in points):
+        sel = sorted((p for p in points if p["format"] == fmt and p["batch"] == batch), key=lambda p: p["context"])
+        if len(sel) < 2:
+            continue
+        _, b = fit_line([p["context"] for p in sel], [p["median_ms"] for p in sel])
+        bytes_per_token = sel[-1]["bytes_read"] / (batch * sel[-1]["context"])
+        out[fmt] = dict(ms_per_1k_tokens=1000 * b, bytes_per_token=bytes_per_token)
+    if "bf16" in out:
+        for fmt, row in out.items():
+            row["slope_ratio"] = row["ms_per_1k_tokens"] / out["bf16"]["ms_per_1k_tokens"]
+            row["bytes_ratio"] = row["bytes_per_token"] / out["bf16"]["bytes_per_token"]
+            row["ratio_gap_pct"] = 100 * (row["slope_ratio"] - row["bytes_ratio"]) / row["bytes_ratio"]
+    return out
+
+
+def error_ok(point: dict) -> bool:
+    bound = 5 * ERROR_BOUNDS[point["format"]]
+    return point["kernel_rel_error"] <= KERNEL_TOLERANCE and (
+        point["attention_rel_error"] is None or point["attention_rel_error"] <= bound)
+
+
+def now() -> float:
+    return time.monotonic()
