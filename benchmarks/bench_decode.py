@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-CONFIGS = [(32, 4, 2), (64, 4, 2), (64, 8, 2), (128, 4, 2), (128, 8, 2), (64, 4, 3), (128, 8, 3)]
+CONFIGS = [(32, 4, 2), (64, 4, 2), (64, 8, 2), (128, 4, 2), (128, 8, 2), (64, 4, 3), (128, 4, 3), (256, 8, 2)]
 
 
 def _spec_bandwidth(name: str) -> tuple[float, str]:

@@ -38,50 +38,69 @@ def _to_dot(x, DOT: tl.constexpr):
 
 
 @triton.jit
-def _load_rows(DATA, SCALE, ZERO, GSCALE, rows, pages, kvh, cols, mask,
-               ROW: tl.constexpr, KIND: tl.constexpr, BITS: tl.constexpr, GROUP: tl.constexpr,
-               IS_K: tl.constexpr, HKV: tl.constexpr):
-    """fp32 [tokens, cols] of one side; `rows` = (page * block_size + slot) * HKV + kvh."""
-    r = rows[:, None]
-    c = cols[None, :]
-    m = mask[:, None]
-    # fp8 loads take no `other` (no fp8 constant exists); masked lanes are zeroed after the cast,
-    # since a stray NaN there would survive p = 0 in the P·V product.
-    if KIND == 0:  # plain
-        x = tl.where(m, tl.load(DATA + r * ROW + c, mask=m).to(tl.float32), 0.0)
-    elif KIND == 1:  # fp8 with one scale per tensor
-        x = tl.where(m, tl.load(DATA + r * ROW + c, mask=m).to(tl.float32), 0.0) * tl.load(SCALE)
-    elif KIND == 2:  # one fp32 scale per token and head
-        s = tl.load(SCALE + rows, mask=mask, other=0.0)
-        x = tl.where(m, tl.load(DATA + r * ROW + c, mask=m).to(tl.float32), 0.0) * s[:, None]
-    else:
-        PER: tl.constexpr = 8 // BITS
-        if BITS == 8:
-            u = tl.load(DATA + r * ROW + c, mask=m, other=0).to(tl.int32)
+def _codes(DATA, rows, STRIDE: tl.constexpr, COL0: tl.constexpr, WIDTH: tl.constexpr, BITS: tl.constexpr,
+           DOT: tl.constexpr):
+    """Values [COL0, COL0 + WIDTH) of `rows` (rows of STRIDE values) as stored, before any scale:
+    in the dot dtype for 8/16-bit layouts, as int32 codes for packed ones. Packed rows are read
+    as whole bytes, split with shifts and interleaved back into element order (element i of a
+    byte sits at bits [i*BITS, (i+1)*BITS))."""
+    if BITS >= 8:
+        c = COL0 + tl.arange(0, WIDTH)
+        x = tl.load(DATA + rows[:, None] * STRIDE + c[None, :])
+        if DOT == 0:
+            return x.to(tl.float32)
+        elif DOT == 1:
+            return x.to(tl.bfloat16)
         else:
-            byte = tl.load(DATA + r * (ROW // PER) + c // PER, mask=m, other=0).to(tl.int32)
-            u = (byte >> ((c % PER) * BITS)) & ((1 << BITS) - 1)
-        if KIND == 3:  # asymmetric: fp16 scale and zero per token and head
-            s = tl.load(SCALE + rows, mask=mask, other=0.0).to(tl.float32)
-            z = tl.load(ZERO + rows, mask=mask, other=0.0).to(tl.float32)
-            x = u.to(tl.float32) * s[:, None] + z[:, None]
-        elif KIND == 4:  # nvfp4: e2m1 code, fp8 scale per 16 values, fp32 tensor scale
-            mag = u & 7
-            e = mag >> 1
-            frac = (mag & 1).to(tl.float32) * 0.5
-            val = tl.where(e == 0, frac, (1.0 + frac) * tl.exp2((e - 1).to(tl.float32)))
-            val = tl.where(u >= 8, -val, val)
-            bs = tl.where(m, tl.load(SCALE + r * (ROW // GROUP) + c // GROUP, mask=m).to(tl.float32), 0.0)
-            x = val * bs * tl.load(GSCALE)
-        else:  # KIVI
-            if IS_K:  # per channel, one group per page
-                idx = (pages[:, None] * HKV + kvh) * ROW + c
-            else:  # per token, groups of GROUP channels
-                idx = r * (ROW // GROUP) + c // GROUP
-            s = tl.load(SCALE + idx, mask=m, other=0.0).to(tl.float32)
-            z = tl.load(ZERO + idx, mask=m, other=0.0).to(tl.float32)
-            x = u.to(tl.float32) * s + z
-    return x
+            return x.to(tl.float16)
+    elif BITS == 4:
+        cb = COL0 // 2 + tl.arange(0, WIDTH // 2)
+        b = tl.load(DATA + rows[:, None] * (STRIDE // 2) + cb[None, :]).to(tl.int32)
+        return tl.interleave(b & 15, b >> 4)
+    else:
+        cb = COL0 // 4 + tl.arange(0, WIDTH // 4)
+        b = tl.load(DATA + rows[:, None] * (STRIDE // 4) + cb[None, :]).to(tl.int32)
+        return tl.interleave(tl.interleave(b & 3, (b >> 4) & 3), tl.interleave((b >> 2) & 3, b >> 6))
+
+
+@triton.jit
+def _e2m1(u):
+    """E2M1 code (sign in bit 3) to its value, exactly, in fp32."""
+    mag = u & 7
+    e = mag >> 1
+    frac = (mag & 1).to(tl.float32) * 0.5
+    val = tl.where(e == 0, frac, (1.0 + frac) * (1 << tl.maximum(e - 1, 0)).to(tl.float32))
+    return tl.where(u >= 8, -val, val)
+
+
+@triton.jit
+def _group_scale(x, SCALE, rows, ROW: tl.constexpr, GROUP: tl.constexpr, BLOCK_T: tl.constexpr):
+    """x [BLOCK_T, ROW] times one scale per GROUP consecutive values of a row."""
+    cg = tl.arange(0, ROW // GROUP)
+    s = tl.load(SCALE + rows[:, None] * (ROW // GROUP) + cg[None, :]).to(tl.float32)
+    x3 = tl.reshape(x, [BLOCK_T, ROW // GROUP, GROUP]) * s[:, :, None]
+    return tl.reshape(x3, [BLOCK_T, ROW])
+
+
+@triton.jit
+def _group_affine(x, SCALE, ZERO, rows, ROW: tl.constexpr, GROUP: tl.constexpr, BLOCK_T: tl.constexpr):
+    cg = tl.arange(0, ROW // GROUP)
+    s = tl.load(SCALE + rows[:, None] * (ROW // GROUP) + cg[None, :]).to(tl.float32)
+    z = tl.load(ZERO + rows[:, None] * (ROW // GROUP) + cg[None, :]).to(tl.float32)
+    x3 = tl.reshape(x, [BLOCK_T, ROW // GROUP, GROUP]) * s[:, :, None] + z[:, :, None]
+    return tl.reshape(x3, [BLOCK_T, ROW])
+
+
+@triton.jit
+def _page_affine(x, SCALE, ZERO, page_ids, kvh, HKV: tl.constexpr, ROW: tl.constexpr, BS: tl.constexpr,
+                 NP: tl.constexpr):
+    """KIVI keys: x [NP * BS, ROW] times the per-channel scale of each token's page, plus its min."""
+    c = tl.arange(0, ROW)
+    base = (page_ids[:, None] * HKV + kvh) * ROW + c[None, :]
+    s = tl.load(SCALE + base).to(tl.float32)
+    z = tl.load(ZERO + base).to(tl.float32)
+    x3 = tl.reshape(x, [NP, BS, ROW]) * s[:, None, :] + z[:, None, :]
+    return tl.reshape(x3, [NP * BS, ROW])
 
 
 @triton.jit
@@ -93,18 +112,30 @@ def _decode_split_kernel(
     KIND: tl.constexpr, BITS: tl.constexpr, VGROUP: tl.constexpr, V_FROM_K: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr, DOT: tl.constexpr, KGROUP: tl.constexpr,
 ):
+    """Scales are applied where they cost least: per-tensor scales fold into q (keys) and the
+    output (values); per-token scales multiply score columns and probabilities; zero points
+    become a per-token score bias and a separate output bias; group scales (nvfp4 blocks,
+    KIVI) are applied to the tile. Masked-off tokens read row 0 of their head (always valid
+    memory), so loads need no masks and a stray value can never turn into NaN."""
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
     KROW: tl.constexpr = D + D_ROPE
+    NP: tl.constexpr = BLOCK_T // BS
     g = tl.arange(0, BLOCK_G)
     gmask = g < GROUP_Q
     heads = kvh * GROUP_Q + g
     d = tl.arange(0, D)
     dv = tl.arange(0, DV)
     qscale = sm_scale * 1.4426950408889634  # softmax in base 2
-    q = tl.load(Q + (b * HQ + heads[:, None]) * KROW + d[None, :], mask=gmask[:, None], other=0.0).to(tl.float32)
-    q = _to_dot(q * qscale, DOT)
+    if KIND == 1:
+        qscale = qscale * tl.load(KS)
+    if KIND == 4:
+        qscale = qscale * tl.load(KG)
+    q32 = tl.load(Q + (b * HQ + heads[:, None]) * KROW + d[None, :], mask=gmask[:, None], other=0.0).to(tl.float32)
+    q32 = q32 * qscale
+    q = _to_dot(q32, DOT)
+    qsum = tl.sum(q32, 1)  # zero points add z * sum(q) to every score
     if D_ROPE > 0:
         dr = D + tl.arange(0, D_ROPE)
         q_rope = tl.load(Q + (b * HQ + heads[:, None]) * KROW + dr[None, :], mask=gmask[:, None], other=0.0)
@@ -117,44 +148,81 @@ def _decode_split_kernel(
     paged = ctx
     if HAS_RESIDUAL:
         paged = tl.load(QLEN + b)
-    tiles = tl.cdiv(ctx - start, BLOCK_T)
+    first = start - start % BS  # tiles start on page boundaries
+    tiles = tl.cdiv(ctx - first, BLOCK_T)
     per = tl.cdiv(tiles, num_splits)
-    lo = start + split * per * BLOCK_T
+    lo = first + split * per * BLOCK_T
     hi = tl.minimum(ctx, lo + per * BLOCK_T)
 
     m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_G, DV], tl.float32)
+    acc_bias = tl.zeros([BLOCK_G], tl.float32)
     for t0 in range(lo, hi, BLOCK_T):
         t = t0 + tl.arange(0, BLOCK_T)
-        valid = t < hi
+        valid = (t < hi) & (t >= start)
         in_page = valid & (t < paged)
-        page = tl.load(BT + b * stride_bt + t // BS, mask=in_page, other=0)
-        rows = (page * BS + t % BS) * HKV + kvh
-        k = _load_rows(K, KS, KZ, KG, rows, page, kvh, d, in_page, KROW, KIND, BITS, KGROUP, True, HKV)
+        pidx = t0 // BS + tl.arange(0, NP)
+        page_ids = tl.load(BT + b * stride_bt + pidx, mask=pidx * BS < paged, other=0)
+        page = tl.reshape(tl.broadcast_to(page_ids[:, None], [NP, BS]), [BLOCK_T])
+        rows = tl.where(in_page, (page * BS + t % BS) * HKV + kvh, kvh)
+
+        k = _codes(K, rows, KROW, 0, D, BITS, DOT)
+        if KIND == 4:
+            k = _to_dot(_group_scale(_e2m1(k), KS, rows, KROW, KGROUP, BLOCK_T), DOT)
+        elif KIND == 5:
+            k = _to_dot(_page_affine(k.to(tl.float32), KS, KZ, page_ids, kvh, HKV, KROW, BS, NP), DOT)
+        else:
+            k = _to_dot(k.to(tl.float32), DOT) if BITS < 8 else k
         if HAS_RESIDUAL:
-            res = ((b * rmax + (t - paged)) * HKV + kvh)
-            rmask = valid & (t >= paged)
-            rk = tl.load(RK + res[:, None] * D + d[None, :], mask=rmask[:, None], other=0.0).to(tl.float32)
-            k = tl.where(in_page[:, None], k, rk)
-        s = tl.dot(q, tl.trans(_to_dot(k, DOT)))
-        if D_ROPE > 0:
-            kr = _load_rows(K, KS, KZ, KG, rows, page, kvh, dr, in_page, KROW, KIND, BITS, KGROUP, True, HKV)
-            s += tl.dot(q_rope, tl.trans(_to_dot(kr, DOT)))
+            res = tl.where(valid & (t >= paged), (b * rmax + (t - paged)) * HKV + kvh, kvh)
+            rk = tl.load(RK + res[:, None] * D + d[None, :])
+            k = tl.where(in_page[:, None], k, _to_dot(rk.to(tl.float32), DOT))
+        s = tl.dot(q, tl.trans(k))
+        if D_ROPE > 0:  # MLA: the rope part of the latent row
+            s += tl.dot(q_rope, tl.trans(_codes(K, rows, KROW, D, D_ROPE, BITS, DOT)))
+        if KIND == 2:
+            ks_rows = tl.load(KS + rows).to(tl.float32)
+            s = s * ks_rows[None, :]
+        if KIND == 3:
+            s = s * tl.load(KS + rows).to(tl.float32)[None, :] + \
+                tl.load(KZ + rows).to(tl.float32)[None, :] * qsum[:, None]
         s = tl.where(valid[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        acc_bias = acc_bias * alpha
         if V_FROM_K:
             v = k  # MLA: the values are the latent part of the key row (D == DV)
+            pv = p
+            if KIND == 2:
+                pv = p * ks_rows[None, :]
         else:
-            v = _load_rows(V, VS, VZ, VG, rows, page, kvh, dv, in_page, DV, KIND, BITS, VGROUP, False, HKV)
+            v = _codes(V, rows, DV, 0, DV, BITS, DOT)
+            pv = p
+            if KIND == 2:
+                pv = p * tl.load(VS + rows).to(tl.float32)[None, :]
+            elif KIND == 3:
+                pv = p * tl.load(VS + rows).to(tl.float32)[None, :]
+                acc_bias += tl.sum(p * tl.load(VZ + rows).to(tl.float32)[None, :], 1)
+            if KIND == 4:
+                v = _to_dot(_group_scale(_e2m1(v), VS, rows, DV, KGROUP, BLOCK_T), DOT)
+            elif KIND == 5:
+                v = _to_dot(_group_affine(v.to(tl.float32), VS, VZ, rows, DV, VGROUP, BLOCK_T), DOT)
+            else:
+                v = _to_dot(v.to(tl.float32), DOT) if BITS < 8 else v
             if HAS_RESIDUAL:
-                rv = tl.load(RV + res[:, None] * DV + dv[None, :], mask=rmask[:, None], other=0.0).to(tl.float32)
-                v = tl.where(in_page[:, None], v, rv)
-        acc = acc * alpha[:, None] + tl.dot(_to_dot(p, DOT), _to_dot(v, DOT))
+                rv = tl.load(RV + res[:, None] * DV + dv[None, :])
+                v = tl.where(in_page[:, None], v, _to_dot(rv.to(tl.float32), DOT))
+        acc += tl.dot(_to_dot(pv, DOT), v)
         m_i = m_new
+    acc = acc + acc_bias[:, None]
+    if KIND == 1:
+        acc = acc * tl.load(KS if V_FROM_K else VS)
+    if KIND == 4:
+        acc = acc * tl.load(VG)
     out = (b * HQ + heads) * num_splits + split
     tl.store(M_OUT + out, m_i, mask=gmask)
     tl.store(L_OUT + out, l_i, mask=gmask)
