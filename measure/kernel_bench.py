@@ -82,13 +82,11 @@ def unquantized_reference(q, cache, table, lens, raw_k, raw_v, window):
     """fp32 attention over the original keys and values laid out like the cache."""
     from .paged_cache import PagedCache, PagedSide
 
-    plain = PagedCache(FORMATS["bf16"], cache.block_size, cache.heads, cache.head_dim, cache.v_dim,
-                       PagedSide(raw_k.reshape(-1, cache.block_size, cache.heads, cache.head_dim)),
-                       None if raw_v is None else PagedSide(raw_v.reshape(-1, cache.block_size, cache.heads,
-                                                                          raw_v.shape[-1])))
-    plain.k.data = plain.k.data.float()
-    if plain.v is not None:
-        plain.v.data = plain.v.data.float()
+    def side(raw):  # stored head-major, like every layout
+        return PagedSide(raw.reshape(-1, cache.block_size, cache.heads, raw.shape[-1]).transpose(1, 2).float())
+
+    plain = PagedCache(FORMATS["bf16"], cache.block_size, cache.heads, cache.head_dim, cache.v_dim, side(raw_k),
+                       None if raw_v is None else side(raw_v))
     plain.residual_k, plain.residual_v, plain.quantized_lens = cache.residual_k, cache.residual_v, cache.quantized_lens
     return reference_decode(q, plain, table, lens, window)
 
@@ -98,16 +96,17 @@ def tune(fmt: str, kv_heads: int, head_dim: int, q_heads: int, block_size: int, 
     cache, table, lens, _, _ = build_case(fmt, batch, context, kv_heads, head_dim, block_size, seed=1)
     q = torch.randn(batch, q_heads, head_dim, device="cuda")
     best, timings = None, {}
-    for bt, warps, stages in configs:
+    for bt, warps, stages, pps in configs:
+        key = f"{bt}/{warps}/{stages}/{pps}"
         try:
             ms = _bench(lambda: paged_decode(q, cache, table, lens, block_t=bt, num_warps=warps, num_stages=stages,
-                                             max_context=context), rep_ms=40)
+                                             max_context=context, programs_per_sm=pps), rep_ms=40)
         except Exception as e:  # a config that does not compile (registers, shared memory) is skipped
-            timings[f"{bt}/{warps}/{stages}"] = f"failed: {type(e).__name__}"
+            timings[key] = f"failed: {type(e).__name__}"
             continue
-        timings[f"{bt}/{warps}/{stages}"] = ms
+        timings[key] = ms
         if best is None or ms < best[0]:
-            best = (ms, dict(block_t=bt, num_warps=warps, num_stages=stages))
+            best = (ms, dict(block_t=bt, num_warps=warps, num_stages=stages, programs_per_sm=pps))
     del cache
     torch.cuda.empty_cache()
     return best[1], timings
@@ -169,8 +168,8 @@ def baseline_points(batch: int, context: int, q_heads: int, kv_heads: int, head_
     group = q_heads // kv_heads
 
     def plain():
-        kk = cache.k.data[table.long()].reshape(batch, -1, kv_heads, head_dim)[:, :context].float()
-        vv = cache.v.data[table.long()].reshape(batch, -1, kv_heads, head_dim)[:, :context].float()
+        kk = cache.k.data[table.long()].transpose(2, 3).reshape(batch, -1, kv_heads, head_dim)[:, :context].float()
+        vv = cache.v.data[table.long()].transpose(2, 3).reshape(batch, -1, kv_heads, head_dim)[:, :context].float()
         kk = kk.repeat_interleave(group, dim=2)
         vv = vv.repeat_interleave(group, dim=2)
         s = torch.einsum("bhd,bthd->bht", qf, kk) * head_dim ** -0.5
@@ -184,12 +183,15 @@ def baseline_points(batch: int, context: int, q_heads: int, kv_heads: int, head_
     return out
 
 
-def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
-    """Least squares y = a + b x; returns (a, b)."""
-    n = len(xs)
-    mx, my = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
+def fit_line(xs: list[float], ys: list[float], relative: bool = False) -> tuple[float, float]:
+    """Least squares y = a + b x; returns (a, b). `relative` weights each point by 1/y², so the
+    fit minimises relative error (small and large points count alike)."""
+    w = [1 / (y * y) if relative and y else 1.0 for y in ys]
+    sw = sum(w)
+    mx = sum(wi * x for wi, x in zip(w, xs)) / sw
+    my = sum(wi * y for wi, y in zip(w, ys)) / sw
+    sxx = sum(wi * (x - mx) ** 2 for wi, x in zip(w, xs))
+    b = sum(wi * (x - mx) * (y - my) for wi, x, y in zip(w, xs, ys)) / sxx if sxx else 0.0
     return my - b * mx, b
 
 
@@ -201,7 +203,7 @@ def efficiency_section(points: list[dict], spec_gb_s: float, min_batch: int) -> 
         sel = [p for p in points if p["format"] == fmt and p["batch"] >= min_batch]
         if len(sel) < 2:
             continue
-        a, b = fit_line([p["bytes_read"] for p in sel], [p["median_ms"] / 1e3 for p in sel])
+        a, b = fit_line([p["bytes_read"] for p in sel], [p["median_ms"] / 1e3 for p in sel], relative=True)
         if b <= 0:
             continue
         kv[fmt] = min(1.0, 1 / b / (spec_gb_s * 1e9))

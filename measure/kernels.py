@@ -34,7 +34,7 @@ def _to_dot(x, DOT: tl.constexpr):
     elif DOT == 2:
         return x.to(tl.float16)
     else:
-        return x
+        return x.to(tl.float32)
 
 
 @triton.jit
@@ -55,50 +55,54 @@ def _codes(DATA, rows, STRIDE: tl.constexpr, COL0: tl.constexpr, WIDTH: tl.const
             return x.to(tl.float16)
     elif BITS == 4:
         cb = COL0 // 2 + tl.arange(0, WIDTH // 2)
-        b = tl.load(DATA + rows[:, None] * (STRIDE // 2) + cb[None, :]).to(tl.int32)
+        b = tl.load(DATA + rows[:, None] * (STRIDE // 2) + cb[None, :])
         return tl.interleave(b & 15, b >> 4)
     else:
         cb = COL0 // 4 + tl.arange(0, WIDTH // 4)
-        b = tl.load(DATA + rows[:, None] * (STRIDE // 4) + cb[None, :]).to(tl.int32)
+        b = tl.load(DATA + rows[:, None] * (STRIDE // 4) + cb[None, :])
         return tl.interleave(tl.interleave(b & 3, (b >> 4) & 3), tl.interleave((b >> 2) & 3, b >> 6))
 
 
 @triton.jit
-def _e2m1(u):
-    """E2M1 code (sign in bit 3) to its value, exactly, in fp32."""
-    mag = u & 7
-    e = mag >> 1
-    frac = (mag & 1).to(tl.float32) * 0.5
-    val = tl.where(e == 0, frac, (1.0 + frac) * (1 << tl.maximum(e - 1, 0)).to(tl.float32))
-    return tl.where(u >= 8, -val, val)
+def _e2m1(u, DOT: tl.constexpr):
+    """E2M1 codes (uint8, sign in bit 3) to their exact values, built as fp16 bit patterns:
+    exponent field e + 14 and mantissa bit m for e > 0, 0.5 (exponent field 14) or 0 for e = 0."""
+    c = u.to(tl.int32)
+    e = (c >> 1) & 3
+    m = c & 1
+    bits = tl.where(e == 0, m * (14 << 10), ((e + 14) << 10) | (m << 9)) | ((c >> 3) << 15)
+    x = bits.to(tl.int16).to(tl.float16, bitcast=True)
+    return _to_dot(x.to(tl.float32), DOT) if DOT != 2 else x
 
 
 @triton.jit
-def _group_scale(x, SCALE, rows, ROW: tl.constexpr, GROUP: tl.constexpr, BLOCK_T: tl.constexpr):
-    """x [BLOCK_T, ROW] times one scale per GROUP consecutive values of a row."""
+def _group_scale(x, SCALE, rows, ROW: tl.constexpr, GROUP: tl.constexpr, BLOCK_T: tl.constexpr,
+                 DOT: tl.constexpr):
+    """x [BLOCK_T, ROW] (dot dtype) times one scale per GROUP consecutive values of a row."""
     cg = tl.arange(0, ROW // GROUP)
-    s = tl.load(SCALE + rows[:, None] * (ROW // GROUP) + cg[None, :]).to(tl.float32)
+    s = _to_dot(tl.load(SCALE + rows[:, None] * (ROW // GROUP) + cg[None, :]).to(tl.float32), DOT)
     x3 = tl.reshape(x, [BLOCK_T, ROW // GROUP, GROUP]) * s[:, :, None]
     return tl.reshape(x3, [BLOCK_T, ROW])
 
 
 @triton.jit
-def _group_affine(x, SCALE, ZERO, rows, ROW: tl.constexpr, GROUP: tl.constexpr, BLOCK_T: tl.constexpr):
+def _group_affine(x, SCALE, ZERO, rows, ROW: tl.constexpr, GROUP: tl.constexpr, BLOCK_T: tl.constexpr,
+                  DOT: tl.constexpr):
     cg = tl.arange(0, ROW // GROUP)
-    s = tl.load(SCALE + rows[:, None] * (ROW // GROUP) + cg[None, :]).to(tl.float32)
-    z = tl.load(ZERO + rows[:, None] * (ROW // GROUP) + cg[None, :]).to(tl.float32)
+    s = _to_dot(tl.load(SCALE + rows[:, None] * (ROW // GROUP) + cg[None, :]).to(tl.float32), DOT)
+    z = _to_dot(tl.load(ZERO + rows[:, None] * (ROW // GROUP) + cg[None, :]).to(tl.float32), DOT)
     x3 = tl.reshape(x, [BLOCK_T, ROW // GROUP, GROUP]) * s[:, :, None] + z[:, :, None]
     return tl.reshape(x3, [BLOCK_T, ROW])
 
 
 @triton.jit
 def _page_affine(x, SCALE, ZERO, page_ids, kvh, HKV: tl.constexpr, ROW: tl.constexpr, BS: tl.constexpr,
-                 NP: tl.constexpr):
+                 NP: tl.constexpr, DOT: tl.constexpr):
     """KIVI keys: x [NP * BS, ROW] times the per-channel scale of each token's page, plus its min."""
     c = tl.arange(0, ROW)
     base = (page_ids[:, None] * HKV + kvh) * ROW + c[None, :]
-    s = tl.load(SCALE + base).to(tl.float32)
-    z = tl.load(ZERO + base).to(tl.float32)
+    s = _to_dot(tl.load(SCALE + base).to(tl.float32), DOT)
+    z = _to_dot(tl.load(ZERO + base).to(tl.float32), DOT)
     x3 = tl.reshape(x, [NP, BS, ROW]) * s[:, None, :] + z[:, None, :]
     return tl.reshape(x3, [NP * BS, ROW])
 
@@ -165,15 +169,18 @@ def _decode_split_kernel(
         pidx = t0 // BS + tl.arange(0, NP)
         page_ids = tl.load(BT + b * stride_bt + pidx, mask=pidx * BS < paged, other=0)
         page = tl.reshape(tl.broadcast_to(page_ids[:, None], [NP, BS]), [BLOCK_T])
-        rows = tl.where(in_page, (page * BS + t % BS) * HKV + kvh, kvh)
+        rows = tl.where(in_page, (page * HKV + kvh) * BS + t % BS, kvh * BS)  # head-major pages
 
+        # Issue both loads before any arithmetic so the K and V reads are in flight together.
         k = _codes(K, rows, KROW, 0, D, BITS, DOT)
+        if not V_FROM_K:
+            v = _codes(V, rows, DV, 0, DV, BITS, DOT)
         if KIND == 4:
-            k = _to_dot(_group_scale(_e2m1(k), KS, rows, KROW, KGROUP, BLOCK_T), DOT)
+            k = _group_scale(_e2m1(k, DOT), KS, rows, KROW, KGROUP, BLOCK_T, DOT)
         elif KIND == 5:
-            k = _to_dot(_page_affine(k.to(tl.float32), KS, KZ, page_ids, kvh, HKV, KROW, BS, NP), DOT)
-        else:
-            k = _to_dot(k.to(tl.float32), DOT) if BITS < 8 else k
+            k = _page_affine(_to_dot(k, DOT), KS, KZ, page_ids, kvh, HKV, KROW, BS, NP, DOT)
+        elif BITS < 8:
+            k = _to_dot(k, DOT)
         if HAS_RESIDUAL:
             res = tl.where(valid & (t >= paged), (b * rmax + (t - paged)) * HKV + kvh, kvh)
             rk = tl.load(RK + res[:, None] * D + d[None, :])
@@ -200,7 +207,6 @@ def _decode_split_kernel(
             if KIND == 2:
                 pv = p * ks_rows[None, :]
         else:
-            v = _codes(V, rows, DV, 0, DV, BITS, DOT)
             pv = p
             if KIND == 2:
                 pv = p * tl.load(VS + rows).to(tl.float32)[None, :]
@@ -208,11 +214,11 @@ def _decode_split_kernel(
                 pv = p * tl.load(VS + rows).to(tl.float32)[None, :]
                 acc_bias += tl.sum(p * tl.load(VZ + rows).to(tl.float32)[None, :], 1)
             if KIND == 4:
-                v = _to_dot(_group_scale(_e2m1(v), VS, rows, DV, KGROUP, BLOCK_T), DOT)
+                v = _group_scale(_e2m1(v, DOT), VS, rows, DV, KGROUP, BLOCK_T, DOT)
             elif KIND == 5:
-                v = _to_dot(_group_affine(v.to(tl.float32), VS, VZ, rows, DV, VGROUP, BLOCK_T), DOT)
-            else:
-                v = _to_dot(v.to(tl.float32), DOT) if BITS < 8 else v
+                v = _group_affine(_to_dot(v, DOT), VS, VZ, rows, DV, VGROUP, BLOCK_T, DOT)
+            elif BITS < 8:
+                v = _to_dot(v, DOT)
             if HAS_RESIDUAL:
                 rv = tl.load(RV + res[:, None] * DV + dv[None, :])
                 v = tl.where(in_page[:, None], v, _to_dot(rv.to(tl.float32), DOT))
@@ -257,14 +263,16 @@ def _dot_kind(cache: PagedCache) -> int:
     return DOT_F16
 
 
-def default_splits(batch: int, kv_heads: int, tiles: int, sm_count: int) -> int:
-    """Enough splits for about two programs per SM, never more than the tiles."""
-    return max(1, min(tiles, math.ceil(2 * sm_count / max(1, batch * kv_heads))))
+def default_splits(batch: int, kv_heads: int, tiles: int, sm_count: int, programs_per_sm: int = 4) -> int:
+    """Enough splits for `programs_per_sm` programs per SM (memory-level parallelism: each
+    program waits on its own loads), never more than the tiles."""
+    return max(1, min(tiles, math.ceil(programs_per_sm * sm_count / max(1, batch * kv_heads))))
 
 
 def paged_decode(q: torch.Tensor, cache: PagedCache, block_table: torch.Tensor, context_lens: torch.Tensor,
                  window: int | None = None, num_splits: int | None = None, block_t: int = 64, num_warps: int = 4,
-                 num_stages: int = 2, sm_scale: float | None = None, max_context: int | None = None) -> torch.Tensor:
+                 num_stages: int = 2, sm_scale: float | None = None, max_context: int | None = None,
+                 programs_per_sm: int = 4) -> torch.Tensor:
     """Decode attention over a paged cache: q [batch, Hq, head_dim] -> [batch, Hq, v_dim] fp32."""
     batch, hq, _ = q.shape
     hkv = cache.heads
@@ -281,7 +289,7 @@ def paged_decode(q: torch.Tensor, cache: PagedCache, block_table: torch.Tensor, 
     tiles = max(1, math.ceil(longest / block_t))
     if num_splits is None:
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 4
-        num_splits = default_splits(batch, hkv, tiles, sms)
+        num_splits = default_splits(batch, hkv, tiles, sms, programs_per_sm)
     f = cache.fmt
     k, v = cache.k, cache.v
     dummy = torch.zeros(1, device=q.device, dtype=torch.float32)

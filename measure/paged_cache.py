@@ -51,9 +51,10 @@ NVFP4_GROUP = 16
 class PagedSide:
     """One of K or V: stored rows and their metadata (absent tensors are None)."""
 
-    data: torch.Tensor  # [num_blocks, block_size, heads, packed row]
-    scale: torch.Tensor | None = None  # per tensor [1], per token-head [nb, bs, h], nvfp4 [nb, bs, h, D/16],
-    # KIVI keys [nb, h, D] (per channel over the page), KIVI values [nb, bs, h, D/G]
+    data: torch.Tensor  # [num_blocks, heads, block_size, packed row]: head-major pages (TensorRT-LLM's
+    # layout), so one head's rows of a page are one contiguous run
+    scale: torch.Tensor | None = None  # per tensor [1], per token-head [nb, h, bs], nvfp4 [nb, h, bs, D/16],
+    # KIVI keys [nb, h, D] (per channel over the page), KIVI values [nb, h, bs, D/G]
     zero: torch.Tensor | None = None  # asymmetric formats: same shape as scale
     global_scale: torch.Tensor | None = None  # nvfp4: [1] fp32
 
@@ -126,7 +127,27 @@ def _asym(x: torch.Tensor, bits: int, dim: int) -> tuple[torch.Tensor, torch.Ten
 
 
 def _pack_side(fmt: CacheFormat, x: torch.Tensor, nb: int, bs: int, side: str, group: int) -> PagedSide:
-    """x: [nb * bs, heads, D] fp32 in physical page order."""
+    """x: [nb * bs, heads, D] fp32 in physical page order; stored head-major."""
+    s = _pack_side_nhd(fmt, x, nb, bs, side, group)
+    kivi_keys = fmt.kind == KIVI and side == "k"
+    return PagedSide(_hnd(s.data), s.scale if kivi_keys else _hnd(s.scale), s.zero if kivi_keys else _hnd(s.zero),
+                     s.global_scale)
+
+
+def _hnd(t: torch.Tensor | None) -> torch.Tensor | None:
+    """[nb, bs, h, ...] -> contiguous [nb, h, bs, ...]; per-tensor scalars pass through."""
+    if t is None or t.dim() < 3:
+        return t
+    return t.transpose(1, 2).contiguous()
+
+
+def _nhd(t: torch.Tensor | None) -> torch.Tensor | None:
+    if t is None or t.dim() < 3:
+        return t
+    return t.transpose(1, 2)
+
+
+def _pack_side_nhd(fmt: CacheFormat, x: torch.Tensor, nb: int, bs: int, side: str, group: int) -> PagedSide:
     h, d = x.shape[1], x.shape[2]
     pages = x.reshape(nb, bs, h, d)
     if fmt.kind == PLAIN:
@@ -193,8 +214,12 @@ def add_kivi_residual(cache: PagedCache, k_recent: torch.Tensor, v_recent: torch
 # -- reading back --------------------------------------------------------------------------------
 
 
-def dequantize_side(cache: PagedCache, s: PagedSide, side: str) -> torch.Tensor:
+def dequantize_side(cache: PagedCache, stored: PagedSide, side: str) -> torch.Tensor:
+    """fp32 [nb, bs, heads, D] (token-major) from the head-major stored side."""
     fmt = cache.fmt
+    kivi_keys = fmt.kind == KIVI and side == "k"
+    s = PagedSide(_nhd(stored.data), stored.scale if kivi_keys else _nhd(stored.scale),
+                  stored.zero if kivi_keys else _nhd(stored.zero), stored.global_scale)
     if fmt.kind == PLAIN:
         return s.data.float()
     if fmt.kind == FP8_TENSOR:
