@@ -492,7 +492,8 @@ def plan_from_args(args: argparse.Namespace):
     from sizing.fleet import build_candidates, load_draft, plan_fleet
     from sizing.formats import get_format
     from sizing.guidance import evaluate_rules, quality_notes
-    from sizing.speed import DecodeEfficiency, efficiency_from_report, parse_efficiency_overrides
+    from sizing.profiles import measured_efficiency
+    from sizing.speed import efficiency_from_report, parse_efficiency_overrides
     from sizing.workload import read_workload
 
     if args.pipeline_parallel_size != 1:
@@ -501,7 +502,7 @@ def plan_from_args(args: argparse.Namespace):
         raise KvsizeError("plan takes the peak from the workload's peak_concurrency; drop --concurrency")
     workload = read_workload(args.workload)
     base = scenario_from_args(args, args.model, args.gpus[0], args.engine, 1, None, "auto", "auto")
-    efficiency = DecodeEfficiency()
+    efficiency = measured_efficiency()
     if args.efficiency_report:
         efficiency = efficiency_from_report(_read_report(args.efficiency_report, "--efficiency-report"),
                                             Path(args.efficiency_report).name)

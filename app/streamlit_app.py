@@ -284,7 +284,7 @@ def page_validation() -> None:
 
 def decode_section(data: dict) -> None:
     """Decode time against context, one line per format (and kernel), at the report's largest batch."""
-    points = data.get("decode") or []
+    points = [p for p in (data.get("kernels") or []) + (data.get("decode") or []) if isinstance(p, dict)]
     if not points:
         return
     df = pd.DataFrame(points)
@@ -298,6 +298,8 @@ def decode_section(data: dict) -> None:
     batches = sorted(df["batch"].unique())
     batch = st.selectbox("Batch", batches, index=len(batches) - 1, key="decode_batch")
     part = df[df["batch"] == batch].sort_values("context")
+    if "head_dim" in part.columns:  # the main grid: the most common head size
+        part = part[part["head_dim"] == part["head_dim"].mode().iloc[0]]
     fig = go.Figure()
     for (kernel, fmt), line in part.groupby(["kernel", "format"]):
         fig.add_scatter(x=line["context"], y=line["median_ms"], mode="lines+markers", name=f"{fmt} ({kernel})",
@@ -306,9 +308,12 @@ def decode_section(data: dict) -> None:
             fig.add_scatter(x=line["context"], y=line["predicted_ms"], mode="lines", name=f"{fmt} predicted",
                             line=dict(dash="dot"), showlegend=False,
                             hovertemplate="%{x:,} tokens: predicted %{y:.3f} ms<extra>" + fmt + "</extra>")
-    fig.update_layout(xaxis_type="log", xaxis_title="context length (tokens)",
-                      yaxis_title="decode attention time per step (ms)",
-                      title=f"Decode attention at batch {batch} (dotted: kvsize prediction)")
+    fig.update_layout(xaxis_type="log", yaxis_type="log", xaxis_title="context length (tokens, log scale)",
+                      yaxis_title="one decode attention call (ms, log scale)",
+                      title=f"Decode attention at batch {batch}, one layer (dotted: kvsize prediction)")
+    if "copy_bandwidth_gb_s" in data:
+        st.caption(f"Measured copy bandwidth {data['copy_bandwidth_gb_s']:,.0f} GB/s (read + write, decimal GB). "
+                   "Predictions: overhead + bytes read / (bandwidth × the format's fitted efficiency).")
     _chart(fig, "decode_chart")
     st.dataframe(part, key="decode_table")
     _downloads(part, fig, "decode")

@@ -16,11 +16,9 @@ import time
 import torch
 
 from .kernels import paged_decode
-from .paged_cache import FORMATS, KIVI, add_kivi_residual, pack, reference_decode, relative_error
+from .paged_cache import (FORMATS, KERNEL_TOLERANCE, KIVI, KIVI_RESIDUAL, add_kivi_residual, pack,
+                          reference_decode, relative_error)
 from .quant import ERROR_BOUNDS, realistic_kv
-
-KERNEL_TOLERANCE = 2e-2  # fp16/bf16 tensor-core dots against an fp32 reference
-KIVI_RESIDUAL = 128
 
 
 def _bench(fn, rep_ms: int = 60) -> float:
@@ -243,3 +241,32 @@ def error_ok(point: dict) -> bool:
 
 def now() -> float:
     return time.monotonic()
+
+
+def efficiency_profile(report: dict, report_path: str) -> dict:
+    """A bundled efficiency profile (profiles/efficiency/*.json) from a kernel benchmark report."""
+    from sizing.speed import DEFAULT_KV_EFFICIENCY, DEFAULT_WEIGHTS_EFFICIENCY
+
+    eff = report["decode_efficiency"]
+    dev = report["device"]
+    return dict(
+        name=f"kvsize fused Triton paged decode on {dev['name']}",
+        source=f"{report_path}: benchmarks/bench_decode.py, fit time = overhead + bytes / "
+               f"({eff['reference_bandwidth_gb_s']:g} GB/s x efficiency) on batch >= {eff['fitted_on_batch_at_least']}",
+        device=f"{dev['name']} (torch {dev['torch']}, triton {dev['triton']}, CUDA {dev['cuda']})",
+        reference_bandwidth_gb_s=eff["reference_bandwidth_gb_s"],
+        kv={k: round(v, 4) for k, v in eff["kv"].items()},
+        overhead_s={k: round(v, 8) for k, v in eff["overhead_s"].items()},
+        weights=DEFAULT_WEIGHTS_EFFICIENCY,
+        weights_source="assumption (weight GEMVs were not measured)",
+        kv_default=DEFAULT_KV_EFFICIENCY,
+        kv_default_source="assumption for formats without a measured kernel (llama.cpp types, fp32, kvquant3)",
+    )
+
+
+if __name__ == "__main__":  # python -m measure.kernel_bench REPORT > profiles/efficiency/NAME.json
+    import json
+    import sys
+
+    with open(sys.argv[1]) as f:
+        print(json.dumps(efficiency_profile(json.load(f), sys.argv[1]), indent=1))

@@ -231,7 +231,10 @@ def plan_candidate(base: Scenario, candidate: Candidate, workload: Workload, eff
 def plan_fleet(base: Scenario, candidates: list[Candidate], workload: Workload,
                efficiency: DecodeEfficiency | None = None, draft: Draft | None = None) -> FleetPlan:
     """Every candidate; those the engine cannot run are kept with the reason, not dropped."""
-    efficiency = efficiency or DecodeEfficiency()
+    if efficiency is None:
+        from .profiles import measured_efficiency
+
+        efficiency = measured_efficiency()
     plans = []
     for c in candidates:
         try:

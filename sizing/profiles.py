@@ -12,7 +12,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import KvsizeError, unknown
 from .shape import ModelShape, read_config_file, resolve_shape
@@ -52,6 +52,34 @@ class GpuProfile(BaseModel):
         return self.memory_mib * MiB
 
 
+class EfficiencyProfile(BaseModel):
+    """Measured decode bandwidth efficiencies (a `decode_efficiency` report section, as data)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)
+    source: str = Field(min_length=1)
+    device: str = Field(min_length=1)
+    reference_bandwidth_gb_s: float = Field(gt=0)
+    kv: dict[str, float]
+    overhead_s: dict[str, float]
+    weights: float = Field(gt=0, le=1)
+    weights_source: str = Field(min_length=1)
+    kv_default: float = Field(gt=0, le=1)
+    kv_default_source: str = Field(min_length=1)
+
+    @field_validator("kv")
+    @classmethod
+    def _fractions(cls, kv: dict[str, float]) -> dict[str, float]:
+        for fmt, value in kv.items():
+            if not 0 < value <= 1:
+                raise ValueError(f"kv[{fmt}] must be in (0, 1], got {value}")
+        return kv
+
+
+DEFAULT_EFFICIENCY_PROFILE = "h200-triton-fused"
+
+
 def _ids(kind: str) -> list[str]:
     return sorted(p.stem for p in (PROFILES_DIR / kind).glob("*.json"))
 
@@ -89,6 +117,31 @@ def gpu_profile(key: str) -> GpuProfile:
     if key.lower() not in lookup:
         raise unknown("GPU", key, gpu_ids(), "--gpu")
     return _load("gpus", lookup[key.lower()], GpuProfile)
+
+
+@cache
+def efficiency_ids() -> tuple[str, ...]:
+    return tuple(_ids("efficiency"))
+
+
+@cache
+def efficiency_profile(key: str = DEFAULT_EFFICIENCY_PROFILE) -> EfficiencyProfile:
+    if key not in efficiency_ids():
+        raise unknown("efficiency profile", key, efficiency_ids(), "--efficiency")
+    return _load("efficiency", key, EfficiencyProfile)
+
+
+def measured_efficiency(key: str = DEFAULT_EFFICIENCY_PROFILE):
+    """The DecodeEfficiency of a bundled efficiency profile (by default kvsize's measured kernels)."""
+    from types import MappingProxyType
+
+    from .speed import DecodeEfficiency
+
+    p = efficiency_profile(key)
+    return DecodeEfficiency(weights=p.weights, kv=MappingProxyType(dict(p.kv)), kv_default=p.kv_default,
+                            overhead_s=MappingProxyType(dict(p.overhead_s)),
+                            source=f"{p.source}; weights: {p.weights_source}; formats not measured: "
+                                   f"{p.kv_default_source}")
 
 
 @cache

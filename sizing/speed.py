@@ -45,6 +45,9 @@ class DecodeEfficiency:
     kv_default: float = DEFAULT_KV_EFFICIENCY
     mfu: float = DEFAULT_MFU
     source: str = DEFAULT_EFFICIENCY_SOURCE
+    # Fixed time of one attention call per format (launch and reduction); engines replay decode
+    # as CUDA graphs, so the inter-token model leaves it out and kernel predictions add it.
+    overhead_s: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
         for name, value in (("weights", self.weights), ("kv_default", self.kv_default), ("mfu", self.mfu),
@@ -57,19 +60,28 @@ class DecodeEfficiency:
 
 
 def efficiency_from_report(report: dict, where: str = "report") -> DecodeEfficiency:
-    """The measured efficiencies of a `kvsize measure --kernels` report."""
+    """The measured efficiencies of a kernel benchmark report (benchmarks/bench_decode.py)."""
     section = report.get("decode_efficiency")
     if not isinstance(section, dict) or not isinstance(section.get("kv"), dict):
         raise KvsizeError(f"{where} has no decode_efficiency section; run the kernel benchmark "
                           f"(benchmarks/bench_decode.py) to measure one")
-    kv = {str(k): float(v) for k, v in section["kv"].items()}
+    try:
+        kv = {str(k): float(v) for k, v in section["kv"].items()}
+        overhead = {str(k): float(v) for k, v in section.get("overhead_s", {}).items()}
+    except (TypeError, ValueError) as e:
+        raise KvsizeError(f"{where}: decode_efficiency values must be numbers ({e})") from None
     return DecodeEfficiency(
-        weights=float(section.get("weights", DEFAULT_WEIGHTS_EFFICIENCY)),
-        kv=MappingProxyType(kv),
-        kv_default=min(kv.values()) if kv else DEFAULT_KV_EFFICIENCY,
-        source=f"measured on {report.get('device', {}).get('name', 'a GPU')} ({where}); "
-               f"kv efficiency = bytes read / kernel time / HBM bandwidth",
+        weights=float(section.get("weights", DEFAULT_WEIGHTS_EFFICIENCY)), kv=MappingProxyType(kv),
+        kv_default=DEFAULT_KV_EFFICIENCY, overhead_s=MappingProxyType(overhead),
+        source=f"measured on {report.get('device', {}).get('name', 'a GPU')} ({where}): kv efficiency = bytes "
+               f"read / kernel time / {section.get('reference_bandwidth_gb_s', '?')} GB/s; weights and formats "
+               f"not measured: assumption {DEFAULT_WEIGHTS_EFFICIENCY:.0%} / {DEFAULT_KV_EFFICIENCY:.0%}",
     )
+
+
+def attention_seconds(bytes_read: int, hbm_bandwidth_gb_s: float, efficiency: DecodeEfficiency, fmt: str) -> float:
+    """One decode attention call: its fixed overhead plus bytes over the bandwidth it reaches."""
+    return efficiency.overhead_s.get(fmt, 0.0) + bytes_read / (hbm_bandwidth_gb_s * GB * efficiency.for_format(fmt))
 
 
 def parse_efficiency_overrides(text: str | None, base: DecodeEfficiency) -> DecodeEfficiency:
@@ -91,7 +103,7 @@ def parse_efficiency_overrides(text: str | None, base: DecodeEfficiency) -> Deco
         else:
             kv[key] = number
     return DecodeEfficiency(values["weights"], MappingProxyType(kv), values["default"], values["mfu"],
-                            base.source + "; overridden: " + text)
+                            base.source + "; overridden: " + text, base.overhead_s)
 
 
 def experts_touched_fraction(num_experts: int, top_k: int, batch: float) -> float:

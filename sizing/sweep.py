@@ -44,7 +44,10 @@ COLUMNS = (
 def run_sweep(grid: SweepGrid, base: Scenario, progress: Callable[[int, int], None] | None = None,
               efficiency: DecodeEfficiency | None = None, prices: dict[str, float] | None = None) -> list[dict]:
     """Every combination of the grid; combinations an engine cannot run get a row that says why."""
-    efficiency = efficiency or DecodeEfficiency()
+    if efficiency is None:
+        from .profiles import measured_efficiency
+
+        efficiency = measured_efficiency()
     prices = prices or {}
     rows: list[dict] = []
     total, done = grid.size, 0

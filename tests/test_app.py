@@ -165,3 +165,14 @@ def test_fleet_page_bad_workload_file_is_an_error():
     at = _app()
     _upload(at, "workload_upload", "w.yaml", b"peak_concurrency: 4\nbuckets:\n  - {max_context_tokens: -1}\n")
     assert any("buckets[0]" in e.value for e in at.error)
+
+
+def test_validation_page_draws_the_kernel_report():
+    at = _app()
+    at.selectbox(key="report_choice").set_value("h200-decode-kernels.json")
+    at.run()
+    assert not at.exception
+    table = next(d for d in at.dataframe if "predicted_ms" in d.value.columns).value
+    # every row shown is a fused-kernel point of one batch and one head size, with its prediction
+    assert set(table["kernel"]) == {"triton fused"} and table["batch"].nunique() == 1
+    assert table["predicted_ms"].notna().all()

@@ -1,0 +1,123 @@
+"""The fused decode kernels' logic on the CPU: stored layouts, block tables, the split-K
+reduction, and the Triton kernels themselves under Triton's interpreter (TRITON_INTERPRET=1,
+set by conftest.py when there is no GPU). Timing lives in benchmarks/bench_decode.py."""
+
+import math
+
+import pytest
+import torch
+
+from measure.paged_cache import (FORMATS, KIVI_RESIDUAL, add_kivi_residual, dequantize, pack, reference_decode,
+                                 relative_error, split_ranges, split_reference_decode, unpack_bits)
+from measure.quant import ERROR_BOUNDS, realistic_kv
+
+triton = pytest.importorskip("triton")  # a test dependency (pyproject [test]); skipped only outside it
+from measure.kernels import paged_decode  # noqa: E402
+
+EXACT = 1e-5  # fp32 in the interpreter: kernel and reference differ only by summation order
+
+
+def _case(fmt, batch=2, contexts=(37, 70), heads=2, head_dim=64, block_size=16, seed=0, kivi_recent=8):
+    g = torch.Generator().manual_seed(seed)
+    pages = math.ceil(max(contexts) / block_size)
+    nb = batch * pages
+    k, v = realistic_kv(nb * block_size, heads, head_dim, g)
+    cache = pack(fmt, k, v, block_size)
+    lens = torch.tensor(contexts, dtype=torch.int32)
+    if FORMATS[fmt].kind == 5:  # KIVI: whole pages quantized, the newest tokens in fp16
+        paged = torch.tensor([max(0, (c - kivi_recent) // block_size * block_size) for c in contexts],
+                             dtype=torch.int32)
+        rest = int((lens - paged).max())
+        rk, rv = realistic_kv(batch * rest, heads, head_dim, g)
+        add_kivi_residual(cache, rk.reshape(batch, rest, heads, head_dim), rv.reshape(batch, rest, heads, head_dim),
+                          paged)
+    table = torch.randperm(nb, generator=g).reshape(batch, pages).to(torch.int32)
+    return cache, table, lens, (k, v)
+
+
+def test_every_layout_stores_what_it_claims():
+    """Packed rows hold BITS per value plus the format's scales: one head's page row is head_dim *
+    bits / 8 bytes (head-major pages), and dequantizing stays within the format's error bound."""
+    for fmt, spec in FORMATS.items():
+        cache, _, _, (k, v) = _case(fmt, contexts=(64, 64))
+        assert cache.k.data.shape[-1] * cache.k.data.element_size() * 8 == 64 * spec.bits, fmt
+        assert cache.k.data.shape[1] == 2 and cache.k.data.shape[2] == 16  # [nb, heads, block, row]
+        dk, dv = dequantize(cache)
+        err_k = relative_error(dk.reshape(-1, 2, 64), k)
+        assert err_k <= ERROR_BOUNDS[fmt] * 1.5, (fmt, err_k)
+
+
+def test_packed_codes_round_trip():
+    codes = torch.randint(0, 16, (3, 8, 64), dtype=torch.int32)
+    from measure.paged_cache import _pack_bits
+
+    assert torch.equal(unpack_bits(_pack_bits(codes, 4), 4), codes)
+    two = codes & 3
+    assert torch.equal(unpack_bits(_pack_bits(two, 2), 2), two)
+
+
+def test_split_ranges_cover_the_context_once():
+    for start, end, splits, tile in [(0, 70, 3, 16), (5, 37, 4, 16), (0, 16, 8, 16), (0, 0, 2, 16)]:
+        covered = [t for lo, hi in split_ranges(start, end, splits, tile) for t in range(lo, hi)]
+        assert covered == list(range(start, end))
+
+
+@pytest.mark.parametrize("splits", [1, 3, 7])
+def test_split_k_reduction_equals_one_pass_softmax(splits):
+    """Empty splits (more splits than tiles) carry m = -inf and l = 0 and drop out."""
+    cache, table, lens, _ = _case("bf16")
+    q = torch.randn(2, 4, 64)
+    ref = reference_decode(q, cache, table, lens)
+    assert relative_error(split_reference_decode(q, cache, table, lens, splits, 16), ref) < 1e-6
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_fused_kernel_matches_fp32_over_the_same_cache(fmt):
+    cache, table, lens, _ = _case(fmt)
+    q = torch.randn(2, 4, 64, generator=torch.Generator().manual_seed(3))  # GQA: 2 query heads per KV head
+    ref = reference_decode(q, cache, table, lens)
+    for splits, block_t in ((1, 16), (3, 32)):
+        out = paged_decode(q, cache, table, lens, num_splits=splits, block_t=block_t)
+        assert relative_error(out, ref) < EXACT, (fmt, splits, block_t)
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp8_e4m3", "int8_per_token_head", "nvfp4", "kivi4"])
+def test_sliding_window_reads_only_the_window(fmt):
+    cache, table, lens, _ = _case(fmt, contexts=(70, 45))
+    q = torch.randn(2, 4, 64)
+    ref = reference_decode(q, cache, table, lens, window=21)  # not page aligned
+    out = paged_decode(q, cache, table, lens, window=21, num_splits=2, block_t=32)
+    assert relative_error(out, ref) < EXACT
+    assert relative_error(out, reference_decode(q, cache, table, lens)) > 1e-3  # the window matters
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_head_sizes(head_dim):
+    cache, table, lens, _ = _case("fp8_per_token_head", head_dim=head_dim, heads=1)
+    q = torch.randn(2, 8, head_dim)  # 8 query heads on one KV head (MQA)
+    assert relative_error(paged_decode(q, cache, table, lens, num_splits=2), reference_decode(q, cache, table, lens)) \
+        < EXACT
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp8_e4m3", "fp8_per_token_head"])
+def test_mla_latent_cache(fmt):
+    """One latent row per token (latent 64 + rope 16 here; DeepSeek's is 512 + 64): scores from
+    both parts, values from the latent part of the same row."""
+    g = torch.Generator().manual_seed(5)
+    latent = torch.randn(8 * 16, 1, 80, generator=g)
+    cache = pack(fmt, latent, None, 16, v_dim=64)
+    table = torch.randperm(8, generator=g).reshape(2, 4).to(torch.int32)
+    lens = torch.tensor([50, 33], dtype=torch.int32)
+    q = torch.randn(2, 16, 80, generator=g)
+    out = paged_decode(q, cache, table, lens, num_splits=2, block_t=16)
+    assert out.shape == (2, 16, 64)
+    assert relative_error(out, reference_decode(q, cache, table, lens)) < EXACT
+
+
+def test_kivi_reads_its_fp16_recent_window():
+    cache, table, lens, _ = _case("kivi2", contexts=(64 + KIVI_RESIDUAL // 16, 40))
+    q = torch.randn(2, 4, 64)
+    ref = reference_decode(q, cache, table, lens)
+    assert relative_error(paged_decode(q, cache, table, lens, num_splits=2, block_t=32), ref) < EXACT
+    cache.residual_k.zero_()  # the kernel must be reading those tokens
+    assert relative_error(paged_decode(q, cache, table, lens, num_splits=2, block_t=32), ref) > 1e-3
