@@ -114,7 +114,7 @@ def _decode_split_kernel(
     HQ: tl.constexpr, HKV: tl.constexpr, GROUP_Q: tl.constexpr, BLOCK_G: tl.constexpr,
     D: tl.constexpr, D_ROPE: tl.constexpr, DV: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr,
     KIND: tl.constexpr, BITS: tl.constexpr, VGROUP: tl.constexpr, V_FROM_K: tl.constexpr,
-    HAS_RESIDUAL: tl.constexpr, DOT: tl.constexpr, KGROUP: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr, DOT: tl.constexpr, KGROUP: tl.constexpr, SWAP_QK: tl.constexpr,
 ):
     """Scales are applied where they cost least: per-tensor scales fold into q (keys) and the
     output (values); per-token scales multiply score columns and probabilities; zero points
@@ -185,7 +185,11 @@ def _decode_split_kernel(
             res = tl.where(valid & (t >= paged), (b * rmax + (t - paged)) * HKV + kvh, kvh)
             rk = tl.load(RK + res[:, None] * D + d[None, :])
             k = tl.where(in_page[:, None], k, _to_dot(rk.to(tl.float32), DOT))
-        s = tl.dot(q, tl.trans(k))
+        if SWAP_QK:
+            # the dequantized tile as the register-sourced A operand; q^T (loaded once) is B
+            s = tl.trans(tl.dot(k, tl.trans(q)))
+        else:
+            s = tl.dot(q, tl.trans(k))
         if D_ROPE > 0:  # MLA: the rope part of the latent row
             s += tl.dot(q_rope, tl.trans(_codes(K, rows, KROW, D, D_ROPE, BITS, DOT)))
         if KIND == 2:
@@ -272,7 +276,7 @@ def default_splits(batch: int, kv_heads: int, tiles: int, sm_count: int, program
 def paged_decode(q: torch.Tensor, cache: PagedCache, block_table: torch.Tensor, context_lens: torch.Tensor,
                  window: int | None = None, num_splits: int | None = None, block_t: int = 64, num_warps: int = 4,
                  num_stages: int = 2, sm_scale: float | None = None, max_context: int | None = None,
-                 programs_per_sm: int = 4) -> torch.Tensor:
+                 programs_per_sm: int = 4, swap_qk: bool = False) -> torch.Tensor:
     """Decode attention over a paged cache: q [batch, Hq, head_dim] -> [batch, Hq, v_dim] fp32."""
     batch, hq, _ = q.shape
     hkv = cache.heads
@@ -311,7 +315,7 @@ def paged_decode(q: torch.Tensor, cache: PagedCache, block_table: torch.Tensor, 
         HQ=hq, HKV=hkv, GROUP_Q=group_q, BLOCK_G=max(16, triton.next_power_of_2(group_q)), D=d_main,
         D_ROPE=d_rope, DV=cache.v_dim, BS=cache.block_size, BLOCK_T=block_t, KIND=f.kind, BITS=f.bits,
         VGROUP=cache.group if f.kind == KIVI else NVFP4_GROUP, V_FROM_K=mla, HAS_RESIDUAL=residual,
-        DOT=_dot_kind(cache), KGROUP=NVFP4_GROUP if f.kind == NVFP4 else cache.block_size,
+        DOT=_dot_kind(cache), KGROUP=NVFP4_GROUP if f.kind == NVFP4 else cache.block_size, SWAP_QK=swap_qk,
         num_warps=num_warps, num_stages=num_stages,
     )
     out = torch.empty(batch, hq, cache.v_dim, device=q.device, dtype=torch.float32)

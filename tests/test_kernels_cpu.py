@@ -121,3 +121,11 @@ def test_kivi_reads_its_fp16_recent_window():
     assert relative_error(paged_decode(q, cache, table, lens, num_splits=2, block_t=32), ref) < EXACT
     cache.residual_k.zero_()  # the kernel must be reading those tokens
     assert relative_error(paged_decode(q, cache, table, lens, num_splits=2, block_t=32), ref) > 1e-3
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp8_per_token_head", "lmdeploy_int4", "kivi2"])
+def test_swapped_score_product_gives_the_same_attention(fmt):
+    cache, table, lens, _ = _case(fmt)
+    q = torch.randn(2, 4, 64)
+    ref = reference_decode(q, cache, table, lens)
+    assert relative_error(paged_decode(q, cache, table, lens, num_splits=2, block_t=32, swap_qk=True), ref) < EXACT
