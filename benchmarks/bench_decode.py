@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-CONFIGS = [(bt, w, st, pps, swap) for bt in (64, 128) for w in (4, 8) for st in (2,) for pps in (4, 8)
-           for swap in (False, True)]
+CONFIGS = [dict(block_t=bt, num_warps=w, num_stages=2, programs_per_sm=pps, prefetch=pf)
+           for bt in (64, 128) for w in (4, 8) for pps in (4, 8) for pf in (False, True)]
 
 
 def _spec_bandwidth(name: str) -> tuple[float, str]:
@@ -102,7 +102,7 @@ def main() -> int:
                                 window=4096))
     for fmt in [f for f in ("bf16", "fp8_e4m3", "fp8_per_token_head") if f in formats]:
         extras.append(run_point(fmt, 16, 16384, 16, 1, 576, block_size,
-                                dict(block_t=32, num_warps=8, num_stages=2, programs_per_sm=8, swap_qk=False), copy, 990,
+                                dict(block_t=32, num_warps=8, num_stages=2, programs_per_sm=8), copy, 990,
                                 mla_v_dim=512))
     report["kernel_extras"] = extras
     _write(out, report)

@@ -90,21 +90,20 @@ def unquantized_reference(q, cache, table, lens, raw_k, raw_v, window):
 
 
 def tune(fmt: str, kv_heads: int, head_dim: int, q_heads: int, block_size: int, configs, batch=16, context=16384):
-    """The fastest (block_t, num_warps, num_stages) for a format at a long-context point."""
+    """The fastest launch configuration (tile, warps, stages, splits, prefetch) for a format at a long-context point."""
     cache, table, lens, _, _ = build_case(fmt, batch, context, kv_heads, head_dim, block_size, seed=1)
     q = torch.randn(batch, q_heads, head_dim, device="cuda")
     best, timings = None, {}
-    for bt, warps, stages, pps, swap in configs:
-        key = f"{bt}/{warps}/{stages}/{pps}/{'swap' if swap else 'qk'}"
+    for config in configs:
+        key = "/".join(f"{k}={v}" for k, v in config.items())
         try:
-            ms = _bench(lambda: paged_decode(q, cache, table, lens, block_t=bt, num_warps=warps, num_stages=stages,
-                                             max_context=context, programs_per_sm=pps, swap_qk=swap), rep_ms=40)
+            ms = _bench(lambda: paged_decode(q, cache, table, lens, max_context=context, **config), rep_ms=40)
         except Exception as e:  # a config that does not compile (registers, shared memory) is skipped
             timings[key] = f"failed: {type(e).__name__}"
             continue
         timings[key] = ms
         if best is None or ms < best[0]:
-            best = (ms, dict(block_t=bt, num_warps=warps, num_stages=stages, programs_per_sm=pps, swap_qk=swap))
+            best = (ms, dict(config))
     del cache
     torch.cuda.empty_cache()
     return best[1], timings

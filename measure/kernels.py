@@ -39,7 +39,7 @@ def _to_dot(x, DOT: tl.constexpr):
 
 @triton.jit
 def _codes(DATA, rows, STRIDE: tl.constexpr, COL0: tl.constexpr, WIDTH: tl.constexpr, BITS: tl.constexpr,
-           DOT: tl.constexpr):
+           DOT: tl.constexpr, RAW: tl.constexpr = False):
     """Values [COL0, COL0 + WIDTH) of `rows` (rows of STRIDE values) as stored, before any scale:
     in the dot dtype for 8/16-bit layouts, as int32 codes for packed ones. Packed rows are read
     as whole bytes, split with shifts and interleaved back into element order (element i of a
@@ -47,6 +47,8 @@ def _codes(DATA, rows, STRIDE: tl.constexpr, COL0: tl.constexpr, WIDTH: tl.const
     if BITS >= 8:
         c = COL0 + tl.arange(0, WIDTH)
         x = tl.load(DATA + rows[:, None] * STRIDE + c[None, :])
+        if RAW:
+            return x
         if DOT == 0:
             return x.to(tl.float32)
         elif DOT == 1:
@@ -56,11 +58,45 @@ def _codes(DATA, rows, STRIDE: tl.constexpr, COL0: tl.constexpr, WIDTH: tl.const
     elif BITS == 4:
         cb = COL0 // 2 + tl.arange(0, WIDTH // 2)
         b = tl.load(DATA + rows[:, None] * (STRIDE // 2) + cb[None, :])
+        if RAW:
+            return b
         return tl.interleave(b & 15, b >> 4)
     else:
         cb = COL0 // 4 + tl.arange(0, WIDTH // 4)
         b = tl.load(DATA + rows[:, None] * (STRIDE // 4) + cb[None, :])
+        if RAW:
+            return b
         return tl.interleave(tl.interleave(b & 3, (b >> 4) & 3), tl.interleave((b >> 2) & 3, b >> 6))
+
+
+@triton.jit
+def _unraw(x, BITS: tl.constexpr, DOT: tl.constexpr):
+    """The second half of _codes: raw loaded rows to values (8/16-bit) or codes (packed)."""
+    if BITS >= 8:
+        if DOT == 0:
+            return x.to(tl.float32)
+        elif DOT == 1:
+            return x.to(tl.bfloat16)
+        else:
+            return x.to(tl.float16)
+    elif BITS == 4:
+        return tl.interleave(x & 15, x >> 4)
+    else:
+        return tl.interleave(tl.interleave(x & 3, (x >> 4) & 3), tl.interleave((x >> 2) & 3, x >> 6))
+
+
+@triton.jit
+def _tile(t0, b, kvh, BT, stride_bt, start, hi, paged, HKV: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr):
+    """Tokens of the tile at t0, which are real, which sit in pages, their pages and row indices."""
+    NP: tl.constexpr = BLOCK_T // BS
+    t = t0 + tl.arange(0, BLOCK_T)
+    valid = (t < hi) & (t >= start)
+    in_page = valid & (t < paged)
+    pidx = t0 // BS + tl.arange(0, NP)
+    page_ids = tl.load(BT + b * stride_bt + pidx, mask=(pidx * BS < paged) & (pidx * BS < hi), other=0)
+    page = tl.reshape(tl.broadcast_to(page_ids[:, None], [NP, BS]), [BLOCK_T])
+    rows = tl.where(in_page, (page * HKV + kvh) * BS + t % BS, kvh * BS)  # head-major pages
+    return t, valid, in_page, page_ids, rows
 
 
 @triton.jit
@@ -115,6 +151,7 @@ def _decode_split_kernel(
     D: tl.constexpr, D_ROPE: tl.constexpr, DV: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr,
     KIND: tl.constexpr, BITS: tl.constexpr, VGROUP: tl.constexpr, V_FROM_K: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr, DOT: tl.constexpr, KGROUP: tl.constexpr, SWAP_QK: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
     """Scales are applied where they cost least: per-tensor scales fold into q (keys) and the
     output (values); per-token scales multiply score columns and probabilities; zero points
@@ -162,19 +199,28 @@ def _decode_split_kernel(
     l_i = tl.zeros([BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_G, DV], tl.float32)
     acc_bias = tl.zeros([BLOCK_G], tl.float32)
+    if PREFETCH:  # the first tile's rows are loaded before the loop; each step loads the next
+        t_n, valid_n, in_page_n, page_ids_n, rows_n = _tile(lo, b, kvh, BT, stride_bt, start, hi, paged, HKV, BS,
+                                                            BLOCK_T)
+        k_n = _codes(K, rows_n, KROW, 0, D, BITS, DOT, True)
+        v_n = _codes(V, rows_n, DV, 0, DV, BITS, DOT, True)
     for t0 in range(lo, hi, BLOCK_T):
-        t = t0 + tl.arange(0, BLOCK_T)
-        valid = (t < hi) & (t >= start)
-        in_page = valid & (t < paged)
-        pidx = t0 // BS + tl.arange(0, NP)
-        page_ids = tl.load(BT + b * stride_bt + pidx, mask=pidx * BS < paged, other=0)
-        page = tl.reshape(tl.broadcast_to(page_ids[:, None], [NP, BS]), [BLOCK_T])
-        rows = tl.where(in_page, (page * HKV + kvh) * BS + t % BS, kvh * BS)  # head-major pages
-
-        # Issue both loads before any arithmetic so the K and V reads are in flight together.
-        k = _codes(K, rows, KROW, 0, D, BITS, DOT)
-        if not V_FROM_K:
-            v = _codes(V, rows, DV, 0, DV, BITS, DOT)
+        if PREFETCH:
+            t, valid, in_page, page_ids, rows = t_n, valid_n, in_page_n, page_ids_n, rows_n
+            k_raw = k_n
+            v_raw = v_n
+            t_n, valid_n, in_page_n, page_ids_n, rows_n = _tile(t0 + BLOCK_T, b, kvh, BT, stride_bt, start, hi, paged,
+                                                                HKV, BS, BLOCK_T)
+            k_n = _codes(K, rows_n, KROW, 0, D, BITS, DOT, True)
+            v_n = _codes(V, rows_n, DV, 0, DV, BITS, DOT, True)
+            k = _unraw(k_raw, BITS, DOT)
+            v = _unraw(v_raw, BITS, DOT)
+        else:
+            t, valid, in_page, page_ids, rows = _tile(t0, b, kvh, BT, stride_bt, start, hi, paged, HKV, BS, BLOCK_T)
+            # Issue both loads before any arithmetic so the K and V reads are in flight together.
+            k = _codes(K, rows, KROW, 0, D, BITS, DOT)
+            if not V_FROM_K:
+                v = _codes(V, rows, DV, 0, DV, BITS, DOT)
         if KIND == 4:
             k = _group_scale(_e2m1(k, DOT), KS, rows, KROW, KGROUP, BLOCK_T, DOT)
         elif KIND == 5:
@@ -276,7 +322,7 @@ def default_splits(batch: int, kv_heads: int, tiles: int, sm_count: int, program
 def paged_decode(q: torch.Tensor, cache: PagedCache, block_table: torch.Tensor, context_lens: torch.Tensor,
                  window: int | None = None, num_splits: int | None = None, block_t: int = 64, num_warps: int = 4,
                  num_stages: int = 2, sm_scale: float | None = None, max_context: int | None = None,
-                 programs_per_sm: int = 4, swap_qk: bool = False) -> torch.Tensor:
+                 programs_per_sm: int = 4, swap_qk: bool = False, prefetch: bool = False) -> torch.Tensor:
     """Decode attention over a paged cache: q [batch, Hq, head_dim] -> [batch, Hq, v_dim] fp32."""
     batch, hq, _ = q.shape
     hkv = cache.heads
@@ -316,6 +362,7 @@ def paged_decode(q: torch.Tensor, cache: PagedCache, block_table: torch.Tensor, 
         D_ROPE=d_rope, DV=cache.v_dim, BS=cache.block_size, BLOCK_T=block_t, KIND=f.kind, BITS=f.bits,
         VGROUP=cache.group if f.kind == KIVI else NVFP4_GROUP, V_FROM_K=mla, HAS_RESIDUAL=residual,
         DOT=_dot_kind(cache), KGROUP=NVFP4_GROUP if f.kind == NVFP4 else cache.block_size, SWAP_QK=swap_qk,
+        PREFETCH=prefetch and cache.v is not None,
         num_warps=num_warps, num_stages=num_stages,
     )
     out = torch.empty(batch, hq, cache.v_dim, device=q.device, dtype=torch.float32)

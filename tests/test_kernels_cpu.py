@@ -129,3 +129,13 @@ def test_swapped_score_product_gives_the_same_attention(fmt):
     q = torch.randn(2, 4, 64)
     ref = reference_decode(q, cache, table, lens)
     assert relative_error(paged_decode(q, cache, table, lens, num_splits=2, block_t=32, swap_qk=True), ref) < EXACT
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp8_e4m3", "fp8_per_token_head", "lmdeploy_int4", "nvfp4", "kivi2"])
+def test_prefetching_the_next_tile_gives_the_same_attention(fmt):
+    cache, table, lens, _ = _case(fmt, contexts=(70, 45))
+    q = torch.randn(2, 4, 64)
+    for window in (None, 21):
+        ref = reference_decode(q, cache, table, lens, window=window)
+        out = paged_decode(q, cache, table, lens, window=window, num_splits=2, block_t=16, prefetch=True)
+        assert relative_error(out, ref) < EXACT, (fmt, window)
