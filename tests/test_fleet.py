@@ -357,3 +357,45 @@ def test_the_readme_example_workload_plans(capsys):
     assert main(["plan", "--workload", str(ROOT / "examples" / "workload.yaml"), "--model", "llama-3.1-8b",
                  "--gpus", "h100-sxm,h200", "--formats", "auto,fp8,nvfp4", "--tp", "1,2,4"]) == 0
     assert "chat + RAG mix" in capsys.readouterr().out
+
+
+def test_speed_defaults_to_the_measured_kernel_efficiencies(tmp_path, capsys):
+    """profiles/efficiency/h200-triton-fused.json is measure/reports/h200-decode-kernels.json's
+    fitted decode_efficiency; plans use it unless told otherwise."""
+    from conftest import ROOT
+    from sizing.profiles import efficiency_profile, measured_efficiency
+    from sizing.speed import efficiency_from_report
+
+    report = json.loads((ROOT / "measure" / "reports" / "h200-decode-kernels.json").read_text())
+    profile = efficiency_profile()
+    for fmt, value in report["decode_efficiency"]["kv"].items():
+        assert profile.kv[fmt] == pytest.approx(value, abs=1e-4)
+    eff = measured_efficiency()
+    assert eff.for_format("fp8_e4m3") == profile.kv["fp8_e4m3"]
+    assert eff.for_format("q4_0") == profile.kv_default  # no kernel measured: the stated assumption
+    assert efficiency_from_report(report).for_format("nvfp4") == pytest.approx(profile.kv["nvfp4"], abs=1e-4)
+    plan = plan_fleet(scenario("llama-3.1-8b"), build_candidates(["h200"], ["fp8"], [1]), _workload())
+    assert plan.efficiency.source.startswith("measure/reports/h200-decode-kernels.json")
+    assert plan.plans[0].kv_efficiency == profile.kv["fp8_e4m3"]
+    wl = _workload_file(tmp_path)
+    assert main(["plan", "--workload", wl, "--model", "llama-3.1-8b", "--gpus", "h200", "--formats", "fp8",
+                 "--tp", "1", "--kv-efficiency", "fp8_e4m3=0.9"]) == 0
+    assert "overridden: fp8_e4m3=0.9" in capsys.readouterr().out
+
+
+def test_efficiency_profiles_are_validated(tmp_path, monkeypatch):
+    import sizing.profiles as profiles
+
+    bad = json.loads((profiles.PROFILES_DIR / "efficiency" / "h200-triton-fused.json").read_text())
+    bad["kv"]["bf16"] = 1.7
+    (tmp_path / "efficiency").mkdir()
+    (tmp_path / "efficiency" / "broken.json").write_text(json.dumps(bad))
+    monkeypatch.setattr(profiles, "PROFILES_DIR", tmp_path)
+    profiles.efficiency_ids.cache_clear()
+    profiles.efficiency_profile.cache_clear()
+    try:
+        with pytest.raises(KvsizeError, match="broken.json is invalid"):
+            profiles.efficiency_profile("broken")
+    finally:
+        profiles.efficiency_ids.cache_clear()
+        profiles.efficiency_profile.cache_clear()
