@@ -24,7 +24,7 @@ import triton.language as tl
 from .paged_cache import ASYM, FP8_TENSOR, KIVI, NVFP4, NVFP4_GROUP, PLAIN, TOKEN_HEAD, PagedCache
 
 LOG2E = 1.4426950408889634
-DOT_F32, DOT_BF16, DOT_F16 = 0, 1, 2
+DOT_F32, DOT_BF16, DOT_F16, DOT_FP8 = 0, 1, 2, 3
 
 
 @triton.jit
@@ -73,7 +73,9 @@ def _codes(DATA, rows, STRIDE: tl.constexpr, COL0: tl.constexpr, WIDTH: tl.const
 def _unraw(x, BITS: tl.constexpr, DOT: tl.constexpr):
     """The second half of _codes: raw loaded rows to values (8/16-bit) or codes (packed)."""
     if BITS >= 8:
-        if DOT == 0:
+        if DOT == 3:
+            return x  # fp8 tensor cores take the stored bytes
+        elif DOT == 0:
             return x.to(tl.float32)
         elif DOT == 1:
             return x.to(tl.bfloat16)
@@ -175,8 +177,13 @@ def _decode_split_kernel(
         qscale = qscale * tl.load(KG)
     q32 = tl.load(Q + (b * HQ + heads[:, None]) * KROW + d[None, :], mask=gmask[:, None], other=0.0).to(tl.float32)
     q32 = q32 * qscale
-    q = _to_dot(q32, DOT)
     qsum = tl.sum(q32, 1)  # zero points add z * sum(q) to every score
+    if DOT == 3:
+        # fp8 tensor cores read the fp8 cache as stored; q gets one scale per row (448 = e4m3 max)
+        q_row_scale = tl.maximum(tl.max(tl.abs(q32), 1), 1e-30) / 448.0
+        q = (q32 / q_row_scale[:, None]).to(tl.float8e4nv)
+    else:
+        q = _to_dot(q32, DOT)
     if D_ROPE > 0:
         dr = D + tl.arange(0, D_ROPE)
         q_rope = tl.load(Q + (b * HQ + heads[:, None]) * KROW + dr[None, :], mask=gmask[:, None], other=0.0)
@@ -218,9 +225,9 @@ def _decode_split_kernel(
         else:
             t, valid, in_page, page_ids, rows = _tile(t0, b, kvh, BT, stride_bt, start, hi, paged, HKV, BS, BLOCK_T)
             # Issue both loads before any arithmetic so the K and V reads are in flight together.
-            k = _codes(K, rows, KROW, 0, D, BITS, DOT)
+            k = _codes(K, rows, KROW, 0, D, BITS, DOT, DOT == 3)
             if not V_FROM_K:
-                v = _codes(V, rows, DV, 0, DV, BITS, DOT)
+                v = _codes(V, rows, DV, 0, DV, BITS, DOT, DOT == 3)
         if KIND == 4:
             k = _group_scale(_e2m1(k, DOT), KS, rows, KROW, KGROUP, BLOCK_T, DOT)
         elif KIND == 5:
@@ -231,7 +238,9 @@ def _decode_split_kernel(
             res = tl.where(valid & (t >= paged), (b * rmax + (t - paged)) * HKV + kvh, kvh)
             rk = tl.load(RK + res[:, None] * D + d[None, :])
             k = tl.where(in_page[:, None], k, _to_dot(rk.to(tl.float32), DOT))
-        if SWAP_QK:
+        if DOT == 3:
+            s = tl.dot(q, tl.trans(k)) * q_row_scale[:, None]
+        elif SWAP_QK:
             # the dequantized tile as the register-sourced A operand; q^T (loaded once) is B
             s = tl.trans(tl.dot(k, tl.trans(q)))
         else:
@@ -272,7 +281,12 @@ def _decode_split_kernel(
             if HAS_RESIDUAL:
                 rv = tl.load(RV + res[:, None] * DV + dv[None, :])
                 v = tl.where(in_page[:, None], v, _to_dot(rv.to(tl.float32), DOT))
-        acc += tl.dot(_to_dot(pv, DOT), v)
+        if DOT == 3:
+            # probabilities in e4m3 relative to each row's largest in the tile, rescaled after
+            p_row = tl.maximum(tl.max(pv, 1), 1e-30)
+            acc += tl.dot((pv / p_row[:, None]).to(tl.float8e4nv), v) * p_row[:, None]
+        else:
+            acc += tl.dot(_to_dot(pv, DOT), v)
         m_i = m_new
     acc = acc + acc_bias[:, None]
     if KIND == 1:
@@ -304,9 +318,13 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def _dot_kind(cache: PagedCache) -> int:
+def _dot_kind(cache: PagedCache, fp8_dot: bool = False) -> int:
     if interpreting():
         return DOT_F32
+    if fp8_dot:
+        if cache.fmt.value_dtype != torch.float8_e4m3fn or cache.fmt.kind not in (FP8_TENSOR, TOKEN_HEAD):
+            raise ValueError(f"fp8 dot needs an e4m3 cache with per-tensor or per-token scales, not {cache.fmt.name}")
+        return DOT_FP8
     if cache.fmt.kind == PLAIN:
         return DOT_BF16 if cache.fmt.value_dtype == torch.bfloat16 else DOT_F16
     # Dequantized values carry scales and zero points: fp16 keeps 11 significant bits.
@@ -322,7 +340,8 @@ def default_splits(batch: int, kv_heads: int, tiles: int, sm_count: int, program
 def paged_decode(q: torch.Tensor, cache: PagedCache, block_table: torch.Tensor, context_lens: torch.Tensor,
                  window: int | None = None, num_splits: int | None = None, block_t: int = 64, num_warps: int = 4,
                  num_stages: int = 2, sm_scale: float | None = None, max_context: int | None = None,
-                 programs_per_sm: int = 4, swap_qk: bool = False, prefetch: bool = False) -> torch.Tensor:
+                 programs_per_sm: int = 4, swap_qk: bool = False, prefetch: bool = False,
+                 fp8_dot: bool = False) -> torch.Tensor:
     """Decode attention over a paged cache: q [batch, Hq, head_dim] -> [batch, Hq, v_dim] fp32."""
     batch, hq, _ = q.shape
     hkv = cache.heads
@@ -361,7 +380,7 @@ def paged_decode(q: torch.Tensor, cache: PagedCache, block_table: torch.Tensor, 
         HQ=hq, HKV=hkv, GROUP_Q=group_q, BLOCK_G=max(16, triton.next_power_of_2(group_q)), D=d_main,
         D_ROPE=d_rope, DV=cache.v_dim, BS=cache.block_size, BLOCK_T=block_t, KIND=f.kind, BITS=f.bits,
         VGROUP=cache.group if f.kind == KIVI else NVFP4_GROUP, V_FROM_K=mla, HAS_RESIDUAL=residual,
-        DOT=_dot_kind(cache), KGROUP=NVFP4_GROUP if f.kind == NVFP4 else cache.block_size, SWAP_QK=swap_qk,
+        DOT=_dot_kind(cache, fp8_dot), KGROUP=NVFP4_GROUP if f.kind == NVFP4 else cache.block_size, SWAP_QK=swap_qk,
         PREFETCH=prefetch and cache.v is not None,
         num_warps=num_warps, num_stages=num_stages,
     )
