@@ -99,7 +99,7 @@ def tune(fmt: str, kv_heads: int, head_dim: int, q_heads: int, block_size: int, 
         try:
             ms = _bench(lambda: paged_decode(q, cache, table, lens, max_context=context, **config), rep_ms=40)
         except Exception as e:  # a config that does not compile (registers, shared memory) is skipped
-            timings[key] = f"failed: {type(e).__name__}"
+            timings[key] = f"failed: {type(e).__name__}: {str(e).strip().splitlines()[-1][:300] if str(e).strip() else ''}"
             continue
         timings[key] = ms
         if best is None or ms < best[0]:

@@ -41,50 +41,41 @@ def _to_dot(x, DOT: tl.constexpr):
 def _codes(DATA, rows, STRIDE: tl.constexpr, COL0: tl.constexpr, WIDTH: tl.constexpr, BITS: tl.constexpr,
            DOT: tl.constexpr, RAW: tl.constexpr = False):
     """Values [COL0, COL0 + WIDTH) of `rows` (rows of STRIDE values) as stored, before any scale:
-    in the dot dtype for 8/16-bit layouts, as int32 codes for packed ones. Packed rows are read
-    as whole bytes, split with shifts and interleaved back into element order (element i of a
-    byte sits at bits [i*BITS, (i+1)*BITS))."""
+    in the dot dtype for 8/16-bit layouts, as 8-bit codes for packed ones; RAW: as loaded.
+    Packed rows are read as whole bytes, split with shifts and interleaved back into element
+    order (element i of a byte sits at bits [i*BITS, (i+1)*BITS)). One return: Triton wants
+    every return of a function to have one type."""
     if BITS >= 8:
         c = COL0 + tl.arange(0, WIDTH)
-        x = tl.load(DATA + rows[:, None] * STRIDE + c[None, :])
-        if RAW:
-            return x
-        if DOT == 0:
-            return x.to(tl.float32)
-        elif DOT == 1:
-            return x.to(tl.bfloat16)
-        else:
-            return x.to(tl.float16)
-    elif BITS == 4:
-        cb = COL0 // 2 + tl.arange(0, WIDTH // 2)
-        b = tl.load(DATA + rows[:, None] * (STRIDE // 2) + cb[None, :])
-        if RAW:
-            return b
-        return tl.interleave(b & 15, b >> 4)
+        raw = tl.load(DATA + rows[:, None] * STRIDE + c[None, :])
     else:
-        cb = COL0 // 4 + tl.arange(0, WIDTH // 4)
-        b = tl.load(DATA + rows[:, None] * (STRIDE // 4) + cb[None, :])
-        if RAW:
-            return b
-        return tl.interleave(tl.interleave(b & 3, (b >> 4) & 3), tl.interleave((b >> 2) & 3, b >> 6))
+        PER: tl.constexpr = 8 // BITS
+        cb = COL0 // PER + tl.arange(0, WIDTH // PER)
+        raw = tl.load(DATA + rows[:, None] * (STRIDE // PER) + cb[None, :])
+    if RAW:
+        out = raw
+    else:
+        out = _unraw(raw, BITS, DOT)
+    return out
 
 
 @triton.jit
 def _unraw(x, BITS: tl.constexpr, DOT: tl.constexpr):
-    """The second half of _codes: raw loaded rows to values (8/16-bit) or codes (packed)."""
+    """Raw loaded rows to values in the dot dtype (8/16-bit) or to codes (packed)."""
     if BITS >= 8:
         if DOT == 3:
-            return x  # fp8 tensor cores take the stored bytes
+            out = x  # fp8 tensor cores take the stored bytes
         elif DOT == 0:
-            return x.to(tl.float32)
+            out = x.to(tl.float32)
         elif DOT == 1:
-            return x.to(tl.bfloat16)
+            out = x.to(tl.bfloat16)
         else:
-            return x.to(tl.float16)
+            out = x.to(tl.float16)
     elif BITS == 4:
-        return tl.interleave(x & 15, x >> 4)
+        out = tl.interleave(x & 15, x >> 4)
     else:
-        return tl.interleave(tl.interleave(x & 3, (x >> 4) & 3), tl.interleave((x >> 2) & 3, x >> 6))
+        out = tl.interleave(tl.interleave(x & 3, (x >> 4) & 3), tl.interleave((x >> 2) & 3, x >> 6))
+    return out
 
 
 @triton.jit
@@ -225,9 +216,14 @@ def _decode_split_kernel(
         else:
             t, valid, in_page, page_ids, rows = _tile(t0, b, kvh, BT, stride_bt, start, hi, paged, HKV, BS, BLOCK_T)
             # Issue both loads before any arithmetic so the K and V reads are in flight together.
-            k = _codes(K, rows, KROW, 0, D, BITS, DOT, DOT == 3)
-            if not V_FROM_K:
-                v = _codes(V, rows, DV, 0, DV, BITS, DOT, DOT == 3)
+            if DOT == 3:  # fp8 tensor cores take the stored bytes
+                k = _codes(K, rows, KROW, 0, D, BITS, DOT, True)
+                if not V_FROM_K:
+                    v = _codes(V, rows, DV, 0, DV, BITS, DOT, True)
+            else:
+                k = _codes(K, rows, KROW, 0, D, BITS, DOT)
+                if not V_FROM_K:
+                    v = _codes(V, rows, DV, 0, DV, BITS, DOT)
         if KIND == 4:
             k = _group_scale(_e2m1(k, DOT), KS, rows, KROW, KGROUP, BLOCK_T, DOT)
         elif KIND == 5:
