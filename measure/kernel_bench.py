@@ -16,7 +16,7 @@ import time
 import torch
 
 from .kernels import paged_decode
-from .paged_cache import (FORMATS, KERNEL_TOLERANCE, KIVI, KIVI_RESIDUAL, add_kivi_residual, pack,
+from .paged_cache import (FORMATS, KIVI, KIVI_RESIDUAL, add_kivi_residual, kernel_tolerance, pack,
                           reference_decode, relative_error)
 from .quant import ERROR_BOUNDS, realistic_kv
 
@@ -234,7 +234,7 @@ def slopes(points: list[dict], batch: int) -> dict:
 
 def error_ok(point: dict) -> bool:
     bound = 5 * ERROR_BOUNDS[point["format"]]
-    return point["kernel_rel_error"] <= KERNEL_TOLERANCE and (
+    return point["kernel_rel_error"] <= kernel_tolerance(point.get("config")) and (
         point["attention_rel_error"] is None or point["attention_rel_error"] <= bound)
 
 

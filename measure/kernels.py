@@ -315,11 +315,11 @@ def interpreting() -> bool:
 
 
 def _dot_kind(cache: PagedCache, fp8_dot: bool = False) -> int:
+    if fp8_dot and (cache.fmt.value_dtype != torch.float8_e4m3fn or cache.fmt.kind not in (FP8_TENSOR, TOKEN_HEAD)):
+        raise ValueError(f"fp8 dot needs an e4m3 cache with per-tensor or per-token scales, not {cache.fmt.name}")
     if interpreting():
-        return DOT_F32
+        return DOT_F32  # the interpreter has no fp8 or bf16 arithmetic; the fp8 dot is checked on the GPU
     if fp8_dot:
-        if cache.fmt.value_dtype != torch.float8_e4m3fn or cache.fmt.kind not in (FP8_TENSOR, TOKEN_HEAD):
-            raise ValueError(f"fp8 dot needs an e4m3 cache with per-tensor or per-token scales, not {cache.fmt.name}")
         return DOT_FP8
     if cache.fmt.kind == PLAIN:
         return DOT_BF16 if cache.fmt.value_dtype == torch.bfloat16 else DOT_F16

@@ -62,10 +62,10 @@ def check_report(report: dict, tolerance: float | None = None) -> list[str]:
     return problems
 
 
-# The fitted inter-token model against measured kernel time: the goal is 10%, met on most of
-# the grid but not all (batch 32 bf16 runs ~12% below its batch-16 rate; ~30 us points are
-# launch-bound); this tolerance is what the committed reports meet, and lowering it is the test.
-KERNEL_TIME_TOLERANCE = 0.30
+# The fitted inter-token model against measured kernel time: the goal is 10%, met on 122 of the
+# 132 grid points of the committed report (the rest are ~30 us launch-bound points or batch 32,
+# whose per-byte rate is ~10% below batch 16's); this is the tolerance that report meets.
+KERNEL_TIME_TOLERANCE = 0.20
 
 
 def _check_kernels(report: dict, tolerance: float | None) -> list[str]:
@@ -76,7 +76,7 @@ def _check_kernels(report: dict, tolerance: float | None) -> list[str]:
     from sizing.formats import FormatOptions
     from sizing.speed import attention_seconds, efficiency_from_report
 
-    from .paged_cache import KERNEL_TOLERANCE, KIVI_RESIDUAL
+    from .paged_cache import KIVI_RESIDUAL, kernel_tolerance
 
     points = report.get("kernels", []) + report.get("kernel_extras", [])
     if not points:
@@ -88,7 +88,7 @@ def _check_kernels(report: dict, tolerance: float | None) -> list[str]:
     for p in points:
         where = f"kernel {p['format']} b{p['batch']} ctx{p['context']} d{p['head_dim']}" + (
             " mla" if p.get("mla") else "") + (f" w{p['window']}" if p.get("window") else "")
-        if p["kernel_rel_error"] > (tolerance if tolerance is not None else KERNEL_TOLERANCE):
+        if p["kernel_rel_error"] > (tolerance if tolerance is not None else kernel_tolerance(p.get("config"))):
             problems.append(f"{where}: kernel error {p['kernel_rel_error']:.2e} against fp32 over the same cache")
         bound = 5 * ERROR_BOUNDS[p["format"]] if tolerance is None else tolerance
         if p.get("attention_rel_error") is not None and p["attention_rel_error"] > bound:
