@@ -144,7 +144,7 @@ def _decode_split_kernel(
     D: tl.constexpr, D_ROPE: tl.constexpr, DV: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr,
     KIND: tl.constexpr, BITS: tl.constexpr, VGROUP: tl.constexpr, V_FROM_K: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr, DOT: tl.constexpr, KGROUP: tl.constexpr, SWAP_QK: tl.constexpr,
-    PREFETCH: tl.constexpr,
+    PREFETCH: tl.constexpr, I8_QK: tl.constexpr,
 ):
     """Scales are applied where they cost least: per-tensor scales fold into q (keys) and the
     output (values); per-token scales multiply score columns and probabilities; zero points
@@ -173,6 +173,10 @@ def _decode_split_kernel(
         # fp8 tensor cores read the fp8 cache as stored; q gets one scale per row (448 = e4m3 max)
         q_row_scale = tl.maximum(tl.max(tl.abs(q32), 1), 1e-30) / 448.0
         q = (q32 / q_row_scale[:, None]).to(tl.float8e4nv)
+    elif I8_QK:
+        # int8 tensor cores read int8 keys as stored; q rounded to int8 with one scale per row
+        q_row_scale = tl.maximum(tl.max(tl.abs(q32), 1), 1e-30) / 127.0
+        q = tl.floor(q32 / q_row_scale[:, None] + 0.5).to(tl.int8)
     else:
         q = _to_dot(q32, DOT)
     if D_ROPE > 0:
@@ -220,6 +224,11 @@ def _decode_split_kernel(
                 k = _codes(K, rows, KROW, 0, D, BITS, DOT, True)
                 if not V_FROM_K:
                     v = _codes(V, rows, DV, 0, DV, BITS, DOT, True)
+            elif I8_QK:  # keys as stored for the int8 dot, values to the dot dtype
+                k = _codes(K, rows, KROW, 0, D, BITS, DOT, True)
+                v = _codes(V, rows, DV, 0, DV, BITS, DOT)
+                if KIND == 3:  # uint8 codes u as int8 u - 128; the 128 moves into the zero point
+                    k = (k.to(tl.int32) - 128).to(tl.int8)
             else:
                 k = _codes(K, rows, KROW, 0, D, BITS, DOT)
                 if not V_FROM_K:
@@ -236,6 +245,8 @@ def _decode_split_kernel(
             k = tl.where(in_page[:, None], k, _to_dot(rk.to(tl.float32), DOT))
         if DOT == 3:
             s = tl.dot(q, tl.trans(k)) * q_row_scale[:, None]
+        elif I8_QK:
+            s = tl.dot(q, tl.trans(k)).to(tl.float32) * q_row_scale[:, None]
         elif SWAP_QK:
             # the dequantized tile as the register-sourced A operand; q^T (loaded once) is B
             s = tl.trans(tl.dot(k, tl.trans(q)))
@@ -247,8 +258,11 @@ def _decode_split_kernel(
             ks_rows = tl.load(KS + rows).to(tl.float32)
             s = s * ks_rows[None, :]
         if KIND == 3:
-            s = s * tl.load(KS + rows).to(tl.float32)[None, :] + \
-                tl.load(KZ + rows).to(tl.float32)[None, :] * qsum[:, None]
+            ks3 = tl.load(KS + rows).to(tl.float32)
+            kz3 = tl.load(KZ + rows).to(tl.float32)
+            if I8_QK:
+                kz3 = kz3 + 128.0 * ks3
+            s = s * ks3[None, :] + kz3[None, :] * qsum[:, None]
         s = tl.where(valid[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         alpha = tl.exp2(m_i - m_new)
@@ -314,6 +328,14 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
+def _int8_qk(cache: PagedCache, wanted: bool) -> bool:
+    """int8 tensor cores for q·k: int8 caches (per-token scales) and LMDeploy's uint8 one."""
+    if wanted and not (cache.fmt.bits == 8 and cache.fmt.kind in (TOKEN_HEAD, ASYM)
+                       and cache.fmt.value_dtype in (torch.int8, torch.uint8) and cache.v is not None):
+        raise ValueError(f"int8 q·k needs an int8 or uint8 cache with per-token scales, not {cache.fmt.name}")
+    return wanted and not interpreting()  # the interpreter has no int8 dot; checked on the GPU
+
+
 def _dot_kind(cache: PagedCache, fp8_dot: bool = False) -> int:
     if fp8_dot and (cache.fmt.value_dtype != torch.float8_e4m3fn or cache.fmt.kind not in (FP8_TENSOR, TOKEN_HEAD)):
         raise ValueError(f"fp8 dot needs an e4m3 cache with per-tensor or per-token scales, not {cache.fmt.name}")
@@ -337,7 +359,7 @@ def paged_decode(q: torch.Tensor, cache: PagedCache, block_table: torch.Tensor, 
                  window: int | None = None, num_splits: int | None = None, block_t: int = 64, num_warps: int = 4,
                  num_stages: int = 2, sm_scale: float | None = None, max_context: int | None = None,
                  programs_per_sm: int = 4, swap_qk: bool = False, prefetch: bool = False,
-                 fp8_dot: bool = False) -> torch.Tensor:
+                 fp8_dot: bool = False, int8_qk: bool = False) -> torch.Tensor:
     """Decode attention over a paged cache: q [batch, Hq, head_dim] -> [batch, Hq, v_dim] fp32."""
     batch, hq, _ = q.shape
     hkv = cache.heads
@@ -377,7 +399,8 @@ def paged_decode(q: torch.Tensor, cache: PagedCache, block_table: torch.Tensor, 
         D_ROPE=d_rope, DV=cache.v_dim, BS=cache.block_size, BLOCK_T=block_t, KIND=f.kind, BITS=f.bits,
         VGROUP=cache.group if f.kind == KIVI else NVFP4_GROUP, V_FROM_K=mla, HAS_RESIDUAL=residual,
         DOT=_dot_kind(cache, fp8_dot), KGROUP=NVFP4_GROUP if f.kind == NVFP4 else cache.block_size, SWAP_QK=swap_qk,
-        PREFETCH=prefetch and cache.v is not None,
+        PREFETCH=prefetch and cache.v is not None and not int8_qk,
+        I8_QK=_int8_qk(cache, int8_qk),
         num_warps=num_warps, num_stages=num_stages,
     )
     out = torch.empty(batch, hq, cache.v_dim, device=q.device, dtype=torch.float32)

@@ -53,7 +53,8 @@ FP8_DOT_TOLERANCE = 0.1
 
 
 def kernel_tolerance(config: dict | None) -> float:
-    return FP8_DOT_TOLERANCE if (config or {}).get("fp8_dot") else KERNEL_TOLERANCE
+    config = config or {}
+    return FP8_DOT_TOLERANCE if config.get("fp8_dot") or config.get("int8_qk") else KERNEL_TOLERANCE
 
 
 @dataclass
