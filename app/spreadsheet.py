@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import math
 
 
 def xlsx_bytes(sheets: dict[str, list[dict]]) -> bytes:
@@ -25,8 +26,10 @@ def xlsx_bytes(sheets: dict[str, list[dict]]) -> bytes:
             fmt = decimal if any(isinstance(v, float) for v in numeric) else integer if numeric else None
             sheet.set_column(c, c, max(12, min(48, len(name) + 2)), fmt)
             for r, value in enumerate(values, start=1):
-                if value is None:
-                    continue
+                if value is None or (isinstance(value, float) and math.isnan(value)):
+                    continue  # an empty cell: a figure that does not apply (a candidate that does not fit)
+                if isinstance(value, float) and math.isinf(value):
+                    value = "inf"
                 sheet.write(r, c, value if isinstance(value, (int, float, str, bool)) else str(value))
         sheet.freeze_panes(1, 0)
         sheet.autofilter(0, 0, len(rows), len(columns) - 1)

@@ -348,6 +348,8 @@ their window; the per-sequence column holds that.
             payload_bytes_per_token=_fmt_bytes(g.payload_bytes_per_token),
             metadata_bytes_per_token=_fmt_bytes(g.metadata_bytes_per_token),
             bytes_per_sequence=g.sequence_bytes) for g in groups]), key="formula_layers")
+        _downloads(pd.DataFrame([{k: v for k, v in r.items() if k != "breakdown"} | r["breakdown"]]), None,
+                   "formulas")
     st.markdown(f"""
 **KV budget** ({e.engine.name}) = {e.budget_formula}
 = {b.total_bytes:,} total → **{e.kv_budget_bytes:,} B** ({e.kv_budget_bytes / GiB:.2f} GiB)
@@ -432,8 +434,8 @@ def page_fleet(s: Scenario) -> None:
                     help=f"ITL {best.itl_seconds * 1000:.1f} ms at {best.decode_batch:.0f} requests per replica")
     df = pd.DataFrame(rows)
     fitting = df[df["fits"]].sort_values(["fleet_usd_per_hour", "gpus"])
+    fig = go.Figure()
     if not fitting.empty:
-        fig = go.Figure()
         for fmt, part in fitting.groupby("kv_format"):
             fig.add_bar(name=fmt, x=part["gpu"] + " TP" + part["tensor_parallel_size"].astype(str),
                         y=part["fleet_usd_per_hour"], text=part["gpus"].astype(str) + " GPUs",
@@ -443,11 +445,10 @@ def page_fleet(s: Scenario) -> None:
         _chart(fig, "fleet_cost_chart")
     st.dataframe(df, key="fleet_table")
     pools, costs = bucket_rows(plan), cost_rows(plan)
-    cols = st.columns(3)
-    cols[0].download_button("Candidates (CSV)", df.to_csv(index=False).encode(), "fleet.csv", "text/csv",
-                            key="fleet_csv")
-    cols[1].download_button("Plan (XLSX)", lambda: xlsx_bytes({"candidates": rows, "pools": pools, "cost": costs}),
-                            "fleet.xlsx", key="fleet_xlsx")
+    _downloads(df, fig if not fitting.empty else None, "fleet")
+    st.download_button("Whole plan (XLSX: candidates, pools, cost)",
+                       lambda: xlsx_bytes({"candidates": rows, "pools": pools, "cost": costs}), "fleet-plan.xlsx",
+                       key="fleet_plan_xlsx")
     if best is not None:
         _itl_chart(plan, s, best, formats)
         st.subheader("Serve the cheapest plan")

@@ -277,6 +277,8 @@ def candidate_rows(plan: FleetPlan) -> list[dict]:
             itl_ms=round(p.itl_seconds * 1000, 3), itl_slope_ms_per_1k_tokens=round(
                 p.itl_slope_seconds_per_1k_tokens * 1000, 4),
             kv_efficiency=p.kv_efficiency, tokens_per_s_per_gpu=round(p.tokens_per_second_per_gpu, 1),
+            prefill_ms_mean=round(1000 * sum(b.share_percent / 100 * p.prefill_seconds.get(b.label, 0.0)
+                                             for b in plan.workload.mix()), 2),
             fleet_tokens_per_s=round(p.fleet_tokens_per_second, 1), usd_per_gpu_hour=c.gpu.usd_per_hour,
             fleet_usd_per_hour=round(p.usd_per_hour, 2),
             usd_per_million_output_tokens=(round(p.usd_per_million_output_tokens, 4)
@@ -299,6 +301,7 @@ def bucket_rows(plan: FleetPlan) -> list[dict]:
                 kv_bytes_per_request=int(pool.bytes_per_request), requests_per_replica=pool.requests_per_replica,
                 replicas=pool.replicas, gpus=pool.replicas * p.candidate.tensor_parallel_size,
                 limited_by=pool.limited_by, kv_budget_bytes_per_gpu=pool.kv_budget_bytes,
+                prefill_ms=round(1000 * p.prefill_seconds[pool.name], 2) if pool.name in p.prefill_seconds else None,
             ))
     return rows
 

@@ -176,3 +176,26 @@ def test_validation_page_draws_the_kernel_report():
     # every row shown is a fused-kernel point of one batch and one head size, with its prediction
     assert set(table["kernel"]) == {"triton fused"} and table["batch"].nunique() == 1
     assert table["predicted_ms"].notna().all()
+
+
+def test_capacity_curves_plot_sizing_numbers():
+    at = _app()
+    at.multiselect(key="curve_formats").set_value(["bf16", "fp8_e4m3"])
+    at.run()
+    assert not at.exception
+    chart = next(c for c in at.get("plotly_chart") if "Max concurrency vs context" in c.proto.spec)
+    fig = json.loads(chart.proto.spec)
+    lines = {t["name"]: dict(zip(t["x"], t["y"])) for t in fig["data"] if t["name"] in ("bf16", "fp8_e4m3")}
+    for fmt in ("bf16", "fp8_e4m3"):
+        e = estimate(scenario("llama-3.1-8b", k_cache_dtype=fmt, v_cache_dtype=fmt, max_model_len=32768,
+                              memory_fraction=0.9))
+        assert lines[fmt][32768] == e.max_concurrency
+
+
+def test_every_page_offers_its_downloads():
+    at = _app()
+    keys = {b.key for b in at.get("download_button")}
+    for stem in ("plan", "formats", "curves", "fleet", "formulas", "validation"):
+        assert {f"{stem}_csv", f"{stem}_xlsx"} <= keys, stem
+    for stem in ("plan", "formats", "curves", "fleet", "validation"):
+        assert {f"{stem}_html", f"{stem}_png"} <= keys, stem
