@@ -36,6 +36,16 @@ def _positive_int(text: str, unit: str = "", scale: int = 1) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
 def _tokens(text: str) -> int:
     """'32768', '32k' or '128K' (K = 1024 tokens)."""
     t = str(text).strip().lower()
@@ -149,6 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quality-report", default=None, help="measurement report whose attention errors to show")
     p.add_argument("--out", action="append", default=[], help="write .csv, .xlsx or .json (repeatable)")
     p.add_argument("--top", type=_positive_int, default=12, help="candidates shown in the summary")
+    p.add_argument("--itl-target-ms", type=_positive_float, default=None,
+                   help="inter-token latency each replica must keep at the peak (overrides the workload's)")
     _add_scenario_options(p, single=False)
     p.set_defaults(run=cmd_plan)
 
@@ -501,6 +513,8 @@ def plan_from_args(args: argparse.Namespace):
     if args.concurrency != 1:
         raise KvsizeError("plan takes the peak from the workload's peak_concurrency; drop --concurrency")
     workload = read_workload(args.workload)
+    if args.itl_target_ms is not None:
+        workload = workload.model_copy(update={"itl_target_ms": args.itl_target_ms})
     base = scenario_from_args(args, args.model, args.gpus[0], args.engine, 1, None, "auto", "auto")
     efficiency = measured_efficiency()
     if args.efficiency_report:
@@ -594,7 +608,9 @@ def render_plan(plan, rows: list[dict], rules, notes, serve, top: int) -> str:
         lines.append(f"  ({len(refused)} candidate(s) do not fit or cannot run; see --out for reasons, e.g. "
                      f"{refused[0]['gpu']} {refused[0]['kv_format']} TP {refused[0]['tensor_parallel_size']}: "
                      f"{refused[0]['reason']})")
-    lines.append("  gpus: one shared pool; split: one pool per length bucket; ITL at the peak batch per replica; "
+    target = f"ITL target {w.itl_target_ms:g} ms" if w.itl_target_ms else "no ITL target (--itl-target-ms)"
+    lines.append("  gpus: one shared pool; split: one pool per length bucket (capacity only); ITL at the peak batch "
+                 f"per replica; cheapest = lowest fleet $/h that holds the peak, {target}; "
                  f"efficiency: {plan.efficiency.source}")
     lines.append("")
     best = plan.cheapest

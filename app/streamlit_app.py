@@ -380,9 +380,10 @@ def read_workload_widgets():
                               type=["yaml", "yml", "json"], key="workload_upload", max_upload_size=1)
     if upload is not None:
         return parse_workload_text(upload.getvalue(), upload.name)
-    c = st.columns(2)
+    c = st.columns(3)
     peak = c[0].number_input("Peak concurrent requests", 1, 10_000_000, 400, key="peak_concurrency")
     prefix = c[1].slider("Share of prompt tokens from a shared prefix", 0.0, 0.95, 0.0, 0.05, key="prefix_share")
+    itl = c[2].number_input("Inter-token latency target (ms, 0 = none)", 0.0, 10_000.0, 0.0, 5.0, key="itl_target")
     table = st.data_editor(pd.DataFrame(DEFAULT_BUCKETS), num_rows="dynamic", key="buckets",
                            column_config={
                                "max_context_tokens": st.column_config.NumberColumn("≤ context (tokens)", step=1),
@@ -390,8 +391,8 @@ def read_workload_widgets():
                                "output_tokens": st.column_config.NumberColumn("mean output (tokens)", step=1)})
     buckets = [{k: (float(v) if k == "share_percent" else int(v)) for k, v in row.items() if pd.notna(v)}
                for row in table.to_dict("records")]
-    return parse_workload({"peak_concurrency": int(peak), "prefix_cache_share": float(prefix), "buckets": buckets},
-                          "workload table")
+    return parse_workload({"peak_concurrency": int(peak), "prefix_cache_share": float(prefix), "buckets": buckets,
+                           "itl_target_ms": float(itl) or None}, "workload table")
 
 
 def page_fleet(s: Scenario) -> None:

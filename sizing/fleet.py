@@ -203,13 +203,37 @@ def plan_candidate(base: Scenario, candidate: Candidate, workload: Workload, eff
 
     fmt_name = e.k_format
     weights_fmt = resolve_weights_dtype(base.weights_dtype, base.shape)
+
+    def step_at(replicas: int):
+        batch = workload.peak_concurrency / replicas
+        requests = [(batch * b.share_percent / 100, b.mean_decode_length) for b in mix]
+        st = decode_step(base.shape, e.layout, weights_fmt, tp, requests, g.hbm_bandwidth_gb_s, efficiency, fmt_name)
+        if draft_layout is not None:
+            # The draft's KV is read too; its weights are small and its step overlaps the verify step.
+            extra = sum(n * sum(draft_layout.sequence_bytes(t)) for n, t in requests)
+            st = replace(st, kv_read_bytes=st.kv_read_bytes + int(extra))
+        return st
+
+    target = workload.itl_target_ms / 1000 if workload.itl_target_ms else None
+    if fits and target is not None and step_at(shared.replicas).seconds > target:
+        # More replicas, smaller batches: the fewest replicas whose step meets the target.
+        most = workload.peak_concurrency  # one request per replica
+        if step_at(most).seconds > target:
+            fits = False
+            reason = (f"does not meet the inter-token target: {step_at(most).seconds * 1000:.1f} ms at one "
+                      f"request per replica > {workload.itl_target_ms:g} ms; try a larger TP or a faster GPU")
+        else:
+            lo, hi = shared.replicas, most
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (lo, mid) if step_at(mid).seconds <= target else (mid, hi)
+            shared = replace(shared, replicas=hi, limited_by="itl target",
+                             requests_per_replica=math.ceil(workload.peak_concurrency / hi))
+            gpus = hi * tp
+            reason = (f"{hi} replica(s) × TP {tp}: at most {shared.requests_per_replica} requests each to keep "
+                      f"inter-token latency ≤ {workload.itl_target_ms:g} ms")
     batch = workload.peak_concurrency / shared.replicas if fits else 0.0
-    requests = [(batch * b.share_percent / 100, b.mean_decode_length) for b in mix]
-    step = decode_step(base.shape, e.layout, weights_fmt, tp, requests, g.hbm_bandwidth_gb_s, efficiency, fmt_name)
-    if draft_layout is not None and fits:
-        # The draft's KV is read too; its weights are small and its step overlaps the verify step.
-        extra = sum(n * sum(draft_layout.sequence_bytes(t)) for n, t in requests)
-        step = replace(step, kv_read_bytes=step.kv_read_bytes + int(extra))
+    step = step_at(shared.replicas) if fits else step_at(max(1, shared.replicas))
     kv_eff = efficiency.for_format(fmt_name)
     slope = itl_slope_seconds_per_token(e.kv_bytes_per_token, batch, g.hbm_bandwidth_gb_s, kv_eff) * 1000
     fleet_tps = workload.peak_concurrency / step.seconds if fits and step.seconds else 0.0

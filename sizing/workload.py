@@ -80,6 +80,8 @@ class Workload(BaseModel):
     prefix_cache_share: float = Field(default=0.0, ge=0, lt=1,
                                       description="share of prompt tokens served from one shared prefix")
     draft: DraftModel | None = None
+    itl_target_ms: float | None = Field(default=None, gt=0,
+                                        description="inter-token latency each replica must keep at the peak")
 
     @model_validator(mode="after")
     def _mix(self) -> Workload:

@@ -399,3 +399,31 @@ def test_efficiency_profiles_are_validated(tmp_path, monkeypatch):
     finally:
         profiles.efficiency_ids.cache_clear()
         profiles.efficiency_profile.cache_clear()
+
+
+def test_an_itl_target_adds_replicas_until_the_step_meets_it():
+    w = _workload()
+    free = _plan(w, "fp8", "h200")
+    tight = _plan(w.model_copy(update={"itl_target_ms": free.itl_seconds * 1000 / 2}), "fp8", "h200")
+    assert tight.fits and tight.itl_seconds <= free.itl_seconds / 2
+    assert tight.gpus > free.gpus and tight.shared.limited_by == "itl target"
+    # the fewest replicas: one fewer would miss the target
+    fewer = plan_candidate(scenario("llama-3.1-8b"), Candidate(_offer("h200"), "fp8", 1),
+                           w.model_copy(update={"itl_target_ms": tight.itl_seconds * 1000 * 0.999}),
+                           DecodeEfficiency())
+    assert fewer.gpus >= tight.gpus
+    impossible = _plan(w.model_copy(update={"itl_target_ms": 0.5}), "fp8", "h200")  # weights alone take ~3 ms
+    assert not impossible.fits and "does not meet the inter-token target" in impossible.reason
+
+
+@settings(max_examples=20, deadline=None)
+@given(a=st.floats(2, 200), b=st.floats(2, 200))
+def test_a_tighter_itl_target_never_needs_fewer_gpus(a, b):
+    tight, loose = sorted((a, b))
+    w = _workload()
+    g_tight = _plan(w.model_copy(update={"itl_target_ms": tight}), "fp8", "h100-sxm")
+    g_loose = _plan(w.model_copy(update={"itl_target_ms": loose}), "fp8", "h100-sxm")
+    if not g_loose.fits:
+        assert not g_tight.fits
+    elif g_tight.fits:
+        assert g_tight.gpus >= g_loose.gpus
