@@ -383,7 +383,8 @@ def read_workload_widgets():
     c = st.columns(3)
     peak = c[0].number_input("Peak concurrent requests", 1, 10_000_000, 400, key="peak_concurrency")
     prefix = c[1].slider("Share of prompt tokens from a shared prefix", 0.0, 0.95, 0.0, 0.05, key="prefix_share")
-    itl = c[2].number_input("Inter-token latency target (ms, 0 = none)", 0.0, 10_000.0, 0.0, 5.0, key="itl_target")
+    itl = c[2].number_input("Inter-token latency target (ms, 0 = none)", 0.0, 10_000.0, 50.0, 5.0, key="itl_target",
+                            help="each replica keeps its decode step under this at the peak; more replicas if needed")
     table = st.data_editor(pd.DataFrame(DEFAULT_BUCKETS), num_rows="dynamic", key="buckets",
                            column_config={
                                "max_context_tokens": st.column_config.NumberColumn("≤ context (tokens)", step=1),

@@ -147,8 +147,8 @@ def test_fleet_page_shows_the_cheapest_plan_from_sizing():
     at.number_input(key="peak_concurrency").set_value(250)
     at.run()
     assert not at.exception
-    # The page's defaults: the four-bucket mix, H100 and H200, auto/fp8_e4m3/nvfp4, TP 1/2/4.
-    workload = parse_workload({"peak_concurrency": 250, "buckets": [
+    # The page's defaults: the four-bucket mix, a 50 ms ITL target, H100 and H200, auto/fp8_e4m3/nvfp4, TP 1/2/4.
+    workload = parse_workload({"peak_concurrency": 250, "itl_target_ms": 50, "buckets": [
         {"max_context_tokens": 8192, "share_percent": 55, "output_tokens": 512},
         {"max_context_tokens": 16384, "share_percent": 25, "output_tokens": 512},
         {"max_context_tokens": 32768, "share_percent": 15, "output_tokens": 1024},
