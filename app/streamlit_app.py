@@ -263,7 +263,8 @@ def page_validation() -> None:
         st.error(str(e))
         return
     if df.empty:
-        st.info("this report has no allocation or capacity points")
+        if not data.get("kernels") and not data.get("decode"):
+            st.info("this report has no allocation, capacity or decode points")
     else:
         fig = go.Figure()
         for kind, part in df.groupby("kind"):
@@ -300,13 +301,18 @@ def decode_section(data: dict) -> None:
     part = df[df["batch"] == batch].sort_values("context")
     if "head_dim" in part.columns:  # the main grid: the most common head size
         part = part[part["head_dim"] == part["head_dim"].mode().iloc[0]]
+    from plotly.colors import qualitative
+
     fig = go.Figure()
-    for (kernel, fmt), line in part.groupby(["kernel", "format"]):
+    palette = qualitative.Dark24  # one colour per line: the default palette has ten
+    for i, ((kernel, fmt), line) in enumerate(part.groupby(["kernel", "format"], sort=False)):
+        color = palette[i % len(palette)]
         fig.add_scatter(x=line["context"], y=line["median_ms"], mode="lines+markers", name=f"{fmt} ({kernel})",
+                        line=dict(color=color),
                         hovertemplate="%{x:,} tokens: %{y:.3f} ms<extra>" + f"{fmt} ({kernel})" + "</extra>")
         if "predicted_ms" in line.columns and line["predicted_ms"].notna().any():
             fig.add_scatter(x=line["context"], y=line["predicted_ms"], mode="lines", name=f"{fmt} predicted",
-                            line=dict(dash="dot"), showlegend=False,
+                            line=dict(dash="dot", color=color), showlegend=False,
                             hovertemplate="%{x:,} tokens: predicted %{y:.3f} ms<extra>" + fmt + "</extra>")
     fig.update_layout(xaxis_type="log", yaxis_type="log", xaxis_title="context length (tokens, log scale)",
                       yaxis_title="one decode attention call (ms, log scale)",
