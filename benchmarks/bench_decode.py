@@ -24,7 +24,8 @@ CONFIGS = [dict(block_t=bt, num_warps=w, num_stages=2, programs_per_sm=pps)
            for bt in (64, 128) for w in (4, 8) for pps in (4, 8)]
 # e4m3 caches may also run their dots on fp8 tensor cores (q and probabilities in e4m3)
 FP8_DOT_FORMATS = ("fp8_e4m3", "fp8_per_token_head")
-# int8 caches may take q·k on int8 tensor cores (q rounded to int8 per row)
+# int8 caches may take q·k on int8 tensor cores (q rounded to int8 per row); 4-bit layouts may be
+# read as even and odd halves (split_nibbles) instead of being re-interleaved
 INT8_QK_FORMATS = ("int8_per_token_head", "lmdeploy_int8")
 
 
@@ -81,7 +82,8 @@ def main() -> int:
     tuned, tuning = {}, {}
     for fmt in formats:
         options = configs + ([dict(c, fp8_dot=True) for c in configs] if fmt in FP8_DOT_FORMATS else []) + (
-            [dict(c, int8_qk=True) for c in configs] if fmt in INT8_QK_FORMATS else [])
+            [dict(c, int8_qk=True) for c in configs] if fmt in INT8_QK_FORMATS else []) + (
+            [dict(c, split_nibbles=True) for c in configs] if FORMATS[fmt].bits == 4 else [])
         tuned[fmt], tuning[fmt] = tune(fmt, kv_heads, head_dim, q_heads, block_size, options)
         print(f"tuned {fmt:<22} {tuned[fmt]}", flush=True)
     report["tuning"] = dict(configs=tuning, chosen=tuned, at="batch 16, 16384 tokens")

@@ -310,6 +310,145 @@ def _decode_split_kernel(
 
 
 @triton.jit
+def _half_group_scale(x, SCALE, rows, ROW: tl.constexpr, GROUP: tl.constexpr, BLOCK_T: tl.constexpr,
+                      DOT: tl.constexpr, AFFINE: tl.constexpr, ZERO):
+    """x [BLOCK_T, ROW/2] holds the even (or odd) values of each row; value j of the half is
+    column 2j (+1) of the row, in group (2j) // GROUP = j // (GROUP / 2)."""
+    HG: tl.constexpr = GROUP // 2
+    cg = tl.arange(0, ROW // GROUP)
+    s = _to_dot(tl.load(SCALE + rows[:, None] * (ROW // GROUP) + cg[None, :]).to(tl.float32), DOT)
+    x3 = tl.reshape(x, [BLOCK_T, ROW // GROUP, HG]) * s[:, :, None]
+    if AFFINE:
+        z = _to_dot(tl.load(ZERO + rows[:, None] * (ROW // GROUP) + cg[None, :]).to(tl.float32), DOT)
+        x3 = x3 + z[:, :, None]
+    return tl.reshape(x3, [BLOCK_T, ROW // 2])
+
+
+@triton.jit
+def _half_values(codes, SCALE, ZERO, rows, page_ids, kvh, ODD: tl.constexpr, IS_K: tl.constexpr,
+                 KIND: tl.constexpr, ROW: tl.constexpr, GROUP: tl.constexpr, HKV: tl.constexpr, BS: tl.constexpr,
+                 NP: tl.constexpr, BLOCK_T: tl.constexpr, DOT: tl.constexpr):
+    """One half (even or odd columns) of a 4-bit tile, dequantized up to its per-token terms."""
+    if KIND == 4:
+        out = _half_group_scale(_e2m1(codes, DOT), SCALE, rows, ROW, GROUP, BLOCK_T, DOT, False, ZERO)
+    elif KIND == 5:
+        if IS_K:  # per channel over the page: this half's channels are 2j + ODD
+            c = 2 * tl.arange(0, ROW // 2) + ODD
+            base = (page_ids[:, None] * HKV + kvh) * ROW + c[None, :]
+            sc = _to_dot(tl.load(SCALE + base).to(tl.float32), DOT)
+            zc = _to_dot(tl.load(ZERO + base).to(tl.float32), DOT)
+            x3 = tl.reshape(_to_dot(codes, DOT), [NP, BS, ROW // 2]) * sc[:, None, :] + zc[:, None, :]
+            out = tl.reshape(x3, [BLOCK_T, ROW // 2])
+        else:
+            out = _half_group_scale(_to_dot(codes, DOT), SCALE, rows, ROW, GROUP, BLOCK_T, DOT, True, ZERO)
+    else:
+        out = _to_dot(codes, DOT)
+    return out
+
+
+@triton.jit
+def _decode_split_kernel_4bit(
+    Q, K, KS, KZ, KG, V, VS, VZ, VG, RK, RV, QLEN, BT, CTX, M_OUT, L_OUT, ACC_OUT,
+    sm_scale, window, stride_bt, rmax, num_splits,
+    HQ: tl.constexpr, HKV: tl.constexpr, GROUP_Q: tl.constexpr, BLOCK_G: tl.constexpr,
+    D: tl.constexpr, DV: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr,
+    KIND: tl.constexpr, VGROUP: tl.constexpr, HAS_RESIDUAL: tl.constexpr, DOT: tl.constexpr, KGROUP: tl.constexpr,
+):
+    """4-bit layouts (LMDeploy int4, nvfp4, KIVI-4) without re-interleaving: each packed byte's
+    low nibbles are the row's even values and the high nibbles its odd ones, so q is split into
+    its even and odd columns, scores are two dots, and values accumulate into even and odd
+    halves that are stored to alternate columns."""
+    b = tl.program_id(0)
+    kvh = tl.program_id(1)
+    split = tl.program_id(2)
+    NP: tl.constexpr = BLOCK_T // BS
+    g = tl.arange(0, BLOCK_G)
+    gmask = g < GROUP_Q
+    heads = kvh * GROUP_Q + g
+    dh = tl.arange(0, D // 2)
+    dvh = tl.arange(0, DV // 2)
+    qscale = sm_scale * 1.4426950408889634
+    if KIND == 4:
+        qscale = qscale * tl.load(KG)
+    qbase = Q + (b * HQ + heads[:, None]) * D
+    q_even = tl.load(qbase + 2 * dh[None, :], mask=gmask[:, None], other=0.0).to(tl.float32) * qscale
+    q_odd = tl.load(qbase + 2 * dh[None, :] + 1, mask=gmask[:, None], other=0.0).to(tl.float32) * qscale
+    qsum = tl.sum(q_even, 1) + tl.sum(q_odd, 1)
+    qe = _to_dot(q_even, DOT)
+    qo = _to_dot(q_odd, DOT)
+
+    ctx = tl.load(CTX + b)
+    start = 0
+    if window > 0:
+        start = tl.maximum(ctx - window, 0)
+    paged = ctx
+    if HAS_RESIDUAL:
+        paged = tl.load(QLEN + b)
+    first = start - start % BS
+    tiles = tl.cdiv(ctx - first, BLOCK_T)
+    per = tl.cdiv(tiles, num_splits)
+    lo = first + split * per * BLOCK_T
+    hi = tl.minimum(ctx, lo + per * BLOCK_T)
+
+    m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_G], tl.float32)
+    acc_e = tl.zeros([BLOCK_G, DV // 2], tl.float32)
+    acc_o = tl.zeros([BLOCK_G, DV // 2], tl.float32)
+    acc_bias = tl.zeros([BLOCK_G], tl.float32)
+    for t0 in range(lo, hi, BLOCK_T):
+        t, valid, in_page, page_ids, rows = _tile(t0, b, kvh, BT, stride_bt, start, hi, paged, HKV, BS, BLOCK_T)
+        kb = tl.load(K + rows[:, None] * (D // 2) + dh[None, :])
+        vb = tl.load(V + rows[:, None] * (DV // 2) + dvh[None, :])
+        ke = _half_values(kb & 15, KS, KZ, rows, page_ids, kvh, 0, True, KIND, D, KGROUP, HKV, BS, NP, BLOCK_T, DOT)
+        ko = _half_values(kb >> 4, KS, KZ, rows, page_ids, kvh, 1, True, KIND, D, KGROUP, HKV, BS, NP, BLOCK_T, DOT)
+        if HAS_RESIDUAL:
+            res = tl.where(valid & (t >= paged), (b * rmax + (t - paged)) * HKV + kvh, kvh)
+            rke = tl.load(RK + res[:, None] * D + 2 * dh[None, :]).to(tl.float32)
+            rko = tl.load(RK + res[:, None] * D + 2 * dh[None, :] + 1).to(tl.float32)
+            ke = tl.where(in_page[:, None], ke, _to_dot(rke, DOT))
+            ko = tl.where(in_page[:, None], ko, _to_dot(rko, DOT))
+        s = tl.dot(qe, tl.trans(ke)) + tl.dot(qo, tl.trans(ko))
+        if KIND == 3:
+            s = s * tl.load(KS + rows).to(tl.float32)[None, :] + \
+                tl.load(KZ + rows).to(tl.float32)[None, :] * qsum[:, None]
+        s = tl.where(valid[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc_e = acc_e * alpha[:, None]
+        acc_o = acc_o * alpha[:, None]
+        acc_bias = acc_bias * alpha
+        pv = p
+        if KIND == 3:
+            pv = p * tl.load(VS + rows).to(tl.float32)[None, :]
+            acc_bias += tl.sum(p * tl.load(VZ + rows).to(tl.float32)[None, :], 1)
+        ve = _half_values(vb & 15, VS, VZ, rows, page_ids, kvh, 0, False, KIND, DV, VGROUP, HKV, BS, NP, BLOCK_T,
+                          DOT)
+        vo = _half_values(vb >> 4, VS, VZ, rows, page_ids, kvh, 1, False, KIND, DV, VGROUP, HKV, BS, NP, BLOCK_T,
+                          DOT)
+        if HAS_RESIDUAL:
+            rve = tl.load(RV + res[:, None] * DV + 2 * dvh[None, :]).to(tl.float32)
+            rvo = tl.load(RV + res[:, None] * DV + 2 * dvh[None, :] + 1).to(tl.float32)
+            ve = tl.where(in_page[:, None], ve, _to_dot(rve, DOT))
+            vo = tl.where(in_page[:, None], vo, _to_dot(rvo, DOT))
+        pd = _to_dot(pv, DOT)
+        acc_e += tl.dot(pd, ve)
+        acc_o += tl.dot(pd, vo)
+        m_i = m_new
+    acc_e = acc_e + acc_bias[:, None]
+    acc_o = acc_o + acc_bias[:, None]
+    if KIND == 4:
+        acc_e = acc_e * tl.load(VG)
+        acc_o = acc_o * tl.load(VG)
+    out = (b * HQ + heads) * num_splits + split
+    tl.store(M_OUT + out, m_i, mask=gmask)
+    tl.store(L_OUT + out, l_i, mask=gmask)
+    tl.store(ACC_OUT + out[:, None] * DV + 2 * dvh[None, :], acc_e, mask=gmask[:, None])
+    tl.store(ACC_OUT + out[:, None] * DV + 2 * dvh[None, :] + 1, acc_o, mask=gmask[:, None])
+
+
+@triton.jit
 def _reduce_kernel(M, L, ACC, OUT, num_splits, DV: tl.constexpr, BLOCK_S: tl.constexpr):
     row = tl.program_id(0)  # b * HQ + head
     s = tl.arange(0, BLOCK_S)
@@ -359,7 +498,7 @@ def paged_decode(q: torch.Tensor, cache: PagedCache, block_table: torch.Tensor, 
                  window: int | None = None, num_splits: int | None = None, block_t: int = 64, num_warps: int = 4,
                  num_stages: int = 2, sm_scale: float | None = None, max_context: int | None = None,
                  programs_per_sm: int = 4, swap_qk: bool = False, prefetch: bool = False,
-                 fp8_dot: bool = False, int8_qk: bool = False) -> torch.Tensor:
+                 fp8_dot: bool = False, int8_qk: bool = False, split_nibbles: bool = False) -> torch.Tensor:
     """Decode attention over a paged cache: q [batch, Hq, head_dim] -> [batch, Hq, v_dim] fp32."""
     batch, hq, _ = q.shape
     hkv = cache.heads
@@ -388,21 +527,29 @@ def paged_decode(q: torch.Tensor, cache: PagedCache, block_table: torch.Tensor, 
     l = torch.empty_like(m)
     acc = torch.empty(batch, hq, num_splits, cache.v_dim, device=q.device, dtype=torch.float32)
     residual = cache.residual_k is not None
-    _decode_split_kernel[(batch, hkv, num_splits)](
-        q.contiguous(), k.data, arg(k.scale), arg(k.zero), arg(k.global_scale),
-        arg(v.data if v else None), arg(v.scale if v else None), arg(v.zero if v else None),
-        arg(v.global_scale if v else None), arg(cache.residual_k), arg(cache.residual_v),
-        arg(cache.quantized_lens), block_table, context_lens, m, l, acc,
-        sm_scale if sm_scale is not None else cache.head_dim ** -0.5, int(window or 0), block_table.stride(0),
-        cache.residual_k.shape[1] if residual else 0, num_splits,
-        HQ=hq, HKV=hkv, GROUP_Q=group_q, BLOCK_G=max(16, triton.next_power_of_2(group_q)), D=d_main,
-        D_ROPE=d_rope, DV=cache.v_dim, BS=cache.block_size, BLOCK_T=block_t, KIND=f.kind, BITS=f.bits,
-        VGROUP=cache.group if f.kind == KIVI else NVFP4_GROUP, V_FROM_K=mla, HAS_RESIDUAL=residual,
-        DOT=_dot_kind(cache, fp8_dot), KGROUP=NVFP4_GROUP if f.kind == NVFP4 else cache.block_size, SWAP_QK=swap_qk,
-        PREFETCH=prefetch and cache.v is not None and not int8_qk,
-        I8_QK=_int8_qk(cache, int8_qk),
-        num_warps=num_warps, num_stages=num_stages,
-    )
+    common = (q.contiguous(), k.data, arg(k.scale), arg(k.zero), arg(k.global_scale),
+              arg(v.data if v else None), arg(v.scale if v else None), arg(v.zero if v else None),
+              arg(v.global_scale if v else None), arg(cache.residual_k), arg(cache.residual_v),
+              arg(cache.quantized_lens), block_table, context_lens, m, l, acc,
+              sm_scale if sm_scale is not None else cache.head_dim ** -0.5, int(window or 0), block_table.stride(0),
+              cache.residual_k.shape[1] if residual else 0, num_splits)
+    if split_nibbles:
+        if f.bits != 4 or mla:
+            raise ValueError(f"split_nibbles reads 4-bit layouts, not {f.name}")
+        _decode_split_kernel_4bit[(batch, hkv, num_splits)](
+            *common, HQ=hq, HKV=hkv, GROUP_Q=group_q, BLOCK_G=max(16, triton.next_power_of_2(group_q)),
+            D=cache.head_dim, DV=cache.v_dim, BS=cache.block_size, BLOCK_T=block_t, KIND=f.kind,
+            VGROUP=cache.group if f.kind == KIVI else NVFP4_GROUP, HAS_RESIDUAL=residual, DOT=_dot_kind(cache),
+            KGROUP=NVFP4_GROUP if f.kind == NVFP4 else cache.block_size, num_warps=num_warps, num_stages=num_stages)
+    else:
+        _decode_split_kernel[(batch, hkv, num_splits)](
+            *common, HQ=hq, HKV=hkv, GROUP_Q=group_q, BLOCK_G=max(16, triton.next_power_of_2(group_q)), D=d_main,
+            D_ROPE=d_rope, DV=cache.v_dim, BS=cache.block_size, BLOCK_T=block_t, KIND=f.kind, BITS=f.bits,
+            VGROUP=cache.group if f.kind == KIVI else NVFP4_GROUP, V_FROM_K=mla, HAS_RESIDUAL=residual,
+            DOT=_dot_kind(cache, fp8_dot), KGROUP=NVFP4_GROUP if f.kind == NVFP4 else cache.block_size,
+            SWAP_QK=swap_qk, PREFETCH=prefetch and cache.v is not None and not int8_qk,
+            I8_QK=_int8_qk(cache, int8_qk), num_warps=num_warps, num_stages=num_stages,
+        )
     out = torch.empty(batch, hq, cache.v_dim, device=q.device, dtype=torch.float32)
     _reduce_kernel[(batch * hq,)](m, l, acc, out, num_splits, DV=cache.v_dim,
                                   BLOCK_S=max(2, triton.next_power_of_2(num_splits)))

@@ -147,3 +147,14 @@ def test_fp8_dot_is_refused_for_caches_it_cannot_read():
     cache, table, lens, _ = _case("nvfp4")
     with pytest.raises(ValueError, match="fp8 dot needs an e4m3 cache"):
         paged_decode(torch.randn(2, 4, 64), cache, table, lens, fp8_dot=True)
+
+
+@pytest.mark.parametrize("fmt", ["lmdeploy_int4", "nvfp4", "kivi4"])
+def test_4bit_kernel_with_split_nibbles_gives_the_same_attention(fmt):
+    cache, table, lens, _ = _case(fmt, contexts=(70, 45))
+    q = torch.randn(2, 4, 64)
+    for window, splits, block_t in ((None, 1, 16), (None, 3, 32), (21, 2, 32)):
+        ref = reference_decode(q, cache, table, lens, window=window)
+        out = paged_decode(q, cache, table, lens, window=window, num_splits=splits, block_t=block_t,
+                           split_nibbles=True)
+        assert relative_error(out, ref) < EXACT, (fmt, window, splits, block_t)
