@@ -57,3 +57,25 @@ def test_allocation_returns_to_baseline_on_gpu():
 
     point = measure_allocation(Gpu(), "llama-3.1-8b", "nvfp4", 64, 2, 16)
     assert point["storage_error_bytes"] == 0 and point["released_to_baseline"]
+
+
+def test_validate_catches_kernel_time_that_the_model_does_not_predict():
+    """kvsize validate recomputes each kernel point's time with sizing's attention_seconds; a
+    report whose measured time is far from it fails (times are in seconds, so the relative
+    error must not be floored at 1)."""
+    import copy
+    import json
+
+    from conftest import ROOT
+    from measure.validate import check_report
+
+    report = json.loads((ROOT / "measure" / "reports" / "h200-decode-kernels.json").read_text())
+    assert check_report(report) == []
+    slow = copy.deepcopy(report)
+    point = next(p for p in slow["kernels"] if p["format"] == "bf16" and p["batch"] == 16 and p["context"] == 32768)
+    point["median_ms"] *= 2
+    problems = check_report(slow)
+    assert len(problems) == 1 and "bf16 b16 ctx32768" in problems[0] and "predicted" in problems[0]
+    wrong_bytes = copy.deepcopy(report)
+    next(p for p in wrong_bytes["kernels"] if p["format"] == "nvfp4")["bytes_read"] += 1
+    assert any("sizing's layout holds" in line for line in check_report(wrong_bytes))
