@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 CONFIGS = [dict(block_t=bt, num_warps=w, num_stages=2, programs_per_sm=pps)
            for bt in (64, 128) for w in (4, 8) for pps in (4, 8)]
-# fp8 caches may also run their dots on fp8 tensor cores (q and probabilities in e4m3)
-FP8_DOT_FORMATS = ("fp8_e4m3", "fp8_e5m2", "fp8_per_token_head")  # e5m2 keys meet e4m3 queries
+# e4m3 caches may also run their dots on fp8 tensor cores (q and probabilities in e4m3)
+FP8_DOT_FORMATS = ("fp8_e4m3", "fp8_per_token_head")
 # int8 caches may take q·k on int8 tensor cores (q rounded to int8 per row); 4-bit layouts may be
 # read as even and odd halves (split_nibbles) instead of being re-interleaved
 INT8_QK_FORMATS = ("int8_per_token_head", "lmdeploy_int8")

@@ -476,9 +476,8 @@ def _int8_qk(cache: PagedCache, wanted: bool) -> bool:
 
 
 def _dot_kind(cache: PagedCache, fp8_dot: bool = False) -> int:
-    fp8 = (torch.float8_e4m3fn, torch.float8_e5m2)
-    if fp8_dot and (cache.fmt.value_dtype not in fp8 or cache.fmt.kind not in (FP8_TENSOR, TOKEN_HEAD)):
-        raise ValueError(f"fp8 dot needs an fp8 cache with per-tensor or per-token scales, not {cache.fmt.name}")
+    if fp8_dot and (cache.fmt.value_dtype != torch.float8_e4m3fn or cache.fmt.kind not in (FP8_TENSOR, TOKEN_HEAD)):
+        raise ValueError(f"fp8 dot needs an e4m3 cache with per-tensor or per-token scales, not {cache.fmt.name}")
     if interpreting():
         return DOT_F32  # the interpreter has no fp8 or bf16 arithmetic; the fp8 dot is checked on the GPU
     if fp8_dot:

@@ -145,7 +145,7 @@ def test_fp8_dot_is_refused_for_caches_it_cannot_read():
     """The fp8 tensor-core path (q and probabilities in e4m3) runs only on a GPU; its accuracy is
     checked at every benchmark point (measure/reports/h200-decode-kernels.json, `kvsize validate`)."""
     cache, table, lens, _ = _case("nvfp4")
-    with pytest.raises(ValueError, match="fp8 dot needs an fp8 cache"):
+    with pytest.raises(ValueError, match="fp8 dot needs an e4m3 cache"):
         paged_decode(torch.randn(2, 4, 64), cache, table, lens, fp8_dot=True)
 
 
