@@ -477,16 +477,9 @@ def cmd_formats(args: argparse.Namespace) -> int:
 
 
 def _prices(text: str | None) -> dict[str, float]:
-    prices = {}
-    for item in filter(None, (p.strip() for p in (text or "").split(","))):
-        gpu, sep, value = item.partition("=")
-        try:
-            prices[gpu] = float(value)
-        except ValueError:
-            sep = ""
-        if not sep:
-            raise KvsizeError(f"--price: {item!r} must look like GPU=USD_PER_HOUR, e.g. h100-sxm=2.49")
-    return prices
+    from sizing.units import parse_assignments
+
+    return parse_assignments(text, "--price", "GPU=USD_PER_HOUR", "h100-sxm=2.49")
 
 
 def _read_report(path: str, option: str) -> dict:

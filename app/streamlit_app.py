@@ -20,7 +20,7 @@ from sizing.engines import ENGINES  # noqa: E402
 from sizing.errors import KvsizeError  # noqa: E402
 from sizing.formats import FORMAT_NAMES  # noqa: E402
 from sizing.layers import layer_groups  # noqa: E402
-from sizing.plan import Scenario, compare, estimate, to_record  # noqa: E402
+from sizing.plan import Estimate, Scenario, compare, estimate, to_record  # noqa: E402
 from sizing.profiles import bundled_shape, gpu_ids, gpu_profile, model_ids, model_profile  # noqa: E402
 from sizing.shape import MAX_CONFIG_BYTES, parse_config_text, resolve_shape  # noqa: E402
 from sizing.units import GiB  # noqa: E402
@@ -140,11 +140,17 @@ def _chart(fig: go.Figure, key: str) -> None:
     st.plotly_chart(fig, key=key, config=PLOTLY_CONFIG)
 
 
-def page_plan(s: Scenario) -> None:
+def _estimate(s: Scenario) -> tuple[Estimate | None, str | None]:
+    """The scenario's estimate, or its error message: Plan and Formulas show the same one."""
     try:
-        e = estimate(s)
+        return estimate(s), None
     except KvsizeError as err:
-        st.error(str(err))
+        return None, str(err)
+
+
+def page_plan(s: Scenario, e: Estimate | None, error: str | None) -> None:
+    if e is None:
+        st.error(error)
         return
     r = to_record(e)
     c = st.columns(4)
@@ -330,11 +336,9 @@ def _fmt_bytes(x) -> str:
     return f"{x.numerator:,}" if x.denominator == 1 else f"{float(x):,.4f} ({x.numerator}/{x.denominator})"
 
 
-def page_formulas(s: Scenario) -> None:
-    try:
-        e = estimate(s)
-    except KvsizeError as err:
-        st.error(str(err))
+def page_formulas(s: Scenario, e: Estimate | None, error: str | None) -> None:
+    if e is None:
+        st.error(error)
         return
     r, b = to_record(e), e.breakdown
     groups = layer_groups(e.layout, e.max_model_len) if e.layout is not None else []
@@ -517,8 +521,9 @@ def main() -> None:
         page_validation()
     if scenario is None:
         return
+    result, error = _estimate(scenario)
     with tabs[0]:
-        page_plan(scenario)
+        page_plan(scenario, result, error)
     with tabs[1]:
         page_compare(scenario)
     with tabs[2]:
@@ -526,7 +531,7 @@ def main() -> None:
     with tabs[3]:
         page_fleet(scenario)
     with tabs[5]:
-        page_formulas(scenario)
+        page_formulas(scenario, result, error)
 
 
 main()

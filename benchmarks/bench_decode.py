@@ -16,6 +16,7 @@ import argparse
 import json
 import platform
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -54,12 +55,12 @@ def main() -> int:
     import torch
     import triton
 
-    from measure.kernel_bench import (baseline_points, copy_bandwidth_gb_s, efficiency_section, now,
+    from measure.kernel_bench import (baseline_points, copy_bandwidth_gb_s, efficiency_section,
                                       run_point, slopes, tune)
     from measure.paged_cache import FORMATS
     from measure.run import REPORT_SCHEMA
 
-    t0 = now()
+    t0 = time.monotonic()
     props = torch.cuda.get_device_properties(0)
     spec, gpu_id = _spec_bandwidth(props.name)
     out = Path(args.out)
@@ -99,7 +100,7 @@ def main() -> int:
         torch.cuda.empty_cache()
         report["kernels"] = points
         _write(out, report)
-        print(f"grid {fmt:<22} done at {now() - t0:5.0f} s", flush=True)
+        print(f"grid {fmt:<22} done at {time.monotonic() - t0:5.0f} s", flush=True)
 
     extras = []
     for fmt in [f for f in ("bf16", "fp8_e4m3", "int8_per_token_head", "nvfp4", "kivi4") if f in formats]:
@@ -114,7 +115,7 @@ def main() -> int:
                                 mla_v_dim=512))
     report["kernel_extras"] = extras
     _write(out, report)
-    print(f"extras done at {now() - t0:5.0f} s", flush=True)
+    print(f"extras done at {time.monotonic() - t0:5.0f} s", flush=True)
 
     baselines = []
     for ctx in contexts:
@@ -124,7 +125,7 @@ def main() -> int:
     report["decode_efficiency"] = efficiency_section(points, spec, fit_batch)
     slope_batch = 16 if 16 in batches else max(batches)
     report["slopes"] = dict(batch=slope_batch, formats=slopes(points, slope_batch))
-    report["seconds"] = now() - t0
+    report["seconds"] = time.monotonic() - t0
     _write(out, report)
     print_table(report)
     return 0

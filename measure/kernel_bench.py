@@ -12,7 +12,6 @@ the unquantized keys and values (attention_rel_error, the format's own loss).
 from __future__ import annotations
 
 import math
-import time
 
 import torch
 
@@ -248,10 +247,6 @@ def error_ok(point: dict) -> bool:
     bound = 5 * ERROR_BOUNDS[point["format"]]
     return point["kernel_rel_error"] <= kernel_tolerance(point.get("config")) and (
         point["attention_rel_error"] is None or point["attention_rel_error"] <= bound)
-
-
-def now() -> float:
-    return time.monotonic()
 
 
 def efficiency_profile(report: dict, report_path: str) -> dict:

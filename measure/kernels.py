@@ -65,12 +65,8 @@ def _unraw(x, BITS: tl.constexpr, DOT: tl.constexpr):
     if BITS >= 8:
         if DOT == 3:
             out = x  # fp8 tensor cores take the stored bytes
-        elif DOT == 0:
-            out = x.to(tl.float32)
-        elif DOT == 1:
-            out = x.to(tl.bfloat16)
         else:
-            out = x.to(tl.float16)
+            out = _to_dot(x, DOT)
     elif BITS == 4:
         out = tl.interleave(x & 15, x >> 4)
     else:
@@ -93,6 +89,36 @@ def _tile(t0, b, kvh, BT, stride_bt, start, hi, paged, HKV: tl.constexpr, BS: tl
 
 
 @triton.jit
+def _split_bounds(CTX, QLEN, b, split, window, num_splits, HAS_RESIDUAL: tl.constexpr, BS: tl.constexpr,
+                  BLOCK_T: tl.constexpr):
+    """This program's token range [lo, hi) of sequence b, the window's first token and how many
+    tokens sit in pages; tiles start on page boundaries."""
+    ctx = tl.load(CTX + b)
+    start = 0
+    if window > 0:
+        start = tl.maximum(ctx - window, 0)
+    paged = ctx
+    if HAS_RESIDUAL:
+        paged = tl.load(QLEN + b)
+    first = start - start % BS
+    tiles = tl.cdiv(ctx - first, BLOCK_T)
+    per = tl.cdiv(tiles, num_splits)
+    lo = first + split * per * BLOCK_T
+    hi = tl.minimum(ctx, lo + per * BLOCK_T)
+    return start, paged, lo, hi
+
+
+@triton.jit
+def _online_softmax(s, m_i, l_i):
+    """One tile of scores (base 2) into the running max and sum; returns the tile's
+    probabilities and the factor that rescales what was accumulated before."""
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    return p, alpha, m_new, l_i * alpha + tl.sum(p, 1)
+
+
+@triton.jit
 def _e2m1(u, DOT: tl.constexpr):
     """E2M1 codes (uint8, sign in bit 3) to their exact values, built as fp16 bit patterns:
     exponent field e + 14 and mantissa bit m for e > 0, 0.5 (exponent field 14) or 0 for e = 0."""
@@ -105,23 +131,18 @@ def _e2m1(u, DOT: tl.constexpr):
 
 
 @triton.jit
-def _group_scale(x, SCALE, rows, ROW: tl.constexpr, GROUP: tl.constexpr, BLOCK_T: tl.constexpr,
-                 DOT: tl.constexpr):
-    """x [BLOCK_T, ROW] (dot dtype) times one scale per GROUP consecutive values of a row."""
+def _grouped(x, SCALE, ZERO, rows, ROW: tl.constexpr, GROUP: tl.constexpr, PARTS: tl.constexpr,
+             BLOCK_T: tl.constexpr, DOT: tl.constexpr, AFFINE: tl.constexpr):
+    """x [BLOCK_T, ROW / PARTS] (dot dtype) times one scale (plus one zero when AFFINE) per GROUP
+    consecutive values of a row. PARTS = 2 when x holds only the even or odd values of each row
+    (value j is column 2j or 2j + 1, in group j // (GROUP / 2))."""
     cg = tl.arange(0, ROW // GROUP)
     s = _to_dot(tl.load(SCALE + rows[:, None] * (ROW // GROUP) + cg[None, :]).to(tl.float32), DOT)
-    x3 = tl.reshape(x, [BLOCK_T, ROW // GROUP, GROUP]) * s[:, :, None]
-    return tl.reshape(x3, [BLOCK_T, ROW])
-
-
-@triton.jit
-def _group_affine(x, SCALE, ZERO, rows, ROW: tl.constexpr, GROUP: tl.constexpr, BLOCK_T: tl.constexpr,
-                  DOT: tl.constexpr):
-    cg = tl.arange(0, ROW // GROUP)
-    s = _to_dot(tl.load(SCALE + rows[:, None] * (ROW // GROUP) + cg[None, :]).to(tl.float32), DOT)
-    z = _to_dot(tl.load(ZERO + rows[:, None] * (ROW // GROUP) + cg[None, :]).to(tl.float32), DOT)
-    x3 = tl.reshape(x, [BLOCK_T, ROW // GROUP, GROUP]) * s[:, :, None] + z[:, :, None]
-    return tl.reshape(x3, [BLOCK_T, ROW])
+    x3 = tl.reshape(x, [BLOCK_T, ROW // GROUP, GROUP // PARTS]) * s[:, :, None]
+    if AFFINE:
+        z = _to_dot(tl.load(ZERO + rows[:, None] * (ROW // GROUP) + cg[None, :]).to(tl.float32), DOT)
+        x3 = x3 + z[:, :, None]
+    return tl.reshape(x3, [BLOCK_T, ROW // PARTS])
 
 
 @triton.jit
@@ -184,18 +205,7 @@ def _decode_split_kernel(
         q_rope = tl.load(Q + (b * HQ + heads[:, None]) * KROW + dr[None, :], mask=gmask[:, None], other=0.0)
         q_rope = _to_dot(q_rope.to(tl.float32) * qscale, DOT)
 
-    ctx = tl.load(CTX + b)
-    start = 0
-    if window > 0:
-        start = tl.maximum(ctx - window, 0)
-    paged = ctx
-    if HAS_RESIDUAL:
-        paged = tl.load(QLEN + b)
-    first = start - start % BS  # tiles start on page boundaries
-    tiles = tl.cdiv(ctx - first, BLOCK_T)
-    per = tl.cdiv(tiles, num_splits)
-    lo = first + split * per * BLOCK_T
-    hi = tl.minimum(ctx, lo + per * BLOCK_T)
+    start, paged, lo, hi = _split_bounds(CTX, QLEN, b, split, window, num_splits, HAS_RESIDUAL, BS, BLOCK_T)
 
     m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_G], tl.float32)
@@ -234,7 +244,7 @@ def _decode_split_kernel(
                 if not V_FROM_K:
                     v = _codes(V, rows, DV, 0, DV, BITS, DOT)
         if KIND == 4:
-            k = _group_scale(_e2m1(k, DOT), KS, rows, KROW, KGROUP, BLOCK_T, DOT)
+            k = _grouped(_e2m1(k, DOT), KS, KS, rows, KROW, KGROUP, 1, BLOCK_T, DOT, False)
         elif KIND == 5:
             k = _page_affine(_to_dot(k, DOT), KS, KZ, page_ids, kvh, HKV, KROW, BS, NP, DOT)
         elif BITS < 8:
@@ -264,10 +274,7 @@ def _decode_split_kernel(
                 kz3 = kz3 + 128.0 * ks3
             s = s * ks3[None, :] + kz3[None, :] * qsum[:, None]
         s = tl.where(valid[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
+        p, alpha, m_new, l_i = _online_softmax(s, m_i, l_i)
         acc = acc * alpha[:, None]
         acc_bias = acc_bias * alpha
         if V_FROM_K:
@@ -283,9 +290,9 @@ def _decode_split_kernel(
                 pv = p * tl.load(VS + rows).to(tl.float32)[None, :]
                 acc_bias += tl.sum(p * tl.load(VZ + rows).to(tl.float32)[None, :], 1)
             if KIND == 4:
-                v = _group_scale(_e2m1(v, DOT), VS, rows, DV, KGROUP, BLOCK_T, DOT)
+                v = _grouped(_e2m1(v, DOT), VS, VS, rows, DV, KGROUP, 1, BLOCK_T, DOT, False)
             elif KIND == 5:
-                v = _group_affine(_to_dot(v, DOT), VS, VZ, rows, DV, VGROUP, BLOCK_T, DOT)
+                v = _grouped(_to_dot(v, DOT), VS, VZ, rows, DV, VGROUP, 1, BLOCK_T, DOT, True)
             elif BITS < 8:
                 v = _to_dot(v, DOT)
             if HAS_RESIDUAL:
@@ -310,27 +317,12 @@ def _decode_split_kernel(
 
 
 @triton.jit
-def _half_group_scale(x, SCALE, rows, ROW: tl.constexpr, GROUP: tl.constexpr, BLOCK_T: tl.constexpr,
-                      DOT: tl.constexpr, AFFINE: tl.constexpr, ZERO):
-    """x [BLOCK_T, ROW/2] holds the even (or odd) values of each row; value j of the half is
-    column 2j (+1) of the row, in group (2j) // GROUP = j // (GROUP / 2)."""
-    HG: tl.constexpr = GROUP // 2
-    cg = tl.arange(0, ROW // GROUP)
-    s = _to_dot(tl.load(SCALE + rows[:, None] * (ROW // GROUP) + cg[None, :]).to(tl.float32), DOT)
-    x3 = tl.reshape(x, [BLOCK_T, ROW // GROUP, HG]) * s[:, :, None]
-    if AFFINE:
-        z = _to_dot(tl.load(ZERO + rows[:, None] * (ROW // GROUP) + cg[None, :]).to(tl.float32), DOT)
-        x3 = x3 + z[:, :, None]
-    return tl.reshape(x3, [BLOCK_T, ROW // 2])
-
-
-@triton.jit
 def _half_values(codes, SCALE, ZERO, rows, page_ids, kvh, ODD: tl.constexpr, IS_K: tl.constexpr,
                  KIND: tl.constexpr, ROW: tl.constexpr, GROUP: tl.constexpr, HKV: tl.constexpr, BS: tl.constexpr,
                  NP: tl.constexpr, BLOCK_T: tl.constexpr, DOT: tl.constexpr):
     """One half (even or odd columns) of a 4-bit tile, dequantized up to its per-token terms."""
     if KIND == 4:
-        out = _half_group_scale(_e2m1(codes, DOT), SCALE, rows, ROW, GROUP, BLOCK_T, DOT, False, ZERO)
+        out = _grouped(_e2m1(codes, DOT), SCALE, ZERO, rows, ROW, GROUP, 2, BLOCK_T, DOT, False)
     elif KIND == 5:
         if IS_K:  # per channel over the page: this half's channels are 2j + ODD
             c = 2 * tl.arange(0, ROW // 2) + ODD
@@ -340,7 +332,7 @@ def _half_values(codes, SCALE, ZERO, rows, page_ids, kvh, ODD: tl.constexpr, IS_
             x3 = tl.reshape(_to_dot(codes, DOT), [NP, BS, ROW // 2]) * sc[:, None, :] + zc[:, None, :]
             out = tl.reshape(x3, [BLOCK_T, ROW // 2])
         else:
-            out = _half_group_scale(_to_dot(codes, DOT), SCALE, rows, ROW, GROUP, BLOCK_T, DOT, True, ZERO)
+            out = _grouped(_to_dot(codes, DOT), SCALE, ZERO, rows, ROW, GROUP, 2, BLOCK_T, DOT, True)
     else:
         out = _to_dot(codes, DOT)
     return out
@@ -377,18 +369,7 @@ def _decode_split_kernel_4bit(
     qe = _to_dot(q_even, DOT)
     qo = _to_dot(q_odd, DOT)
 
-    ctx = tl.load(CTX + b)
-    start = 0
-    if window > 0:
-        start = tl.maximum(ctx - window, 0)
-    paged = ctx
-    if HAS_RESIDUAL:
-        paged = tl.load(QLEN + b)
-    first = start - start % BS
-    tiles = tl.cdiv(ctx - first, BLOCK_T)
-    per = tl.cdiv(tiles, num_splits)
-    lo = first + split * per * BLOCK_T
-    hi = tl.minimum(ctx, lo + per * BLOCK_T)
+    start, paged, lo, hi = _split_bounds(CTX, QLEN, b, split, window, num_splits, HAS_RESIDUAL, BS, BLOCK_T)
 
     m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_G], tl.float32)
@@ -412,10 +393,7 @@ def _decode_split_kernel_4bit(
             s = s * tl.load(KS + rows).to(tl.float32)[None, :] + \
                 tl.load(KZ + rows).to(tl.float32)[None, :] * qsum[:, None]
         s = tl.where(valid[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
+        p, alpha, m_new, l_i = _online_softmax(s, m_i, l_i)
         acc_e = acc_e * alpha[:, None]
         acc_o = acc_o * alpha[:, None]
         acc_bias = acc_bias * alpha
@@ -555,5 +533,3 @@ def paged_decode(q: torch.Tensor, cache: PagedCache, block_table: torch.Tensor, 
                                   BLOCK_S=max(2, triton.next_power_of_2(num_splits)))
     return out
 
-
-KINDS_READ = (PLAIN, FP8_TENSOR, TOKEN_HEAD, ASYM, NVFP4, KIVI)  # every layout the kernel reads

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .quant import relative_error  # noqa: F401  (re-exported: the kernels' tests and benchmark compare with it)
+
 E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 
 # kind codes the kernel branches on (constexpr)
@@ -338,5 +340,3 @@ def split_reference_decode(q: torch.Tensor, cache: PagedCache, block_table: torc
     return torch.stack(out)
 
 
-def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    return float((out.float() - ref.float()).norm() / ref.float().norm().clamp(min=1e-30))

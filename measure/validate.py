@@ -17,7 +17,8 @@ TOLERANCES = {"storage_bytes": 0.0, "weights_bytes": 0.01, "num_blocks": 0.01}
 
 
 def _rel(a: float, b: float) -> float:
-    return abs(a - b) / max(abs(b), 1)
+    """Relative difference of a from b (absolute when b is 0); valid for bytes and seconds alike."""
+    return abs(a - b) / abs(b) if b else abs(a)
 
 
 def check_report(report: dict, tolerance: float | None = None) -> list[str]:
@@ -106,7 +107,7 @@ def _check_kernels(report: dict, tolerance: float | None) -> list[str]:
             predicted = attention_seconds(p["bytes_read"], section["reference_bandwidth_gb_s"], eff, p["format"])
             measured = p["median_ms"] / 1e3
             tol = KERNEL_TIME_TOLERANCE if tolerance is None else tolerance
-            error = abs(predicted - measured) / measured  # seconds: _rel's floor of 1 would hide any error
+            error = _rel(predicted, measured)
             if error > tol:
                 problems.append(f"{where}: predicted {predicted * 1e3:.3f} ms, measured {measured * 1e3:.3f} ms "
                                 f"({100 * error:.1f}% > {100 * tol:.0f}%)")

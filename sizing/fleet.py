@@ -233,7 +233,7 @@ def plan_candidate(base: Scenario, candidate: Candidate, workload: Workload, eff
             reason = (f"{hi} replica(s) × TP {tp}: at most {shared.requests_per_replica} requests each to keep "
                       f"inter-token latency ≤ {workload.itl_target_ms:g} ms")
     batch = workload.peak_concurrency / shared.replicas if fits else 0.0
-    step = step_at(shared.replicas) if fits else step_at(max(1, shared.replicas))
+    step = step_at(max(1, shared.replicas))
     kv_eff = efficiency.for_format(fmt_name)
     slope = itl_slope_seconds_per_token(e.kv_bytes_per_token, batch, g.hbm_bandwidth_gb_s, kv_eff) * 1000
     fleet_tps = workload.peak_concurrency / step.seconds if fits and step.seconds else 0.0

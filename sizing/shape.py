@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import KvsizeError
+from .inputs import limited_text, read_limited
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024  # a real config.json is a few KiB; refuse anything huge
 
@@ -131,22 +132,11 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         path = path / "config.json"
     if not path.is_file():
         raise KvsizeError(f"--model: no config.json at {path}")
-    size = path.stat().st_size
-    if size > MAX_CONFIG_BYTES:
-        raise KvsizeError(f"--model: {path} is {size:,} bytes; a config.json must be at most "
-                          f"{MAX_CONFIG_BYTES:,} bytes ({MAX_CONFIG_BYTES // 2**20} MiB)")
-    return parse_config_text(path.read_bytes(), str(path))
+    return parse_config_text(read_limited(path, MAX_CONFIG_BYTES, "--model", "a config.json"), str(path))
 
 
 def parse_config_text(data: bytes | str, where: str = "config.json") -> dict[str, Any]:
-    if isinstance(data, bytes):
-        if len(data) > MAX_CONFIG_BYTES:
-            raise KvsizeError(f"{where} is {len(data):,} bytes; a config.json must be at most "
-                              f"{MAX_CONFIG_BYTES:,} bytes ({MAX_CONFIG_BYTES // 2**20} MiB)")
-        try:
-            data = data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise KvsizeError(f"{where} is not UTF-8 text; expected a Hugging Face config.json") from None
+    data = limited_text(data, MAX_CONFIG_BYTES, where, "a config.json")
     try:
         config = json.loads(data)
     except json.JSONDecodeError as e:

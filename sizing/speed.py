@@ -23,7 +23,7 @@ from .errors import KvsizeError
 from .layers import CacheLayout
 from .memory import WEIGHT_FORMATS, WeightFormat
 from .shape import DTYPE_BYTES, ModelShape
-from .units import cdiv
+from .units import cdiv, parse_assignments
 
 GB = 10**9
 
@@ -90,14 +90,7 @@ def parse_efficiency_overrides(text: str | None, base: DecodeEfficiency) -> Deco
         return base
     kv = dict(base.kv)
     values = {"weights": base.weights, "default": base.kv_default, "mfu": base.mfu}
-    for item in filter(None, (p.strip() for p in text.split(","))):
-        key, sep, value = item.partition("=")
-        try:
-            number = float(value)
-        except ValueError:
-            number = None
-        if not sep or number is None:
-            raise KvsizeError(f"--kv-efficiency: {item!r} must look like FORMAT=FRACTION, e.g. fp8_e4m3=0.7")
+    for key, number in parse_assignments(text, "--kv-efficiency", "FORMAT=FRACTION", "fp8_e4m3=0.7").items():
         if key in values:
             values[key] = number
         else:

@@ -47,3 +47,18 @@ def parse_bytes(text: str | int | float, field: str) -> int:
 def cdiv(a: int, b: int) -> int:
     """Ceiling division of non-negative integers."""
     return -(-a // b)
+
+
+def parse_assignments(text: str | None, option: str, form: str, example: str) -> dict[str, float]:
+    """'a=1.5,b=2' -> {'a': 1.5, 'b': 2.0}, in order; a malformed item names `option` and `form`."""
+    out: dict[str, float] = {}
+    for item in filter(None, (p.strip() for p in (text or "").split(","))):
+        key, sep, value = item.partition("=")
+        try:
+            number = float(value)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise KvsizeError(f"{option}: {item!r} must look like {form}, e.g. {example}")
+        out[key] = number
+    return out

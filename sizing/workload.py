@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import KvsizeError
+from .inputs import limited_text, read_limited
 
 MAX_WORKLOAD_BYTES = 1024 * 1024
 SHARE_TOLERANCE_PERCENT = 0.01
@@ -161,21 +162,11 @@ def read_workload(path: str | Path) -> Workload:
     p = Path(path)
     if not p.is_file():
         raise KvsizeError(f"--workload: {p} is not a file; give a .yaml, .yml or .json workload")
-    size = p.stat().st_size
-    if size > MAX_WORKLOAD_BYTES:
-        raise KvsizeError(f"--workload: {p} is {size:,} bytes; a workload file must be at most "
-                          f"{MAX_WORKLOAD_BYTES:,} bytes")
-    return parse_workload_text(p.read_bytes(), p.name)
+    return parse_workload_text(read_limited(p, MAX_WORKLOAD_BYTES, "--workload", "a workload file"), p.name)
 
 
 def parse_workload_text(data: bytes | str, where: str = "workload") -> Workload:
-    if isinstance(data, bytes):
-        if len(data) > MAX_WORKLOAD_BYTES:
-            raise KvsizeError(f"{where} is {len(data):,} bytes; a workload must be at most {MAX_WORKLOAD_BYTES:,}")
-        try:
-            data = data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise KvsizeError(f"{where} is not UTF-8 text") from None
+    data = limited_text(data, MAX_WORKLOAD_BYTES, where, "a workload file")
     stripped = data.lstrip()
     if stripped.startswith("{"):
         try:
