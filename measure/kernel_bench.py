@@ -122,9 +122,23 @@ def tune(fmt: str, kv_heads: int, head_dim: int, q_heads: int, block_size: int, 
 
 def run_point(fmt: str, batch: int, context: int, q_heads: int, kv_heads: int, head_dim: int, block_size: int,
               config: dict, copy_gb_s: float, seed: int, window: int | None = None,
-              mla_v_dim: int | None = None) -> dict:
+              mla_v_dim: int | None = None, poison_tail: bool = False) -> dict:
+    """One timed and checked point. poison_tail: the unused slots of each sequence's last page
+    hold NaN (or the largest code, for integer layouts), as never-written memory may; the
+    output must not change."""
     cache, table, lens, raw_k, raw_v = build_case(fmt, batch, context, kv_heads, head_dim, block_size, seed,
                                                   mla_v_dim)
+    if poison_tail and context % block_size and FORMATS[fmt].kind != KIVI:  # KIVI's tail is its fp16 window
+        for side in (cache.k, cache.v):
+            page = table[:, context // block_size].long()
+            tail = side.data[page, :, :, context % block_size:] if side.token_minor else \
+                side.data[page, :, context % block_size:]
+            junk = torch.full(tail.shape, float("nan"), device="cuda").to(tail.dtype) \
+                if tail.dtype.is_floating_point else torch.full_like(tail, 127)
+            if side.token_minor:
+                side.data[page, :, :, context % block_size:] = junk
+            else:
+                side.data[page, :, context % block_size:] = junk
     q = torch.randn(batch, q_heads, head_dim, device="cuda",
                     generator=torch.Generator(device="cuda").manual_seed(seed + 7))
     def run():
@@ -140,7 +154,8 @@ def run_point(fmt: str, batch: int, context: int, q_heads: int, kv_heads: int, h
                  head_dim=head_dim, v_dim=cache.v_dim, block_size=block_size, window=window, mla=mla_v_dim is not None,
                  bytes_read=nbytes, median_ms=ms, achieved_gb_s=gbs, pct_of_copy=100 * gbs / copy_gb_s,
                  kernel_rel_error=relative_error(out, ref),
-                 attention_rel_error=relative_error(out, exact) if exact is not None else None, config=config)
+                 attention_rel_error=relative_error(out, exact) if exact is not None else None, config=config,
+                 poisoned_tail=bool(poison_tail and context % block_size and FORMATS[fmt].kind != KIVI), finite=bool(torch.isfinite(out).all()))
     del cache, table, raw_k, raw_v, ref, out
     return point
 
@@ -245,7 +260,7 @@ def slopes(points: list[dict], batch: int) -> dict:
 
 def error_ok(point: dict) -> bool:
     bound = 5 * ERROR_BOUNDS[point["format"]]
-    return point["kernel_rel_error"] <= kernel_tolerance(point.get("config")) and (
+    return point.get("finite", True) and point["kernel_rel_error"] <= kernel_tolerance(point.get("config")) and (
         point["attention_rel_error"] is None or point["attention_rel_error"] <= bound)
 
 
