@@ -131,14 +131,9 @@ def run_point(fmt: str, batch: int, context: int, q_heads: int, kv_heads: int, h
     if poison_tail and context % block_size and FORMATS[fmt].kind != KIVI:  # KIVI's tail is its fp16 window
         for side in (cache.k, cache.v):
             page = table[:, context // block_size].long()
-            tail = side.data[page, :, :, context % block_size:] if side.token_minor else \
-                side.data[page, :, context % block_size:]
-            junk = torch.full(tail.shape, float("nan"), device="cuda").to(tail.dtype) \
-                if tail.dtype.is_floating_point else torch.full_like(tail, 127)
-            if side.token_minor:
-                side.data[page, :, :, context % block_size:] = junk
-            else:
-                side.data[page, :, context % block_size:] = junk
+            tail = side.data[page, :, context % block_size:]
+            side.data[page, :, context % block_size:] = torch.full(tail.shape, float("nan"), device="cuda").to(
+                tail.dtype) if tail.dtype.is_floating_point else torch.full_like(tail, 127)
     q = torch.randn(batch, q_heads, head_dim, device="cuda",
                     generator=torch.Generator(device="cuda").manual_seed(seed + 7))
     def run():

@@ -75,16 +75,6 @@ def _unraw(x, BITS: tl.constexpr, DOT: tl.constexpr):
 
 
 @triton.jit
-def _token_minor(DATA, page_ids, kvh, HKV: tl.constexpr, ROW: tl.constexpr, BS: tl.constexpr, NP: tl.constexpr):
-    """A tile [NP * BS, ROW] of rows stored token-minor (each page holds [ROW, BS] per head,
-    vLLM's original value-cache layout), as stored: a page's BS values of one channel are one
-    contiguous run, so the transposed tile reaches the dot with its reduction axis contiguous."""
-    base = (page_ids * HKV + kvh) * (ROW * BS)
-    x = tl.load(DATA + base[None, :, None] + tl.arange(0, ROW)[:, None, None] * BS + tl.arange(0, BS)[None, None, :])
-    return tl.trans(tl.reshape(x, [ROW, NP * BS]))
-
-
-@triton.jit
 def _tile(t0, b, kvh, BT, stride_bt, start, hi, paged, HKV: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr):
     """Tokens of the tile at t0, which are real, which sit in pages, their pages and row indices."""
     NP: tl.constexpr = BLOCK_T // BS
@@ -175,15 +165,13 @@ def _decode_split_kernel(
     D: tl.constexpr, D_ROPE: tl.constexpr, DV: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr,
     KIND: tl.constexpr, BITS: tl.constexpr, VGROUP: tl.constexpr, V_FROM_K: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr, DOT: tl.constexpr, KGROUP: tl.constexpr, SWAP_QK: tl.constexpr,
-    PREFETCH: tl.constexpr, I8_QK: tl.constexpr, V_TOKEN_MINOR: tl.constexpr,
+    PREFETCH: tl.constexpr, I8_QK: tl.constexpr,
 ):
     """Scales are applied where they cost least: per-tensor scales fold into q (keys) and the
     output (values); per-token scales multiply score columns and probabilities; zero points
     become a per-token score bias and a separate output bias; group scales (nvfp4 blocks,
     KIVI) are applied to the tile. Masked-off tokens read row 0 of their head (always valid
-    memory), so loads need no masks and a stray value can never turn into NaN; token-minor
-    values are read a page at a time, and the unused tail of a sequence's last page is zeroed
-    in registers instead."""
+    memory), so loads need no masks and a stray value can never turn into NaN."""
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
@@ -227,120 +215,96 @@ def _decode_split_kernel(
         t_n, valid_n, in_page_n, page_ids_n, rows_n = _tile(lo, b, kvh, BT, stride_bt, start, hi, paged, HKV, BS,
                                                             BLOCK_T)
         k_n = _codes(K, rows_n, KROW, 0, D, BITS, DOT, True)
-        if V_TOKEN_MINOR:
-            v_n = _token_minor(V, page_ids_n, kvh, HKV, DV, BS, NP)
-        else:
+        v_n = _codes(V, rows_n, DV, 0, DV, BITS, DOT, True)
+    for t0 in range(lo, hi, BLOCK_T):
+        if PREFETCH:
+            t, valid, in_page, page_ids, rows = t_n, valid_n, in_page_n, page_ids_n, rows_n
+            k_raw = k_n
+            v_raw = v_n
+            t_n, valid_n, in_page_n, page_ids_n, rows_n = _tile(t0 + BLOCK_T, b, kvh, BT, stride_bt, start, hi, paged,
+                                                                HKV, BS, BLOCK_T)
+            k_n = _codes(K, rows_n, KROW, 0, D, BITS, DOT, True)
             v_n = _codes(V, rows_n, DV, 0, DV, BITS, DOT, True)
-    # token-minor values: whole tiles first, then the tile that holds the end of the sequence,
-    # whose unused slots are zeroed (two specialised copies of the loop, not a branch in it)
-    whole = tl.minimum(hi, tl.maximum(lo, lo + (paged - lo) // BLOCK_T * BLOCK_T))
-    for tail in tl.static_range(2 if V_TOKEN_MINOR else 1):
-        t_lo = lo
-        t_hi = hi
-        if V_TOKEN_MINOR:
-            t_lo = lo if tail == 0 else whole
-            t_hi = whole if tail == 0 else hi
-        for t0 in range(t_lo, t_hi, BLOCK_T):
-            if PREFETCH:
-                t, valid, in_page, page_ids, rows = t_n, valid_n, in_page_n, page_ids_n, rows_n
-                k_raw = k_n
-                v_raw = v_n
-                t_n, valid_n, in_page_n, page_ids_n, rows_n = _tile(t0 + BLOCK_T, b, kvh, BT, stride_bt, start, hi,
-                                                                    paged, HKV, BS, BLOCK_T)
-                k_n = _codes(K, rows_n, KROW, 0, D, BITS, DOT, True)
-                if V_TOKEN_MINOR:
-                    v_n = _token_minor(V, page_ids_n, kvh, HKV, DV, BS, NP)
-                else:
-                    v_n = _codes(V, rows_n, DV, 0, DV, BITS, DOT, True)
-                k = _unraw(k_raw, BITS, DOT)
-                v = _unraw(v_raw, BITS, DOT)
+            k = _unraw(k_raw, BITS, DOT)
+            v = _unraw(v_raw, BITS, DOT)
+        else:
+            t, valid, in_page, page_ids, rows = _tile(t0, b, kvh, BT, stride_bt, start, hi, paged, HKV, BS, BLOCK_T)
+            # Issue both loads before any arithmetic so the K and V reads are in flight together.
+            if DOT == 3:  # fp8 tensor cores take the stored bytes
+                k = _codes(K, rows, KROW, 0, D, BITS, DOT, True)
+                if not V_FROM_K:
+                    v = _codes(V, rows, DV, 0, DV, BITS, DOT, True)
+            elif I8_QK:  # keys as stored for the int8 dot, values to the dot dtype
+                k = _codes(K, rows, KROW, 0, D, BITS, DOT, True)
+                v = _codes(V, rows, DV, 0, DV, BITS, DOT)
+                if KIND == 3:  # uint8 codes u as int8 u - 128; the 128 moves into the zero point
+                    k = (k.to(tl.int32) - 128).to(tl.int8)
             else:
-                t, valid, in_page, page_ids, rows = _tile(t0, b, kvh, BT, stride_bt, start, hi, paged, HKV, BS, BLOCK_T)
-                # Issue both loads before any arithmetic so the K and V reads are in flight together.
-                if DOT == 3:  # fp8 tensor cores take the stored bytes
-                    k = _codes(K, rows, KROW, 0, D, BITS, DOT, True)
-                    if V_TOKEN_MINOR:
-                        v = _token_minor(V, page_ids, kvh, HKV, DV, BS, NP)
-                    elif not V_FROM_K:
-                        v = _codes(V, rows, DV, 0, DV, BITS, DOT, True)
-                elif I8_QK:  # keys as stored for the int8 dot, values to the dot dtype
-                    k = _codes(K, rows, KROW, 0, D, BITS, DOT, True)
-                    if V_TOKEN_MINOR:
-                        v = _unraw(_token_minor(V, page_ids, kvh, HKV, DV, BS, NP), BITS, DOT)
-                    else:
-                        v = _codes(V, rows, DV, 0, DV, BITS, DOT)
-                    if KIND == 3:  # uint8 codes u as int8 u - 128; the 128 moves into the zero point
-                        k = (k.to(tl.int32) - 128).to(tl.int8)
-                else:
-                    k = _codes(K, rows, KROW, 0, D, BITS, DOT)
-                    if V_TOKEN_MINOR:
-                        v = _unraw(_token_minor(V, page_ids, kvh, HKV, DV, BS, NP), BITS, DOT)
-                    elif not V_FROM_K:
-                        v = _codes(V, rows, DV, 0, DV, BITS, DOT)
-            if KIND == 4:
-                k = _grouped(_e2m1(k, DOT), KS, KS, rows, KROW, KGROUP, 1, BLOCK_T, DOT, False)
-            elif KIND == 5:
-                k = _page_affine(_to_dot(k, DOT), KS, KZ, page_ids, kvh, HKV, KROW, BS, NP, DOT)
-            elif BITS < 8:
-                k = _to_dot(k, DOT)
-            if HAS_RESIDUAL:
-                res = tl.where(valid & (t >= paged), (b * rmax + (t - paged)) * HKV + kvh, kvh)
-                rk = tl.load(RK + res[:, None] * D + d[None, :])
-                k = tl.where(in_page[:, None], k, _to_dot(rk.to(tl.float32), DOT))
-            if DOT == 3:
-                s = tl.dot(q, tl.trans(k)) * q_row_scale[:, None]
-            elif I8_QK:
-                s = tl.dot(q, tl.trans(k)).to(tl.float32) * q_row_scale[:, None]
-            elif SWAP_QK:
-                # the dequantized tile as the register-sourced A operand; q^T (loaded once) is B
-                s = tl.trans(tl.dot(k, tl.trans(q)))
-            else:
-                s = tl.dot(q, tl.trans(k))
-            if D_ROPE > 0:  # MLA: the rope part of the latent row
-                s += tl.dot(q_rope, tl.trans(_codes(K, rows, KROW, D, D_ROPE, BITS, DOT)))
+                k = _codes(K, rows, KROW, 0, D, BITS, DOT)
+                if not V_FROM_K:
+                    v = _codes(V, rows, DV, 0, DV, BITS, DOT)
+        if KIND == 4:
+            k = _grouped(_e2m1(k, DOT), KS, KS, rows, KROW, KGROUP, 1, BLOCK_T, DOT, False)
+        elif KIND == 5:
+            k = _page_affine(_to_dot(k, DOT), KS, KZ, page_ids, kvh, HKV, KROW, BS, NP, DOT)
+        elif BITS < 8:
+            k = _to_dot(k, DOT)
+        if HAS_RESIDUAL:
+            res = tl.where(valid & (t >= paged), (b * rmax + (t - paged)) * HKV + kvh, kvh)
+            rk = tl.load(RK + res[:, None] * D + d[None, :])
+            k = tl.where(in_page[:, None], k, _to_dot(rk.to(tl.float32), DOT))
+        if DOT == 3:
+            s = tl.dot(q, tl.trans(k)) * q_row_scale[:, None]
+        elif I8_QK:
+            s = tl.dot(q, tl.trans(k)).to(tl.float32) * q_row_scale[:, None]
+        elif SWAP_QK:
+            # the dequantized tile as the register-sourced A operand; q^T (loaded once) is B
+            s = tl.trans(tl.dot(k, tl.trans(q)))
+        else:
+            s = tl.dot(q, tl.trans(k))
+        if D_ROPE > 0:  # MLA: the rope part of the latent row
+            s += tl.dot(q_rope, tl.trans(_codes(K, rows, KROW, D, D_ROPE, BITS, DOT)))
+        if KIND == 2:
+            ks_rows = tl.load(KS + rows).to(tl.float32)
+            s = s * ks_rows[None, :]
+        if KIND == 3:
+            ks3 = tl.load(KS + rows).to(tl.float32)
+            kz3 = tl.load(KZ + rows).to(tl.float32)
+            if I8_QK:
+                kz3 = kz3 + 128.0 * ks3
+            s = s * ks3[None, :] + kz3[None, :] * qsum[:, None]
+        s = tl.where(valid[None, :], s, float("-inf"))
+        p, alpha, m_new, l_i = _online_softmax(s, m_i, l_i)
+        acc = acc * alpha[:, None]
+        acc_bias = acc_bias * alpha
+        if V_FROM_K:
+            v = k  # MLA: the values are the latent part of the key row (D == DV)
+            pv = p
             if KIND == 2:
-                ks_rows = tl.load(KS + rows).to(tl.float32)
-                s = s * ks_rows[None, :]
-            if KIND == 3:
-                ks3 = tl.load(KS + rows).to(tl.float32)
-                kz3 = tl.load(KZ + rows).to(tl.float32)
-                if I8_QK:
-                    kz3 = kz3 + 128.0 * ks3
-                s = s * ks3[None, :] + kz3[None, :] * qsum[:, None]
-            s = tl.where(valid[None, :], s, float("-inf"))
-            p, alpha, m_new, l_i = _online_softmax(s, m_i, l_i)
-            acc = acc * alpha[:, None]
-            acc_bias = acc_bias * alpha
-            if V_FROM_K:
-                v = k  # MLA: the values are the latent part of the key row (D == DV)
-                pv = p
-                if KIND == 2:
-                    pv = p * ks_rows[None, :]
-            else:
-                pv = p
-                if KIND == 2:
-                    pv = p * tl.load(VS + rows).to(tl.float32)[None, :]
-                elif KIND == 3:
-                    pv = p * tl.load(VS + rows).to(tl.float32)[None, :]
-                    acc_bias += tl.sum(p * tl.load(VZ + rows).to(tl.float32)[None, :], 1)
-                if KIND == 4:
-                    v = _grouped(_e2m1(v, DOT), VS, VS, rows, DV, KGROUP, 1, BLOCK_T, DOT, False)
-                elif KIND == 5:
-                    v = _grouped(_to_dot(v, DOT), VS, VZ, rows, DV, VGROUP, 1, BLOCK_T, DOT, True)
-                elif BITS < 8:
-                    v = _to_dot(v, DOT)
-                if HAS_RESIDUAL:
-                    rv = tl.load(RV + res[:, None] * DV + dv[None, :])
-                    v = tl.where(in_page[:, None], v, _to_dot(rv.to(tl.float32), DOT))
-                if V_TOKEN_MINOR and tail == 1:  # the last page's unused slots may hold anything (0 * NaN)
-                    v = tl.where((t < paged)[:, None], v, tl.zeros_like(v))
-            if DOT == 3:
-                # probabilities in e4m3 relative to each row's largest in the tile, rescaled after
-                p_row = tl.maximum(tl.max(pv, 1), 1e-30)
-                acc += tl.dot((pv / p_row[:, None]).to(tl.float8e4nv), v) * p_row[:, None]
-            else:
-                acc += tl.dot(_to_dot(pv, DOT), v)
-            m_i = m_new
+                pv = p * ks_rows[None, :]
+        else:
+            pv = p
+            if KIND == 2:
+                pv = p * tl.load(VS + rows).to(tl.float32)[None, :]
+            elif KIND == 3:
+                pv = p * tl.load(VS + rows).to(tl.float32)[None, :]
+                acc_bias += tl.sum(p * tl.load(VZ + rows).to(tl.float32)[None, :], 1)
+            if KIND == 4:
+                v = _grouped(_e2m1(v, DOT), VS, VS, rows, DV, KGROUP, 1, BLOCK_T, DOT, False)
+            elif KIND == 5:
+                v = _grouped(_to_dot(v, DOT), VS, VZ, rows, DV, VGROUP, 1, BLOCK_T, DOT, True)
+            elif BITS < 8:
+                v = _to_dot(v, DOT)
+            if HAS_RESIDUAL:
+                rv = tl.load(RV + res[:, None] * DV + dv[None, :])
+                v = tl.where(in_page[:, None], v, _to_dot(rv.to(tl.float32), DOT))
+        if DOT == 3:
+            # probabilities in e4m3 relative to each row's largest in the tile, rescaled after
+            p_row = tl.maximum(tl.max(pv, 1), 1e-30)
+            acc += tl.dot((pv / p_row[:, None]).to(tl.float8e4nv), v) * p_row[:, None]
+        else:
+            acc += tl.dot(_to_dot(pv, DOT), v)
+        m_i = m_new
     acc = acc + acc_bias[:, None]
     if KIND == 1:
         acc = acc * tl.load(KS if V_FROM_K else VS)
@@ -562,8 +526,7 @@ def paged_decode(q: torch.Tensor, cache: PagedCache, block_table: torch.Tensor, 
             VGROUP=cache.group if f.kind == KIVI else NVFP4_GROUP, V_FROM_K=mla, HAS_RESIDUAL=residual,
             DOT=_dot_kind(cache, fp8_dot), KGROUP=NVFP4_GROUP if f.kind == NVFP4 else cache.block_size,
             SWAP_QK=swap_qk, PREFETCH=prefetch and cache.v is not None and not int8_qk,
-            I8_QK=_int8_qk(cache, int8_qk), V_TOKEN_MINOR=cache.v is not None and cache.v.token_minor,
-            num_warps=num_warps, num_stages=num_stages,
+            I8_QK=_int8_qk(cache, int8_qk), num_warps=num_warps, num_stages=num_stages,
         )
     out = torch.empty(batch, hq, cache.v_dim, device=q.device, dtype=torch.float32)
     _reduce_kernel[(batch * hq,)](m, l, acc, out, num_splits, DV=cache.v_dim,

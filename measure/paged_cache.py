@@ -1,9 +1,8 @@
 """Paged KV caches in each format's stored layout, and a torch reference decode over them.
 
 The layouts are what the fused kernels (measure/kernels.py) read: pages of `block_size`
-tokens, head-major [num_blocks, kv_heads, block_size, row] with the row packed as the format
-packs it (8-bit values token-minor: [num_blocks, kv_heads, row, block_size]), plus the
-format's scales. `pack` quantizes fp32 keys and values into a layout; `dequantize`
+tokens, [num_blocks, block_size, kv_heads, row] with the row packed as the format packs it,
+plus the format's scales. `pack` quantizes fp32 keys and values into a layout; `dequantize`
 reads it back; `reference_decode` is decode attention over the dequantized cache in fp32 and
 `split_reference_decode` runs the kernels' split-K algorithm (partial max, sum and output per
 split, then one reduction) in torch, so the algorithm is checked on the CPU.
@@ -70,8 +69,6 @@ class PagedSide:
     # KIVI keys [nb, h, D] (per channel over the page), KIVI values [nb, h, bs, D/G]
     zero: torch.Tensor | None = None  # asymmetric formats: same shape as scale
     global_scale: torch.Tensor | None = None  # nvfp4: [1] fp32
-    token_minor: bool = False  # data is [num_blocks, heads, row, block_size]: each channel's values of a
-    # page are one contiguous run (vLLM's original value-cache layout)
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.data, self.scale, self.zero, self.global_scale)
@@ -141,24 +138,12 @@ def _asym(x: torch.Tensor, bits: int, dim: int) -> tuple[torch.Tensor, torch.Ten
     return q.to(torch.int32), scale, zero
 
 
-def token_minor_values(fmt: CacheFormat) -> bool:
-    """8-bit values are stored token-minor. The decode kernel's P·V product sums over tokens, and
-    tensor cores want that axis contiguous; 16-bit tiles get there through a transposing shared-
-    memory read (ldmatrix), which has no 8-bit form, so token-major 8-bit values were read back
-    one byte per instruction."""
-    return fmt.bits == 8
-
-
 def _pack_side(fmt: CacheFormat, x: torch.Tensor, nb: int, bs: int, side: str, group: int) -> PagedSide:
     """x: [nb * bs, heads, D] fp32 in physical page order; stored head-major."""
     s = _pack_side_nhd(fmt, x, nb, bs, side, group)
     kivi_keys = fmt.kind == KIVI and side == "k"
-    data = _hnd(s.data)
-    token_minor = side == "v" and token_minor_values(fmt)
-    if token_minor:
-        data = data.transpose(-1, -2).contiguous()
-    return PagedSide(data, s.scale if kivi_keys else _hnd(s.scale), s.zero if kivi_keys else _hnd(s.zero),
-                     s.global_scale, token_minor)
+    return PagedSide(_hnd(s.data), s.scale if kivi_keys else _hnd(s.scale), s.zero if kivi_keys else _hnd(s.zero),
+                     s.global_scale)
 
 
 def _hnd(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -245,8 +230,7 @@ def dequantize_side(cache: PagedCache, stored: PagedSide, side: str) -> torch.Te
     """fp32 [nb, bs, heads, D] (token-major) from the head-major stored side."""
     fmt = cache.fmt
     kivi_keys = fmt.kind == KIVI and side == "k"
-    data = stored.data.transpose(-1, -2) if stored.token_minor else stored.data
-    s = PagedSide(_nhd(data), stored.scale if kivi_keys else _nhd(stored.scale),
+    s = PagedSide(_nhd(stored.data), stored.scale if kivi_keys else _nhd(stored.scale),
                   stored.zero if kivi_keys else _nhd(stored.zero), stored.global_scale)
     if fmt.kind == PLAIN:
         return s.data.float()
