@@ -472,6 +472,35 @@ def default_splits(batch: int, kv_heads: int, tiles: int, sm_count: int, program
     return max(1, min(tiles, math.ceil(programs_per_sm * sm_count / max(1, batch * kv_heads))))
 
 
+def kernel_constants(cache: PagedCache, q_heads: int, block_t: int = 64, swap_qk: bool = False,
+                     prefetch: bool = False, fp8_dot: bool = False, int8_qk: bool = False,
+                     split_nibbles: bool = False):
+    """The split kernel a cache and its options run, and that kernel's compile-time constants
+    (paged_decode launches it; benchmarks/decode_sass.py compiles it without a GPU)."""
+    hkv = cache.heads
+    if q_heads % hkv:
+        raise ValueError(f"{q_heads} query heads do not group over {hkv} KV heads")
+    group_q = q_heads // hkv
+    mla = cache.v is None
+    d_main = cache.v_dim if mla else cache.head_dim
+    for name, value in (("head size", d_main), ("value size", cache.v_dim)):
+        if value & (value - 1):
+            raise ValueError(f"{name} {value} must be a power of two for these kernels")
+    f = cache.fmt
+    shared = dict(HQ=q_heads, HKV=hkv, GROUP_Q=group_q, BLOCK_G=max(16, triton.next_power_of_2(group_q)),
+                  DV=cache.v_dim, BS=cache.block_size, BLOCK_T=block_t, KIND=f.kind,
+                  VGROUP=cache.group if f.kind == KIVI else NVFP4_GROUP, HAS_RESIDUAL=cache.residual_k is not None,
+                  KGROUP=NVFP4_GROUP if f.kind == NVFP4 else cache.block_size)
+    if split_nibbles:
+        if f.bits != 4 or mla:
+            raise ValueError(f"split_nibbles reads 4-bit layouts, not {f.name}")
+        return _decode_split_kernel_4bit, dict(shared, D=cache.head_dim, DOT=_dot_kind(cache))
+    return _decode_split_kernel, dict(
+        shared, D=d_main, D_ROPE=cache.head_dim - d_main if mla else 0, BITS=f.bits, V_FROM_K=mla,
+        DOT=_dot_kind(cache, fp8_dot), SWAP_QK=swap_qk, PREFETCH=prefetch and cache.v is not None and not int8_qk,
+        I8_QK=_int8_qk(cache, int8_qk))
+
+
 def paged_decode(q: torch.Tensor, cache: PagedCache, block_table: torch.Tensor, context_lens: torch.Tensor,
                  window: int | None = None, num_splits: int | None = None, block_t: int = 64, num_warps: int = 4,
                  num_stages: int = 2, sm_scale: float | None = None, max_context: int | None = None,
@@ -480,21 +509,12 @@ def paged_decode(q: torch.Tensor, cache: PagedCache, block_table: torch.Tensor, 
     """Decode attention over a paged cache: q [batch, Hq, head_dim] -> [batch, Hq, v_dim] fp32."""
     batch, hq, _ = q.shape
     hkv = cache.heads
-    if hq % hkv:
-        raise ValueError(f"{hq} query heads do not group over {hkv} KV heads")
-    group_q = hq // hkv
-    mla = cache.v is None
-    d_main = cache.v_dim if mla else cache.head_dim
-    d_rope = cache.head_dim - d_main if mla else 0
-    for name, value in (("head size", d_main), ("value size", cache.v_dim)):
-        if value & (value - 1):
-            raise ValueError(f"{name} {value} must be a power of two for these kernels")
+    kernel, constants = kernel_constants(cache, hq, block_t, swap_qk, prefetch, fp8_dot, int8_qk, split_nibbles)
     longest = max_context if max_context is not None else int(context_lens.max())
     tiles = max(1, math.ceil(longest / block_t))
     if num_splits is None:
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 4
         num_splits = default_splits(batch, hkv, tiles, sms, programs_per_sm)
-    f = cache.fmt
     k, v = cache.k, cache.v
     dummy = torch.zeros(1, device=q.device, dtype=torch.float32)
 
@@ -505,31 +525,15 @@ def paged_decode(q: torch.Tensor, cache: PagedCache, block_table: torch.Tensor, 
     l = torch.empty_like(m)
     acc = torch.empty(batch, hq, num_splits, cache.v_dim, device=q.device, dtype=torch.float32)
     residual = cache.residual_k is not None
-    common = (q.contiguous(), k.data, arg(k.scale), arg(k.zero), arg(k.global_scale),
-              arg(v.data if v else None), arg(v.scale if v else None), arg(v.zero if v else None),
-              arg(v.global_scale if v else None), arg(cache.residual_k), arg(cache.residual_v),
-              arg(cache.quantized_lens), block_table, context_lens, m, l, acc,
-              sm_scale if sm_scale is not None else cache.head_dim ** -0.5, int(window or 0), block_table.stride(0),
-              cache.residual_k.shape[1] if residual else 0, num_splits)
-    if split_nibbles:
-        if f.bits != 4 or mla:
-            raise ValueError(f"split_nibbles reads 4-bit layouts, not {f.name}")
-        _decode_split_kernel_4bit[(batch, hkv, num_splits)](
-            *common, HQ=hq, HKV=hkv, GROUP_Q=group_q, BLOCK_G=max(16, triton.next_power_of_2(group_q)),
-            D=cache.head_dim, DV=cache.v_dim, BS=cache.block_size, BLOCK_T=block_t, KIND=f.kind,
-            VGROUP=cache.group if f.kind == KIVI else NVFP4_GROUP, HAS_RESIDUAL=residual, DOT=_dot_kind(cache),
-            KGROUP=NVFP4_GROUP if f.kind == NVFP4 else cache.block_size, num_warps=num_warps, num_stages=num_stages)
-    else:
-        _decode_split_kernel[(batch, hkv, num_splits)](
-            *common, HQ=hq, HKV=hkv, GROUP_Q=group_q, BLOCK_G=max(16, triton.next_power_of_2(group_q)), D=d_main,
-            D_ROPE=d_rope, DV=cache.v_dim, BS=cache.block_size, BLOCK_T=block_t, KIND=f.kind, BITS=f.bits,
-            VGROUP=cache.group if f.kind == KIVI else NVFP4_GROUP, V_FROM_K=mla, HAS_RESIDUAL=residual,
-            DOT=_dot_kind(cache, fp8_dot), KGROUP=NVFP4_GROUP if f.kind == NVFP4 else cache.block_size,
-            SWAP_QK=swap_qk, PREFETCH=prefetch and cache.v is not None and not int8_qk,
-            I8_QK=_int8_qk(cache, int8_qk), num_warps=num_warps, num_stages=num_stages,
-        )
+    kernel[(batch, hkv, num_splits)](
+        q.contiguous(), k.data, arg(k.scale), arg(k.zero), arg(k.global_scale),
+        arg(v.data if v else None), arg(v.scale if v else None), arg(v.zero if v else None),
+        arg(v.global_scale if v else None), arg(cache.residual_k), arg(cache.residual_v),
+        arg(cache.quantized_lens), block_table, context_lens, m, l, acc,
+        sm_scale if sm_scale is not None else cache.head_dim ** -0.5, int(window or 0), block_table.stride(0),
+        cache.residual_k.shape[1] if residual else 0, num_splits, **constants, num_warps=num_warps,
+        num_stages=num_stages)
     out = torch.empty(batch, hq, cache.v_dim, device=q.device, dtype=torch.float32)
     _reduce_kernel[(batch * hq,)](m, l, acc, out, num_splits, DV=cache.v_dim,
                                   BLOCK_S=max(2, triton.next_power_of_2(num_splits)))
     return out
-
