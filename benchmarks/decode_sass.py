@@ -30,7 +30,7 @@ POINTERS_INT32 = ("CTX", "QLEN", "BT")
 SCALARS_INT32 = ("window", "stride_bt", "rmax", "num_splits")
 
 
-def _signature(kernel, constants: dict, pointer_types: dict) -> tuple[dict, dict]:
+def _signature(kernel, constants: dict, pointer_types: dict) -> tuple[dict, dict, dict]:
     params = list(inspect.signature(kernel.fn).parameters)
     sig = {}
     for p in params:

@@ -118,15 +118,17 @@ def _online_softmax(s, m_i, l_i):
     return p, alpha, m_new, l_i * alpha + tl.sum(p, 1)
 
 
+E2M1_UNIT = tl.constexpr(16384.0)  # _e2m1 returns values / 2^14; the per-tensor scale multiplies it back
+
+
 @triton.jit
 def _e2m1(u, DOT: tl.constexpr):
-    """E2M1 codes (uint8, sign in bit 3) to their exact values, built as fp16 bit patterns:
-    exponent field e + 14 and mantissa bit m for e > 0, 0.5 (exponent field 14) or 0 for e = 0."""
-    c = u.to(tl.int32)
-    e = (c >> 1) & 3
-    m = c & 1
-    bits = tl.where(e == 0, m * (14 << 10), ((e + 14) << 10) | (m << 9)) | ((c >> 3) << 15)
-    x = bits.to(tl.int16).to(tl.float16, bitcast=True)
+    """E2M1 codes (uint8, sign in bit 3) to their values / 2^14 as fp16 by placing the bits:
+    the 2-bit exponent and 1-bit mantissa go to the bottom of fp16's exponent field and the top
+    of its mantissa (fp16 subnormals line up with E2M1's), the sign to bit 15. Two masks and
+    shifts per value; E2M1_UNIT, folded into the per-tensor scale, restores the magnitude."""
+    c = u.to(tl.int16)
+    x = (((c & 7) << 9) | ((c & 8) << 12)).to(tl.float16, bitcast=True)
     return _to_dot(x.to(tl.float32), DOT) if DOT != 2 else x
 
 
@@ -186,7 +188,7 @@ def _decode_split_kernel(
     if KIND == 1:
         qscale = qscale * tl.load(KS)
     if KIND == 4:
-        qscale = qscale * tl.load(KG)
+        qscale = qscale * tl.load(KG) * E2M1_UNIT
     q32 = tl.load(Q + (b * HQ + heads[:, None]) * KROW + d[None, :], mask=gmask[:, None], other=0.0).to(tl.float32)
     q32 = q32 * qscale
     qsum = tl.sum(q32, 1)  # zero points add z * sum(q) to every score
@@ -309,7 +311,7 @@ def _decode_split_kernel(
     if KIND == 1:
         acc = acc * tl.load(KS if V_FROM_K else VS)
     if KIND == 4:
-        acc = acc * tl.load(VG)
+        acc = acc * (tl.load(VG) * E2M1_UNIT)
     out = (b * HQ + heads) * num_splits + split
     tl.store(M_OUT + out, m_i, mask=gmask)
     tl.store(L_OUT + out, l_i, mask=gmask)
@@ -361,7 +363,7 @@ def _decode_split_kernel_4bit(
     dvh = tl.arange(0, DV // 2)
     qscale = sm_scale * 1.4426950408889634
     if KIND == 4:
-        qscale = qscale * tl.load(KG)
+        qscale = qscale * tl.load(KG) * E2M1_UNIT
     qbase = Q + (b * HQ + heads[:, None]) * D
     q_even = tl.load(qbase + 2 * dh[None, :], mask=gmask[:, None], other=0.0).to(tl.float32) * qscale
     q_odd = tl.load(qbase + 2 * dh[None, :] + 1, mask=gmask[:, None], other=0.0).to(tl.float32) * qscale
@@ -417,8 +419,8 @@ def _decode_split_kernel_4bit(
     acc_e = acc_e + acc_bias[:, None]
     acc_o = acc_o + acc_bias[:, None]
     if KIND == 4:
-        acc_e = acc_e * tl.load(VG)
-        acc_o = acc_o * tl.load(VG)
+        acc_e = acc_e * (tl.load(VG) * E2M1_UNIT)
+        acc_o = acc_o * (tl.load(VG) * E2M1_UNIT)
     out = (b * HQ + heads) * num_splits + split
     tl.store(M_OUT + out, m_i, mask=gmask)
     tl.store(L_OUT + out, l_i, mask=gmask)
