@@ -26,37 +26,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-POINTERS_INT32 = ("CTX", "QLEN", "BT")
-SCALARS_INT32 = ("window", "stride_bt", "rmax", "num_splits")
+def _signature(kernel, args: tuple, constants: dict) -> tuple[dict, dict, dict]:
+    """Triton's signature, constants and pointer alignment for `args` as paged_decode passes them:
+    each argument typed as Triton types it at launch, pointers 16-byte aligned (as Triton
+    specialises them when they are)."""
+    from triton.runtime.jit import mangle_type
 
-
-def _signature(kernel, constants: dict, pointer_types: dict) -> tuple[dict, dict, dict]:
     params = list(inspect.signature(kernel.fn).parameters)
-    sig = {}
-    for p in params:
-        if p in constants:
-            sig[p] = "constexpr"
-        elif p in pointer_types:
-            sig[p] = pointer_types[p]
-        elif p in POINTERS_INT32:
-            sig[p] = "*i32"
-        elif p in SCALARS_INT32:
-            sig[p] = "i32"
-        elif p == "sm_scale":
-            sig[p] = "fp32"
-        else:
-            sig[p] = "*fp32"
-    # pointers 16-byte aligned, as Triton specialises them at launch
+    sig = dict(zip(params, (mangle_type(a) for a in args)))
+    sig.update({name: "constexpr" for name in constants})
     attrs = {(i,): [["tt.divisibility", 16]] for i, p in enumerate(params) if sig[p].startswith("*")}
     return sig, {(params.index(k),): v for k, v in constants.items()}, attrs
-
-
-def _triton_type(t) -> str:
-    import torch
-
-    return {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32", torch.int8: "*i8",
-            torch.uint8: "*u8", torch.int32: "*i32", torch.float8_e4m3fn: "*fp8e4nv",
-            torch.float8_e5m2: "*fp8e5"}[t.dtype]
 
 
 def main_loop(sass: str) -> list[str]:
@@ -76,7 +56,7 @@ def inspect_format(fmt: str, config: dict, q_heads=32, kv_heads=8, head_dim=128,
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from measure.kernels import kernel_constants
+    from measure.kernels import kernel_arguments, kernel_constants
     from measure.paged_cache import FORMATS, KIVI, add_kivi_residual, pack
 
     k = torch.randn(block_size, kv_heads, head_dim)
@@ -86,13 +66,9 @@ def inspect_format(fmt: str, config: dict, q_heads=32, kv_heads=8, head_dim=128,
         add_kivi_residual(cache, r, r, torch.zeros(1, dtype=torch.int32))
     options = {o: config.get(o, False) for o in ("swap_qk", "prefetch", "fp8_dot", "int8_qk", "split_nibbles")}
     kernel, constants = kernel_constants(cache, q_heads, config.get("block_t", 64), **options)
-    side_types = {}
-    for name, side in (("K", cache.k), ("V", cache.v)):
-        side_types[name] = _triton_type(side.data)
-        for suffix, t in (("S", side.scale), ("Z", side.zero), ("G", side.global_scale)):
-            if t is not None:
-                side_types[name + suffix] = _triton_type(t)
-    sig, consts, attrs = _signature(kernel, constants, side_types)
+    args, _ = kernel_arguments(torch.zeros(1, q_heads, head_dim), cache, torch.zeros(1, 1, dtype=torch.int32),
+                               torch.ones(1, dtype=torch.int32), num_splits=2)
+    sig, consts, attrs = _signature(kernel, args, constants)
     warps = config.get("num_warps", 4)
     compiled = triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=consts, attrs=attrs),
                               target=GPUTarget("cuda", 90, 32),

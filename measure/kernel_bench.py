@@ -128,12 +128,12 @@ def run_point(fmt: str, batch: int, context: int, q_heads: int, kv_heads: int, h
     output must not change."""
     cache, table, lens, raw_k, raw_v = build_case(fmt, batch, context, kv_heads, head_dim, block_size, seed,
                                                   mla_v_dim)
-    if poison_tail and context % block_size and FORMATS[fmt].kind != KIVI:  # KIVI's tail is its fp16 window
+    poisoned = bool(poison_tail and context % block_size and FORMATS[fmt].kind != KIVI)  # KIVI's tail is fp16
+    if poisoned:
+        page, used = table[:, context // block_size].long(), context % block_size
         for side in (cache.k, cache.v):
-            page = table[:, context // block_size].long()
-            tail = side.data[page, :, context % block_size:]
-            side.data[page, :, context % block_size:] = torch.full(tail.shape, float("nan"), device="cuda").to(
-                tail.dtype) if tail.dtype.is_floating_point else torch.full_like(tail, 127)
+            tail = side.data[page, :, used:]
+            side.data[page, :, used:] = torch.full_like(tail, float("nan") if tail.dtype.is_floating_point else 127)
     q = torch.randn(batch, q_heads, head_dim, device="cuda",
                     generator=torch.Generator(device="cuda").manual_seed(seed + 7))
     def run():
@@ -150,7 +150,7 @@ def run_point(fmt: str, batch: int, context: int, q_heads: int, kv_heads: int, h
                  bytes_read=nbytes, median_ms=ms, achieved_gb_s=gbs, pct_of_copy=100 * gbs / copy_gb_s,
                  kernel_rel_error=relative_error(out, ref),
                  attention_rel_error=relative_error(out, exact) if exact is not None else None, config=config,
-                 poisoned_tail=bool(poison_tail and context % block_size and FORMATS[fmt].kind != KIVI), finite=bool(torch.isfinite(out).all()))
+                 poisoned_tail=poisoned, finite=bool(torch.isfinite(out).all()))
     del cache, table, raw_k, raw_v, ref, out
     return point
 

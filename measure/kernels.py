@@ -478,7 +478,8 @@ def kernel_constants(cache: PagedCache, q_heads: int, block_t: int = 64, swap_qk
                      prefetch: bool = False, fp8_dot: bool = False, int8_qk: bool = False,
                      split_nibbles: bool = False):
     """The split kernel a cache and its options run, and that kernel's compile-time constants
-    (paged_decode launches it; benchmarks/decode_sass.py compiles it without a GPU)."""
+    (paged_decode launches it with kernel_arguments; benchmarks/decode_sass.py compiles it from
+    the same two without a GPU)."""
     hkv = cache.heads
     if q_heads % hkv:
         raise ValueError(f"{q_heads} query heads do not group over {hkv} KV heads")
@@ -503,6 +504,31 @@ def kernel_constants(cache: PagedCache, q_heads: int, block_t: int = 64, swap_qk
         I8_QK=_int8_qk(cache, int8_qk))
 
 
+def kernel_arguments(q: torch.Tensor, cache: PagedCache, block_table: torch.Tensor, context_lens: torch.Tensor,
+                     num_splits: int, window: int | None = None, sm_scale: float | None = None
+                     ) -> tuple[tuple, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """The split kernels' run-time arguments in order (the cache's tensors, with a one-element
+    placeholder for each one the layout lacks; the per-split outputs; the scalars), and those
+    per-split outputs (max, sum, unnormalised output) for the reduction."""
+    batch, hq, _ = q.shape
+    k, v = cache.k, cache.v
+    dummy = torch.zeros(1, device=q.device, dtype=torch.float32)
+
+    def arg(t):
+        return dummy if t is None else t
+
+    m = torch.empty(batch, hq, num_splits, device=q.device, dtype=torch.float32)
+    l = torch.empty_like(m)
+    acc = torch.empty(batch, hq, num_splits, cache.v_dim, device=q.device, dtype=torch.float32)
+    args = (q.contiguous(), k.data, arg(k.scale), arg(k.zero), arg(k.global_scale),
+            arg(v.data if v else None), arg(v.scale if v else None), arg(v.zero if v else None),
+            arg(v.global_scale if v else None), arg(cache.residual_k), arg(cache.residual_v),
+            arg(cache.quantized_lens), block_table, context_lens, m, l, acc,
+            sm_scale if sm_scale is not None else cache.head_dim ** -0.5, int(window or 0), block_table.stride(0),
+            cache.residual_k.shape[1] if cache.residual_k is not None else 0, num_splits)
+    return args, (m, l, acc)
+
+
 def paged_decode(q: torch.Tensor, cache: PagedCache, block_table: torch.Tensor, context_lens: torch.Tensor,
                  window: int | None = None, num_splits: int | None = None, block_t: int = 64, num_warps: int = 4,
                  num_stages: int = 2, sm_scale: float | None = None, max_context: int | None = None,
@@ -517,24 +543,8 @@ def paged_decode(q: torch.Tensor, cache: PagedCache, block_table: torch.Tensor, 
     if num_splits is None:
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 4
         num_splits = default_splits(batch, hkv, tiles, sms, programs_per_sm)
-    k, v = cache.k, cache.v
-    dummy = torch.zeros(1, device=q.device, dtype=torch.float32)
-
-    def arg(t):
-        return dummy if t is None else t
-
-    m = torch.empty(batch, hq, num_splits, device=q.device, dtype=torch.float32)
-    l = torch.empty_like(m)
-    acc = torch.empty(batch, hq, num_splits, cache.v_dim, device=q.device, dtype=torch.float32)
-    residual = cache.residual_k is not None
-    kernel[(batch, hkv, num_splits)](
-        q.contiguous(), k.data, arg(k.scale), arg(k.zero), arg(k.global_scale),
-        arg(v.data if v else None), arg(v.scale if v else None), arg(v.zero if v else None),
-        arg(v.global_scale if v else None), arg(cache.residual_k), arg(cache.residual_v),
-        arg(cache.quantized_lens), block_table, context_lens, m, l, acc,
-        sm_scale if sm_scale is not None else cache.head_dim ** -0.5, int(window or 0), block_table.stride(0),
-        cache.residual_k.shape[1] if residual else 0, num_splits, **constants, num_warps=num_warps,
-        num_stages=num_stages)
+    args, (m, l, acc) = kernel_arguments(q, cache, block_table, context_lens, num_splits, window, sm_scale)
+    kernel[(batch, hkv, num_splits)](*args, **constants, num_warps=num_warps, num_stages=num_stages)
     out = torch.empty(batch, hq, cache.v_dim, device=q.device, dtype=torch.float32)
     _reduce_kernel[(batch * hq,)](m, l, acc, out, num_splits, DV=cache.v_dim,
                                   BLOCK_S=max(2, triton.next_power_of_2(num_splits)))
