@@ -72,17 +72,22 @@ def inspect_format(fmt: str, config: dict, q_heads=32, kv_heads=8, head_dim=128,
     warps = config.get("num_warps", 4)
     compiled = triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=consts, attrs=attrs),
                               target=GPUTarget("cuda", 90, 32),
-                              options=dict(num_warps=warps, num_stages=config.get("num_stages", 2)))
+                              options=dict(num_warps=warps, num_stages=config.get("num_stages", 2),
+                                           **({"maxnreg": config["maxnreg"]} if config.get("maxnreg") else {})))
     cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     with tempfile.TemporaryDirectory() as tmp:
         cubin = Path(tmp) / "kernel.cubin"
         cubin.write_bytes(compiled.asm["cubin"])
         sass = subprocess.run([str(cuobjdump), "-sass", str(cubin)], capture_output=True, text=True,
                               check=True).stdout
+        usage = subprocess.run([str(cuobjdump), "-res-usage", str(cubin)], capture_output=True, text=True,
+                               check=True).stdout
+    registers = int(re.search(r"REG:(\d+)", usage).group(1))
     body = main_loop(sass)
     bits = FORMATS[fmt].bits
     kv_bytes = constants["BLOCK_T"] * (head_dim + head_dim) * bits / 8
-    return dict(format=fmt, config=config, loop_instructions=len(body),
+    return dict(format=fmt, config=config, loop_instructions=len(body), registers=registers,
+                shared_bytes=compiled.metadata.shared,
                 lane_instructions_per_byte=len(body) * 32 * warps / kv_bytes,
                 top=Counter(body).most_common(10))
 
@@ -98,11 +103,12 @@ def main() -> int:
     unknown = sorted(set(formats) - set(chosen))
     if unknown:
         raise SystemExit(f"--formats: {', '.join(unknown)} not tuned in {args.report}; choose from {', '.join(chosen)}")
-    print(f"{'format':<22}{'loop instr':>11}{'per KV byte':>13}  commonest")
+    print(f"{'format':<22}{'regs':>5}{'shared':>8}{'loop instr':>11}{'per KV byte':>13}  commonest")
     for fmt in formats:
         r = inspect_format(fmt, chosen[fmt])
         top = ", ".join(f"{op} {n}" for op, n in r["top"][:6])
-        print(f"{fmt:<22}{r['loop_instructions']:>11}{r['lane_instructions_per_byte']:>13.2f}  {top}")
+        print(f"{fmt:<22}{r['registers']:>5}{r['shared_bytes']:>8}{r['loop_instructions']:>11}"
+              f"{r['lane_instructions_per_byte']:>13.2f}  {top}")
     return 0
 
 

@@ -63,11 +63,12 @@ def check_report(report: dict, tolerance: float | None = None) -> list[str]:
     return problems
 
 
-# The fitted inter-token model against measured kernel time: the goal is 10%, met on 105 of the
-# 132 grid points of the committed report; the misses are 1K-token points (13-50 us) and KIVI-2
-# at batch 4, up to 30%. The check holds the committed report to what it meets, so a change to
-# sizing's time formula or a new report that fits worse fails here.
-KERNEL_TIME_TOLERANCE = 0.32
+# The fitted inter-token model against measured kernel time: the goal is 10%, met on 162 of the
+# 176 grid points of the committed report (fitted on all of them); the misses are 1K-token
+# points (13-55 us, fixed costs) and batch 1 at long context (many splits to reduce), up to 15.4%.
+# The check holds the committed report to what it meets, so a change to sizing's time formula
+# or a new report that fits worse fails here.
+KERNEL_TIME_TOLERANCE = 0.16
 
 
 def _check_kernels(report: dict, tolerance: float | None) -> list[str]:

@@ -12,7 +12,7 @@ from measure.paged_cache import (FORMATS, KERNEL_TOLERANCE, KIVI_RESIDUAL, add_k
 from measure.quant import ERROR_BOUNDS, realistic_kv
 
 triton = pytest.importorskip("triton")  # a test dependency (pyproject [test]); skipped only outside it
-from measure.kernels import interpreting, paged_decode  # noqa: E402
+from measure.kernels import interpreting, paged_decode, resident_programs, wave_splits  # noqa: E402
 
 EXACT = 1e-5  # fp32 in the interpreter: kernel and reference differ only by summation order
 
@@ -91,6 +91,42 @@ def test_split_k_reduction_equals_one_pass_softmax(splits):
     q = torch.randn(2, 4, 64)
     ref = reference_decode(q, cache, table, lens)
     assert relative_error(split_reference_decode(q, cache, table, lens, splits, 16), ref) < 1e-6
+
+
+# H200 SM limits (CUDA device properties): 65,536 registers, 233,472 shared bytes, 2,048 threads.
+H200_SM = dict(sm_registers=65536, sm_shared_bytes=233472, sm_threads=2048)
+
+
+def test_resident_programs_follow_registers_and_shared_memory():
+    # Compiled on the H200 (measure/experiments/h200-split-sweep.json): the bf16 kernel uses 72
+    # registers and 38,912 shared bytes at 4 warps, so shared memory holds 5 programs; the
+    # fp8_e4m3 one uses 168 registers, so registers hold 3 (21,504 per program).
+    assert resident_programs(72, 38912, 4, **H200_SM) == 5
+    assert resident_programs(168, 40960, 4, **H200_SM) == 3
+    assert resident_programs(168, 40960, 4, **dict(H200_SM, sm_registers=2 * 65536)) == 5  # shared memory binds
+    assert resident_programs(255, 0, 32, **H200_SM) == 1  # never less than one
+
+
+def test_wave_splits_fill_whole_waves():
+    # The split sweep on the H200 (measure/experiments/h200-split-sweep.json), bf16 with 660
+    # resident programs: batch 32 x 8 KV heads x 16K tokens (256 tiles of 64) ran at 82-84% of
+    # copy bandwidth with 3 splits (768 programs: a second wave of 108) and 102-104% with 5.
+    assert wave_splits(256, 256, 660) == 5
+    assert wave_splits(128, 256, 660) == 5  # 640 programs, one wave (6 splits: 768, measured 80%)
+    assert wave_splits(128, 128, 396) == 3  # fp8_e4m3, 3 per SM: one wave of 384
+    for pairs, tiles, slots in [(8, 16, 660), (660, 10, 660), (1, 1, 16), (3000, 512, 396), (32, 512, 660)]:
+        splits = wave_splits(pairs, tiles, slots)
+        assert 1 <= splits <= tiles
+        if pairs * splits < slots:  # under one wave only when more splits cannot help
+            assert splits == tiles or pairs * (splits + 1) > slots or math.ceil(tiles / (splits + 1)) == \
+                math.ceil(tiles / splits)
+
+
+def test_default_splits_give_the_same_attention():
+    cache, table, lens, _ = _case("fp8_e4m3")
+    q = torch.randn(2, 4, 64, generator=torch.Generator().manual_seed(5))
+    assert relative_error(paged_decode(q, cache, table, lens, block_t=16), reference_decode(q, cache, table, lens)) \
+        < EXACT
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
