@@ -491,9 +491,10 @@ def wave_splits(pairs: int, tiles: int, slots: int) -> int:
     resident programs. A partly filled last wave costs as much as a full one (the H200 ran
     bf16 at 82% of copy bandwidth with 768 programs on 660 slots, 102% with 640), so the cost
     is waves × (tiles per program + 1), the 1 standing for a program's start and its partial
-    result; ties go to fewer splits."""
+    result; ties go to fewer splits. More splits than slots only add whole waves, so the
+    search stops there."""
     best, best_cost = 1, None
-    for splits in range(1, max(1, tiles) + 1):
+    for splits in range(1, max(1, min(tiles, slots)) + 1):
         cost = math.ceil(pairs * splits / slots) * (math.ceil(tiles / splits) + 1)
         if best_cost is None or cost < best_cost:
             best, best_cost = splits, cost
