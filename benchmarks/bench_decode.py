@@ -30,6 +30,8 @@ FP8_DOT_FORMATS = ("fp8_e4m3", "fp8_per_token_head")
 # int8 caches may take q·k on int8 tensor cores (q rounded to int8 per row); 4-bit layouts may be
 # read as even and odd halves (split_nibbles) instead of being re-interleaved
 INT8_QK_FORMATS = ("int8_per_token_head", "lmdeploy_int8")
+# fp8 caches may be read as 16-bit words of two values, decoded by placing bits (split_bytes)
+SPLIT_BYTES_FORMATS = ("fp8_e4m3", "fp8_e5m2", "fp8_per_token_head")
 
 
 def _spec_bandwidth(name: str) -> tuple[float, str]:
@@ -90,7 +92,8 @@ def main() -> int:
     for fmt in formats:
         options = configs + ([dict(c, fp8_dot=True) for c in configs] if fmt in FP8_DOT_FORMATS else []) + (
             [dict(c, int8_qk=True) for c in configs] if fmt in INT8_QK_FORMATS else []) + (
-            [dict(c, split_nibbles=True) for c in configs] if FORMATS[fmt].bits == 4 else [])
+            [dict(c, split_nibbles=True) for c in configs] if FORMATS[fmt].bits == 4 else []) + (
+            [dict(c, split_bytes=True) for c in configs] if fmt in SPLIT_BYTES_FORMATS else [])
         tuned[fmt], tuning[fmt] = tune(fmt, kv_heads, head_dim, q_heads, block_size, options)
         print(f"tuned {fmt:<22} {tuned[fmt]}", flush=True)
     report["tuning"] = dict(configs=tuning, chosen=tuned, at="batch 16, 16384 tokens")

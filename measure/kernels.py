@@ -25,6 +25,7 @@ from .paged_cache import ASYM, FP8_TENSOR, KIVI, NVFP4, NVFP4_GROUP, PLAIN, TOKE
 
 LOG2E = 1.4426950408889634
 DOT_F32, DOT_BF16, DOT_F16, DOT_FP8 = 0, 1, 2, 3
+FP8_PAIRS = {torch.float8_e4m3fn: 1, torch.float8_e5m2: 2}  # the packed kernel's PAIR for split_bytes
 
 
 @triton.jit
@@ -129,6 +130,23 @@ def _e2m1(u, DOT: tl.constexpr):
     shifts per value; E2M1_UNIT, folded into the per-tensor scale, restores the magnitude."""
     c = u.to(tl.int16)
     x = (((c & 7) << 9) | ((c & 8) << 12)).to(tl.float16, bitcast=True)
+    return _to_dot(x.to(tl.float32), DOT) if DOT != 2 else x
+
+
+E4M3_UNIT = tl.constexpr(256.0)  # _fp8_bits returns e4m3 values / 2^8; the scales multiply it back
+
+
+@triton.jit
+def _fp8_bits(c, PAIR: tl.constexpr, DOT: tl.constexpr):
+    """fp8 codes (int16 holding 0-255) to fp16 by placing their bits: e5m2 is the top byte of
+    fp16 (exact); e4m3's sign goes to bit 15 and its exponent and mantissa below fp16's top
+    exponent bit, which gives value / 2^8 (fp16 subnormals line up with e4m3's; E4M3_UNIT, folded
+    into the scales, restores the magnitude). e4m3's NaN code becomes a finite value, which only
+    unused slots can hold and the masks drop."""
+    if PAIR == 2:
+        x = (c << 8).to(tl.float16, bitcast=True)
+    else:
+        x = (((c & 0x7F) << 7) | ((c & 0x80) << 8)).to(tl.float16, bitcast=True)
     return _to_dot(x.to(tl.float32), DOT) if DOT != 2 else x
 
 
@@ -320,10 +338,12 @@ def _decode_split_kernel(
 
 @triton.jit
 def _half_values(codes, SCALE, ZERO, rows, page_ids, kvh, ODD: tl.constexpr, IS_K: tl.constexpr,
-                 KIND: tl.constexpr, ROW: tl.constexpr, GROUP: tl.constexpr, HKV: tl.constexpr, BS: tl.constexpr,
+                 PAIR: tl.constexpr, KIND: tl.constexpr, ROW: tl.constexpr, GROUP: tl.constexpr, HKV: tl.constexpr, BS: tl.constexpr,
                  NP: tl.constexpr, BLOCK_T: tl.constexpr, DOT: tl.constexpr):
-    """One half (even or odd columns) of a 4-bit tile, dequantized up to its per-token terms."""
-    if KIND == 4:
+    """One half (even or odd columns) of a packed tile, dequantized up to its per-token terms."""
+    if KIND == 1 or KIND == 2:
+        out = _fp8_bits(codes, PAIR, DOT)
+    elif KIND == 4:
         out = _grouped(_e2m1(codes, DOT), SCALE, ZERO, rows, ROW, GROUP, 2, BLOCK_T, DOT, False)
     elif KIND == 5:
         if IS_K:  # per channel over the page: this half's channels are 2j + ODD
@@ -347,11 +367,13 @@ def _decode_split_kernel_4bit(
     HQ: tl.constexpr, HKV: tl.constexpr, GROUP_Q: tl.constexpr, BLOCK_G: tl.constexpr,
     D: tl.constexpr, DV: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr,
     KIND: tl.constexpr, VGROUP: tl.constexpr, HAS_RESIDUAL: tl.constexpr, DOT: tl.constexpr, KGROUP: tl.constexpr,
+    PAIR: tl.constexpr,
 ):
-    """4-bit layouts (LMDeploy int4, nvfp4, KIVI-4) without re-interleaving: each packed byte's
-    low nibbles are the row's even values and the high nibbles its odd ones, so q is split into
-    its even and odd columns, scores are two dots, and values accumulate into even and odd
-    halves that are stored to alternate columns."""
+    """Packed layouts without re-interleaving, PAIR = 0: 4-bit ones (LMDeploy int4, nvfp4,
+    KIVI-4), each byte's low nibble an even value of the row and its high nibble an odd one;
+    PAIR = 1 or 2: fp8 (e4m3, e5m2) read as 16-bit words, low byte even, high byte odd, so no
+    8-bit tile is ever re-laid out. q is split into its even and odd columns, scores are two
+    dots, and values accumulate into even and odd halves stored to alternate columns."""
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
@@ -364,6 +386,10 @@ def _decode_split_kernel_4bit(
     qscale = sm_scale * 1.4426950408889634
     if KIND == 4:
         qscale = qscale * tl.load(KG) * E2M1_UNIT
+    if KIND == 1:
+        qscale = qscale * tl.load(KS)
+    if PAIR == 1:
+        qscale = qscale * E4M3_UNIT
     qbase = Q + (b * HQ + heads[:, None]) * D
     q_even = tl.load(qbase + 2 * dh[None, :], mask=gmask[:, None], other=0.0).to(tl.float32) * qscale
     q_odd = tl.load(qbase + 2 * dh[None, :] + 1, mask=gmask[:, None], other=0.0).to(tl.float32) * qscale
@@ -382,8 +408,18 @@ def _decode_split_kernel_4bit(
         t, valid, in_page, page_ids, rows = _tile(t0, b, kvh, BT, stride_bt, start, hi, paged, HKV, BS, BLOCK_T)
         kb = tl.load(K + rows[:, None] * (D // 2) + dh[None, :])
         vb = tl.load(V + rows[:, None] * (DV // 2) + dvh[None, :])
-        ke = _half_values(kb & 15, KS, KZ, rows, page_ids, kvh, 0, True, KIND, D, KGROUP, HKV, BS, NP, BLOCK_T, DOT)
-        ko = _half_values(kb >> 4, KS, KZ, rows, page_ids, kvh, 1, True, KIND, D, KGROUP, HKV, BS, NP, BLOCK_T, DOT)
+        if PAIR:
+            k_lo = kb & 0xFF
+            k_hi = (kb >> 8) & 0xFF
+            v_lo = vb & 0xFF
+            v_hi = (vb >> 8) & 0xFF
+        else:
+            k_lo = kb & 15
+            k_hi = kb >> 4
+            v_lo = vb & 15
+            v_hi = vb >> 4
+        ke = _half_values(k_lo, KS, KZ, rows, page_ids, kvh, 0, True, PAIR, KIND, D, KGROUP, HKV, BS, NP, BLOCK_T, DOT)
+        ko = _half_values(k_hi, KS, KZ, rows, page_ids, kvh, 1, True, PAIR, KIND, D, KGROUP, HKV, BS, NP, BLOCK_T, DOT)
         if HAS_RESIDUAL:
             res = tl.where(valid & (t >= paged), (b * rmax + (t - paged)) * HKV + kvh, kvh)
             rke = tl.load(RK + res[:, None] * D + 2 * dh[None, :]).to(tl.float32)
@@ -391,6 +427,8 @@ def _decode_split_kernel_4bit(
             ke = tl.where(in_page[:, None], ke, _to_dot(rke, DOT))
             ko = tl.where(in_page[:, None], ko, _to_dot(rko, DOT))
         s = tl.dot(qe, tl.trans(ke)) + tl.dot(qo, tl.trans(ko))
+        if KIND == 2:
+            s = s * tl.load(KS + rows).to(tl.float32)[None, :]
         if KIND == 3:
             s = s * tl.load(KS + rows).to(tl.float32)[None, :] + \
                 tl.load(KZ + rows).to(tl.float32)[None, :] * qsum[:, None]
@@ -400,12 +438,14 @@ def _decode_split_kernel_4bit(
         acc_o = acc_o * alpha[:, None]
         acc_bias = acc_bias * alpha
         pv = p
+        if KIND == 2:
+            pv = p * tl.load(VS + rows).to(tl.float32)[None, :]
         if KIND == 3:
             pv = p * tl.load(VS + rows).to(tl.float32)[None, :]
             acc_bias += tl.sum(p * tl.load(VZ + rows).to(tl.float32)[None, :], 1)
-        ve = _half_values(vb & 15, VS, VZ, rows, page_ids, kvh, 0, False, KIND, DV, VGROUP, HKV, BS, NP, BLOCK_T,
+        ve = _half_values(v_lo, VS, VZ, rows, page_ids, kvh, 0, False, PAIR, KIND, DV, VGROUP, HKV, BS, NP, BLOCK_T,
                           DOT)
-        vo = _half_values(vb >> 4, VS, VZ, rows, page_ids, kvh, 1, False, KIND, DV, VGROUP, HKV, BS, NP, BLOCK_T,
+        vo = _half_values(v_hi, VS, VZ, rows, page_ids, kvh, 1, False, PAIR, KIND, DV, VGROUP, HKV, BS, NP, BLOCK_T,
                           DOT)
         if HAS_RESIDUAL:
             rve = tl.load(RV + res[:, None] * DV + 2 * dvh[None, :]).to(tl.float32)
@@ -421,6 +461,12 @@ def _decode_split_kernel_4bit(
     if KIND == 4:
         acc_e = acc_e * (tl.load(VG) * E2M1_UNIT)
         acc_o = acc_o * (tl.load(VG) * E2M1_UNIT)
+    if KIND == 1:
+        acc_e = acc_e * tl.load(VS)
+        acc_o = acc_o * tl.load(VS)
+    if PAIR == 1:
+        acc_e = acc_e * E4M3_UNIT
+        acc_o = acc_o * E4M3_UNIT
     out = (b * HQ + heads) * num_splits + split
     tl.store(M_OUT + out, m_i, mask=gmask)
     tl.store(L_OUT + out, l_i, mask=gmask)
@@ -526,7 +572,7 @@ def launch_slots(kernel, constants: dict, num_warps: int, num_stages: int, devic
 
 def kernel_constants(cache: PagedCache, q_heads: int, block_t: int = 64, swap_qk: bool = False,
                      prefetch: bool = False, fp8_dot: bool = False, int8_qk: bool = False,
-                     split_nibbles: bool = False):
+                     split_nibbles: bool = False, split_bytes: bool = False):
     """The split kernel a cache and its options run, and that kernel's compile-time constants
     (paged_decode launches it with kernel_arguments; benchmarks/decode_sass.py compiles it from
     the same two without a GPU)."""
@@ -547,7 +593,12 @@ def kernel_constants(cache: PagedCache, q_heads: int, block_t: int = 64, swap_qk
     if split_nibbles:
         if f.bits != 4 or mla:
             raise ValueError(f"split_nibbles reads 4-bit layouts, not {f.name}")
-        return _decode_split_kernel_4bit, dict(shared, D=cache.head_dim, DOT=_dot_kind(cache))
+        return _decode_split_kernel_4bit, dict(shared, D=cache.head_dim, DOT=_dot_kind(cache), PAIR=0)
+    if split_bytes:
+        if f.kind not in (FP8_TENSOR, TOKEN_HEAD) or f.value_dtype not in FP8_PAIRS or mla:
+            raise ValueError(f"split_bytes reads fp8 layouts with per-tensor or per-token scales, not {f.name}")
+        return _decode_split_kernel_4bit, dict(shared, D=cache.head_dim, DOT=_dot_kind(cache),
+                                               PAIR=FP8_PAIRS[f.value_dtype])
     return _decode_split_kernel, dict(
         shared, D=d_main, D_ROPE=cache.head_dim - d_main if mla else 0, BITS=f.bits, V_FROM_K=mla,
         DOT=_dot_kind(cache, fp8_dot), SWAP_QK=swap_qk, PREFETCH=prefetch and cache.v is not None and not int8_qk,
@@ -555,8 +606,8 @@ def kernel_constants(cache: PagedCache, q_heads: int, block_t: int = 64, swap_qk
 
 
 def kernel_arguments(q: torch.Tensor, cache: PagedCache, block_table: torch.Tensor, context_lens: torch.Tensor,
-                     num_splits: int, window: int | None = None, sm_scale: float | None = None
-                     ) -> tuple[tuple, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+                     num_splits: int, window: int | None = None, sm_scale: float | None = None,
+                     split_bytes: bool = False) -> tuple[tuple, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """The split kernels' run-time arguments in order (the cache's tensors, with a one-element
     placeholder for each one the layout lacks; the per-split outputs; the scalars), and those
     per-split outputs (max, sum, unnormalised output) for the reduction."""
@@ -570,8 +621,11 @@ def kernel_arguments(q: torch.Tensor, cache: PagedCache, block_table: torch.Tens
     m = torch.empty(batch, hq, num_splits, device=q.device, dtype=torch.float32)
     l = torch.empty_like(m)
     acc = torch.empty(batch, hq, num_splits, cache.v_dim, device=q.device, dtype=torch.float32)
-    args = (q.contiguous(), k.data, arg(k.scale), arg(k.zero), arg(k.global_scale),
-            arg(v.data if v else None), arg(v.scale if v else None), arg(v.zero if v else None),
+    def codes(side):  # split_bytes: fp8 rows as 16-bit words, two values each
+        return side.data.view(torch.int16) if split_bytes else side.data
+
+    args = (q.contiguous(), codes(k), arg(k.scale), arg(k.zero), arg(k.global_scale),
+            arg(codes(v) if v else None), arg(v.scale if v else None), arg(v.zero if v else None),
             arg(v.global_scale if v else None), arg(cache.residual_k), arg(cache.residual_v),
             arg(cache.quantized_lens), block_table, context_lens, m, l, acc,
             sm_scale if sm_scale is not None else cache.head_dim ** -0.5, int(window or 0), block_table.stride(0),
@@ -583,20 +637,24 @@ def paged_decode(q: torch.Tensor, cache: PagedCache, block_table: torch.Tensor, 
                  window: int | None = None, num_splits: int | None = None, block_t: int = 64, num_warps: int = 4,
                  num_stages: int = 2, sm_scale: float | None = None, max_context: int | None = None,
                  maxnreg: int | None = None, swap_qk: bool = False, prefetch: bool = False,
-                 fp8_dot: bool = False, int8_qk: bool = False, split_nibbles: bool = False) -> torch.Tensor:
+                 fp8_dot: bool = False, int8_qk: bool = False, split_nibbles: bool = False,
+                 split_bytes: bool = False) -> torch.Tensor:
     """Decode attention over a paged cache: q [batch, Hq, head_dim] -> [batch, Hq, v_dim] fp32.
     num_splits defaults to whole waves of the GPU (wave_splits); maxnreg caps registers per
     thread so that more programs fit on an SM."""
     batch, hq, _ = q.shape
     hkv = cache.heads
-    kernel, constants = kernel_constants(cache, hq, block_t, swap_qk, prefetch, fp8_dot, int8_qk, split_nibbles)
+    kernel, constants = kernel_constants(cache, hq, block_t, swap_qk, prefetch, fp8_dot, int8_qk, split_nibbles,
+                                         split_bytes)
     longest = max_context if max_context is not None else int(context_lens.max())
     tiles = max(1, math.ceil(longest / block_t))
     if num_splits is None:
         slots = launch_slots(kernel, constants, num_warps, num_stages, q.device, maxnreg,
-                             lambda: kernel_arguments(q, cache, block_table, context_lens, 2, window, sm_scale)[0])
+                             lambda: kernel_arguments(q, cache, block_table, context_lens, 2, window, sm_scale,
+                                                      split_bytes)[0])
         num_splits = wave_splits(batch * hkv, tiles, slots)
-    args, (m, l, acc) = kernel_arguments(q, cache, block_table, context_lens, num_splits, window, sm_scale)
+    args, (m, l, acc) = kernel_arguments(q, cache, block_table, context_lens, num_splits, window, sm_scale,
+                                         split_bytes)
     options = {} if maxnreg is None else dict(maxnreg=maxnreg)
     kernel[(batch, hkv, num_splits)](*args, **constants, num_warps=num_warps, num_stages=num_stages, **options)
     out = torch.empty(batch, hq, cache.v_dim, device=q.device, dtype=torch.float32)

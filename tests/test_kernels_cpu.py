@@ -216,3 +216,27 @@ def test_4bit_kernel_with_split_nibbles_gives_the_same_attention(fmt):
         out = paged_decode(q, cache, table, lens, window=window, num_splits=splits, block_t=block_t,
                            split_nibbles=True)
         assert relative_error(out, ref) < EXACT, (fmt, window, splits, block_t)
+
+
+@pytest.mark.parametrize("fmt", ["fp8_e4m3", "fp8_e5m2", "fp8_per_token_head"])
+def test_fp8_read_as_byte_pairs_gives_the_same_attention(fmt):
+    """split_bytes: fp8 rows read as 16-bit words and decoded by placing bits, every e4m3 and
+    e5m2 code included (subnormals, both signs, the largest)."""
+    cache, table, lens, _ = _case(fmt, contexts=(70, 45))
+    every_code = torch.arange(256, dtype=torch.uint8)
+    finite = every_code[torch.isfinite(every_code.view(cache.k.data.dtype).float())]
+    codes = finite[torch.randint(len(finite), cache.k.data.shape, generator=torch.Generator().manual_seed(9))]
+    cache.k.data.view(torch.uint8).copy_(codes)
+    q = torch.randn(2, 4, 64)
+    for window, splits, block_t in ((None, 1, 16), (None, 3, 32), (21, 2, 32)):
+        ref = reference_decode(q, cache, table, lens, window=window)
+        out = paged_decode(q, cache, table, lens, window=window, num_splits=splits, block_t=block_t,
+                           split_bytes=True)
+        assert relative_error(out, ref) < EXACT, (fmt, window, splits, block_t)
+
+
+def test_split_bytes_is_refused_for_caches_it_cannot_read():
+    for fmt in ("int8_per_token_head", "bf16", "nvfp4"):
+        cache, table, lens, _ = _case(fmt)
+        with pytest.raises(ValueError, match="split_bytes"):
+            paged_decode(torch.randn(2, 4, 64), cache, table, lens, num_splits=1, split_bytes=True)
