@@ -22,15 +22,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 # maxnreg caps registers per thread (None: as compiled) so that more programs fit on an SM;
-# splits are not tuned: measure.kernels.wave_splits fills whole waves of resident programs
-CONFIGS = [dict(block_t=bt, num_warps=w, num_stages=st) | ({} if reg is None else dict(maxnreg=reg))
-           for bt in (64, 128) for w in (4, 8) for st in (1, 2) for reg in (None, 128, 96)]
+# splits are not tuned: measure.kernels.wave_splits fills whole waves of resident programs.
+# 8 warps left the search: on the H200 they lost to 4 for every format by 1-27% (NOTES.md).
+CONFIGS = [dict(block_t=bt, num_warps=4, num_stages=st) | ({} if reg is None else dict(maxnreg=reg))
+           for bt in (64, 128) for st in (1, 2) for reg in (None, 128, 96)]
 # e4m3 caches may also run their dots on fp8 tensor cores (q and probabilities in e4m3)
 FP8_DOT_FORMATS = ("fp8_e4m3", "fp8_per_token_head")
 # int8 caches may take q·k on int8 tensor cores (q rounded to int8 per row); 4-bit layouts may be
 # read as even and odd halves (split_nibbles) instead of being re-interleaved
 INT8_QK_FORMATS = ("int8_per_token_head", "lmdeploy_int8")
-# fp8 caches may be read as 16-bit words of two values, decoded by placing bits (split_bytes)
+# fp8 caches may be read as 16-bit words of two values, decoded by placing bits (split_bytes);
+# packed halves may be decoded by inline PTX, two or four values per register (asm_decode)
 SPLIT_BYTES_FORMATS = ("fp8_e4m3", "fp8_e5m2", "fp8_per_token_head")
 
 
@@ -92,8 +94,10 @@ def main() -> int:
     for fmt in formats:
         options = configs + ([dict(c, fp8_dot=True) for c in configs] if fmt in FP8_DOT_FORMATS else []) + (
             [dict(c, int8_qk=True) for c in configs] if fmt in INT8_QK_FORMATS else []) + (
-            [dict(c, split_nibbles=True) for c in configs] if FORMATS[fmt].bits == 4 else []) + (
-            [dict(c, split_bytes=True) for c in configs] if fmt in SPLIT_BYTES_FORMATS else [])
+            [dict(c, split_nibbles=True, asm_decode=a) for c in configs for a in (False, True)]
+            if FORMATS[fmt].bits == 4 else []) + (
+            [dict(c, split_bytes=True, asm_decode=a) for c in configs for a in (False, True)]
+            if fmt in SPLIT_BYTES_FORMATS else [])
         tuned[fmt], tuning[fmt] = tune(fmt, kv_heads, head_dim, q_heads, block_size, options)
         print(f"tuned {fmt:<22} {tuned[fmt]}", flush=True)
     report["tuning"] = dict(configs=tuning, chosen=tuned, at="batch 16, 16384 tokens")

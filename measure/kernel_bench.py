@@ -101,16 +101,22 @@ def unquantized_reference(q, cache, table, lens, raw_k, raw_v, window):
 
 
 def tune(fmt: str, kv_heads: int, head_dim: int, q_heads: int, block_size: int, configs, batch=16, context=16384):
-    """The fastest launch configuration (tile, warps, stages, splits, prefetch) for a format at a long-context point."""
+    """The fastest launch configuration (tile, warps, stages, registers, options) for a format at
+    a long-context point, among those whose output is within their tolerance of fp32."""
     cache, table, lens, _, _ = build_case(fmt, batch, context, kv_heads, head_dim, block_size, seed=1)
     q = torch.randn(batch, q_heads, head_dim, device="cuda")
+    ref = reference_decode(q, cache, table, lens)
     best, timings = None, {}
     for config in configs:
         key = "/".join(f"{k}={v}" for k, v in config.items())
         try:
+            error = relative_error(paged_decode(q, cache, table, lens, max_context=context, **config), ref)
             ms = _bench_graph(lambda: paged_decode(q, cache, table, lens, max_context=context, **config), rep_ms=40)
         except Exception as e:  # a config that does not compile (registers, shared memory) is skipped
             timings[key] = f"failed: {type(e).__name__}: {str(e).strip().splitlines()[-1][:300] if str(e).strip() else ''}"
+            continue
+        if not error <= kernel_tolerance(config):  # never pick a fast wrong answer
+            timings[key] = f"failed: kernel error {error:.2e} against fp32 over the same cache"
             continue
         timings[key] = ms
         if best is None or ms < best[0]:

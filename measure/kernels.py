@@ -133,20 +133,95 @@ def _e2m1(u, DOT: tl.constexpr):
     return _to_dot(x.to(tl.float32), DOT) if DOT != 2 else x
 
 
-E4M3_UNIT = tl.constexpr(256.0)  # _fp8_bits returns e4m3 values / 2^8; the scales multiply it back
+E4M3_UNIT = tl.constexpr(256.0)  # _fp8_half returns e4m3 values / 2^8; the scales multiply it back
 
 
 @triton.jit
-def _fp8_bits(c, PAIR: tl.constexpr, DOT: tl.constexpr):
-    """fp8 codes (int16 holding 0-255) to fp16 by placing their bits: e5m2 is the top byte of
-    fp16 (exact); e4m3's sign goes to bit 15 and its exponent and mantissa below fp16's top
-    exponent bit, which gives value / 2^8 (fp16 subnormals line up with e4m3's; E4M3_UNIT, folded
-    into the scales, restores the magnitude). e4m3's NaN code becomes a finite value, which only
-    unused slots can hold and the masks drop."""
+def _fp8_half_asm(w, HIGH: tl.constexpr, PAIR: tl.constexpr):
+    """_fp8_half's placements on 32-bit registers holding two words, so each result is already
+    the fp16 pair the tensor cores take (Triton's 16-bit element code packs pairs with a PRMT)."""
     if PAIR == 2:
-        x = (c << 8).to(tl.float16, bitcast=True)
+        if HIGH:
+            asm: tl.constexpr = "and.b32 $0, $1, 0xFF00FF00;"
+        else:
+            asm: tl.constexpr = "shl.b32 $0, $1, 8; and.b32 $0, $0, 0xFF00FF00;"
+    elif HIGH:
+        asm: tl.constexpr = ("{ .reg .b32 t; shr.b32 t, $1, 1; and.b32 t, t, 0x3F803F80; "
+                             "and.b32 $0, $1, 0x80008000; or.b32 $0, $0, t; }")
     else:
-        x = (((c & 0x7F) << 7) | ((c & 0x80) << 8)).to(tl.float16, bitcast=True)
+        asm: tl.constexpr = ("{ .reg .b32 t, u; shl.b32 t, $1, 7; and.b32 t, t, 0x3F803F80; shl.b32 u, $1, 8; "
+                             "and.b32 u, u, 0x80008000; or.b32 $0, t, u; }")
+    return tl.inline_asm_elementwise(asm, "=r,r", [w], dtype=tl.float16, is_pure=True, pack=2)
+
+
+@triton.jit
+def _nibble_half_asm(b, HIGH: tl.constexpr, E2M1: tl.constexpr):
+    """The low (or HIGH) nibbles of packed bytes as fp16 pairs, four bytes per register: PRMT
+    spreads bytes 0-1 and 2-3 over 16-bit lanes; unsigned codes are ORed into the mantissa of
+    1024.0 (0x6400), which one packed subtraction (or, for high nibbles, 16 x code, one packed
+    fma by 1/16 and -64) removes exactly; E2M1 bits are placed as _e2m1 places them."""
+    if E2M1:
+        if HIGH:
+            asm: tl.constexpr = (
+                "{ .reg .b32 t, a, c; "
+                "prmt.b32 t, $2, $2, 0x1100; and.b32 a, t, 0x00700070; shl.b32 a, a, 5; and.b32 c, t, 0x00800080; "
+                "shl.b32 c, c, 8; or.b32 $0, a, c; "
+                "prmt.b32 t, $2, $2, 0x3322; and.b32 a, t, 0x00700070; shl.b32 a, a, 5; and.b32 c, t, 0x00800080; "
+                "shl.b32 c, c, 8; or.b32 $1, a, c; }")
+        else:
+            asm: tl.constexpr = (
+                "{ .reg .b32 t, a, c; "
+                "prmt.b32 t, $2, $2, 0x1100; and.b32 a, t, 0x00070007; shl.b32 a, a, 9; and.b32 c, t, 0x00080008; "
+                "shl.b32 c, c, 12; or.b32 $0, a, c; "
+                "prmt.b32 t, $2, $2, 0x3322; and.b32 a, t, 0x00070007; shl.b32 a, a, 9; and.b32 c, t, 0x00080008; "
+                "shl.b32 c, c, 12; or.b32 $1, a, c; }")
+    elif HIGH:
+        asm: tl.constexpr = (
+            "{ .reg .b32 t, m, s, o; mov.b32 m, 0x64006400; mov.b32 s, 0x2C002C00; mov.b32 o, 0xD400D400; "
+            "prmt.b32 t, $2, $2, 0x1100; and.b32 t, t, 0x00F000F0; or.b32 t, t, m; fma.rn.f16x2 $0, t, s, o; "
+            "prmt.b32 t, $2, $2, 0x3322; and.b32 t, t, 0x00F000F0; or.b32 t, t, m; fma.rn.f16x2 $1, t, s, o; }")
+    else:
+        asm: tl.constexpr = (
+            "{ .reg .b32 t, m; mov.b32 m, 0x64006400; "
+            "prmt.b32 t, $2, $2, 0x1100; and.b32 t, t, 0x000F000F; or.b32 t, t, m; sub.f16x2 $0, t, m; "
+            "prmt.b32 t, $2, $2, 0x3322; and.b32 t, t, 0x000F000F; or.b32 t, t, m; sub.f16x2 $1, t, m; }")
+    return tl.inline_asm_elementwise(asm, "=r,=r,r", [b], dtype=tl.float16, is_pure=True, pack=4)
+
+
+@triton.jit
+def _half_codes(codes, ODD: tl.constexpr, PAIR: tl.constexpr, ASM: tl.constexpr, KIND: tl.constexpr,
+                DOT: tl.constexpr):
+    """Values of one half of a packed tile before any scale (E2M1: value / 2^14). With PAIR or
+    ASM, `codes` are the raw bytes or words and the half is picked here; otherwise they are
+    already this half's codes."""
+    if PAIR:
+        out = _fp8_half(codes, ODD, PAIR, DOT, ASM)
+    elif ASM:
+        out = _nibble_half_asm(codes, ODD, KIND == 4)
+    elif KIND == 4:
+        out = _e2m1(codes, DOT)
+    else:
+        out = _to_dot(codes, DOT)
+    return out
+
+
+@triton.jit
+def _fp8_half(w, HIGH: tl.constexpr, PAIR: tl.constexpr, DOT: tl.constexpr, ASM: tl.constexpr = False):
+    """One of the two fp8 values of each 16-bit word w (HIGH: the high byte) as fp16, by placing
+    bits: e5m2 is the top byte of fp16 (exact); e4m3's sign goes to bit 15 and its exponent and
+    mantissa below fp16's top exponent bit, which gives value / 2^8 (fp16 subnormals line up with
+    e4m3's; E4M3_UNIT, folded into the scales, restores the magnitude). e4m3's NaN code becomes a
+    finite value, which only unused slots can hold and the masks drop."""
+    if ASM:  # the GPU: the same bits, two words per instruction
+        x = _fp8_half_asm(w, HIGH, PAIR)
+    else:
+        if PAIR == 2:
+            bits = w & -256 if HIGH else w << 8  # -256 is 0xFF00 as int16
+        elif HIGH:
+            bits = ((w >> 1) & 0x3F80) | (w & -32768)  # -32768 is 0x8000 as int16
+        else:
+            bits = ((w << 7) & 0x3F80) | ((w << 8) & -32768)
+        x = bits.to(tl.float16, bitcast=True)
     return _to_dot(x.to(tl.float32), DOT) if DOT != 2 else x
 
 
@@ -338,25 +413,27 @@ def _decode_split_kernel(
 
 @triton.jit
 def _half_values(codes, SCALE, ZERO, rows, page_ids, kvh, ODD: tl.constexpr, IS_K: tl.constexpr,
-                 PAIR: tl.constexpr, KIND: tl.constexpr, ROW: tl.constexpr, GROUP: tl.constexpr, HKV: tl.constexpr, BS: tl.constexpr,
-                 NP: tl.constexpr, BLOCK_T: tl.constexpr, DOT: tl.constexpr):
+                 PAIR: tl.constexpr, ASM: tl.constexpr, KIND: tl.constexpr, ROW: tl.constexpr,
+                 GROUP: tl.constexpr, HKV: tl.constexpr, BS: tl.constexpr, NP: tl.constexpr, BLOCK_T: tl.constexpr,
+                 DOT: tl.constexpr):
     """One half (even or odd columns) of a packed tile, dequantized up to its per-token terms."""
+    x = _half_codes(codes, ODD, PAIR, ASM, KIND, DOT)
     if KIND == 1 or KIND == 2:
-        out = _fp8_bits(codes, PAIR, DOT)
+        out = x
     elif KIND == 4:
-        out = _grouped(_e2m1(codes, DOT), SCALE, ZERO, rows, ROW, GROUP, 2, BLOCK_T, DOT, False)
+        out = _grouped(x, SCALE, ZERO, rows, ROW, GROUP, 2, BLOCK_T, DOT, False)
     elif KIND == 5:
         if IS_K:  # per channel over the page: this half's channels are 2j + ODD
             c = 2 * tl.arange(0, ROW // 2) + ODD
             base = (page_ids[:, None] * HKV + kvh) * ROW + c[None, :]
             sc = _to_dot(tl.load(SCALE + base).to(tl.float32), DOT)
             zc = _to_dot(tl.load(ZERO + base).to(tl.float32), DOT)
-            x3 = tl.reshape(_to_dot(codes, DOT), [NP, BS, ROW // 2]) * sc[:, None, :] + zc[:, None, :]
+            x3 = tl.reshape(x, [NP, BS, ROW // 2]) * sc[:, None, :] + zc[:, None, :]
             out = tl.reshape(x3, [BLOCK_T, ROW // 2])
         else:
-            out = _grouped(_to_dot(codes, DOT), SCALE, ZERO, rows, ROW, GROUP, 2, BLOCK_T, DOT, True)
+            out = _grouped(x, SCALE, ZERO, rows, ROW, GROUP, 2, BLOCK_T, DOT, True)
     else:
-        out = _to_dot(codes, DOT)
+        out = x
     return out
 
 
@@ -367,7 +444,7 @@ def _decode_split_kernel_4bit(
     HQ: tl.constexpr, HKV: tl.constexpr, GROUP_Q: tl.constexpr, BLOCK_G: tl.constexpr,
     D: tl.constexpr, DV: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr,
     KIND: tl.constexpr, VGROUP: tl.constexpr, HAS_RESIDUAL: tl.constexpr, DOT: tl.constexpr, KGROUP: tl.constexpr,
-    PAIR: tl.constexpr,
+    PAIR: tl.constexpr, ASM: tl.constexpr,
 ):
     """Packed layouts without re-interleaving, PAIR = 0: 4-bit ones (LMDeploy int4, nvfp4,
     KIVI-4), each byte's low nibble an even value of the row and its high nibble an odd one;
@@ -408,18 +485,20 @@ def _decode_split_kernel_4bit(
         t, valid, in_page, page_ids, rows = _tile(t0, b, kvh, BT, stride_bt, start, hi, paged, HKV, BS, BLOCK_T)
         kb = tl.load(K + rows[:, None] * (D // 2) + dh[None, :])
         vb = tl.load(V + rows[:, None] * (DV // 2) + dvh[None, :])
-        if PAIR:
-            k_lo = kb & 0xFF
-            k_hi = (kb >> 8) & 0xFF
-            v_lo = vb & 0xFF
-            v_hi = (vb >> 8) & 0xFF
+        if PAIR or ASM:  # whole bytes or words: _half_codes picks the half
+            k_lo = kb
+            k_hi = kb
+            v_lo = vb
+            v_hi = vb
         else:
             k_lo = kb & 15
             k_hi = kb >> 4
             v_lo = vb & 15
             v_hi = vb >> 4
-        ke = _half_values(k_lo, KS, KZ, rows, page_ids, kvh, 0, True, PAIR, KIND, D, KGROUP, HKV, BS, NP, BLOCK_T, DOT)
-        ko = _half_values(k_hi, KS, KZ, rows, page_ids, kvh, 1, True, PAIR, KIND, D, KGROUP, HKV, BS, NP, BLOCK_T, DOT)
+        ke = _half_values(k_lo, KS, KZ, rows, page_ids, kvh, 0, True, PAIR, ASM, KIND, D, KGROUP, HKV, BS, NP,
+                          BLOCK_T, DOT)
+        ko = _half_values(k_hi, KS, KZ, rows, page_ids, kvh, 1, True, PAIR, ASM, KIND, D, KGROUP, HKV, BS, NP,
+                          BLOCK_T, DOT)
         if HAS_RESIDUAL:
             res = tl.where(valid & (t >= paged), (b * rmax + (t - paged)) * HKV + kvh, kvh)
             rke = tl.load(RK + res[:, None] * D + 2 * dh[None, :]).to(tl.float32)
@@ -443,10 +522,10 @@ def _decode_split_kernel_4bit(
         if KIND == 3:
             pv = p * tl.load(VS + rows).to(tl.float32)[None, :]
             acc_bias += tl.sum(p * tl.load(VZ + rows).to(tl.float32)[None, :], 1)
-        ve = _half_values(v_lo, VS, VZ, rows, page_ids, kvh, 0, False, PAIR, KIND, DV, VGROUP, HKV, BS, NP, BLOCK_T,
-                          DOT)
-        vo = _half_values(v_hi, VS, VZ, rows, page_ids, kvh, 1, False, PAIR, KIND, DV, VGROUP, HKV, BS, NP, BLOCK_T,
-                          DOT)
+        ve = _half_values(v_lo, VS, VZ, rows, page_ids, kvh, 0, False, PAIR, ASM, KIND, DV, VGROUP, HKV, BS, NP,
+                          BLOCK_T, DOT)
+        vo = _half_values(v_hi, VS, VZ, rows, page_ids, kvh, 1, False, PAIR, ASM, KIND, DV, VGROUP, HKV, BS, NP,
+                          BLOCK_T, DOT)
         if HAS_RESIDUAL:
             rve = tl.load(RV + res[:, None] * DV + 2 * dvh[None, :]).to(tl.float32)
             rvo = tl.load(RV + res[:, None] * DV + 2 * dvh[None, :] + 1).to(tl.float32)
@@ -499,6 +578,12 @@ def _int8_qk(cache: PagedCache, wanted: bool) -> bool:
                        and cache.fmt.value_dtype in (torch.int8, torch.uint8) and cache.v is not None):
         raise ValueError(f"int8 q·k needs an int8 or uint8 cache with per-token scales, not {cache.fmt.name}")
     return wanted and not interpreting()  # the interpreter has no int8 dot; checked on the GPU
+
+
+def _asm_decode(wanted: bool) -> bool:
+    """Packed halves decoded by inline PTX, several values per register; the interpreter runs
+    no PTX, so there the same placements run per value (the tests check those)."""
+    return wanted and not interpreting()
 
 
 def _dot_kind(cache: PagedCache, fp8_dot: bool = False) -> int:
@@ -572,7 +657,7 @@ def launch_slots(kernel, constants: dict, num_warps: int, num_stages: int, devic
 
 def kernel_constants(cache: PagedCache, q_heads: int, block_t: int = 64, swap_qk: bool = False,
                      prefetch: bool = False, fp8_dot: bool = False, int8_qk: bool = False,
-                     split_nibbles: bool = False, split_bytes: bool = False):
+                     split_nibbles: bool = False, split_bytes: bool = False, asm_decode: bool = False):
     """The split kernel a cache and its options run, and that kernel's compile-time constants
     (paged_decode launches it with kernel_arguments; benchmarks/decode_sass.py compiles it from
     the same two without a GPU)."""
@@ -593,12 +678,15 @@ def kernel_constants(cache: PagedCache, q_heads: int, block_t: int = 64, swap_qk
     if split_nibbles:
         if f.bits != 4 or mla:
             raise ValueError(f"split_nibbles reads 4-bit layouts, not {f.name}")
-        return _decode_split_kernel_4bit, dict(shared, D=cache.head_dim, DOT=_dot_kind(cache), PAIR=0)
+        return _decode_split_kernel_4bit, dict(shared, D=cache.head_dim, DOT=_dot_kind(cache), PAIR=0,
+                                               ASM=_asm_decode(asm_decode))
     if split_bytes:
         if f.kind not in (FP8_TENSOR, TOKEN_HEAD) or f.value_dtype not in FP8_PAIRS or mla:
             raise ValueError(f"split_bytes reads fp8 layouts with per-tensor or per-token scales, not {f.name}")
         return _decode_split_kernel_4bit, dict(shared, D=cache.head_dim, DOT=_dot_kind(cache),
-                                               PAIR=FP8_PAIRS[f.value_dtype])
+                                               PAIR=FP8_PAIRS[f.value_dtype], ASM=_asm_decode(asm_decode))
+    if asm_decode:
+        raise ValueError("asm_decode decodes packed halves: use it with split_nibbles or split_bytes")
     return _decode_split_kernel, dict(
         shared, D=d_main, D_ROPE=cache.head_dim - d_main if mla else 0, BITS=f.bits, V_FROM_K=mla,
         DOT=_dot_kind(cache, fp8_dot), SWAP_QK=swap_qk, PREFETCH=prefetch and cache.v is not None and not int8_qk,
@@ -638,14 +726,14 @@ def paged_decode(q: torch.Tensor, cache: PagedCache, block_table: torch.Tensor, 
                  num_stages: int = 2, sm_scale: float | None = None, max_context: int | None = None,
                  maxnreg: int | None = None, swap_qk: bool = False, prefetch: bool = False,
                  fp8_dot: bool = False, int8_qk: bool = False, split_nibbles: bool = False,
-                 split_bytes: bool = False) -> torch.Tensor:
+                 split_bytes: bool = False, asm_decode: bool = False) -> torch.Tensor:
     """Decode attention over a paged cache: q [batch, Hq, head_dim] -> [batch, Hq, v_dim] fp32.
     num_splits defaults to whole waves of the GPU (wave_splits); maxnreg caps registers per
     thread so that more programs fit on an SM."""
     batch, hq, _ = q.shape
     hkv = cache.heads
     kernel, constants = kernel_constants(cache, hq, block_t, swap_qk, prefetch, fp8_dot, int8_qk, split_nibbles,
-                                         split_bytes)
+                                         split_bytes, asm_decode)
     longest = max_context if max_context is not None else int(context_lens.max())
     tiles = max(1, math.ceil(longest / block_t))
     if num_splits is None:
