@@ -240,3 +240,9 @@ def test_split_bytes_is_refused_for_caches_it_cannot_read():
         cache, table, lens, _ = _case(fmt)
         with pytest.raises(ValueError, match="split_bytes"):
             paged_decode(torch.randn(2, 4, 64), cache, table, lens, num_splits=1, split_bytes=True)
+
+
+def test_asm_decode_needs_a_packed_kernel():
+    cache, table, lens, _ = _case("lmdeploy_int4")
+    with pytest.raises(ValueError, match="asm_decode"):
+        paged_decode(torch.randn(2, 4, 64), cache, table, lens, num_splits=1, asm_decode=True)
