@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 # 8 warps left the search: on the H200 they lost to 4 for every format by 1-27% (NOTES.md).
 CONFIGS = [dict(block_t=bt, num_warps=4, num_stages=st) | ({} if reg is None else dict(maxnreg=reg))
            for bt in (64, 128) for st in (1, 2) for reg in (None, 128, 96)]
-# e4m3 caches may also run their dots on fp8 tensor cores (q and probabilities in e4m3)
+# e4m3 caches may also run tl.dot on fp8 operands, q and probabilities in e4m3 (on sm_90 Triton
+# runs it as fp16 HMMA after unpacking: NOTES.md step 11)
 FP8_DOT_FORMATS = ("fp8_e4m3", "fp8_per_token_head")
 # int8 caches may take q·k on int8 tensor cores (q rounded to int8 per row); 4-bit layouts may be
 # read as even and odd halves (split_nibbles) instead of being re-interleaved
