@@ -32,9 +32,9 @@ FP8_DOT_FORMATS = ("fp8_e4m3", "fp8_per_token_head")
 # int8 caches may take q·k on int8 tensor cores (q rounded to int8 per row); 4-bit layouts may be
 # read as even and odd halves (split_nibbles) instead of being re-interleaved
 INT8_QK_FORMATS = ("int8_per_token_head", "lmdeploy_int8")
-# fp8 caches may be read as 16-bit words of two values, decoded by placing bits (split_bytes);
+# 8-bit caches may be read as 16-bit words of two values, decoded by placing bits (split_bytes);
 # packed halves may be decoded by inline PTX, two or four values per register (asm_decode)
-SPLIT_BYTES_FORMATS = ("fp8_e4m3", "fp8_e5m2", "fp8_per_token_head")
+SPLIT_BYTES_FORMATS = ("fp8_e4m3", "fp8_e5m2", "fp8_per_token_head", "int8_per_token_head", "lmdeploy_int8")
 
 
 def _spec_bandwidth(name: str) -> tuple[float, str]:

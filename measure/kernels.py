@@ -25,7 +25,8 @@ from .paged_cache import ASYM, FP8_TENSOR, KIVI, NVFP4, NVFP4_GROUP, PLAIN, TOKE
 
 LOG2E = 1.4426950408889634
 DOT_F32, DOT_BF16, DOT_F16, DOT_FP8 = 0, 1, 2, 3
-FP8_PAIRS = {torch.float8_e4m3fn: 1, torch.float8_e5m2: 2}  # the packed kernel's PAIR for split_bytes
+# the packed kernel's PAIR for split_bytes, by stored dtype
+BYTE_PAIRS = {torch.float8_e4m3fn: 1, torch.float8_e5m2: 2, torch.int8: 3, torch.uint8: 4}
 
 
 @triton.jit
@@ -133,14 +134,30 @@ def _e2m1(u, DOT: tl.constexpr):
     return _to_dot(x.to(tl.float32), DOT) if DOT != 2 else x
 
 
-E4M3_UNIT = tl.constexpr(256.0)  # _fp8_half returns e4m3 values / 2^8; the scales multiply it back
+E4M3_UNIT = tl.constexpr(256.0)  # _byte_half returns e4m3 values / 2^8; the scales multiply it back
 
 
 @triton.jit
-def _fp8_half_asm(w, HIGH: tl.constexpr, PAIR: tl.constexpr):
-    """_fp8_half's placements on 32-bit registers holding two words, so each result is already
-    the fp16 pair the tensor cores take (Triton's 16-bit element code packs pairs with a PRMT)."""
-    if PAIR == 2:
+def _byte_half_asm(w, HIGH: tl.constexpr, PAIR: tl.constexpr):
+    """_byte_half's placements on 32-bit registers holding two words, so each result is already
+    the fp16 pair the tensor cores take (Triton's 16-bit element code packs pairs with a PRMT).
+    Integer codes are ORed into the mantissa of 1024.0 (0x6400; int8 shifted by 128 first) and
+    one packed subtraction of 1024 (1152 for int8) leaves them exactly."""
+    if PAIR == 3:  # (code & 0xFF) ^ 0x6480 is 0x6400 | (code + 128): one LOP3
+        if HIGH:
+            asm: tl.constexpr = ("{ .reg .b32 t, m; shr.b32 t, $1, 8; and.b32 t, t, 0x00FF00FF; "
+                                 "xor.b32 t, t, 0x64806480; mov.b32 m, 0x64806480; sub.f16x2 $0, t, m; }")
+        else:
+            asm: tl.constexpr = ("{ .reg .b32 t, m; and.b32 t, $1, 0x00FF00FF; xor.b32 t, t, 0x64806480; "
+                                 "mov.b32 m, 0x64806480; sub.f16x2 $0, t, m; }")
+    elif PAIR == 4:
+        if HIGH:
+            asm: tl.constexpr = ("{ .reg .b32 t, m; shr.b32 t, $1, 8; and.b32 t, t, 0x00FF00FF; "
+                                 "xor.b32 t, t, 0x64006400; mov.b32 m, 0x64006400; sub.f16x2 $0, t, m; }")
+        else:
+            asm: tl.constexpr = ("{ .reg .b32 t, m; and.b32 t, $1, 0x00FF00FF; xor.b32 t, t, 0x64006400; "
+                                 "mov.b32 m, 0x64006400; sub.f16x2 $0, t, m; }")
+    elif PAIR == 2:
         if HIGH:
             asm: tl.constexpr = "and.b32 $0, $1, 0xFF00FF00;"
         else:
@@ -195,7 +212,7 @@ def _half_codes(codes, ODD: tl.constexpr, PAIR: tl.constexpr, ASM: tl.constexpr,
     ASM, `codes` are the raw bytes or words and the half is picked here; otherwise they are
     already this half's codes."""
     if PAIR:
-        out = _fp8_half(codes, ODD, PAIR, DOT, ASM)
+        out = _byte_half(codes, ODD, PAIR, DOT, ASM)
     elif ASM:
         out = _nibble_half_asm(codes, ODD, KIND == 4)
     elif KIND == 4:
@@ -206,14 +223,18 @@ def _half_codes(codes, ODD: tl.constexpr, PAIR: tl.constexpr, ASM: tl.constexpr,
 
 
 @triton.jit
-def _fp8_half(w, HIGH: tl.constexpr, PAIR: tl.constexpr, DOT: tl.constexpr, ASM: tl.constexpr = False):
-    """One of the two fp8 values of each 16-bit word w (HIGH: the high byte) as fp16, by placing
-    bits: e5m2 is the top byte of fp16 (exact); e4m3's sign goes to bit 15 and its exponent and
+def _byte_half(w, HIGH: tl.constexpr, PAIR: tl.constexpr, DOT: tl.constexpr, ASM: tl.constexpr = False):
+    """One of the two 8-bit values of each 16-bit word w (HIGH: the high byte) in the dot dtype:
+    int8 (PAIR 3) and uint8 (4) codes as numbers; fp8 by placing bits: e5m2 is the top byte of fp16 (exact); e4m3's sign goes to bit 15 and its exponent and
     mantissa below fp16's top exponent bit, which gives value / 2^8 (fp16 subnormals line up with
     e4m3's; E4M3_UNIT, folded into the scales, restores the magnitude). e4m3's NaN code becomes a
     finite value, which only unused slots can hold and the masks drop."""
     if ASM:  # the GPU: the same bits, two words per instruction
-        x = _fp8_half_asm(w, HIGH, PAIR)
+        x = _byte_half_asm(w, HIGH, PAIR)
+    elif PAIR == 3:
+        x = ((w >> 8) if HIGH else ((w << 8) >> 8)).to(tl.float16)  # arithmetic shifts keep the sign
+    elif PAIR == 4:
+        x = (((w >> 8) if HIGH else w) & 0xFF).to(tl.float16)
     else:
         if PAIR == 2:
             bits = w & -256 if HIGH else w << 8  # -256 is 0xFF00 as int16
@@ -681,10 +702,10 @@ def kernel_constants(cache: PagedCache, q_heads: int, block_t: int = 64, swap_qk
         return _decode_split_kernel_4bit, dict(shared, D=cache.head_dim, DOT=_dot_kind(cache), PAIR=0,
                                                ASM=_asm_decode(asm_decode))
     if split_bytes:
-        if f.kind not in (FP8_TENSOR, TOKEN_HEAD) or f.value_dtype not in FP8_PAIRS or mla:
-            raise ValueError(f"split_bytes reads fp8 layouts with per-tensor or per-token scales, not {f.name}")
+        if f.kind not in (FP8_TENSOR, TOKEN_HEAD, ASYM) or f.value_dtype not in BYTE_PAIRS or mla:
+            raise ValueError(f"split_bytes reads 8-bit layouts with per-tensor or per-token scales, not {f.name}")
         return _decode_split_kernel_4bit, dict(shared, D=cache.head_dim, DOT=_dot_kind(cache),
-                                               PAIR=FP8_PAIRS[f.value_dtype], ASM=_asm_decode(asm_decode))
+                                               PAIR=BYTE_PAIRS[f.value_dtype], ASM=_asm_decode(asm_decode))
     if asm_decode:
         raise ValueError("asm_decode decodes packed halves: use it with split_nibbles or split_bytes")
     return _decode_split_kernel, dict(

@@ -218,10 +218,11 @@ def test_4bit_kernel_with_split_nibbles_gives_the_same_attention(fmt):
         assert relative_error(out, ref) < EXACT, (fmt, window, splits, block_t)
 
 
-@pytest.mark.parametrize("fmt", ["fp8_e4m3", "fp8_e5m2", "fp8_per_token_head"])
-def test_fp8_read_as_byte_pairs_gives_the_same_attention(fmt):
-    """split_bytes: fp8 rows read as 16-bit words and decoded by placing bits, every e4m3 and
-    e5m2 code included (subnormals, both signs, the largest)."""
+@pytest.mark.parametrize("fmt", ["fp8_e4m3", "fp8_e5m2", "fp8_per_token_head", "int8_per_token_head",
+                                 "lmdeploy_int8"])
+def test_8bit_read_as_byte_pairs_gives_the_same_attention(fmt):
+    """split_bytes: 8-bit rows read as 16-bit words, every code included (fp8 subnormals, both
+    signs, the largest; int8 -128 and 127; uint8 0 and 255)."""
     cache, table, lens, _ = _case(fmt, contexts=(70, 45))
     every_code = torch.arange(256, dtype=torch.uint8)
     finite = every_code[torch.isfinite(every_code.view(cache.k.data.dtype).float())]
@@ -236,7 +237,7 @@ def test_fp8_read_as_byte_pairs_gives_the_same_attention(fmt):
 
 
 def test_split_bytes_is_refused_for_caches_it_cannot_read():
-    for fmt in ("int8_per_token_head", "bf16", "nvfp4"):
+    for fmt in ("bf16", "nvfp4", "kivi2"):
         cache, table, lens, _ = _case(fmt)
         with pytest.raises(ValueError, match="split_bytes"):
             paged_decode(torch.randn(2, 4, 64), cache, table, lens, num_splits=1, split_bytes=True)
