@@ -225,9 +225,10 @@ def _half_codes(codes, ODD: tl.constexpr, PAIR: tl.constexpr, ASM: tl.constexpr,
 @triton.jit
 def _byte_half(w, HIGH: tl.constexpr, PAIR: tl.constexpr, DOT: tl.constexpr, ASM: tl.constexpr = False):
     """One of the two 8-bit values of each 16-bit word w (HIGH: the high byte) in the dot dtype:
-    int8 (PAIR 3) and uint8 (4) codes as numbers; fp8 by placing bits: e5m2 is the top byte of fp16 (exact); e4m3's sign goes to bit 15 and its exponent and
-    mantissa below fp16's top exponent bit, which gives value / 2^8 (fp16 subnormals line up with
-    e4m3's; E4M3_UNIT, folded into the scales, restores the magnitude). e4m3's NaN code becomes a
+    int8 (PAIR 3) and uint8 (4) codes as numbers; fp8 by placing bits: e5m2 (2) is the top byte
+    of fp16 (exact); e4m3's (1) sign goes to bit 15 and its exponent and mantissa below fp16's top
+    exponent bit, which gives value / 2^8 (fp16 subnormals line up with e4m3's; E4M3_UNIT, folded
+    into the scales, restores the magnitude). e4m3's NaN code becomes a
     finite value, which only unused slots can hold and the masks drop."""
     if ASM:  # the GPU: the same bits, two words per instruction
         x = _byte_half_asm(w, HIGH, PAIR)
