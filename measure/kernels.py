@@ -228,8 +228,8 @@ def _byte_half(w, HIGH: tl.constexpr, PAIR: tl.constexpr, DOT: tl.constexpr, ASM
     int8 (PAIR 3) and uint8 (4) codes as numbers; fp8 by placing bits: e5m2 (2) is the top byte
     of fp16 (exact); e4m3's (1) sign goes to bit 15 and its exponent and mantissa below fp16's top
     exponent bit, which gives value / 2^8 (fp16 subnormals line up with e4m3's; E4M3_UNIT, folded
-    into the scales, restores the magnitude). e4m3's NaN code becomes a
-    finite value, which only unused slots can hold and the masks drop."""
+    into the scales, restores the magnitude). e4m3's NaN code becomes a finite value, which only
+    unused slots can hold and the masks drop."""
     if ASM:  # the GPU: the same bits, two words per instruction
         x = _byte_half_asm(w, HIGH, PAIR)
     elif PAIR == 3:
@@ -460,7 +460,7 @@ def _half_values(codes, SCALE, ZERO, rows, page_ids, kvh, ODD: tl.constexpr, IS_
 
 
 @triton.jit
-def _decode_split_kernel_4bit(
+def _decode_split_kernel_packed(
     Q, K, KS, KZ, KG, V, VS, VZ, VG, RK, RV, QLEN, BT, CTX, M_OUT, L_OUT, ACC_OUT,
     sm_scale, window, stride_bt, rmax, num_splits,
     HQ: tl.constexpr, HKV: tl.constexpr, GROUP_Q: tl.constexpr, BLOCK_G: tl.constexpr,
@@ -470,9 +470,10 @@ def _decode_split_kernel_4bit(
 ):
     """Packed layouts without re-interleaving, PAIR = 0: 4-bit ones (LMDeploy int4, nvfp4,
     KIVI-4), each byte's low nibble an even value of the row and its high nibble an odd one;
-    PAIR = 1 or 2: fp8 (e4m3, e5m2) read as 16-bit words, low byte even, high byte odd, so no
-    8-bit tile is ever re-laid out. q is split into its even and odd columns, scores are two
-    dots, and values accumulate into even and odd halves stored to alternate columns."""
+    PAIR = 1-4: 8-bit ones (e4m3, e5m2, int8, uint8) read as 16-bit words, low byte even, high
+    byte odd, so no 8-bit tile is ever re-laid out. q is split into its even and odd columns,
+    scores are two dots, and values accumulate into even and odd halves stored to alternate
+    columns."""
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
@@ -700,12 +701,12 @@ def kernel_constants(cache: PagedCache, q_heads: int, block_t: int = 64, swap_qk
     if split_nibbles:
         if f.bits != 4 or mla:
             raise ValueError(f"split_nibbles reads 4-bit layouts, not {f.name}")
-        return _decode_split_kernel_4bit, dict(shared, D=cache.head_dim, DOT=_dot_kind(cache), PAIR=0,
+        return _decode_split_kernel_packed, dict(shared, D=cache.head_dim, DOT=_dot_kind(cache), PAIR=0,
                                                ASM=_asm_decode(asm_decode))
     if split_bytes:
         if f.kind not in (FP8_TENSOR, TOKEN_HEAD, ASYM) or f.value_dtype not in BYTE_PAIRS or mla:
             raise ValueError(f"split_bytes reads 8-bit layouts with per-tensor or per-token scales, not {f.name}")
-        return _decode_split_kernel_4bit, dict(shared, D=cache.head_dim, DOT=_dot_kind(cache),
+        return _decode_split_kernel_packed, dict(shared, D=cache.head_dim, DOT=_dot_kind(cache),
                                                PAIR=BYTE_PAIRS[f.value_dtype], ASM=_asm_decode(asm_decode))
     if asm_decode:
         raise ValueError("asm_decode decodes packed halves: use it with split_nibbles or split_bytes")
