@@ -32,7 +32,7 @@ def main() -> int:
     import torch
 
     from measure.kernel_bench import _bench_graph, build_case, bytes_read, copy_bandwidth_gb_s
-    from measure.kernels import kernel_arguments, kernel_constants, paged_decode
+    from measure.kernels import kernel_arguments, kernel_constants, kernel_residency, paged_decode
 
     chosen = json.loads(Path(args.report).read_text())["tuning"]["chosen"]
     copy = copy_bandwidth_gb_s()
@@ -48,23 +48,21 @@ def main() -> int:
             tables = {"random": table, "ordered": torch.arange(table.numel(), device="cuda",
                                                                 dtype=torch.int32).reshape(table.shape)}
             if fmt not in residency:
-                opts = {k: v for k, v in config.items() if k not in ("block_t", "num_warps", "num_stages",
-                                                                      "programs_per_sm", "maxnreg")}
-                kernel, constants = kernel_constants(cache, 32, config["block_t"], **opts)
-                launch_args, _ = kernel_arguments(q, cache, table, lens, 4)
-                compiled = kernel[(batch, 8, 4)](*launch_args, **constants, num_warps=config["num_warps"],
-                                                 num_stages=config["num_stages"],
-                                                 **({"maxnreg": config["maxnreg"]} if "maxnreg" in config else {}))
-                residency[fmt] = dict(registers=compiled.n_regs, spills=compiled.n_spills,
-                                      shared_bytes=compiled.metadata.shared, num_warps=config["num_warps"])
+                options = {k: v for k, v in config.items() if k not in ("block_t", "num_warps", "num_stages",
+                                                                         "maxnreg")}
+                kernel, constants = kernel_constants(cache, 32, config["block_t"], **options)
+                residency[fmt] = dict(kernel_residency(
+                    kernel, constants, config["num_warps"], config["num_stages"], q.device, config.get("maxnreg"),
+                    lambda: kernel_arguments(q, cache, table, lens, 2,
+                                             split_bytes=options.get("split_bytes", False))[0]),
+                    num_warps=config["num_warps"])
             tiles = -(-context // config["block_t"])
             for order, tab in tables.items():
                 for splits in [None] + [int(s) for s in args.splits.split(",")]:
                     if splits is not None and splits > tiles:
                         continue
-                    launch = {k: v for k, v in config.items() if k != "programs_per_sm"}
                     ms = _bench_graph(lambda: paged_decode(q, cache, tab, lens, max_context=context,
-                                                           num_splits=splits, **launch), rep_ms=30)
+                                                           num_splits=splits, **config), rep_ms=30)
                     gbs = nbytes / ms / 1e6
                     label = "waves" if splits is None else splits  # None: wave_splits chooses
                     rows.append(dict(format=fmt, batch=batch, context=context, order=order, num_splits=label,

@@ -137,26 +137,56 @@ def _e2m1(u, DOT: tl.constexpr):
 E4M3_UNIT = tl.constexpr(256.0)  # _byte_half returns e4m3 values / 2^8; the scales multiply it back
 
 
+def _ptx_int_bytes(high: bool, magic: int) -> str:
+    """Two words' low (or high) bytes to an fp16 pair: (byte ^ magic) in each 16-bit lane is
+    0x6400 | code for uint8 (magic 0x6400) and 0x6400 | (code + 128) for int8 (0x6480), one LOP3
+    after the mask; subtracting magic as fp16 (1024 or 1152) leaves the code exactly."""
+    pair = f"0x{magic:04X}{magic:04X}"
+    pick = "shr.b32 t, $1, 8; and.b32 t, t, 0x00FF00FF; " if high else "and.b32 t, $1, 0x00FF00FF; "
+    return f"{{ .reg .b32 t, m; {pick}xor.b32 t, t, {pair}; mov.b32 m, {pair}; sub.f16x2 $0, t, m; }}"
+
+
+def _ptx_nibbles(registers: str, setup: str, per_pair: str) -> str:
+    """Four packed bytes' low or high nibbles to two fp16 pairs: `per_pair` runs once for bytes
+    0-1 (PRMT selector 0x1100 spreads them over the two 16-bit lanes, into output $0) and once
+    for bytes 2-3 (0x3322, into $1)."""
+    pairs = "".join(per_pair.format(sel=sel, out=out) for sel, out in (("0x1100", "$0"), ("0x3322", "$1")))
+    return f"{{ .reg .b32 {registers}; {setup}{pairs}}}"
+
+
+def _ptx_e2m1(high: bool) -> str:
+    """E2M1 nibbles placed as _e2m1 places them: exponent and mantissa to bits 9-11, sign to 15."""
+    value_mask, value_shift, sign_mask, sign_shift = (
+        ("0x00700070", 5, "0x00800080", 8) if high else ("0x00070007", 9, "0x00080008", 12))
+    return _ptx_nibbles("t, a, c", "", f"prmt.b32 t, $2, $2, {{sel}}; and.b32 a, t, {value_mask}; "
+                                       f"shl.b32 a, a, {value_shift}; and.b32 c, t, {sign_mask}; "
+                                       f"shl.b32 c, c, {sign_shift}; or.b32 {{out}}, a, c; ")
+
+
+# Built once here: Triton takes inline PTX as compile-time strings.
+_PTX_INT8_LOW = tl.constexpr(_ptx_int_bytes(False, 0x6480))
+_PTX_INT8_HIGH = tl.constexpr(_ptx_int_bytes(True, 0x6480))
+_PTX_UINT8_LOW = tl.constexpr(_ptx_int_bytes(False, 0x6400))
+_PTX_UINT8_HIGH = tl.constexpr(_ptx_int_bytes(True, 0x6400))
+_PTX_UINT4_LOW = tl.constexpr(_ptx_nibbles(
+    "t, m", "mov.b32 m, 0x64006400; ",
+    "prmt.b32 t, $2, $2, {sel}; and.b32 t, t, 0x000F000F; or.b32 t, t, m; sub.f16x2 {out}, t, m; "))
+# high nibbles land as 16 x code: one fma by 1/16 (0x2C00) and -64 (0xD400) after removing 1024
+_PTX_UINT4_HIGH = tl.constexpr(_ptx_nibbles(
+    "t, m, s, o", "mov.b32 m, 0x64006400; mov.b32 s, 0x2C002C00; mov.b32 o, 0xD400D400; ",
+    "prmt.b32 t, $2, $2, {sel}; and.b32 t, t, 0x00F000F0; or.b32 t, t, m; fma.rn.f16x2 {out}, t, s, o; "))
+_PTX_E2M1_LOW = tl.constexpr(_ptx_e2m1(False))
+_PTX_E2M1_HIGH = tl.constexpr(_ptx_e2m1(True))
+
+
 @triton.jit
 def _byte_half_asm(w, HIGH: tl.constexpr, PAIR: tl.constexpr):
     """_byte_half's placements on 32-bit registers holding two words, so each result is already
-    the fp16 pair the tensor cores take (Triton's 16-bit element code packs pairs with a PRMT).
-    Integer codes are ORed into the mantissa of 1024.0 (0x6400; int8 shifted by 128 first) and
-    one packed subtraction of 1024 (1152 for int8) leaves them exactly."""
-    if PAIR == 3:  # (code & 0xFF) ^ 0x6480 is 0x6400 | (code + 128): one LOP3
-        if HIGH:
-            asm: tl.constexpr = ("{ .reg .b32 t, m; shr.b32 t, $1, 8; and.b32 t, t, 0x00FF00FF; "
-                                 "xor.b32 t, t, 0x64806480; mov.b32 m, 0x64806480; sub.f16x2 $0, t, m; }")
-        else:
-            asm: tl.constexpr = ("{ .reg .b32 t, m; and.b32 t, $1, 0x00FF00FF; xor.b32 t, t, 0x64806480; "
-                                 "mov.b32 m, 0x64806480; sub.f16x2 $0, t, m; }")
+    the fp16 pair the tensor cores take (Triton's 16-bit element code packs pairs with a PRMT)."""
+    if PAIR == 3:
+        asm: tl.constexpr = _PTX_INT8_HIGH if HIGH else _PTX_INT8_LOW
     elif PAIR == 4:
-        if HIGH:
-            asm: tl.constexpr = ("{ .reg .b32 t, m; shr.b32 t, $1, 8; and.b32 t, t, 0x00FF00FF; "
-                                 "xor.b32 t, t, 0x64006400; mov.b32 m, 0x64006400; sub.f16x2 $0, t, m; }")
-        else:
-            asm: tl.constexpr = ("{ .reg .b32 t, m; and.b32 t, $1, 0x00FF00FF; xor.b32 t, t, 0x64006400; "
-                                 "mov.b32 m, 0x64006400; sub.f16x2 $0, t, m; }")
+        asm: tl.constexpr = _PTX_UINT8_HIGH if HIGH else _PTX_UINT8_LOW
     elif PAIR == 2:
         if HIGH:
             asm: tl.constexpr = "and.b32 $0, $1, 0xFF00FF00;"
@@ -173,35 +203,13 @@ def _byte_half_asm(w, HIGH: tl.constexpr, PAIR: tl.constexpr):
 
 @triton.jit
 def _nibble_half_asm(b, HIGH: tl.constexpr, E2M1: tl.constexpr):
-    """The low (or HIGH) nibbles of packed bytes as fp16 pairs, four bytes per register: PRMT
-    spreads bytes 0-1 and 2-3 over 16-bit lanes; unsigned codes are ORed into the mantissa of
-    1024.0 (0x6400), which one packed subtraction (or, for high nibbles, 16 x code, one packed
-    fma by 1/16 and -64) removes exactly; E2M1 bits are placed as _e2m1 places them."""
+    """The low (or HIGH) nibbles of packed bytes as fp16 pairs, four bytes per register;
+    unsigned codes go into the mantissa of 1024.0 (0x6400), which packed arithmetic removes
+    exactly; E2M1 bits are placed as _e2m1 places them."""
     if E2M1:
-        if HIGH:
-            asm: tl.constexpr = (
-                "{ .reg .b32 t, a, c; "
-                "prmt.b32 t, $2, $2, 0x1100; and.b32 a, t, 0x00700070; shl.b32 a, a, 5; and.b32 c, t, 0x00800080; "
-                "shl.b32 c, c, 8; or.b32 $0, a, c; "
-                "prmt.b32 t, $2, $2, 0x3322; and.b32 a, t, 0x00700070; shl.b32 a, a, 5; and.b32 c, t, 0x00800080; "
-                "shl.b32 c, c, 8; or.b32 $1, a, c; }")
-        else:
-            asm: tl.constexpr = (
-                "{ .reg .b32 t, a, c; "
-                "prmt.b32 t, $2, $2, 0x1100; and.b32 a, t, 0x00070007; shl.b32 a, a, 9; and.b32 c, t, 0x00080008; "
-                "shl.b32 c, c, 12; or.b32 $0, a, c; "
-                "prmt.b32 t, $2, $2, 0x3322; and.b32 a, t, 0x00070007; shl.b32 a, a, 9; and.b32 c, t, 0x00080008; "
-                "shl.b32 c, c, 12; or.b32 $1, a, c; }")
-    elif HIGH:
-        asm: tl.constexpr = (
-            "{ .reg .b32 t, m, s, o; mov.b32 m, 0x64006400; mov.b32 s, 0x2C002C00; mov.b32 o, 0xD400D400; "
-            "prmt.b32 t, $2, $2, 0x1100; and.b32 t, t, 0x00F000F0; or.b32 t, t, m; fma.rn.f16x2 $0, t, s, o; "
-            "prmt.b32 t, $2, $2, 0x3322; and.b32 t, t, 0x00F000F0; or.b32 t, t, m; fma.rn.f16x2 $1, t, s, o; }")
+        asm: tl.constexpr = _PTX_E2M1_HIGH if HIGH else _PTX_E2M1_LOW
     else:
-        asm: tl.constexpr = (
-            "{ .reg .b32 t, m; mov.b32 m, 0x64006400; "
-            "prmt.b32 t, $2, $2, 0x1100; and.b32 t, t, 0x000F000F; or.b32 t, t, m; sub.f16x2 $0, t, m; "
-            "prmt.b32 t, $2, $2, 0x3322; and.b32 t, t, 0x000F000F; or.b32 t, t, m; sub.f16x2 $1, t, m; }")
+        asm: tl.constexpr = _PTX_UINT4_HIGH if HIGH else _PTX_UINT4_LOW
     return tl.inline_asm_elementwise(asm, "=r,=r,r", [b], dtype=tl.float16, is_pure=True, pack=4)
 
 
@@ -655,17 +663,18 @@ def wave_splits(pairs: int, tiles: int, slots: int) -> int:
     return best
 
 
-_SLOTS: dict = {}
+_RESIDENCY: dict = {}
 
 
-def launch_slots(kernel, constants: dict, num_warps: int, num_stages: int, device: torch.device,
-                 maxnreg: int | None, probe_args) -> int:
-    """Programs of this compiled kernel the whole GPU holds at once (SMs × resident per SM);
-    probe_args() gives launch arguments to compile it with, called once per kernel variant."""
-    if device.type != "cuda":
-        return 16  # the interpreter: a nominal 4 SMs of 4 programs, so tests exercise splits
+def kernel_residency(kernel, constants: dict, num_warps: int, num_stages: int, device: torch.device,
+                     maxnreg: int | None, probe_args) -> dict:
+    """A compiled split kernel's registers, spills and shared bytes, the programs one SM holds,
+    and the slots of the whole GPU (SMs × programs per SM); probe_args() gives launch arguments
+    to compile it with, called once per kernel variant."""
+    if device.type != "cuda":  # the interpreter: a nominal 4 SMs of 4 programs, so tests exercise splits
+        return dict(registers=0, spills=0, shared_bytes=0, per_sm=4, slots=16)
     key = (kernel, tuple(sorted(constants.items())), num_warps, num_stages, maxnreg, device.index)
-    if key not in _SLOTS:
+    if key not in _RESIDENCY:
         options = {} if maxnreg is None else dict(maxnreg=maxnreg)
         compiled = kernel.warmup(*probe_args(), grid=(1,), **constants, num_warps=num_warps, num_stages=num_stages,
                                  **options)
@@ -674,8 +683,10 @@ def launch_slots(kernel, constants: dict, num_warps: int, num_stages: int, devic
         per_sm = resident_programs(compiled.n_regs, compiled.metadata.shared, num_warps,
                                    props.regs_per_multiprocessor, props.shared_memory_per_multiprocessor,
                                    props.max_threads_per_multi_processor)
-        _SLOTS[key] = per_sm * props.multi_processor_count
-    return _SLOTS[key]
+        _RESIDENCY[key] = dict(registers=compiled.n_regs, spills=compiled.n_spills,
+                               shared_bytes=compiled.metadata.shared, per_sm=per_sm,
+                               slots=per_sm * props.multi_processor_count)
+    return _RESIDENCY[key]
 
 
 def kernel_constants(cache: PagedCache, q_heads: int, block_t: int = 64, swap_qk: bool = False,
@@ -760,9 +771,9 @@ def paged_decode(q: torch.Tensor, cache: PagedCache, block_table: torch.Tensor, 
     longest = max_context if max_context is not None else int(context_lens.max())
     tiles = max(1, math.ceil(longest / block_t))
     if num_splits is None:
-        slots = launch_slots(kernel, constants, num_warps, num_stages, q.device, maxnreg,
-                             lambda: kernel_arguments(q, cache, block_table, context_lens, 2, window, sm_scale,
-                                                      split_bytes)[0])
+        slots = kernel_residency(kernel, constants, num_warps, num_stages, q.device, maxnreg,
+                                 lambda: kernel_arguments(q, cache, block_table, context_lens, 2, window, sm_scale,
+                                                          split_bytes)[0])["slots"]
         num_splits = wave_splits(batch * hkv, tiles, slots)
     args, (m, l, acc) = kernel_arguments(q, cache, block_table, context_lens, num_splits, window, sm_scale,
                                          split_bytes)

@@ -207,15 +207,19 @@ def test_fp8_dot_is_refused_for_caches_it_cannot_read():
         paged_decode(torch.randn(2, 4, 64), cache, table, lens, fp8_dot=True)
 
 
-@pytest.mark.parametrize("fmt", ["lmdeploy_int4", "nvfp4", "kivi4"])
-def test_4bit_kernel_with_split_nibbles_gives_the_same_attention(fmt):
-    cache, table, lens, _ = _case(fmt, contexts=(70, 45))
+def _assert_packed_kernel_matches(fmt, cache, table, lens, **option):
+    """The even/odd kernel against fp32 over the same cache: one split, three splits, a window."""
     q = torch.randn(2, 4, 64)
     for window, splits, block_t in ((None, 1, 16), (None, 3, 32), (21, 2, 32)):
         ref = reference_decode(q, cache, table, lens, window=window)
-        out = paged_decode(q, cache, table, lens, window=window, num_splits=splits, block_t=block_t,
-                           split_nibbles=True)
+        out = paged_decode(q, cache, table, lens, window=window, num_splits=splits, block_t=block_t, **option)
         assert relative_error(out, ref) < EXACT, (fmt, window, splits, block_t)
+
+
+@pytest.mark.parametrize("fmt", ["lmdeploy_int4", "nvfp4", "kivi4"])
+def test_4bit_kernel_with_split_nibbles_gives_the_same_attention(fmt):
+    cache, table, lens, _ = _case(fmt, contexts=(70, 45))
+    _assert_packed_kernel_matches(fmt, cache, table, lens, split_nibbles=True)
 
 
 @pytest.mark.parametrize("fmt", ["fp8_e4m3", "fp8_e5m2", "fp8_per_token_head", "int8_per_token_head",
@@ -228,12 +232,7 @@ def test_8bit_read_as_byte_pairs_gives_the_same_attention(fmt):
     finite = every_code[torch.isfinite(every_code.view(cache.k.data.dtype).float())]
     codes = finite[torch.randint(len(finite), cache.k.data.shape, generator=torch.Generator().manual_seed(9))]
     cache.k.data.view(torch.uint8).copy_(codes)
-    q = torch.randn(2, 4, 64)
-    for window, splits, block_t in ((None, 1, 16), (None, 3, 32), (21, 2, 32)):
-        ref = reference_decode(q, cache, table, lens, window=window)
-        out = paged_decode(q, cache, table, lens, window=window, num_splits=splits, block_t=block_t,
-                           split_bytes=True)
-        assert relative_error(out, ref) < EXACT, (fmt, window, splits, block_t)
+    _assert_packed_kernel_matches(fmt, cache, table, lens, split_bytes=True)
 
 
 def test_split_bytes_is_refused_for_caches_it_cannot_read():
