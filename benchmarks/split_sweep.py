@@ -53,8 +53,7 @@ def main() -> int:
                 kernel, constants = kernel_constants(cache, 32, config["block_t"], **options)
                 residency[fmt] = dict(kernel_residency(
                     kernel, constants, config["num_warps"], config["num_stages"], q.device, config.get("maxnreg"),
-                    lambda: kernel_arguments(q, cache, table, lens, 2,
-                                             split_bytes=options.get("split_bytes", False))[0]),
+                    lambda: kernel_arguments(q, cache, table, lens, 2, constants=constants)[0]),
                     num_warps=config["num_warps"])
             tiles = -(-context // config["block_t"])
             for order, tab in tables.items():

@@ -179,6 +179,37 @@ _PTX_E2M1_LOW = tl.constexpr(_ptx_e2m1(False))
 _PTX_E2M1_HIGH = tl.constexpr(_ptx_e2m1(True))
 
 
+def _ptx_word_nibble(phase: int, e2m1: bool, exact: bool) -> str:
+    """Nibble `phase` (bits 4·phase to 4·phase + 3) of two 16-bit words, one per lane, as an
+    fp16 pair. Unsigned codes are ORed into 1024.0's mantissa: the even nibbles give 1024 + code
+    and the odd ones 1024 + 16·code, which is what the kernel's algebra takes when it folds the
+    offset into its sums (one LOP3 per pair, after a shift for the upper byte); `exact` removes
+    the offset and the 16 with one packed subtraction or fma. E2M1 bits are placed as _e2m1
+    places them."""
+    if e2m1:
+        value, sign = 0x00070007 << 4 * phase, 0x00080008 << 4 * phase
+        move = 9 - 4 * phase
+        place = f"shl.b32 t, t, {move}; " if move > 0 else f"shr.b32 t, t, {-move}; "
+        return (f"{{ .reg .b32 t, c; and.b32 t, $1, 0x{value:08X}; {place}and.b32 c, $1, 0x{sign:08X}; "
+                f"shl.b32 c, c, {12 - 4 * phase}; or.b32 $0, t, c; }}")
+    mask = 0x00F000F0 if phase % 2 else 0x000F000F
+    word = "shr.b32 w, $1, 8; " if phase >= 2 else "mov.b32 w, $1; "
+    # (w & mask) | 1024.0 as one lop3 (0xEA: a & b | c)
+    place = f"{word}mov.b32 m, 0x64006400; lop3.b32 t, w, 0x{mask:08X}, m, 0xEA; "
+    if not exact:
+        return f"{{ .reg .b32 w, t, m; {place}mov.b32 $0, t; }}"
+    finish = ("mov.b32 s, 0x2C002C00; mov.b32 o, 0xD400D400; fma.rn.f16x2 $0, t, s, o; " if phase % 2
+              else "sub.f16x2 $0, t, m; ")
+    return f"{{ .reg .b32 w, t, m, s, o; {place}{finish}}}"
+
+
+# indexed by nibble position inside the jit functions
+_PTX_WORD_UINT4 = tl.constexpr(tuple(_ptx_word_nibble(i, False, False) for i in range(4)))
+_PTX_WORD_UINT4_EXACT = tl.constexpr(tuple(_ptx_word_nibble(i, False, True) for i in range(4)))
+_PTX_WORD_E2M1 = tl.constexpr(tuple(_ptx_word_nibble(i, True, False) for i in range(4)))
+NIBBLE_WORDS = 5  # the packed kernel's PAIR for split_words: 4-bit rows read as 16-bit words of four values
+
+
 @triton.jit
 def _byte_half_asm(w, HIGH: tl.constexpr, PAIR: tl.constexpr):
     """_byte_half's placements on 32-bit registers holding two words, so each result is already
@@ -214,15 +245,43 @@ def _nibble_half_asm(b, HIGH: tl.constexpr, E2M1: tl.constexpr):
 
 
 @triton.jit
-def _half_codes(codes, ODD: tl.constexpr, PAIR: tl.constexpr, ASM: tl.constexpr, KIND: tl.constexpr,
-                DOT: tl.constexpr):
-    """Values of one half of a packed tile before any scale (E2M1: value / 2^14). With PAIR or
-    ASM, `codes` are the raw bytes or words and the half is picked here; otherwise they are
+def _word_nibble(w, PHASE: tl.constexpr, E2M1: tl.constexpr, BIASED: tl.constexpr, ASM: tl.constexpr,
+                 DOT: tl.constexpr):
+    """Nibble PHASE of each 16-bit word w (value 4j + PHASE of the row for word j) in the dot
+    dtype: E2M1 as _e2m1 gives it; unsigned codes exact, or BIASED as the PTX leaves them
+    (1024 + code for even nibbles, 1024 + 16·code for odd ones), which the kernel's sums undo."""
+    if ASM:  # the GPU: two words per register
+        if E2M1:
+            asm: tl.constexpr = _PTX_WORD_E2M1[PHASE]
+        elif BIASED:
+            asm: tl.constexpr = _PTX_WORD_UINT4[PHASE]
+        else:
+            asm: tl.constexpr = _PTX_WORD_UINT4_EXACT[PHASE]
+        x = tl.inline_asm_elementwise(asm, "=r,r", [w], dtype=tl.float16, is_pure=True, pack=2)
+        out = _to_dot(x.to(tl.float32), DOT) if DOT != 2 else x
+    else:
+        c = (w >> (4 * PHASE)) & 15
+        if E2M1:
+            out = _e2m1(c, DOT)
+        elif BIASED:
+            out = _to_dot((c * (16 if PHASE % 2 else 1) + 1024).to(tl.float32), DOT)
+        else:
+            out = _to_dot(c.to(tl.float32), DOT)
+    return out
+
+
+@triton.jit
+def _half_codes(codes, PHASE: tl.constexpr, PAIR: tl.constexpr, ASM: tl.constexpr, KIND: tl.constexpr,
+                DOT: tl.constexpr, BIASED: tl.constexpr):
+    """Values of one phase of a packed tile before any scale (E2M1: value / 2^14). With PAIR or
+    ASM, `codes` are the raw bytes or words and the phase is picked here; otherwise they are
     already this half's codes."""
-    if PAIR:
-        out = _byte_half(codes, ODD, PAIR, DOT, ASM)
+    if PAIR == 5:
+        out = _word_nibble(codes, PHASE, KIND == 4, BIASED, ASM, DOT)
+    elif PAIR:
+        out = _byte_half(codes, PHASE, PAIR, DOT, ASM)
     elif ASM:
-        out = _nibble_half_asm(codes, ODD, KIND == 4)
+        out = _nibble_half_asm(codes, PHASE, KIND == 4)
     elif KIND == 4:
         out = _e2m1(codes, DOT)
     else:
@@ -257,12 +316,18 @@ def _byte_half(w, HIGH: tl.constexpr, PAIR: tl.constexpr, DOT: tl.constexpr, ASM
 
 @triton.jit
 def _grouped(x, SCALE, ZERO, rows, ROW: tl.constexpr, GROUP: tl.constexpr, PARTS: tl.constexpr,
-             BLOCK_T: tl.constexpr, DOT: tl.constexpr, AFFINE: tl.constexpr):
+             BLOCK_T: tl.constexpr, DOT: tl.constexpr, AFFINE: tl.constexpr, SCALE_WORDS: tl.constexpr = False):
     """x [BLOCK_T, ROW / PARTS] (dot dtype) times one scale (plus one zero when AFFINE) per GROUP
-    consecutive values of a row. PARTS = 2 when x holds only the even or odd values of each row
-    (value j is column 2j or 2j + 1, in group j // (GROUP / 2))."""
+    consecutive values of a row. PARTS > 1 when x holds one phase of each row (values
+    PARTS·j + phase: column j is in group j // (GROUP / PARTS)). SCALE_WORDS: e4m3 scales read
+    as 16-bit words of two, so that no 8-bit tensor feeds the dot's operand (Triton then lays
+    16-bit operands out for 8-bit sources, and every tile pays register moves for it)."""
     cg = tl.arange(0, ROW // GROUP)
-    s = _to_dot(tl.load(SCALE + rows[:, None] * (ROW // GROUP) + cg[None, :]).to(tl.float32), DOT)
+    if SCALE_WORDS:  # group g is the low (even g) or high byte of word g // 2
+        w = tl.load(SCALE + rows[:, None] * (ROW // GROUP // 2) + (cg // 2)[None, :])
+        s = _byte_half(tl.where((cg % 2 == 1)[None, :], w >> 8, w), False, 1, DOT) * E4M3_UNIT
+    else:
+        s = _to_dot(tl.load(SCALE + rows[:, None] * (ROW // GROUP) + cg[None, :]).to(tl.float32), DOT)
     x3 = tl.reshape(x, [BLOCK_T, ROW // GROUP, GROUP // PARTS]) * s[:, :, None]
     if AFFINE:
         z = _to_dot(tl.load(ZERO + rows[:, None] * (ROW // GROUP) + cg[None, :]).to(tl.float32), DOT)
@@ -442,29 +507,56 @@ def _decode_split_kernel(
 
 
 @triton.jit
-def _half_values(codes, SCALE, ZERO, rows, page_ids, kvh, ODD: tl.constexpr, IS_K: tl.constexpr,
-                 PAIR: tl.constexpr, ASM: tl.constexpr, KIND: tl.constexpr, ROW: tl.constexpr,
-                 GROUP: tl.constexpr, HKV: tl.constexpr, BS: tl.constexpr, NP: tl.constexpr, BLOCK_T: tl.constexpr,
-                 DOT: tl.constexpr):
-    """One half (even or odd columns) of a packed tile, dequantized up to its per-token terms."""
-    x = _half_codes(codes, ODD, PAIR, ASM, KIND, DOT)
-    if KIND == 1 or KIND == 2:
-        out = x
-    elif KIND == 4:
-        out = _grouped(x, SCALE, ZERO, rows, ROW, GROUP, 2, BLOCK_T, DOT, False)
+def _phase_values(codes, SCALE, ZERO, rows, page_ids, kvh, PHASE: tl.constexpr, PHASES: tl.constexpr,
+                  IS_K: tl.constexpr, PAIR: tl.constexpr, ASM: tl.constexpr, BIASED: tl.constexpr, KIND: tl.constexpr,
+                  ROW: tl.constexpr, GROUP: tl.constexpr, HKV: tl.constexpr, BS: tl.constexpr, NP: tl.constexpr,
+                  BLOCK_T: tl.constexpr, DOT: tl.constexpr):
+    """One phase of a packed tile (values PHASES·j + PHASE of each row), dequantized up to its
+    per-token terms."""
+    x = _half_codes(codes, PHASE, PAIR, ASM, KIND, DOT, BIASED)
+    if KIND == 4:
+        out = _grouped(x, SCALE, ZERO, rows, ROW, GROUP, PHASES, BLOCK_T, DOT, False, True)
     elif KIND == 5:
-        if IS_K:  # per channel over the page: this half's channels are 2j + ODD
-            c = 2 * tl.arange(0, ROW // 2) + ODD
+        if IS_K:  # per channel over the page: this phase's channels are PHASES·j + PHASE
+            c = PHASES * tl.arange(0, ROW // PHASES) + PHASE
             base = (page_ids[:, None] * HKV + kvh) * ROW + c[None, :]
             sc = _to_dot(tl.load(SCALE + base).to(tl.float32), DOT)
             zc = _to_dot(tl.load(ZERO + base).to(tl.float32), DOT)
-            x3 = tl.reshape(x, [NP, BS, ROW // 2]) * sc[:, None, :] + zc[:, None, :]
-            out = tl.reshape(x3, [BLOCK_T, ROW // 2])
+            x3 = tl.reshape(x, [NP, BS, ROW // PHASES]) * sc[:, None, :] + zc[:, None, :]
+            out = tl.reshape(x3, [BLOCK_T, ROW // PHASES])
         else:
-            out = _grouped(x, SCALE, ZERO, rows, ROW, GROUP, 2, BLOCK_T, DOT, True)
+            out = _grouped(x, SCALE, ZERO, rows, ROW, GROUP, PHASES, BLOCK_T, DOT, True)
     else:
         out = x
     return out
+
+
+@triton.jit
+def _with_recent(x, R, res, in_page, ROW: tl.constexpr, PHASES: tl.constexpr, PHASE: tl.constexpr,
+                 DOT: tl.constexpr):
+    """KIVI: tokens past the quantized pages take this phase's columns of the fp16 recent window."""
+    c = PHASES * tl.arange(0, ROW // PHASES) + PHASE
+    r = tl.load(R + res[:, None] * ROW + c[None, :]).to(tl.float32)
+    return tl.where(in_page[:, None], x, _to_dot(r, DOT))
+
+
+@triton.jit
+def _phase_output(acc, acc_bias, p_sum, VS, VG, PHASE: tl.constexpr, KIND: tl.constexpr, PAIR: tl.constexpr,
+                  BIASED: tl.constexpr):
+    """One phase's accumulated output with what the loop left out: the offset of BIASED codes
+    (1024·Σp, and the 16 of odd nibbles), zero points, and per-tensor scales and units."""
+    if BIASED:
+        acc = acc - 1024.0 * p_sum[:, None]
+        if PHASE % 2:
+            acc = acc * 0.0625
+    acc = acc + acc_bias[:, None]
+    if KIND == 4:
+        acc = acc * (tl.load(VG) * E2M1_UNIT)
+    if KIND == 1:
+        acc = acc * tl.load(VS)
+    if PAIR == 1:
+        acc = acc * E4M3_UNIT
+    return acc
 
 
 @triton.jit
@@ -474,14 +566,18 @@ def _decode_split_kernel_packed(
     HQ: tl.constexpr, HKV: tl.constexpr, GROUP_Q: tl.constexpr, BLOCK_G: tl.constexpr,
     D: tl.constexpr, DV: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr,
     KIND: tl.constexpr, VGROUP: tl.constexpr, HAS_RESIDUAL: tl.constexpr, DOT: tl.constexpr, KGROUP: tl.constexpr,
-    PAIR: tl.constexpr, ASM: tl.constexpr,
+    PAIR: tl.constexpr, ASM: tl.constexpr, BIASED: tl.constexpr,
 ):
-    """Packed layouts without re-interleaving, PAIR = 0: 4-bit ones (LMDeploy int4, nvfp4,
-    KIVI-4), each byte's low nibble an even value of the row and its high nibble an odd one;
-    PAIR = 1-4: 8-bit ones (e4m3, e5m2, int8, uint8) read as 16-bit words, low byte even, high
-    byte odd, so no 8-bit tile is ever re-laid out. q is split into its even and odd columns,
-    scores are two dots, and values accumulate into even and odd halves stored to alternate
-    columns."""
+    """Packed layouts read in phases, never re-interleaved. PAIR = 0: 4-bit rows as bytes, the
+    low nibble an even value and the high nibble an odd one; PAIR = 1-4: 8-bit rows (e4m3, e5m2,
+    int8, uint8) as 16-bit words, low byte even, high byte odd; PAIR = 5: 4-bit rows as 16-bit
+    words of four values, nibble i of word j being value 4j + i, so the tiles load like bf16's
+    (no byte-wise shared-memory reads of the value tile). q is split into its phases' columns,
+    scores are one dot per phase, values accumulate per phase and are stored to interleaved
+    columns. BIASED (unsigned 4-bit words with per-token scales): codes keep the PTX's offset
+    (1024, times 16 for odd nibbles' codes); q's odd columns are divided by 16, 1024·Σq leaves
+    every score, and the output sheds 1024·Σp and the 16, so no value pays a subtraction."""
+    PHASES: tl.constexpr = 4 if PAIR == 5 else 2
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
@@ -489,8 +585,8 @@ def _decode_split_kernel_packed(
     g = tl.arange(0, BLOCK_G)
     gmask = g < GROUP_Q
     heads = kvh * GROUP_Q + g
-    dh = tl.arange(0, D // 2)
-    dvh = tl.arange(0, DV // 2)
+    dh = tl.arange(0, D // PHASES)
+    dvh = tl.arange(0, DV // PHASES)
     qscale = sm_scale * 1.4426950408889634
     if KIND == 4:
         qscale = qscale * tl.load(KG) * E2M1_UNIT
@@ -498,25 +594,41 @@ def _decode_split_kernel_packed(
         qscale = qscale * tl.load(KS)
     if PAIR == 1:
         qscale = qscale * E4M3_UNIT
-    qbase = Q + (b * HQ + heads[:, None]) * D
-    q_even = tl.load(qbase + 2 * dh[None, :], mask=gmask[:, None], other=0.0).to(tl.float32) * qscale
-    q_odd = tl.load(qbase + 2 * dh[None, :] + 1, mask=gmask[:, None], other=0.0).to(tl.float32) * qscale
-    qsum = tl.sum(q_even, 1) + tl.sum(q_odd, 1)
-    qe = _to_dot(q_even, DOT)
-    qo = _to_dot(q_odd, DOT)
+    qbase = Q + (b * HQ + heads[:, None]) * D + PHASES * dh[None, :]
+    q0 = tl.load(qbase, mask=gmask[:, None], other=0.0).to(tl.float32) * qscale
+    q1 = tl.load(qbase + 1, mask=gmask[:, None], other=0.0).to(tl.float32) * qscale
+    qsum = tl.sum(q0, 1) + tl.sum(q1, 1)
+    if PHASES == 4:
+        q2 = tl.load(qbase + 2, mask=gmask[:, None], other=0.0).to(tl.float32) * qscale
+        q3 = tl.load(qbase + 3, mask=gmask[:, None], other=0.0).to(tl.float32) * qscale
+        qsum += tl.sum(q2, 1) + tl.sum(q3, 1)
+        if BIASED:
+            q1 = q1 * 0.0625
+            q3 = q3 * 0.0625
+        qd2 = _to_dot(q2, DOT)
+        qd3 = _to_dot(q3, DOT)
+    qd0 = _to_dot(q0, DOT)
+    qd1 = _to_dot(q1, DOT)
+    if BIASED:  # what the codes' 1024 adds to every score, from q as the dots see it
+        q_offset = 1024.0 * (tl.sum(qd0.to(tl.float32), 1) + tl.sum(qd1.to(tl.float32), 1) +
+                             tl.sum(qd2.to(tl.float32), 1) + tl.sum(qd3.to(tl.float32), 1))
 
     start, paged, lo, hi = _split_bounds(CTX, QLEN, b, split, window, num_splits, HAS_RESIDUAL, BS, BLOCK_T)
 
     m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_G], tl.float32)
-    acc_e = tl.zeros([BLOCK_G, DV // 2], tl.float32)
-    acc_o = tl.zeros([BLOCK_G, DV // 2], tl.float32)
+    acc0 = tl.zeros([BLOCK_G, DV // PHASES], tl.float32)
+    acc1 = tl.zeros([BLOCK_G, DV // PHASES], tl.float32)
+    if PHASES == 4:
+        acc2 = tl.zeros([BLOCK_G, DV // PHASES], tl.float32)
+        acc3 = tl.zeros([BLOCK_G, DV // PHASES], tl.float32)
     acc_bias = tl.zeros([BLOCK_G], tl.float32)
+    p_sum = tl.zeros([BLOCK_G], tl.float32)
     for t0 in range(lo, hi, BLOCK_T):
         t, valid, in_page, page_ids, rows = _tile(t0, b, kvh, BT, stride_bt, start, hi, paged, HKV, BS, BLOCK_T)
-        kb = tl.load(K + rows[:, None] * (D // 2) + dh[None, :])
-        vb = tl.load(V + rows[:, None] * (DV // 2) + dvh[None, :])
-        if PAIR or ASM:  # whole bytes or words: _half_codes picks the half
+        kb = tl.load(K + rows[:, None] * (D // PHASES) + dh[None, :])
+        vb = tl.load(V + rows[:, None] * (DV // PHASES) + dvh[None, :])
+        if PAIR or ASM:  # whole bytes or words: _half_codes picks the phase
             k_lo = kb
             k_hi = kb
             v_lo = vb
@@ -526,17 +638,27 @@ def _decode_split_kernel_packed(
             k_hi = kb >> 4
             v_lo = vb & 15
             v_hi = vb >> 4
-        ke = _half_values(k_lo, KS, KZ, rows, page_ids, kvh, 0, True, PAIR, ASM, KIND, D, KGROUP, HKV, BS, NP,
-                          BLOCK_T, DOT)
-        ko = _half_values(k_hi, KS, KZ, rows, page_ids, kvh, 1, True, PAIR, ASM, KIND, D, KGROUP, HKV, BS, NP,
-                          BLOCK_T, DOT)
+        k0 = _phase_values(k_lo, KS, KZ, rows, page_ids, kvh, 0, PHASES, True, PAIR, ASM, BIASED, KIND, D, KGROUP,
+                           HKV, BS, NP, BLOCK_T, DOT)
+        k1 = _phase_values(k_hi, KS, KZ, rows, page_ids, kvh, 1, PHASES, True, PAIR, ASM, BIASED, KIND, D, KGROUP,
+                           HKV, BS, NP, BLOCK_T, DOT)
+        if PHASES == 4:
+            k2 = _phase_values(kb, KS, KZ, rows, page_ids, kvh, 2, PHASES, True, PAIR, ASM, BIASED, KIND, D, KGROUP,
+                               HKV, BS, NP, BLOCK_T, DOT)
+            k3 = _phase_values(kb, KS, KZ, rows, page_ids, kvh, 3, PHASES, True, PAIR, ASM, BIASED, KIND, D, KGROUP,
+                               HKV, BS, NP, BLOCK_T, DOT)
         if HAS_RESIDUAL:
             res = tl.where(valid & (t >= paged), (b * rmax + (t - paged)) * HKV + kvh, kvh)
-            rke = tl.load(RK + res[:, None] * D + 2 * dh[None, :]).to(tl.float32)
-            rko = tl.load(RK + res[:, None] * D + 2 * dh[None, :] + 1).to(tl.float32)
-            ke = tl.where(in_page[:, None], ke, _to_dot(rke, DOT))
-            ko = tl.where(in_page[:, None], ko, _to_dot(rko, DOT))
-        s = tl.dot(qe, tl.trans(ke)) + tl.dot(qo, tl.trans(ko))
+            k0 = _with_recent(k0, RK, res, in_page, D, PHASES, 0, DOT)
+            k1 = _with_recent(k1, RK, res, in_page, D, PHASES, 1, DOT)
+            if PHASES == 4:
+                k2 = _with_recent(k2, RK, res, in_page, D, PHASES, 2, DOT)
+                k3 = _with_recent(k3, RK, res, in_page, D, PHASES, 3, DOT)
+        s = tl.dot(qd0, tl.trans(k0)) + tl.dot(qd1, tl.trans(k1))
+        if PHASES == 4:
+            s += tl.dot(qd2, tl.trans(k2)) + tl.dot(qd3, tl.trans(k3))
+        if BIASED:
+            s = s - q_offset[:, None]
         if KIND == 2:
             s = s * tl.load(KS + rows).to(tl.float32)[None, :]
         if KIND == 3:
@@ -544,8 +666,11 @@ def _decode_split_kernel_packed(
                 tl.load(KZ + rows).to(tl.float32)[None, :] * qsum[:, None]
         s = tl.where(valid[None, :], s, float("-inf"))
         p, alpha, m_new, l_i = _online_softmax(s, m_i, l_i)
-        acc_e = acc_e * alpha[:, None]
-        acc_o = acc_o * alpha[:, None]
+        acc0 = acc0 * alpha[:, None]
+        acc1 = acc1 * alpha[:, None]
+        if PHASES == 4:
+            acc2 = acc2 * alpha[:, None]
+            acc3 = acc3 * alpha[:, None]
         acc_bias = acc_bias * alpha
         pv = p
         if KIND == 2:
@@ -553,35 +678,39 @@ def _decode_split_kernel_packed(
         if KIND == 3:
             pv = p * tl.load(VS + rows).to(tl.float32)[None, :]
             acc_bias += tl.sum(p * tl.load(VZ + rows).to(tl.float32)[None, :], 1)
-        ve = _half_values(v_lo, VS, VZ, rows, page_ids, kvh, 0, False, PAIR, ASM, KIND, DV, VGROUP, HKV, BS, NP,
-                          BLOCK_T, DOT)
-        vo = _half_values(v_hi, VS, VZ, rows, page_ids, kvh, 1, False, PAIR, ASM, KIND, DV, VGROUP, HKV, BS, NP,
-                          BLOCK_T, DOT)
+        v0 = _phase_values(v_lo, VS, VZ, rows, page_ids, kvh, 0, PHASES, False, PAIR, ASM, BIASED, KIND, DV, VGROUP,
+                           HKV, BS, NP, BLOCK_T, DOT)
+        v1 = _phase_values(v_hi, VS, VZ, rows, page_ids, kvh, 1, PHASES, False, PAIR, ASM, BIASED, KIND, DV, VGROUP,
+                           HKV, BS, NP, BLOCK_T, DOT)
+        if PHASES == 4:
+            v2 = _phase_values(vb, VS, VZ, rows, page_ids, kvh, 2, PHASES, False, PAIR, ASM, BIASED, KIND, DV, VGROUP,
+                               HKV, BS, NP, BLOCK_T, DOT)
+            v3 = _phase_values(vb, VS, VZ, rows, page_ids, kvh, 3, PHASES, False, PAIR, ASM, BIASED, KIND, DV, VGROUP,
+                               HKV, BS, NP, BLOCK_T, DOT)
         if HAS_RESIDUAL:
-            rve = tl.load(RV + res[:, None] * DV + 2 * dvh[None, :]).to(tl.float32)
-            rvo = tl.load(RV + res[:, None] * DV + 2 * dvh[None, :] + 1).to(tl.float32)
-            ve = tl.where(in_page[:, None], ve, _to_dot(rve, DOT))
-            vo = tl.where(in_page[:, None], vo, _to_dot(rvo, DOT))
+            v0 = _with_recent(v0, RV, res, in_page, DV, PHASES, 0, DOT)
+            v1 = _with_recent(v1, RV, res, in_page, DV, PHASES, 1, DOT)
+            if PHASES == 4:
+                v2 = _with_recent(v2, RV, res, in_page, DV, PHASES, 2, DOT)
+                v3 = _with_recent(v3, RV, res, in_page, DV, PHASES, 3, DOT)
         pd = _to_dot(pv, DOT)
-        acc_e += tl.dot(pd, ve)
-        acc_o += tl.dot(pd, vo)
+        if BIASED:  # the probabilities as the dots see them, for the offset they add
+            p_sum = p_sum * alpha + tl.sum(pd.to(tl.float32), 1)
+        acc0 += tl.dot(pd, v0)
+        acc1 += tl.dot(pd, v1)
+        if PHASES == 4:
+            acc2 += tl.dot(pd, v2)
+            acc3 += tl.dot(pd, v3)
         m_i = m_new
-    acc_e = acc_e + acc_bias[:, None]
-    acc_o = acc_o + acc_bias[:, None]
-    if KIND == 4:
-        acc_e = acc_e * (tl.load(VG) * E2M1_UNIT)
-        acc_o = acc_o * (tl.load(VG) * E2M1_UNIT)
-    if KIND == 1:
-        acc_e = acc_e * tl.load(VS)
-        acc_o = acc_o * tl.load(VS)
-    if PAIR == 1:
-        acc_e = acc_e * E4M3_UNIT
-        acc_o = acc_o * E4M3_UNIT
     out = (b * HQ + heads) * num_splits + split
     tl.store(M_OUT + out, m_i, mask=gmask)
     tl.store(L_OUT + out, l_i, mask=gmask)
-    tl.store(ACC_OUT + out[:, None] * DV + 2 * dvh[None, :], acc_e, mask=gmask[:, None])
-    tl.store(ACC_OUT + out[:, None] * DV + 2 * dvh[None, :] + 1, acc_o, mask=gmask[:, None])
+    base = ACC_OUT + out[:, None] * DV + PHASES * dvh[None, :]
+    tl.store(base, _phase_output(acc0, acc_bias, p_sum, VS, VG, 0, KIND, PAIR, BIASED), mask=gmask[:, None])
+    tl.store(base + 1, _phase_output(acc1, acc_bias, p_sum, VS, VG, 1, KIND, PAIR, BIASED), mask=gmask[:, None])
+    if PHASES == 4:
+        tl.store(base + 2, _phase_output(acc2, acc_bias, p_sum, VS, VG, 2, KIND, PAIR, BIASED), mask=gmask[:, None])
+        tl.store(base + 3, _phase_output(acc3, acc_bias, p_sum, VS, VG, 3, KIND, PAIR, BIASED), mask=gmask[:, None])
 
 
 @triton.jit
@@ -691,7 +820,8 @@ def kernel_residency(kernel, constants: dict, num_warps: int, num_stages: int, d
 
 def kernel_constants(cache: PagedCache, q_heads: int, block_t: int = 64, swap_qk: bool = False,
                      prefetch: bool = False, fp8_dot: bool = False, int8_qk: bool = False,
-                     split_nibbles: bool = False, split_bytes: bool = False, asm_decode: bool = False):
+                     split_nibbles: bool = False, split_bytes: bool = False, asm_decode: bool = False,
+                     split_words: bool = False):
     """The split kernel a cache and its options run, and that kernel's compile-time constants
     (paged_decode launches it with kernel_arguments; benchmarks/decode_sass.py compiles it from
     the same two without a GPU)."""
@@ -709,18 +839,23 @@ def kernel_constants(cache: PagedCache, q_heads: int, block_t: int = 64, swap_qk
                   DV=cache.v_dim, BS=cache.block_size, BLOCK_T=block_t, KIND=f.kind,
                   VGROUP=cache.group if f.kind == KIVI else NVFP4_GROUP, HAS_RESIDUAL=cache.residual_k is not None,
                   KGROUP=NVFP4_GROUP if f.kind == NVFP4 else cache.block_size)
-    if split_nibbles:
+    if split_nibbles + split_bytes + split_words > 1:
+        raise ValueError("split_nibbles, split_bytes and split_words are different readings: choose one")
+    if split_nibbles or split_words:
+        name = "split_nibbles" if split_nibbles else "split_words"
         if f.bits != 4 or mla:
-            raise ValueError(f"split_nibbles reads 4-bit layouts, not {f.name}")
-        return _decode_split_kernel_packed, dict(shared, D=cache.head_dim, DOT=_dot_kind(cache), PAIR=0,
-                                               ASM=_asm_decode(asm_decode))
+            raise ValueError(f"{name} reads 4-bit layouts, not {f.name}")
+        return _decode_split_kernel_packed, dict(shared, D=cache.head_dim, DOT=_dot_kind(cache),
+                                               PAIR=NIBBLE_WORDS if split_words else 0,
+                                               ASM=_asm_decode(asm_decode), BIASED=split_words and f.kind == ASYM)
     if split_bytes:
         if f.kind not in (FP8_TENSOR, TOKEN_HEAD, ASYM) or f.value_dtype not in BYTE_PAIRS or mla:
             raise ValueError(f"split_bytes reads 8-bit layouts with per-tensor or per-token scales, not {f.name}")
         return _decode_split_kernel_packed, dict(shared, D=cache.head_dim, DOT=_dot_kind(cache),
-                                               PAIR=BYTE_PAIRS[f.value_dtype], ASM=_asm_decode(asm_decode))
+                                               PAIR=BYTE_PAIRS[f.value_dtype], ASM=_asm_decode(asm_decode),
+                                               BIASED=False)
     if asm_decode:
-        raise ValueError("asm_decode decodes packed halves: use it with split_nibbles or split_bytes")
+        raise ValueError("asm_decode decodes packed phases: use it with split_nibbles, split_bytes or split_words")
     return _decode_split_kernel, dict(
         shared, D=d_main, D_ROPE=cache.head_dim - d_main if mla else 0, BITS=f.bits, V_FROM_K=mla,
         DOT=_dot_kind(cache, fp8_dot), SWAP_QK=swap_qk, PREFETCH=prefetch and cache.v is not None and not int8_qk,
@@ -729,10 +864,15 @@ def kernel_constants(cache: PagedCache, q_heads: int, block_t: int = 64, swap_qk
 
 def kernel_arguments(q: torch.Tensor, cache: PagedCache, block_table: torch.Tensor, context_lens: torch.Tensor,
                      num_splits: int, window: int | None = None, sm_scale: float | None = None,
-                     split_bytes: bool = False) -> tuple[tuple, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+                     constants: dict | None = None) -> tuple[tuple, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """The split kernels' run-time arguments in order (the cache's tensors, with a one-element
     placeholder for each one the layout lacks; the per-split outputs; the scalars), and those
-    per-split outputs (max, sum, unnormalised output) for the reduction."""
+    per-split outputs (max, sum, unnormalised output) for the reduction. `constants` (from
+    kernel_constants) say which tensors the kernel reads as 16-bit words: the codes for
+    split_bytes and split_words (PAIR > 0), nvfp4's e4m3 scales for the packed kernel."""
+    constants = constants or {}
+    words = constants.get("PAIR", 0) > 0
+    scale_words = "PAIR" in constants and cache.fmt.kind == NVFP4
     batch, hq, _ = q.shape
     k, v = cache.k, cache.v
     dummy = torch.zeros(1, device=q.device, dtype=torch.float32)
@@ -743,11 +883,14 @@ def kernel_arguments(q: torch.Tensor, cache: PagedCache, block_table: torch.Tens
     m = torch.empty(batch, hq, num_splits, device=q.device, dtype=torch.float32)
     l = torch.empty_like(m)
     acc = torch.empty(batch, hq, num_splits, cache.v_dim, device=q.device, dtype=torch.float32)
-    def codes(side):  # split_bytes: fp8 rows as 16-bit words, two values each
-        return side.data.view(torch.int16) if split_bytes else side.data
+    def codes(side):
+        return side.data.view(torch.int16) if words else side.data
 
-    args = (q.contiguous(), codes(k), arg(k.scale), arg(k.zero), arg(k.global_scale),
-            arg(codes(v) if v else None), arg(v.scale if v else None), arg(v.zero if v else None),
+    def scales(side):
+        return side.scale.view(torch.int16) if scale_words else side.scale
+
+    args = (q.contiguous(), codes(k), arg(scales(k)), arg(k.zero), arg(k.global_scale),
+            arg(codes(v) if v else None), arg(scales(v) if v else None), arg(v.zero if v else None),
             arg(v.global_scale if v else None), arg(cache.residual_k), arg(cache.residual_v),
             arg(cache.quantized_lens), block_table, context_lens, m, l, acc,
             sm_scale if sm_scale is not None else cache.head_dim ** -0.5, int(window or 0), block_table.stride(0),
@@ -760,23 +903,23 @@ def paged_decode(q: torch.Tensor, cache: PagedCache, block_table: torch.Tensor, 
                  num_stages: int = 2, sm_scale: float | None = None, max_context: int | None = None,
                  maxnreg: int | None = None, swap_qk: bool = False, prefetch: bool = False,
                  fp8_dot: bool = False, int8_qk: bool = False, split_nibbles: bool = False,
-                 split_bytes: bool = False, asm_decode: bool = False) -> torch.Tensor:
+                 split_bytes: bool = False, asm_decode: bool = False, split_words: bool = False) -> torch.Tensor:
     """Decode attention over a paged cache: q [batch, Hq, head_dim] -> [batch, Hq, v_dim] fp32.
     num_splits defaults to whole waves of the GPU (wave_splits); maxnreg caps registers per
     thread so that more programs fit on an SM."""
     batch, hq, _ = q.shape
     hkv = cache.heads
     kernel, constants = kernel_constants(cache, hq, block_t, swap_qk, prefetch, fp8_dot, int8_qk, split_nibbles,
-                                         split_bytes, asm_decode)
+                                         split_bytes, asm_decode, split_words)
     longest = max_context if max_context is not None else int(context_lens.max())
     tiles = max(1, math.ceil(longest / block_t))
     if num_splits is None:
         slots = kernel_residency(kernel, constants, num_warps, num_stages, q.device, maxnreg,
                                  lambda: kernel_arguments(q, cache, block_table, context_lens, 2, window, sm_scale,
-                                                          split_bytes)[0])["slots"]
+                                                          constants)[0])["slots"]
         num_splits = wave_splits(batch * hkv, tiles, slots)
     args, (m, l, acc) = kernel_arguments(q, cache, block_table, context_lens, num_splits, window, sm_scale,
-                                         split_bytes)
+                                         constants)
     options = {} if maxnreg is None else dict(maxnreg=maxnreg)
     kernel[(batch, hkv, num_splits)](*args, **constants, num_warps=num_warps, num_stages=num_stages, **options)
     out = torch.empty(batch, hq, cache.v_dim, device=q.device, dtype=torch.float32)
