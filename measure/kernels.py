@@ -179,13 +179,11 @@ _PTX_E2M1_LOW = tl.constexpr(_ptx_e2m1(False))
 _PTX_E2M1_HIGH = tl.constexpr(_ptx_e2m1(True))
 
 
-def _ptx_word_nibble(phase: int, e2m1: bool, exact: bool) -> str:
+def _ptx_word_nibble(phase: int, e2m1: bool) -> str:
     """Nibble `phase` (bits 4·phase to 4·phase + 3) of two 16-bit words, one per lane, as an
-    fp16 pair. Unsigned codes are ORed into 1024.0's mantissa: the even nibbles give 1024 + code
-    and the odd ones 1024 + 16·code, which is what the kernel's algebra takes when it folds the
-    offset into its sums (one LOP3 per pair, after a shift for the upper byte); `exact` removes
-    the offset and the 16 with one packed subtraction or fma. E2M1 bits are placed as _e2m1
-    places them."""
+    fp16 pair. Unsigned codes are ORed into 1024.0's mantissa (one LOP3 per pair, after a shift
+    for the upper byte), giving 1024 + code for even nibbles and 1024 + 16·code for odd ones;
+    one packed subtraction or fma leaves the code. E2M1 bits are placed as _e2m1 places them."""
     if e2m1:
         value, sign = 0x00070007 << 4 * phase, 0x00080008 << 4 * phase
         move = 9 - 4 * phase
@@ -194,19 +192,16 @@ def _ptx_word_nibble(phase: int, e2m1: bool, exact: bool) -> str:
                 f"shl.b32 c, c, {12 - 4 * phase}; or.b32 $0, t, c; }}")
     mask = 0x00F000F0 if phase % 2 else 0x000F000F
     word = "shr.b32 w, $1, 8; " if phase >= 2 else "mov.b32 w, $1; "
-    # (w & mask) | 1024.0 as one lop3 (0xEA: a & b | c)
+    # (w & mask) | 1024.0 as one lop3 (0xEA: a & b | c); written as and + or, ptxas keeps two
     place = f"{word}mov.b32 m, 0x64006400; lop3.b32 t, w, 0x{mask:08X}, m, 0xEA; "
-    if not exact:
-        return f"{{ .reg .b32 w, t, m; {place}mov.b32 $0, t; }}"
     finish = ("mov.b32 s, 0x2C002C00; mov.b32 o, 0xD400D400; fma.rn.f16x2 $0, t, s, o; " if phase % 2
               else "sub.f16x2 $0, t, m; ")
     return f"{{ .reg .b32 w, t, m, s, o; {place}{finish}}}"
 
 
 # indexed by nibble position inside the jit functions
-_PTX_WORD_UINT4 = tl.constexpr(tuple(_ptx_word_nibble(i, False, False) for i in range(4)))
-_PTX_WORD_UINT4_EXACT = tl.constexpr(tuple(_ptx_word_nibble(i, False, True) for i in range(4)))
-_PTX_WORD_E2M1 = tl.constexpr(tuple(_ptx_word_nibble(i, True, False) for i in range(4)))
+_PTX_WORD_UINT4 = tl.constexpr(tuple(_ptx_word_nibble(i, False) for i in range(4)))
+_PTX_WORD_E2M1 = tl.constexpr(tuple(_ptx_word_nibble(i, True) for i in range(4)))
 NIBBLE_WORDS = 5  # the packed kernel's PAIR for split_words: 4-bit rows read as 16-bit words of four values
 
 
@@ -245,26 +240,20 @@ def _nibble_half_asm(b, HIGH: tl.constexpr, E2M1: tl.constexpr):
 
 
 @triton.jit
-def _word_nibble(w, PHASE: tl.constexpr, E2M1: tl.constexpr, BIASED: tl.constexpr, ASM: tl.constexpr,
-                 DOT: tl.constexpr):
+def _word_nibble(w, PHASE: tl.constexpr, E2M1: tl.constexpr, ASM: tl.constexpr, DOT: tl.constexpr):
     """Nibble PHASE of each 16-bit word w (value 4j + PHASE of the row for word j) in the dot
-    dtype: E2M1 as _e2m1 gives it; unsigned codes exact, or BIASED as the PTX leaves them
-    (1024 + code for even nibbles, 1024 + 16·code for odd ones), which the kernel's sums undo."""
+    dtype: E2M1 as _e2m1 gives it, unsigned codes as numbers."""
     if ASM:  # the GPU: two words per register
         if E2M1:
             asm: tl.constexpr = _PTX_WORD_E2M1[PHASE]
-        elif BIASED:
-            asm: tl.constexpr = _PTX_WORD_UINT4[PHASE]
         else:
-            asm: tl.constexpr = _PTX_WORD_UINT4_EXACT[PHASE]
+            asm: tl.constexpr = _PTX_WORD_UINT4[PHASE]
         x = tl.inline_asm_elementwise(asm, "=r,r", [w], dtype=tl.float16, is_pure=True, pack=2)
         out = _to_dot(x.to(tl.float32), DOT) if DOT != 2 else x
     else:
         c = (w >> (4 * PHASE)) & 15
         if E2M1:
             out = _e2m1(c, DOT)
-        elif BIASED:
-            out = _to_dot((c * (16 if PHASE % 2 else 1) + 1024).to(tl.float32), DOT)
         else:
             out = _to_dot(c.to(tl.float32), DOT)
     return out
@@ -272,12 +261,12 @@ def _word_nibble(w, PHASE: tl.constexpr, E2M1: tl.constexpr, BIASED: tl.constexp
 
 @triton.jit
 def _half_codes(codes, PHASE: tl.constexpr, PAIR: tl.constexpr, ASM: tl.constexpr, KIND: tl.constexpr,
-                DOT: tl.constexpr, BIASED: tl.constexpr):
+                DOT: tl.constexpr):
     """Values of one phase of a packed tile before any scale (E2M1: value / 2^14). With PAIR or
     ASM, `codes` are the raw bytes or words and the phase is picked here; otherwise they are
     already this half's codes."""
     if PAIR == 5:
-        out = _word_nibble(codes, PHASE, KIND == 4, BIASED, ASM, DOT)
+        out = _word_nibble(codes, PHASE, KIND == 4, ASM, DOT)
     elif PAIR:
         out = _byte_half(codes, PHASE, PAIR, DOT, ASM)
     elif ASM:
@@ -508,12 +497,12 @@ def _decode_split_kernel(
 
 @triton.jit
 def _phase_values(codes, SCALE, ZERO, rows, page_ids, kvh, PHASE: tl.constexpr, PHASES: tl.constexpr,
-                  IS_K: tl.constexpr, PAIR: tl.constexpr, ASM: tl.constexpr, BIASED: tl.constexpr, KIND: tl.constexpr,
+                  IS_K: tl.constexpr, PAIR: tl.constexpr, ASM: tl.constexpr, KIND: tl.constexpr,
                   ROW: tl.constexpr, GROUP: tl.constexpr, HKV: tl.constexpr, BS: tl.constexpr, NP: tl.constexpr,
                   BLOCK_T: tl.constexpr, DOT: tl.constexpr):
     """One phase of a packed tile (values PHASES·j + PHASE of each row), dequantized up to its
     per-token terms."""
-    x = _half_codes(codes, PHASE, PAIR, ASM, KIND, DOT, BIASED)
+    x = _half_codes(codes, PHASE, PAIR, ASM, KIND, DOT)
     if KIND == 4:
         out = _grouped(x, SCALE, ZERO, rows, ROW, GROUP, PHASES, BLOCK_T, DOT, False, True)
     elif KIND == 5:
@@ -541,14 +530,9 @@ def _with_recent(x, R, res, in_page, ROW: tl.constexpr, PHASES: tl.constexpr, PH
 
 
 @triton.jit
-def _phase_output(acc, acc_bias, p_sum, VS, VG, PHASE: tl.constexpr, KIND: tl.constexpr, PAIR: tl.constexpr,
-                  BIASED: tl.constexpr):
-    """One phase's accumulated output with what the loop left out: the offset of BIASED codes
-    (1024·Σp, and the 16 of odd nibbles), zero points, and per-tensor scales and units."""
-    if BIASED:
-        acc = acc - 1024.0 * p_sum[:, None]
-        if PHASE % 2:
-            acc = acc * 0.0625
+def _phase_output(acc, acc_bias, VS, VG, KIND: tl.constexpr, PAIR: tl.constexpr):
+    """One phase's accumulated output with what the loop left out: zero points, per-tensor
+    scales and units."""
     acc = acc + acc_bias[:, None]
     if KIND == 4:
         acc = acc * (tl.load(VG) * E2M1_UNIT)
@@ -566,7 +550,7 @@ def _decode_split_kernel_packed(
     HQ: tl.constexpr, HKV: tl.constexpr, GROUP_Q: tl.constexpr, BLOCK_G: tl.constexpr,
     D: tl.constexpr, DV: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr,
     KIND: tl.constexpr, VGROUP: tl.constexpr, HAS_RESIDUAL: tl.constexpr, DOT: tl.constexpr, KGROUP: tl.constexpr,
-    PAIR: tl.constexpr, ASM: tl.constexpr, BIASED: tl.constexpr,
+    PAIR: tl.constexpr, ASM: tl.constexpr,
 ):
     """Packed layouts read in phases, never re-interleaved. PAIR = 0: 4-bit rows as bytes, the
     low nibble an even value and the high nibble an odd one; PAIR = 1-4: 8-bit rows (e4m3, e5m2,
@@ -574,9 +558,7 @@ def _decode_split_kernel_packed(
     words of four values, nibble i of word j being value 4j + i, so the tiles load like bf16's
     (no byte-wise shared-memory reads of the value tile). q is split into its phases' columns,
     scores are one dot per phase, values accumulate per phase and are stored to interleaved
-    columns. BIASED (unsigned 4-bit words with per-token scales): codes keep the PTX's offset
-    (1024, times 16 for odd nibbles' codes); q's odd columns are divided by 16, 1024·Σq leaves
-    every score, and the output sheds 1024·Σp and the 16, so no value pays a subtraction."""
+    columns."""
     PHASES: tl.constexpr = 4 if PAIR == 5 else 2
     b = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -602,16 +584,10 @@ def _decode_split_kernel_packed(
         q2 = tl.load(qbase + 2, mask=gmask[:, None], other=0.0).to(tl.float32) * qscale
         q3 = tl.load(qbase + 3, mask=gmask[:, None], other=0.0).to(tl.float32) * qscale
         qsum += tl.sum(q2, 1) + tl.sum(q3, 1)
-        if BIASED:
-            q1 = q1 * 0.0625
-            q3 = q3 * 0.0625
         qd2 = _to_dot(q2, DOT)
         qd3 = _to_dot(q3, DOT)
     qd0 = _to_dot(q0, DOT)
     qd1 = _to_dot(q1, DOT)
-    if BIASED:  # what the codes' 1024 adds to every score, from q as the dots see it
-        q_offset = 1024.0 * (tl.sum(qd0.to(tl.float32), 1) + tl.sum(qd1.to(tl.float32), 1) +
-                             tl.sum(qd2.to(tl.float32), 1) + tl.sum(qd3.to(tl.float32), 1))
 
     start, paged, lo, hi = _split_bounds(CTX, QLEN, b, split, window, num_splits, HAS_RESIDUAL, BS, BLOCK_T)
 
@@ -623,7 +599,6 @@ def _decode_split_kernel_packed(
         acc2 = tl.zeros([BLOCK_G, DV // PHASES], tl.float32)
         acc3 = tl.zeros([BLOCK_G, DV // PHASES], tl.float32)
     acc_bias = tl.zeros([BLOCK_G], tl.float32)
-    p_sum = tl.zeros([BLOCK_G], tl.float32)
     for t0 in range(lo, hi, BLOCK_T):
         t, valid, in_page, page_ids, rows = _tile(t0, b, kvh, BT, stride_bt, start, hi, paged, HKV, BS, BLOCK_T)
         kb = tl.load(K + rows[:, None] * (D // PHASES) + dh[None, :])
@@ -638,14 +613,14 @@ def _decode_split_kernel_packed(
             k_hi = kb >> 4
             v_lo = vb & 15
             v_hi = vb >> 4
-        k0 = _phase_values(k_lo, KS, KZ, rows, page_ids, kvh, 0, PHASES, True, PAIR, ASM, BIASED, KIND, D, KGROUP,
+        k0 = _phase_values(k_lo, KS, KZ, rows, page_ids, kvh, 0, PHASES, True, PAIR, ASM, KIND, D, KGROUP,
                            HKV, BS, NP, BLOCK_T, DOT)
-        k1 = _phase_values(k_hi, KS, KZ, rows, page_ids, kvh, 1, PHASES, True, PAIR, ASM, BIASED, KIND, D, KGROUP,
+        k1 = _phase_values(k_hi, KS, KZ, rows, page_ids, kvh, 1, PHASES, True, PAIR, ASM, KIND, D, KGROUP,
                            HKV, BS, NP, BLOCK_T, DOT)
         if PHASES == 4:
-            k2 = _phase_values(kb, KS, KZ, rows, page_ids, kvh, 2, PHASES, True, PAIR, ASM, BIASED, KIND, D, KGROUP,
+            k2 = _phase_values(kb, KS, KZ, rows, page_ids, kvh, 2, PHASES, True, PAIR, ASM, KIND, D, KGROUP,
                                HKV, BS, NP, BLOCK_T, DOT)
-            k3 = _phase_values(kb, KS, KZ, rows, page_ids, kvh, 3, PHASES, True, PAIR, ASM, BIASED, KIND, D, KGROUP,
+            k3 = _phase_values(kb, KS, KZ, rows, page_ids, kvh, 3, PHASES, True, PAIR, ASM, KIND, D, KGROUP,
                                HKV, BS, NP, BLOCK_T, DOT)
         if HAS_RESIDUAL:
             res = tl.where(valid & (t >= paged), (b * rmax + (t - paged)) * HKV + kvh, kvh)
@@ -657,8 +632,6 @@ def _decode_split_kernel_packed(
         s = tl.dot(qd0, tl.trans(k0)) + tl.dot(qd1, tl.trans(k1))
         if PHASES == 4:
             s += tl.dot(qd2, tl.trans(k2)) + tl.dot(qd3, tl.trans(k3))
-        if BIASED:
-            s = s - q_offset[:, None]
         if KIND == 2:
             s = s * tl.load(KS + rows).to(tl.float32)[None, :]
         if KIND == 3:
@@ -678,14 +651,14 @@ def _decode_split_kernel_packed(
         if KIND == 3:
             pv = p * tl.load(VS + rows).to(tl.float32)[None, :]
             acc_bias += tl.sum(p * tl.load(VZ + rows).to(tl.float32)[None, :], 1)
-        v0 = _phase_values(v_lo, VS, VZ, rows, page_ids, kvh, 0, PHASES, False, PAIR, ASM, BIASED, KIND, DV, VGROUP,
+        v0 = _phase_values(v_lo, VS, VZ, rows, page_ids, kvh, 0, PHASES, False, PAIR, ASM, KIND, DV, VGROUP,
                            HKV, BS, NP, BLOCK_T, DOT)
-        v1 = _phase_values(v_hi, VS, VZ, rows, page_ids, kvh, 1, PHASES, False, PAIR, ASM, BIASED, KIND, DV, VGROUP,
+        v1 = _phase_values(v_hi, VS, VZ, rows, page_ids, kvh, 1, PHASES, False, PAIR, ASM, KIND, DV, VGROUP,
                            HKV, BS, NP, BLOCK_T, DOT)
         if PHASES == 4:
-            v2 = _phase_values(vb, VS, VZ, rows, page_ids, kvh, 2, PHASES, False, PAIR, ASM, BIASED, KIND, DV, VGROUP,
+            v2 = _phase_values(vb, VS, VZ, rows, page_ids, kvh, 2, PHASES, False, PAIR, ASM, KIND, DV, VGROUP,
                                HKV, BS, NP, BLOCK_T, DOT)
-            v3 = _phase_values(vb, VS, VZ, rows, page_ids, kvh, 3, PHASES, False, PAIR, ASM, BIASED, KIND, DV, VGROUP,
+            v3 = _phase_values(vb, VS, VZ, rows, page_ids, kvh, 3, PHASES, False, PAIR, ASM, KIND, DV, VGROUP,
                                HKV, BS, NP, BLOCK_T, DOT)
         if HAS_RESIDUAL:
             v0 = _with_recent(v0, RV, res, in_page, DV, PHASES, 0, DOT)
@@ -694,8 +667,6 @@ def _decode_split_kernel_packed(
                 v2 = _with_recent(v2, RV, res, in_page, DV, PHASES, 2, DOT)
                 v3 = _with_recent(v3, RV, res, in_page, DV, PHASES, 3, DOT)
         pd = _to_dot(pv, DOT)
-        if BIASED:  # the probabilities as the dots see them, for the offset they add
-            p_sum = p_sum * alpha + tl.sum(pd.to(tl.float32), 1)
         acc0 += tl.dot(pd, v0)
         acc1 += tl.dot(pd, v1)
         if PHASES == 4:
@@ -706,11 +677,11 @@ def _decode_split_kernel_packed(
     tl.store(M_OUT + out, m_i, mask=gmask)
     tl.store(L_OUT + out, l_i, mask=gmask)
     base = ACC_OUT + out[:, None] * DV + PHASES * dvh[None, :]
-    tl.store(base, _phase_output(acc0, acc_bias, p_sum, VS, VG, 0, KIND, PAIR, BIASED), mask=gmask[:, None])
-    tl.store(base + 1, _phase_output(acc1, acc_bias, p_sum, VS, VG, 1, KIND, PAIR, BIASED), mask=gmask[:, None])
+    tl.store(base, _phase_output(acc0, acc_bias, VS, VG, KIND, PAIR), mask=gmask[:, None])
+    tl.store(base + 1, _phase_output(acc1, acc_bias, VS, VG, KIND, PAIR), mask=gmask[:, None])
     if PHASES == 4:
-        tl.store(base + 2, _phase_output(acc2, acc_bias, p_sum, VS, VG, 2, KIND, PAIR, BIASED), mask=gmask[:, None])
-        tl.store(base + 3, _phase_output(acc3, acc_bias, p_sum, VS, VG, 3, KIND, PAIR, BIASED), mask=gmask[:, None])
+        tl.store(base + 2, _phase_output(acc2, acc_bias, VS, VG, KIND, PAIR), mask=gmask[:, None])
+        tl.store(base + 3, _phase_output(acc3, acc_bias, VS, VG, KIND, PAIR), mask=gmask[:, None])
 
 
 @triton.jit
@@ -847,13 +818,12 @@ def kernel_constants(cache: PagedCache, q_heads: int, block_t: int = 64, swap_qk
             raise ValueError(f"{name} reads 4-bit layouts, not {f.name}")
         return _decode_split_kernel_packed, dict(shared, D=cache.head_dim, DOT=_dot_kind(cache),
                                                PAIR=NIBBLE_WORDS if split_words else 0,
-                                               ASM=_asm_decode(asm_decode), BIASED=split_words and f.kind == ASYM)
+                                               ASM=_asm_decode(asm_decode))
     if split_bytes:
         if f.kind not in (FP8_TENSOR, TOKEN_HEAD, ASYM) or f.value_dtype not in BYTE_PAIRS or mla:
             raise ValueError(f"split_bytes reads 8-bit layouts with per-tensor or per-token scales, not {f.name}")
         return _decode_split_kernel_packed, dict(shared, D=cache.head_dim, DOT=_dot_kind(cache),
-                                               PAIR=BYTE_PAIRS[f.value_dtype], ASM=_asm_decode(asm_decode),
-                                               BIASED=False)
+                                               PAIR=BYTE_PAIRS[f.value_dtype], ASM=_asm_decode(asm_decode))
     if asm_decode:
         raise ValueError("asm_decode decodes packed phases: use it with split_nibbles, split_bytes or split_words")
     return _decode_split_kernel, dict(
