@@ -304,29 +304,22 @@ def _byte_half(w, HIGH: tl.constexpr, PAIR: tl.constexpr, DOT: tl.constexpr, ASM
 
 
 @triton.jit
-def _group_terms(SCALE, rows, ROW: tl.constexpr, GROUP: tl.constexpr, DOT: tl.constexpr,
-                 SCALE_WORDS: tl.constexpr = False):
-    """[BLOCK_T, ROW / GROUP] per-group scales (or zero points) of `rows` in the dot dtype.
-    SCALE_WORDS: e4m3 scales read as 16-bit words of two, so that no 8-bit tensor feeds the
-    dot's operand (Triton then lays 16-bit operands out for 8-bit sources, and every tile pays
-    register moves for it)."""
+def _grouped(x, SCALE, ZERO, rows, ROW: tl.constexpr, GROUP: tl.constexpr, PARTS: tl.constexpr,
+             BLOCK_T: tl.constexpr, DOT: tl.constexpr, AFFINE: tl.constexpr, SCALE_WORDS: tl.constexpr = False):
+    """x [BLOCK_T, ROW / PARTS] (dot dtype) times one scale (plus one zero when AFFINE) per GROUP
+    consecutive values of a row. PARTS > 1 when x holds one phase of each row (values
+    PARTS·j + phase: column j is in group j // (GROUP / PARTS)). SCALE_WORDS: e4m3 scales read
+    as 16-bit words of two, so that no 8-bit tensor feeds the dot's operand (Triton then lays
+    16-bit operands out for 8-bit sources, and every tile pays register moves for it)."""
     cg = tl.arange(0, ROW // GROUP)
     if SCALE_WORDS:  # group g is the low (even g) or high byte of word g // 2
         w = tl.load(SCALE + rows[:, None] * (ROW // GROUP // 2) + (cg // 2)[None, :])
         s = _byte_half(tl.where((cg % 2 == 1)[None, :], w >> 8, w), False, 1, DOT) * E4M3_UNIT
     else:
         s = _to_dot(tl.load(SCALE + rows[:, None] * (ROW // GROUP) + cg[None, :]).to(tl.float32), DOT)
-    return s
-
-
-@triton.jit
-def _grouped(x, s, z, ROW: tl.constexpr, GROUP: tl.constexpr, PARTS: tl.constexpr, BLOCK_T: tl.constexpr,
-             AFFINE: tl.constexpr):
-    """x [BLOCK_T, ROW / PARTS] (dot dtype) times one scale s (plus one zero z when AFFINE) per
-    GROUP consecutive values of a row (s, z from _group_terms). PARTS > 1 when x holds one phase
-    of each row (values PARTS·j + phase: column j is in group j // (GROUP / PARTS))."""
     x3 = tl.reshape(x, [BLOCK_T, ROW // GROUP, GROUP // PARTS]) * s[:, :, None]
     if AFFINE:
+        z = _to_dot(tl.load(ZERO + rows[:, None] * (ROW // GROUP) + cg[None, :]).to(tl.float32), DOT)
         x3 = x3 + z[:, :, None]
     return tl.reshape(x3, [BLOCK_T, ROW // PARTS])
 
@@ -430,8 +423,7 @@ def _decode_split_kernel(
                 if not V_FROM_K:
                     v = _codes(V, rows, DV, 0, DV, BITS, DOT)
         if KIND == 4:
-            ks_g = _group_terms(KS, rows, KROW, KGROUP, DOT)
-            k = _grouped(_e2m1(k, DOT), ks_g, ks_g, KROW, KGROUP, 1, BLOCK_T, False)
+            k = _grouped(_e2m1(k, DOT), KS, KS, rows, KROW, KGROUP, 1, BLOCK_T, DOT, False)
         elif KIND == 5:
             k = _page_affine(_to_dot(k, DOT), KS, KZ, page_ids, kvh, HKV, KROW, BS, NP, DOT)
         elif BITS < 8:
@@ -477,11 +469,9 @@ def _decode_split_kernel(
                 pv = p * tl.load(VS + rows).to(tl.float32)[None, :]
                 acc_bias += tl.sum(p * tl.load(VZ + rows).to(tl.float32)[None, :], 1)
             if KIND == 4:
-                vs_g = _group_terms(VS, rows, DV, KGROUP, DOT)
-                v = _grouped(_e2m1(v, DOT), vs_g, vs_g, DV, KGROUP, 1, BLOCK_T, False)
+                v = _grouped(_e2m1(v, DOT), VS, VS, rows, DV, KGROUP, 1, BLOCK_T, DOT, False)
             elif KIND == 5:
-                v = _grouped(_to_dot(v, DOT), _group_terms(VS, rows, DV, VGROUP, DOT),
-                             _group_terms(VZ, rows, DV, VGROUP, DOT), DV, VGROUP, 1, BLOCK_T, True)
+                v = _grouped(_to_dot(v, DOT), VS, VZ, rows, DV, VGROUP, 1, BLOCK_T, DOT, True)
             elif BITS < 8:
                 v = _to_dot(v, DOT)
             if HAS_RESIDUAL:
@@ -511,11 +501,10 @@ def _phase_values(codes, SCALE, ZERO, rows, page_ids, kvh, PHASE: tl.constexpr, 
                   ROW: tl.constexpr, GROUP: tl.constexpr, HKV: tl.constexpr, BS: tl.constexpr, NP: tl.constexpr,
                   BLOCK_T: tl.constexpr, DOT: tl.constexpr):
     """One phase of a packed tile (values PHASES·j + PHASE of each row), dequantized up to its
-    per-token terms. SCALE and ZERO are the tile's group terms (nvfp4, KIVI values; loaded once
-    for every phase) or, for KIVI keys, the pointers to the per-channel ones."""
+    per-token terms."""
     x = _half_codes(codes, PHASE, PAIR, ASM, KIND, DOT)
     if KIND == 4:
-        out = _grouped(x, SCALE, SCALE, ROW, GROUP, PHASES, BLOCK_T, False)
+        out = _grouped(x, SCALE, ZERO, rows, ROW, GROUP, PHASES, BLOCK_T, DOT, False, True)
     elif KIND == 5:
         if IS_K:  # per channel over the page: this phase's channels are PHASES·j + PHASE
             c = PHASES * tl.arange(0, ROW // PHASES) + PHASE
@@ -525,7 +514,7 @@ def _phase_values(codes, SCALE, ZERO, rows, page_ids, kvh, PHASE: tl.constexpr, 
             x3 = tl.reshape(x, [NP, BS, ROW // PHASES]) * sc[:, None, :] + zc[:, None, :]
             out = tl.reshape(x3, [BLOCK_T, ROW // PHASES])
         else:
-            out = _grouped(x, SCALE, ZERO, ROW, GROUP, PHASES, BLOCK_T, True)
+            out = _grouped(x, SCALE, ZERO, rows, ROW, GROUP, PHASES, BLOCK_T, DOT, True)
     else:
         out = x
     return out
@@ -614,23 +603,6 @@ def _decode_split_kernel_packed(
         t, valid, in_page, page_ids, rows = _tile(t0, b, kvh, BT, stride_bt, start, hi, paged, HKV, BS, BLOCK_T)
         kb = tl.load(K + rows[:, None] * (D // PHASES) + dh[None, :])
         vb = tl.load(V + rows[:, None] * (DV // PHASES) + dvh[None, :])
-        if KIND == 2 or KIND == 3:  # per-token terms issued with the tile, not after its dots
-            ks_t = tl.load(KS + rows).to(tl.float32)
-            vs_t = tl.load(VS + rows).to(tl.float32)
-            if KIND == 3:
-                kz_t = tl.load(KZ + rows).to(tl.float32)
-                vz_t = tl.load(VZ + rows).to(tl.float32)
-        k_scale = KS  # KIVI keys: per-channel terms, read per phase
-        k_zero = KZ
-        v_scale = VS
-        v_zero = VZ
-        if KIND == 4:  # group scales, once for every phase
-            k_scale = _group_terms(KS, rows, D, KGROUP, DOT, True)
-            v_scale = _group_terms(VS, rows, DV, KGROUP, DOT, True)
-            v_zero = v_scale
-        if KIND == 5:
-            v_scale = _group_terms(VS, rows, DV, VGROUP, DOT)
-            v_zero = _group_terms(VZ, rows, DV, VGROUP, DOT)
         if PAIR or ASM:  # whole bytes or words: _half_codes picks the phase
             k_lo = kb
             k_hi = kb
@@ -641,14 +613,14 @@ def _decode_split_kernel_packed(
             k_hi = kb >> 4
             v_lo = vb & 15
             v_hi = vb >> 4
-        k0 = _phase_values(k_lo, k_scale, k_zero, rows, page_ids, kvh, 0, PHASES, True, PAIR, ASM, KIND, D, KGROUP,
+        k0 = _phase_values(k_lo, KS, KZ, rows, page_ids, kvh, 0, PHASES, True, PAIR, ASM, KIND, D, KGROUP,
                            HKV, BS, NP, BLOCK_T, DOT)
-        k1 = _phase_values(k_hi, k_scale, k_zero, rows, page_ids, kvh, 1, PHASES, True, PAIR, ASM, KIND, D, KGROUP,
+        k1 = _phase_values(k_hi, KS, KZ, rows, page_ids, kvh, 1, PHASES, True, PAIR, ASM, KIND, D, KGROUP,
                            HKV, BS, NP, BLOCK_T, DOT)
         if PHASES == 4:
-            k2 = _phase_values(kb, k_scale, k_zero, rows, page_ids, kvh, 2, PHASES, True, PAIR, ASM, KIND, D, KGROUP,
+            k2 = _phase_values(kb, KS, KZ, rows, page_ids, kvh, 2, PHASES, True, PAIR, ASM, KIND, D, KGROUP,
                                HKV, BS, NP, BLOCK_T, DOT)
-            k3 = _phase_values(kb, k_scale, k_zero, rows, page_ids, kvh, 3, PHASES, True, PAIR, ASM, KIND, D, KGROUP,
+            k3 = _phase_values(kb, KS, KZ, rows, page_ids, kvh, 3, PHASES, True, PAIR, ASM, KIND, D, KGROUP,
                                HKV, BS, NP, BLOCK_T, DOT)
         if HAS_RESIDUAL:
             res = tl.where(valid & (t >= paged), (b * rmax + (t - paged)) * HKV + kvh, kvh)
@@ -661,9 +633,10 @@ def _decode_split_kernel_packed(
         if PHASES == 4:
             s += tl.dot(qd2, tl.trans(k2)) + tl.dot(qd3, tl.trans(k3))
         if KIND == 2:
-            s = s * ks_t[None, :]
+            s = s * tl.load(KS + rows).to(tl.float32)[None, :]
         if KIND == 3:
-            s = s * ks_t[None, :] + kz_t[None, :] * qsum[:, None]
+            s = s * tl.load(KS + rows).to(tl.float32)[None, :] + \
+                tl.load(KZ + rows).to(tl.float32)[None, :] * qsum[:, None]
         s = tl.where(valid[None, :], s, float("-inf"))
         p, alpha, m_new, l_i = _online_softmax(s, m_i, l_i)
         acc0 = acc0 * alpha[:, None]
@@ -673,18 +646,19 @@ def _decode_split_kernel_packed(
             acc3 = acc3 * alpha[:, None]
         acc_bias = acc_bias * alpha
         pv = p
-        if KIND == 2 or KIND == 3:
-            pv = p * vs_t[None, :]
-            if KIND == 3:
-                acc_bias += tl.sum(p * vz_t[None, :], 1)
-        v0 = _phase_values(v_lo, v_scale, v_zero, rows, page_ids, kvh, 0, PHASES, False, PAIR, ASM, KIND, DV, VGROUP,
+        if KIND == 2:
+            pv = p * tl.load(VS + rows).to(tl.float32)[None, :]
+        if KIND == 3:
+            pv = p * tl.load(VS + rows).to(tl.float32)[None, :]
+            acc_bias += tl.sum(p * tl.load(VZ + rows).to(tl.float32)[None, :], 1)
+        v0 = _phase_values(v_lo, VS, VZ, rows, page_ids, kvh, 0, PHASES, False, PAIR, ASM, KIND, DV, VGROUP,
                            HKV, BS, NP, BLOCK_T, DOT)
-        v1 = _phase_values(v_hi, v_scale, v_zero, rows, page_ids, kvh, 1, PHASES, False, PAIR, ASM, KIND, DV, VGROUP,
+        v1 = _phase_values(v_hi, VS, VZ, rows, page_ids, kvh, 1, PHASES, False, PAIR, ASM, KIND, DV, VGROUP,
                            HKV, BS, NP, BLOCK_T, DOT)
         if PHASES == 4:
-            v2 = _phase_values(vb, v_scale, v_zero, rows, page_ids, kvh, 2, PHASES, False, PAIR, ASM, KIND, DV, VGROUP,
+            v2 = _phase_values(vb, VS, VZ, rows, page_ids, kvh, 2, PHASES, False, PAIR, ASM, KIND, DV, VGROUP,
                                HKV, BS, NP, BLOCK_T, DOT)
-            v3 = _phase_values(vb, v_scale, v_zero, rows, page_ids, kvh, 3, PHASES, False, PAIR, ASM, KIND, DV, VGROUP,
+            v3 = _phase_values(vb, VS, VZ, rows, page_ids, kvh, 3, PHASES, False, PAIR, ASM, KIND, DV, VGROUP,
                                HKV, BS, NP, BLOCK_T, DOT)
         if HAS_RESIDUAL:
             v0 = _with_recent(v0, RV, res, in_page, DV, PHASES, 0, DOT)
