@@ -325,6 +325,17 @@ def _grouped(x, SCALE, ZERO, rows, ROW: tl.constexpr, GROUP: tl.constexpr, PARTS
 
 
 @triton.jit
+def _token_affine(TERMS, rows):
+    """LMDeploy's per-token scale and zero point of `rows` (fp32), stored side by side as one
+    32-bit word per token (scale in the low half): one 4-byte load, which Triton's cp.async
+    pipeline takes, where two 2-byte ones are read outside it."""
+    w = tl.load(TERMS + rows)
+    scale = (w & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+    zero = (w >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+    return scale, zero
+
+
+@triton.jit
 def _page_affine(x, SCALE, ZERO, page_ids, kvh, HKV: tl.constexpr, ROW: tl.constexpr, BS: tl.constexpr,
                  NP: tl.constexpr, DOT: tl.constexpr):
     """KIVI keys: x [NP * BS, ROW] times the per-channel scale of each token's page, plus its min."""
@@ -447,8 +458,7 @@ def _decode_split_kernel(
             ks_rows = tl.load(KS + rows).to(tl.float32)
             s = s * ks_rows[None, :]
         if KIND == 3:
-            ks3 = tl.load(KS + rows).to(tl.float32)
-            kz3 = tl.load(KZ + rows).to(tl.float32)
+            ks3, kz3 = _token_affine(KS, rows)
             if I8_QK:
                 kz3 = kz3 + 128.0 * ks3
             s = s * ks3[None, :] + kz3[None, :] * qsum[:, None]
@@ -466,8 +476,9 @@ def _decode_split_kernel(
             if KIND == 2:
                 pv = p * tl.load(VS + rows).to(tl.float32)[None, :]
             elif KIND == 3:
-                pv = p * tl.load(VS + rows).to(tl.float32)[None, :]
-                acc_bias += tl.sum(p * tl.load(VZ + rows).to(tl.float32)[None, :], 1)
+                vs3, vz3 = _token_affine(VS, rows)
+                pv = p * vs3[None, :]
+                acc_bias += tl.sum(p * vz3[None, :], 1)
             if KIND == 4:
                 v = _grouped(_e2m1(v, DOT), VS, VS, rows, DV, KGROUP, 1, BLOCK_T, DOT, False)
             elif KIND == 5:
@@ -635,8 +646,8 @@ def _decode_split_kernel_packed(
         if KIND == 2:
             s = s * tl.load(KS + rows).to(tl.float32)[None, :]
         if KIND == 3:
-            s = s * tl.load(KS + rows).to(tl.float32)[None, :] + \
-                tl.load(KZ + rows).to(tl.float32)[None, :] * qsum[:, None]
+            ks3, kz3 = _token_affine(KS, rows)
+            s = s * ks3[None, :] + kz3[None, :] * qsum[:, None]
         s = tl.where(valid[None, :], s, float("-inf"))
         p, alpha, m_new, l_i = _online_softmax(s, m_i, l_i)
         acc0 = acc0 * alpha[:, None]
@@ -649,8 +660,9 @@ def _decode_split_kernel_packed(
         if KIND == 2:
             pv = p * tl.load(VS + rows).to(tl.float32)[None, :]
         if KIND == 3:
-            pv = p * tl.load(VS + rows).to(tl.float32)[None, :]
-            acc_bias += tl.sum(p * tl.load(VZ + rows).to(tl.float32)[None, :], 1)
+            vs3, vz3 = _token_affine(VS, rows)
+            pv = p * vs3[None, :]
+            acc_bias += tl.sum(p * vz3[None, :], 1)
         v0 = _phase_values(v_lo, VS, VZ, rows, page_ids, kvh, 0, PHASES, False, PAIR, ASM, KIND, DV, VGROUP,
                            HKV, BS, NP, BLOCK_T, DOT)
         v1 = _phase_values(v_hi, VS, VZ, rows, page_ids, kvh, 1, PHASES, False, PAIR, ASM, KIND, DV, VGROUP,
@@ -857,6 +869,8 @@ def kernel_arguments(q: torch.Tensor, cache: PagedCache, block_table: torch.Tens
         return side.data.view(torch.int16) if words else side.data
 
     def scales(side):
+        if side.affine_words is not None:  # LMDeploy: (scale, zero) as one 32-bit word per token
+            return side.affine_words
         return side.scale.view(torch.int16) if scale_words else side.scale
 
     args = (q.contiguous(), codes(k), arg(scales(k)), arg(k.zero), arg(k.global_scale),

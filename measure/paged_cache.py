@@ -69,6 +69,9 @@ class PagedSide:
     # KIVI keys [nb, h, D] (per channel over the page), KIVI values [nb, h, bs, D/G]
     zero: torch.Tensor | None = None  # asymmetric formats: same shape as scale
     global_scale: torch.Tensor | None = None  # nvfp4: [1] fp32
+    # LMDeploy: each token's fp16 scale and zero point side by side; scale and zero are views of
+    # it, and this is the same storage as one int32 word per token [nb, h, bs] for the kernels
+    affine_words: torch.Tensor | None = None
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.data, self.scale, self.zero, self.global_scale)
@@ -141,6 +144,10 @@ def _asym(x: torch.Tensor, bits: int, dim: int) -> tuple[torch.Tensor, torch.Ten
 def _pack_side(fmt: CacheFormat, x: torch.Tensor, nb: int, bs: int, side: str, group: int) -> PagedSide:
     """x: [nb * bs, heads, D] fp32 in physical page order; stored head-major."""
     s = _pack_side_nhd(fmt, x, nb, bs, side, group)
+    if fmt.kind == ASYM:
+        pairs = torch.stack([_hnd(s.scale), _hnd(s.zero)], dim=-1).contiguous()  # [nb, h, bs, 2] fp16
+        return PagedSide(_hnd(s.data), pairs[..., 0], pairs[..., 1],
+                         affine_words=pairs.view(torch.int32).squeeze(-1))
     kivi_keys = fmt.kind == KIVI and side == "k"
     return PagedSide(_hnd(s.data), s.scale if kivi_keys else _hnd(s.scale), s.zero if kivi_keys else _hnd(s.zero),
                      s.global_scale)
