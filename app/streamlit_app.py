@@ -325,7 +325,8 @@ def decode_section(data: dict) -> None:
                       title=f"Decode attention at batch {batch}, one layer (dotted: kvsize prediction)")
     if "copy_bandwidth_gb_s" in data:
         st.caption(f"Measured copy bandwidth {data['copy_bandwidth_gb_s']:,.0f} GB/s (read + write, decimal GB). "
-                   "Predictions: overhead + bytes read / (bandwidth × the format's fitted efficiency).")
+                   "Predictions: overhead + bytes read / (bandwidth × the format's fitted efficiency) "
+                   "+ batch × per-sequence time + context × per-token time (docs/formulas.md).")
     _chart(fig, "decode_chart")
     st.dataframe(part, key="decode_table")
     _downloads(part, fig, "decode")

@@ -179,7 +179,8 @@ def print_table(report: dict) -> None:
     print(f"\nefficiency vs spec {eff['reference_bandwidth_gb_s']:.0f} GB/s (fit on batch ≥ "
           f"{eff['fitted_on_batch_at_least']}):")
     for fmt, e in eff["kv"].items():
-        print(f"  {fmt:<22} {e:.3f}  overhead {eff['overhead_s'][fmt] * 1e6:6.1f} us")
+        print(f"  {fmt:<22} {e:.3f}  overhead {eff['overhead_s'][fmt] * 1e6:6.1f} us  per sequence "
+              f"{eff['per_sequence_s'][fmt] * 1e6:6.3f} us  per context token {eff['per_context_token_s'][fmt] * 1e9:6.3f} ns")
     print("\ngoals:")
     long = [p for p in report["kernels"] if p["context"] >= 16384 and p["batch"] >= 16]
     worst = {}

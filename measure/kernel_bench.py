@@ -12,6 +12,7 @@ the unquantized keys and values (attention_rel_error, the format's own loss).
 from __future__ import annotations
 
 import math
+import sys
 
 import torch
 
@@ -207,10 +208,9 @@ def baseline_points(batch: int, context: int, q_heads: int, kv_heads: int, head_
     return out
 
 
-def fit_line(xs: list[float], ys: list[float], relative: bool = False) -> tuple[float, float]:
-    """Least squares y = a + b x; returns (a, b). `relative` weights each point by 1/y², so the
-    fit minimises relative error (small and large points count alike)."""
-    w = [1 / (y * y) if relative and y else 1.0 for y in ys]
+def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Least squares y = a + b x; returns (a, b)."""
+    w = [1.0] * len(ys)
     sw = sum(w)
     mx = sum(wi * x for wi, x in zip(w, xs)) / sw
     my = sum(wi * y for wi, y in zip(w, ys)) / sw
@@ -219,25 +219,81 @@ def fit_line(xs: list[float], ys: list[float], relative: bool = False) -> tuple[
     return my - b * mx, b
 
 
+TIME_TERMS = ("overhead_s", "per_sequence_s", "per_context_token_s")
+TIME_MODEL = ("time = overhead_s + bytes_read / (reference_bandwidth × kv efficiency) + batch × per_sequence_s "
+              "+ context × per_context_token_s")
+
+
+def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
+    """Gaussian elimination with partial pivoting; None when the system is singular."""
+    n = len(b)
+    m = [row[:] + [b[i]] for i, row in enumerate(a)]
+    for c in range(n):
+        pivot = max(range(c, n), key=lambda r: abs(m[r][c]))
+        if abs(m[pivot][c]) < 1e-300:
+            return None
+        m[c], m[pivot] = m[pivot], m[c]
+        for r in range(n):
+            if r != c:
+                f = m[r][c] / m[c][c]
+                m[r] = [x - f * y for x, y in zip(m[r], m[c])]
+    return [m[i][n] / m[i][i] for i in range(n)]
+
+
+def fit_time_terms(points: list[dict]) -> tuple[float, dict[str, float]] | None:
+    """Least squares of each point's time on (1, bytes, batch, context), every point weighted by
+    1/time² so that relative errors count alike; returns (seconds per byte, time terms). A time
+    term that comes out negative is dropped and the rest refitted (each is a cost: at least 0);
+    None when the bytes term is not positive. With fewer than three points per parameter only
+    the overhead joins the bytes (a four-parameter fit of a 2 x 2 grid would be exact, not a fit)."""
+    columns = {"overhead_s": lambda p: 1.0, "per_sequence_s": lambda p: float(p["batch"]),
+               "per_context_token_s": lambda p: float(p["context"])}
+    kept = list(columns) if len(points) >= 3 * (len(columns) + 1) else ["overhead_s"]
+    # scaled so the normal equations stay well conditioned (bytes ~1e9, contexts ~1e4)
+    scale = {"bytes": 1e-9, "overhead_s": 1.0, "per_sequence_s": 1e-1, "per_context_token_s": 1e-4}
+    while True:
+        rows = [[p["bytes_read"] * scale["bytes"]] + [columns[t](p) * scale[t] for t in kept] for p in points]
+        ys = [p["median_ms"] / 1e3 for p in points]
+        w = [1 / (y * y) for y in ys]
+        n = len(rows[0])
+        ata = [[sum(wi * r[i] * r[j] for wi, r in zip(w, rows)) for j in range(n)] for i in range(n)]
+        aty = [sum(wi * r[i] * y for wi, r, y in zip(w, rows, ys)) for i in range(n)]
+        coef = _solve(ata, aty)
+        if coef is None or coef[0] <= 0:
+            return None
+        terms = dict(zip(kept, coef[1:]))
+        negative = [t for t, v in terms.items() if v < 0]
+        if not negative:
+            per_byte = coef[0] * scale["bytes"]
+            return per_byte, {t: terms.get(t, 0.0) * scale[t] for t in columns}
+        kept.remove(min(negative, key=lambda t: terms[t]))
+
+
+def predicted_seconds(point: dict, spec_gb_s: float, kv: float, terms: dict[str, float]) -> float:
+    return (terms["overhead_s"] + point["bytes_read"] / (spec_gb_s * 1e9 * kv)
+            + point["batch"] * terms["per_sequence_s"] + point["context"] * terms["per_context_token_s"])
+
+
 def efficiency_section(points: list[dict], spec_gb_s: float, min_batch: int) -> dict:
-    """Per format: time = overhead + bytes / (spec bandwidth × efficiency), fitted on the grid
-    points with batch ≥ min_batch; every point gets its predicted time."""
-    kv, overhead = {}, {}
+    """Per format: TIME_MODEL fitted on the grid points with batch ≥ min_batch (fit_time_terms);
+    every point gets its predicted time."""
+    kv, terms = {}, {t: {} for t in TIME_TERMS}
     for fmt in dict.fromkeys(p["format"] for p in points):
         sel = [p for p in points if p["format"] == fmt and p["batch"] >= min_batch]
-        if len(sel) < 2:
+        fit = fit_time_terms(sel) if len(sel) >= 2 else None
+        if fit is None:
             continue
-        a, b = fit_line([p["bytes_read"] for p in sel], [p["median_ms"] / 1e3 for p in sel], relative=True)
-        if b <= 0:
-            continue
-        kv[fmt] = min(1.0, 1 / b / (spec_gb_s * 1e9))
-        overhead[fmt] = max(0.0, a)
+        per_byte, fmt_terms = fit
+        kv[fmt] = min(1.0, 1 / per_byte / (spec_gb_s * 1e9))
+        for t in TIME_TERMS:
+            terms[t][fmt] = fmt_terms[t]
     for p in points:
         if p["format"] in kv:
-            p["predicted_ms"] = 1e3 * (overhead[p["format"]] + p["bytes_read"] / (spec_gb_s * 1e9 * kv[p["format"]]))
+            fmt_terms = {t: terms[t][p["format"]] for t in TIME_TERMS}
+            p["predicted_ms"] = 1e3 * predicted_seconds(p, spec_gb_s, kv[p["format"]], fmt_terms)
             p["prediction_error_pct"] = 100 * (p["predicted_ms"] - p["median_ms"]) / p["median_ms"]
-    return dict(reference_bandwidth_gb_s=spec_gb_s, kv=kv, overhead_s=overhead, fitted_on_batch_at_least=min_batch,
-                model="time = overhead_s + bytes_read / (reference_bandwidth × kv efficiency)")
+    return dict(reference_bandwidth_gb_s=spec_gb_s, kv=kv, **terms, fitted_on_batch_at_least=min_batch,
+                model=TIME_MODEL)
 
 
 def slopes(points: list[dict], batch: int) -> dict:
@@ -273,12 +329,12 @@ def efficiency_profile(report: dict, report_path: str) -> dict:
     dev = report["device"]
     return dict(
         name=f"kvsize fused Triton paged decode on {dev['name']}",
-        source=f"{report_path}: benchmarks/bench_decode.py, fit time = overhead + bytes / "
-               f"({eff['reference_bandwidth_gb_s']:g} GB/s x efficiency) on batch >= {eff['fitted_on_batch_at_least']}",
+        source=f"{report_path}: benchmarks/bench_decode.py, fit {eff.get('model', TIME_MODEL)} "
+               f"({eff['reference_bandwidth_gb_s']:g} GB/s) on batch >= {eff['fitted_on_batch_at_least']}",
         device=f"{dev['name']} (torch {dev['torch']}, triton {dev['triton']}, CUDA {dev['cuda']})",
         reference_bandwidth_gb_s=eff["reference_bandwidth_gb_s"],
         kv={k: round(v, 4) for k, v in eff["kv"].items()},
-        overhead_s={k: round(v, 8) for k, v in eff["overhead_s"].items()},
+        **{t: {k: round(v, 10) for k, v in eff.get(t, {}).items()} for t in TIME_TERMS},
         weights=DEFAULT_WEIGHTS_EFFICIENCY,
         weights_source="assumption (weight GEMVs were not measured)",
         kv_default=DEFAULT_KV_EFFICIENCY,
@@ -286,9 +342,33 @@ def efficiency_profile(report: dict, report_path: str) -> dict:
     )
 
 
-if __name__ == "__main__":  # python -m measure.kernel_bench REPORT > profiles/efficiency/NAME.json
-    import json
-    import sys
+def refit(report: dict) -> dict:
+    """The report with its decode_efficiency section and per-point predictions fitted again from
+    its measured points with today's TIME_MODEL (the measurements are left as they are)."""
+    section = report["decode_efficiency"]
+    report["decode_efficiency"] = efficiency_section(report["kernels"], section["reference_bandwidth_gb_s"],
+                                                     section["fitted_on_batch_at_least"])
+    return report
 
-    with open(sys.argv[1]) as f:
-        print(json.dumps(efficiency_profile(json.load(f), sys.argv[1]), indent=1))
+
+def main(argv: list[str]) -> int:
+    """python -m measure.kernel_bench REPORT > profiles/efficiency/NAME.json: the profile of a
+    report; python -m measure.kernel_bench --refit REPORT: refit the report's time model in place."""
+    import json
+
+    if len(argv) == 2 and argv[0] == "--refit":
+        with open(argv[1]) as f:
+            report = refit(json.load(f))
+        with open(argv[1], "w") as f:
+            f.write(json.dumps(report, indent=1) + "\n")
+        return 0
+    if len(argv) != 1:
+        print("usage: python -m measure.kernel_bench [--refit] REPORT", file=sys.stderr)
+        return 2
+    with open(argv[0]) as f:
+        print(json.dumps(efficiency_profile(json.load(f), argv[0]), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -63,6 +63,8 @@ class EfficiencyProfile(BaseModel):
     reference_bandwidth_gb_s: float = Field(gt=0)
     kv: dict[str, float]
     overhead_s: dict[str, float]
+    per_sequence_s: dict[str, float] = {}
+    per_context_token_s: dict[str, float] = {}
     weights: float = Field(gt=0, le=1)
     weights_source: str = Field(min_length=1)
     kv_default: float = Field(gt=0, le=1)
@@ -75,6 +77,14 @@ class EfficiencyProfile(BaseModel):
             if not 0 < value <= 1:
                 raise ValueError(f"kv[{fmt}] must be in (0, 1], got {value}")
         return kv
+
+    @field_validator("overhead_s", "per_sequence_s", "per_context_token_s")
+    @classmethod
+    def _seconds(cls, terms: dict[str, float]) -> dict[str, float]:
+        for fmt, value in terms.items():
+            if value < 0:
+                raise ValueError(f"[{fmt}] is a time and must be >= 0, got {value}")
+        return terms
 
 
 DEFAULT_EFFICIENCY_PROFILE = "h200-triton-fused"
@@ -140,6 +150,8 @@ def measured_efficiency(key: str = DEFAULT_EFFICIENCY_PROFILE):
     p = efficiency_profile(key)
     return DecodeEfficiency(weights=p.weights, kv=MappingProxyType(dict(p.kv)), kv_default=p.kv_default,
                             overhead_s=MappingProxyType(dict(p.overhead_s)),
+                            per_sequence_s=MappingProxyType(dict(p.per_sequence_s)),
+                            per_context_token_s=MappingProxyType(dict(p.per_context_token_s)),
                             source=f"{p.source}; weights: {p.weights_source}; formats not measured: "
                                    f"{p.kv_default_source}")
 

@@ -48,6 +48,11 @@ class DecodeEfficiency:
     # Fixed time of one attention call per format (launch and reduction); engines replay decode
     # as CUDA graphs, so the inter-token model leaves it out and kernel predictions add it.
     overhead_s: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    # Kernel predictions also add time per sequence of the batch (its programs' start, partial
+    # results and their reduction) and per token of context (one sequence's tiles walked in
+    # order, which a small batch cannot hide); both fitted, both left out of the inter-token model.
+    per_sequence_s: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    per_context_token_s: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
         for name, value in (("weights", self.weights), ("kv_default", self.kv_default), ("mfu", self.mfu),
@@ -67,21 +72,26 @@ def efficiency_from_report(report: dict, where: str = "report") -> DecodeEfficie
                           f"(benchmarks/bench_decode.py) to measure one")
     try:
         kv = {str(k): float(v) for k, v in section["kv"].items()}
-        overhead = {str(k): float(v) for k, v in section.get("overhead_s", {}).items()}
-    except (TypeError, ValueError) as e:
+        terms = {name: MappingProxyType({str(k): float(v) for k, v in section.get(name, {}).items()})
+                 for name in ("overhead_s", "per_sequence_s", "per_context_token_s")}
+    except (TypeError, ValueError, AttributeError) as e:
         raise KvsizeError(f"{where}: decode_efficiency values must be numbers ({e})") from None
     return DecodeEfficiency(
         weights=float(section.get("weights", DEFAULT_WEIGHTS_EFFICIENCY)), kv=MappingProxyType(kv),
-        kv_default=DEFAULT_KV_EFFICIENCY, overhead_s=MappingProxyType(overhead),
+        kv_default=DEFAULT_KV_EFFICIENCY, **terms,
         source=f"measured on {report.get('device', {}).get('name', 'a GPU')} ({where}): kv efficiency = bytes "
                f"read / kernel time / {section.get('reference_bandwidth_gb_s', '?')} GB/s; weights and formats "
                f"not measured: assumption {DEFAULT_WEIGHTS_EFFICIENCY:.0%} / {DEFAULT_KV_EFFICIENCY:.0%}",
     )
 
 
-def attention_seconds(bytes_read: int, hbm_bandwidth_gb_s: float, efficiency: DecodeEfficiency, fmt: str) -> float:
-    """One decode attention call: its fixed overhead plus bytes over the bandwidth it reaches."""
-    return efficiency.overhead_s.get(fmt, 0.0) + bytes_read / (hbm_bandwidth_gb_s * GB * efficiency.for_format(fmt))
+def attention_seconds(bytes_read: int, hbm_bandwidth_gb_s: float, efficiency: DecodeEfficiency, fmt: str,
+                      sequences: int, context_tokens: int) -> float:
+    """One decode attention call over `sequences` sequences of `context_tokens` tokens: its fixed
+    overhead, bytes over the bandwidth it reaches, and its per-sequence and per-token terms."""
+    return (efficiency.overhead_s.get(fmt, 0.0) + bytes_read / (hbm_bandwidth_gb_s * GB * efficiency.for_format(fmt))
+            + sequences * efficiency.per_sequence_s.get(fmt, 0.0)
+            + context_tokens * efficiency.per_context_token_s.get(fmt, 0.0))
 
 
 def parse_efficiency_overrides(text: str | None, base: DecodeEfficiency) -> DecodeEfficiency:
@@ -96,7 +106,8 @@ def parse_efficiency_overrides(text: str | None, base: DecodeEfficiency) -> Deco
         else:
             kv[key] = number
     return DecodeEfficiency(values["weights"], MappingProxyType(kv), values["default"], values["mfu"],
-                            base.source + "; overridden: " + text, base.overhead_s)
+                            base.source + "; overridden: " + text, base.overhead_s,
+                            base.per_sequence_s, base.per_context_token_s)
 
 
 def experts_touched_fraction(num_experts: int, top_k: int, batch: float) -> float:

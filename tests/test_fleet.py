@@ -1,5 +1,6 @@
 """Fleet planning: workloads, pools, decode speed, cost, guidance, serve commands, `kvsize plan`."""
 
+import copy
 import json
 from dataclasses import replace
 
@@ -387,15 +388,20 @@ def test_efficiency_profiles_are_validated(tmp_path, monkeypatch):
     import sizing.profiles as profiles
 
     bad = json.loads((profiles.PROFILES_DIR / "efficiency" / "h200-triton-fused.json").read_text())
+    negative = copy.deepcopy(bad)
     bad["kv"]["bf16"] = 1.7
+    negative["per_sequence_s"]["bf16"] = -1e-6  # a fitted time term is a cost
     (tmp_path / "efficiency").mkdir()
     (tmp_path / "efficiency" / "broken.json").write_text(json.dumps(bad))
+    (tmp_path / "efficiency" / "negative.json").write_text(json.dumps(negative))
     monkeypatch.setattr(profiles, "PROFILES_DIR", tmp_path)
     profiles.efficiency_ids.cache_clear()
     profiles.efficiency_profile.cache_clear()
     try:
         with pytest.raises(KvsizeError, match="broken.json is invalid"):
             profiles.efficiency_profile("broken")
+        with pytest.raises(KvsizeError, match="negative.json is invalid.*must be >= 0"):
+            profiles.efficiency_profile("negative")
     finally:
         profiles.efficiency_ids.cache_clear()
         profiles.efficiency_profile.cache_clear()

@@ -79,3 +79,58 @@ def test_validate_catches_kernel_time_that_the_model_does_not_predict():
     wrong_bytes = copy.deepcopy(report)
     next(p for p in wrong_bytes["kernels"] if p["format"] == "nvfp4")["bytes_read"] += 1
     assert any("sizing's layout holds" in line for line in check_report(wrong_bytes))
+
+
+def _kernel_points(per_byte, overhead, per_sequence, per_token, batches=(1, 4, 16, 32),
+                   contexts=(1024, 4096, 16384, 32768), bytes_per_token=65536):
+    return [dict(format="bf16", batch=b, context=c, bytes_read=b * c * bytes_per_token,
+                 median_ms=1e3 * (overhead + per_byte * b * c * bytes_per_token + per_sequence * b + per_token * c))
+            for b in batches for c in contexts]
+
+
+def test_time_fit_recovers_each_term():
+    """Points made from known terms (12 us overhead, 0.3 us per sequence, 0.3 ns per context
+    token, 90% of 4,800 GB/s: the sizes of the H200 bf16 fit) give those terms back."""
+    from measure.kernel_bench import efficiency_section
+
+    per_byte = 1 / (0.9 * 4800e9)
+    points = _kernel_points(per_byte, 12e-6, 0.3e-6, 0.3e-9)
+    section = efficiency_section(points, 4800.0, 1)
+    assert section["kv"]["bf16"] == pytest.approx(0.9, rel=1e-6)
+    assert section["overhead_s"]["bf16"] == pytest.approx(12e-6, rel=1e-6)
+    assert section["per_sequence_s"]["bf16"] == pytest.approx(0.3e-6, rel=1e-6)
+    assert section["per_context_token_s"]["bf16"] == pytest.approx(0.3e-9, rel=1e-6)
+    assert max(abs(p["prediction_error_pct"]) for p in points) < 1e-6
+
+
+def test_time_fit_keeps_every_term_a_cost():
+    """A term that would come out negative is dropped and the rest refitted; a grid too small for
+    four parameters gets overhead and bandwidth only."""
+    from measure.kernel_bench import efficiency_section
+
+    per_byte = 1 / (0.8 * 4800e9)
+    points = _kernel_points(per_byte, 12e-6, -0.5e-6, 0.0)  # time falling with batch at equal bytes
+    section = efficiency_section(points, 4800.0, 1)
+    assert section["per_sequence_s"]["bf16"] == 0.0
+    assert all(section[t]["bf16"] >= 0 for t in ("overhead_s", "per_context_token_s"))
+    small = _kernel_points(per_byte, 12e-6, 0.3e-6, 0.3e-9, batches=(16, 32), contexts=(16384, 32768))
+    section = efficiency_section(small, 4800.0, 1)
+    assert section["per_sequence_s"]["bf16"] == 0.0 and section["per_context_token_s"]["bf16"] == 0.0
+    assert section["overhead_s"]["bf16"] > 0
+
+
+def test_attention_seconds_adds_the_sequence_and_context_terms():
+    """sizing's kernel time by hand: 12 us + 1 GB / (4,800 GB/s x 0.8) + 16 x 0.3 us + 16,384 x 0.3 ns."""
+    from types import MappingProxyType
+
+    from sizing.speed import DecodeEfficiency, attention_seconds
+
+    eff = DecodeEfficiency(kv=MappingProxyType({"bf16": 0.8}), overhead_s=MappingProxyType({"bf16": 12e-6}),
+                           per_sequence_s=MappingProxyType({"bf16": 0.3e-6}),
+                           per_context_token_s=MappingProxyType({"bf16": 0.3e-9}))
+    expected = 12e-6 + 1e9 / (4800e9 * 0.8) + 16 * 0.3e-6 + 16384 * 0.3e-9
+    assert attention_seconds(10**9, 4800.0, eff, "bf16", sequences=16, context_tokens=16384) == \
+        pytest.approx(expected, rel=1e-12)
+    # a format without fitted terms: bandwidth only, at the default efficiency
+    assert attention_seconds(10**9, 4800.0, eff, "q4_0", sequences=16, context_tokens=16384) == \
+        pytest.approx(1e9 / (4800e9 * eff.kv_default), rel=1e-12)
