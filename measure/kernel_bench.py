@@ -321,20 +321,41 @@ def error_ok(point: dict) -> bool:
         point["attention_rel_error"] is None or point["attention_rel_error"] <= bound)
 
 
-def efficiency_profile(report: dict, report_path: str) -> dict:
-    """A bundled efficiency profile (profiles/efficiency/*.json) from a kernel benchmark report."""
+def efficiency_profile(reports: list[tuple[str, dict]]) -> dict:
+    """A bundled efficiency profile (profiles/efficiency/*.json) from kernel benchmark reports,
+    given as (path, report) pairs: each format's terms come from the last report that measured
+    it, so a later run of some formats updates just those (`measured_in` names the report)."""
     from sizing.speed import DEFAULT_KV_EFFICIENCY, DEFAULT_WEIGHTS_EFFICIENCY
 
-    eff = report["decode_efficiency"]
-    dev = report["device"]
+    if not reports:
+        raise ValueError("an efficiency profile needs at least one kernel report")
+    kv, terms, measured_in = {}, {t: {} for t in TIME_TERMS}, {}
+    reference = reports[0][1]["decode_efficiency"]["reference_bandwidth_gb_s"]
+    devices = []
+    for path, report in reports:
+        eff = report["decode_efficiency"]
+        if eff["reference_bandwidth_gb_s"] != reference:
+            raise ValueError(f"{path}: reference bandwidth {eff['reference_bandwidth_gb_s']:g} GB/s, the first "
+                             f"report's is {reference:g} GB/s; one profile holds one device's fits")
+        dev = report["device"]
+        devices.append(f"{dev['name']} (torch {dev['torch']}, triton {dev['triton']}, CUDA {dev['cuda']})")
+        for fmt, value in eff["kv"].items():
+            kv[fmt] = round(value, 4)
+            measured_in[fmt] = path
+            for t in TIME_TERMS:
+                terms[t][fmt] = float(f"{eff.get(t, {}).get(fmt, 0.0):.4g}")  # seconds: 4 significant digits
+    first = reports[0][1]
+    eff = first["decode_efficiency"]
     return dict(
-        name=f"kvsize fused Triton paged decode on {dev['name']}",
-        source=f"{report_path}: benchmarks/bench_decode.py, fit {eff.get('model', TIME_MODEL)} "
-               f"({eff['reference_bandwidth_gb_s']:g} GB/s) on batch >= {eff['fitted_on_batch_at_least']}",
-        device=f"{dev['name']} (torch {dev['torch']}, triton {dev['triton']}, CUDA {dev['cuda']})",
-        reference_bandwidth_gb_s=eff["reference_bandwidth_gb_s"],
-        kv={k: round(v, 4) for k, v in eff["kv"].items()},
-        **{t: {k: round(v, 10) for k, v in eff.get(t, {}).items()} for t in TIME_TERMS},
+        name=f"kvsize fused Triton paged decode on {first['device']['name']}",
+        source=f"{', '.join(path for path, _ in reports)}: benchmarks/bench_decode.py, fit "
+               f"{eff.get('model', TIME_MODEL)} ({reference:g} GB/s) on batch >= {eff['fitted_on_batch_at_least']}; "
+               f"each format from the last of these reports that measured it",
+        device="; ".join(dict.fromkeys(devices)),
+        reference_bandwidth_gb_s=reference,
+        kv=kv,
+        **terms,
+        measured_in=measured_in,
         weights=DEFAULT_WEIGHTS_EFFICIENCY,
         weights_source="assumption (weight GEMVs were not measured)",
         kv_default=DEFAULT_KV_EFFICIENCY,
@@ -352,8 +373,9 @@ def refit(report: dict) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    """python -m measure.kernel_bench REPORT > profiles/efficiency/NAME.json: the profile of a
-    report; python -m measure.kernel_bench --refit REPORT: refit the report's time model in place."""
+    """python -m measure.kernel_bench REPORT [REPORT ...] > profiles/efficiency/NAME.json: the
+    profile of reports (each format from the last that measured it); python -m
+    measure.kernel_bench --refit REPORT: refit the report's time model in place."""
     import json
 
     if len(argv) == 2 and argv[0] == "--refit":
@@ -362,11 +384,14 @@ def main(argv: list[str]) -> int:
         with open(argv[1], "w") as f:
             f.write(json.dumps(report, indent=1) + "\n")
         return 0
-    if len(argv) != 1:
-        print("usage: python -m measure.kernel_bench [--refit] REPORT", file=sys.stderr)
+    if not argv or argv[0].startswith("-"):
+        print("usage: python -m measure.kernel_bench REPORT [REPORT ...] | --refit REPORT", file=sys.stderr)
         return 2
-    with open(argv[0]) as f:
-        print(json.dumps(efficiency_profile(json.load(f), argv[0]), indent=1))
+    reports = []
+    for path in argv:
+        with open(path) as f:
+            reports.append((path, json.load(f)))
+    print(json.dumps(efficiency_profile(reports), indent=1))
     return 0
 
 

@@ -65,6 +65,7 @@ class EfficiencyProfile(BaseModel):
     overhead_s: dict[str, float]
     per_sequence_s: dict[str, float] = {}
     per_context_token_s: dict[str, float] = {}
+    measured_in: dict[str, str] = {}  # format -> the report its terms were fitted from
     weights: float = Field(gt=0, le=1)
     weights_source: str = Field(min_length=1)
     kv_default: float = Field(gt=0, le=1)

@@ -361,16 +361,22 @@ def test_the_readme_example_workload_plans(capsys):
 
 
 def test_speed_defaults_to_the_measured_kernel_efficiencies(tmp_path, capsys):
-    """profiles/efficiency/h200-triton-fused.json is measure/reports/h200-decode-kernels.json's
-    fitted decode_efficiency; plans use it unless told otherwise."""
+    """profiles/efficiency/h200-triton-fused.json holds each format's fitted decode_efficiency
+    from the committed kernel report that measured it last (`measured_in`): the main run's
+    grid, the LMDeploy formats from their later run; plans use it unless told otherwise."""
     from conftest import ROOT
     from sizing.profiles import efficiency_profile, measured_efficiency
     from sizing.speed import efficiency_from_report
 
     report = json.loads((ROOT / "measure" / "reports" / "h200-decode-kernels.json").read_text())
     profile = efficiency_profile()
-    for fmt, value in report["decode_efficiency"]["kv"].items():
-        assert profile.kv[fmt] == pytest.approx(value, abs=1e-4)
+    assert set(profile.kv) == set(report["decode_efficiency"]["kv"]) == set(profile.measured_in)
+    assert profile.measured_in["lmdeploy_int4"].endswith("h200-decode-kernels-lmdeploy-words.json")
+    for fmt, path in profile.measured_in.items():
+        section = json.loads((ROOT / path).read_text())["decode_efficiency"]
+        assert profile.kv[fmt] == pytest.approx(section["kv"][fmt], abs=1e-4)
+        for term in ("overhead_s", "per_sequence_s", "per_context_token_s"):
+            assert getattr(profile, term)[fmt] == pytest.approx(section[term][fmt], rel=1e-3)
     eff = measured_efficiency()
     assert eff.for_format("fp8_e4m3") == profile.kv["fp8_e4m3"]
     assert eff.for_format("q4_0") == profile.kv_default  # no kernel measured: the stated assumption
