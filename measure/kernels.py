@@ -202,7 +202,7 @@ def _ptx_word_nibble(phase: int, e2m1: bool) -> str:
 # indexed by nibble position inside the jit functions
 _PTX_WORD_UINT4 = tl.constexpr(tuple(_ptx_word_nibble(i, False) for i in range(4)))
 _PTX_WORD_E2M1 = tl.constexpr(tuple(_ptx_word_nibble(i, True) for i in range(4)))
-NIBBLE_WORDS = 5  # the packed kernel's PAIR for split_words: 4-bit rows read as 16-bit words of four values
+NIBBLE_WORDS = tl.constexpr(5)  # the packed kernel's PAIR for split_words: 4-bit rows as 16-bit words of four
 
 
 @triton.jit
@@ -260,12 +260,12 @@ def _word_nibble(w, PHASE: tl.constexpr, E2M1: tl.constexpr, ASM: tl.constexpr, 
 
 
 @triton.jit
-def _half_codes(codes, PHASE: tl.constexpr, PAIR: tl.constexpr, ASM: tl.constexpr, KIND: tl.constexpr,
+def _phase_codes(codes, PHASE: tl.constexpr, PAIR: tl.constexpr, ASM: tl.constexpr, KIND: tl.constexpr,
                 DOT: tl.constexpr):
     """Values of one phase of a packed tile before any scale (E2M1: value / 2^14). With PAIR or
     ASM, `codes` are the raw bytes or words and the phase is picked here; otherwise they are
     already this half's codes."""
-    if PAIR == 5:
+    if PAIR == NIBBLE_WORDS:
         out = _word_nibble(codes, PHASE, KIND == 4, ASM, DOT)
     elif PAIR:
         out = _byte_half(codes, PHASE, PAIR, DOT, ASM)
@@ -513,7 +513,7 @@ def _phase_values(codes, SCALE, ZERO, rows, page_ids, kvh, PHASE: tl.constexpr, 
                   BLOCK_T: tl.constexpr, DOT: tl.constexpr):
     """One phase of a packed tile (values PHASES·j + PHASE of each row), dequantized up to its
     per-token terms."""
-    x = _half_codes(codes, PHASE, PAIR, ASM, KIND, DOT)
+    x = _phase_codes(codes, PHASE, PAIR, ASM, KIND, DOT)
     if KIND == 4:
         out = _grouped(x, SCALE, ZERO, rows, ROW, GROUP, PHASES, BLOCK_T, DOT, False, True)
     elif KIND == 5:
@@ -570,7 +570,7 @@ def _decode_split_kernel_packed(
     (no byte-wise shared-memory reads of the value tile). q is split into its phases' columns,
     scores are one dot per phase, values accumulate per phase and are stored to interleaved
     columns."""
-    PHASES: tl.constexpr = 4 if PAIR == 5 else 2
+    PHASES: tl.constexpr = 4 if PAIR == NIBBLE_WORDS else 2
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
@@ -614,7 +614,7 @@ def _decode_split_kernel_packed(
         t, valid, in_page, page_ids, rows = _tile(t0, b, kvh, BT, stride_bt, start, hi, paged, HKV, BS, BLOCK_T)
         kb = tl.load(K + rows[:, None] * (D // PHASES) + dh[None, :])
         vb = tl.load(V + rows[:, None] * (DV // PHASES) + dvh[None, :])
-        if PAIR or ASM:  # whole bytes or words: _half_codes picks the phase
+        if PAIR or ASM:  # whole bytes or words: _phase_codes picks the phase
             k_lo = kb
             k_hi = kb
             v_lo = vb
@@ -829,7 +829,7 @@ def kernel_constants(cache: PagedCache, q_heads: int, block_t: int = 64, swap_qk
         if f.bits != 4 or mla:
             raise ValueError(f"{name} reads 4-bit layouts, not {f.name}")
         return _decode_split_kernel_packed, dict(shared, D=cache.head_dim, DOT=_dot_kind(cache),
-                                               PAIR=NIBBLE_WORDS if split_words else 0,
+                                               PAIR=NIBBLE_WORDS.value if split_words else 0,
                                                ASM=_asm_decode(asm_decode))
     if split_bytes:
         if f.kind not in (FP8_TENSOR, TOKEN_HEAD, ASYM) or f.value_dtype not in BYTE_PAIRS or mla:
