@@ -202,6 +202,7 @@ def _ptx_word_nibble(phase: int, e2m1: bool) -> str:
 # indexed by nibble position inside the jit functions
 _PTX_WORD_UINT4 = tl.constexpr(tuple(_ptx_word_nibble(i, False) for i in range(4)))
 _PTX_WORD_E2M1 = tl.constexpr(tuple(_ptx_word_nibble(i, True) for i in range(4)))
+RECENT_T = tl.constexpr(16)  # tokens per step over KIVI's fp16 recent window (the smallest dot)
 NIBBLE_WORDS = tl.constexpr(5)  # the packed kernel's PAIR for split_words: 4-bit rows as 16-bit words of four
 
 
@@ -406,7 +407,7 @@ def _decode_split_kernel(
                                                             BLOCK_T)
         k_n = _codes(K, rows_n, KROW, 0, D, BITS, DOT, True)
         v_n = _codes(V, rows_n, DV, 0, DV, BITS, DOT, True)
-    for t0 in range(lo, hi, BLOCK_T):
+    for t0 in range(lo, tl.minimum(hi, paged), BLOCK_T):  # KIVI's recent window: its own loop below
         if PREFETCH:
             t, valid, in_page, page_ids, rows = t_n, valid_n, in_page_n, page_ids_n, rows_n
             k_raw = k_n
@@ -439,10 +440,6 @@ def _decode_split_kernel(
             k = _page_affine(_to_dot(k, DOT), KS, KZ, page_ids, kvh, HKV, KROW, BS, NP, DOT)
         elif BITS < 8:
             k = _to_dot(k, DOT)
-        if HAS_RESIDUAL:
-            res = tl.where(valid & (t >= paged), (b * rmax + (t - paged)) * HKV + kvh, kvh)
-            rk = tl.load(RK + res[:, None] * D + d[None, :])
-            k = tl.where(in_page[:, None], k, _to_dot(rk.to(tl.float32), DOT))
         if DOT == 3:
             s = tl.dot(q, tl.trans(k)) * q_row_scale[:, None]
         elif I8_QK:
@@ -462,7 +459,7 @@ def _decode_split_kernel(
             if I8_QK:
                 kz3 = kz3 + 128.0 * ks3
             s = s * ks3[None, :] + kz3[None, :] * qsum[:, None]
-        s = tl.where(valid[None, :], s, float("-inf"))
+        s = tl.where(in_page[None, :], s, float("-inf"))
         p, alpha, m_new, l_i = _online_softmax(s, m_i, l_i)
         acc = acc * alpha[:, None]
         acc_bias = acc_bias * alpha
@@ -485,9 +482,6 @@ def _decode_split_kernel(
                 v = _grouped(_to_dot(v, DOT), VS, VZ, rows, DV, VGROUP, 1, BLOCK_T, DOT, True)
             elif BITS < 8:
                 v = _to_dot(v, DOT)
-            if HAS_RESIDUAL:
-                rv = tl.load(RV + res[:, None] * DV + dv[None, :])
-                v = tl.where(in_page[:, None], v, _to_dot(rv.to(tl.float32), DOT))
         if DOT == 3:
             # probabilities in e4m3 relative to each row's largest in the tile, rescaled after
             p_row = tl.maximum(tl.max(pv, 1), 1e-30)
@@ -495,6 +489,17 @@ def _decode_split_kernel(
         else:
             acc += tl.dot(_to_dot(pv, DOT), v)
         m_i = m_new
+    if HAS_RESIDUAL:  # KIVI's recent window in fp16, RECENT_T tokens at a time (no fp8/int8 dots)
+        for r0 in range(tl.maximum(lo, paged), hi, RECENT_T):
+            t = r0 + tl.arange(0, RECENT_T)
+            ok = (t < hi) & (t >= start)
+            res = tl.where(ok, (b * rmax + (t - paged)) * HKV + kvh, kvh)
+            s = tl.dot(q, tl.trans(_recent(RK, res, D, 1, 0, DOT)))
+            s = tl.where(ok[None, :], s, float("-inf"))
+            p, alpha, m_new, l_i = _online_softmax(s, m_i, l_i)
+            acc = acc * alpha[:, None] + tl.dot(_to_dot(p, DOT), _recent(RV, res, DV, 1, 0, DOT))
+            acc_bias = acc_bias * alpha
+            m_i = m_new
     acc = acc + acc_bias[:, None]
     if KIND == 1:
         acc = acc * tl.load(KS if V_FROM_K else VS)
@@ -532,12 +537,10 @@ def _phase_values(codes, SCALE, ZERO, rows, page_ids, kvh, PHASE: tl.constexpr, 
 
 
 @triton.jit
-def _with_recent(x, R, res, in_page, ROW: tl.constexpr, PHASES: tl.constexpr, PHASE: tl.constexpr,
-                 DOT: tl.constexpr):
-    """KIVI: tokens past the quantized pages take this phase's columns of the fp16 recent window."""
+def _recent(R, res, ROW: tl.constexpr, PHASES: tl.constexpr, PHASE: tl.constexpr, DOT: tl.constexpr):
+    """KIVI: this phase's columns of the fp16 recent-window rows `res`."""
     c = PHASES * tl.arange(0, ROW // PHASES) + PHASE
-    r = tl.load(R + res[:, None] * ROW + c[None, :]).to(tl.float32)
-    return tl.where(in_page[:, None], x, _to_dot(r, DOT))
+    return _to_dot(tl.load(R + res[:, None] * ROW + c[None, :]).to(tl.float32), DOT)
 
 
 @triton.jit
@@ -610,7 +613,10 @@ def _decode_split_kernel_packed(
         acc2 = tl.zeros([BLOCK_G, DV // PHASES], tl.float32)
         acc3 = tl.zeros([BLOCK_G, DV // PHASES], tl.float32)
     acc_bias = tl.zeros([BLOCK_G], tl.float32)
-    for t0 in range(lo, hi, BLOCK_T):
+    # Tiles holding paged tokens; KIVI's fp16 recent window (tokens from `paged` on) has its own
+    # loop after this one, so no tile merges the two (a merge lays the tiles out for the window's
+    # strided loads and sends every decoded tile through shared memory).
+    for t0 in range(lo, tl.minimum(hi, paged), BLOCK_T):
         t, valid, in_page, page_ids, rows = _tile(t0, b, kvh, BT, stride_bt, start, hi, paged, HKV, BS, BLOCK_T)
         kb = tl.load(K + rows[:, None] * (D // PHASES) + dh[None, :])
         vb = tl.load(V + rows[:, None] * (DV // PHASES) + dvh[None, :])
@@ -633,13 +639,6 @@ def _decode_split_kernel_packed(
                                HKV, BS, NP, BLOCK_T, DOT)
             k3 = _phase_values(kb, KS, KZ, rows, page_ids, kvh, 3, PHASES, True, PAIR, ASM, KIND, D, KGROUP,
                                HKV, BS, NP, BLOCK_T, DOT)
-        if HAS_RESIDUAL:
-            res = tl.where(valid & (t >= paged), (b * rmax + (t - paged)) * HKV + kvh, kvh)
-            k0 = _with_recent(k0, RK, res, in_page, D, PHASES, 0, DOT)
-            k1 = _with_recent(k1, RK, res, in_page, D, PHASES, 1, DOT)
-            if PHASES == 4:
-                k2 = _with_recent(k2, RK, res, in_page, D, PHASES, 2, DOT)
-                k3 = _with_recent(k3, RK, res, in_page, D, PHASES, 3, DOT)
         s = tl.dot(qd0, tl.trans(k0)) + tl.dot(qd1, tl.trans(k1))
         if PHASES == 4:
             s += tl.dot(qd2, tl.trans(k2)) + tl.dot(qd3, tl.trans(k3))
@@ -648,7 +647,7 @@ def _decode_split_kernel_packed(
         if KIND == 3:
             ks3, kz3 = _token_affine(KS, rows)
             s = s * ks3[None, :] + kz3[None, :] * qsum[:, None]
-        s = tl.where(valid[None, :], s, float("-inf"))
+        s = tl.where(in_page[None, :], s, float("-inf"))
         p, alpha, m_new, l_i = _online_softmax(s, m_i, l_i)
         acc0 = acc0 * alpha[:, None]
         acc1 = acc1 * alpha[:, None]
@@ -672,12 +671,6 @@ def _decode_split_kernel_packed(
                                HKV, BS, NP, BLOCK_T, DOT)
             v3 = _phase_values(vb, VS, VZ, rows, page_ids, kvh, 3, PHASES, False, PAIR, ASM, KIND, DV, VGROUP,
                                HKV, BS, NP, BLOCK_T, DOT)
-        if HAS_RESIDUAL:
-            v0 = _with_recent(v0, RV, res, in_page, DV, PHASES, 0, DOT)
-            v1 = _with_recent(v1, RV, res, in_page, DV, PHASES, 1, DOT)
-            if PHASES == 4:
-                v2 = _with_recent(v2, RV, res, in_page, DV, PHASES, 2, DOT)
-                v3 = _with_recent(v3, RV, res, in_page, DV, PHASES, 3, DOT)
         pd = _to_dot(pv, DOT)
         acc0 += tl.dot(pd, v0)
         acc1 += tl.dot(pd, v1)
@@ -685,6 +678,26 @@ def _decode_split_kernel_packed(
             acc2 += tl.dot(pd, v2)
             acc3 += tl.dot(pd, v3)
         m_i = m_new
+    if HAS_RESIDUAL:  # KIVI's recent window in fp16, RECENT_T tokens at a time
+        for r0 in range(tl.maximum(lo, paged), hi, RECENT_T):
+            t = r0 + tl.arange(0, RECENT_T)
+            ok = (t < hi) & (t >= start)
+            res = tl.where(ok, (b * rmax + (t - paged)) * HKV + kvh, kvh)
+            s = tl.dot(qd0, tl.trans(_recent(RK, res, D, PHASES, 0, DOT))) + \
+                tl.dot(qd1, tl.trans(_recent(RK, res, D, PHASES, 1, DOT)))
+            if PHASES == 4:
+                s += tl.dot(qd2, tl.trans(_recent(RK, res, D, PHASES, 2, DOT))) + \
+                    tl.dot(qd3, tl.trans(_recent(RK, res, D, PHASES, 3, DOT)))
+            s = tl.where(ok[None, :], s, float("-inf"))
+            p, alpha, m_new, l_i = _online_softmax(s, m_i, l_i)
+            pd = _to_dot(p, DOT)
+            acc0 = acc0 * alpha[:, None] + tl.dot(pd, _recent(RV, res, DV, PHASES, 0, DOT))
+            acc1 = acc1 * alpha[:, None] + tl.dot(pd, _recent(RV, res, DV, PHASES, 1, DOT))
+            if PHASES == 4:
+                acc2 = acc2 * alpha[:, None] + tl.dot(pd, _recent(RV, res, DV, PHASES, 2, DOT))
+                acc3 = acc3 * alpha[:, None] + tl.dot(pd, _recent(RV, res, DV, PHASES, 3, DOT))
+            acc_bias = acc_bias * alpha
+            m_i = m_new
     out = (b * HQ + heads) * num_splits + split
     tl.store(M_OUT + out, m_i, mask=gmask)
     tl.store(L_OUT + out, l_i, mask=gmask)
