@@ -321,10 +321,11 @@ def error_ok(point: dict) -> bool:
         point["attention_rel_error"] is None or point["attention_rel_error"] <= bound)
 
 
-def efficiency_profile(reports: list[tuple[str, dict]]) -> dict:
+def efficiency_profile(reports: list[tuple[str, dict]], only: list[set[str] | None] | None = None) -> dict:
     """A bundled efficiency profile (profiles/efficiency/*.json) from kernel benchmark reports,
     given as (path, report) pairs: each format's terms come from the last report that measured
-    it, so a later run of some formats updates just those (`measured_in` names the report)."""
+    it, so a later run of some formats updates just those (`measured_in` names the report);
+    only[i], when given, limits what report i contributes (a later run's bf16 baseline stays out)."""
     from sizing.speed import DEFAULT_KV_EFFICIENCY, DEFAULT_WEIGHTS_EFFICIENCY
 
     if not reports:
@@ -332,14 +333,20 @@ def efficiency_profile(reports: list[tuple[str, dict]]) -> dict:
     kv, terms, measured_in = {}, {t: {} for t in TIME_TERMS}, {}
     reference = reports[0][1]["decode_efficiency"]["reference_bandwidth_gb_s"]
     devices = []
-    for path, report in reports:
+    for i, (path, report) in enumerate(reports):
         eff = report["decode_efficiency"]
+        wanted = only[i] if only else None
+        missing = sorted((wanted or set()) - set(eff["kv"]))
+        if missing:
+            raise ValueError(f"{path} has no fitted {', '.join(missing)}; it has {', '.join(eff['kv'])}")
         if eff["reference_bandwidth_gb_s"] != reference:
             raise ValueError(f"{path}: reference bandwidth {eff['reference_bandwidth_gb_s']:g} GB/s, the first "
                              f"report's is {reference:g} GB/s; one profile holds one device's fits")
         dev = report["device"]
         devices.append(f"{dev['name']} (torch {dev['torch']}, triton {dev['triton']}, CUDA {dev['cuda']})")
         for fmt, value in eff["kv"].items():
+            if wanted is not None and fmt not in wanted:
+                continue
             kv[fmt] = round(value, 4)
             measured_in[fmt] = path
             for t in TIME_TERMS:
@@ -348,7 +355,7 @@ def efficiency_profile(reports: list[tuple[str, dict]]) -> dict:
     eff = first["decode_efficiency"]
     return dict(
         name=f"kvsize fused Triton paged decode on {first['device']['name']}",
-        source=f"{', '.join(path for path, _ in reports)}: benchmarks/bench_decode.py, fit "
+        source=f"{', '.join(path for path in dict.fromkeys(measured_in.values()))}: benchmarks/bench_decode.py, fit "
                f"{eff.get('model', TIME_MODEL)} ({reference:g} GB/s) on batch >= {eff['fitted_on_batch_at_least']}; "
                f"each format from the last of these reports that measured it",
         device="; ".join(dict.fromkeys(devices)),
@@ -373,9 +380,9 @@ def refit(report: dict) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    """python -m measure.kernel_bench REPORT [REPORT ...] > profiles/efficiency/NAME.json: the
-    profile of reports (each format from the last that measured it); python -m
-    measure.kernel_bench --refit REPORT: refit the report's time model in place."""
+    """python -m measure.kernel_bench REPORT[:FORMAT,...] ... > profiles/efficiency/NAME.json: the
+    profile of reports (each format from the last that measured it; after a colon, the formats to
+    take from that report); python -m measure.kernel_bench --refit REPORT: refit in place."""
     import json
 
     if len(argv) == 2 and argv[0] == "--refit":
@@ -385,13 +392,20 @@ def main(argv: list[str]) -> int:
             f.write(json.dumps(report, indent=1) + "\n")
         return 0
     if not argv or argv[0].startswith("-"):
-        print("usage: python -m measure.kernel_bench REPORT [REPORT ...] | --refit REPORT", file=sys.stderr)
+        print("usage: python -m measure.kernel_bench REPORT[:FORMAT,...] ... | --refit REPORT", file=sys.stderr)
         return 2
-    reports = []
-    for path in argv:
-        with open(path) as f:
-            reports.append((path, json.load(f)))
-    print(json.dumps(efficiency_profile(reports), indent=1))
+    reports, only = [], []
+    try:
+        for arg in argv:
+            path, _, formats = arg.partition(":")
+            with open(path) as f:
+                reports.append((path, json.load(f)))
+            only.append(set(formats.split(",")) if formats else None)
+        profile = efficiency_profile(reports, only)
+    except (OSError, ValueError, KeyError) as e:
+        print(f"measure.kernel_bench: error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(profile, indent=1))
     return 0
 
 

@@ -134,3 +134,24 @@ def test_attention_seconds_adds_the_sequence_and_context_terms():
     # a format without fitted terms: bandwidth only, at the default efficiency
     assert attention_seconds(10**9, 4800.0, eff, "q4_0", sequences=16, context_tokens=16384) == \
         pytest.approx(1e9 / (4800e9 * eff.kv_default), rel=1e-12)
+
+
+def test_efficiency_profile_takes_each_format_from_the_report_named_for_it(capsys):
+    """A later run updates only the formats it is named for; a format the report lacks is a
+    one-line error."""
+    from measure.kernel_bench import efficiency_profile, efficiency_section, main
+
+    def report(kv_bf16, kv_nvfp4):
+        points = _kernel_points(1 / (kv_bf16 * 4800e9), 12e-6, 0.3e-6, 0.3e-9) + [
+            dict(p, format="nvfp4") for p in _kernel_points(1 / (kv_nvfp4 * 4800e9), 12e-6, 0.3e-6, 0.3e-9)]
+        return dict(device=dict(name="GPU", torch="t", triton="tr", cuda="c"),
+                    decode_efficiency=efficiency_section(points, 4800.0, 1))
+
+    profile = efficiency_profile([("first.json", report(0.9, 0.3)), ("later.json", report(0.8, 0.5))],
+                                 [None, {"nvfp4"}])
+    assert profile["kv"] == {"bf16": 0.9, "nvfp4": 0.5}
+    assert profile["measured_in"] == {"bf16": "first.json", "nvfp4": "later.json"}
+    with pytest.raises(ValueError, match="later.json has no fitted kivi4"):
+        efficiency_profile([("later.json", report(0.8, 0.5))], [{"kivi4"}])
+    assert main([str(ROOT / "measure" / "reports" / "h200-decode-kernels-kivi-window.json") + ":nvfp4"]) == 2
+    assert "has no fitted nvfp4" in capsys.readouterr().err
