@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import math
 import sys
+from types import MappingProxyType
 
 import torch
+
+from sizing.speed import (DEFAULT_KV_EFFICIENCY, DEFAULT_WEIGHTS_EFFICIENCY, KERNEL_TIME_TERMS, DecodeEfficiency,
+                          attention_seconds)
 
 from .kernels import paged_decode
 from .paged_cache import (FORMATS, KIVI, KIVI_RESIDUAL, add_kivi_residual, kernel_tolerance, pack,
@@ -210,16 +214,12 @@ def baseline_points(batch: int, context: int, q_heads: int, kv_heads: int, head_
 
 def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
     """Least squares y = a + b x; returns (a, b)."""
-    w = [1.0] * len(ys)
-    sw = sum(w)
-    mx = sum(wi * x for wi, x in zip(w, xs)) / sw
-    my = sum(wi * y for wi, y in zip(w, ys)) / sw
-    sxx = sum(wi * (x - mx) ** 2 for wi, x in zip(w, xs))
-    b = sum(wi * (x - mx) * (y - my) for wi, x, y in zip(w, xs, ys)) / sxx if sxx else 0.0
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
     return my - b * mx, b
 
 
-TIME_TERMS = ("overhead_s", "per_sequence_s", "per_context_token_s")
 TIME_MODEL = ("time = overhead_s + bytes_read / (reference_bandwidth × kv efficiency) + batch × per_sequence_s "
               "+ context × per_context_token_s")
 
@@ -251,10 +251,10 @@ def fit_time_terms(points: list[dict]) -> tuple[float, dict[str, float]] | None:
     kept = list(columns) if len(points) >= 3 * (len(columns) + 1) else ["overhead_s"]
     # scaled so the normal equations stay well conditioned (bytes ~1e9, contexts ~1e4)
     scale = {"bytes": 1e-9, "overhead_s": 1.0, "per_sequence_s": 1e-1, "per_context_token_s": 1e-4}
+    ys = [p["median_ms"] / 1e3 for p in points]
+    w = [1 / (y * y) for y in ys]
     while True:
         rows = [[p["bytes_read"] * scale["bytes"]] + [columns[t](p) * scale[t] for t in kept] for p in points]
-        ys = [p["median_ms"] / 1e3 for p in points]
-        w = [1 / (y * y) for y in ys]
         n = len(rows[0])
         ata = [[sum(wi * r[i] * r[j] for wi, r in zip(w, rows)) for j in range(n)] for i in range(n)]
         aty = [sum(wi * r[i] * y for wi, r, y in zip(w, rows, ys)) for i in range(n)]
@@ -269,15 +269,10 @@ def fit_time_terms(points: list[dict]) -> tuple[float, dict[str, float]] | None:
         kept.remove(min(negative, key=lambda t: terms[t]))
 
 
-def predicted_seconds(point: dict, spec_gb_s: float, kv: float, terms: dict[str, float]) -> float:
-    return (terms["overhead_s"] + point["bytes_read"] / (spec_gb_s * 1e9 * kv)
-            + point["batch"] * terms["per_sequence_s"] + point["context"] * terms["per_context_token_s"])
-
-
 def efficiency_section(points: list[dict], spec_gb_s: float, min_batch: int) -> dict:
     """Per format: TIME_MODEL fitted on the grid points with batch ≥ min_batch (fit_time_terms);
     every point gets its predicted time."""
-    kv, terms = {}, {t: {} for t in TIME_TERMS}
+    kv, terms = {}, {t: {} for t in KERNEL_TIME_TERMS}
     for fmt in dict.fromkeys(p["format"] for p in points):
         sel = [p for p in points if p["format"] == fmt and p["batch"] >= min_batch]
         fit = fit_time_terms(sel) if len(sel) >= 2 else None
@@ -285,12 +280,13 @@ def efficiency_section(points: list[dict], spec_gb_s: float, min_batch: int) -> 
             continue
         per_byte, fmt_terms = fit
         kv[fmt] = min(1.0, 1 / per_byte / (spec_gb_s * 1e9))
-        for t in TIME_TERMS:
+        for t in KERNEL_TIME_TERMS:
             terms[t][fmt] = fmt_terms[t]
+    fitted = DecodeEfficiency(kv=MappingProxyType(kv), **{t: MappingProxyType(v) for t, v in terms.items()})
     for p in points:
         if p["format"] in kv:
-            fmt_terms = {t: terms[t][p["format"]] for t in TIME_TERMS}
-            p["predicted_ms"] = 1e3 * predicted_seconds(p, spec_gb_s, kv[p["format"]], fmt_terms)
+            p["predicted_ms"] = 1e3 * attention_seconds(p["bytes_read"], spec_gb_s, fitted, p["format"],
+                                                        sequences=p["batch"], context_tokens=p["context"])
             p["prediction_error_pct"] = 100 * (p["predicted_ms"] - p["median_ms"]) / p["median_ms"]
     return dict(reference_bandwidth_gb_s=spec_gb_s, kv=kv, **terms, fitted_on_batch_at_least=min_batch,
                 model=TIME_MODEL)
@@ -326,11 +322,9 @@ def efficiency_profile(reports: list[tuple[str, dict]], only: list[set[str] | No
     given as (path, report) pairs: each format's terms come from the last report that measured
     it, so a later run of some formats updates just those (`measured_in` names the report);
     only[i], when given, limits what report i contributes (a later run's bf16 baseline stays out)."""
-    from sizing.speed import DEFAULT_KV_EFFICIENCY, DEFAULT_WEIGHTS_EFFICIENCY
-
     if not reports:
         raise ValueError("an efficiency profile needs at least one kernel report")
-    kv, terms, measured_in = {}, {t: {} for t in TIME_TERMS}, {}
+    kv, terms, measured_in = {}, {t: {} for t in KERNEL_TIME_TERMS}, {}
     reference = reports[0][1]["decode_efficiency"]["reference_bandwidth_gb_s"]
     devices = []
     for i, (path, report) in enumerate(reports):
@@ -349,7 +343,7 @@ def efficiency_profile(reports: list[tuple[str, dict]], only: list[set[str] | No
                 continue
             kv[fmt] = round(value, 4)
             measured_in[fmt] = path
-            for t in TIME_TERMS:
+            for t in KERNEL_TIME_TERMS:
                 terms[t][fmt] = float(f"{eff.get(t, {}).get(fmt, 0.0):.4g}")  # seconds: 4 significant digits
     first = reports[0][1]
     eff = first["decode_efficiency"]

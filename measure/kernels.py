@@ -544,6 +544,53 @@ def _recent(R, res, ROW: tl.constexpr, PHASES: tl.constexpr, PHASE: tl.constexpr
 
 
 @triton.jit
+def _phases(raw, SCALE, ZERO, rows, page_ids, kvh, PHASES: tl.constexpr, IS_K: tl.constexpr, PAIR: tl.constexpr,
+            ASM: tl.constexpr, KIND: tl.constexpr, ROW: tl.constexpr, GROUP: tl.constexpr, HKV: tl.constexpr,
+            BS: tl.constexpr, NP: tl.constexpr, BLOCK_T: tl.constexpr, DOT: tl.constexpr):
+    """Every phase of a packed tile as loaded (_phase_values of each); with two phases the last
+    two repeat the first two, for _phase_scores to leave out."""
+    if PAIR or ASM:  # whole bytes or words: _phase_codes picks the phase
+        lo = raw
+        hi = raw
+    else:
+        lo = raw & 15
+        hi = raw >> 4
+    x0 = _phase_values(lo, SCALE, ZERO, rows, page_ids, kvh, 0, PHASES, IS_K, PAIR, ASM, KIND, ROW, GROUP, HKV, BS,
+                       NP, BLOCK_T, DOT)
+    x1 = _phase_values(hi, SCALE, ZERO, rows, page_ids, kvh, 1, PHASES, IS_K, PAIR, ASM, KIND, ROW, GROUP, HKV, BS,
+                       NP, BLOCK_T, DOT)
+    if PHASES == 4:
+        x2 = _phase_values(raw, SCALE, ZERO, rows, page_ids, kvh, 2, PHASES, IS_K, PAIR, ASM, KIND, ROW, GROUP, HKV,
+                           BS, NP, BLOCK_T, DOT)
+        x3 = _phase_values(raw, SCALE, ZERO, rows, page_ids, kvh, 3, PHASES, IS_K, PAIR, ASM, KIND, ROW, GROUP, HKV,
+                           BS, NP, BLOCK_T, DOT)
+    else:
+        x2 = x0
+        x3 = x1
+    return x0, x1, x2, x3
+
+
+@triton.jit
+def _recent_scores(q0, q1, q2, q3, RK, res, D: tl.constexpr, PHASES: tl.constexpr, DOT: tl.constexpr):
+    """_phase_scores against the fp16 recent-window keys `res`, each phase read as its dot needs it."""
+    s = tl.dot(q0, tl.trans(_recent(RK, res, D, PHASES, 0, DOT))) + \
+        tl.dot(q1, tl.trans(_recent(RK, res, D, PHASES, 1, DOT)))
+    if PHASES == 4:
+        s += tl.dot(q2, tl.trans(_recent(RK, res, D, PHASES, 2, DOT))) + \
+            tl.dot(q3, tl.trans(_recent(RK, res, D, PHASES, 3, DOT)))
+    return s
+
+
+@triton.jit
+def _phase_scores(q0, q1, q2, q3, k0, k1, k2, k3, PHASES: tl.constexpr):
+    """Scores summed over the phases' dots (the last two only with four phases)."""
+    s = tl.dot(q0, tl.trans(k0)) + tl.dot(q1, tl.trans(k1))
+    if PHASES == 4:
+        s += tl.dot(q2, tl.trans(k2)) + tl.dot(q3, tl.trans(k3))
+    return s
+
+
+@triton.jit
 def _phase_output(acc, acc_bias, VS, VG, KIND: tl.constexpr, PAIR: tl.constexpr):
     """One phase's accumulated output with what the loop left out: zero points, per-tensor
     scales and units."""
@@ -602,6 +649,9 @@ def _decode_split_kernel_packed(
         qd3 = _to_dot(q3, DOT)
     qd0 = _to_dot(q0, DOT)
     qd1 = _to_dot(q1, DOT)
+    if PHASES == 2:  # placeholders _phase_scores leaves out
+        qd2 = qd0
+        qd3 = qd1
 
     start, paged, lo, hi = _split_bounds(CTX, QLEN, b, split, window, num_splits, HAS_RESIDUAL, BS, BLOCK_T)
 
@@ -620,28 +670,9 @@ def _decode_split_kernel_packed(
         t, valid, in_page, page_ids, rows = _tile(t0, b, kvh, BT, stride_bt, start, hi, paged, HKV, BS, BLOCK_T)
         kb = tl.load(K + rows[:, None] * (D // PHASES) + dh[None, :])
         vb = tl.load(V + rows[:, None] * (DV // PHASES) + dvh[None, :])
-        if PAIR or ASM:  # whole bytes or words: _phase_codes picks the phase
-            k_lo = kb
-            k_hi = kb
-            v_lo = vb
-            v_hi = vb
-        else:
-            k_lo = kb & 15
-            k_hi = kb >> 4
-            v_lo = vb & 15
-            v_hi = vb >> 4
-        k0 = _phase_values(k_lo, KS, KZ, rows, page_ids, kvh, 0, PHASES, True, PAIR, ASM, KIND, D, KGROUP,
-                           HKV, BS, NP, BLOCK_T, DOT)
-        k1 = _phase_values(k_hi, KS, KZ, rows, page_ids, kvh, 1, PHASES, True, PAIR, ASM, KIND, D, KGROUP,
-                           HKV, BS, NP, BLOCK_T, DOT)
-        if PHASES == 4:
-            k2 = _phase_values(kb, KS, KZ, rows, page_ids, kvh, 2, PHASES, True, PAIR, ASM, KIND, D, KGROUP,
-                               HKV, BS, NP, BLOCK_T, DOT)
-            k3 = _phase_values(kb, KS, KZ, rows, page_ids, kvh, 3, PHASES, True, PAIR, ASM, KIND, D, KGROUP,
-                               HKV, BS, NP, BLOCK_T, DOT)
-        s = tl.dot(qd0, tl.trans(k0)) + tl.dot(qd1, tl.trans(k1))
-        if PHASES == 4:
-            s += tl.dot(qd2, tl.trans(k2)) + tl.dot(qd3, tl.trans(k3))
+        k0, k1, k2, k3 = _phases(kb, KS, KZ, rows, page_ids, kvh, PHASES, True, PAIR, ASM, KIND, D, KGROUP, HKV,
+                                 BS, NP, BLOCK_T, DOT)
+        s = _phase_scores(qd0, qd1, qd2, qd3, k0, k1, k2, k3, PHASES)
         if KIND == 2:
             s = s * tl.load(KS + rows).to(tl.float32)[None, :]
         if KIND == 3:
@@ -662,15 +693,8 @@ def _decode_split_kernel_packed(
             vs3, vz3 = _token_affine(VS, rows)
             pv = p * vs3[None, :]
             acc_bias += tl.sum(p * vz3[None, :], 1)
-        v0 = _phase_values(v_lo, VS, VZ, rows, page_ids, kvh, 0, PHASES, False, PAIR, ASM, KIND, DV, VGROUP,
-                           HKV, BS, NP, BLOCK_T, DOT)
-        v1 = _phase_values(v_hi, VS, VZ, rows, page_ids, kvh, 1, PHASES, False, PAIR, ASM, KIND, DV, VGROUP,
-                           HKV, BS, NP, BLOCK_T, DOT)
-        if PHASES == 4:
-            v2 = _phase_values(vb, VS, VZ, rows, page_ids, kvh, 2, PHASES, False, PAIR, ASM, KIND, DV, VGROUP,
-                               HKV, BS, NP, BLOCK_T, DOT)
-            v3 = _phase_values(vb, VS, VZ, rows, page_ids, kvh, 3, PHASES, False, PAIR, ASM, KIND, DV, VGROUP,
-                               HKV, BS, NP, BLOCK_T, DOT)
+        v0, v1, v2, v3 = _phases(vb, VS, VZ, rows, page_ids, kvh, PHASES, False, PAIR, ASM, KIND, DV, VGROUP, HKV,
+                                 BS, NP, BLOCK_T, DOT)
         pd = _to_dot(pv, DOT)
         acc0 += tl.dot(pd, v0)
         acc1 += tl.dot(pd, v1)
@@ -683,11 +707,7 @@ def _decode_split_kernel_packed(
             t = r0 + tl.arange(0, RECENT_T)
             ok = (t < hi) & (t >= start)
             res = tl.where(ok, (b * rmax + (t - paged)) * HKV + kvh, kvh)
-            s = tl.dot(qd0, tl.trans(_recent(RK, res, D, PHASES, 0, DOT))) + \
-                tl.dot(qd1, tl.trans(_recent(RK, res, D, PHASES, 1, DOT)))
-            if PHASES == 4:
-                s += tl.dot(qd2, tl.trans(_recent(RK, res, D, PHASES, 2, DOT))) + \
-                    tl.dot(qd3, tl.trans(_recent(RK, res, D, PHASES, 3, DOT)))
+            s = _recent_scores(qd0, qd1, qd2, qd3, RK, res, D, PHASES, DOT)
             s = tl.where(ok[None, :], s, float("-inf"))
             p, alpha, m_new, l_i = _online_softmax(s, m_i, l_i)
             pd = _to_dot(p, DOT)

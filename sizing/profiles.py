@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 from functools import cache
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import KvsizeError, unknown
 from .shape import ModelShape, read_config_file, resolve_shape
+from .speed import KERNEL_TIME_TERMS, DecodeEfficiency
 from .units import MiB
 
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "profiles"
@@ -79,7 +81,7 @@ class EfficiencyProfile(BaseModel):
                 raise ValueError(f"kv[{fmt}] must be in (0, 1], got {value}")
         return kv
 
-    @field_validator("overhead_s", "per_sequence_s", "per_context_token_s")
+    @field_validator(*KERNEL_TIME_TERMS)
     @classmethod
     def _seconds(cls, terms: dict[str, float]) -> dict[str, float]:
         for fmt, value in terms.items():
@@ -142,17 +144,11 @@ def efficiency_profile(key: str = DEFAULT_EFFICIENCY_PROFILE) -> EfficiencyProfi
     return _load("efficiency", key, EfficiencyProfile)
 
 
-def measured_efficiency(key: str = DEFAULT_EFFICIENCY_PROFILE):
+def measured_efficiency(key: str = DEFAULT_EFFICIENCY_PROFILE) -> DecodeEfficiency:
     """The DecodeEfficiency of a bundled efficiency profile (by default kvsize's measured kernels)."""
-    from types import MappingProxyType
-
-    from .speed import DecodeEfficiency
-
     p = efficiency_profile(key)
     return DecodeEfficiency(weights=p.weights, kv=MappingProxyType(dict(p.kv)), kv_default=p.kv_default,
-                            overhead_s=MappingProxyType(dict(p.overhead_s)),
-                            per_sequence_s=MappingProxyType(dict(p.per_sequence_s)),
-                            per_context_token_s=MappingProxyType(dict(p.per_context_token_s)),
+                            **{t: MappingProxyType(dict(getattr(p, t))) for t in KERNEL_TIME_TERMS},
                             source=f"{p.source}; weights: {p.weights_source}; formats not measured: "
                                    f"{p.kv_default_source}")
 

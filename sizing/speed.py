@@ -14,7 +14,7 @@ over the GPU's dense bf16 throughput × MFU.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from types import MappingProxyType
 from typing import Mapping
@@ -34,6 +34,10 @@ DEFAULT_EFFICIENCY_SOURCE = (
     "assumption: 75% of HBM bandwidth for weight GEMVs and for fused paged-attention reads of every format, "
     "50% MFU for prefill; replace with a measurement report (--efficiency-report) or --kv-efficiency"
 )
+
+
+# The fitted time terms of one attention call beside its bandwidth (attention_seconds), per format
+KERNEL_TIME_TERMS = ("overhead_s", "per_sequence_s", "per_context_token_s")
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,7 @@ def efficiency_from_report(report: dict, where: str = "report") -> DecodeEfficie
     try:
         kv = {str(k): float(v) for k, v in section["kv"].items()}
         terms = {name: MappingProxyType({str(k): float(v) for k, v in section.get(name, {}).items()})
-                 for name in ("overhead_s", "per_sequence_s", "per_context_token_s")}
+                 for name in KERNEL_TIME_TERMS}
     except (TypeError, ValueError, AttributeError) as e:
         raise KvsizeError(f"{where}: decode_efficiency values must be numbers ({e})") from None
     return DecodeEfficiency(
@@ -105,9 +109,8 @@ def parse_efficiency_overrides(text: str | None, base: DecodeEfficiency) -> Deco
             values[key] = number
         else:
             kv[key] = number
-    return DecodeEfficiency(values["weights"], MappingProxyType(kv), values["default"], values["mfu"],
-                            base.source + "; overridden: " + text, base.overhead_s,
-                            base.per_sequence_s, base.per_context_token_s)
+    return replace(base, weights=values["weights"], kv=MappingProxyType(kv), kv_default=values["default"],
+                   mfu=values["mfu"], source=base.source + "; overridden: " + text)
 
 
 def experts_touched_fraction(num_experts: int, top_k: int, batch: float) -> float:

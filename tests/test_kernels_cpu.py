@@ -222,21 +222,33 @@ def test_4bit_kernel_with_split_nibbles_gives_the_same_attention(fmt):
     _assert_packed_kernel_matches(fmt, cache, table, lens, split_nibbles=True)
 
 
+def _with_every_code(fmt, allowed, seed):
+    """A case whose keys hold codes drawn from `allowed` (stored bytes), so that every one shows up."""
+    cache, table, lens, _ = _case(fmt, contexts=(70, 45))
+    codes = allowed[torch.randint(len(allowed), cache.k.data.shape, generator=torch.Generator().manual_seed(seed))]
+    cache.k.data.view(torch.uint8).copy_(codes)
+    return cache, table, lens
+
+
 @pytest.mark.parametrize("fmt", ["lmdeploy_int4", "nvfp4", "kivi4"])
 def test_4bit_kernel_reading_words_gives_the_same_attention(fmt):
     """split_words: 4-bit rows read as 16-bit words of four values, every code included (all
     16 nibbles in each of the four positions)."""
-    cache, table, lens, _ = _case(fmt, contexts=(70, 45))
-    codes = torch.randint(256, cache.k.data.shape, generator=torch.Generator().manual_seed(11), dtype=torch.uint8)
-    cache.k.data.view(torch.uint8).copy_(codes)
+    cache, table, lens = _with_every_code(fmt, torch.arange(256, dtype=torch.uint8), seed=11)
     _assert_packed_kernel_matches(fmt, cache, table, lens, split_words=True)
 
 
-def test_split_words_is_refused_for_caches_it_cannot_read():
-    for fmt in ("bf16", "fp8_e4m3", "kivi2"):
+@pytest.mark.parametrize("option, formats, match", [
+    ("split_words", ("bf16", "fp8_e4m3", "kivi2"), "split_words reads 4-bit layouts"),
+    ("split_bytes", ("bf16", "nvfp4", "kivi2"), "split_bytes")])
+def test_phase_readings_are_refused_for_caches_they_cannot_read(option, formats, match):
+    for fmt in formats:
         cache, table, lens, _ = _case(fmt)
-        with pytest.raises(ValueError, match="split_words reads 4-bit layouts"):
-            paged_decode(torch.randn(2, 4, 64), cache, table, lens, num_splits=1, split_words=True)
+        with pytest.raises(ValueError, match=match):
+            paged_decode(torch.randn(2, 4, 64), cache, table, lens, num_splits=1, **{option: True})
+
+
+def test_one_phase_reading_at_a_time():
     cache, table, lens, _ = _case("nvfp4")
     with pytest.raises(ValueError, match="choose one"):
         paged_decode(torch.randn(2, 4, 64), cache, table, lens, num_splits=1, split_words=True, split_nibbles=True)
@@ -247,19 +259,10 @@ def test_split_words_is_refused_for_caches_it_cannot_read():
 def test_8bit_read_as_byte_pairs_gives_the_same_attention(fmt):
     """split_bytes: 8-bit rows read as 16-bit words, every code included (fp8 subnormals, both
     signs, the largest; int8 -128 and 127; uint8 0 and 255)."""
-    cache, table, lens, _ = _case(fmt, contexts=(70, 45))
     every_code = torch.arange(256, dtype=torch.uint8)
-    finite = every_code[torch.isfinite(every_code.view(cache.k.data.dtype).float())]
-    codes = finite[torch.randint(len(finite), cache.k.data.shape, generator=torch.Generator().manual_seed(9))]
-    cache.k.data.view(torch.uint8).copy_(codes)
+    finite = every_code[torch.isfinite(every_code.view(FORMATS[fmt].value_dtype).float())]
+    cache, table, lens = _with_every_code(fmt, finite, seed=9)
     _assert_packed_kernel_matches(fmt, cache, table, lens, split_bytes=True)
-
-
-def test_split_bytes_is_refused_for_caches_it_cannot_read():
-    for fmt in ("bf16", "nvfp4", "kivi2"):
-        cache, table, lens, _ = _case(fmt)
-        with pytest.raises(ValueError, match="split_bytes"):
-            paged_decode(torch.randn(2, 4, 64), cache, table, lens, num_splits=1, split_bytes=True)
 
 
 def test_asm_decode_needs_a_packed_kernel():
