@@ -77,17 +77,40 @@ def _unraw(x, BITS: tl.constexpr, DOT: tl.constexpr):
 
 
 @triton.jit
-def _tile(t0, b, kvh, BT, stride_bt, start, hi, paged, HKV: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr):
-    """Tokens of the tile at t0, which are real, which sit in pages, their pages and row indices."""
+def _tile(t0, b, kvh, BT, stride_bt, start, hi, paged, HKV: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr,
+          MASKED: tl.constexpr = True):
+    """Tokens of the tile at t0, which are real, which sit in pages, their pages and row indices.
+    Not MASKED: the caller knows every token of the tile is real and paged (no compares)."""
     NP: tl.constexpr = BLOCK_T // BS
     t = t0 + tl.arange(0, BLOCK_T)
-    valid = (t < hi) & (t >= start)
-    in_page = valid & (t < paged)
     pidx = t0 // BS + tl.arange(0, NP)
-    page_ids = tl.load(BT + b * stride_bt + pidx, mask=(pidx * BS < paged) & (pidx * BS < hi), other=0)
+    if MASKED:
+        valid = (t < hi) & (t >= start)
+        in_page = valid & (t < paged)
+        page_ids = tl.load(BT + b * stride_bt + pidx, mask=(pidx * BS < paged) & (pidx * BS < hi), other=0)
+    else:
+        valid = tl.full([BLOCK_T], 1, tl.int1)
+        in_page = valid
+        page_ids = tl.load(BT + b * stride_bt + pidx)
     page = tl.reshape(tl.broadcast_to(page_ids[:, None], [NP, BS]), [BLOCK_T])
-    rows = tl.where(in_page, (page * HKV + kvh) * BS + t % BS, kvh * BS)  # head-major pages
+    rows = (page * HKV + kvh) * BS + t % BS  # head-major pages
+    if MASKED:
+        rows = tl.where(in_page, rows, kvh * BS)
     return t, valid, in_page, page_ids, rows
+
+
+@triton.jit
+def _full_tiles(lo, start, end, BLOCK_T: tl.constexpr):
+    """Tiles of [lo, end) split by whether they need masks: the full ones [full_lo, full_hi),
+    every token real and paged, and at most two that do not: the first when the window starts
+    inside it (head), the last when the tokens end inside it."""
+    has_head = (lo < start) & (start < end)
+    full_lo = lo
+    if lo < start:
+        full_lo = lo + BLOCK_T
+    full_hi = full_lo + tl.maximum(end - full_lo, 0) // BLOCK_T * BLOCK_T
+    masked = has_head.to(tl.int32) + (full_hi < end).to(tl.int32)
+    return has_head, full_lo, full_hi, masked
 
 
 @triton.jit
@@ -349,6 +372,99 @@ def _page_affine(x, SCALE, ZERO, page_ids, kvh, HKV: tl.constexpr, ROW: tl.const
 
 
 @triton.jit
+def _plain_tile(t0, m_i, l_i, acc, acc_bias, q, q_rope, q_row_scale, qsum, K, KS, KZ, V, VS, VZ, BT, b, kvh,
+                stride_bt, start, hi, paged, tile_rows, tile_in_page, tile_page_ids, k_loaded, v_loaded,
+                MASKED: tl.constexpr, LOADED: tl.constexpr, D: tl.constexpr, D_ROPE: tl.constexpr, DV: tl.constexpr,
+                BS: tl.constexpr, BLOCK_T: tl.constexpr, KIND: tl.constexpr, BITS: tl.constexpr,
+                VGROUP: tl.constexpr, V_FROM_K: tl.constexpr, DOT: tl.constexpr, KGROUP: tl.constexpr,
+                SWAP_QK: tl.constexpr, I8_QK: tl.constexpr, HKV: tl.constexpr):
+    """One tile of _decode_split_kernel's paged tokens into its running softmax state. LOADED:
+    the caller prefetched the tile (its rows, pages and raw K and V); otherwise it is loaded here."""
+    KROW: tl.constexpr = D + D_ROPE
+    NP: tl.constexpr = BLOCK_T // BS
+    if LOADED:
+        rows = tile_rows
+        in_page = tile_in_page
+        page_ids = tile_page_ids
+        k = _unraw(k_loaded, BITS, DOT)
+        v = _unraw(v_loaded, BITS, DOT)
+    else:
+        t, valid, in_page, page_ids, rows = _tile(t0, b, kvh, BT, stride_bt, start, hi, paged, HKV, BS, BLOCK_T,
+                                                  MASKED)
+        # Issue both loads before any arithmetic so the K and V reads are in flight together.
+        if DOT == 3:  # fp8 tensor cores take the stored bytes
+            k = _codes(K, rows, KROW, 0, D, BITS, DOT, True)
+            if not V_FROM_K:
+                v = _codes(V, rows, DV, 0, DV, BITS, DOT, True)
+        elif I8_QK:  # keys as stored for the int8 dot, values to the dot dtype
+            k = _codes(K, rows, KROW, 0, D, BITS, DOT, True)
+            v = _codes(V, rows, DV, 0, DV, BITS, DOT)
+            if KIND == 3:  # uint8 codes u as int8 u - 128; the 128 moves into the zero point
+                k = (k.to(tl.int32) - 128).to(tl.int8)
+        else:
+            k = _codes(K, rows, KROW, 0, D, BITS, DOT)
+            if not V_FROM_K:
+                v = _codes(V, rows, DV, 0, DV, BITS, DOT)
+    if KIND == 4:
+        k = _grouped(_e2m1(k, DOT), KS, KS, rows, KROW, KGROUP, 1, BLOCK_T, DOT, False)
+    elif KIND == 5:
+        k = _page_affine(_to_dot(k, DOT), KS, KZ, page_ids, kvh, HKV, KROW, BS, NP, DOT)
+    elif BITS < 8:
+        k = _to_dot(k, DOT)
+    if DOT == 3:
+        s = tl.dot(q, tl.trans(k)) * q_row_scale[:, None]
+    elif I8_QK:
+        s = tl.dot(q, tl.trans(k)).to(tl.float32) * q_row_scale[:, None]
+    elif SWAP_QK:
+        # the dequantized tile as the register-sourced A operand; q^T (loaded once) is B
+        s = tl.trans(tl.dot(k, tl.trans(q)))
+    else:
+        s = tl.dot(q, tl.trans(k))
+    if D_ROPE > 0:  # MLA: the rope part of the latent row
+        s += tl.dot(q_rope, tl.trans(_codes(K, rows, KROW, D, D_ROPE, BITS, DOT)))
+    if KIND == 2:
+        ks_rows = tl.load(KS + rows).to(tl.float32)
+        s = s * ks_rows[None, :]
+    if KIND == 3:
+        ks3, kz3 = _token_affine(KS, rows)
+        if I8_QK:
+            kz3 = kz3 + 128.0 * ks3
+        s = s * ks3[None, :] + kz3[None, :] * qsum[:, None]
+    if MASKED:
+        s = tl.where(in_page[None, :], s, float("-inf"))
+    p, alpha, m_new, l_i = _online_softmax(s, m_i, l_i)
+    acc = acc * alpha[:, None]
+    acc_bias = acc_bias * alpha
+    if V_FROM_K:
+        v = k  # MLA: the values are the latent part of the key row (D == DV)
+        pv = p
+        if KIND == 2:
+            pv = p * ks_rows[None, :]
+    else:
+        pv = p
+        if KIND == 2:
+            pv = p * tl.load(VS + rows).to(tl.float32)[None, :]
+        elif KIND == 3:
+            vs3, vz3 = _token_affine(VS, rows)
+            pv = p * vs3[None, :]
+            acc_bias += tl.sum(p * vz3[None, :], 1)
+        if KIND == 4:
+            v = _grouped(_e2m1(v, DOT), VS, VS, rows, DV, KGROUP, 1, BLOCK_T, DOT, False)
+        elif KIND == 5:
+            v = _grouped(_to_dot(v, DOT), VS, VZ, rows, DV, VGROUP, 1, BLOCK_T, DOT, True)
+        elif BITS < 8:
+            v = _to_dot(v, DOT)
+    if DOT == 3:
+        # probabilities in e4m3 relative to each row's largest in the tile, rescaled after
+        p_row = tl.maximum(tl.max(pv, 1), 1e-30)
+        acc += tl.dot((pv / p_row[:, None]).to(tl.float8e4nv), v) * p_row[:, None]
+    else:
+        acc += tl.dot(_to_dot(pv, DOT), v)
+    m_i = m_new
+    return m_i, l_i, acc, acc_bias
+
+
+@triton.jit
 def _decode_split_kernel(
     Q, K, KS, KZ, KG, V, VS, VZ, VG, RK, RV, QLEN, BT, CTX, M_OUT, L_OUT, ACC_OUT,
     sm_scale, window, stride_bt, rmax, num_splits,
@@ -391,10 +507,13 @@ def _decode_split_kernel(
         q = tl.floor(q32 / q_row_scale[:, None] + 0.5).to(tl.int8)
     else:
         q = _to_dot(q32, DOT)
+        q_row_scale = qsum  # placeholder _plain_tile leaves unread
     if D_ROPE > 0:
         dr = D + tl.arange(0, D_ROPE)
         q_rope = tl.load(Q + (b * HQ + heads[:, None]) * KROW + dr[None, :], mask=gmask[:, None], other=0.0)
         q_rope = _to_dot(q_rope.to(tl.float32) * qscale, DOT)
+    else:
+        q_rope = q  # placeholder _plain_tile leaves unread
 
     start, paged, lo, hi = _split_bounds(CTX, QLEN, b, split, window, num_splits, HAS_RESIDUAL, BS, BLOCK_T)
 
@@ -402,93 +521,37 @@ def _decode_split_kernel(
     l_i = tl.zeros([BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_G, DV], tl.float32)
     acc_bias = tl.zeros([BLOCK_G], tl.float32)
+    end = tl.minimum(hi, paged)  # KIVI's recent window: its own loop below
     if PREFETCH:  # the first tile's rows are loaded before the loop; each step loads the next
         t_n, valid_n, in_page_n, page_ids_n, rows_n = _tile(lo, b, kvh, BT, stride_bt, start, hi, paged, HKV, BS,
                                                             BLOCK_T)
         k_n = _codes(K, rows_n, KROW, 0, D, BITS, DOT, True)
         v_n = _codes(V, rows_n, DV, 0, DV, BITS, DOT, True)
-    for t0 in range(lo, tl.minimum(hi, paged), BLOCK_T):  # KIVI's recent window: its own loop below
-        if PREFETCH:
-            t, valid, in_page, page_ids, rows = t_n, valid_n, in_page_n, page_ids_n, rows_n
-            k_raw = k_n
-            v_raw = v_n
+        for t0 in range(lo, end, BLOCK_T):
+            in_page, page_ids, rows, k_raw, v_raw = in_page_n, page_ids_n, rows_n, k_n, v_n
             t_n, valid_n, in_page_n, page_ids_n, rows_n = _tile(t0 + BLOCK_T, b, kvh, BT, stride_bt, start, hi, paged,
                                                                 HKV, BS, BLOCK_T)
             k_n = _codes(K, rows_n, KROW, 0, D, BITS, DOT, True)
             v_n = _codes(V, rows_n, DV, 0, DV, BITS, DOT, True)
-            k = _unraw(k_raw, BITS, DOT)
-            v = _unraw(v_raw, BITS, DOT)
-        else:
-            t, valid, in_page, page_ids, rows = _tile(t0, b, kvh, BT, stride_bt, start, hi, paged, HKV, BS, BLOCK_T)
-            # Issue both loads before any arithmetic so the K and V reads are in flight together.
-            if DOT == 3:  # fp8 tensor cores take the stored bytes
-                k = _codes(K, rows, KROW, 0, D, BITS, DOT, True)
-                if not V_FROM_K:
-                    v = _codes(V, rows, DV, 0, DV, BITS, DOT, True)
-            elif I8_QK:  # keys as stored for the int8 dot, values to the dot dtype
-                k = _codes(K, rows, KROW, 0, D, BITS, DOT, True)
-                v = _codes(V, rows, DV, 0, DV, BITS, DOT)
-                if KIND == 3:  # uint8 codes u as int8 u - 128; the 128 moves into the zero point
-                    k = (k.to(tl.int32) - 128).to(tl.int8)
-            else:
-                k = _codes(K, rows, KROW, 0, D, BITS, DOT)
-                if not V_FROM_K:
-                    v = _codes(V, rows, DV, 0, DV, BITS, DOT)
-        if KIND == 4:
-            k = _grouped(_e2m1(k, DOT), KS, KS, rows, KROW, KGROUP, 1, BLOCK_T, DOT, False)
-        elif KIND == 5:
-            k = _page_affine(_to_dot(k, DOT), KS, KZ, page_ids, kvh, HKV, KROW, BS, NP, DOT)
-        elif BITS < 8:
-            k = _to_dot(k, DOT)
-        if DOT == 3:
-            s = tl.dot(q, tl.trans(k)) * q_row_scale[:, None]
-        elif I8_QK:
-            s = tl.dot(q, tl.trans(k)).to(tl.float32) * q_row_scale[:, None]
-        elif SWAP_QK:
-            # the dequantized tile as the register-sourced A operand; q^T (loaded once) is B
-            s = tl.trans(tl.dot(k, tl.trans(q)))
-        else:
-            s = tl.dot(q, tl.trans(k))
-        if D_ROPE > 0:  # MLA: the rope part of the latent row
-            s += tl.dot(q_rope, tl.trans(_codes(K, rows, KROW, D, D_ROPE, BITS, DOT)))
-        if KIND == 2:
-            ks_rows = tl.load(KS + rows).to(tl.float32)
-            s = s * ks_rows[None, :]
-        if KIND == 3:
-            ks3, kz3 = _token_affine(KS, rows)
-            if I8_QK:
-                kz3 = kz3 + 128.0 * ks3
-            s = s * ks3[None, :] + kz3[None, :] * qsum[:, None]
-        s = tl.where(in_page[None, :], s, float("-inf"))
-        p, alpha, m_new, l_i = _online_softmax(s, m_i, l_i)
-        acc = acc * alpha[:, None]
-        acc_bias = acc_bias * alpha
-        if V_FROM_K:
-            v = k  # MLA: the values are the latent part of the key row (D == DV)
-            pv = p
-            if KIND == 2:
-                pv = p * ks_rows[None, :]
-        else:
-            pv = p
-            if KIND == 2:
-                pv = p * tl.load(VS + rows).to(tl.float32)[None, :]
-            elif KIND == 3:
-                vs3, vz3 = _token_affine(VS, rows)
-                pv = p * vs3[None, :]
-                acc_bias += tl.sum(p * vz3[None, :], 1)
-            if KIND == 4:
-                v = _grouped(_e2m1(v, DOT), VS, VS, rows, DV, KGROUP, 1, BLOCK_T, DOT, False)
-            elif KIND == 5:
-                v = _grouped(_to_dot(v, DOT), VS, VZ, rows, DV, VGROUP, 1, BLOCK_T, DOT, True)
-            elif BITS < 8:
-                v = _to_dot(v, DOT)
-        if DOT == 3:
-            # probabilities in e4m3 relative to each row's largest in the tile, rescaled after
-            p_row = tl.maximum(tl.max(pv, 1), 1e-30)
-            acc += tl.dot((pv / p_row[:, None]).to(tl.float8e4nv), v) * p_row[:, None]
-        else:
-            acc += tl.dot(_to_dot(pv, DOT), v)
-        m_i = m_new
+            m_i, l_i, acc, acc_bias = _plain_tile(
+                t0, m_i, l_i, acc, acc_bias, q, q_rope, q_row_scale, qsum, K, KS, KZ, V, VS, VZ, BT, b, kvh,
+                stride_bt, start, hi, paged, rows, in_page, page_ids, k_raw, v_raw, True, True, D, D_ROPE, DV, BS,
+                BLOCK_T, KIND, BITS, VGROUP, V_FROM_K, DOT, KGROUP, SWAP_QK, I8_QK, HKV)
+    else:
+        has_head, full_lo, full_hi, masked = _full_tiles(lo, start, end, BLOCK_T)
+        for t0 in range(full_lo, full_hi, BLOCK_T):
+            m_i, l_i, acc, acc_bias = _plain_tile(
+                t0, m_i, l_i, acc, acc_bias, q, q_rope, q_row_scale, qsum, K, KS, KZ, V, VS, VZ, BT, b, kvh,
+                stride_bt, start, hi, paged, 0, 0, 0, 0, 0, False, False, D, D_ROPE, DV, BS, BLOCK_T, KIND, BITS,
+                VGROUP, V_FROM_K, DOT, KGROUP, SWAP_QK, I8_QK, HKV)
+        for j in range(0, masked):  # the head and tail tiles, with their masks
+            t0 = full_hi
+            if (j == 0) & has_head:
+                t0 = lo
+            m_i, l_i, acc, acc_bias = _plain_tile(
+                t0, m_i, l_i, acc, acc_bias, q, q_rope, q_row_scale, qsum, K, KS, KZ, V, VS, VZ, BT, b, kvh,
+                stride_bt, start, hi, paged, 0, 0, 0, 0, 0, True, False, D, D_ROPE, DV, BS, BLOCK_T, KIND, BITS,
+                VGROUP, V_FROM_K, DOT, KGROUP, SWAP_QK, I8_QK, HKV)
     if HAS_RESIDUAL:  # KIVI's recent window in fp16, RECENT_T tokens at a time (no fp8/int8 dots)
         for r0 in range(tl.maximum(lo, paged), hi, RECENT_T):
             t = r0 + tl.arange(0, RECENT_T)
@@ -605,6 +668,55 @@ def _phase_output(acc, acc_bias, VS, VG, KIND: tl.constexpr, PAIR: tl.constexpr)
 
 
 @triton.jit
+def _packed_tile(t0, m_i, l_i, acc0, acc1, acc2, acc3, acc_bias, qd0, qd1, qd2, qd3, qsum, K, KS, KZ, V, VS, VZ, BT,
+                 b, kvh, stride_bt, start, hi, paged, MASKED: tl.constexpr, PHASES: tl.constexpr, D: tl.constexpr,
+                 DV: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr, KIND: tl.constexpr, VGROUP: tl.constexpr,
+                 KGROUP: tl.constexpr, HKV: tl.constexpr, DOT: tl.constexpr, PAIR: tl.constexpr, ASM: tl.constexpr):
+    """One tile of _decode_split_kernel_packed's paged tokens into its running softmax state
+    (acc2 and acc3 pass through with two phases)."""
+    NP: tl.constexpr = BLOCK_T // BS
+    dh = tl.arange(0, D // PHASES)
+    dvh = tl.arange(0, DV // PHASES)
+    t, valid, in_page, page_ids, rows = _tile(t0, b, kvh, BT, stride_bt, start, hi, paged, HKV, BS, BLOCK_T, MASKED)
+    kb = tl.load(K + rows[:, None] * (D // PHASES) + dh[None, :])
+    vb = tl.load(V + rows[:, None] * (DV // PHASES) + dvh[None, :])
+    k0, k1, k2, k3 = _phases(kb, KS, KZ, rows, page_ids, kvh, PHASES, True, PAIR, ASM, KIND, D, KGROUP, HKV,
+                             BS, NP, BLOCK_T, DOT)
+    s = _phase_scores(qd0, qd1, qd2, qd3, k0, k1, k2, k3, PHASES)
+    if KIND == 2:
+        s = s * tl.load(KS + rows).to(tl.float32)[None, :]
+    if KIND == 3:
+        ks3, kz3 = _token_affine(KS, rows)
+        s = s * ks3[None, :] + kz3[None, :] * qsum[:, None]
+    if MASKED:
+        s = tl.where(in_page[None, :], s, float("-inf"))
+    p, alpha, m_new, l_i = _online_softmax(s, m_i, l_i)
+    acc0 = acc0 * alpha[:, None]
+    acc1 = acc1 * alpha[:, None]
+    if PHASES == 4:
+        acc2 = acc2 * alpha[:, None]
+        acc3 = acc3 * alpha[:, None]
+    acc_bias = acc_bias * alpha
+    pv = p
+    if KIND == 2:
+        pv = p * tl.load(VS + rows).to(tl.float32)[None, :]
+    if KIND == 3:
+        vs3, vz3 = _token_affine(VS, rows)
+        pv = p * vs3[None, :]
+        acc_bias += tl.sum(p * vz3[None, :], 1)
+    v0, v1, v2, v3 = _phases(vb, VS, VZ, rows, page_ids, kvh, PHASES, False, PAIR, ASM, KIND, DV, VGROUP, HKV,
+                             BS, NP, BLOCK_T, DOT)
+    pd = _to_dot(pv, DOT)
+    acc0 += tl.dot(pd, v0)
+    acc1 += tl.dot(pd, v1)
+    if PHASES == 4:
+        acc2 += tl.dot(pd, v2)
+        acc3 += tl.dot(pd, v3)
+    m_i = m_new
+    return m_i, l_i, acc0, acc1, acc2, acc3, acc_bias
+
+
+@triton.jit
 def _decode_split_kernel_packed(
     Q, K, KS, KZ, KG, V, VS, VZ, VG, RK, RV, QLEN, BT, CTX, M_OUT, L_OUT, ACC_OUT,
     sm_scale, window, stride_bt, rmax, num_splits,
@@ -662,46 +774,28 @@ def _decode_split_kernel_packed(
     if PHASES == 4:
         acc2 = tl.zeros([BLOCK_G, DV // PHASES], tl.float32)
         acc3 = tl.zeros([BLOCK_G, DV // PHASES], tl.float32)
+    else:  # placeholders _packed_tile passes through
+        acc2 = acc0
+        acc3 = acc1
     acc_bias = tl.zeros([BLOCK_G], tl.float32)
     # Tiles holding paged tokens; KIVI's fp16 recent window (tokens from `paged` on) has its own
     # loop after this one, so no tile merges the two (a merge lays the tiles out for the window's
     # strided loads and sends every decoded tile through shared memory).
-    for t0 in range(lo, tl.minimum(hi, paged), BLOCK_T):
-        t, valid, in_page, page_ids, rows = _tile(t0, b, kvh, BT, stride_bt, start, hi, paged, HKV, BS, BLOCK_T)
-        kb = tl.load(K + rows[:, None] * (D // PHASES) + dh[None, :])
-        vb = tl.load(V + rows[:, None] * (DV // PHASES) + dvh[None, :])
-        k0, k1, k2, k3 = _phases(kb, KS, KZ, rows, page_ids, kvh, PHASES, True, PAIR, ASM, KIND, D, KGROUP, HKV,
-                                 BS, NP, BLOCK_T, DOT)
-        s = _phase_scores(qd0, qd1, qd2, qd3, k0, k1, k2, k3, PHASES)
-        if KIND == 2:
-            s = s * tl.load(KS + rows).to(tl.float32)[None, :]
-        if KIND == 3:
-            ks3, kz3 = _token_affine(KS, rows)
-            s = s * ks3[None, :] + kz3[None, :] * qsum[:, None]
-        s = tl.where(in_page[None, :], s, float("-inf"))
-        p, alpha, m_new, l_i = _online_softmax(s, m_i, l_i)
-        acc0 = acc0 * alpha[:, None]
-        acc1 = acc1 * alpha[:, None]
-        if PHASES == 4:
-            acc2 = acc2 * alpha[:, None]
-            acc3 = acc3 * alpha[:, None]
-        acc_bias = acc_bias * alpha
-        pv = p
-        if KIND == 2:
-            pv = p * tl.load(VS + rows).to(tl.float32)[None, :]
-        if KIND == 3:
-            vs3, vz3 = _token_affine(VS, rows)
-            pv = p * vs3[None, :]
-            acc_bias += tl.sum(p * vz3[None, :], 1)
-        v0, v1, v2, v3 = _phases(vb, VS, VZ, rows, page_ids, kvh, PHASES, False, PAIR, ASM, KIND, DV, VGROUP, HKV,
-                                 BS, NP, BLOCK_T, DOT)
-        pd = _to_dot(pv, DOT)
-        acc0 += tl.dot(pd, v0)
-        acc1 += tl.dot(pd, v1)
-        if PHASES == 4:
-            acc2 += tl.dot(pd, v2)
-            acc3 += tl.dot(pd, v3)
-        m_i = m_new
+    end = tl.minimum(hi, paged)
+    has_head, full_lo, full_hi, masked = _full_tiles(lo, start, end, BLOCK_T)
+    for t0 in range(full_lo, full_hi, BLOCK_T):
+        m_i, l_i, acc0, acc1, acc2, acc3, acc_bias = _packed_tile(
+            t0, m_i, l_i, acc0, acc1, acc2, acc3, acc_bias, qd0, qd1, qd2, qd3, qsum, K, KS, KZ, V, VS, VZ, BT, b,
+            kvh, stride_bt, start, hi, paged, False, PHASES, D, DV, BS, BLOCK_T, KIND, VGROUP, KGROUP, HKV, DOT, PAIR,
+            ASM)
+    for j in range(0, masked):  # the head and tail tiles, with their masks
+        t0 = full_hi
+        if (j == 0) & has_head:
+            t0 = lo
+        m_i, l_i, acc0, acc1, acc2, acc3, acc_bias = _packed_tile(
+            t0, m_i, l_i, acc0, acc1, acc2, acc3, acc_bias, qd0, qd1, qd2, qd3, qsum, K, KS, KZ, V, VS, VZ, BT, b,
+            kvh, stride_bt, start, hi, paged, True, PHASES, D, DV, BS, BLOCK_T, KIND, VGROUP, KGROUP, HKV, DOT, PAIR,
+            ASM)
     if HAS_RESIDUAL:  # KIVI's recent window in fp16, RECENT_T tokens at a time
         for r0 in range(tl.maximum(lo, paged), hi, RECENT_T):
             t = r0 + tl.arange(0, RECENT_T)

@@ -141,12 +141,15 @@ def test_fused_kernel_matches_fp32_over_the_same_cache(fmt):
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp8_e4m3", "int8_per_token_head", "nvfp4", "kivi4"])
 def test_sliding_window_reads_only_the_window(fmt):
+    """Windows not page aligned: 21 tokens start inside the last tiles; 40 tokens in tiles of 16
+    leave a masked head tile, unmasked full tiles and a masked tail tile."""
     cache, table, lens, _ = _case(fmt, contexts=(70, 45))
     q = torch.randn(2, 4, 64)
-    ref = reference_decode(q, cache, table, lens, window=21)  # not page aligned
-    out = paged_decode(q, cache, table, lens, window=21, num_splits=2, block_t=32)
-    assert relative_error(out, ref) < EXACT
-    assert relative_error(out, reference_decode(q, cache, table, lens)) > 1e-3  # the window matters
+    for window, block_t in ((21, 32), (40, 16)):
+        ref = reference_decode(q, cache, table, lens, window=window)
+        out = paged_decode(q, cache, table, lens, window=window, num_splits=2, block_t=block_t)
+        assert relative_error(out, ref) < EXACT, (fmt, window)
+        assert relative_error(out, reference_decode(q, cache, table, lens)) > 1e-3  # the window matters
 
 
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
@@ -208,9 +211,10 @@ def test_fp8_dot_is_refused_for_caches_it_cannot_read():
 
 
 def _assert_packed_kernel_matches(fmt, cache, table, lens, **option):
-    """The phase-split kernel against fp32 over the same cache: one split, three splits, a window."""
+    """The phase-split kernel against fp32 over the same cache: one split, three splits, windows
+    (40 tokens in tiles of 16: masked head, unmasked full and masked tail tiles)."""
     q = torch.randn(2, 4, 64)
-    for window, splits, block_t in ((None, 1, 16), (None, 3, 32), (21, 2, 32)):
+    for window, splits, block_t in ((None, 1, 16), (None, 3, 32), (21, 2, 32), (40, 1, 16)):
         ref = reference_decode(q, cache, table, lens, window=window)
         out = paged_decode(q, cache, table, lens, window=window, num_splits=splits, block_t=block_t, **option)
         assert relative_error(out, ref) < EXACT, (fmt, window, splits, block_t)
