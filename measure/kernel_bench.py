@@ -12,15 +12,18 @@ the unquantized keys and values (attention_rel_error, the format's own loss).
 from __future__ import annotations
 
 import math
+import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from types import MappingProxyType
 
 import torch
+import triton
 
 from sizing.speed import (DEFAULT_KV_EFFICIENCY, DEFAULT_WEIGHTS_EFFICIENCY, KERNEL_TIME_TERMS, DecodeEfficiency,
                           attention_seconds)
 
-from .kernels import paged_decode
+from .kernels import compile_decode, paged_decode
 from .paged_cache import (FORMATS, KIVI, KIVI_RESIDUAL, add_kivi_residual, kernel_tolerance, pack,
                           reference_decode, relative_error)
 from .quant import ERROR_BOUNDS, realistic_kv
@@ -112,6 +115,14 @@ def tune(fmt: str, kv_heads: int, head_dim: int, q_heads: int, block_size: int, 
     q = torch.randn(batch, q_heads, head_dim, device="cuda")
     ref = reference_decode(q, cache, table, lens)
     best, timings = None, {}
+    # Compiling dominates the search: every option compiles side by side first (one thread per
+    # core); one that fails to compile fails again below, where its error is recorded.
+    with triton.AsyncCompileMode(ThreadPoolExecutor(os.cpu_count() or 1), ignore_errors=True):
+        for config in configs:
+            try:
+                compile_decode(q, cache, table, lens, **config)
+            except Exception:
+                pass
     for config in configs:
         key = "/".join(f"{k}={v}" for k, v in config.items())
         try:

@@ -464,7 +464,7 @@ def _plain_tile(t0, m_i, l_i, acc, acc_bias, q, q_rope, q_row_scale, qsum, K, KS
     return m_i, l_i, acc, acc_bias
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_splits"])  # one binary whatever the split count
 def _decode_split_kernel(
     Q, K, KS, KZ, KG, V, VS, VZ, VG, RK, RV, QLEN, BT, CTX, M_OUT, L_OUT, ACC_OUT,
     sm_scale, window, stride_bt, rmax, num_splits,
@@ -716,7 +716,7 @@ def _packed_tile(t0, m_i, l_i, acc0, acc1, acc2, acc3, acc_bias, qd0, qd1, qd2, 
     return m_i, l_i, acc0, acc1, acc2, acc3, acc_bias
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_splits"])  # one binary whatever the split count
 def _decode_split_kernel_packed(
     Q, K, KS, KZ, KG, V, VS, VZ, VG, RK, RV, QLEN, BT, CTX, M_OUT, L_OUT, ACC_OUT,
     sm_scale, window, stride_bt, rmax, num_splits,
@@ -823,7 +823,7 @@ def _decode_split_kernel_packed(
         tl.store(base + 3, _phase_output(acc3, acc_bias, VS, VG, KIND, PAIR), mask=gmask[:, None])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_splits"])  # one binary whatever the split count
 def _reduce_kernel(M, L, ACC, OUT, num_splits, DV: tl.constexpr, BLOCK_S: tl.constexpr):
     row = tl.program_id(0)  # b * HQ + head
     s = tl.arange(0, BLOCK_S)
@@ -1007,6 +1007,20 @@ def kernel_arguments(q: torch.Tensor, cache: PagedCache, block_table: torch.Tens
             sm_scale if sm_scale is not None else cache.head_dim ** -0.5, int(window or 0), block_table.stride(0),
             cache.residual_k.shape[1] if cache.residual_k is not None else 0, num_splits)
     return args, (m, l, acc)
+
+
+def compile_decode(q: torch.Tensor, cache: PagedCache, block_table: torch.Tensor, context_lens: torch.Tensor,
+                   window: int | None = None, block_t: int = 64, num_warps: int = 4, num_stages: int = 2,
+                   maxnreg: int | None = None, **options) -> None:
+    """Compile the split kernel paged_decode would launch for these arguments and options, without
+    launching it. Inside triton.AsyncCompileMode the compiles of many options run side by side,
+    and paged_decode then finds each one compiled (the split count is not specialised on)."""
+    if interpreting():
+        return
+    kernel, constants = kernel_constants(cache, q.shape[1], block_t, **options)
+    args, _ = kernel_arguments(q, cache, block_table, context_lens, 2, window, None, constants)
+    kernel.warmup(*args, grid=(1,), **constants, num_warps=num_warps, num_stages=num_stages,
+                  **({} if maxnreg is None else dict(maxnreg=maxnreg)))
 
 
 def paged_decode(q: torch.Tensor, cache: PagedCache, block_table: torch.Tensor, context_lens: torch.Tensor,
