@@ -361,8 +361,8 @@ def efficiency_profile(reports: list[tuple[str, dict]], only: list[set[str] | No
     return dict(
         name=f"kvsize fused Triton paged decode on {first['device']['name']}",
         source=f"{', '.join(path for path in dict.fromkeys(measured_in.values()))}: benchmarks/bench_decode.py, fit "
-               f"{eff.get('model', TIME_MODEL)} ({reference:g} GB/s) on batch >= {eff['fitted_on_batch_at_least']}; "
-               f"each format from the last of these reports that measured it",
+               f"{eff.get('model', TIME_MODEL)} ({reference:g} GB/s) on batch >= {eff['fitted_on_batch_at_least']}"
+               + ("; each format from the last of these reports that measured it" if len(reports) > 1 else ""),
         device="; ".join(dict.fromkeys(devices)),
         reference_bandwidth_gb_s=reference,
         kv=kv,
