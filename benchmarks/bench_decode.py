@@ -38,11 +38,6 @@ CONFIGS = [dict(block_t=bt, num_warps=4, num_stages=st) | ({} if reg is None els
 # lane-instructions per byte, while nvfp4 and KIVI-4 spill there
 WORD_TILE = 256
 SPLIT_BYTES_FORMATS = ("fp8_e4m3", "fp8_e5m2", "fp8_per_token_head", "int8_per_token_head", "lmdeploy_int8")
-# The phase readings may also fill the 16-row score tile with copies of the 4-head query group,
-# each scoring its own run of the tile's tokens (pack_rows; not for group-scaled layouts): offline,
-# lmdeploy_int4's loop goes from 5.5 to 5.0 lane-instructions per byte (its per-token work on
-# scores, a quarter of the loop, shrinks 4x), while the 8-bit formats gain nothing
-PACK_ROWS_FORMATS = SPLIT_BYTES_FORMATS + ("lmdeploy_int4",)
 
 
 def _spec_bandwidth(name: str) -> tuple[float, str]:
@@ -102,13 +97,11 @@ def main() -> int:
     tuned, tuning = {}, {}
 
     def options(fmt: str) -> list[dict]:
-        phased = (
+        return configs + (
             [dict(c, split_words=True, asm_decode=True) for c in configs]
             + [dict(c, block_t=WORD_TILE, split_words=True, asm_decode=True) for c in configs if c["block_t"] == 128]
             if FORMATS[fmt].bits == 4 else []) + (
             [dict(c, split_bytes=True, asm_decode=True) for c in configs] if fmt in SPLIT_BYTES_FORMATS else [])
-        packed = [dict(c, pack_rows=True) for c in phased] if fmt in PACK_ROWS_FORMATS else []
-        return configs + phased + packed
 
     for fmt in formats:
         tuned[fmt], tuning[fmt] = tune(fmt, kv_heads, head_dim, q_heads, block_size, options(fmt))

@@ -134,16 +134,12 @@ def _split_bounds(CTX, QLEN, b, split, window, num_splits, HAS_RESIDUAL: tl.cons
 
 
 @triton.jit
-def _online_softmax(s, m_i, l_i, EMPTY_ROWS: tl.constexpr = False):
+def _online_softmax(s, m_i, l_i):
     """One tile of scores (base 2) into the running max and sum; returns the tile's
-    probabilities and the factor that rescales what was accumulated before. EMPTY_ROWS: a row
-    may have seen no real token yet (all -inf), which must stay empty rather than turn NaN."""
+    probabilities and the factor that rescales what was accumulated before."""
     m_new = tl.maximum(m_i, tl.max(s, 1))
-    m_use = m_new
-    if EMPTY_ROWS:
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-    alpha = tl.exp2(m_i - m_use)
-    p = tl.exp2(s - m_use[:, None])
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
     return p, alpha, m_new, l_i * alpha + tl.sum(p, 1)
 
 
@@ -350,20 +346,6 @@ def _grouped(x, SCALE, ZERO, rows, ROW: tl.constexpr, GROUP: tl.constexpr, PARTS
         z = _to_dot(tl.load(ZERO + rows[:, None] * (ROW // GROUP) + cg[None, :]).to(tl.float32), DOT)
         x3 = x3 + z[:, :, None]
     return tl.reshape(x3, [BLOCK_T, ROW // PARTS])
-
-
-@triton.jit
-def _by_score_row(x, BLOCK_G: tl.constexpr, ROWS_G: tl.constexpr):
-    """A per-token value laid out like the key rows, [TG, ROWS_G], as the score rows see it."""
-    TG: tl.constexpr = x.shape[0]
-    return tl.reshape(tl.broadcast_to(tl.trans(x)[:, None, :], [ROWS_G, BLOCK_G // ROWS_G, TG]), [BLOCK_G, TG])
-
-
-@triton.jit
-def _affine_word(w):
-    scale = (w & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
-    zero = (w >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
-    return scale, zero
 
 
 @triton.jit
@@ -686,77 +668,29 @@ def _phase_output(acc, acc_bias, VS, VG, KIND: tl.constexpr, PAIR: tl.constexpr)
 
 
 @triton.jit
-def _row_groups(t0, b, kvh, BT, stride_bt, start, hi, paged, MASKED: tl.constexpr, HKV: tl.constexpr,
-                BS: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_G: tl.constexpr, ROWS_G: tl.constexpr):
-    """Row packing for GQA groups smaller than the 16-row tensor-core tile: the tile's tokens are
-    ROWS_G runs of TG = BLOCK_T / ROWS_G, and row r of the score tile (query head r % (BLOCK_G /
-    ROWS_G), group r // (BLOCK_G / ROWS_G)) scores only its group's run, so every row does real
-    work. Returns the key rows laid out [TG, ROWS_G] (a key tile row holds the groups' tokens side
-    by side), and each score's cache row and whether it is a real token, [BLOCK_G, TG]."""
-    TG: tl.constexpr = BLOCK_T // ROWS_G
-    tq = tl.arange(0, TG)
-    tok = t0 + tl.arange(0, ROWS_G)[None, :] * TG + tq[:, None]
-    stok = t0 + (tl.arange(0, BLOCK_G) // (BLOCK_G // ROWS_G))[:, None] * TG + tq[None, :]
-    if MASKED:  # tokens outside [start, min(hi, paged)) read their head's row 0 and score -inf
-        key_ok = (tok < hi) & (tok >= start) & (tok < paged)
-        score_ok = (stok < hi) & (stok >= start) & (stok < paged)
-        key_page = tl.load(BT + b * stride_bt + tok // BS, mask=key_ok, other=0)
-        key_rows = tl.where(key_ok, (key_page * HKV + kvh) * BS + tok % BS, kvh * BS)
-    else:
-        score_ok = tl.full([BLOCK_G, TG], 1, tl.int1)
-        key_rows = (tl.load(BT + b * stride_bt + tok // BS) * HKV + kvh) * BS + tok % BS
-    # each score row's group of tokens: the key rows transposed, repeated for the group's heads
-    score_rows = tl.reshape(tl.broadcast_to(tl.trans(key_rows)[:, None, :], [ROWS_G, BLOCK_G // ROWS_G, TG]),
-                            [BLOCK_G, TG])
-    return key_rows, score_rows, score_ok
-
-
-@triton.jit
 def _packed_tile(t0, m_i, l_i, acc0, acc1, acc2, acc3, acc_bias, qd0, qd1, qd2, qd3, qsum, K, KS, KZ, V, VS, VZ, BT,
                  b, kvh, stride_bt, start, hi, paged, MASKED: tl.constexpr, PHASES: tl.constexpr, D: tl.constexpr,
                  DV: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr, KIND: tl.constexpr, VGROUP: tl.constexpr,
-                 KGROUP: tl.constexpr, HKV: tl.constexpr, DOT: tl.constexpr, PAIR: tl.constexpr, ASM: tl.constexpr,
-                 BLOCK_G: tl.constexpr, ROWS_G: tl.constexpr):
+                 KGROUP: tl.constexpr, HKV: tl.constexpr, DOT: tl.constexpr, PAIR: tl.constexpr, ASM: tl.constexpr):
     """One tile of _decode_split_kernel_packed's paged tokens into its running softmax state
-    (acc2 and acc3 pass through with two phases). ROWS_G > 1: the score tile's rows are
-    ROWS_G groups of the query heads, group g scoring the tile's g-th run of BLOCK_T / ROWS_G
-    tokens (_row_groups)."""
+    (acc2 and acc3 pass through with two phases)."""
     NP: tl.constexpr = BLOCK_T // BS
     dh = tl.arange(0, D // PHASES)
     dvh = tl.arange(0, DV // PHASES)
-    if ROWS_G > 1:
-        key_rows, score_rows, score_ok = _row_groups(t0, b, kvh, BT, stride_bt, start, hi, paged, MASKED, HKV, BS,
-                                                     BLOCK_T, BLOCK_G, ROWS_G)
-        TG: tl.constexpr = BLOCK_T // ROWS_G
-        # loaded [TG, ROWS_G, words] so that each token's words are seen contiguous (one copy of 16 bytes)
-        kb = tl.reshape(tl.load(K + key_rows[:, :, None] * (D // PHASES) + dh[None, None, :]),
-                        [TG, ROWS_G * (D // PHASES)])
-        rows = key_rows  # placeholders: _phases reads rows and pages only for group scales, which never pack rows
-        page_ids = key_rows
-    else:
-        t, valid, in_page, page_ids, rows = _tile(t0, b, kvh, BT, stride_bt, start, hi, paged, HKV, BS, BLOCK_T,
-                                                  MASKED)
-        score_rows = rows[None, :]
-        score_ok = in_page[None, :]
-        kb = tl.load(K + rows[:, None] * (D // PHASES) + dh[None, :])
+    t, valid, in_page, page_ids, rows = _tile(t0, b, kvh, BT, stride_bt, start, hi, paged, HKV, BS, BLOCK_T, MASKED)
+    kb = tl.load(K + rows[:, None] * (D // PHASES) + dh[None, :])
+    vb = tl.load(V + rows[:, None] * (DV // PHASES) + dvh[None, :])
     k0, k1, k2, k3 = _phases(kb, KS, KZ, rows, page_ids, kvh, PHASES, True, PAIR, ASM, KIND, D, KGROUP, HKV,
                              BS, NP, BLOCK_T, DOT)
     s = _phase_scores(qd0, qd1, qd2, qd3, k0, k1, k2, k3, PHASES)
     if KIND == 2:
-        if ROWS_G > 1:
-            s = s * _by_score_row(tl.load(KS + key_rows).to(tl.float32), BLOCK_G, ROWS_G)
-        else:
-            s = s * tl.load(KS + score_rows).to(tl.float32)
+        s = s * tl.load(KS + rows).to(tl.float32)[None, :]
     if KIND == 3:
-        if ROWS_G > 1:
-            kw = _by_score_row(tl.load(KS + key_rows), BLOCK_G, ROWS_G)
-            ks3, kz3 = _affine_word(kw)
-        else:
-            ks3, kz3 = _token_affine(KS, score_rows)
-        s = s * ks3 + kz3 * qsum[:, None]
+        ks3, kz3 = _token_affine(KS, rows)
+        s = s * ks3[None, :] + kz3[None, :] * qsum[:, None]
     if MASKED:
-        s = tl.where(score_ok, s, float("-inf"))
-    p, alpha, m_new, l_i = _online_softmax(s, m_i, l_i, MASKED and ROWS_G > 1)
+        s = tl.where(in_page[None, :], s, float("-inf"))
+    p, alpha, m_new, l_i = _online_softmax(s, m_i, l_i)
     acc0 = acc0 * alpha[:, None]
     acc1 = acc1 * alpha[:, None]
     if PHASES == 4:
@@ -765,42 +699,19 @@ def _packed_tile(t0, m_i, l_i, acc0, acc1, acc2, acc3, acc_bias, qd0, qd1, qd2, 
     acc_bias = acc_bias * alpha
     pv = p
     if KIND == 2:
-        if ROWS_G > 1:
-            pv = p * _by_score_row(tl.load(VS + key_rows).to(tl.float32), BLOCK_G, ROWS_G)
-        else:
-            pv = p * tl.load(VS + score_rows).to(tl.float32)
+        pv = p * tl.load(VS + rows).to(tl.float32)[None, :]
     if KIND == 3:
-        if ROWS_G > 1:
-            vs3, vz3 = _affine_word(_by_score_row(tl.load(VS + key_rows), BLOCK_G, ROWS_G))
-        else:
-            vs3, vz3 = _token_affine(VS, score_rows)
-        pv = p * vs3
-        acc_bias += tl.sum(p * vz3, 1)
-    if ROWS_G > 1:  # each row group's probabilities times the values of its own run of tokens
-        TGV: tl.constexpr = BLOCK_T // ROWS_G
-        row_group = tl.arange(0, BLOCK_G) // (BLOCK_G // ROWS_G)
-        for grp in tl.static_range(ROWS_G):
-            tv, _, in_page_g, pages_g, rows_g = _tile(t0 + grp * TGV, b, kvh, BT, stride_bt, start, hi, paged, HKV,
-                                                      BS, TGV, MASKED)
-            vb = tl.load(V + rows_g[:, None] * (DV // PHASES) + dvh[None, :])
-            v0, v1, v2, v3 = _phases(vb, VS, VZ, rows_g, pages_g, kvh, PHASES, False, PAIR, ASM, KIND, DV, VGROUP,
-                                     HKV, BS, TGV // BS, TGV, DOT)
-            pd = _to_dot(tl.where((row_group == grp)[:, None], pv, 0.0), DOT)
-            acc0 += tl.dot(pd, v0)
-            acc1 += tl.dot(pd, v1)
-            if PHASES == 4:
-                acc2 += tl.dot(pd, v2)
-                acc3 += tl.dot(pd, v3)
-    else:
-        vb = tl.load(V + rows[:, None] * (DV // PHASES) + dvh[None, :])
-        v0, v1, v2, v3 = _phases(vb, VS, VZ, rows, page_ids, kvh, PHASES, False, PAIR, ASM, KIND, DV, VGROUP, HKV,
-                                 BS, NP, BLOCK_T, DOT)
-        pd = _to_dot(pv, DOT)
-        acc0 += tl.dot(pd, v0)
-        acc1 += tl.dot(pd, v1)
-        if PHASES == 4:
-            acc2 += tl.dot(pd, v2)
-            acc3 += tl.dot(pd, v3)
+        vs3, vz3 = _token_affine(VS, rows)
+        pv = p * vs3[None, :]
+        acc_bias += tl.sum(p * vz3[None, :], 1)
+    v0, v1, v2, v3 = _phases(vb, VS, VZ, rows, page_ids, kvh, PHASES, False, PAIR, ASM, KIND, DV, VGROUP, HKV,
+                             BS, NP, BLOCK_T, DOT)
+    pd = _to_dot(pv, DOT)
+    acc0 += tl.dot(pd, v0)
+    acc1 += tl.dot(pd, v1)
+    if PHASES == 4:
+        acc2 += tl.dot(pd, v2)
+        acc3 += tl.dot(pd, v3)
     m_i = m_new
     return m_i, l_i, acc0, acc1, acc2, acc3, acc_bias
 
@@ -812,7 +723,7 @@ def _decode_split_kernel_packed(
     HQ: tl.constexpr, HKV: tl.constexpr, GROUP_Q: tl.constexpr, BLOCK_G: tl.constexpr,
     D: tl.constexpr, DV: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr,
     KIND: tl.constexpr, VGROUP: tl.constexpr, HAS_RESIDUAL: tl.constexpr, DOT: tl.constexpr, KGROUP: tl.constexpr,
-    PAIR: tl.constexpr, ASM: tl.constexpr, ROWS_G: tl.constexpr,
+    PAIR: tl.constexpr, ASM: tl.constexpr,
 ):
     """Packed layouts read in phases, never re-interleaved. PAIR = 0: 4-bit rows as bytes, the
     low nibble an even value and the high nibble an odd one; PAIR = 1-4: 8-bit rows (e4m3, e5m2,
@@ -820,21 +731,16 @@ def _decode_split_kernel_packed(
     words of four values, nibble i of word j being value 4j + i, so the tiles load like bf16's
     (no byte-wise shared-memory reads of the value tile). q is split into its phases' columns,
     scores are one dot per phase, values accumulate per phase and are stored to interleaved
-    columns. ROWS_G > 1: the rows of the score tile are ROWS_G groups of the query heads, each
-    scoring its own run of a tile's tokens (_row_groups): q is placed block-diagonally, one
-    block per group, and each group's running softmax is written out as a split of its own."""
+    columns."""
     PHASES: tl.constexpr = 4 if PAIR == NIBBLE_WORDS else 2
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
     NP: tl.constexpr = BLOCK_T // BS
-    DQ: tl.constexpr = ROWS_G * (D // PHASES)  # q columns per phase: one block per row group
-    r = tl.arange(0, BLOCK_G)
-    row_group = r // (BLOCK_G // ROWS_G)
-    g = r % (BLOCK_G // ROWS_G)
+    g = tl.arange(0, BLOCK_G)
     gmask = g < GROUP_Q
     heads = kvh * GROUP_Q + g
-    dq = tl.arange(0, DQ)
+    dh = tl.arange(0, D // PHASES)
     dvh = tl.arange(0, DV // PHASES)
     qscale = sm_scale * 1.4426950408889634
     if KIND == 4:
@@ -843,14 +749,13 @@ def _decode_split_kernel_packed(
         qscale = qscale * tl.load(KS)
     if PAIR == 1:
         qscale = qscale * E4M3_UNIT
-    qbase = Q + (b * HQ + heads[:, None]) * D + PHASES * (dq % (D // PHASES))[None, :]
-    qmask = gmask[:, None] & ((dq // (D // PHASES))[None, :] == row_group[:, None])
-    q0 = tl.load(qbase, mask=qmask, other=0.0).to(tl.float32) * qscale
-    q1 = tl.load(qbase + 1, mask=qmask, other=0.0).to(tl.float32) * qscale
+    qbase = Q + (b * HQ + heads[:, None]) * D + PHASES * dh[None, :]
+    q0 = tl.load(qbase, mask=gmask[:, None], other=0.0).to(tl.float32) * qscale
+    q1 = tl.load(qbase + 1, mask=gmask[:, None], other=0.0).to(tl.float32) * qscale
     qsum = tl.sum(q0, 1) + tl.sum(q1, 1)
     if PHASES == 4:
-        q2 = tl.load(qbase + 2, mask=qmask, other=0.0).to(tl.float32) * qscale
-        q3 = tl.load(qbase + 3, mask=qmask, other=0.0).to(tl.float32) * qscale
+        q2 = tl.load(qbase + 2, mask=gmask[:, None], other=0.0).to(tl.float32) * qscale
+        q3 = tl.load(qbase + 3, mask=gmask[:, None], other=0.0).to(tl.float32) * qscale
         qsum += tl.sum(q2, 1) + tl.sum(q3, 1)
         qd2 = _to_dot(q2, DOT)
         qd3 = _to_dot(q3, DOT)
@@ -882,7 +787,7 @@ def _decode_split_kernel_packed(
         m_i, l_i, acc0, acc1, acc2, acc3, acc_bias = _packed_tile(
             t0, m_i, l_i, acc0, acc1, acc2, acc3, acc_bias, qd0, qd1, qd2, qd3, qsum, K, KS, KZ, V, VS, VZ, BT, b,
             kvh, stride_bt, start, hi, paged, False, PHASES, D, DV, BS, BLOCK_T, KIND, VGROUP, KGROUP, HKV, DOT, PAIR,
-            ASM, BLOCK_G, ROWS_G)
+            ASM)
     for j in range(0, masked):  # the head and tail tiles, with their masks
         t0 = full_hi
         if (j == 0) & has_head:
@@ -890,7 +795,7 @@ def _decode_split_kernel_packed(
         m_i, l_i, acc0, acc1, acc2, acc3, acc_bias = _packed_tile(
             t0, m_i, l_i, acc0, acc1, acc2, acc3, acc_bias, qd0, qd1, qd2, qd3, qsum, K, KS, KZ, V, VS, VZ, BT, b,
             kvh, stride_bt, start, hi, paged, True, PHASES, D, DV, BS, BLOCK_T, KIND, VGROUP, KGROUP, HKV, DOT, PAIR,
-            ASM, BLOCK_G, ROWS_G)
+            ASM)
     if HAS_RESIDUAL:  # KIVI's recent window in fp16, RECENT_T tokens at a time
         for r0 in range(tl.maximum(lo, paged), hi, RECENT_T):
             t = r0 + tl.arange(0, RECENT_T)
@@ -907,7 +812,7 @@ def _decode_split_kernel_packed(
                 acc3 = acc3 * alpha[:, None] + tl.dot(pd, _recent(RV, res, DV, PHASES, 3, DOT))
             acc_bias = acc_bias * alpha
             m_i = m_new
-    out = ((b * HQ + heads) * num_splits + split) * ROWS_G + row_group
+    out = (b * HQ + heads) * num_splits + split
     tl.store(M_OUT + out, m_i, mask=gmask)
     tl.store(L_OUT + out, l_i, mask=gmask)
     base = ACC_OUT + out[:, None] * DV + PHASES * dvh[None, :]
@@ -1026,11 +931,10 @@ def kernel_residency(kernel, constants: dict, num_warps: int, num_stages: int, d
 def kernel_constants(cache: PagedCache, q_heads: int, block_t: int = 64, swap_qk: bool = False,
                      prefetch: bool = False, fp8_dot: bool = False, int8_qk: bool = False,
                      split_nibbles: bool = False, split_bytes: bool = False, asm_decode: bool = False,
-                     split_words: bool = False, pack_rows: bool = False):
+                     split_words: bool = False):
     """The split kernel a cache and its options run, and that kernel's compile-time constants
     (paged_decode launches it with kernel_arguments; benchmarks/decode_sass.py compiles it from
-    the same two without a GPU). pack_rows: the phase kernel fills the 16-row score tile with
-    groups of query heads, each scoring its own run of every tile's tokens (_row_groups)."""
+    the same two without a GPU)."""
     hkv = cache.heads
     if q_heads % hkv:
         raise ValueError(f"{q_heads} query heads do not group over {hkv} KV heads")
@@ -1047,15 +951,6 @@ def kernel_constants(cache: PagedCache, q_heads: int, block_t: int = 64, swap_qk
                   KGROUP=NVFP4_GROUP if f.kind == NVFP4 else cache.block_size)
     if split_nibbles + split_bytes + split_words > 1:
         raise ValueError("split_nibbles, split_bytes and split_words are different readings: choose one")
-    rows_g = shared["BLOCK_G"] // triton.next_power_of_2(group_q) if pack_rows else 1
-    if pack_rows:
-        if not (split_bytes or split_words) or f.kind in (NVFP4, KIVI):
-            raise ValueError(f"pack_rows runs with split_bytes or split_words on caches without group scales, "
-                             f"not {f.name}{'' if split_bytes or split_words else ' read whole'}")
-        if block_t % (rows_g * cache.block_size) or block_t // rows_g < 16:
-            raise ValueError(f"pack_rows splits a tile into {rows_g} runs of whole pages of at least 16 tokens: "
-                             f"block_t {block_t} is not a multiple of {rows_g * max(16, cache.block_size)}")
-    shared["ROWS_G"] = rows_g
     if split_nibbles or split_words:
         name = "split_nibbles" if split_nibbles else "split_words"
         if f.bits != 4 or mla:
@@ -1070,7 +965,6 @@ def kernel_constants(cache: PagedCache, q_heads: int, block_t: int = 64, swap_qk
                                                PAIR=BYTE_PAIRS[f.value_dtype], ASM=_asm_decode(asm_decode))
     if asm_decode:
         raise ValueError("asm_decode decodes packed phases: use it with split_nibbles, split_bytes or split_words")
-    shared.pop("ROWS_G")
     return _decode_split_kernel, dict(
         shared, D=d_main, D_ROPE=cache.head_dim - d_main if mla else 0, BITS=f.bits, V_FROM_K=mla,
         DOT=_dot_kind(cache, fp8_dot), SWAP_QK=swap_qk, PREFETCH=prefetch and cache.v is not None and not int8_qk,
@@ -1095,10 +989,9 @@ def kernel_arguments(q: torch.Tensor, cache: PagedCache, block_table: torch.Tens
     def arg(t):
         return dummy if t is None else t
 
-    parts = num_splits * constants.get("ROWS_G", 1)  # partial results per (sequence, head) to reduce
-    m = torch.empty(batch, hq, parts, device=q.device, dtype=torch.float32)
+    m = torch.empty(batch, hq, num_splits, device=q.device, dtype=torch.float32)
     l = torch.empty_like(m)
-    acc = torch.empty(batch, hq, parts, cache.v_dim, device=q.device, dtype=torch.float32)
+    acc = torch.empty(batch, hq, num_splits, cache.v_dim, device=q.device, dtype=torch.float32)
     def codes(side):
         return side.data.view(torch.int16) if words else side.data
 
@@ -1135,15 +1028,14 @@ def paged_decode(q: torch.Tensor, cache: PagedCache, block_table: torch.Tensor, 
                  num_stages: int = 2, sm_scale: float | None = None, max_context: int | None = None,
                  maxnreg: int | None = None, swap_qk: bool = False, prefetch: bool = False,
                  fp8_dot: bool = False, int8_qk: bool = False, split_nibbles: bool = False,
-                 split_bytes: bool = False, asm_decode: bool = False, split_words: bool = False,
-                 pack_rows: bool = False) -> torch.Tensor:
+                 split_bytes: bool = False, asm_decode: bool = False, split_words: bool = False) -> torch.Tensor:
     """Decode attention over a paged cache: q [batch, Hq, head_dim] -> [batch, Hq, v_dim] fp32.
     num_splits defaults to whole waves of the GPU (wave_splits); maxnreg caps registers per
     thread so that more programs fit on an SM."""
     batch, hq, _ = q.shape
     hkv = cache.heads
     kernel, constants = kernel_constants(cache, hq, block_t, swap_qk, prefetch, fp8_dot, int8_qk, split_nibbles,
-                                         split_bytes, asm_decode, split_words, pack_rows)
+                                         split_bytes, asm_decode, split_words)
     longest = max_context if max_context is not None else int(context_lens.max())
     tiles = max(1, math.ceil(longest / block_t))
     if num_splits is None:
@@ -1156,6 +1048,6 @@ def paged_decode(q: torch.Tensor, cache: PagedCache, block_table: torch.Tensor, 
     options = {} if maxnreg is None else dict(maxnreg=maxnreg)
     kernel[(batch, hkv, num_splits)](*args, **constants, num_warps=num_warps, num_stages=num_stages, **options)
     out = torch.empty(batch, hq, cache.v_dim, device=q.device, dtype=torch.float32)
-    parts = m.shape[2]
-    _reduce_kernel[(batch * hq,)](m, l, acc, out, parts, DV=cache.v_dim, BLOCK_S=max(2, triton.next_power_of_2(parts)))
+    _reduce_kernel[(batch * hq,)](m, l, acc, out, num_splits, DV=cache.v_dim,
+                                  BLOCK_S=max(2, triton.next_power_of_2(num_splits)))
     return out

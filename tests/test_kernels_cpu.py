@@ -273,32 +273,3 @@ def test_asm_decode_needs_a_packed_kernel():
     cache, table, lens, _ = _case("lmdeploy_int4")
     with pytest.raises(ValueError, match="asm_decode"):
         paged_decode(torch.randn(2, 4, 64), cache, table, lens, num_splits=1, asm_decode=True)
-
-
-@pytest.mark.parametrize("fmt,reading", [("fp8_e4m3", "split_bytes"), ("fp8_per_token_head", "split_bytes"),
-                                         ("lmdeploy_int8", "split_bytes"), ("lmdeploy_int4", "split_words")])
-def test_packing_query_groups_into_the_score_rows_gives_the_same_attention(fmt, reading):
-    """pack_rows: the 16 score rows hold 16 / group copies of the query group, each scoring its
-    own run of a tile's tokens and reduced as a split of its own. Groups of 2 (8 runs of 16
-    tokens per 128-token tile) and 4 (4 runs of 16 per 64-token tile); a window that starts and
-    ends inside tiles leaves runs with no real token, which must stay empty, not NaN."""
-    cache, table, lens, _ = _case(fmt, contexts=(300, 150))
-    g = torch.Generator().manual_seed(7)
-    for q_heads, window, splits, block_t in ((4, None, 1, 128), (4, 100, 3, 256), (8, 70, 2, 64)):
-        q = torch.randn(2, q_heads, 64, generator=g)
-        ref = reference_decode(q, cache, table, lens, window=window)
-        out = paged_decode(q, cache, table, lens, window=window, num_splits=splits, block_t=block_t, pack_rows=True,
-                           **{reading: True})
-        assert relative_error(out, ref) < EXACT, (fmt, q_heads, window, splits, block_t)
-
-
-def test_packing_query_groups_is_refused_where_it_cannot_run():
-    cache, table, lens, _ = _case("lmdeploy_int4", contexts=(70, 45))
-    q = torch.randn(2, 4, 64)
-    with pytest.raises(ValueError, match="pack_rows runs with split_bytes or split_words"):
-        paged_decode(q, cache, table, lens, pack_rows=True)
-    with pytest.raises(ValueError, match="block_t 64 is not a multiple of 128"):
-        paged_decode(q, cache, table, lens, block_t=64, pack_rows=True, split_words=True)
-    nvfp4, table, lens, _ = _case("nvfp4", contexts=(70, 45))
-    with pytest.raises(ValueError, match="not nvfp4"):
-        paged_decode(q, nvfp4, table, lens, block_t=128, pack_rows=True, split_words=True)
