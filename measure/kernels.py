@@ -360,6 +360,20 @@ def _token_affine(TERMS, rows):
 
 
 @triton.jit
+def _value_terms(p, acc_bias, VS, rows, KIND: tl.constexpr):
+    """Per-token value terms where they cost least: each token's scale multiplies its column of
+    probabilities (KIND 2, 3); LMDeploy's zero point adds p · zero to the output bias (KIND 3)."""
+    pv = p
+    if KIND == 2:
+        pv = p * tl.load(VS + rows).to(tl.float32)[None, :]
+    elif KIND == 3:
+        vs3, vz3 = _token_affine(VS, rows)
+        pv = p * vs3[None, :]
+        acc_bias += tl.sum(p * vz3[None, :], 1)
+    return pv, acc_bias
+
+
+@triton.jit
 def _page_affine(x, SCALE, ZERO, page_ids, kvh, HKV: tl.constexpr, ROW: tl.constexpr, BS: tl.constexpr,
                  NP: tl.constexpr, DOT: tl.constexpr):
     """KIVI keys: x [NP * BS, ROW] times the per-channel scale of each token's page, plus its min."""
@@ -441,13 +455,7 @@ def _plain_tile(t0, m_i, l_i, acc, acc_bias, q, q_rope, q_row_scale, qsum, K, KS
         if KIND == 2:
             pv = p * ks_rows[None, :]
     else:
-        pv = p
-        if KIND == 2:
-            pv = p * tl.load(VS + rows).to(tl.float32)[None, :]
-        elif KIND == 3:
-            vs3, vz3 = _token_affine(VS, rows)
-            pv = p * vs3[None, :]
-            acc_bias += tl.sum(p * vz3[None, :], 1)
+        pv, acc_bias = _value_terms(p, acc_bias, VS, rows, KIND)
         if KIND == 4:
             v = _grouped(_e2m1(v, DOT), VS, VS, rows, DV, KGROUP, 1, BLOCK_T, DOT, False)
         elif KIND == 5:
@@ -697,13 +705,7 @@ def _packed_tile(t0, m_i, l_i, acc0, acc1, acc2, acc3, acc_bias, qd0, qd1, qd2, 
         acc2 = acc2 * alpha[:, None]
         acc3 = acc3 * alpha[:, None]
     acc_bias = acc_bias * alpha
-    pv = p
-    if KIND == 2:
-        pv = p * tl.load(VS + rows).to(tl.float32)[None, :]
-    if KIND == 3:
-        vs3, vz3 = _token_affine(VS, rows)
-        pv = p * vs3[None, :]
-        acc_bias += tl.sum(p * vz3[None, :], 1)
+    pv, acc_bias = _value_terms(p, acc_bias, VS, rows, KIND)
     v0, v1, v2, v3 = _phases(vb, VS, VZ, rows, page_ids, kvh, PHASES, False, PAIR, ASM, KIND, DV, VGROUP, HKV,
                              BS, NP, BLOCK_T, DOT)
     pd = _to_dot(pv, DOT)
