@@ -38,9 +38,6 @@ CONFIGS = [dict(block_t=bt, num_warps=4, num_stages=st) | ({} if reg is None els
 # lane-instructions per byte, while nvfp4 and KIVI-4 spill there
 WORD_TILE = 256
 SPLIT_BYTES_FORMATS = ("fp8_e4m3", "fp8_e5m2", "fp8_per_token_head", "int8_per_token_head", "lmdeploy_int8")
-# integer codes with per-token scales also try keeping their fp16 offset (offset_codes): one
-# packed subtraction or fma fewer per pair of values, the offset taken out per row
-OFFSET_FORMATS = ("int8_per_token_head", "lmdeploy_int8", "lmdeploy_int4")
 
 
 def _spec_bandwidth(name: str) -> tuple[float, str]:
@@ -100,12 +97,11 @@ def main() -> int:
     tuned, tuning = {}, {}
 
     def options(fmt: str) -> list[dict]:
-        phased = (
+        return configs + (
             [dict(c, split_words=True, asm_decode=True) for c in configs]
             + [dict(c, block_t=WORD_TILE, split_words=True, asm_decode=True) for c in configs if c["block_t"] == 128]
             if FORMATS[fmt].bits == 4 else []) + (
             [dict(c, split_bytes=True, asm_decode=True) for c in configs] if fmt in SPLIT_BYTES_FORMATS else [])
-        return configs + phased + ([dict(c, offset_codes=True) for c in phased] if fmt in OFFSET_FORMATS else [])
 
     for fmt in formats:
         tuned[fmt], tuning[fmt] = tune(fmt, kv_heads, head_dim, q_heads, block_size, options(fmt))

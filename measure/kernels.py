@@ -160,15 +160,12 @@ def _e2m1(u, DOT: tl.constexpr):
 E4M3_UNIT = tl.constexpr(256.0)  # _byte_half returns e4m3 values / 2^8; the scales multiply it back
 
 
-def _ptx_int_bytes(high: bool, magic: int, offset: bool = False) -> str:
+def _ptx_int_bytes(high: bool, magic: int) -> str:
     """Two words' low (or high) bytes to an fp16 pair: (byte ^ magic) in each 16-bit lane is
     0x6400 | code for uint8 (magic 0x6400) and 0x6400 | (code + 128) for int8 (0x6480), one LOP3
-    after the mask; subtracting magic as fp16 (1024 or 1152) leaves the code exactly. `offset`:
-    the subtraction is left out (the kernel removes the offset per row, CODE_OFFSETS)."""
+    after the mask; subtracting magic as fp16 (1024 or 1152) leaves the code exactly."""
     pair = f"0x{magic:04X}{magic:04X}"
     pick = "shr.b32 t, $1, 8; and.b32 t, t, 0x00FF00FF; " if high else "and.b32 t, $1, 0x00FF00FF; "
-    if offset:
-        return f"{{ .reg .b32 t; {pick}xor.b32 $0, t, {pair}; }}"
     return f"{{ .reg .b32 t, m; {pick}xor.b32 t, t, {pair}; mov.b32 m, {pair}; sub.f16x2 $0, t, m; }}"
 
 
@@ -190,11 +187,10 @@ def _ptx_e2m1(high: bool) -> str:
 
 
 # Built once here: Triton takes inline PTX as compile-time strings.
-# indexed by 2 x offset + high inside the jit functions
-_PTX_INT8 = tl.constexpr(tuple(_ptx_int_bytes(high, 0x6480, offset) for offset in (False, True)
-                               for high in (False, True)))
-_PTX_UINT8 = tl.constexpr(tuple(_ptx_int_bytes(high, 0x6400, offset) for offset in (False, True)
-                                for high in (False, True)))
+_PTX_INT8_LOW = tl.constexpr(_ptx_int_bytes(False, 0x6480))
+_PTX_INT8_HIGH = tl.constexpr(_ptx_int_bytes(True, 0x6480))
+_PTX_UINT8_LOW = tl.constexpr(_ptx_int_bytes(False, 0x6400))
+_PTX_UINT8_HIGH = tl.constexpr(_ptx_int_bytes(True, 0x6400))
 _PTX_UINT4_LOW = tl.constexpr(_ptx_nibbles(
     "t, m", "mov.b32 m, 0x64006400; ",
     "prmt.b32 t, $2, $2, {sel}; and.b32 t, t, 0x000F000F; or.b32 t, t, m; sub.f16x2 {out}, t, m; "))
@@ -206,13 +202,11 @@ _PTX_E2M1_LOW = tl.constexpr(_ptx_e2m1(False))
 _PTX_E2M1_HIGH = tl.constexpr(_ptx_e2m1(True))
 
 
-def _ptx_word_nibble(phase: int, e2m1: bool, offset: bool = False) -> str:
+def _ptx_word_nibble(phase: int, e2m1: bool) -> str:
     """Nibble `phase` (bits 4·phase to 4·phase + 3) of two 16-bit words, one per lane, as an
     fp16 pair. Unsigned codes are ORed into 1024.0's mantissa (one LOP3 per pair, after a shift
     for the upper byte), giving 1024 + code for even nibbles and 1024 + 16·code for odd ones;
-    one packed subtraction or fma leaves the code. `offset`: no subtraction, and odd nibbles go
-    into 64.0's mantissa, whose unit is 1/16, so that they read 64 + code (CODE_OFFSETS). E2M1
-    bits are placed as _e2m1 places them."""
+    one packed subtraction or fma leaves the code. E2M1 bits are placed as _e2m1 places them."""
     if e2m1:
         value, sign = 0x00070007 << 4 * phase, 0x00080008 << 4 * phase
         move = 9 - 4 * phase
@@ -221,9 +215,6 @@ def _ptx_word_nibble(phase: int, e2m1: bool, offset: bool = False) -> str:
                 f"shl.b32 c, c, {12 - 4 * phase}; or.b32 $0, t, c; }}")
     mask = 0x00F000F0 if phase % 2 else 0x000F000F
     word = "shr.b32 w, $1, 8; " if phase >= 2 else "mov.b32 w, $1; "
-    if offset:
-        magic = 0x54005400 if phase % 2 else 0x64006400
-        return f"{{ .reg .b32 w, m; {word}mov.b32 m, 0x{magic:08X}; lop3.b32 $0, w, 0x{mask:08X}, m, 0xEA; }}"
     # (w & mask) | 1024.0 as one lop3 (0xEA: a & b | c); written as and + or, ptxas keeps two
     place = f"{word}mov.b32 m, 0x64006400; lop3.b32 t, w, 0x{mask:08X}, m, 0xEA; "
     finish = ("mov.b32 s, 0x2C002C00; mov.b32 o, 0xD400D400; fma.rn.f16x2 $0, t, s, o; " if phase % 2
@@ -231,36 +222,21 @@ def _ptx_word_nibble(phase: int, e2m1: bool, offset: bool = False) -> str:
     return f"{{ .reg .b32 w, t, m, s, o; {place}{finish}}}"
 
 
-# indexed by 4 x offset + nibble position inside the jit functions
-_PTX_WORD_UINT4 = tl.constexpr(tuple(_ptx_word_nibble(i, False, offset) for offset in (False, True)
-                                     for i in range(4)))
+# indexed by nibble position inside the jit functions
+_PTX_WORD_UINT4 = tl.constexpr(tuple(_ptx_word_nibble(i, False) for i in range(4)))
 _PTX_WORD_E2M1 = tl.constexpr(tuple(_ptx_word_nibble(i, True) for i in range(4)))
 RECENT_T = tl.constexpr(16)  # tokens per step over KIVI's fp16 recent window (the smallest dot)
 NIBBLE_WORDS = tl.constexpr(5)  # the packed kernel's PAIR for split_words: 4-bit rows as 16-bit words of four
 
 
 @triton.jit
-def _code_offset(PAIR: tl.constexpr, PHASE: tl.constexpr):
-    """What offset_codes leaves in a phase's values (offset + code), by PAIR: int8 bytes
-    XORed into 1152.0 (3), uint8 bytes and even nibbles in 1024.0's mantissa (4, 5), odd
-    nibbles in 64.0's (5)."""
-    if PAIR == 3:
-        out: tl.constexpr = 1152.0
-    elif (PAIR == 5) and (PHASE % 2 == 1):
-        out: tl.constexpr = 64.0
-    else:
-        out: tl.constexpr = 1024.0
-    return out
-
-
-@triton.jit
-def _byte_half_asm(w, HIGH: tl.constexpr, PAIR: tl.constexpr, OFFSET: tl.constexpr = False):
+def _byte_half_asm(w, HIGH: tl.constexpr, PAIR: tl.constexpr):
     """_byte_half's placements on 32-bit registers holding two words, so each result is already
     the fp16 pair the tensor cores take (Triton's 16-bit element code packs pairs with a PRMT)."""
     if PAIR == 3:
-        asm: tl.constexpr = _PTX_INT8[2 * OFFSET + HIGH]
+        asm: tl.constexpr = _PTX_INT8_HIGH if HIGH else _PTX_INT8_LOW
     elif PAIR == 4:
-        asm: tl.constexpr = _PTX_UINT8[2 * OFFSET + HIGH]
+        asm: tl.constexpr = _PTX_UINT8_HIGH if HIGH else _PTX_UINT8_LOW
     elif PAIR == 2:
         if HIGH:
             asm: tl.constexpr = "and.b32 $0, $1, 0xFF00FF00;"
@@ -288,28 +264,20 @@ def _nibble_half_asm(b, HIGH: tl.constexpr, E2M1: tl.constexpr):
 
 
 @triton.jit
-def _word_nibble(w, PHASE: tl.constexpr, E2M1: tl.constexpr, ASM: tl.constexpr, DOT: tl.constexpr,
-                 OFFSET: tl.constexpr = False):
+def _word_nibble(w, PHASE: tl.constexpr, E2M1: tl.constexpr, ASM: tl.constexpr, DOT: tl.constexpr):
     """Nibble PHASE of each 16-bit word w (value 4j + PHASE of the row for word j) in the dot
-    dtype: E2M1 as _e2m1 gives it, unsigned codes as numbers (OFFSET: plus _code_offset)."""
+    dtype: E2M1 as _e2m1 gives it, unsigned codes as numbers."""
     if ASM:  # the GPU: two words per register
         if E2M1:
             asm: tl.constexpr = _PTX_WORD_E2M1[PHASE]
         else:
-            asm: tl.constexpr = _PTX_WORD_UINT4[4 * OFFSET + PHASE]
+            asm: tl.constexpr = _PTX_WORD_UINT4[PHASE]
         x = tl.inline_asm_elementwise(asm, "=r,r", [w], dtype=tl.float16, is_pure=True, pack=2)
         out = _to_dot(x.to(tl.float32), DOT) if DOT != 2 else x
     else:
         c = (w >> (4 * PHASE)) & 15
         if E2M1:
             out = _e2m1(c, DOT)
-        elif OFFSET:  # the PTX's placement: into 1024.0's mantissa, odd nibbles (in place) into 64.0's
-            u = (w >> 8) if PHASE >= 2 else w
-            if PHASE % 2:
-                bits = (u & 0xF0) | 0x5400
-            else:
-                bits = (u & 0xF) | 0x6400
-            out = _to_dot(bits.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32), DOT)
         else:
             out = _to_dot(c.to(tl.float32), DOT)
     return out
@@ -317,14 +285,14 @@ def _word_nibble(w, PHASE: tl.constexpr, E2M1: tl.constexpr, ASM: tl.constexpr, 
 
 @triton.jit
 def _phase_codes(codes, PHASE: tl.constexpr, PAIR: tl.constexpr, ASM: tl.constexpr, KIND: tl.constexpr,
-                DOT: tl.constexpr, OFFSET: tl.constexpr):
+                DOT: tl.constexpr):
     """Values of one phase of a packed tile before any scale (E2M1: value / 2^14). With PAIR or
     ASM, `codes` are the raw bytes or words and the phase is picked here; otherwise they are
     already this half's codes."""
     if PAIR == NIBBLE_WORDS:
-        out = _word_nibble(codes, PHASE, KIND == 4, ASM, DOT, OFFSET)
+        out = _word_nibble(codes, PHASE, KIND == 4, ASM, DOT)
     elif PAIR:
-        out = _byte_half(codes, PHASE, PAIR, DOT, ASM, OFFSET)
+        out = _byte_half(codes, PHASE, PAIR, DOT, ASM)
     elif ASM:
         out = _nibble_half_asm(codes, PHASE, KIND == 4)
     elif KIND == 4:
@@ -335,19 +303,15 @@ def _phase_codes(codes, PHASE: tl.constexpr, PAIR: tl.constexpr, ASM: tl.constex
 
 
 @triton.jit
-def _byte_half(w, HIGH: tl.constexpr, PAIR: tl.constexpr, DOT: tl.constexpr, ASM: tl.constexpr = False,
-               OFFSET: tl.constexpr = False):
+def _byte_half(w, HIGH: tl.constexpr, PAIR: tl.constexpr, DOT: tl.constexpr, ASM: tl.constexpr = False):
     """One of the two 8-bit values of each 16-bit word w (HIGH: the high byte) in the dot dtype:
     int8 (PAIR 3) and uint8 (4) codes as numbers; fp8 by placing bits: e5m2 (2) is the top byte
     of fp16 (exact); e4m3's (1) sign goes to bit 15 and its exponent and mantissa below fp16's top
     exponent bit, which gives value / 2^8 (fp16 subnormals line up with e4m3's; E4M3_UNIT, folded
     into the scales, restores the magnitude). e4m3's NaN code becomes a finite value, which only
-    unused slots can hold and the masks drop. OFFSET (int8, uint8): plus _code_offset."""
+    unused slots can hold and the masks drop."""
     if ASM:  # the GPU: the same bits, two words per instruction
-        x = _byte_half_asm(w, HIGH, PAIR, OFFSET)
-    elif OFFSET:  # the PTX's placement: the byte XORed into 1152.0 (int8) or ORed into 1024.0 (uint8)
-        byte = ((w >> 8) if HIGH else w) & 0xFF
-        x = ((byte ^ 0x6480) if PAIR == 3 else (byte | 0x6400)).to(tl.int16).to(tl.float16, bitcast=True)
+        x = _byte_half_asm(w, HIGH, PAIR)
     elif PAIR == 3:
         x = ((w >> 8) if HIGH else ((w << 8) >> 8)).to(tl.float16)  # arithmetic shifts keep the sign
     elif PAIR == 4:
@@ -622,10 +586,10 @@ def _decode_split_kernel(
 def _phase_values(codes, SCALE, ZERO, rows, page_ids, kvh, PHASE: tl.constexpr, PHASES: tl.constexpr,
                   IS_K: tl.constexpr, PAIR: tl.constexpr, ASM: tl.constexpr, KIND: tl.constexpr,
                   ROW: tl.constexpr, GROUP: tl.constexpr, HKV: tl.constexpr, BS: tl.constexpr, NP: tl.constexpr,
-                  BLOCK_T: tl.constexpr, DOT: tl.constexpr, OFFSET: tl.constexpr):
+                  BLOCK_T: tl.constexpr, DOT: tl.constexpr):
     """One phase of a packed tile (values PHASES·j + PHASE of each row), dequantized up to its
-    per-token terms (OFFSET: and its code offset)."""
-    x = _phase_codes(codes, PHASE, PAIR, ASM, KIND, DOT, OFFSET)
+    per-token terms."""
+    x = _phase_codes(codes, PHASE, PAIR, ASM, KIND, DOT)
     if KIND == 4:
         out = _grouped(x, SCALE, ZERO, rows, ROW, GROUP, PHASES, BLOCK_T, DOT, False, True)
     elif KIND == 5:
@@ -653,7 +617,7 @@ def _recent(R, res, ROW: tl.constexpr, PHASES: tl.constexpr, PHASE: tl.constexpr
 @triton.jit
 def _phases(raw, SCALE, ZERO, rows, page_ids, kvh, PHASES: tl.constexpr, IS_K: tl.constexpr, PAIR: tl.constexpr,
             ASM: tl.constexpr, KIND: tl.constexpr, ROW: tl.constexpr, GROUP: tl.constexpr, HKV: tl.constexpr,
-            BS: tl.constexpr, NP: tl.constexpr, BLOCK_T: tl.constexpr, DOT: tl.constexpr, OFFSET: tl.constexpr):
+            BS: tl.constexpr, NP: tl.constexpr, BLOCK_T: tl.constexpr, DOT: tl.constexpr):
     """Every phase of a packed tile as loaded (_phase_values of each); with two phases the last
     two repeat the first two, for _phase_scores to leave out."""
     if PAIR or ASM:  # whole bytes or words: _phase_codes picks the phase
@@ -663,14 +627,14 @@ def _phases(raw, SCALE, ZERO, rows, page_ids, kvh, PHASES: tl.constexpr, IS_K: t
         lo = raw & 15
         hi = raw >> 4
     x0 = _phase_values(lo, SCALE, ZERO, rows, page_ids, kvh, 0, PHASES, IS_K, PAIR, ASM, KIND, ROW, GROUP, HKV, BS,
-                       NP, BLOCK_T, DOT, OFFSET)
+                       NP, BLOCK_T, DOT)
     x1 = _phase_values(hi, SCALE, ZERO, rows, page_ids, kvh, 1, PHASES, IS_K, PAIR, ASM, KIND, ROW, GROUP, HKV, BS,
-                       NP, BLOCK_T, DOT, OFFSET)
+                       NP, BLOCK_T, DOT)
     if PHASES == 4:
         x2 = _phase_values(raw, SCALE, ZERO, rows, page_ids, kvh, 2, PHASES, IS_K, PAIR, ASM, KIND, ROW, GROUP, HKV,
-                           BS, NP, BLOCK_T, DOT, OFFSET)
+                           BS, NP, BLOCK_T, DOT)
         x3 = _phase_values(raw, SCALE, ZERO, rows, page_ids, kvh, 3, PHASES, IS_K, PAIR, ASM, KIND, ROW, GROUP, HKV,
-                           BS, NP, BLOCK_T, DOT, OFFSET)
+                           BS, NP, BLOCK_T, DOT)
     else:
         x2 = x0
         x3 = x1
@@ -698,13 +662,10 @@ def _phase_scores(q0, q1, q2, q3, k0, k1, k2, k3, PHASES: tl.constexpr):
 
 
 @triton.jit
-def _phase_output(acc, acc_bias, VS, VG, KIND: tl.constexpr, PAIR: tl.constexpr, p_sum, PHASE: tl.constexpr,
-                  OFFSET: tl.constexpr):
-    """One phase's accumulated output with what the loop left out: zero points, code offsets
-    (offset x each row's sum of the probabilities the dots took), per-tensor scales and units."""
+def _phase_output(acc, acc_bias, VS, VG, KIND: tl.constexpr, PAIR: tl.constexpr):
+    """One phase's accumulated output with what the loop left out: zero points, per-tensor
+    scales and units."""
     acc = acc + acc_bias[:, None]
-    if OFFSET:
-        acc = acc - _code_offset(PAIR, PHASE) * p_sum[:, None]
     if KIND == 4:
         acc = acc * (tl.load(VG) * E2M1_UNIT)
     if KIND == 1:
@@ -715,14 +676,12 @@ def _phase_output(acc, acc_bias, VS, VG, KIND: tl.constexpr, PAIR: tl.constexpr,
 
 
 @triton.jit
-def _packed_tile(t0, m_i, l_i, acc0, acc1, acc2, acc3, acc_bias, acc_p, qd0, qd1, qd2, qd3, qsum, q_offset, K, KS,
-                 KZ, V, VS, VZ, BT, b, kvh, stride_bt, start, hi, paged, MASKED: tl.constexpr, PHASES: tl.constexpr,
-                 D: tl.constexpr, DV: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr, KIND: tl.constexpr,
-                 VGROUP: tl.constexpr, KGROUP: tl.constexpr, HKV: tl.constexpr, DOT: tl.constexpr, PAIR: tl.constexpr,
-                 ASM: tl.constexpr, OFFSET: tl.constexpr):
+def _packed_tile(t0, m_i, l_i, acc0, acc1, acc2, acc3, acc_bias, qd0, qd1, qd2, qd3, qsum, K, KS, KZ, V, VS, VZ, BT,
+                 b, kvh, stride_bt, start, hi, paged, MASKED: tl.constexpr, PHASES: tl.constexpr, D: tl.constexpr,
+                 DV: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr, KIND: tl.constexpr, VGROUP: tl.constexpr,
+                 KGROUP: tl.constexpr, HKV: tl.constexpr, DOT: tl.constexpr, PAIR: tl.constexpr, ASM: tl.constexpr):
     """One tile of _decode_split_kernel_packed's paged tokens into its running softmax state
-    (acc2 and acc3 pass through with two phases; acc_p, the probabilities' row sums in its first
-    column, without OFFSET)."""
+    (acc2 and acc3 pass through with two phases)."""
     NP: tl.constexpr = BLOCK_T // BS
     dh = tl.arange(0, D // PHASES)
     dvh = tl.arange(0, DV // PHASES)
@@ -730,19 +689,12 @@ def _packed_tile(t0, m_i, l_i, acc0, acc1, acc2, acc3, acc_bias, acc_p, qd0, qd1
     kb = tl.load(K + rows[:, None] * (D // PHASES) + dh[None, :])
     vb = tl.load(V + rows[:, None] * (DV // PHASES) + dvh[None, :])
     k0, k1, k2, k3 = _phases(kb, KS, KZ, rows, page_ids, kvh, PHASES, True, PAIR, ASM, KIND, D, KGROUP, HKV,
-                             BS, NP, BLOCK_T, DOT, OFFSET)
+                             BS, NP, BLOCK_T, DOT)
     s = _phase_scores(qd0, qd1, qd2, qd3, k0, k1, k2, k3, PHASES)
-    # one offset for every phase, with a zero point: the offset joins it (k = scale x code + zero
-    # is scale x (offset + code) + zero - offset x scale), which costs per token, not per score
-    FOLD: tl.constexpr = OFFSET and (KIND == 3) and (PAIR != NIBBLE_WORDS)
-    if OFFSET and not FOLD:
-        s = s - q_offset[:, None]
     if KIND == 2:
         s = s * tl.load(KS + rows).to(tl.float32)[None, :]
     if KIND == 3:
         ks3, kz3 = _token_affine(KS, rows)
-        if FOLD:
-            kz3 = kz3 - _code_offset(PAIR, 0) * ks3
         s = s * ks3[None, :] + kz3[None, :] * qsum[:, None]
     if MASKED:
         s = tl.where(in_page[None, :], s, float("-inf"))
@@ -755,18 +707,15 @@ def _packed_tile(t0, m_i, l_i, acc0, acc1, acc2, acc3, acc_bias, acc_p, qd0, qd1
     acc_bias = acc_bias * alpha
     pv, acc_bias = _value_terms(p, acc_bias, VS, rows, KIND)
     v0, v1, v2, v3 = _phases(vb, VS, VZ, rows, page_ids, kvh, PHASES, False, PAIR, ASM, KIND, DV, VGROUP, HKV,
-                             BS, NP, BLOCK_T, DOT, OFFSET)
+                             BS, NP, BLOCK_T, DOT)
     pd = _to_dot(pv, DOT)
-    if OFFSET:  # the row sums of pd as the dots take it, from one more dot: exact as theirs are
-        first = (tl.arange(0, 16) == 0).to(tl.float32)
-        acc_p = acc_p * alpha[:, None] + tl.dot(pd, _to_dot(tl.broadcast_to(first[None, :], [BLOCK_T, 16]), DOT))
     acc0 += tl.dot(pd, v0)
     acc1 += tl.dot(pd, v1)
     if PHASES == 4:
         acc2 += tl.dot(pd, v2)
         acc3 += tl.dot(pd, v3)
     m_i = m_new
-    return m_i, l_i, acc0, acc1, acc2, acc3, acc_bias, acc_p
+    return m_i, l_i, acc0, acc1, acc2, acc3, acc_bias
 
 
 @triton.jit(do_not_specialize=["num_splits"])  # one binary whatever the split count
@@ -776,7 +725,7 @@ def _decode_split_kernel_packed(
     HQ: tl.constexpr, HKV: tl.constexpr, GROUP_Q: tl.constexpr, BLOCK_G: tl.constexpr,
     D: tl.constexpr, DV: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr,
     KIND: tl.constexpr, VGROUP: tl.constexpr, HAS_RESIDUAL: tl.constexpr, DOT: tl.constexpr, KGROUP: tl.constexpr,
-    PAIR: tl.constexpr, ASM: tl.constexpr, OFFSET: tl.constexpr,
+    PAIR: tl.constexpr, ASM: tl.constexpr,
 ):
     """Packed layouts read in phases, never re-interleaved. PAIR = 0: 4-bit rows as bytes, the
     low nibble an even value and the high nibble an odd one; PAIR = 1-4: 8-bit rows (e4m3, e5m2,
@@ -784,10 +733,7 @@ def _decode_split_kernel_packed(
     words of four values, nibble i of word j being value 4j + i, so the tiles load like bf16's
     (no byte-wise shared-memory reads of the value tile). q is split into its phases' columns,
     scores are one dot per phase, values accumulate per phase and are stored to interleaved
-    columns. OFFSET (integer codes with per-token scales): the decoded values keep the offset
-    of the fp16 number their bits were placed in (_code_offset), which comes out per row: from
-    the scores, offset x the row's sum of q as the dots take it; from the outputs, offset x the
-    sum of the probabilities as the dots take them."""
+    columns."""
     PHASES: tl.constexpr = 4 if PAIR == NIBBLE_WORDS else 2
     b = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -820,17 +766,6 @@ def _decode_split_kernel_packed(
     if PHASES == 2:  # placeholders _phase_scores leaves out
         qd2 = qd0
         qd3 = qd1
-    q_offset = qsum  # placeholder _packed_tile leaves unread without OFFSET
-    if OFFSET:  # sums of q rounded as the dots round it, so that the offsets cancel exactly
-        r0 = tl.sum(qd0.to(tl.float32), 1)
-        r1 = tl.sum(qd1.to(tl.float32), 1)
-        qsum = r0 + r1
-        q_offset = _code_offset(PAIR, 0) * r0 + _code_offset(PAIR, 1) * r1
-        if PHASES == 4:
-            r2 = tl.sum(qd2.to(tl.float32), 1)
-            r3 = tl.sum(qd3.to(tl.float32), 1)
-            qsum += r2 + r3
-            q_offset += _code_offset(PAIR, 2) * r2 + _code_offset(PAIR, 3) * r3
 
     start, paged, lo, hi = _split_bounds(CTX, QLEN, b, split, window, num_splits, HAS_RESIDUAL, BS, BLOCK_T)
 
@@ -845,28 +780,24 @@ def _decode_split_kernel_packed(
         acc2 = acc0
         acc3 = acc1
     acc_bias = tl.zeros([BLOCK_G], tl.float32)
-    if OFFSET:
-        acc_p = tl.zeros([BLOCK_G, 16], tl.float32)
-    else:  # placeholder _packed_tile passes through
-        acc_p = acc_bias
     # Tiles holding paged tokens; KIVI's fp16 recent window (tokens from `paged` on) has its own
     # loop after this one, so no tile merges the two (a merge lays the tiles out for the window's
     # strided loads and sends every decoded tile through shared memory).
     end = tl.minimum(hi, paged)
     has_head, full_lo, full_hi, masked = _full_tiles(lo, start, end, BLOCK_T)
     for t0 in range(full_lo, full_hi, BLOCK_T):
-        m_i, l_i, acc0, acc1, acc2, acc3, acc_bias, acc_p = _packed_tile(
-            t0, m_i, l_i, acc0, acc1, acc2, acc3, acc_bias, acc_p, qd0, qd1, qd2, qd3, qsum, q_offset, K, KS, KZ, V,
-            VS, VZ, BT, b, kvh, stride_bt, start, hi, paged, False, PHASES, D, DV, BS, BLOCK_T, KIND, VGROUP, KGROUP,
-            HKV, DOT, PAIR, ASM, OFFSET)
+        m_i, l_i, acc0, acc1, acc2, acc3, acc_bias = _packed_tile(
+            t0, m_i, l_i, acc0, acc1, acc2, acc3, acc_bias, qd0, qd1, qd2, qd3, qsum, K, KS, KZ, V, VS, VZ, BT, b,
+            kvh, stride_bt, start, hi, paged, False, PHASES, D, DV, BS, BLOCK_T, KIND, VGROUP, KGROUP, HKV, DOT, PAIR,
+            ASM)
     for j in range(0, masked):  # the head and tail tiles, with their masks
         t0 = full_hi
         if (j == 0) & has_head:
             t0 = lo
-        m_i, l_i, acc0, acc1, acc2, acc3, acc_bias, acc_p = _packed_tile(
-            t0, m_i, l_i, acc0, acc1, acc2, acc3, acc_bias, acc_p, qd0, qd1, qd2, qd3, qsum, q_offset, K, KS, KZ, V,
-            VS, VZ, BT, b, kvh, stride_bt, start, hi, paged, True, PHASES, D, DV, BS, BLOCK_T, KIND, VGROUP, KGROUP,
-            HKV, DOT, PAIR, ASM, OFFSET)
+        m_i, l_i, acc0, acc1, acc2, acc3, acc_bias = _packed_tile(
+            t0, m_i, l_i, acc0, acc1, acc2, acc3, acc_bias, qd0, qd1, qd2, qd3, qsum, K, KS, KZ, V, VS, VZ, BT, b,
+            kvh, stride_bt, start, hi, paged, True, PHASES, D, DV, BS, BLOCK_T, KIND, VGROUP, KGROUP, HKV, DOT, PAIR,
+            ASM)
     if HAS_RESIDUAL:  # KIVI's recent window in fp16, RECENT_T tokens at a time
         for r0 in range(tl.maximum(lo, paged), hi, RECENT_T):
             t = r0 + tl.arange(0, RECENT_T)
@@ -887,14 +818,11 @@ def _decode_split_kernel_packed(
     tl.store(M_OUT + out, m_i, mask=gmask)
     tl.store(L_OUT + out, l_i, mask=gmask)
     base = ACC_OUT + out[:, None] * DV + PHASES * dvh[None, :]
-    p_sum = acc_bias  # placeholder _phase_output leaves unread without OFFSET
-    if OFFSET:
-        p_sum = tl.sum(acc_p, 1)
-    tl.store(base, _phase_output(acc0, acc_bias, VS, VG, KIND, PAIR, p_sum, 0, OFFSET), mask=gmask[:, None])
-    tl.store(base + 1, _phase_output(acc1, acc_bias, VS, VG, KIND, PAIR, p_sum, 1, OFFSET), mask=gmask[:, None])
+    tl.store(base, _phase_output(acc0, acc_bias, VS, VG, KIND, PAIR), mask=gmask[:, None])
+    tl.store(base + 1, _phase_output(acc1, acc_bias, VS, VG, KIND, PAIR), mask=gmask[:, None])
     if PHASES == 4:
-        tl.store(base + 2, _phase_output(acc2, acc_bias, VS, VG, KIND, PAIR, p_sum, 2, OFFSET), mask=gmask[:, None])
-        tl.store(base + 3, _phase_output(acc3, acc_bias, VS, VG, KIND, PAIR, p_sum, 3, OFFSET), mask=gmask[:, None])
+        tl.store(base + 2, _phase_output(acc2, acc_bias, VS, VG, KIND, PAIR), mask=gmask[:, None])
+        tl.store(base + 3, _phase_output(acc3, acc_bias, VS, VG, KIND, PAIR), mask=gmask[:, None])
 
 
 @triton.jit(do_not_specialize=["num_splits"])  # one binary whatever the split count
@@ -1005,7 +933,7 @@ def kernel_residency(kernel, constants: dict, num_warps: int, num_stages: int, d
 def kernel_constants(cache: PagedCache, q_heads: int, block_t: int = 64, swap_qk: bool = False,
                      prefetch: bool = False, fp8_dot: bool = False, int8_qk: bool = False,
                      split_nibbles: bool = False, split_bytes: bool = False, asm_decode: bool = False,
-                     split_words: bool = False, offset_codes: bool = False):
+                     split_words: bool = False):
     """The split kernel a cache and its options run, and that kernel's compile-time constants
     (paged_decode launches it with kernel_arguments; benchmarks/decode_sass.py compiles it from
     the same two without a GPU)."""
@@ -1025,24 +953,18 @@ def kernel_constants(cache: PagedCache, q_heads: int, block_t: int = 64, swap_qk
                   KGROUP=NVFP4_GROUP if f.kind == NVFP4 else cache.block_size)
     if split_nibbles + split_bytes + split_words > 1:
         raise ValueError("split_nibbles, split_bytes and split_words are different readings: choose one")
-    if offset_codes and not ((split_bytes and f.value_dtype in (torch.int8, torch.uint8) and f.kind in (TOKEN_HEAD, ASYM))
-                             or (split_words and f.kind == ASYM)):
-        raise ValueError(f"offset_codes reads integer codes with per-token scales through split_bytes (int8, uint8) "
-                         f"or split_words (4-bit), not {f.name}"
-                         + ("" if split_bytes or split_words else " without either"))
     if split_nibbles or split_words:
         name = "split_nibbles" if split_nibbles else "split_words"
         if f.bits != 4 or mla:
             raise ValueError(f"{name} reads 4-bit layouts, not {f.name}")
         return _decode_split_kernel_packed, dict(shared, D=cache.head_dim, DOT=_dot_kind(cache),
                                                PAIR=NIBBLE_WORDS.value if split_words else 0,
-                                               ASM=_asm_decode(asm_decode), OFFSET=offset_codes)
+                                               ASM=_asm_decode(asm_decode))
     if split_bytes:
         if f.kind not in (FP8_TENSOR, TOKEN_HEAD, ASYM) or f.value_dtype not in BYTE_PAIRS or mla:
             raise ValueError(f"split_bytes reads 8-bit layouts with per-tensor or per-token scales, not {f.name}")
         return _decode_split_kernel_packed, dict(shared, D=cache.head_dim, DOT=_dot_kind(cache),
-                                               PAIR=BYTE_PAIRS[f.value_dtype], ASM=_asm_decode(asm_decode),
-                                               OFFSET=offset_codes)
+                                               PAIR=BYTE_PAIRS[f.value_dtype], ASM=_asm_decode(asm_decode))
     if asm_decode:
         raise ValueError("asm_decode decodes packed phases: use it with split_nibbles, split_bytes or split_words")
     return _decode_split_kernel, dict(
@@ -1108,15 +1030,14 @@ def paged_decode(q: torch.Tensor, cache: PagedCache, block_table: torch.Tensor, 
                  num_stages: int = 2, sm_scale: float | None = None, max_context: int | None = None,
                  maxnreg: int | None = None, swap_qk: bool = False, prefetch: bool = False,
                  fp8_dot: bool = False, int8_qk: bool = False, split_nibbles: bool = False,
-                 split_bytes: bool = False, asm_decode: bool = False, split_words: bool = False,
-                 offset_codes: bool = False) -> torch.Tensor:
+                 split_bytes: bool = False, asm_decode: bool = False, split_words: bool = False) -> torch.Tensor:
     """Decode attention over a paged cache: q [batch, Hq, head_dim] -> [batch, Hq, v_dim] fp32.
     num_splits defaults to whole waves of the GPU (wave_splits); maxnreg caps registers per
     thread so that more programs fit on an SM."""
     batch, hq, _ = q.shape
     hkv = cache.heads
     kernel, constants = kernel_constants(cache, hq, block_t, swap_qk, prefetch, fp8_dot, int8_qk, split_nibbles,
-                                         split_bytes, asm_decode, split_words, offset_codes)
+                                         split_bytes, asm_decode, split_words)
     longest = max_context if max_context is not None else int(context_lens.max())
     tiles = max(1, math.ceil(longest / block_t))
     if num_splits is None:

@@ -269,37 +269,6 @@ def test_8bit_read_as_byte_pairs_gives_the_same_attention(fmt):
     _assert_packed_kernel_matches(fmt, cache, table, lens, split_bytes=True)
 
 
-# offset_codes: the scores and outputs carry offset x (sum of q) and offset x (sum of p) until the
-# end of each tile or split, with offsets up to 1152 (2^10.2), so fp32 in the interpreter keeps
-# about 2^-14 (6e-5) of them; a wrong or missing offset is off by order 1.
-OFFSET_EXACT = 1e-3
-
-
-@pytest.mark.parametrize("fmt, reading", [("int8_per_token_head", "split_bytes"), ("lmdeploy_int8", "split_bytes"),
-                                          ("lmdeploy_int4", "split_words")])
-def test_codes_with_their_offset_give_the_same_attention(fmt, reading):
-    """offset_codes: integer codes decoded into fp16 numbers that keep their offset (1152 + code
-    for int8, 1024 + code for uint8 and even nibbles, 64 + code for odd nibbles), the offsets
-    taken out per row; every code in every position, windows and splits."""
-    cache, table, lens = _with_every_code(fmt, torch.arange(256, dtype=torch.uint8), seed=13)
-    q = torch.randn(2, 4, 64)
-    for window, splits, block_t in ((None, 1, 16), (None, 3, 32), (21, 2, 32), (40, 1, 16)):
-        ref = reference_decode(q, cache, table, lens, window=window)
-        out = paged_decode(q, cache, table, lens, window=window, num_splits=splits, block_t=block_t,
-                           offset_codes=True, **{reading: True})
-        assert relative_error(out, ref) < OFFSET_EXACT, (fmt, window, splits, block_t)
-
-
-@pytest.mark.parametrize("fmt, option", [("fp8_per_token_head", "split_bytes"), ("fp8_e4m3", "split_bytes"),
-                                         ("nvfp4", "split_words"), ("kivi4", "split_words"),
-                                         ("lmdeploy_int8", None)])
-def test_codes_with_their_offset_are_refused_where_they_do_not_apply(fmt, option):
-    cache, table, lens, _ = _case(fmt)
-    with pytest.raises(ValueError, match="offset_codes reads integer codes"):
-        paged_decode(torch.randn(2, 4, 64), cache, table, lens, num_splits=1, offset_codes=True,
-                     **({option: True} if option else {}))
-
-
 def test_asm_decode_needs_a_packed_kernel():
     cache, table, lens, _ = _case("lmdeploy_int4")
     with pytest.raises(ValueError, match="asm_decode"):
