@@ -37,6 +37,11 @@ CONFIGS = [dict(block_t=bt, num_warps=4, num_stages=st) | ({} if reg is None els
 # table, softmax bookkeeping) halves again; offline (sm_90) lmdeploy_int4 goes from 6.1 to 5.6
 # lane-instructions per byte, while nvfp4 and KIVI-4 spill there
 WORD_TILE = 256
+# 2-bit rows read as words have phases 16 values wide, whose value dots ([16, T] x [T, 16]) four
+# warps share by each decoding the same tile (offline, sm_90: 50 lane-instructions per byte with
+# four warps, 24 with two, 15 with one); so they run as one-warp programs, tiles of 32 or 64
+WORD2_CONFIGS = [dict(block_t=bt, num_warps=1, num_stages=st, split_words=True, asm_decode=True)
+                 for bt in (32, 64) for st in (1, 2)]
 SPLIT_BYTES_FORMATS = ("fp8_e4m3", "fp8_e5m2", "fp8_per_token_head", "int8_per_token_head", "lmdeploy_int8")
 
 
@@ -100,7 +105,7 @@ def main() -> int:
         return configs + (
             [dict(c, split_words=True, asm_decode=True) for c in configs]
             + [dict(c, block_t=WORD_TILE, split_words=True, asm_decode=True) for c in configs if c["block_t"] == 128]
-            if FORMATS[fmt].bits == 4 else []) + (
+            if FORMATS[fmt].bits == 4 else []) + (WORD2_CONFIGS if FORMATS[fmt].bits == 2 else []) + (
             [dict(c, split_bytes=True, asm_decode=True) for c in configs] if fmt in SPLIT_BYTES_FORMATS else [])
 
     for fmt in formats:

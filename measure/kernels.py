@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import struct
 
 import torch
 import triton
@@ -222,11 +223,29 @@ def _ptx_word_nibble(phase: int, e2m1: bool) -> str:
     return f"{{ .reg .b32 w, t, m, s, o; {place}{finish}}}"
 
 
-# indexed by nibble position inside the jit functions
+def _ptx_word_crumb(phase: int) -> str:
+    """Bits 2·phase to 2·phase + 1 of two 16-bit words as an fp16 pair of 2-bit codes: ORed in
+    place into 1024.0's mantissa (after moving the upper byte down for phases 5-7), which gives
+    1024 + 4^k·code for the crumb at bit 2k; one packed fma by 4^-k and -1024·4^-k (exact in
+    fp16) or, at k = 0, one subtraction leaves the code."""
+    k = phase - 4 if phase > 4 else phase
+    word = "shr.b32 w, $1, 8; " if phase > 4 else "mov.b32 w, $1; "
+    place = f"{word}mov.b32 m, 0x64006400; lop3.b32 t, w, 0x{0x00030003 << 2 * k:08X}, m, 0xEA; "
+    if k == 0:
+        return f"{{ .reg .b32 w, t, m; {place}sub.f16x2 $0, t, m; }}"
+    scale, offset = (struct.unpack("<H", struct.pack("<e", x))[0] for x in (4.0 ** -k, -1024.0 * 4.0 ** -k))
+    return (f"{{ .reg .b32 w, t, m, s, o; {place}mov.b32 s, 0x{scale:04X}{scale:04X}; "
+            f"mov.b32 o, 0x{offset:04X}{offset:04X}; fma.rn.f16x2 $0, t, s, o; }}")
+
+
+# indexed by nibble (crumb) position inside the jit functions
 _PTX_WORD_UINT4 = tl.constexpr(tuple(_ptx_word_nibble(i, False) for i in range(4)))
+_PTX_WORD_UINT2 = tl.constexpr(tuple(_ptx_word_crumb(i) for i in range(8)))
 _PTX_WORD_E2M1 = tl.constexpr(tuple(_ptx_word_nibble(i, True) for i in range(4)))
 RECENT_T = tl.constexpr(16)  # tokens per step over KIVI's fp16 recent window (the smallest dot)
 NIBBLE_WORDS = tl.constexpr(5)  # the packed kernel's PAIR for split_words: 4-bit rows as 16-bit words of four
+CRUMB_WORDS = tl.constexpr(6)  # the packed kernel's PAIR for split_words on 2-bit rows: words of eight
+PHASE_COUNTS = tl.constexpr((2, 2, 2, 2, 2, 4, 8))  # the packed kernel's phases, by PAIR
 
 
 @triton.jit
@@ -284,6 +303,19 @@ def _word_nibble(w, PHASE: tl.constexpr, E2M1: tl.constexpr, ASM: tl.constexpr, 
 
 
 @triton.jit
+def _word_crumb(w, PHASE: tl.constexpr, ASM: tl.constexpr, DOT: tl.constexpr):
+    """Crumb PHASE (bits 2·PHASE to 2·PHASE + 1) of each 16-bit word w (value 8j + PHASE of the
+    row for word j) as a number in the dot dtype."""
+    if ASM:  # the GPU: two words per register
+        asm: tl.constexpr = _PTX_WORD_UINT2[PHASE]
+        x = tl.inline_asm_elementwise(asm, "=r,r", [w], dtype=tl.float16, is_pure=True, pack=2)
+        out = _to_dot(x.to(tl.float32), DOT) if DOT != 2 else x
+    else:
+        out = _to_dot(((w >> (2 * PHASE)) & 3).to(tl.float32), DOT)
+    return out
+
+
+@triton.jit
 def _phase_codes(codes, PHASE: tl.constexpr, PAIR: tl.constexpr, ASM: tl.constexpr, KIND: tl.constexpr,
                 DOT: tl.constexpr):
     """Values of one phase of a packed tile before any scale (E2M1: value / 2^14). With PAIR or
@@ -291,6 +323,8 @@ def _phase_codes(codes, PHASE: tl.constexpr, PAIR: tl.constexpr, ASM: tl.constex
     already this half's codes."""
     if PAIR == NIBBLE_WORDS:
         out = _word_nibble(codes, PHASE, KIND == 4, ASM, DOT)
+    elif PAIR == CRUMB_WORDS:
+        out = _word_crumb(codes, PHASE, ASM, DOT)
     elif PAIR:
         out = _byte_half(codes, PHASE, PAIR, DOT, ASM)
     elif ASM:
@@ -618,47 +652,45 @@ def _recent(R, res, ROW: tl.constexpr, PHASES: tl.constexpr, PHASE: tl.constexpr
 def _phases(raw, SCALE, ZERO, rows, page_ids, kvh, PHASES: tl.constexpr, IS_K: tl.constexpr, PAIR: tl.constexpr,
             ASM: tl.constexpr, KIND: tl.constexpr, ROW: tl.constexpr, GROUP: tl.constexpr, HKV: tl.constexpr,
             BS: tl.constexpr, NP: tl.constexpr, BLOCK_T: tl.constexpr, DOT: tl.constexpr):
-    """Every phase of a packed tile as loaded (_phase_values of each); with two phases the last
-    two repeat the first two, for _phase_scores to leave out."""
-    if PAIR or ASM:  # whole bytes or words: _phase_codes picks the phase
-        lo = raw
-        hi = raw
-    else:
-        lo = raw & 15
-        hi = raw >> 4
-    x0 = _phase_values(lo, SCALE, ZERO, rows, page_ids, kvh, 0, PHASES, IS_K, PAIR, ASM, KIND, ROW, GROUP, HKV, BS,
-                       NP, BLOCK_T, DOT)
-    x1 = _phase_values(hi, SCALE, ZERO, rows, page_ids, kvh, 1, PHASES, IS_K, PAIR, ASM, KIND, ROW, GROUP, HKV, BS,
-                       NP, BLOCK_T, DOT)
-    if PHASES == 4:
-        x2 = _phase_values(raw, SCALE, ZERO, rows, page_ids, kvh, 2, PHASES, IS_K, PAIR, ASM, KIND, ROW, GROUP, HKV,
-                           BS, NP, BLOCK_T, DOT)
-        x3 = _phase_values(raw, SCALE, ZERO, rows, page_ids, kvh, 3, PHASES, IS_K, PAIR, ASM, KIND, ROW, GROUP, HKV,
-                           BS, NP, BLOCK_T, DOT)
-    else:
-        x2 = x0
-        x3 = x1
-    return x0, x1, x2, x3
+    """Every phase of a packed tile as loaded (_phase_values of each), as a tuple."""
+    out = ()
+    for i in tl.static_range(PHASES):
+        if PAIR or ASM:  # whole bytes or words: _phase_codes picks the phase
+            codes = raw
+        elif i == 0:
+            codes = raw & 15
+        else:
+            codes = raw >> 4
+        out = out + (_phase_values(codes, SCALE, ZERO, rows, page_ids, kvh, i, PHASES, IS_K, PAIR, ASM, KIND, ROW,
+                                   GROUP, HKV, BS, NP, BLOCK_T, DOT),)
+    return out
 
 
 @triton.jit
-def _recent_scores(q0, q1, q2, q3, RK, res, D: tl.constexpr, PHASES: tl.constexpr, DOT: tl.constexpr):
+def _recent_scores(qd, RK, res, D: tl.constexpr, PHASES: tl.constexpr, DOT: tl.constexpr):
     """_phase_scores against the fp16 recent-window keys `res`, each phase read as its dot needs it."""
-    s = tl.dot(q0, tl.trans(_recent(RK, res, D, PHASES, 0, DOT))) + \
-        tl.dot(q1, tl.trans(_recent(RK, res, D, PHASES, 1, DOT)))
-    if PHASES == 4:
-        s += tl.dot(q2, tl.trans(_recent(RK, res, D, PHASES, 2, DOT))) + \
-            tl.dot(q3, tl.trans(_recent(RK, res, D, PHASES, 3, DOT)))
+    s = tl.dot(qd[0], tl.trans(_recent(RK, res, D, PHASES, 0, DOT)))
+    for i in tl.static_range(1, PHASES):
+        s += tl.dot(qd[i], tl.trans(_recent(RK, res, D, PHASES, i, DOT)))
     return s
 
 
 @triton.jit
-def _phase_scores(q0, q1, q2, q3, k0, k1, k2, k3, PHASES: tl.constexpr):
-    """Scores summed over the phases' dots (the last two only with four phases)."""
-    s = tl.dot(q0, tl.trans(k0)) + tl.dot(q1, tl.trans(k1))
-    if PHASES == 4:
-        s += tl.dot(q2, tl.trans(k2)) + tl.dot(q3, tl.trans(k3))
+def _phase_scores(qd, kd, PHASES: tl.constexpr):
+    """Scores summed over the phases' dots."""
+    s = tl.dot(qd[0], tl.trans(kd[0]))
+    for i in tl.static_range(1, PHASES):
+        s += tl.dot(qd[i], tl.trans(kd[i]))
     return s
+
+
+@triton.jit
+def _rescaled(accs, alpha, PHASES: tl.constexpr):
+    """Each phase's accumulated output times the tile's rescaling factor."""
+    out = ()
+    for i in tl.static_range(PHASES):
+        out = out + (accs[i] * alpha[:, None],)
+    return out
 
 
 @triton.jit
@@ -676,21 +708,21 @@ def _phase_output(acc, acc_bias, VS, VG, KIND: tl.constexpr, PAIR: tl.constexpr)
 
 
 @triton.jit
-def _packed_tile(t0, m_i, l_i, acc0, acc1, acc2, acc3, acc_bias, qd0, qd1, qd2, qd3, qsum, K, KS, KZ, V, VS, VZ, BT,
-                 b, kvh, stride_bt, start, hi, paged, MASKED: tl.constexpr, PHASES: tl.constexpr, D: tl.constexpr,
-                 DV: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr, KIND: tl.constexpr, VGROUP: tl.constexpr,
+def _packed_tile(t0, m_i, l_i, accs, acc_bias, qd, qsum, K, KS, KZ, V, VS, VZ, BT, b, kvh, stride_bt, start, hi,
+                 paged, MASKED: tl.constexpr, PHASES: tl.constexpr, D: tl.constexpr, DV: tl.constexpr,
+                 BS: tl.constexpr, BLOCK_T: tl.constexpr, KIND: tl.constexpr, VGROUP: tl.constexpr,
                  KGROUP: tl.constexpr, HKV: tl.constexpr, DOT: tl.constexpr, PAIR: tl.constexpr, ASM: tl.constexpr):
     """One tile of _decode_split_kernel_packed's paged tokens into its running softmax state
-    (acc2 and acc3 pass through with two phases)."""
+    (accs: one accumulator per phase)."""
     NP: tl.constexpr = BLOCK_T // BS
     dh = tl.arange(0, D // PHASES)
     dvh = tl.arange(0, DV // PHASES)
     t, valid, in_page, page_ids, rows = _tile(t0, b, kvh, BT, stride_bt, start, hi, paged, HKV, BS, BLOCK_T, MASKED)
     kb = tl.load(K + rows[:, None] * (D // PHASES) + dh[None, :])
     vb = tl.load(V + rows[:, None] * (DV // PHASES) + dvh[None, :])
-    k0, k1, k2, k3 = _phases(kb, KS, KZ, rows, page_ids, kvh, PHASES, True, PAIR, ASM, KIND, D, KGROUP, HKV,
-                             BS, NP, BLOCK_T, DOT)
-    s = _phase_scores(qd0, qd1, qd2, qd3, k0, k1, k2, k3, PHASES)
+    kd = _phases(kb, KS, KZ, rows, page_ids, kvh, PHASES, True, PAIR, ASM, KIND, D, KGROUP, HKV, BS, NP, BLOCK_T,
+                 DOT)
+    s = _phase_scores(qd, kd, PHASES)
     if KIND == 2:
         s = s * tl.load(KS + rows).to(tl.float32)[None, :]
     if KIND == 3:
@@ -699,23 +731,17 @@ def _packed_tile(t0, m_i, l_i, acc0, acc1, acc2, acc3, acc_bias, qd0, qd1, qd2, 
     if MASKED:
         s = tl.where(in_page[None, :], s, float("-inf"))
     p, alpha, m_new, l_i = _online_softmax(s, m_i, l_i)
-    acc0 = acc0 * alpha[:, None]
-    acc1 = acc1 * alpha[:, None]
-    if PHASES == 4:
-        acc2 = acc2 * alpha[:, None]
-        acc3 = acc3 * alpha[:, None]
+    accs = _rescaled(accs, alpha, PHASES)
     acc_bias = acc_bias * alpha
     pv, acc_bias = _value_terms(p, acc_bias, VS, rows, KIND)
-    v0, v1, v2, v3 = _phases(vb, VS, VZ, rows, page_ids, kvh, PHASES, False, PAIR, ASM, KIND, DV, VGROUP, HKV,
-                             BS, NP, BLOCK_T, DOT)
+    vd = _phases(vb, VS, VZ, rows, page_ids, kvh, PHASES, False, PAIR, ASM, KIND, DV, VGROUP, HKV, BS, NP, BLOCK_T,
+                 DOT)
     pd = _to_dot(pv, DOT)
-    acc0 += tl.dot(pd, v0)
-    acc1 += tl.dot(pd, v1)
-    if PHASES == 4:
-        acc2 += tl.dot(pd, v2)
-        acc3 += tl.dot(pd, v3)
+    out = ()
+    for i in tl.static_range(PHASES):
+        out = out + (accs[i] + tl.dot(pd, vd[i]),)
     m_i = m_new
-    return m_i, l_i, acc0, acc1, acc2, acc3, acc_bias
+    return m_i, l_i, out, acc_bias
 
 
 @triton.jit(do_not_specialize=["num_splits"])  # one binary whatever the split count
@@ -731,14 +757,14 @@ def _decode_split_kernel_packed(
     low nibble an even value and the high nibble an odd one; PAIR = 1-4: 8-bit rows (e4m3, e5m2,
     int8, uint8) as 16-bit words, low byte even, high byte odd; PAIR = 5: 4-bit rows as 16-bit
     words of four values, nibble i of word j being value 4j + i, so the tiles load like bf16's
-    (no byte-wise shared-memory reads of the value tile). q is split into its phases' columns,
+    (no byte-wise shared-memory reads of the value tile); PAIR = 6: 2-bit rows as 16-bit words of
+    eight, bits 2i to 2i + 1 of word j being value 8j + i. q is split into its phases' columns,
     scores are one dot per phase, values accumulate per phase and are stored to interleaved
     columns."""
-    PHASES: tl.constexpr = 4 if PAIR == NIBBLE_WORDS else 2
+    PHASES: tl.constexpr = PHASE_COUNTS[PAIR]
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
-    NP: tl.constexpr = BLOCK_T // BS
     g = tl.arange(0, BLOCK_G)
     gmask = g < GROUP_Q
     heads = kvh * GROUP_Q + g
@@ -752,33 +778,20 @@ def _decode_split_kernel_packed(
     if PAIR == 1:
         qscale = qscale * E4M3_UNIT
     qbase = Q + (b * HQ + heads[:, None]) * D + PHASES * dh[None, :]
-    q0 = tl.load(qbase, mask=gmask[:, None], other=0.0).to(tl.float32) * qscale
-    q1 = tl.load(qbase + 1, mask=gmask[:, None], other=0.0).to(tl.float32) * qscale
-    qsum = tl.sum(q0, 1) + tl.sum(q1, 1)
-    if PHASES == 4:
-        q2 = tl.load(qbase + 2, mask=gmask[:, None], other=0.0).to(tl.float32) * qscale
-        q3 = tl.load(qbase + 3, mask=gmask[:, None], other=0.0).to(tl.float32) * qscale
-        qsum += tl.sum(q2, 1) + tl.sum(q3, 1)
-        qd2 = _to_dot(q2, DOT)
-        qd3 = _to_dot(q3, DOT)
-    qd0 = _to_dot(q0, DOT)
-    qd1 = _to_dot(q1, DOT)
-    if PHASES == 2:  # placeholders _phase_scores leaves out
-        qd2 = qd0
-        qd3 = qd1
+    qd = ()
+    qsum = tl.zeros([BLOCK_G], tl.float32)
+    for i in tl.static_range(PHASES):
+        qi = tl.load(qbase + i, mask=gmask[:, None], other=0.0).to(tl.float32) * qscale
+        qsum += tl.sum(qi, 1)  # zero points add z * sum(q) to every score
+        qd = qd + (_to_dot(qi, DOT),)
 
     start, paged, lo, hi = _split_bounds(CTX, QLEN, b, split, window, num_splits, HAS_RESIDUAL, BS, BLOCK_T)
 
     m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_G], tl.float32)
-    acc0 = tl.zeros([BLOCK_G, DV // PHASES], tl.float32)
-    acc1 = tl.zeros([BLOCK_G, DV // PHASES], tl.float32)
-    if PHASES == 4:
-        acc2 = tl.zeros([BLOCK_G, DV // PHASES], tl.float32)
-        acc3 = tl.zeros([BLOCK_G, DV // PHASES], tl.float32)
-    else:  # placeholders _packed_tile passes through
-        acc2 = acc0
-        acc3 = acc1
+    accs = ()
+    for i in tl.static_range(PHASES):
+        accs = accs + (tl.zeros([BLOCK_G, DV // PHASES], tl.float32),)
     acc_bias = tl.zeros([BLOCK_G], tl.float32)
     # Tiles holding paged tokens; KIVI's fp16 recent window (tokens from `paged` on) has its own
     # loop after this one, so no tile merges the two (a merge lays the tiles out for the window's
@@ -786,43 +799,37 @@ def _decode_split_kernel_packed(
     end = tl.minimum(hi, paged)
     has_head, full_lo, full_hi, masked = _full_tiles(lo, start, end, BLOCK_T)
     for t0 in range(full_lo, full_hi, BLOCK_T):
-        m_i, l_i, acc0, acc1, acc2, acc3, acc_bias = _packed_tile(
-            t0, m_i, l_i, acc0, acc1, acc2, acc3, acc_bias, qd0, qd1, qd2, qd3, qsum, K, KS, KZ, V, VS, VZ, BT, b,
-            kvh, stride_bt, start, hi, paged, False, PHASES, D, DV, BS, BLOCK_T, KIND, VGROUP, KGROUP, HKV, DOT, PAIR,
-            ASM)
+        m_i, l_i, accs, acc_bias = _packed_tile(
+            t0, m_i, l_i, accs, acc_bias, qd, qsum, K, KS, KZ, V, VS, VZ, BT, b, kvh, stride_bt, start, hi, paged,
+            False, PHASES, D, DV, BS, BLOCK_T, KIND, VGROUP, KGROUP, HKV, DOT, PAIR, ASM)
     for j in range(0, masked):  # the head and tail tiles, with their masks
         t0 = full_hi
         if (j == 0) & has_head:
             t0 = lo
-        m_i, l_i, acc0, acc1, acc2, acc3, acc_bias = _packed_tile(
-            t0, m_i, l_i, acc0, acc1, acc2, acc3, acc_bias, qd0, qd1, qd2, qd3, qsum, K, KS, KZ, V, VS, VZ, BT, b,
-            kvh, stride_bt, start, hi, paged, True, PHASES, D, DV, BS, BLOCK_T, KIND, VGROUP, KGROUP, HKV, DOT, PAIR,
-            ASM)
+        m_i, l_i, accs, acc_bias = _packed_tile(
+            t0, m_i, l_i, accs, acc_bias, qd, qsum, K, KS, KZ, V, VS, VZ, BT, b, kvh, stride_bt, start, hi, paged,
+            True, PHASES, D, DV, BS, BLOCK_T, KIND, VGROUP, KGROUP, HKV, DOT, PAIR, ASM)
     if HAS_RESIDUAL:  # KIVI's recent window in fp16, RECENT_T tokens at a time
         for r0 in range(tl.maximum(lo, paged), hi, RECENT_T):
             t = r0 + tl.arange(0, RECENT_T)
             ok = (t < hi) & (t >= start)
             res = tl.where(ok, (b * rmax + (t - paged)) * HKV + kvh, kvh)
-            s = _recent_scores(qd0, qd1, qd2, qd3, RK, res, D, PHASES, DOT)
+            s = _recent_scores(qd, RK, res, D, PHASES, DOT)
             s = tl.where(ok[None, :], s, float("-inf"))
             p, alpha, m_new, l_i = _online_softmax(s, m_i, l_i)
             pd = _to_dot(p, DOT)
-            acc0 = acc0 * alpha[:, None] + tl.dot(pd, _recent(RV, res, DV, PHASES, 0, DOT))
-            acc1 = acc1 * alpha[:, None] + tl.dot(pd, _recent(RV, res, DV, PHASES, 1, DOT))
-            if PHASES == 4:
-                acc2 = acc2 * alpha[:, None] + tl.dot(pd, _recent(RV, res, DV, PHASES, 2, DOT))
-                acc3 = acc3 * alpha[:, None] + tl.dot(pd, _recent(RV, res, DV, PHASES, 3, DOT))
+            rescaled = _rescaled(accs, alpha, PHASES)
+            accs = ()
+            for i in tl.static_range(PHASES):
+                accs = accs + (rescaled[i] + tl.dot(pd, _recent(RV, res, DV, PHASES, i, DOT)),)
             acc_bias = acc_bias * alpha
             m_i = m_new
     out = (b * HQ + heads) * num_splits + split
     tl.store(M_OUT + out, m_i, mask=gmask)
     tl.store(L_OUT + out, l_i, mask=gmask)
     base = ACC_OUT + out[:, None] * DV + PHASES * dvh[None, :]
-    tl.store(base, _phase_output(acc0, acc_bias, VS, VG, KIND, PAIR), mask=gmask[:, None])
-    tl.store(base + 1, _phase_output(acc1, acc_bias, VS, VG, KIND, PAIR), mask=gmask[:, None])
-    if PHASES == 4:
-        tl.store(base + 2, _phase_output(acc2, acc_bias, VS, VG, KIND, PAIR), mask=gmask[:, None])
-        tl.store(base + 3, _phase_output(acc3, acc_bias, VS, VG, KIND, PAIR), mask=gmask[:, None])
+    for i in tl.static_range(PHASES):
+        tl.store(base + i, _phase_output(accs[i], acc_bias, VS, VG, KIND, PAIR), mask=gmask[:, None])
 
 
 @triton.jit(do_not_specialize=["num_splits"])  # one binary whatever the split count
@@ -953,12 +960,18 @@ def kernel_constants(cache: PagedCache, q_heads: int, block_t: int = 64, swap_qk
                   KGROUP=NVFP4_GROUP if f.kind == NVFP4 else cache.block_size)
     if split_nibbles + split_bytes + split_words > 1:
         raise ValueError("split_nibbles, split_bytes and split_words are different readings: choose one")
+    if split_nibbles and (f.bits != 4 or mla):
+        raise ValueError(f"split_nibbles reads 4-bit layouts, not {f.name}")
+    if split_words and (f.bits not in (2, 4) or mla):
+        raise ValueError(f"split_words reads 4-bit and 2-bit layouts, not {f.name}")
     if split_nibbles or split_words:
-        name = "split_nibbles" if split_nibbles else "split_words"
-        if f.bits != 4 or mla:
-            raise ValueError(f"{name} reads 4-bit layouts, not {f.name}")
-        return _decode_split_kernel_packed, dict(shared, D=cache.head_dim, DOT=_dot_kind(cache),
-                                               PAIR=NIBBLE_WORDS.value if split_words else 0,
+        pair = (NIBBLE_WORDS if f.bits == 4 else CRUMB_WORDS).value if split_words else 0
+        width = min(cache.head_dim, cache.v_dim) // PHASE_COUNTS.value[pair]
+        if width < 16:
+            raise ValueError(f"{'split_words' if split_words else 'split_nibbles'} splits rows of "
+                             f"{min(cache.head_dim, cache.v_dim)} {f.name} values into phases {width} wide, below "
+                             f"the 16 a tensor-core dot needs: use the plain kernel at this head size")
+        return _decode_split_kernel_packed, dict(shared, D=cache.head_dim, DOT=_dot_kind(cache), PAIR=pair,
                                                ASM=_asm_decode(asm_decode))
     if split_bytes:
         if f.kind not in (FP8_TENSOR, TOKEN_HEAD, ASYM) or f.value_dtype not in BYTE_PAIRS or mla:

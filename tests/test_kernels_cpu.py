@@ -213,7 +213,7 @@ def test_fp8_dot_is_refused_for_caches_it_cannot_read():
 def _assert_packed_kernel_matches(fmt, cache, table, lens, **option):
     """The phase-split kernel against fp32 over the same cache: one split, three splits, windows
     (40 tokens in tiles of 16: masked head, unmasked full and masked tail tiles)."""
-    q = torch.randn(2, 4, 64)
+    q = torch.randn(2, 4, cache.head_dim)
     for window, splits, block_t in ((None, 1, 16), (None, 3, 32), (21, 2, 32), (40, 1, 16)):
         ref = reference_decode(q, cache, table, lens, window=window)
         out = paged_decode(q, cache, table, lens, window=window, num_splits=splits, block_t=block_t, **option)
@@ -226,9 +226,9 @@ def test_4bit_kernel_with_split_nibbles_gives_the_same_attention(fmt):
     _assert_packed_kernel_matches(fmt, cache, table, lens, split_nibbles=True)
 
 
-def _with_every_code(fmt, allowed, seed):
+def _with_every_code(fmt, allowed, seed, head_dim=64):
     """A case whose keys hold codes drawn from `allowed` (stored bytes), so that every one shows up."""
-    cache, table, lens, _ = _case(fmt, contexts=(70, 45))
+    cache, table, lens, _ = _case(fmt, contexts=(70, 45), head_dim=head_dim)
     codes = allowed[torch.randint(len(allowed), cache.k.data.shape, generator=torch.Generator().manual_seed(seed))]
     cache.k.data.view(torch.uint8).copy_(codes)
     return cache, table, lens
@@ -242,8 +242,23 @@ def test_4bit_kernel_reading_words_gives_the_same_attention(fmt):
     _assert_packed_kernel_matches(fmt, cache, table, lens, split_words=True)
 
 
+def test_2bit_kernel_reading_words_gives_the_same_attention():
+    """split_words on KIVI-2: rows as 16-bit words of eight values (bits 2i to 2i + 1 of word j
+    are value 8j + i), every byte in every position, so every code sits in each of the eight;
+    head size 128, whose phases are 16 values wide."""
+    cache, table, lens = _with_every_code("kivi2", torch.arange(256, dtype=torch.uint8), seed=12, head_dim=128)
+    _assert_packed_kernel_matches("kivi2", cache, table, lens, split_words=True)
+
+
+def test_phases_narrower_than_a_dot_are_refused():
+    """At head size 64 a 2-bit row read as words has phases of 8 values; tensor-core dots need 16."""
+    cache, table, lens, _ = _case("kivi2")
+    with pytest.raises(ValueError, match="phases 8 wide, below the 16"):
+        paged_decode(torch.randn(2, 4, 64), cache, table, lens, num_splits=1, split_words=True)
+
+
 @pytest.mark.parametrize("option, formats, match", [
-    ("split_words", ("bf16", "fp8_e4m3", "kivi2"), "split_words reads 4-bit layouts"),
+    ("split_words", ("bf16", "fp8_e4m3", "int8_per_token_head"), "split_words reads 4-bit and 2-bit layouts"),
     ("split_bytes", ("bf16", "nvfp4", "kivi2"), "split_bytes")])
 def test_phase_readings_are_refused_for_caches_they_cannot_read(option, formats, match):
     for fmt in formats:
