@@ -114,23 +114,46 @@ def _full_tiles(lo, start, end, BLOCK_T: tl.constexpr):
     return has_head, full_lo, full_hi, masked
 
 
+# What one token of KIVI's fp16 recent window costs a split, in paged tokens: its rows are 512 B
+# (K and V of 128 values) against 128-192 B for KIVI-2 and KIVI-4 with their scales, read in
+# steps of RECENT_T.
+RECENT_WEIGHT = tl.constexpr(4)
+
+
+@triton.jit
+def _weighted_token(e, first, paged_len, recent_from):
+    """The token at weighted position e of a sequence whose paged tokens count one each and
+    whose recent-window tokens count RECENT_WEIGHT each."""
+    return tl.where(e <= paged_len, first + e, recent_from + tl.cdiv(e - paged_len, RECENT_WEIGHT))
+
+
 @triton.jit
 def _split_bounds(CTX, QLEN, b, split, window, num_splits, HAS_RESIDUAL: tl.constexpr, BS: tl.constexpr,
                   BLOCK_T: tl.constexpr):
     """This program's token range [lo, hi) of sequence b, the window's first token and how many
-    tokens sit in pages; tiles start on page boundaries."""
+    tokens sit in pages; tiles start on page boundaries. With KIVI's recent window, the splits
+    share the paged tokens and the window by weight (RECENT_WEIGHT), so that the one holding the
+    window is not the longest."""
     ctx = tl.load(CTX + b)
     start = 0
     if window > 0:
         start = tl.maximum(ctx - window, 0)
     paged = ctx
+    first = start - start % BS
     if HAS_RESIDUAL:
         paged = tl.load(QLEN + b)
-    first = start - start % BS
-    tiles = tl.cdiv(ctx - first, BLOCK_T)
-    per = tl.cdiv(tiles, num_splits)
-    lo = first + split * per * BLOCK_T
-    hi = tl.minimum(ctx, lo + per * BLOCK_T)
+        recent_from = tl.maximum(paged, first)
+        paged_len = recent_from - first
+        total = paged_len + RECENT_WEIGHT * (ctx - recent_from)
+        per = tl.cdiv(tl.cdiv(total, num_splits), BLOCK_T) * BLOCK_T
+        e_lo = tl.minimum(split * per, total)
+        lo = _weighted_token(e_lo, first, paged_len, recent_from)
+        hi = tl.minimum(ctx, _weighted_token(tl.minimum(e_lo + per, total), first, paged_len, recent_from))
+    else:
+        tiles = tl.cdiv(ctx - first, BLOCK_T)
+        per = tl.cdiv(tiles, num_splits)
+        lo = first + split * per * BLOCK_T
+        hi = tl.minimum(ctx, lo + per * BLOCK_T)
     return start, paged, lo, hi
 
 
@@ -1052,6 +1075,8 @@ def paged_decode(q: torch.Tensor, cache: PagedCache, block_table: torch.Tensor, 
     kernel, constants = kernel_constants(cache, hq, block_t, swap_qk, prefetch, fp8_dot, int8_qk, split_nibbles,
                                          split_bytes, asm_decode, split_words)
     longest = max_context if max_context is not None else int(context_lens.max())
+    if cache.residual_k is not None:  # KIVI's recent window, weighted as _split_bounds weighs it
+        longest += (RECENT_WEIGHT.value - 1) * cache.residual_k.shape[1]
     tiles = max(1, math.ceil(longest / block_t))
     if num_splits is None:
         slots = kernel_residency(kernel, constants, num_warps, num_stages, q.device, maxnreg,
