@@ -65,12 +65,12 @@ def check_report(report: dict, tolerance: float | None = None) -> list[str]:
 
 # Kernel time against sizing's attention_seconds (overhead + bytes over the fitted bandwidth +
 # per-sequence and per-context-token terms, fitted per format on every grid point): the goal is
-# 10%, met on 169 of the 176 points of the committed main report. The misses are batch 1-4 points
-# of 25-62 us, up to 14.7%, and KIVI-4 at batch 4 x 4K tokens, 17.0% (15.0% in the KIVI window
-# run): it sits above the line its neighbours draw in both runs. The check holds the committed
-# reports to what they meet, so a change to sizing's time formula or a report that fits worse
-# fails here.
-KERNEL_TIME_TOLERANCE = 0.17
+# 10%, met on 173 of the 176 points of the committed main report (the misses: batch 4 x 4K points
+# of 27-34 us, up to 10.3%). The KIVI window report, from before KIVI's splits shared the fp16
+# recent window by weight, has KIVI-4 at batch 4 x 4K tokens 15.0% above the model: the split
+# holding the window ran longest. The check holds the committed reports to what they meet, so a
+# change to sizing's time formula or a report that fits worse fails here.
+KERNEL_TIME_TOLERANCE = 0.15
 
 
 def _check_kernels(report: dict, tolerance: float | None) -> list[str]:
