@@ -42,7 +42,6 @@ WORD_TILE = 256
 # four warps, 24 with two, 15 with one); so they run as one-warp programs, tiles of 32 or 64
 WORD2_CONFIGS = [dict(block_t=bt, num_warps=1, num_stages=st, split_words=True, asm_decode=True)
                  for bt in (32, 64) for st in (1, 2)]
-SPLIT_BYTES_FORMATS = ("fp8_e4m3", "fp8_e5m2", "fp8_per_token_head", "int8_per_token_head", "lmdeploy_int8")
 
 
 def _spec_bandwidth(name: str) -> tuple[float, str]:
@@ -73,6 +72,7 @@ def main() -> int:
 
     from measure.kernel_bench import (baseline_points, copy_bandwidth_gb_s, efficiency_section,
                                       run_point, slopes, tune)
+    from measure.kernels import phase_reading
     from measure.paged_cache import FORMATS
     from measure.run import REPORT_SCHEMA
 
@@ -102,11 +102,15 @@ def main() -> int:
     tuned, tuning = {}, {}
 
     def options(fmt: str) -> list[dict]:
-        return configs + (
-            [dict(c, split_words=True, asm_decode=True) for c in configs]
-            + [dict(c, block_t=WORD_TILE, split_words=True, asm_decode=True) for c in configs if c["block_t"] == 128]
-            if FORMATS[fmt].bits == 4 else []) + (WORD2_CONFIGS if FORMATS[fmt].bits == 2 else []) + (
-            [dict(c, split_bytes=True, asm_decode=True) for c in configs] if fmt in SPLIT_BYTES_FORMATS else [])
+        reading, bits = phase_reading(FORMATS[fmt]), FORMATS[fmt].bits
+        if reading == "split_bytes":
+            return configs + [dict(c, split_bytes=True, asm_decode=True) for c in configs]
+        if reading == "split_words" and bits == 4:
+            return configs + [dict(c, split_words=True, asm_decode=True) for c in configs] + [
+                dict(c, block_t=WORD_TILE, split_words=True, asm_decode=True) for c in configs if c["block_t"] == 128]
+        if reading == "split_words":
+            return configs + WORD2_CONFIGS
+        return configs
 
     for fmt in formats:
         tuned[fmt], tuning[fmt] = tune(fmt, kv_heads, head_dim, q_heads, block_size, options(fmt))

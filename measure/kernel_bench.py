@@ -235,22 +235,6 @@ TIME_MODEL = ("time = overhead_s + bytes_read / (reference_bandwidth × kv effic
               "+ context × per_context_token_s")
 
 
-def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
-    """Gaussian elimination with partial pivoting; None when the system is singular."""
-    n = len(b)
-    m = [row[:] + [b[i]] for i, row in enumerate(a)]
-    for c in range(n):
-        pivot = max(range(c, n), key=lambda r: abs(m[r][c]))
-        if abs(m[pivot][c]) < 1e-300:
-            return None
-        m[c], m[pivot] = m[pivot], m[c]
-        for r in range(n):
-            if r != c:
-                f = m[r][c] / m[c][c]
-                m[r] = [x - f * y for x, y in zip(m[r], m[c])]
-    return [m[i][n] / m[i][i] for i in range(n)]
-
-
 def fit_time_terms(points: list[dict]) -> tuple[float, dict[str, float]] | None:
     """Least squares of each point's time on (1, bytes, batch, context), every point weighted by
     1/time² so that relative errors count alike; returns (seconds per byte, time terms). A time
@@ -269,8 +253,12 @@ def fit_time_terms(points: list[dict]) -> tuple[float, dict[str, float]] | None:
         n = len(rows[0])
         ata = [[sum(wi * r[i] * r[j] for wi, r in zip(w, rows)) for j in range(n)] for i in range(n)]
         aty = [sum(wi * r[i] * y for wi, r, y in zip(w, rows, ys)) for i in range(n)]
-        coef = _solve(ata, aty)
-        if coef is None or coef[0] <= 0:
+        try:
+            coef = torch.linalg.solve(torch.tensor(ata, dtype=torch.float64),
+                                      torch.tensor(aty, dtype=torch.float64)).tolist()
+        except torch.linalg.LinAlgError:  # singular: the points cannot separate the terms
+            return None
+        if coef[0] <= 0:
             return None
         terms = dict(zip(kept, coef[1:]))
         negative = [t for t, v in terms.items() if v < 0]

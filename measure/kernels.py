@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .paged_cache import ASYM, FP8_TENSOR, KIVI, NVFP4, NVFP4_GROUP, PLAIN, TOKEN_HEAD, PagedCache
+from .paged_cache import ASYM, FP8_TENSOR, KIVI, NVFP4, NVFP4_GROUP, PLAIN, TOKEN_HEAD, CacheFormat, PagedCache
 
 LOG2E = 1.4426950408889634
 DOT_F32, DOT_BF16, DOT_F16, DOT_FP8 = 0, 1, 2, 3
@@ -306,35 +306,25 @@ def _nibble_half_asm(b, HIGH: tl.constexpr, E2M1: tl.constexpr):
 
 
 @triton.jit
-def _word_nibble(w, PHASE: tl.constexpr, E2M1: tl.constexpr, ASM: tl.constexpr, DOT: tl.constexpr):
-    """Nibble PHASE of each 16-bit word w (value 4j + PHASE of the row for word j) in the dot
-    dtype: E2M1 as _e2m1 gives it, unsigned codes as numbers."""
+def _word_phase(w, PHASE: tl.constexpr, BITS: tl.constexpr, E2M1: tl.constexpr, ASM: tl.constexpr,
+                DOT: tl.constexpr):
+    """The BITS-bit value at bits BITS·PHASE of each 16-bit word w (value (16 / BITS)·j + PHASE
+    of the row for word j) in the dot dtype: E2M1 as _e2m1 gives it, unsigned codes as numbers."""
     if ASM:  # the GPU: two words per register
         if E2M1:
             asm: tl.constexpr = _PTX_WORD_E2M1[PHASE]
-        else:
+        elif BITS == 4:
             asm: tl.constexpr = _PTX_WORD_UINT4[PHASE]
+        else:
+            asm: tl.constexpr = _PTX_WORD_UINT2[PHASE]
         x = tl.inline_asm_elementwise(asm, "=r,r", [w], dtype=tl.float16, is_pure=True, pack=2)
         out = _to_dot(x.to(tl.float32), DOT) if DOT != 2 else x
     else:
-        c = (w >> (4 * PHASE)) & 15
+        c = (w >> (BITS * PHASE)) & ((1 << BITS) - 1)
         if E2M1:
             out = _e2m1(c, DOT)
         else:
             out = _to_dot(c.to(tl.float32), DOT)
-    return out
-
-
-@triton.jit
-def _word_crumb(w, PHASE: tl.constexpr, ASM: tl.constexpr, DOT: tl.constexpr):
-    """Crumb PHASE (bits 2·PHASE to 2·PHASE + 1) of each 16-bit word w (value 8j + PHASE of the
-    row for word j) as a number in the dot dtype."""
-    if ASM:  # the GPU: two words per register
-        asm: tl.constexpr = _PTX_WORD_UINT2[PHASE]
-        x = tl.inline_asm_elementwise(asm, "=r,r", [w], dtype=tl.float16, is_pure=True, pack=2)
-        out = _to_dot(x.to(tl.float32), DOT) if DOT != 2 else x
-    else:
-        out = _to_dot(((w >> (2 * PHASE)) & 3).to(tl.float32), DOT)
     return out
 
 
@@ -344,10 +334,8 @@ def _phase_codes(codes, PHASE: tl.constexpr, PAIR: tl.constexpr, ASM: tl.constex
     """Values of one phase of a packed tile before any scale (E2M1: value / 2^14). With PAIR or
     ASM, `codes` are the raw bytes or words and the phase is picked here; otherwise they are
     already this half's codes."""
-    if PAIR == NIBBLE_WORDS:
-        out = _word_nibble(codes, PHASE, KIND == 4, ASM, DOT)
-    elif PAIR == CRUMB_WORDS:
-        out = _word_crumb(codes, PHASE, ASM, DOT)
+    if (PAIR == NIBBLE_WORDS) or (PAIR == CRUMB_WORDS):
+        out = _word_phase(codes, PHASE, 4 if PAIR == NIBBLE_WORDS else 2, KIND == 4, ASM, DOT)
     elif PAIR:
         out = _byte_half(codes, PHASE, PAIR, DOT, ASM)
     elif ASM:
@@ -622,10 +610,10 @@ def _decode_split_kernel(
             t = r0 + tl.arange(0, RECENT_T)
             ok = (t < hi) & (t >= start)
             res = tl.where(ok, (b * rmax + (t - paged)) * HKV + kvh, kvh)
-            s = tl.dot(q, tl.trans(_recent(RK, res, D, 1, 0, DOT)))
+            s = tl.dot(q, tl.trans(_recent(RK, res, D, 1, DOT)[0]))
             s = tl.where(ok[None, :], s, float("-inf"))
             p, alpha, m_new, l_i = _online_softmax(s, m_i, l_i)
-            acc = acc * alpha[:, None] + tl.dot(_to_dot(p, DOT), _recent(RV, res, DV, 1, 0, DOT))
+            acc = acc * alpha[:, None] + tl.dot(_to_dot(p, DOT), _recent(RV, res, DV, 1, DOT)[0])
             acc_bias = acc_bias * alpha
             m_i = m_new
     acc = acc + acc_bias[:, None]
@@ -665,10 +653,13 @@ def _phase_values(codes, SCALE, ZERO, rows, page_ids, kvh, PHASE: tl.constexpr, 
 
 
 @triton.jit
-def _recent(R, res, ROW: tl.constexpr, PHASES: tl.constexpr, PHASE: tl.constexpr, DOT: tl.constexpr):
-    """KIVI: this phase's columns of the fp16 recent-window rows `res`."""
-    c = PHASES * tl.arange(0, ROW // PHASES) + PHASE
-    return _to_dot(tl.load(R + res[:, None] * ROW + c[None, :]).to(tl.float32), DOT)
+def _recent(R, res, ROW: tl.constexpr, PHASES: tl.constexpr, DOT: tl.constexpr):
+    """KIVI: each phase's columns of the fp16 recent-window rows `res`, as a tuple."""
+    out = ()
+    for i in tl.static_range(PHASES):
+        c = PHASES * tl.arange(0, ROW // PHASES) + i
+        out = out + (_to_dot(tl.load(R + res[:, None] * ROW + c[None, :]).to(tl.float32), DOT),)
+    return out
 
 
 @triton.jit
@@ -690,15 +681,6 @@ def _phases(raw, SCALE, ZERO, rows, page_ids, kvh, PHASES: tl.constexpr, IS_K: t
 
 
 @triton.jit
-def _recent_scores(qd, RK, res, D: tl.constexpr, PHASES: tl.constexpr, DOT: tl.constexpr):
-    """_phase_scores against the fp16 recent-window keys `res`, each phase read as its dot needs it."""
-    s = tl.dot(qd[0], tl.trans(_recent(RK, res, D, PHASES, 0, DOT)))
-    for i in tl.static_range(1, PHASES):
-        s += tl.dot(qd[i], tl.trans(_recent(RK, res, D, PHASES, i, DOT)))
-    return s
-
-
-@triton.jit
 def _phase_scores(qd, kd, PHASES: tl.constexpr):
     """Scores summed over the phases' dots."""
     s = tl.dot(qd[0], tl.trans(kd[0]))
@@ -713,6 +695,15 @@ def _rescaled(accs, alpha, PHASES: tl.constexpr):
     out = ()
     for i in tl.static_range(PHASES):
         out = out + (accs[i] * alpha[:, None],)
+    return out
+
+
+@triton.jit
+def _phase_accumulate(accs, pd, vd, PHASES: tl.constexpr):
+    """Each phase's output plus the tile's probabilities times that phase's values."""
+    out = ()
+    for i in tl.static_range(PHASES):
+        out = out + (accs[i] + tl.dot(pd, vd[i]),)
     return out
 
 
@@ -759,12 +750,9 @@ def _packed_tile(t0, m_i, l_i, accs, acc_bias, qd, qsum, K, KS, KZ, V, VS, VZ, B
     pv, acc_bias = _value_terms(p, acc_bias, VS, rows, KIND)
     vd = _phases(vb, VS, VZ, rows, page_ids, kvh, PHASES, False, PAIR, ASM, KIND, DV, VGROUP, HKV, BS, NP, BLOCK_T,
                  DOT)
-    pd = _to_dot(pv, DOT)
-    out = ()
-    for i in tl.static_range(PHASES):
-        out = out + (accs[i] + tl.dot(pd, vd[i]),)
+    accs = _phase_accumulate(accs, _to_dot(pv, DOT), vd, PHASES)
     m_i = m_new
-    return m_i, l_i, out, acc_bias
+    return m_i, l_i, accs, acc_bias
 
 
 @triton.jit(do_not_specialize=["num_splits"])  # one binary whatever the split count
@@ -837,14 +825,11 @@ def _decode_split_kernel_packed(
             t = r0 + tl.arange(0, RECENT_T)
             ok = (t < hi) & (t >= start)
             res = tl.where(ok, (b * rmax + (t - paged)) * HKV + kvh, kvh)
-            s = _recent_scores(qd, RK, res, D, PHASES, DOT)
+            s = _phase_scores(qd, _recent(RK, res, D, PHASES, DOT), PHASES)
             s = tl.where(ok[None, :], s, float("-inf"))
             p, alpha, m_new, l_i = _online_softmax(s, m_i, l_i)
-            pd = _to_dot(p, DOT)
-            rescaled = _rescaled(accs, alpha, PHASES)
-            accs = ()
-            for i in tl.static_range(PHASES):
-                accs = accs + (rescaled[i] + tl.dot(pd, _recent(RV, res, DV, PHASES, i, DOT)),)
+            accs = _phase_accumulate(_rescaled(accs, alpha, PHASES), _to_dot(p, DOT), _recent(RV, res, DV, PHASES, DOT),
+                                     PHASES)
             acc_bias = acc_bias * alpha
             m_i = m_new
     out = (b * HQ + heads) * num_splits + split
@@ -960,6 +945,17 @@ def kernel_residency(kernel, constants: dict, num_warps: int, num_stages: int, d
     return _RESIDENCY[key]
 
 
+def phase_reading(fmt: CacheFormat) -> str | None:
+    """The packed kernel's reading of a format's rows: 16-bit words of several values for 4- and
+    2-bit layouts (split_words), of two values for 8-bit ones with per-tensor or per-token scales
+    (split_bytes); None for the rest."""
+    if fmt.bits in (2, 4):
+        return "split_words"
+    if fmt.kind in (FP8_TENSOR, TOKEN_HEAD, ASYM) and fmt.value_dtype in BYTE_PAIRS:
+        return "split_bytes"
+    return None
+
+
 def kernel_constants(cache: PagedCache, q_heads: int, block_t: int = 64, swap_qk: bool = False,
                      prefetch: bool = False, fp8_dot: bool = False, int8_qk: bool = False,
                      split_nibbles: bool = False, split_bytes: bool = False, asm_decode: bool = False,
@@ -985,7 +981,7 @@ def kernel_constants(cache: PagedCache, q_heads: int, block_t: int = 64, swap_qk
         raise ValueError("split_nibbles, split_bytes and split_words are different readings: choose one")
     if split_nibbles and (f.bits != 4 or mla):
         raise ValueError(f"split_nibbles reads 4-bit layouts, not {f.name}")
-    if split_words and (f.bits not in (2, 4) or mla):
+    if split_words and (phase_reading(f) != "split_words" or mla):
         raise ValueError(f"split_words reads 4-bit and 2-bit layouts, not {f.name}")
     if split_nibbles or split_words:
         pair = (NIBBLE_WORDS if f.bits == 4 else CRUMB_WORDS).value if split_words else 0
@@ -997,7 +993,7 @@ def kernel_constants(cache: PagedCache, q_heads: int, block_t: int = 64, swap_qk
         return _decode_split_kernel_packed, dict(shared, D=cache.head_dim, DOT=_dot_kind(cache), PAIR=pair,
                                                ASM=_asm_decode(asm_decode))
     if split_bytes:
-        if f.kind not in (FP8_TENSOR, TOKEN_HEAD, ASYM) or f.value_dtype not in BYTE_PAIRS or mla:
+        if phase_reading(f) != "split_bytes" or mla:
             raise ValueError(f"split_bytes reads 8-bit layouts with per-tensor or per-token scales, not {f.name}")
         return _decode_split_kernel_packed, dict(shared, D=cache.head_dim, DOT=_dot_kind(cache),
                                                PAIR=BYTE_PAIRS[f.value_dtype], ASM=_asm_decode(asm_decode))
