@@ -65,7 +65,7 @@ def inspect_format(fmt: str, config: dict, q_heads=32, kv_heads=8, head_dim=128,
         r = torch.zeros(1, 1, kv_heads, head_dim)
         add_kivi_residual(cache, r, r, torch.zeros(1, dtype=torch.int32))
     options = {o: config.get(o, False) for o in ("swap_qk", "prefetch", "fp8_dot", "int8_qk", "split_nibbles",
-                                                  "split_bytes", "asm_decode", "split_words")}
+                                                  "split_bytes", "asm_decode", "split_words", "subnormal_codes")}
     kernel, constants = kernel_constants(cache, q_heads, config.get("block_t", 64), **options)
     args, _ = kernel_arguments(torch.zeros(1, q_heads, head_dim), cache, torch.zeros(1, 1, dtype=torch.int32),
                                torch.ones(1, dtype=torch.int32), num_splits=2,

@@ -246,6 +246,25 @@ def _ptx_word_nibble(phase: int, e2m1: bool) -> str:
     return f"{{ .reg .b32 w, t, m, s, o; {place}{finish}}}"
 
 
+def _ptx_word_nibble_subnormal(phase: int) -> str:
+    """Nibble `phase` of two 16-bit words, one per lane, left in place as an fp16 subnormal: one
+    AND for the low byte's nibbles, a shift first for the high byte's (shared by its two). Even
+    nibbles come out as code x 2^-24, odd ones as code x 2^-20 (SUBNORMAL_UNIT and the phase's
+    factor of 16): no offset to remove, so no packed subtraction or fma."""
+    mask = 0x00F000F0 if phase % 2 else 0x000F000F
+    if phase < 2:
+        return f"and.b32 $0, $1, 0x{mask:08X};"
+    return f"{{ .reg .b32 w; shr.b32 w, $1, 8; and.b32 $0, w, 0x{mask:08X}; }}"
+
+
+def _ptx_uint8_subnormal(high: bool) -> str:
+    """Two words' low (or high) bytes as fp16 subnormals, code x 2^-24: one AND, or one PRMT
+    that moves bytes 1 and 3 down and zeroes the rest."""
+    if high:
+        return "{ .reg .b32 z; mov.b32 z, 0; prmt.b32 $0, $1, z, 0x4341; }"
+    return "and.b32 $0, $1, 0x00FF00FF;"
+
+
 def _ptx_word_crumb(phase: int) -> str:
     """Bits 2·phase to 2·phase + 1 of two 16-bit words as an fp16 pair of 2-bit codes: ORed in
     place into 1024.0's mantissa (after moving the upper byte down for phases 5-7), which gives
@@ -265,6 +284,10 @@ def _ptx_word_crumb(phase: int) -> str:
 _PTX_WORD_UINT4 = tl.constexpr(tuple(_ptx_word_nibble(i, False) for i in range(4)))
 _PTX_WORD_UINT2 = tl.constexpr(tuple(_ptx_word_crumb(i) for i in range(8)))
 _PTX_WORD_E2M1 = tl.constexpr(tuple(_ptx_word_nibble(i, True) for i in range(4)))
+_PTX_WORD_UINT4_SUBNORMAL = tl.constexpr(tuple(_ptx_word_nibble_subnormal(i) for i in range(4)))
+_PTX_UINT8_SUBNORMAL = tl.constexpr(tuple(_ptx_uint8_subnormal(high) for high in (False, True)))
+# fp16's smallest subnormal: unsigned codes left in place in an fp16's low bits are multiples of it
+SUBNORMAL_UNIT = tl.constexpr(2.0 ** -24)
 RECENT_T = tl.constexpr(16)  # tokens per step over KIVI's fp16 recent window (the smallest dot)
 NIBBLE_WORDS = tl.constexpr(5)  # the packed kernel's PAIR for split_words: 4-bit rows as 16-bit words of four
 CRUMB_WORDS = tl.constexpr(6)  # the packed kernel's PAIR for split_words on 2-bit rows: words of eight
@@ -272,10 +295,12 @@ PHASE_COUNTS = tl.constexpr((2, 2, 2, 2, 2, 4, 8))  # the packed kernel's phases
 
 
 @triton.jit
-def _byte_half_asm(w, HIGH: tl.constexpr, PAIR: tl.constexpr):
+def _byte_half_asm(w, HIGH: tl.constexpr, PAIR: tl.constexpr, SUBNORMAL: tl.constexpr = False):
     """_byte_half's placements on 32-bit registers holding two words, so each result is already
     the fp16 pair the tensor cores take (Triton's 16-bit element code packs pairs with a PRMT)."""
-    if PAIR == 3:
+    if SUBNORMAL:
+        asm: tl.constexpr = _PTX_UINT8_SUBNORMAL[HIGH]
+    elif PAIR == 3:
         asm: tl.constexpr = _PTX_INT8_HIGH if HIGH else _PTX_INT8_LOW
     elif PAIR == 4:
         asm: tl.constexpr = _PTX_UINT8_HIGH if HIGH else _PTX_UINT8_LOW
@@ -306,13 +331,29 @@ def _nibble_half_asm(b, HIGH: tl.constexpr, E2M1: tl.constexpr):
 
 
 @triton.jit
+def _code_unit(PHASE: tl.constexpr, PAIR: tl.constexpr, SUBNORMAL: tl.constexpr):
+    """What code 1 of a phase decodes to: 1, or with SUBNORMAL fp16's smallest subnormal, 16
+    times that for the odd nibbles of 4-bit words (they sit four bits up in their fp16)."""
+    if not SUBNORMAL:
+        unit = 1.0
+    elif (PAIR == NIBBLE_WORDS) and (PHASE % 2 == 1):
+        unit = SUBNORMAL_UNIT * 16.0
+    else:
+        unit = SUBNORMAL_UNIT
+    return unit
+
+
+@triton.jit
 def _word_phase(w, PHASE: tl.constexpr, BITS: tl.constexpr, E2M1: tl.constexpr, ASM: tl.constexpr,
-                DOT: tl.constexpr):
+                DOT: tl.constexpr, SUBNORMAL: tl.constexpr = False):
     """The BITS-bit value at bits BITS·PHASE of each 16-bit word w (value (16 / BITS)·j + PHASE
-    of the row for word j) in the dot dtype: E2M1 as _e2m1 gives it, unsigned codes as numbers."""
+    of the row for word j) in the dot dtype: E2M1 as _e2m1 gives it, unsigned codes as numbers
+    (SUBNORMAL: times _code_unit, left in place in fp16's subnormal range)."""
     if ASM:  # the GPU: two words per register
         if E2M1:
             asm: tl.constexpr = _PTX_WORD_E2M1[PHASE]
+        elif SUBNORMAL:
+            asm: tl.constexpr = _PTX_WORD_UINT4_SUBNORMAL[PHASE]
         elif BITS == 4:
             asm: tl.constexpr = _PTX_WORD_UINT4[PHASE]
         else:
@@ -324,20 +365,20 @@ def _word_phase(w, PHASE: tl.constexpr, BITS: tl.constexpr, E2M1: tl.constexpr, 
         if E2M1:
             out = _e2m1(c, DOT)
         else:
-            out = _to_dot(c.to(tl.float32), DOT)
+            out = _to_dot(c.to(tl.float32) * _code_unit(PHASE, NIBBLE_WORDS, SUBNORMAL), DOT)
     return out
 
 
 @triton.jit
 def _phase_codes(codes, PHASE: tl.constexpr, PAIR: tl.constexpr, ASM: tl.constexpr, KIND: tl.constexpr,
-                DOT: tl.constexpr):
-    """Values of one phase of a packed tile before any scale (E2M1: value / 2^14). With PAIR or
-    ASM, `codes` are the raw bytes or words and the phase is picked here; otherwise they are
-    already this half's codes."""
+                DOT: tl.constexpr, SUBNORMAL: tl.constexpr = False):
+    """Values of one phase of a packed tile before any scale (E2M1: value / 2^14; SUBNORMAL:
+    codes times _code_unit). With PAIR or ASM, `codes` are the raw bytes or words and the phase
+    is picked here; otherwise they are already this half's codes."""
     if (PAIR == NIBBLE_WORDS) or (PAIR == CRUMB_WORDS):
-        out = _word_phase(codes, PHASE, 4 if PAIR == NIBBLE_WORDS else 2, KIND == 4, ASM, DOT)
+        out = _word_phase(codes, PHASE, 4 if PAIR == NIBBLE_WORDS else 2, KIND == 4, ASM, DOT, SUBNORMAL)
     elif PAIR:
-        out = _byte_half(codes, PHASE, PAIR, DOT, ASM)
+        out = _byte_half(codes, PHASE, PAIR, DOT, ASM, SUBNORMAL)
     elif ASM:
         out = _nibble_half_asm(codes, PHASE, KIND == 4)
     elif KIND == 4:
@@ -348,15 +389,19 @@ def _phase_codes(codes, PHASE: tl.constexpr, PAIR: tl.constexpr, ASM: tl.constex
 
 
 @triton.jit
-def _byte_half(w, HIGH: tl.constexpr, PAIR: tl.constexpr, DOT: tl.constexpr, ASM: tl.constexpr = False):
+def _byte_half(w, HIGH: tl.constexpr, PAIR: tl.constexpr, DOT: tl.constexpr, ASM: tl.constexpr = False,
+               SUBNORMAL: tl.constexpr = False):
     """One of the two 8-bit values of each 16-bit word w (HIGH: the high byte) in the dot dtype:
-    int8 (PAIR 3) and uint8 (4) codes as numbers; fp8 by placing bits: e5m2 (2) is the top byte
+    int8 (PAIR 3) and uint8 (4) codes as numbers (SUBNORMAL, uint8: times fp16's smallest
+    subnormal, as the bits left in place give them); fp8 by placing bits: e5m2 (2) is the top byte
     of fp16 (exact); e4m3's (1) sign goes to bit 15 and its exponent and mantissa below fp16's top
     exponent bit, which gives value / 2^8 (fp16 subnormals line up with e4m3's; E4M3_UNIT, folded
     into the scales, restores the magnitude). e4m3's NaN code becomes a finite value, which only
     unused slots can hold and the masks drop."""
     if ASM:  # the GPU: the same bits, two words per instruction
-        x = _byte_half_asm(w, HIGH, PAIR)
+        x = _byte_half_asm(w, HIGH, PAIR, SUBNORMAL)
+    elif SUBNORMAL:  # uint8 codes left in fp16's subnormal range, as the PTX leaves them
+        x = ((((w >> 8) if HIGH else w) & 0xFF).to(tl.float32) * SUBNORMAL_UNIT).to(tl.float16)
     elif PAIR == 3:
         x = ((w >> 8) if HIGH else ((w << 8) >> 8)).to(tl.float16)  # arithmetic shifts keep the sign
     elif PAIR == 4:
@@ -631,10 +676,10 @@ def _decode_split_kernel(
 def _phase_values(codes, SCALE, ZERO, rows, page_ids, kvh, PHASE: tl.constexpr, PHASES: tl.constexpr,
                   IS_K: tl.constexpr, PAIR: tl.constexpr, ASM: tl.constexpr, KIND: tl.constexpr,
                   ROW: tl.constexpr, GROUP: tl.constexpr, HKV: tl.constexpr, BS: tl.constexpr, NP: tl.constexpr,
-                  BLOCK_T: tl.constexpr, DOT: tl.constexpr):
+                  BLOCK_T: tl.constexpr, DOT: tl.constexpr, SUBNORMAL: tl.constexpr):
     """One phase of a packed tile (values PHASES·j + PHASE of each row), dequantized up to its
     per-token terms."""
-    x = _phase_codes(codes, PHASE, PAIR, ASM, KIND, DOT)
+    x = _phase_codes(codes, PHASE, PAIR, ASM, KIND, DOT, SUBNORMAL)
     if KIND == 4:
         out = _grouped(x, SCALE, ZERO, rows, ROW, GROUP, PHASES, BLOCK_T, DOT, False, True)
     elif KIND == 5:
@@ -665,7 +710,7 @@ def _recent(R, res, ROW: tl.constexpr, PHASES: tl.constexpr, DOT: tl.constexpr):
 @triton.jit
 def _phases(raw, SCALE, ZERO, rows, page_ids, kvh, PHASES: tl.constexpr, IS_K: tl.constexpr, PAIR: tl.constexpr,
             ASM: tl.constexpr, KIND: tl.constexpr, ROW: tl.constexpr, GROUP: tl.constexpr, HKV: tl.constexpr,
-            BS: tl.constexpr, NP: tl.constexpr, BLOCK_T: tl.constexpr, DOT: tl.constexpr):
+            BS: tl.constexpr, NP: tl.constexpr, BLOCK_T: tl.constexpr, DOT: tl.constexpr, SUBNORMAL: tl.constexpr):
     """Every phase of a packed tile as loaded (_phase_values of each), as a tuple."""
     out = ()
     for i in tl.static_range(PHASES):
@@ -676,7 +721,7 @@ def _phases(raw, SCALE, ZERO, rows, page_ids, kvh, PHASES: tl.constexpr, IS_K: t
         else:
             codes = raw >> 4
         out = out + (_phase_values(codes, SCALE, ZERO, rows, page_ids, kvh, i, PHASES, IS_K, PAIR, ASM, KIND, ROW,
-                                   GROUP, HKV, BS, NP, BLOCK_T, DOT),)
+                                   GROUP, HKV, BS, NP, BLOCK_T, DOT, SUBNORMAL),)
     return out
 
 
@@ -708,9 +753,12 @@ def _phase_accumulate(accs, pd, vd, PHASES: tl.constexpr):
 
 
 @triton.jit
-def _phase_output(acc, acc_bias, VS, VG, KIND: tl.constexpr, PAIR: tl.constexpr):
-    """One phase's accumulated output with what the loop left out: zero points, per-tensor
-    scales and units."""
+def _phase_output(acc, acc_bias, VS, VG, KIND: tl.constexpr, PAIR: tl.constexpr, PHASE: tl.constexpr,
+                  SUBNORMAL: tl.constexpr):
+    """One phase's accumulated output with what the loop left out: code units, zero points,
+    per-tensor scales and units."""
+    if SUBNORMAL:
+        acc = acc * (1.0 / _code_unit(PHASE, PAIR, SUBNORMAL))
     acc = acc + acc_bias[:, None]
     if KIND == 4:
         acc = acc * (tl.load(VG) * E2M1_UNIT)
@@ -725,7 +773,8 @@ def _phase_output(acc, acc_bias, VS, VG, KIND: tl.constexpr, PAIR: tl.constexpr)
 def _packed_tile(t0, m_i, l_i, accs, acc_bias, qd, qsum, K, KS, KZ, V, VS, VZ, BT, b, kvh, stride_bt, start, hi,
                  paged, MASKED: tl.constexpr, PHASES: tl.constexpr, D: tl.constexpr, DV: tl.constexpr,
                  BS: tl.constexpr, BLOCK_T: tl.constexpr, KIND: tl.constexpr, VGROUP: tl.constexpr,
-                 KGROUP: tl.constexpr, HKV: tl.constexpr, DOT: tl.constexpr, PAIR: tl.constexpr, ASM: tl.constexpr):
+                 KGROUP: tl.constexpr, HKV: tl.constexpr, DOT: tl.constexpr, PAIR: tl.constexpr, ASM: tl.constexpr,
+                 SUBNORMAL: tl.constexpr):
     """One tile of _decode_split_kernel_packed's paged tokens into its running softmax state
     (accs: one accumulator per phase)."""
     NP: tl.constexpr = BLOCK_T // BS
@@ -735,12 +784,14 @@ def _packed_tile(t0, m_i, l_i, accs, acc_bias, qd, qsum, K, KS, KZ, V, VS, VZ, B
     kb = tl.load(K + rows[:, None] * (D // PHASES) + dh[None, :])
     vb = tl.load(V + rows[:, None] * (DV // PHASES) + dvh[None, :])
     kd = _phases(kb, KS, KZ, rows, page_ids, kvh, PHASES, True, PAIR, ASM, KIND, D, KGROUP, HKV, BS, NP, BLOCK_T,
-                 DOT)
+                 DOT, SUBNORMAL)
     s = _phase_scores(qd, kd, PHASES)
     if KIND == 2:
         s = s * tl.load(KS + rows).to(tl.float32)[None, :]
     if KIND == 3:
         ks3, kz3 = _token_affine(KS, rows)
+        if SUBNORMAL:  # every phase's products are codes x the largest code unit (q carries the rest)
+            ks3 = ks3 * (1.0 / _code_unit(1, PAIR, SUBNORMAL))
         s = s * ks3[None, :] + kz3[None, :] * qsum[:, None]
     if MASKED:
         s = tl.where(in_page[None, :], s, float("-inf"))
@@ -749,7 +800,7 @@ def _packed_tile(t0, m_i, l_i, accs, acc_bias, qd, qsum, K, KS, KZ, V, VS, VZ, B
     acc_bias = acc_bias * alpha
     pv, acc_bias = _value_terms(p, acc_bias, VS, rows, KIND)
     vd = _phases(vb, VS, VZ, rows, page_ids, kvh, PHASES, False, PAIR, ASM, KIND, DV, VGROUP, HKV, BS, NP, BLOCK_T,
-                 DOT)
+                 DOT, SUBNORMAL)
     accs = _phase_accumulate(accs, _to_dot(pv, DOT), vd, PHASES)
     m_i = m_new
     return m_i, l_i, accs, acc_bias
@@ -762,7 +813,7 @@ def _decode_split_kernel_packed(
     HQ: tl.constexpr, HKV: tl.constexpr, GROUP_Q: tl.constexpr, BLOCK_G: tl.constexpr,
     D: tl.constexpr, DV: tl.constexpr, BS: tl.constexpr, BLOCK_T: tl.constexpr,
     KIND: tl.constexpr, VGROUP: tl.constexpr, HAS_RESIDUAL: tl.constexpr, DOT: tl.constexpr, KGROUP: tl.constexpr,
-    PAIR: tl.constexpr, ASM: tl.constexpr,
+    PAIR: tl.constexpr, ASM: tl.constexpr, SUBNORMAL: tl.constexpr = False,
 ):
     """Packed layouts read in phases, never re-interleaved. PAIR = 0: 4-bit rows as bytes, the
     low nibble an even value and the high nibble an odd one; PAIR = 1-4: 8-bit rows (e4m3, e5m2,
@@ -771,7 +822,9 @@ def _decode_split_kernel_packed(
     (no byte-wise shared-memory reads of the value tile); PAIR = 6: 2-bit rows as 16-bit words of
     eight, bits 2i to 2i + 1 of word j being value 8j + i. q is split into its phases' columns,
     scores are one dot per phase, values accumulate per phase and are stored to interleaved
-    columns."""
+    columns. SUBNORMAL (LMDeploy's unsigned codes, PAIR 4 and 5): codes are left in place in
+    fp16's subnormal range with no offset to remove; even phases of q are scaled up by the 16
+    that the odd nibbles carry, and the scores and each phase's output are scaled back once."""
     PHASES: tl.constexpr = PHASE_COUNTS[PAIR]
     b = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -794,6 +847,8 @@ def _decode_split_kernel_packed(
     for i in tl.static_range(PHASES):
         qi = tl.load(qbase + i, mask=gmask[:, None], other=0.0).to(tl.float32) * qscale
         qsum += tl.sum(qi, 1)  # zero points add z * sum(q) to every score
+        if SUBNORMAL:  # so that every phase's products come out in the largest code unit
+            qi = qi * (_code_unit(1, PAIR, SUBNORMAL) / _code_unit(i, PAIR, SUBNORMAL))
         qd = qd + (_to_dot(qi, DOT),)
 
     start, paged, lo, hi = _split_bounds(CTX, QLEN, b, split, window, num_splits, HAS_RESIDUAL, BS, BLOCK_T)
@@ -812,14 +867,14 @@ def _decode_split_kernel_packed(
     for t0 in range(full_lo, full_hi, BLOCK_T):
         m_i, l_i, accs, acc_bias = _packed_tile(
             t0, m_i, l_i, accs, acc_bias, qd, qsum, K, KS, KZ, V, VS, VZ, BT, b, kvh, stride_bt, start, hi, paged,
-            False, PHASES, D, DV, BS, BLOCK_T, KIND, VGROUP, KGROUP, HKV, DOT, PAIR, ASM)
+            False, PHASES, D, DV, BS, BLOCK_T, KIND, VGROUP, KGROUP, HKV, DOT, PAIR, ASM, SUBNORMAL)
     for j in range(0, masked):  # the head and tail tiles, with their masks
         t0 = full_hi
         if (j == 0) & has_head:
             t0 = lo
         m_i, l_i, accs, acc_bias = _packed_tile(
             t0, m_i, l_i, accs, acc_bias, qd, qsum, K, KS, KZ, V, VS, VZ, BT, b, kvh, stride_bt, start, hi, paged,
-            True, PHASES, D, DV, BS, BLOCK_T, KIND, VGROUP, KGROUP, HKV, DOT, PAIR, ASM)
+            True, PHASES, D, DV, BS, BLOCK_T, KIND, VGROUP, KGROUP, HKV, DOT, PAIR, ASM, SUBNORMAL)
     if HAS_RESIDUAL:  # KIVI's recent window in fp16, RECENT_T tokens at a time
         for r0 in range(tl.maximum(lo, paged), hi, RECENT_T):
             t = r0 + tl.arange(0, RECENT_T)
@@ -837,7 +892,7 @@ def _decode_split_kernel_packed(
     tl.store(L_OUT + out, l_i, mask=gmask)
     base = ACC_OUT + out[:, None] * DV + PHASES * dvh[None, :]
     for i in tl.static_range(PHASES):
-        tl.store(base + i, _phase_output(accs[i], acc_bias, VS, VG, KIND, PAIR), mask=gmask[:, None])
+        tl.store(base + i, _phase_output(accs[i], acc_bias, VS, VG, KIND, PAIR, i, SUBNORMAL), mask=gmask[:, None])
 
 
 @triton.jit(do_not_specialize=["num_splits"])  # one binary whatever the split count
@@ -959,7 +1014,7 @@ def phase_reading(fmt: CacheFormat) -> str | None:
 def kernel_constants(cache: PagedCache, q_heads: int, block_t: int = 64, swap_qk: bool = False,
                      prefetch: bool = False, fp8_dot: bool = False, int8_qk: bool = False,
                      split_nibbles: bool = False, split_bytes: bool = False, asm_decode: bool = False,
-                     split_words: bool = False):
+                     split_words: bool = False, subnormal_codes: bool = False):
     """The split kernel a cache and its options run, and that kernel's compile-time constants
     (paged_decode launches it with kernel_arguments; benchmarks/decode_sass.py compiles it from
     the same two without a GPU)."""
@@ -983,6 +1038,10 @@ def kernel_constants(cache: PagedCache, q_heads: int, block_t: int = 64, swap_qk
         raise ValueError(f"split_nibbles reads 4-bit layouts, not {f.name}")
     if split_words and (phase_reading(f) != "split_words" or mla):
         raise ValueError(f"split_words reads 4-bit and 2-bit layouts, not {f.name}")
+    if subnormal_codes and not (f.kind == ASYM and (split_words or split_bytes)):
+        raise ValueError(f"subnormal_codes reads LMDeploy's unsigned codes (per-token scale and zero point) with "
+                         f"split_words or split_bytes, not {f.name}"
+                         + ("" if f.kind == ASYM else ": its codes need per-value scales or signs"))
     if split_nibbles or split_words:
         pair = (NIBBLE_WORDS if f.bits == 4 else CRUMB_WORDS).value if split_words else 0
         width = min(cache.head_dim, cache.v_dim) // PHASE_COUNTS.value[pair]
@@ -991,12 +1050,13 @@ def kernel_constants(cache: PagedCache, q_heads: int, block_t: int = 64, swap_qk
                              f"{min(cache.head_dim, cache.v_dim)} {f.name} values into phases {width} wide, below "
                              f"the 16 a tensor-core dot needs: use the plain kernel at this head size")
         return _decode_split_kernel_packed, dict(shared, D=cache.head_dim, DOT=_dot_kind(cache), PAIR=pair,
-                                               ASM=_asm_decode(asm_decode))
+                                               ASM=_asm_decode(asm_decode), SUBNORMAL=subnormal_codes)
     if split_bytes:
         if phase_reading(f) != "split_bytes" or mla:
             raise ValueError(f"split_bytes reads 8-bit layouts with per-tensor or per-token scales, not {f.name}")
         return _decode_split_kernel_packed, dict(shared, D=cache.head_dim, DOT=_dot_kind(cache),
-                                               PAIR=BYTE_PAIRS[f.value_dtype], ASM=_asm_decode(asm_decode))
+                                               PAIR=BYTE_PAIRS[f.value_dtype], ASM=_asm_decode(asm_decode),
+                                               SUBNORMAL=subnormal_codes)
     if asm_decode:
         raise ValueError("asm_decode decodes packed phases: use it with split_nibbles, split_bytes or split_words")
     return _decode_split_kernel, dict(
@@ -1062,14 +1122,15 @@ def paged_decode(q: torch.Tensor, cache: PagedCache, block_table: torch.Tensor, 
                  num_stages: int = 2, sm_scale: float | None = None, max_context: int | None = None,
                  maxnreg: int | None = None, swap_qk: bool = False, prefetch: bool = False,
                  fp8_dot: bool = False, int8_qk: bool = False, split_nibbles: bool = False,
-                 split_bytes: bool = False, asm_decode: bool = False, split_words: bool = False) -> torch.Tensor:
+                 split_bytes: bool = False, asm_decode: bool = False, split_words: bool = False,
+                 subnormal_codes: bool = False) -> torch.Tensor:
     """Decode attention over a paged cache: q [batch, Hq, head_dim] -> [batch, Hq, v_dim] fp32.
     num_splits defaults to whole waves of the GPU (wave_splits); maxnreg caps registers per
     thread so that more programs fit on an SM."""
     batch, hq, _ = q.shape
     hkv = cache.heads
     kernel, constants = kernel_constants(cache, hq, block_t, swap_qk, prefetch, fp8_dot, int8_qk, split_nibbles,
-                                         split_bytes, asm_decode, split_words)
+                                         split_bytes, asm_decode, split_words, subnormal_codes)
     longest = max_context if max_context is not None else int(context_lens.max())
     if cache.residual_k is not None:  # KIVI's recent window, weighted as _split_bounds weighs it
         longest += (RECENT_WEIGHT.value - 1) * cache.residual_k.shape[1]

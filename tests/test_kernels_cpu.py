@@ -3,6 +3,7 @@ reduction, and the Triton kernels themselves under Triton's interpreter (TRITON_
 set by conftest.py when there is no GPU). Timing lives in benchmarks/bench_decode.py."""
 
 import math
+import struct
 
 import pytest
 import torch
@@ -282,6 +283,72 @@ def test_8bit_read_as_byte_pairs_gives_the_same_attention(fmt):
     finite = every_code[torch.isfinite(every_code.view(FORMATS[fmt].value_dtype).float())]
     cache, table, lens = _with_every_code(fmt, finite, seed=9)
     _assert_packed_kernel_matches(fmt, cache, table, lens, split_bytes=True)
+
+
+@pytest.mark.parametrize("fmt, reading", [("lmdeploy_int4", "split_words"), ("lmdeploy_int8", "split_bytes")])
+def test_lmdeploy_codes_left_as_fp16_subnormals_give_the_same_attention(fmt, reading):
+    """subnormal_codes: LMDeploy's unsigned codes as code x 2^-24 (odd nibbles x 2^-20), with q's
+    even phases, the scores and each phase's output scaled to match; every code in every position."""
+    cache, table, lens = _with_every_code(fmt, torch.arange(256, dtype=torch.uint8), seed=13)
+    _assert_packed_kernel_matches(fmt, cache, table, lens, **{reading: True, "subnormal_codes": True})
+
+
+@pytest.mark.parametrize("fmt, option", [("kivi4", "split_words"), ("nvfp4", "split_words"),
+                                         ("int8_per_token_head", "split_bytes"), ("lmdeploy_int4", None)])
+def test_subnormal_codes_are_refused_where_codes_need_more(fmt, option):
+    """Only LMDeploy's codes have nothing but a per-token scale and zero point between them and
+    the dot; the option also needs a phase reading."""
+    cache, table, lens, _ = _case(fmt)
+    with pytest.raises(ValueError, match="subnormal_codes reads LMDeploy's unsigned codes"):
+        paged_decode(torch.randn(2, 4, 64), cache, table, lens, num_splits=1, subnormal_codes=True,
+                     **({option: True} if option else {}))
+
+
+def _run_ptx(asm: str, register: int) -> int:
+    """The few PTX b32 instructions the subnormal placements use (mov, and, shr, prmt), run on
+    one 32-bit input register $1; returns $0."""
+    regs = {"$1": register}
+
+    def value(x):
+        return regs[x] if x in regs else int(x, 0)
+
+    for ins in asm.strip("{} ").split(";"):
+        ins = ins.strip()
+        if not ins or ins.startswith(".reg"):
+            continue
+        op, args = ins.split(None, 1)
+        d, *a = [x.strip() for x in args.split(",")]
+        if op == "mov.b32":
+            regs[d] = value(a[0])
+        elif op == "and.b32":
+            regs[d] = value(a[0]) & value(a[1])
+        elif op == "shr.b32":
+            regs[d] = value(a[0]) >> value(a[1])
+        elif op == "prmt.b32":  # default mode: selector nibble i picks byte i of the result from {b, a}
+            pool = (value(a[1]) << 32) | value(a[0])
+            sel = value(a[2])
+            regs[d] = sum(((pool >> 8 * ((sel >> 4 * i) & 7)) & 0xFF) << 8 * i for i in range(4))
+        else:
+            raise AssertionError(f"unexpected PTX {op}")
+    return regs["$0"]
+
+
+def test_subnormal_ptx_leaves_each_code_in_place():
+    """The inline PTX that the GPU runs for subnormal_codes, run here instruction by instruction:
+    each 16-bit lane of the result, read as fp16, is the phase's code times its unit."""
+    from measure.kernels import _PTX_UINT8_SUBNORMAL, _PTX_WORD_UINT4_SUBNORMAL, SUBNORMAL_UNIT
+
+    words = torch.randint(0, 2 ** 32, (2000,), generator=torch.Generator().manual_seed(3), dtype=torch.int64)
+    words = torch.cat([words, torch.tensor([0, 0xFFFFFFFF, 0x12345678, 0xF0F0F0F0])]).tolist()
+    readings = [(asm, 4, p, SUBNORMAL_UNIT.value * 16 ** (p % 2)) for p, asm in enumerate(_PTX_WORD_UINT4_SUBNORMAL.value)]
+    readings += [(asm, 8, p, SUBNORMAL_UNIT.value) for p, asm in enumerate(_PTX_UINT8_SUBNORMAL.value)]
+    for asm, bits, phase, unit in readings:
+        for w in words:
+            out = _run_ptx(asm, w)
+            for lane in (0, 1):
+                got = struct.unpack("<e", struct.pack("<H", (out >> 16 * lane) & 0xFFFF))[0]
+                code = ((w >> 16 * lane) >> bits * phase) & ((1 << bits) - 1)
+                assert got == code * unit, (asm, hex(w), lane, got, code)
 
 
 def test_asm_decode_needs_a_packed_kernel():
