@@ -26,6 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+LAUNCH_SETTINGS = ("block_t", "num_warps", "num_stages", "maxnreg")
+
+
 def _signature(kernel, args: tuple, constants: dict) -> tuple[dict, dict, dict]:
     """Triton's signature, constants and pointer alignment for `args` as paged_decode passes them:
     each argument typed as Triton types it at launch, pointers 16-byte aligned (as Triton
@@ -64,8 +67,8 @@ def inspect_format(fmt: str, config: dict, q_heads=32, kv_heads=8, head_dim=128,
     if FORMATS[fmt].kind == KIVI:
         r = torch.zeros(1, 1, kv_heads, head_dim)
         add_kivi_residual(cache, r, r, torch.zeros(1, dtype=torch.int32))
-    options = {o: config.get(o, False) for o in ("swap_qk", "prefetch", "fp8_dot", "int8_qk", "split_nibbles",
-                                                  "split_bytes", "asm_decode", "split_words", "subnormal_codes")}
+    # a tuned config is launch settings plus kernel options, as paged_decode takes them
+    options = {k: v for k, v in config.items() if k not in LAUNCH_SETTINGS}
     kernel, constants = kernel_constants(cache, q_heads, config.get("block_t", 64), **options)
     args, _ = kernel_arguments(torch.zeros(1, q_heads, head_dim), cache, torch.zeros(1, 1, dtype=torch.int32),
                                torch.ones(1, dtype=torch.int32), num_splits=2,

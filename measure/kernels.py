@@ -1038,10 +1038,12 @@ def kernel_constants(cache: PagedCache, q_heads: int, block_t: int = 64, swap_qk
         raise ValueError(f"split_nibbles reads 4-bit layouts, not {f.name}")
     if split_words and (phase_reading(f) != "split_words" or mla):
         raise ValueError(f"split_words reads 4-bit and 2-bit layouts, not {f.name}")
-    if subnormal_codes and not (f.kind == ASYM and (split_words or split_bytes)):
-        raise ValueError(f"subnormal_codes reads LMDeploy's unsigned codes (per-token scale and zero point) with "
-                         f"split_words or split_bytes, not {f.name}"
-                         + ("" if f.kind == ASYM else ": its codes need per-value scales or signs"))
+    if subnormal_codes and f.kind != ASYM:
+        raise ValueError(f"subnormal_codes reads LMDeploy's unsigned codes (per-token scale and zero point), not "
+                         f"{f.name}: its codes need per-value scales or signs")
+    if subnormal_codes and not (split_words or split_bytes):
+        raise ValueError(f"subnormal_codes reads LMDeploy's unsigned codes in phases: add split_words or split_bytes "
+                         f"for {f.name}")
     if split_nibbles or split_words:
         pair = (NIBBLE_WORDS if f.bits == 4 else CRUMB_WORDS).value if split_words else 0
         width = min(cache.head_dim, cache.v_dim) // PHASE_COUNTS.value[pair]
