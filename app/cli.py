@@ -82,7 +82,8 @@ def _add_scenario_options(p: argparse.ArgumentParser, single: bool = True) -> No
     if single:
         p.add_argument("--model", required=True, help="bundled profile id, a config.json, or a folder holding one")
         p.add_argument("--gpu", default="h100-sxm", help="bundled GPU id (kvsize gpus)")
-        p.add_argument("--engine", default="vllm", help="vllm, sglang, trtllm, lmdeploy, llamacpp or ideal")
+        p.add_argument("--engine", default="vllm", help="vllm, sglang, trtllm, lmdeploy, llamacpp or ideal; "
+                       "NAME@VERSION (vllm@0.19) follows that release's rules, NAME alone the newest")
         p.add_argument("--tensor-parallel-size", "-tp", type=_positive_int, default=1)
         p.add_argument("--max-model-len", type=_tokens, default=None, help="tokens per request (default: the model's)")
     p.add_argument("--gpu-memory", type=_size, default=None, help="override the GPU's memory, e.g. 80GiB")
@@ -96,8 +97,10 @@ def _add_scenario_options(p: argparse.ArgumentParser, single: bool = True) -> No
     p.add_argument("--weights-dtype", default="auto", help="auto, bf16, fp16, fp8, int8, int4, mxfp4")
     p.add_argument("--headroom", type=_fraction, default=0.10,
                    help="share of GPU memory left unused by engines without their own fraction (default 0.10)")
-    p.add_argument("--max-num-batched-tokens", type=_positive_int, default=8192)
-    p.add_argument("--max-num-seqs", type=_positive_int, default=256)
+    p.add_argument("--max-num-batched-tokens", type=_positive_int, default=None,
+                   help="default: the engine release's default for the GPU (vLLM 0.19 on >= 70 GiB: 8192)")
+    p.add_argument("--max-num-seqs", type=_positive_int, default=None,
+                   help="default: the engine release's default for the GPU (vLLM 0.19 on >= 70 GiB: 1024)")
     p.add_argument("--non-torch-memory", type=_size, default=None)
     p.add_argument("--cuda-graph-memory", type=_size, default=None)
     p.add_argument("--layer-kv-dtype", default=None, help="per-layer formats, e.g. 'first:2,last:2=bf16'")
@@ -236,7 +239,7 @@ def scenario_from_args(args: argparse.Namespace, model: str, gpu: str, engine: s
         weights_dtype=args.weights_dtype, headroom=args.headroom,
         max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
         non_torch_bytes=args.non_torch_memory, cuda_graph_bytes=args.cuda_graph_memory,
-        layer_kv_dtype=args.layer_kv_dtype,
+        layer_kv_dtype=args.layer_kv_dtype, gpu_multiprocessors=gpu_row.multiprocessors,
         format_options=FormatOptions(args.kivi_group, args.kivi_residual,
                                      Fraction(args.kvquant_outliers).limit_denominator(10**6)),
     )
@@ -451,9 +454,10 @@ def cmd_gpus(args: argparse.Namespace) -> int:
         return 0
     for r in rows:
         fp8 = f"{r['fp8_dense_tflops']:.0f}" if r["fp8_dense_tflops"] else "-"
-        print(f"{r['id']:<11}{r['name']:<34}{r['memory_mib']:>8} MiB ({r['memory_mib'] * 2**20 / GB:6.1f} GB)"
-              f"{r['hbm_bandwidth_gb_s']:>7.0f} GB/s  bf16 {r['bf16_dense_tflops']:>5.0f}  fp8 {fp8:>5} TFLOP/s  "
-              f"${r['price_usd_per_hour']:.2f}/h ({r['price_date']})\n{'':<11}memory: {r['memory_source']}; "
+        print(f"{r['id']:<13}{r['name']:<38}{r['memory_bytes'] / GiB:>7.2f} GiB CUDA total "
+              f"(nvidia-smi {r['nvml_memory_mib']} MiB){r['hbm_bandwidth_gb_s']:>7.0f} GB/s  "
+              f"bf16 {r['bf16_dense_tflops']:>5.0f}  fp8 {fp8:>5} TFLOP/s  "
+              f"${r['price_usd_per_hour']:.2f}/h ({r['price_date']})\n{'':<13}memory: {r['memory_source']}; "
               f"specs: {r['spec_source']}")
     return 0
 

@@ -16,7 +16,7 @@ import plotly.graph_objects as go  # noqa: E402
 import streamlit as st  # noqa: E402
 
 from app.chart_export import PLOTLY_CONFIG, browser_path, html_bytes, png_bytes  # noqa: E402
-from sizing.engines import ENGINES  # noqa: E402
+from sizing.engines import ENGINES, get_engine  # noqa: E402
 from sizing.errors import KvsizeError  # noqa: E402
 from sizing.formats import FORMAT_NAMES  # noqa: E402
 from sizing.layers import layer_groups  # noqa: E402
@@ -79,7 +79,7 @@ def read_scenario() -> Scenario | None:
                               step=1024, key="context")
     concurrency = sb.number_input("Concurrent requests", 1, 100_000, _query("conc", 8, int), key="concurrency")
     fraction = sb.slider("Engine memory fraction (vLLM gpu_memory_utilization, …)", 0.5, 1.0,
-                         _query("util", ENGINES[engine].fraction_default or 0.9, float), 0.01, key="fraction")
+                         _query("util", get_engine(engine).memory_fraction_default or 0.9, float), 0.01, key="fraction")
     headroom = sb.slider("Headroom (engines without their own fraction)", 0.0, 0.5,
                          _query("headroom", 0.10, float), 0.01, key="headroom")
     st.query_params.update(model=model, gpu=gpu, engine=engine, k=k_fmt, v=v_fmt, tp=str(tp), pp=str(pp),

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Protocol
 
 from .errors import KvsizeError, unknown
 from .layers import CacheLayout
+from .releases import Release, find_release
 from .units import cdiv
 
 LLAMACPP_CTX_PAD = 256  # llama.cpp pads n_ctx to a multiple of 256 (src/llama-context.cpp)
@@ -190,34 +191,50 @@ def _payload_share(layout: CacheLayout, block_size: int) -> tuple[int, int]:
 # -- engines ---------------------------------------------------------------------------
 
 
-def _vllm_budget(m: MemoryTerms, fraction: float, headroom: float) -> Budget:
-    usable = int(m.total_bytes * fraction)
-    return Budget(usable - m.model_bytes, m.total_bytes - usable, usable,
-                  "gpu_memory_utilization × total − weights − activation − non_torch − cuda_graphs")
+def _subtracted(m: MemoryTerms, terms: frozenset[str]) -> int:
+    return sum(getattr(m, f"{t}_bytes") for t in terms)
 
 
-def _sglang_budget(m: MemoryTerms, fraction: float, headroom: float) -> Budget:
-    usable = int(m.total_bytes * fraction)
-    kv = usable - m.weights_bytes - m.non_torch_bytes
-    return Budget(kv, m.total_bytes - usable - m.activation_bytes - m.cuda_graph_bytes, usable,
-                  "mem_fraction_static × total − weights − non_torch (activation and CUDA graphs live in the rest)")
+def _named(terms: frozenset[str]) -> str:
+    return " − ".join(t for t in ("weights", "activation", "non_torch", "cuda_graphs") if t in terms)
 
 
-def _trtllm_budget(m: MemoryTerms, fraction: float, headroom: float) -> Budget:
+def _vllm_budget(m: MemoryTerms, fraction: float, headroom: float, release: Release | None) -> Budget:
+    terms = release.subtracts if release else frozenset({"weights", "activation", "non_torch", "cuda_graphs"})
+    usable = release.requested(m.total_bytes, fraction) if release else int(m.total_bytes * fraction)
+    graphs_outside = 0 if "cuda_graphs" in terms else m.cuda_graph_bytes  # captured in the unrequested rest
+    return Budget(usable - _subtracted(m, terms), m.total_bytes - usable - graphs_outside, usable,
+                  f"gpu_memory_utilization × total − {_named(terms)}"
+                  + ("" if "cuda_graphs" in terms else " (CUDA graphs are captured later, not subtracted)"))
+
+
+def _sglang_budget(m: MemoryTerms, fraction: float, headroom: float, release: Release | None) -> Budget:
+    # model_runner.profile_max_num_token: rest = free_after_weights − free_at_init × (1 − mem_fraction_static),
+    # free_at_init = total − init overhead (context, NCCL), free_after_weights = free_at_init − weights − non_torch.
+    init = release.sglang_reserve.init_overhead_bytes if release and release.sglang_reserve else 0
+    free_init = m.total_bytes - init
+    kept = free_init - int(free_init * fraction)
+    kv = free_init - m.weights_bytes - m.non_torch_bytes - kept
+    return Budget(kv, kept - m.activation_bytes - m.cuda_graph_bytes + init, m.total_bytes - kept - init,
+                  "free_at_start × mem_fraction_static − weights − non_torch (activation and CUDA graphs live "
+                  "in the rest)")
+
+
+def _trtllm_budget(m: MemoryTerms, fraction: float, headroom: float, release: Release | None) -> Budget:
     free = m.total_bytes - m.model_bytes
     kv = int(free * fraction)
     return Budget(kv, free - kv, m.total_bytes,
                   "free_gpu_memory_fraction × (total − weights − activation − non_torch − cuda_graphs)")
 
 
-def _lmdeploy_budget(m: MemoryTerms, fraction: float, headroom: float) -> Budget:
+def _lmdeploy_budget(m: MemoryTerms, fraction: float, headroom: float, release: Release | None) -> Budget:
     free = m.total_bytes - m.weights_bytes - m.non_torch_bytes
     kv = int(free * fraction)
     return Budget(kv, free - kv - m.activation_bytes - m.cuda_graph_bytes, m.total_bytes,
                   "cache_max_entry_count × (total − weights − non_torch)")
 
 
-def _headroom_budget(m: MemoryTerms, fraction: float, headroom: float) -> Budget:
+def _headroom_budget(m: MemoryTerms, fraction: float, headroom: float, release: Release | None) -> Budget:
     usable = m.total_bytes - int(m.total_bytes * headroom)
     return Budget(usable - m.model_bytes, m.total_bytes - usable, usable,
                   "(1 − headroom) × total − weights − activation − non_torch − cuda_graphs")
@@ -247,13 +264,30 @@ class Engine:
     block_option: str | None
     block_default: int
     cuda_graphs: bool
-    budget_rule: Callable[[MemoryTerms, float, float], Budget]
+    budget_rule: Callable[[MemoryTerms, float, float, Release | None], Budget]
     pool_rule: Callable[[CacheLayout, int, int], Pool]
     source: str
     formats_note: str
+    release: Release | None = None  # the release range whose defaults and terms apply
+
+    @property
+    def label(self) -> str:
+        """The engine and the rules followed, as every output names them."""
+        if self.release is None:
+            return self.name
+        r = self.release
+        return f"{self.name} {r.first_version}–{r.last_version} rules ({r.label})"
+
+    @property
+    def memory_fraction_default(self) -> float:
+        return self.release.memory_fraction_default if self.release else self.fraction_default
+
+    @property
+    def block_size_default(self) -> int:
+        return self.release.block_size_default if self.release else self.block_default
 
     def budget(self, m: MemoryTerms, fraction: float, headroom: float) -> Budget:
-        return self.budget_rule(m, fraction, headroom)
+        return self.budget_rule(m, fraction, headroom, self.release)
 
     def pool(self, layout: CacheLayout, block_size: int, max_num_batched_tokens: int) -> Pool:
         return self.pool_rule(layout, block_size, max_num_batched_tokens)
@@ -287,11 +321,25 @@ ENGINES: dict[str, Engine] = {
 
 
 def get_engine(name: str) -> Engine:
-    key = str(name).strip().lower().replace("-", "").replace("_", "").replace(".", "")
+    """`vllm` (its newest release's rules) or `vllm@0.19` (the rules of the range holding 0.19)."""
+    text = str(name).strip()
+    base, _, version = text.partition("@")
+    key = base.lower().replace("-", "").replace("_", "").replace(".", "")
     key = {"tensorrtllm": "trtllm", "llamacpp": "llamacpp", "trt": "trtllm"}.get(key, key)
     if key not in ENGINES:
-        raise unknown("engine", name, ENGINES, "--engine")
-    return ENGINES[key]
+        raise unknown("engine", base, ENGINES, "--engine")
+    return _with_release(key, version.strip() or None)
+
+
+@lru_cache(maxsize=64)
+def _with_release(key: str, version: str | None) -> Engine:
+    engine = ENGINES[key]
+    release = find_release(key, version)
+    if release is None:
+        if version is not None:
+            raise KvsizeError(f"--engine {key}@{version}: kvsize keeps no release rules for {key}; use --engine {key}")
+        return engine
+    return replace(engine, release=release)
 
 
 def check_format_supported(engine: Engine, fmt_name: str, engines_of_format: tuple[str, ...], option: str) -> None:

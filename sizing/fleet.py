@@ -371,11 +371,11 @@ def plan_serve_command(plan: FleetPlan, base: Scenario, chosen: CandidatePlan, m
     engine = get_engine(plan.engine)
     fmt = get_format(chosen.candidate.kv_format, base.shape.serving_dtype).name
     longest = max(b.max_context_tokens for b in plan.workload.mix())
-    fraction = base.memory_fraction if base.memory_fraction is not None else engine.fraction_default
+    fraction = base.memory_fraction if base.memory_fraction is not None else engine.memory_fraction_default
     settings = ServeSettings(
         model=model_id or base.model_name, kv_format=fmt, serving_dtype=base.shape.serving_dtype,
         tensor_parallel_size=chosen.candidate.tensor_parallel_size, max_model_len=longest,
-        memory_fraction=fraction, block_size=base.block_size or engine.block_default,
+        memory_fraction=fraction, block_size=base.block_size or engine.block_size_default,
         max_num_seqs=chosen.shared.requests_per_replica if chosen.shared else base.max_num_seqs,
         cache_tokens=chosen.cache_tokens,
     )

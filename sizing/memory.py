@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import unknown
+from .releases import ProfilingRunModel
 from .shape import DTYPE_BYTES, ModelShape
-from .units import MiB, cdiv
+from .units import cdiv
 
 
 @dataclass(frozen=True)
@@ -59,10 +60,11 @@ class WeightBytes:
     lm_head_bytes: int
     vision_bytes: int
     layers_bytes: int
+    buffers_bytes: int  # model buffers allocated with the weights (the rotary cos/sin cache)
 
     @property
     def total_bytes(self) -> int:
-        return self.embedding_bytes + self.lm_head_bytes + self.vision_bytes + self.layers_bytes
+        return self.embedding_bytes + self.lm_head_bytes + self.vision_bytes + self.layers_bytes + self.buffers_bytes
 
 
 def weight_bytes(shape: ModelShape, fmt: WeightFormat, tp: int, layers: range, first_stage: bool,
@@ -82,59 +84,68 @@ def weight_bytes(shape: ModelShape, fmt: WeightFormat, tp: int, layers: range, f
     if shape.lm_head_params == 0 and last_stage and not first_stage:
         lm_head = cdiv(shape.embedding_params, tp) * dense  # a tied head still needs its copy on the last stage
     vision = cdiv(shape.vision_params, tp) * dense if first_stage else 0
-    return WeightBytes(embedding, lm_head, vision, layer_total)
+    return WeightBytes(embedding, lm_head, vision, layer_total, rotary_cache_bytes(shape) if len(layers) else 0)
 
 
 @dataclass(frozen=True)
 class ActivationEstimate:
-    """Peak activation of one forward pass at `tokens` tokens, on one GPU."""
+    """The peak of an engine's profiling run on one GPU, as its two phases (docs/formulas.md,
+    'Profiling peak'): the forward pass over `tokens` tokens, then the sampler over `rows` rows."""
 
     tokens: int
-    hidden_bytes: int
-    attention_bytes: int
-    mlp_bytes: int
-    logits_bytes: int
+    rows: int
+    forward_bytes: int
+    sampler_bytes: int  # 0 on pipeline stages that do not sample
+    stage_buffer_bytes: int  # buffers the profiling run allocates and keeps (pipeline stages after the first)
+    workspace_bytes: int  # allocated by the run's first matmul and kept
 
     @property
     def peak_bytes(self) -> int:
-        return self.hidden_bytes + max(self.attention_bytes, self.mlp_bytes) + self.logits_bytes
+        return self.workspace_bytes + self.stage_buffer_bytes + max(self.forward_bytes, self.sampler_bytes)
 
 
-def activation_estimate(shape: ModelShape, tokens: int, max_num_seqs: int, tp: int) -> ActivationEstimate:
-    """Peak activation estimate (docs/formulas.md, 'Peak activation').
+def mlp_width(shape: ModelShape, layers: range, tp: int) -> float:
+    """The widest feed-forward activation of the stage's layers per GPU, in gated-MLP units
+    (a gated MLP of width I keeps 2I + I alive, an ungated one I + I: two thirds of it); an MoE
+    layer counts its top-k experts' width plus its shared experts."""
+    matrices = 3 if shape.gated_mlp else 2
+    scale = 1.0 if shape.gated_mlp else 2 / 3
+    widest = 0.0
+    for i in layers:
+        p = shape.layer_params[i]
+        width = p.mlp / (matrices * shape.hidden_size)
+        if p.experts:
+            per_expert = p.experts / (max(1, shape.num_experts) * matrices * shape.hidden_size)
+            width += max(1, shape.num_experts_per_tok) * per_expert
+        widest = max(widest, width / tp * scale)
+    return widest
 
-    Two hidden-size tensors (residual and normed input) stay alive through a layer; on top
-    of them the larger of the attention block (q, k, v and the attention output) and the MLP
-    block (gate_up output and the activated half; for MoE each token's top-k experts plus a
-    permuted copy of the hidden states). The sampler of the profiling run adds fp32 logits
-    and probabilities for up to max_num_seqs sequences.
+
+def profiling_peak(shape: ModelShape, run: ProfilingRunModel, tokens: int, rows: int, tp: int, layers: range,
+                   first_stage: bool, last_stage: bool, multiprocessors: int) -> ActivationEstimate:
+    """What the engine's profiling run holds at its peak on one GPU.
+
+    Forward: `tokens` tokens through the stage's layers; hidden-size tensors (residual and normed
+    input) and the widest MLP activation, in copies the release's file gives. Sampler (last stage):
+    one row per dummy request; the logits in the model dtype (all-gathered: full vocabulary on every
+    TP rank), the release's fp32 copies of them, a Triton top-k/top-p buffer of min(SMs, rows) rows,
+    the forward's hidden states and the sampled rows' hidden states with their random stand-ins.
+    Stages after the first keep their received hidden and residual buffers of `tokens` rows.
     """
     dt = DTYPE_BYTES[shape.serving_dtype]
     h = shape.hidden_size
-    hidden = 2 * tokens * h * dt
-    if shape.is_mla:
-        attn_width = 2 * shape.num_attention_heads * (shape.head_dim + shape.mla_latent_dim) // tp
-    else:
-        attn_width = (2 * shape.num_attention_heads + 2 * shape.num_kv_heads) * shape.head_dim // tp
-    attention = tokens * attn_width * dt
-    dense_mlp = tokens * 3 * cdiv(shape.intermediate_size, tp) * dt
-    moe_mlp = 0
-    if shape.num_experts:
-        k = max(1, shape.num_experts_per_tok)
-        moe_mlp = tokens * k * (3 * cdiv(shape.moe_intermediate_size, tp) + 2 * h) * dt
-    sampled = min(max_num_seqs, tokens)
-    logits = 2 * sampled * cdiv(shape.vocab_size, tp) * 4
-    return ActivationEstimate(tokens, hidden, attention, max(dense_mlp, moe_mlp), logits)
+    width = mlp_width(shape, layers, tp)
+    forward = int(tokens * dt * (run.forward_hidden_copies * h + run.forward_mlp_copies * width))
+    sampler = 0
+    if last_stage:
+        vocab = shape.vocab_size
+        per_logit = dt + run.sampler_extra_bytes_per_logit - (run.sampler_upcast_bytes_per_logit if dt == 4 else 0)
+        topk = min(multiprocessors, rows) * vocab * 4 if run.topk_buffer and rows >= 8 else 0
+        sampler = rows * vocab * per_logit + topk + tokens * h * dt + 2 * rows * h * dt
+    stage_buffers = 0 if first_stage else 2 * tokens * h * dt
+    return ActivationEstimate(tokens, rows, forward, sampler, stage_buffers, run.workspace_bytes)
 
 
-CUDA_CONTEXT_BYTES = 512 * MiB  # a fresh CUDA context on H100/H200: about 0.5 GiB
-# cuBLAS/cuBLASLt and attention kernel modules loaded on first use, on top of the context:
-# measure/reports/h200-capacity.json measured 1310 MiB of non-torch memory in all after a forward pass.
-KERNEL_LIBRARY_BYTES = 798 * MiB
-NCCL_BYTES = 256 * MiB  # communicator buffers once tensor or pipeline parallel
-
-
-def non_torch_estimate(tp: int, pp: int) -> int:
-    """CUDA context, kernel libraries and, with more than one GPU, NCCL buffers."""
-    return CUDA_CONTEXT_BYTES + KERNEL_LIBRARY_BYTES + (NCCL_BYTES if tp * pp > 1 else 0)
-
+def rotary_cache_bytes(shape: ModelShape) -> int:
+    """vLLM's rotary cos/sin cache (get_rope): max_position × rotary_dim in the model dtype, one per model."""
+    return shape.max_position_embeddings * shape.rotary_dim * DTYPE_BYTES[shape.serving_dtype]

@@ -10,13 +10,14 @@ from .engines import Budget, Engine, MemoryTerms, Pool, check_format_supported, 
 from .errors import KvsizeError
 from .formats import FormatOptions, get_format
 from .layers import CacheLayout, build_layout, kv_heads_per_rank, parse_layer_overrides
-from .memory import activation_estimate, non_torch_estimate, resolve_weights_dtype, weight_bytes
-from .shape import ModelShape
-from .units import GiB, MiB
+from .memory import ActivationEstimate, profiling_peak, resolve_weights_dtype, weight_bytes
+from .releases import find_release
+from .shape import DTYPE_NAMES, ModelShape
+from .units import GiB
 
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # vLLM v1 default for the OpenAI server on data-center GPUs
 DEFAULT_MAX_NUM_SEQS = 256
-DEFAULT_CUDA_GRAPH_BYTES = 512 * MiB
+V0_CHUNKED_PREFILL_ABOVE = 32768  # vLLM V0 arg_utils: chunked prefill by default only for longer contexts
 
 
 @dataclass(frozen=True)
@@ -37,23 +38,27 @@ class Scenario:
     kv_cache_memory_bytes: int | None = None
     weights_dtype: str = "auto"
     headroom: float = 0.10
-    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS
-    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
+    max_num_batched_tokens: int | None = None  # None: the engine release's default for this GPU
+    max_num_seqs: int | None = None
     non_torch_bytes: int | None = None
     cuda_graph_bytes: int | None = None
     layer_kv_dtype: str | None = None
     format_options: FormatOptions = field(default_factory=FormatOptions)
     extra_weights_bytes: int = 0  # other models on the GPU, e.g. a speculative-decoding draft (per GPU)
+    gpu_multiprocessors: int | None = None  # SMs: the Triton sampler's buffer has one row per SM
+    dtype: str = "auto"  # the engine's --dtype (the model's compute dtype); auto: the engine's rule
 
     def validated(self) -> Scenario:
         for name, value, low in (
             ("--tensor-parallel-size", self.tensor_parallel_size, 1),
             ("--pipeline-parallel-size", self.pipeline_parallel_size, 1),
             ("--concurrency", self.concurrency, 1),
-            ("--max-num-batched-tokens", self.max_num_batched_tokens, 1),
-            ("--max-num-seqs", self.max_num_seqs, 1),
         ):
             _int_at_least(value, name, low)
+        for name, value in (("--max-num-batched-tokens", self.max_num_batched_tokens),
+                            ("--max-num-seqs", self.max_num_seqs), ("GPU multiprocessors", self.gpu_multiprocessors)):
+            if value is not None:
+                _int_at_least(value, name, 1)
         if self.max_model_len is not None:
             _int_at_least(self.max_model_len, "--max-model-len", 1)
         if self.block_size is not None:
@@ -125,6 +130,8 @@ class Estimate:
     warnings: tuple[str, ...]
     layout: CacheLayout | None = field(default=None, repr=False, compare=False)
     pool: Pool | None = field(default=None, repr=False, compare=False)
+    activation: ActivationEstimate | None = field(default=None, repr=False, compare=False)
+    first_stage_kv_budget_bytes: int | None = None  # rank 0's budget (what vLLM's log prints)
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -182,8 +189,18 @@ def _weights(shape, wfmt, tp, stage, first, last) -> int:
 
 
 @lru_cache(maxsize=4096)
-def _activation(shape, tokens, seqs, tp) -> int:
-    return activation_estimate(shape, tokens, seqs, tp).peak_bytes
+def _activation(shape, run, tokens, rows, tp, stage, first, last, sms) -> ActivationEstimate:
+    return profiling_peak(shape, run, tokens, rows, tp, stage, first, last, sms)
+
+
+def profiling_model(engine: Engine):
+    """The engine release's profiling-run model; engines without release files use vLLM's newest."""
+    release = engine.release or find_release("vllm", None)
+    return release.activation, release
+
+
+def non_torch_bytes(engine: Engine, tp: int, pp: int) -> int:
+    return profiling_model(engine)[1].non_torch_bytes(tp, pp)
 
 
 def units_for(pool: Pool, budget_bytes: int) -> int:
@@ -228,10 +245,40 @@ def max_context(pool: Pool, budget_bytes: int, concurrency: int, state_bytes: in
     return lo
 
 
+def with_engine_defaults(s: Scenario, engine: Engine | None = None) -> Scenario:
+    """The scenario with the engine release's batch defaults filled in where the user gave none."""
+    engine = engine or get_engine(s.engine)
+    r = engine.release
+    if s.max_num_batched_tokens is not None and s.max_num_seqs is not None:
+        return s
+    row = r.batch_default(s.gpu_memory_bytes, s.gpu_name) if r else None
+    tokens = s.max_num_batched_tokens or (row.max_num_batched_tokens if row else DEFAULT_MAX_NUM_BATCHED_TOKENS)
+    if s.max_num_batched_tokens is None and r is not None and r.profile_tokens == "v0_unchunked":
+        # vLLM V0 (config.py SchedulerConfig): no chunked prefill up to 32K contexts, so one step
+        # holds a whole max_model_len prompt; longer contexts turn chunking on at 2048 tokens.
+        length = s.max_model_len or s.shape.max_position_embeddings
+        tokens = max(length, 2048) if length <= V0_CHUNKED_PREFILL_ABOVE else 2048
+    seqs = s.max_num_seqs or (row.max_num_seqs if row else DEFAULT_MAX_NUM_SEQS)
+    return replace(s, max_num_batched_tokens=tokens, max_num_seqs=seqs)
+
+
+def with_dtype(s: Scenario) -> Scenario:
+    """The scenario with --dtype applied to the model's shape."""
+    if s.dtype in (None, "auto"):
+        return s
+    name = DTYPE_NAMES.get(str(s.dtype).strip().lower().removeprefix("torch."))
+    if name is None:
+        raise KvsizeError(f"--dtype must be auto, bfloat16, float16 or float32, got {s.dtype!r}")
+    return replace(s, shape=replace(s.shape, served_dtype=name), dtype="auto")
+
+
 def estimate(scenario: Scenario) -> Estimate:
-    """The estimate for one scenario; with pipeline parallelism, for its tightest stage."""
-    s = scenario.validated()
-    engine = get_engine(s.engine)
+    """The estimate for one scenario; with pipeline parallelism, for its tightest stage.
+
+    vLLM sizes every rank from its own profile and keeps the smallest pool; its log prints rank
+    0's "Available KV cache memory", kept here as `first_stage_kv_budget_bytes`."""
+    engine = get_engine(scenario.engine)
+    s = with_engine_defaults(with_dtype(scenario.validated()), engine)
     shape = s.shape
     check_tensor_parallel(shape, s.tensor_parallel_size, engine)
     k_fmt = get_format(s.k_cache_dtype, shape.serving_dtype, s.format_options, "--k-cache-dtype")
@@ -246,7 +293,8 @@ def estimate(scenario: Scenario) -> Estimate:
     stages = pp_stages(shape.num_layers, s.pipeline_parallel_size)
     results = [_estimate_stage(s, engine, k_fmt.name, v_fmt.name, i, stage, len(stages))
                for i, stage in enumerate(stages)]
-    return min(results, key=lambda e: (e.fits, e.max_concurrency, e.max_tokens))
+    tightest = min(results, key=lambda e: (e.fits, e.max_concurrency, e.max_tokens))
+    return replace(tightest, first_stage_kv_budget_bytes=results[0].kv_budget_bytes)
 
 
 def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index: int, stage: range,
@@ -260,18 +308,23 @@ def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index
             f"--max-model-len {max_model_len} exceeds the model's max_position_embeddings "
             f"{shape.max_position_embeddings}; quality beyond it is not assured"
         )
-    block_size = s.block_size or engine.block_default
-    fraction = s.memory_fraction if s.memory_fraction is not None else engine.fraction_default
+    block_size = s.block_size or engine.block_size_default
+    fraction = s.memory_fraction if s.memory_fraction is not None else engine.memory_fraction_default
     layout = _layout(shape, k_name, v_name, tp, stage, s.layer_kv_dtype, s.format_options)
     pool = _pool(engine, layout, block_size, s.max_num_batched_tokens)
 
     wfmt = resolve_weights_dtype(s.weights_dtype, shape)
-    weights = _weights(shape, wfmt, tp, stage, index == 0, index == num_stages - 1) + s.extra_weights_bytes
-    activation = _activation(shape, s.max_num_batched_tokens, s.max_num_seqs, tp)
-    non_torch = s.non_torch_bytes if s.non_torch_bytes is not None else non_torch_estimate(
+    first, last = index == 0, index == num_stages - 1
+    weights = _weights(shape, wfmt, tp, stage, first, last) + s.extra_weights_bytes
+    run, rules = profiling_model(engine)
+    rows = min(s.max_num_seqs, s.max_num_batched_tokens)
+    act = _activation(shape, run, s.max_num_batched_tokens, rows, tp, stage, first, last,
+                      s.gpu_multiprocessors or rows)
+    activation = act.peak_bytes
+    non_torch = s.non_torch_bytes if s.non_torch_bytes is not None else rules.non_torch_bytes(
         tp, s.pipeline_parallel_size)
     graphs = s.cuda_graph_bytes if s.cuda_graph_bytes is not None else (
-        DEFAULT_CUDA_GRAPH_BYTES if engine.cuda_graphs else 0)
+        rules.cuda_graph_bytes(tp) if engine.cuda_graphs else 0)
     terms = MemoryTerms(s.gpu_memory_bytes, weights, activation, non_torch, graphs)
     budget = engine.budget(terms, fraction, s.headroom)
     if s.kv_cache_memory_bytes is not None:
@@ -326,7 +379,7 @@ def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index
         max_tokens=pool.tokens(units), max_concurrency=mc, max_concurrency_ratio=ratio,
         max_context_at_concurrency=mctx, kv_budget_bytes=budget.kv_budget_bytes,
         budget_formula=budget.formula, breakdown=breakdown, fits=fits, fit_message=message,
-        warnings=tuple(warnings), layout=layout, pool=pool,
+        warnings=tuple(warnings), layout=layout, pool=pool, activation=act,
     )
 
 

@@ -18,7 +18,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .errors import KvsizeError, unknown
 from .shape import ModelShape, read_config_file, resolve_shape
 from .speed import KERNEL_TIME_TERMS, DecodeEfficiency
-from .units import MiB
 
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "profiles"
 
@@ -38,8 +37,12 @@ class GpuProfile(BaseModel):
 
     name: str = Field(min_length=1)
     vendor: Literal["NVIDIA", "AMD"]
-    memory_mib: int = Field(gt=0)
+    memory_bytes: int = Field(gt=0)  # the total CUDA reports (cudaMemGetInfo), what engines size from
     memory_source: str = Field(min_length=1)
+    nvml_memory_mib: int = Field(gt=0)  # what nvidia-smi shows, for display
+    nvml_source: str = Field(min_length=1)
+    multiprocessors: int = Field(gt=0)
+    multiprocessors_source: str = Field(min_length=1)
     hbm_bandwidth_gb_s: float = Field(gt=0)
     bf16_dense_tflops: float = Field(gt=0)
     fp8_dense_tflops: float | None = Field(default=None, gt=0)
@@ -48,10 +51,6 @@ class GpuProfile(BaseModel):
     price_date: str = Field(pattern=r"^\d{4}-\d{2}(-\d{2})?$")
     price_source: str = Field(min_length=1)
     spec_source: str = Field(min_length=1)
-
-    @property
-    def memory_bytes(self) -> int:
-        return self.memory_mib * MiB
 
 
 class EfficiencyProfile(BaseModel):

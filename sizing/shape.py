@@ -85,11 +85,17 @@ class ModelShape:
     vision_params: int
     layer_params: tuple[LayerParams, ...]
     weights_quantization: str | None = None
+    gated_mlp: bool = True
+    rotary_dim: int = 0  # rotary embedding width (vLLM caches max_position x rotary_dim cos/sin values)
     parsed_with: str = "transformers"
     notes: tuple[str, ...] = field(default=())
 
+    served_dtype: str | None = None  # --dtype given to the engine; None: the engine's auto rule
+
     @property
     def serving_dtype(self) -> str:
+        if self.served_dtype:
+            return self.served_dtype
         # vLLM serves fp32 checkpoints in bf16 (vllm/config/model.py, _resolve_auto_dtype)
         return "bf16" if self.config_dtype == "fp32" else self.config_dtype
 
@@ -323,9 +329,25 @@ def resolve_shape(raw: dict[str, Any]) -> ModelShape:
         vision_params=vision,
         layer_params=tuple(layer_params),
         weights_quantization=str(quant_method) if quant_method else None,
+        gated_mlp=gated,
+        rotary_dim=_rotary_dim(f, head_dim, mla_latent is not None),
         parsed_with=parsed_with,
         notes=tuple(notes),
     )
+
+
+def _rotary_dim(f: _Fields, head_dim: int, mla: bool) -> int:
+    if mla:
+        return _as_int(f.get("qk_rope_head_dim", default=0), "qk_rope_head_dim")
+    if f.get("position_embedding_type") in ("alibi", "absolute") or f.get("alibi"):
+        return 0
+    factor = f.get("partial_rotary_factor", default=None)
+    if factor is None:
+        rotary = f.get("rotary_dim", "rotary_emb_base_dim", default=None)
+        return _as_int(rotary, "rotary_dim", 1) if rotary is not None else head_dim
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor <= 1:
+        raise KvsizeError(f"config.json field 'partial_rotary_factor' must be in (0, 1], got {factor!r}")
+    return int(head_dim * factor)
 
 
 _UNGATED_MLP = {"falcon", "gpt2", "gpt_bigcode", "gpt_neox", "gptj", "opt", "bloom", "phi", "starcoder2", "mpt"}
