@@ -232,7 +232,7 @@ def scenario_from_args(args: argparse.Namespace, model: str, gpu: str, engine: s
     return Scenario(
         model_name=name, shape=shape, gpu_name=gpu_row.name,
         gpu_memory_bytes=args.gpu_memory or gpu_row.memory_bytes,
-        engine=engine_row.name, k_cache_dtype=k, v_cache_dtype=v,
+        engine=engine.strip(), k_cache_dtype=k, v_cache_dtype=v,
         tensor_parallel_size=tp, pipeline_parallel_size=args.pipeline_parallel_size,
         max_model_len=max_model_len, concurrency=args.concurrency, block_size=args.block_size,
         memory_fraction=_memory_fraction(args, engine_row.name), kv_cache_memory_bytes=args.kv_cache_memory,
@@ -295,7 +295,7 @@ def _flat(record: dict) -> dict:
 def render_table(record: dict) -> str:
     b = record["breakdown"]
     lines = [
-        f"model {record['model']} on {record['gpu']} ({record['engine']}), TP {record['tensor_parallel_size']} "
+        f"model {record['model']} on {record['gpu']} ({record['engine_rules']}), TP {record['tensor_parallel_size']} "
         f"PP {record['pipeline_parallel_size']}, KV {record['k_cache_dtype']}/{record['v_cache_dtype']}, "
         f"weights {record['weights_dtype']}",
         f"  KV bytes per token         {record['kv_bytes_per_token']:>16,} B  (payload "
@@ -316,6 +316,9 @@ def render_table(record: dict) -> str:
     ]
     for key, value in b.items():
         lines.append(f"    {key.removesuffix('_bytes'):<24}{value:>18,} B  {_gib(value):>14}")
+    if record["engine_log_lines"]:
+        lines.append(f"  {record['engine']} will print:")
+        lines.extend(f"    {line}" for line in record["engine_log_lines"])
     lines.append(f"  {record['fit_message']}")
     lines.extend(f"  warning: {w}" for w in record["warnings"])
     return "\n".join(lines) + "\n"

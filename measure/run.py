@@ -154,6 +154,7 @@ def measure_capacity(gpu: Gpu, model: str, layers: int | None, util: float, mnbt
     page_total = sum(s.page_bytes(block_size) for s in layout.kv.values())
     measured_blocks = available // page_total
     predicted = estimate(Scenario(model, shape, "measured", total, engine="vllm", memory_fraction=util,
+                                  non_torch_bytes=non_torch,
                                   max_num_batched_tokens=mnbt, max_num_seqs=1, cuda_graph_bytes=0,
                                   weights_dtype="bf16", block_size=block_size, max_model_len=mnbt))
     # the boundary: torch may use utilization x total minus what is not torch's

@@ -192,7 +192,7 @@ def _payload_share(layout: CacheLayout, block_size: int) -> tuple[int, int]:
 
 
 def _subtracted(m: MemoryTerms, terms: frozenset[str]) -> int:
-    return sum(getattr(m, f"{t}_bytes") for t in terms)
+    return sum(getattr(m, {"cuda_graphs": "cuda_graph_bytes"}.get(t, f"{t}_bytes")) for t in terms)
 
 
 def _named(terms: frozenset[str]) -> str:
@@ -275,8 +275,7 @@ class Engine:
         """The engine and the rules followed, as every output names them."""
         if self.release is None:
             return self.name
-        r = self.release
-        return f"{self.name} {r.first_version}–{r.last_version} rules ({r.label})"
+        return f"{self.release.name} rules: {self.release.label}"
 
     @property
     def memory_fraction_default(self) -> float:

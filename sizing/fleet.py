@@ -42,6 +42,7 @@ class GpuOffer:
     bf16_dense_tflops: float
     usd_per_hour: float
     price_source: str
+    multiprocessors: int | None = None
 
     @classmethod
     def from_profile(cls, gpu_id: str, profile, usd_per_hour: float | None = None) -> GpuOffer:
@@ -50,7 +51,8 @@ class GpuOffer:
             raise KvsizeError(f"--price for {gpu_id} must be a positive USD per GPU-hour, got {usd_per_hour}")
         source = "given with --price" if usd_per_hour is not None else f"{profile.price_source} ({profile.price_date})"
         return cls(gpu_id, profile.name, profile.memory_bytes, profile.hbm_bandwidth_gb_s, profile.bf16_dense_tflops,
-                   usd_per_hour if usd_per_hour is not None else profile.price_usd_per_hour, source)
+                   usd_per_hour if usd_per_hour is not None else profile.price_usd_per_hour, source,
+                   profile.multiprocessors)
 
 
 @dataclass(frozen=True)
@@ -178,11 +180,12 @@ def plan_candidate(base: Scenario, candidate: Candidate, workload: Workload, eff
     tp = candidate.tensor_parallel_size
     g = candidate.gpu
     draft_weights, draft_layout = _draft_terms(draft, tp)
-    scenario = replace(base, gpu_name=g.name, gpu_memory_bytes=g.memory_bytes, k_cache_dtype=candidate.kv_format,
+    scenario = replace(base, gpu_name=g.name, gpu_memory_bytes=g.memory_bytes, gpu_multiprocessors=g.multiprocessors,
+                       k_cache_dtype=candidate.kv_format,
                        v_cache_dtype=candidate.kv_format, tensor_parallel_size=tp, pipeline_parallel_size=1,
                        max_model_len=longest, concurrency=1, extra_weights_bytes=draft_weights)
     e = estimate(scenario)  # KvsizeError (TP split, unsupported format) goes to the caller
-    max_seqs = base.max_num_seqs
+    max_seqs = e.scenario.max_num_seqs  # the engine release's default where the user gave none
     shared = _pool_plan("shared", e, [(b.share_percent / 100, b) for b in mix], float(workload.peak_concurrency),
                         workload.prefix_cache_share, draft_layout, max_seqs)
     per_bucket = []
@@ -376,7 +379,7 @@ def plan_serve_command(plan: FleetPlan, base: Scenario, chosen: CandidatePlan, m
         model=model_id or base.model_name, kv_format=fmt, serving_dtype=base.shape.serving_dtype,
         tensor_parallel_size=chosen.candidate.tensor_parallel_size, max_model_len=longest,
         memory_fraction=fraction, block_size=base.block_size or engine.block_size_default,
-        max_num_seqs=chosen.shared.requests_per_replica if chosen.shared else base.max_num_seqs,
+        max_num_seqs=chosen.shared.requests_per_replica if chosen.shared else (base.max_num_seqs or 256),
         cache_tokens=chosen.cache_tokens,
     )
     return serve_command(plan.engine, settings)

@@ -424,6 +424,33 @@ def _fit(s: Scenario, engine: Engine, budget: Budget, pool: Pool, kv_budget: int
 ESTIMATE_SCHEMA = "kvsize.estimate/1"
 
 
+def _gib2(n: int) -> str:
+    return f"{n / GiB:.2f}"  # the engines print GiB to two decimals
+
+
+def engine_log_lines(e: Estimate) -> tuple[str, ...]:
+    """The lines the engine prints at startup for this plan, worded as the engine words them, so a
+    log can be held against them line by line (vLLM: gpu_worker.py and kv_cache_utils.py; SGLang:
+    model_runner.py and memory_pool.py; TensorRT-LLM: resource_manager's MemUsageChange line)."""
+    name = e.engine.name
+    if e.kv_budget_bytes <= 0:
+        return ()
+    if name == "vllm":
+        budget = e.first_stage_kv_budget_bytes if e.first_stage_kv_budget_bytes is not None else e.kv_budget_bytes
+        return (f"Available KV cache memory: {_gib2(budget)} GiB",
+                f"GPU KV cache size: {e.max_tokens:,} tokens",
+                f"Maximum concurrency for {e.max_model_len:,} tokens per request: {e.max_concurrency_ratio:.2f}x")
+    allocated = e.breakdown.kv_payload_bytes + e.breakdown.kv_metadata_bytes
+    if name == "sglang":
+        half = _gib2(allocated // 2)
+        return (f"max_total_num_tokens={e.max_tokens}",
+                f"KV Cache is allocated. #tokens: {e.max_tokens}, K size: {half} GB, V size: {half} GB")
+    if name == "trtllm":
+        return (f"[MemUsageChange] Allocated {_gib2(allocated)} GiB for max tokens in paged KV cache "
+                f"({e.max_tokens}).",)
+    return ()
+
+
 def to_record(e: Estimate) -> dict:
     """The estimate as plain values: the stable JSON of `kvsize estimate --format json`."""
     s = e.scenario
@@ -432,6 +459,9 @@ def to_record(e: Estimate) -> dict:
         "model": s.model_name,
         "gpu": s.gpu_name,
         "engine": e.engine.name,
+        "engine_release": e.engine.release.name if e.engine.release else None,
+        "engine_rules": e.engine.label,
+        "engine_log_lines": list(engine_log_lines(e)),
         "k_cache_dtype": e.k_format,
         "v_cache_dtype": e.v_format,
         "weights_dtype": e.weights_format,

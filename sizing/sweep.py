@@ -53,7 +53,7 @@ def run_sweep(grid: SweepGrid, base: Scenario, progress: Callable[[int, int], No
     total, done = grid.size, 0
     shapes = {m: load_model(m) for m in grid.models}
     gpus = {g: GpuOffer.from_profile(g, gpu_profile(g), prices.get(g)) for g in grid.gpus}
-    engines = [get_engine(e).name for e in grid.engines]
+    engines = [e.strip() for e in grid.engines if get_engine(e)]  # validated; "vllm@0.19" keeps its version
     for model in grid.models:
         name, shape = shapes[model]
         for gpu in grid.gpus:
@@ -64,7 +64,7 @@ def run_sweep(grid: SweepGrid, base: Scenario, progress: Callable[[int, int], No
                         for context in grid.contexts:
                             scenario = replace(
                                 base, model_name=name, shape=shape, gpu_name=g.name,
-                                gpu_memory_bytes=g.memory_bytes, engine=engine, k_cache_dtype=fmt,
+                                gpu_memory_bytes=g.memory_bytes, gpu_multiprocessors=g.multiprocessors, engine=engine, k_cache_dtype=fmt,
                                 v_cache_dtype=fmt, tensor_parallel_size=tp, max_model_len=context,
                             )
                             rows.append(_row(scenario, model, gpu, fmt, g, efficiency))
@@ -93,7 +93,7 @@ def _row(s: Scenario, model: str, gpu: str, fmt: str, offer: GpuOffer, efficienc
         weights_gib_per_gpu=round(e.breakdown.weights_bytes / GiB, 3),
         kv_budget_gib_per_gpu=round(e.kv_budget_bytes / GiB, 3), usd_per_gpu_hour=offer.usd_per_hour,
     )
-    batch = min(e.max_concurrency, s.max_num_seqs)
+    batch = min(e.max_concurrency, e.scenario.max_num_seqs)
     # Speed is modelled for one pipeline stage holding every layer (PP = 1) only.
     if batch > 0 and e.layout is not None and s.pipeline_parallel_size == 1:
         step = decode_step(s.shape, e.layout, resolve_weights_dtype(s.weights_dtype, s.shape), s.tensor_parallel_size,

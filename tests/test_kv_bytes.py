@@ -104,4 +104,6 @@ def test_weights_match_published_parameter_counts():
     # Llama-3.1-8B has 8.03e9 parameters (model card); bf16 -> about 14.96 GiB
     e = estimate(scenario("llama-3.1-8b", engine="ideal", max_model_len=4096))
     assert 8.0e9 * 2 < e.breakdown.weights_bytes < 8.1e9 * 2
-    assert abs(e.breakdown.weights_bytes / GiB - 14.96) < 0.01
+    # vLLM 0.19 on an H100: "Model loading took 14.99 GiB" (../shared engine-logs, llm-d-planner logs):
+    # the parameters (14.96 GiB) and the 32 MiB rotary cos/sin cache
+    assert abs(e.breakdown.weights_bytes / GiB - 14.99) < 0.005

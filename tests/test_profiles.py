@@ -32,9 +32,12 @@ def test_every_class_is_covered():
 
 
 def test_gpu_memory_as_devices_report_it():
-    # nvidia-smi on real machines: H100 80GB HBM3 81559 MiB, H200 143771 MiB
-    assert gpu_profile("h100-sxm").memory_mib == 81559
-    assert gpu_profile("h200").memory_mib == 143771
+    # torch.cuda.mem_get_info() totals measured on real GPUs (what engines size from), and
+    # nvidia-smi's beside them: H100 80GB HBM3 85,017,493,504 B / 81559 MiB, H200 150,109,880,320 B / 143771 MiB
+    assert gpu_profile("h100-sxm").memory_bytes == 85_017_493_504
+    assert gpu_profile("h200").memory_bytes == 150_109_880_320
+    assert gpu_profile("h100-sxm").nvml_memory_mib == 81559
+    assert gpu_profile("h200").nvml_memory_mib == 143771
 
 
 def test_invalid_profile_is_rejected(tmp_path, monkeypatch):
@@ -42,7 +45,7 @@ def test_invalid_profile_is_rejected(tmp_path, monkeypatch):
 
     (tmp_path / "gpus").mkdir()
     bad = json.loads((PROFILES_DIR / "gpus" / "h100-sxm.json").read_text())
-    bad["memory_mib"] = -1
+    bad["memory_bytes"] = -1
     (tmp_path / "gpus" / "broken.json").write_text(json.dumps(bad))
     monkeypatch.setattr(profiles, "PROFILES_DIR", tmp_path)
     profiles.gpu_ids.cache_clear()
