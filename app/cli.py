@@ -180,6 +180,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.set_defaults(run=cmd_measure)
 
+    p = sub.add_parser("check-log", help="predict a real engine startup log's run and compare, term by term")
+    p.add_argument("log", help="a vLLM, SGLang or TensorRT-LLM startup log")
+    p.add_argument("--model", default=None,
+                   help="bundled profile id or config.json of the logged model (default: the bundled profile "
+                        "whose Hugging Face id the log names)")
+    p.add_argument("--gpu", default="h100-sxm", help="bundled GPU id, used where the log gives no GPU total")
+    p.add_argument("--weights-dtype", default="auto", help="what the checkpoint stores (auto, bf16, fp8, int8, ...)")
+    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.set_defaults(run=cmd_check_log)
+
     p = sub.add_parser("validate", help="re-check a measurement report against today's predictions")
     p.add_argument("reports", nargs="+")
     p.add_argument("--tolerance", type=float, default=None, help="override every relative tolerance")
@@ -325,6 +335,62 @@ def render_table(record: dict) -> str:
 
 
 # -- commands --------------------------------------------------------------------------
+
+
+def _logged_model(spec: str | None, logged: str | None) -> str:
+    from sizing.profiles import model_ids, model_profile
+
+    if spec:
+        return spec
+    for key in model_ids():
+        if logged and model_profile(key).hf_id.lower() == logged.lower():
+            return key
+    raise KvsizeError(f"the log names model {logged!r}, which is not a bundled profile; pass --model with its "
+                      "config.json")
+
+
+def cmd_check_log(args: argparse.Namespace) -> int:
+    from sizing.logs import MAX_LOG_BYTES, compare_log, read_log
+    from sizing.inputs import read_limited
+    from sizing.plan import Scenario
+    from sizing.profiles import gpu_profile, load_model
+
+    text = read_limited(Path(args.log), MAX_LOG_BYTES, "LOG", "an engine startup log").decode("utf-8", "replace")
+    run = read_log(text)
+    name, shape = load_model(_logged_model(args.model, run.model))
+    g = gpu_profile(args.gpu)
+    st = run.settings
+    kv = st.get("kv_cache_dtype", "auto")
+    dtype = st.get("dtype", "auto")
+    scenario = Scenario(
+        model_name=name, shape=shape, gpu_name=g.name, gpu_memory_bytes=run.figures.get("total_bytes", g.memory_bytes),
+        engine=run.engine, k_cache_dtype=kv, v_cache_dtype=kv,
+        tensor_parallel_size=int(st.get("tensor_parallel_size", 1)),
+        pipeline_parallel_size=int(st.get("pipeline_parallel_size", 1)), max_model_len=st.get("max_model_len"),
+        memory_fraction=st.get("gpu_memory_utilization", st.get("memory_fraction")),
+        weights_dtype=args.weights_dtype, max_num_batched_tokens=st.get("max_num_batched_tokens"),
+        max_num_seqs=st.get("max_num_seqs"), gpu_multiprocessors=g.multiprocessors,
+        dtype="float32" if dtype == "float32" else "auto",
+    )
+    result = compare_log(run, scenario)
+    rows = [dict(term=t, predicted=p, logged=lg, difference=None if lg is None else p - lg,
+                 difference_percent=None if not lg else round(100 * (p - lg) / lg, 2)) for t, p, lg in result.rows]
+    if args.format == "json":
+        print(json.dumps(dict(schema="kvsize.check-log/1", engine=run.engine, version=run.version, model=run.model,
+                              rules=result.rules, settings=run.settings, rows=rows), indent=2))
+        return 0
+    print(f"{run.engine} {run.version or '(version not in the log)'} log of {run.model or name}; predicted with "
+          f"{result.rules}")
+    print(f"  {'term':<22}{'predicted':>18}{'logged':>18}{'difference':>16}")
+    for r in rows:
+        if r["term"].endswith("_bytes"):
+            fmt = lambda v: "-" if v is None else f"{v / GiB:,.2f} GiB"  # noqa: E731
+        else:
+            fmt = lambda v: "-" if v is None else f"{v:,}"  # noqa: E731
+        diff = "-" if r["difference_percent"] is None else f"{r['difference_percent']:+.2f}%"
+        print(f"  {r['term']:<22}{fmt(r['predicted']):>18}{fmt(r['logged']):>18}{diff:>16}")
+    print("  (the engine prints GiB to two decimals: ±0.005 GiB on every logged figure)")
+    return 0
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
