@@ -34,7 +34,7 @@ def test_plan_metrics_equal_sizing():
     at.run()
     assert not at.exception
     e = estimate(scenario("qwen3-8b", k_cache_dtype="fp8", v_cache_dtype="fp8", max_model_len=16384, concurrency=8,
-                          memory_fraction=0.9))
+                          memory_fraction=0.92))
     assert _metric(at, "Max concurrency") == f"{e.max_concurrency:,}"
     assert _metric(at, "KV bytes per token") == f"{e.kv_bytes_per_token:,}"  # 2 x 36 x 8 x 128 x 1
     assert e.kv_bytes_per_token == 73_728
@@ -99,7 +99,7 @@ def test_uploaded_config_is_sized_like_the_bundled_profile():
     config = json.dumps(model_profile("qwen3-8b").config).encode()
     at = _app()
     _upload(at, "upload", "config.json", config)
-    e = estimate(scenario("qwen3-8b", max_model_len=32768, concurrency=8, memory_fraction=0.9))
+    e = estimate(scenario("qwen3-8b", max_model_len=32768, concurrency=8, memory_fraction=0.92))
     assert _metric(at, "Max concurrency") == f"{e.max_concurrency:,}"
     assert _metric(at, "KV bytes per token") == "147,456"  # 2 x 36 layers x 8 heads x 128 x 2 B (config.json)
 
@@ -153,7 +153,7 @@ def test_fleet_page_shows_the_cheapest_plan_from_sizing():
         {"max_context_tokens": 16384, "share_percent": 25, "output_tokens": 512},
         {"max_context_tokens": 32768, "share_percent": 15, "output_tokens": 1024},
         {"max_context_tokens": 131072, "share_percent": 5, "output_tokens": 1024}]})
-    plan = plan_fleet(scenario("llama-3.1-8b", memory_fraction=0.9),
+    plan = plan_fleet(scenario("llama-3.1-8b", memory_fraction=0.92),
                       build_candidates(["h100-sxm", "h200"], ["auto", "fp8_e4m3", "nvfp4"], [1, 2, 4]), workload)
     best = plan.cheapest
     assert _metric(at, "Cheapest fleet") == f"{best.gpus} × {best.candidate.gpu.id}"
@@ -188,7 +188,7 @@ def test_capacity_curves_plot_sizing_numbers():
     lines = {t["name"]: dict(zip(t["x"], t["y"])) for t in fig["data"] if t["name"] in ("bf16", "fp8_e4m3")}
     for fmt in ("bf16", "fp8_e4m3"):
         e = estimate(scenario("llama-3.1-8b", k_cache_dtype=fmt, v_cache_dtype=fmt, max_model_len=32768,
-                              memory_fraction=0.9))
+                              memory_fraction=0.92))
         assert lines[fmt][32768] == e.max_concurrency
 
 
