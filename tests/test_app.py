@@ -109,9 +109,9 @@ def test_compare_page_shows_capacity_multiplier():
     table = next(d for d in at.dataframe if "capacity_vs_bf16" in d.value.columns).value
     row = table.set_index("format")
     assert row.loc["bf16", "capacity_vs_bf16"] == 1.0
-    # fp8 halves bytes per token; the pool holds twice the tokens up to one block of rounding.
+    # fp8 halves bytes per token; the pool holds twice the tokens within one block of floor rounding either way.
     assert row.loc["fp8_e4m3", "ratio_to_bf16"] == 0.5
-    assert 1.99 < row.loc["fp8_e4m3", "capacity_vs_bf16"] <= 2.0
+    assert 1.99 < row.loc["fp8_e4m3", "capacity_vs_bf16"] < 2.01
 
 
 def test_bad_measurement_report_upload_is_an_error():
