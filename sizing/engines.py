@@ -209,15 +209,10 @@ def _vllm_budget(m: MemoryTerms, fraction: float, headroom: float, release: Rele
 
 
 def _sglang_budget(m: MemoryTerms, fraction: float, headroom: float, release: Release | None) -> Budget:
-    # model_runner.profile_max_num_token: rest = free_after_weights − free_at_init × (1 − mem_fraction_static),
-    # free_at_init = total − init overhead (context, NCCL), free_after_weights = free_at_init − weights − non_torch.
-    init = release.sglang_reserve.init_overhead_bytes if release and release.sglang_reserve else 0
-    free_init = m.total_bytes - init
-    kept = free_init - int(free_init * fraction)
-    kv = free_init - m.weights_bytes - m.non_torch_bytes - kept
-    return Budget(kv, kept - m.activation_bytes - m.cuda_graph_bytes + init, m.total_bytes - kept - init,
-                  "free_at_start × mem_fraction_static − weights − non_torch (activation and CUDA graphs live "
-                  "in the rest)")
+    usable = int(m.total_bytes * fraction)
+    kv = usable - m.weights_bytes - m.non_torch_bytes
+    return Budget(kv, m.total_bytes - usable - m.activation_bytes - m.cuda_graph_bytes, usable,
+                  "mem_fraction_static × total − weights − non_torch (activation and CUDA graphs live in the rest)")
 
 
 def _trtllm_budget(m: MemoryTerms, fraction: float, headroom: float, release: Release | None) -> Budget:

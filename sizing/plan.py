@@ -199,10 +199,6 @@ def profiling_model(engine: Engine):
     return release.activation, release
 
 
-def non_torch_bytes(engine: Engine, tp: int, pp: int) -> int:
-    return profiling_model(engine)[1].non_torch_bytes(tp, pp)
-
-
 def units_for(pool: Pool, budget_bytes: int) -> int:
     if pool.unit_bytes == 0:
         return 0
@@ -424,10 +420,6 @@ def _fit(s: Scenario, engine: Engine, budget: Budget, pool: Pool, kv_budget: int
 ESTIMATE_SCHEMA = "kvsize.estimate/1"
 
 
-def _gib2(n: int) -> str:
-    return f"{n / GiB:.2f}"  # the engines print GiB to two decimals
-
-
 def engine_log_lines(e: Estimate) -> tuple[str, ...]:
     """The lines the engine prints at startup for this plan, worded as the engine words them, so a
     log can be held against them line by line (vLLM: gpu_worker.py and kv_cache_utils.py; SGLang:
@@ -437,16 +429,16 @@ def engine_log_lines(e: Estimate) -> tuple[str, ...]:
         return ()
     if name == "vllm":
         budget = e.first_stage_kv_budget_bytes if e.first_stage_kv_budget_bytes is not None else e.kv_budget_bytes
-        return (f"Available KV cache memory: {_gib2(budget)} GiB",
+        return (f"Available KV cache memory: {_gib(budget)}",
                 f"GPU KV cache size: {e.max_tokens:,} tokens",
                 f"Maximum concurrency for {e.max_model_len:,} tokens per request: {e.max_concurrency_ratio:.2f}x")
     allocated = e.breakdown.kv_payload_bytes + e.breakdown.kv_metadata_bytes
     if name == "sglang":
-        half = _gib2(allocated // 2)
+        half = f"{allocated // 2 / GiB:.2f} GB"  # SGLang divides by 2^30 and writes GB
         return (f"max_total_num_tokens={e.max_tokens}",
-                f"KV Cache is allocated. #tokens: {e.max_tokens}, K size: {half} GB, V size: {half} GB")
+                f"KV Cache is allocated. #tokens: {e.max_tokens}, K size: {half}, V size: {half}")
     if name == "trtllm":
-        return (f"[MemUsageChange] Allocated {_gib2(allocated)} GiB for max tokens in paged KV cache "
+        return (f"[MemUsageChange] Allocated {_gib(allocated)} for max tokens in paged KV cache "
                 f"({e.max_tokens}).",)
     return ()
 

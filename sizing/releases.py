@@ -8,7 +8,7 @@ range holding that version. Every figure carries its source in the file's `sourc
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from fractions import Fraction
 from functools import cache
 from pathlib import Path
 from typing import Literal
@@ -18,7 +18,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from .errors import KvsizeError
 
 ENGINES_DIR = Path(__file__).resolve().parent.parent / "profiles" / "engines"
-BUDGET_TERMS = ("weights", "activation", "non_torch", "cuda_graphs")
 
 
 class _Strict(BaseModel):
@@ -57,20 +56,9 @@ class CudaGraphModel(_Strict):
     tensor_parallel_bytes: int = Field(ge=0)
 
 
-class SglangReserve(_Strict):
-    """SGLang's default mem_fraction_static: (gpu_mem - reserved) / gpu_mem, gpu_mem in MiB as NVML reports it."""
+class Release(_Strict):
+    """One release range, as its data file holds it."""
 
-    base_mib: float = Field(ge=0)
-    per_prefill_token_mib: float = Field(ge=0)
-    per_graph_batch_mib: float = Field(ge=0)
-    per_gpu_mib: float = Field(ge=0)  # times tp x pp
-    floor_mib_above_60gib: float = Field(ge=0)
-    chunked_prefill_by_gpu_mib: tuple[tuple[int, int], ...]  # (below this many MiB, chunked_prefill_size)
-    graph_batch_by_gpu_mib: tuple[tuple[int, int, int], ...]  # (below MiB, max bs at tp < 4, at tp >= 4)
-    init_overhead_bytes: int = Field(ge=0)  # CUDA context and NCCL before the free-memory reading
-
-
-class ReleaseFile(_Strict):
     engine: Literal["vllm", "sglang", "trtllm", "lmdeploy", "llamacpp"]
     release: str = Field(min_length=1)
     first_version: str = Field(pattern=r"^\d+(\.\d+){1,3}$")
@@ -78,45 +66,17 @@ class ReleaseFile(_Strict):
     label: str = Field(min_length=1)
     memory_fraction_default: float = Field(ge=0, le=1)
     block_size_default: int = Field(gt=0)
-    batch_defaults: list[BatchDefault] = Field(min_length=1)
+    batch_defaults: tuple[BatchDefault, ...] = Field(min_length=1)
     profile_tokens: Literal["max_num_batched_tokens", "v0_unchunked"]
     requested_memory: Literal["ceil", "floor"]
-    subtracts: list[Literal["weights", "activation", "non_torch", "cuda_graphs"]]
-    activation: ProfilingRunModel
-    non_torch: NonTorchModel
-    cuda_graph_bytes: CudaGraphModel
-    sglang_reserve: SglangReserve | None = None
-    sources: dict[str, str]
-
-
-def version_key(text: str) -> tuple[int, ...]:
-    parts = str(text).strip().lstrip("v").split(".")
-    try:
-        return tuple(int(p) for p in parts)
-    except ValueError:
-        raise KvsizeError(f"engine version {text!r} must look like 0.19 or 0.19.1") from None
-
-
-@dataclass(frozen=True)
-class Release:
-    """A validated release range, as plain frozen values (hashable, so estimates can cache on it)."""
-
-    engine: str
-    release: str
-    first_version: str
-    last_version: str
-    label: str
-    memory_fraction_default: float
-    block_size_default: int
-    batch_defaults: tuple[BatchDefault, ...]
-    profile_tokens: str
-    requested_memory: str
-    subtracts: frozenset[str]
+    subtracts: frozenset[Literal["weights", "activation", "non_torch", "cuda_graphs"]]
     activation: ProfilingRunModel
     non_torch: NonTorchModel
     cuda_graphs: CudaGraphModel
-    sglang_reserve: SglangReserve | None
-    sources: tuple[tuple[str, str], ...]
+    sources: dict[str, str]
+
+    def __hash__(self) -> int:  # estimates cache on the engine; one file per (engine, release)
+        return hash((self.engine, self.release))
 
     @property
     def name(self) -> str:
@@ -145,17 +105,16 @@ class Release:
 
     def requested(self, total_bytes: int, fraction: float) -> int:
         """total x fraction as the engine rounds it."""
-        from fractions import Fraction
-
         exact = Fraction(total_bytes) * Fraction(str(fraction))
         return -(-exact.numerator // exact.denominator) if self.requested_memory == "ceil" else int(exact)
 
 
-def _to_release(f: ReleaseFile) -> Release:
-    return Release(f.engine, f.release, f.first_version, f.last_version, f.label, f.memory_fraction_default,
-                   f.block_size_default, tuple(f.batch_defaults), f.profile_tokens, f.requested_memory,
-                   frozenset(f.subtracts), f.activation, f.non_torch, f.cuda_graph_bytes, f.sglang_reserve,
-                   tuple(sorted(f.sources.items())))
+def version_key(text: str) -> tuple[int, ...]:
+    parts = str(text).strip().lstrip("v").split(".")
+    try:
+        return tuple(int(p) for p in parts)
+    except ValueError:
+        raise KvsizeError(f"engine version {text!r} must look like 0.19 or 0.19.1") from None
 
 
 @cache
@@ -164,7 +123,7 @@ def releases(engine: str) -> tuple[Release, ...]:
     out = []
     for path in sorted(ENGINES_DIR.glob(f"{engine}-*.json")):
         try:
-            out.append(_to_release(ReleaseFile.model_validate(json.loads(path.read_text()))))
+            out.append(Release.model_validate(json.loads(path.read_text())))
         except (ValidationError, json.JSONDecodeError) as e:
             first = " ".join(str(e).splitlines()[0:3])
             raise KvsizeError(f"engine profile {path.name} is invalid: {first}") from None
