@@ -111,18 +111,19 @@ def _wait_for_metric(page, label: str, expected: str) -> str:
 def test_changing_model_and_format_changes_the_headline(page, app_url):
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.goto(f"{app_url}/?model=llama-3.1-8b&gpu=h100-sxm&engine=vllm&ctx=32768&conc=8")
-    default = estimate(scenario("llama-3.1-8b", max_model_len=32768, concurrency=8, memory_fraction=0.9))
+    # the app starts from the newest vLLM release's default utilization, 0.92 (vllm/config/cache.py, 0.21+)
+    default = estimate(scenario("llama-3.1-8b", max_model_len=32768, concurrency=8, memory_fraction=0.92))
     assert _wait_for_metric(page, "Max concurrency", f"{default.max_concurrency:,}") == f"{default.max_concurrency:,}"
     page.screenshot(path=str(SCREENSHOTS / "plan-llama-3.1-8b-bf16.png"), full_page=True)
 
     _choose(page, "Model", "qwen3-8b")
-    qwen = estimate(scenario("qwen3-8b", max_model_len=32768, concurrency=8, memory_fraction=0.9))
+    qwen = estimate(scenario("qwen3-8b", max_model_len=32768, concurrency=8, memory_fraction=0.92))
     assert _wait_for_metric(page, "Max concurrency", f"{qwen.max_concurrency:,}") == f"{qwen.max_concurrency:,}"
 
     _choose(page, "K cache format", "fp8_e4m3")
     _choose(page, "V cache format", "fp8_e4m3")
     fp8 = estimate(scenario("qwen3-8b", k_cache_dtype="fp8_e4m3", v_cache_dtype="fp8_e4m3", max_model_len=32768,
-                            concurrency=8, memory_fraction=0.9))
+                            concurrency=8, memory_fraction=0.92))
     # Qwen3-8B: 36 layers x 8 KV heads x 128 (its config.json); fp8 halves the 147,456 B of bf16 per token.
     assert fp8.kv_bytes_per_token == 73_728
     assert _wait_for_metric(page, "KV bytes per token", "73,728") == "73,728"
