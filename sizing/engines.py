@@ -85,7 +85,7 @@ class VllmPool:
             unit = sum(spec.page_bytes(block_size) for spec in specs.values())
             groups = tuple(next(iter(by_type.values()))[:1]) if by_type else ()
             return cls(layout, block_size, max_num_batched_tokens, unit, max(1, len(specs)), groups,
-                       layout.layer_bytes())
+                       layout.pool_fixed_bytes())
         pages = Counter(spec.page_bytes(block_size) for spec in specs.values())
         if len(pages) > 1:
             raise KvsizeError(
@@ -99,7 +99,7 @@ class VllmPool:
         groups = tuple(layers[0] for layers in by_type.values() for _ in range(cdiv(len(layers), group_size)))
         page = next(iter(pages))
         return cls(layout, block_size, max_num_batched_tokens, page * group_size, group_size, groups,
-                   layout.layer_bytes())
+                   layout.pool_fixed_bytes())
 
     def request_units(self, context_len: int) -> int:
         if not self.groups:
@@ -132,7 +132,7 @@ class UniformBlockPool:
     @classmethod
     def build(cls, layout: CacheLayout, block_size: int) -> UniformBlockPool:
         unit = sum(spec.page_bytes(block_size) for spec in layout.kv.values())
-        return cls(layout, block_size, unit, layout.layer_bytes())
+        return cls(layout, block_size, unit, layout.pool_fixed_bytes())
 
     def request_units(self, context_len: int) -> int:
         return cdiv(context_len, self.block_size) if self.layout.kv else 0
@@ -161,7 +161,7 @@ class ExactPool:
     def build(cls, layout: CacheLayout, pad: int = 1) -> ExactPool:
         payload, metadata = layout.token_bytes()
         per_token = _ceil(payload) + _ceil(metadata)
-        return cls(layout, pad, layout.layer_bytes(), per_token)
+        return cls(layout, pad, layout.pool_fixed_bytes(), per_token)
 
     def request_units(self, context_len: int) -> int:
         p, m = self.layout.sequence_bytes(cdiv(context_len, self.pad) * self.pad)

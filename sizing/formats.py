@@ -103,9 +103,12 @@ class OutliersPerRow:
 
 @dataclass(frozen=True)
 class PerLayer:
-    """`count` elements per layer and side, whatever the tokens (per-tensor scales, codebooks)."""
+    """`count` elements per layer and side, whatever the tokens (per-tensor scales, codebooks).
+    `parameter`: the engine keeps it as a parameter of the attention layer, loaded with the
+    weights, not in the KV pool (vLLM's k_scale and v_scale, vllm/attention/layer.py)."""
 
     count: int = 1
+    parameter: bool = False
     per_head = False
 
     def elements(self, tokens: int, head_dim: int) -> int:
@@ -166,6 +169,13 @@ class SideLayout:
         """Bytes stored once per layer and side, independent of tokens and sequences."""
         return sum(
             c.bytes_for(0, head_dim, 1) for c in self.components if not c.granularity.per_head
+        )
+
+    def parameter_bytes(self, head_dim: int) -> int:
+        """The part of layer_bytes that the engine keeps with the weights, not in the KV pool."""
+        return sum(
+            c.bytes_for(0, head_dim, 1) for c in self.components
+            if not c.granularity.per_head and c.granularity.parameter
         )
 
     def token_bytes(self, head_dim: int) -> tuple[Fraction, Fraction]:
@@ -241,11 +251,11 @@ def _plain(name: str, bits: int, dtype: str, engines: tuple[str, ...], source: s
 
 
 def _fp8_per_tensor(name: str, dtype: str, aliases: tuple[str, ...] = ()) -> KVFormat:
-    side = SideLayout((_values(8, dtype), Component("scale", "fp32", 32, PerLayer())))
+    side = SideLayout((_values(8, dtype), Component("scale", "fp32", 32, PerLayer(parameter=True))))
     return KVFormat(
         name, "vllm", side, side,
-        source="vLLM docs, Quantized KV Cache (FP8 E4M3/E5M2, one fp32 k_scale and v_scale per attention layer); "
-               "vllm/attention/layer.py",
+        source="vLLM docs, Quantized KV Cache (FP8 E4M3/E5M2, one fp32 k_scale and v_scale per attention layer, "
+               "kept as layer parameters beside the weights, not in the KV pool); vllm/attention/layer.py",
         engines=("vllm", "sglang", "trtllm", "ideal"),
         summary=f"{dtype} values, one fp32 scale per layer for K and one for V",
         quality="near-lossless: vLLM and TensorRT-LLM docs report negligible accuracy loss for FP8 KV cache",
@@ -352,7 +362,7 @@ def _nvfp4() -> KVFormat:
     side = SideLayout((
         _values(4, "e2m1"),
         Component("block scale", "fp8_e4m3", 8, PerValueGroup(16)),
-        Component("global scale", "fp32", 32, PerLayer()),
+        Component("global scale", "fp32", 32, PerLayer(parameter=True)),
     ))
     return KVFormat(
         "nvfp4", "vllm", side, side,

@@ -69,6 +69,10 @@ class FullAttentionSpec:
         """Bytes stored once per layer (per-tensor scales, codebooks)."""
         return sum(side.layer_bytes(self.head_dim) for side in self._sides())
 
+    def parameter_bytes(self) -> int:
+        """The part of layer_bytes kept as layer parameters, outside the KV pool."""
+        return sum(side.parameter_bytes(self.head_dim) for side in self._sides())
+
     def sequence_extra_bytes(self) -> int:
         """Per-sequence bytes beyond whole pages: full-precision recent tokens (KIVI)."""
         extra = 0
@@ -166,7 +170,17 @@ class CacheLayout:
 
     @lru_cache(maxsize=8192)  # noqa: B019
     def layer_bytes(self) -> int:
+        """Every tensor stored once per layer, in the pool or beside the weights."""
         return sum(spec.layer_bytes() for spec in self.kv.values())
+
+    @lru_cache(maxsize=8192)  # noqa: B019
+    def parameter_bytes(self) -> int:
+        """Per-layer tensors kept as layer parameters (loaded with the weights, not in the pool)."""
+        return sum(spec.parameter_bytes() for spec in self.kv.values())
+
+    def pool_fixed_bytes(self) -> int:
+        """Per-layer tensors the KV pool itself holds."""
+        return self.layer_bytes() - self.parameter_bytes()
 
 
 @dataclass(frozen=True)

@@ -311,7 +311,8 @@ def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index
 
     wfmt = resolve_weights_dtype(s.weights_dtype, shape)
     first, last = index == 0, index == num_stages - 1
-    weights = _weights(shape, wfmt, tp, stage, first, last) + s.extra_weights_bytes
+    # Per-tensor KV scales are attention-layer parameters, loaded with the weights.
+    weights = _weights(shape, wfmt, tp, stage, first, last) + layout.parameter_bytes() + s.extra_weights_bytes
     run, rules = profiling_model(engine)
     rows = min(s.max_num_seqs, s.max_num_batched_tokens)
     act = _activation(shape, run, s.max_num_batched_tokens, rows, tp, stage, first, last,
@@ -335,14 +336,14 @@ def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index
     page_payload, page_metadata = pool.payload_share()
     allocated = units * pool.unit_bytes
     kv_payload = allocated * page_payload // max(1, page_payload + page_metadata)
-    kv_metadata = allocated - kv_payload + (layout.layer_bytes() if units else 0)
+    kv_metadata = allocated - kv_payload + (layout.pool_fixed_bytes() if units else 0)
     seq_payload, seq_metadata = layout.sequence_bytes(max_model_len)
     request_units = pool.request_units(max_model_len)
     mc = max_concurrency(pool, kv_budget, max_model_len, state)
     ratio = units_for(pool, kv_budget - state) / request_units if request_units else 0.0
     limit = max(shape.max_position_embeddings, max_model_len)
     mctx = max_context(pool, kv_budget, s.concurrency, state, limit)
-    free = kv_budget - state_reserved - allocated - (layout.layer_bytes() if units else 0)
+    free = kv_budget - state_reserved - allocated - (layout.pool_fixed_bytes() if units else 0)
     breakdown = Breakdown(
         total_bytes=s.gpu_memory_bytes,
         weights_bytes=weights,
@@ -366,7 +367,7 @@ def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index
         kv_heads_per_gpu=1 if shape.is_mla else kv_heads_per_rank(shape.num_kv_heads, tp),
         kv_layers=len(layout.kv), pipeline_stage=index, max_model_len=max_model_len,
         kv_payload_bytes_per_token=_ceil(payload_tok), kv_metadata_bytes_per_token=_ceil(metadata_tok),
-        kv_layer_fixed_bytes=layout.layer_bytes(),
+        kv_layer_fixed_bytes=layout.pool_fixed_bytes(),
         kv_bytes_per_sequence=seq_payload + seq_metadata,
         kv_reserved_bytes_per_sequence=request_units * pool.unit_bytes,
         recurrent_state_bytes_per_sequence=state,

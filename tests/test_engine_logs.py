@@ -96,3 +96,17 @@ def test_engine_version_picks_the_release():
     assert get_engine("vllm@0.10").release.name == "vllm@0.16"
     with pytest.raises(KvsizeError, match="no rules for that version"):
         get_engine("vllm@0.1")
+
+
+def test_per_tensor_fp8_scales_are_layer_parameters_not_pool_memory():
+    # vLLM keeps k_scale and v_scale as attention-layer parameters (vllm/attention/layer.py), so
+    # --kv-cache-memory 10GiB with fp8 KV on Llama-3.1-8B gives 10 GiB / 1 MiB pages = 10,240 blocks
+    # (32 layers x 8 KV heads x 128 x 2 sides x 16 tokens x 1 byte = 1 MiB, configs/Llama-3.1-8B.json).
+    from tests.helpers import scenario
+
+    e = estimate(scenario("llama-3.1-8b", "h100-sxm", k_cache_dtype="fp8", v_cache_dtype="fp8",
+                          kv_cache_memory_bytes=10 * GiB, max_model_len=8192))
+    assert e.num_blocks == 10_240
+    assert e.kv_layer_fixed_bytes == 0
+    bf16 = estimate(scenario("llama-3.1-8b", "h100-sxm", max_model_len=8192))
+    assert e.breakdown.weights_bytes - bf16.breakdown.weights_bytes == 32 * 2 * 4  # fp32 k_scale + v_scale
