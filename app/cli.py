@@ -250,6 +250,7 @@ def scenario_from_args(args: argparse.Namespace, model: str, gpu: str, engine: s
         max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
         non_torch_bytes=args.non_torch_memory, cuda_graph_bytes=args.cuda_graph_memory,
         layer_kv_dtype=args.layer_kv_dtype, gpu_multiprocessors=gpu_row.multiprocessors,
+        gpu_nvml_mib=gpu_row.nvml_memory_mib if args.gpu_memory is None else None,
         format_options=FormatOptions(args.kivi_group, args.kivi_residual,
                                      Fraction(args.kvquant_outliers).limit_denominator(10**6)),
     )
@@ -369,7 +370,7 @@ def cmd_check_log(args: argparse.Namespace) -> int:
         pipeline_parallel_size=int(st.get("pipeline_parallel_size", 1)), max_model_len=st.get("max_model_len"),
         memory_fraction=st.get("gpu_memory_utilization", st.get("memory_fraction")),
         weights_dtype=args.weights_dtype, max_num_batched_tokens=st.get("max_num_batched_tokens"),
-        max_num_seqs=st.get("max_num_seqs"), gpu_multiprocessors=g.multiprocessors,
+        max_num_seqs=st.get("max_num_seqs"), gpu_multiprocessors=g.multiprocessors, gpu_nvml_mib=g.nvml_memory_mib,
         dtype="float32" if dtype == "float32" else "auto",
     )
     result = compare_log(run, scenario)

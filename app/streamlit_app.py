@@ -92,7 +92,7 @@ def read_scenario() -> Scenario | None:
         g = gpu_profile(gpu)
         return Scenario(
             model_name=name, shape=shape, gpu_name=g.name, gpu_memory_bytes=g.memory_bytes, engine=engine,
-            gpu_multiprocessors=g.multiprocessors,
+            gpu_multiprocessors=g.multiprocessors, gpu_nvml_mib=g.nvml_memory_mib,
             k_cache_dtype=k_fmt, v_cache_dtype=v_fmt, tensor_parallel_size=int(tp), pipeline_parallel_size=int(pp),
             max_model_len=int(context), concurrency=int(concurrency),
             memory_fraction=fraction if ENGINES[engine].fraction_option else None, headroom=headroom,

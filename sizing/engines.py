@@ -209,10 +209,14 @@ def _vllm_budget(m: MemoryTerms, fraction: float, headroom: float, release: Rele
 
 
 def _sglang_budget(m: MemoryTerms, fraction: float, headroom: float, release: Release | None) -> Budget:
-    usable = int(m.total_bytes * fraction)
-    kv = usable - m.weights_bytes - m.non_torch_bytes
-    return Budget(kv, m.total_bytes - usable - m.activation_bytes - m.cuda_graph_bytes, usable,
-                  "mem_fraction_static × total − weights − non_torch (activation and CUDA graphs live in the rest)")
+    # profile_max_num_token: rest = free after weights − free_at_start × (1 − f), where free_at_start
+    # is read after the CUDA context and NCCL are up (non_torch here), before the weights load.
+    free_at_start = m.total_bytes - m.non_torch_bytes
+    usable = int(free_at_start * fraction)
+    kv = usable - m.weights_bytes
+    return Budget(kv, free_at_start - usable - m.activation_bytes - m.cuda_graph_bytes, usable,
+                  "mem_fraction_static × (total − non_torch at start) − weights "
+                  "(activation and CUDA graphs live in the rest)")
 
 
 def _trtllm_budget(m: MemoryTerms, fraction: float, headroom: float, release: Release | None) -> Budget:
@@ -275,6 +279,10 @@ class Engine:
     @property
     def memory_fraction_default(self) -> float:
         return self.release.memory_fraction_default if self.release else self.fraction_default
+
+    def default_fraction(self, gpu_mib: int, tp: int, pp: int) -> float:
+        """The fraction the engine picks without one from the user (SGLang's depends on the GPU)."""
+        return self.release.default_fraction(gpu_mib, tp, pp) if self.release else self.fraction_default
 
     @property
     def block_size_default(self) -> int:

@@ -43,6 +43,7 @@ class GpuOffer:
     usd_per_hour: float
     price_source: str
     multiprocessors: int | None = None
+    nvml_memory_mib: int | None = None  # nvidia-smi's total, which SGLang's default fraction reads
 
     @classmethod
     def from_profile(cls, gpu_id: str, profile, usd_per_hour: float | None = None) -> GpuOffer:
@@ -52,7 +53,7 @@ class GpuOffer:
         source = "given with --price" if usd_per_hour is not None else f"{profile.price_source} ({profile.price_date})"
         return cls(gpu_id, profile.name, profile.memory_bytes, profile.hbm_bandwidth_gb_s, profile.bf16_dense_tflops,
                    usd_per_hour if usd_per_hour is not None else profile.price_usd_per_hour, source,
-                   profile.multiprocessors)
+                   profile.multiprocessors, profile.nvml_memory_mib)
 
 
 @dataclass(frozen=True)
@@ -181,6 +182,7 @@ def plan_candidate(base: Scenario, candidate: Candidate, workload: Workload, eff
     g = candidate.gpu
     draft_weights, draft_layout = _draft_terms(draft, tp)
     scenario = replace(base, gpu_name=g.name, gpu_memory_bytes=g.memory_bytes, gpu_multiprocessors=g.multiprocessors,
+                       gpu_nvml_mib=g.nvml_memory_mib,
                        k_cache_dtype=candidate.kv_format,
                        v_cache_dtype=candidate.kv_format, tensor_parallel_size=tp, pipeline_parallel_size=1,
                        max_model_len=longest, concurrency=1, extra_weights_bytes=draft_weights)
@@ -374,7 +376,8 @@ def plan_serve_command(plan: FleetPlan, base: Scenario, chosen: CandidatePlan, m
     engine = get_engine(plan.engine)
     fmt = get_format(chosen.candidate.kv_format, base.shape.serving_dtype).name
     longest = max(b.max_context_tokens for b in plan.workload.mix())
-    fraction = base.memory_fraction if base.memory_fraction is not None else engine.memory_fraction_default
+    fraction = base.memory_fraction if base.memory_fraction is not None else engine.default_fraction(
+        base.nvml_mib, chosen.candidate.tensor_parallel_size, base.pipeline_parallel_size)
     settings = ServeSettings(
         model=model_id or base.model_name, kv_format=fmt, serving_dtype=base.shape.serving_dtype,
         tensor_parallel_size=chosen.candidate.tensor_parallel_size, max_model_len=longest,

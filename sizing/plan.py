@@ -13,7 +13,10 @@ from .layers import CacheLayout, build_layout, kv_heads_per_rank, parse_layer_ov
 from .memory import ActivationEstimate, profiling_peak, resolve_weights_dtype, weight_bytes
 from .releases import find_release
 from .shape import DTYPE_NAMES, ModelShape
-from .units import GiB
+from .units import GiB, MiB
+
+# NVML's total less CUDA's, measured on the H100 80GB HBM3 (85,520,809,984 − 85,017,493,504 B).
+NVML_CUDA_GAP_BYTES = 503_316_480
 
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # vLLM v1 default for the OpenAI server on data-center GPUs
 DEFAULT_MAX_NUM_SEQS = 256
@@ -47,6 +50,14 @@ class Scenario:
     extra_weights_bytes: int = 0  # other models on the GPU, e.g. a speculative-decoding draft (per GPU)
     gpu_multiprocessors: int | None = None  # SMs: the Triton sampler's buffer has one row per SM
     dtype: str = "auto"  # the engine's --dtype (the model's compute dtype); auto: the engine's rule
+    gpu_nvml_mib: int | None = None  # nvidia-smi's total, which SGLang's default fraction reads
+
+    @property
+    def nvml_mib(self) -> int:
+        """nvidia-smi's total in MiB; without a profile, CUDA's total plus the gap measured on the H100."""
+        if self.gpu_nvml_mib is not None:
+            return self.gpu_nvml_mib
+        return (self.gpu_memory_bytes + NVML_CUDA_GAP_BYTES) // MiB
 
     def validated(self) -> Scenario:
         for name, value, low in (
@@ -195,8 +206,9 @@ def _activation(shape, run, tokens, rows, tp, stage, first, last, sms) -> Activa
 
 def profiling_model(engine: Engine):
     """The engine release's profiling-run model; engines without release files use vLLM's newest."""
-    release = engine.release or find_release("vllm", None)
-    return release.activation, release
+    newest = find_release("vllm", None)
+    release = engine.release or newest
+    return release.activation or newest.activation, release
 
 
 def units_for(pool: Pool, budget_bytes: int) -> int:
@@ -305,7 +317,8 @@ def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index
             f"{shape.max_position_embeddings}; quality beyond it is not assured"
         )
     block_size = s.block_size or engine.block_size_default
-    fraction = s.memory_fraction if s.memory_fraction is not None else engine.memory_fraction_default
+    fraction = s.memory_fraction if s.memory_fraction is not None else engine.default_fraction(
+        s.nvml_mib, tp, s.pipeline_parallel_size)
     layout = _layout(shape, k_name, v_name, tp, stage, s.layer_kv_dtype, s.format_options)
     pool = _pool(engine, layout, block_size, s.max_num_batched_tokens)
 

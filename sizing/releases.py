@@ -8,6 +8,7 @@ range holding that version. Every figure carries its source in the file's `sourc
 from __future__ import annotations
 
 import json
+import re
 from fractions import Fraction
 from functools import cache
 from pathlib import Path
@@ -56,8 +57,84 @@ class CudaGraphModel(_Strict):
     tensor_parallel_bytes: int = Field(ge=0)
 
 
+class GpuBucket(_Strict):
+    """SGLang's settings for GPUs below `below_mib` of nvidia-smi memory (None: every larger GPU)."""
+
+    below_mib: int | None = Field(default=None, gt=0)
+    chunked_prefill_size: int = Field(gt=0)
+    cuda_graph_max_bs: int = Field(gt=0)  # below TP 4
+    cuda_graph_max_bs_tp4: int = Field(gt=0)  # TP 4 and more
+    reserve_mib: float = Field(default=0, ge=0)  # flat reserve of this bucket (SGLang 0.4.8-0.5.2)
+    reserve_mib_per_rank: float = Field(default=0, ge=0)  # times TP x PP
+
+
+class FractionByParallelSize(_Strict):
+    """mem_fraction_static from a table by TP x PP, raised on GPUs above large_gpu_above_mib."""
+
+    kind: Literal["by_parallel_size"]
+    table_max_gpu_mib: int = Field(gt=0)  # the table applies up to this nvidia-smi total
+    fractions: tuple[tuple[int, float], ...] = Field(min_length=1)  # (least TP x PP, fraction), largest first
+    otherwise: float = Field(gt=0, le=1)
+    large_gpu_above_mib: int = Field(gt=0)
+    large_gpu_bump_mib: int = Field(ge=0)
+    large_gpu_reserve_mib: int = Field(ge=0)
+
+    def fraction(self, gpu_mib: int, tp: int, pp: int) -> float:
+        parallel = tp * pp
+        f = self.otherwise
+        if gpu_mib <= self.table_max_gpu_mib:
+            f = next((v for least, v in self.fractions if parallel >= least), self.otherwise)
+        if gpu_mib > self.large_gpu_above_mib:
+            f = min(f + self.large_gpu_bump_mib * (1 - f) / gpu_mib,
+                    (gpu_mib - self.large_gpu_reserve_mib) / gpu_mib)
+        return f
+
+
+class FractionByReserve(_Strict):
+    """mem_fraction_static = round((gpu − reserve) / gpu, 3) with gpu the nvidia-smi total in MiB and
+    reserve (MiB) = bucket reserve + base + per token × max(chunked prefill, min) + per graph batch ×
+    cuda_graph_max_bs + per rank × TP × PP + per prefill graph × captured prefill sizes, at least
+    floor_mib on GPUs above floor_above_gpu_mib."""
+
+    kind: Literal["reserve"]
+    buckets: tuple[GpuBucket, ...] = Field(min_length=1)
+    base_mib: float = Field(ge=0)
+    mib_per_prefill_token: float = Field(ge=0)
+    min_prefill_tokens: int = Field(ge=0)
+    mib_per_graph_batch: float = Field(ge=0)
+    mib_per_rank: float = Field(ge=0)
+    mib_per_prefill_graph: float = Field(ge=0)  # piecewise prefill CUDA graphs, one per captured size
+    floor_mib: float = Field(ge=0)
+    floor_above_gpu_mib: int = Field(ge=0)
+
+    def bucket(self, gpu_mib: int) -> GpuBucket:
+        return next((b for b in self.buckets if b.below_mib is None or gpu_mib < b.below_mib), self.buckets[-1])
+
+    def fraction(self, gpu_mib: int, tp: int, pp: int) -> float:
+        b = self.bucket(gpu_mib)
+        parallel = tp * pp
+        graph_bs = b.cuda_graph_max_bs_tp4 if tp >= 4 else b.cuda_graph_max_bs
+        reserve = (b.reserve_mib + b.reserve_mib_per_rank * parallel + self.base_mib
+                   + self.mib_per_prefill_token * max(b.chunked_prefill_size, self.min_prefill_tokens)
+                   + self.mib_per_graph_batch * graph_bs + self.mib_per_rank * parallel
+                   + self.mib_per_prefill_graph * len(prefill_graph_sizes(b.chunked_prefill_size)))
+        if gpu_mib > self.floor_above_gpu_mib:
+            reserve = max(reserve, self.floor_mib)
+        return round((gpu_mib - reserve) / gpu_mib, 3)
+
+
+def prefill_graph_sizes(max_tokens: int) -> list[int]:
+    """The token counts SGLang captures piecewise prefill graphs for (server_args.py,
+    _generate_piecewise_cuda_graph_tokens)."""
+    sizes = (list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32))
+             + list(range(576, 1025, 64)) + list(range(1280, 4097, 256)) + list(range(4608, max_tokens + 1, 512)))
+    return [x for x in sizes if x <= max_tokens]
+
+
 class Release(_Strict):
-    """One release range, as its data file holds it."""
+    """One release range, as its data file holds it. Engines without a profiling run of their own
+    (SGLang, TensorRT-LLM, ...) leave the vLLM-only fields out; the activation and CUDA graphs shown
+    beside their budget then come from the newest vLLM release's model."""
 
     engine: Literal["vllm", "sglang", "trtllm", "lmdeploy", "llamacpp"]
     release: str = Field(min_length=1)
@@ -65,14 +142,15 @@ class Release(_Strict):
     last_version: str = Field(pattern=r"^\d+(\.\d+){1,3}$")
     label: str = Field(min_length=1)
     memory_fraction_default: float = Field(ge=0, le=1)
+    memory_fraction_rule: FractionByParallelSize | FractionByReserve | None = Field(default=None, discriminator="kind")
     block_size_default: int = Field(gt=0)
-    batch_defaults: tuple[BatchDefault, ...] = Field(min_length=1)
-    profile_tokens: Literal["max_num_batched_tokens", "v0_unchunked"]
-    requested_memory: Literal["ceil", "floor"]
+    batch_defaults: tuple[BatchDefault, ...] | None = Field(default=None, min_length=1)
+    profile_tokens: Literal["max_num_batched_tokens", "v0_unchunked"] | None = None
+    requested_memory: Literal["ceil", "floor"] = "floor"
     subtracts: frozenset[Literal["weights", "activation", "non_torch", "cuda_graphs"]]
-    activation: ProfilingRunModel
+    activation: ProfilingRunModel | None = None
     non_torch: NonTorchModel
-    cuda_graphs: CudaGraphModel
+    cuda_graphs: CudaGraphModel | None = None
     sources: dict[str, str]
 
     def __hash__(self) -> int:  # estimates cache on the engine; one file per (engine, release)
@@ -83,11 +161,20 @@ class Release(_Strict):
         return f"{self.engine}@{self.release}"
 
     def covers(self, version: str) -> bool:
-        """Ranges are whole minor releases: 0.19.1 and 0.19 are both in 0.17-0.20."""
-        minor = version_key(version)[:2]
-        return version_key(self.first_version)[:2] <= minor <= version_key(self.last_version)[:2]
+        """Bounds hold every release they name: 0.19.1 is in 0.17-0.20, 0.4.7.post1 in 0.4.0-0.4.7."""
+        v, lo, hi = version_key(version), version_key(self.first_version), version_key(self.last_version)
+        v = v + (0,) * max(0, len(lo) - len(v))
+        return lo <= v[:len(lo)] and v[:len(hi)] <= hi
 
-    def batch_default(self, gpu_bytes: int, gpu_name: str) -> BatchDefault:
+    def default_fraction(self, gpu_mib: int, tp: int, pp: int) -> float:
+        """The memory fraction the engine picks when the user sets none."""
+        if self.memory_fraction_rule is None:
+            return self.memory_fraction_default
+        return self.memory_fraction_rule.fraction(gpu_mib, tp, pp)
+
+    def batch_default(self, gpu_bytes: int, gpu_name: str) -> BatchDefault | None:
+        if self.batch_defaults is None:
+            return None
         name = gpu_name.lower()
         for row in self.batch_defaults:
             if gpu_bytes >= row.min_gpu_bytes and not any(x in name for x in row.exclude_gpu_names):
@@ -101,6 +188,8 @@ class Release(_Strict):
         return n.pipeline_bytes if pp > 1 else n.single_gpu_bytes
 
     def cuda_graph_bytes(self, tp: int) -> int:
+        if self.cuda_graphs is None:
+            return find_release("vllm", None).cuda_graph_bytes(tp)
         return self.cuda_graphs.tensor_parallel_bytes if tp > 1 else self.cuda_graphs.single_gpu_bytes
 
     def requested(self, total_bytes: int, fraction: float) -> int:
@@ -110,11 +199,11 @@ class Release(_Strict):
 
 
 def version_key(text: str) -> tuple[int, ...]:
-    parts = str(text).strip().lstrip("v").split(".")
-    try:
-        return tuple(int(p) for p in parts)
-    except ValueError:
-        raise KvsizeError(f"engine version {text!r} must look like 0.19 or 0.19.1") from None
+    """The numeric release (0.4.7.post1 -> (0, 4, 7); 0.19.0+cu128 -> (0, 19, 0))."""
+    m = re.fullmatch(r"v?(\d+(?:\.\d+){0,3})(?:[.+-]?(?:post|rc|dev|a|b)\d*)*(?:\+[\w.]+)?", str(text).strip())
+    if m is None:
+        raise KvsizeError(f"engine version {text!r} must look like 0.19 or 0.19.1 (post, rc and +local tags allowed)")
+    return tuple(int(p) for p in m.group(1).split("."))
 
 
 @cache

@@ -2,10 +2,13 @@
 
 from dataclasses import replace
 
+import pytest
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import scenario
+from sizing.engines import get_engine
 from sizing.plan import concurrency_fits, estimate, _layout, _pool
 from sizing.units import GiB
 
@@ -37,10 +40,28 @@ def test_sglang_token_pool():
 
 
 def test_sglang_budget_rule():
-    # rest = total * mem_fraction_static - weights - non_torch
+    # profile_max_num_token (sglang model_runner.py): rest = free after weights - free_at_start x (1 - f),
+    # free_at_start being total - non_torch (CUDA context, NCCL) = f x free_at_start - weights
     e = estimate(scenario(engine="sglang", max_model_len=8192, memory_fraction=0.85))
     b = e.breakdown
-    assert e.kv_budget_bytes == int(b.total_bytes * 0.85) - b.weights_bytes - b.non_torch_bytes
+    assert e.kv_budget_bytes == int((b.total_bytes - b.non_torch_bytes) * 0.85) - b.weights_bytes
+
+
+@pytest.mark.parametrize("version, gpu, tp, expected", [
+    # sglang 0.4.7 server_args.py: 0.87 at TP 2 on GPUs up to 81920 MiB (H100: 81559 MiB)
+    ("0.4.7", "h100-sxm", 2, 0.87),
+    # 0.4.8-0.5.2: round((24564 - (2.8 + 0.1) x 1024) / 24564, 3) on an RTX 4090
+    ("0.5.2", "rtx-4090", 1, 0.879),
+    # 0.5.3+: reserved = max(512 + 8192 x 1.5 + 256 x 2 + 128, 10240) = 13440 MiB; (81559 - 13440) / 81559
+    ("0.5.5", "h100-sxm", 1, 0.835),
+    # 0.5.12+: plus 8 MiB x 58 piecewise prefill graphs (sizes 4..8192) = 13904 MiB
+    ("0.5.23", "h100-sxm", 1, 0.830),
+])
+def test_sglang_default_mem_fraction_static_by_release(version, gpu, tp, expected):
+    from sizing.profiles import gpu_profile
+
+    g = gpu_profile(gpu)
+    assert get_engine(f"sglang@{version}").default_fraction(g.nvml_memory_mib, tp, 1) == expected
 
 
 def test_trtllm_blocks_of_32_tokens():
