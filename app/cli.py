@@ -187,6 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "whose Hugging Face id the log names)")
     p.add_argument("--gpu", default="h100-sxm", help="bundled GPU id, used where the log gives no GPU total")
     p.add_argument("--weights-dtype", default="auto", help="what the checkpoint stores (auto, bf16, fp8, int8, ...)")
+    p.add_argument("--engine-version", default=None,
+                   help="the engine's version where the log does not print it (SGLang), e.g. 0.4.9")
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.set_defaults(run=cmd_check_log)
 
@@ -351,13 +353,19 @@ def _logged_model(spec: str | None, logged: str | None) -> str:
 
 
 def cmd_check_log(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from sizing.logs import MAX_LOG_BYTES, compare_log, read_log
+    from sizing.releases import version_key
     from sizing.inputs import read_limited
     from sizing.plan import Scenario
     from sizing.profiles import gpu_profile, load_model
 
     text = read_limited(Path(args.log), MAX_LOG_BYTES, "LOG", "an engine startup log").decode("utf-8", "replace")
     run = read_log(text)
+    if args.engine_version:
+        version_key(args.engine_version)  # refuses a malformed version in one line
+        run = dataclasses.replace(run, version=args.engine_version)
     name, shape = load_model(_logged_model(args.model, run.model))
     g = gpu_profile(args.gpu)
     st = run.settings

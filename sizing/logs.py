@@ -98,6 +98,17 @@ def _sglang(text: str) -> LoggedRun:
     k_size = _first(r"K size: ([\d.]+) GB", text, float)
     v_size = _first(r"V size: ([\d.]+) GB", text, float)
     f = {"max_tokens": _first(r"#tokens: (\d+)", text, int) or _first(r"max_total_num_tokens=(\d+)", text, int)}
+    # "Load weight begin. avail mem=X GB" is the free memory profile_max_num_token starts from; the
+    # end line's "mem usage" (or the drop in avail mem) is the weights. SGLang's GB are GiB.
+    begin = _first(r"Load weight begin\. avail mem=([\d.]+) GB", text, float)
+    end = _first(r"Load weight end\..*?avail mem=([\d.]+) GB", text, float)
+    usage = _first(r"Load weight end\..*?mem usage=([\d.]+) GB", text, float)
+    if begin is None and end is not None and usage is not None:
+        begin = end + usage
+    if begin is not None:
+        f["free_at_start_bytes"] = _gib(begin)
+    if usage is not None or (begin is not None and end is not None):
+        f["weights_bytes"] = _gib(usage if usage is not None else begin - end)
     if k_size is not None and v_size is not None:
         f["kv_budget_bytes"] = _gib(k_size + v_size)  # SGLang divides by 1 << 30 and calls it GB
     return LoggedRun("sglang", _first(r"sglang[ =v]+(\d+\.\d+\.\d+)", text), _first(r"model_path='([^']+)'", text),
@@ -105,8 +116,12 @@ def _sglang(text: str) -> LoggedRun:
 
 
 def _trtllm(text: str) -> LoggedRun:
-    f = {"kv_budget_bytes": _gib(_first(r"Allocated ([\d.]+) GiB for max tokens in paged KV cache", text, float)),
-         "max_tokens": _first(r"for max tokens in paged KV cache \((\d+)\)", text, int)}
+    # TensorRT-LLM >= 0.9: "[MemUsageChange] Allocated X GiB for max tokens in paged KV cache (N)";
+    # earlier C++ runtime: "Allocate N bytes for k/v cache." and "Using N tokens in paged KV cache."
+    f = {"kv_budget_bytes": _gib(_first(r"Allocated ([\d.]+) GiB for max tokens in paged KV cache", text, float))
+         or _first(r"Allocate (\d+) bytes for k/v cache", text, int),
+         "max_tokens": _first(r"for max tokens in paged KV cache \((\d+)\)", text, int)
+         or _first(r"Using (\d+) tokens in paged KV cache", text, int)}
     s: dict = {}
     fraction = _first(r"free_gpu_memory_fraction=([\d.]+)", text, float)
     if fraction is not None:
@@ -148,13 +163,20 @@ def compare_log(run: LoggedRun, scenario) -> LogComparison:
         get_engine(engine)
     except KvsizeError:
         engine = run.engine  # a version kvsize keeps no rules for: its newest release, said in `rules`
-    e = estimate(replace(scenario, engine=engine))
+    scenario = replace(scenario, engine=engine)
+    free = run.figures.get("free_at_start_bytes")
+    if free is not None and scenario.non_torch_bytes is None:
+        # SGLang logs the free memory it sizes from: what the CUDA context, NCCL and any other
+        # process took before it is then known, not modelled.
+        scenario = replace(scenario, non_torch_bytes=scenario.gpu_memory_bytes - free)
+    e = estimate(scenario)
     b = e.breakdown
     budget = e.first_stage_kv_budget_bytes if e.first_stage_kv_budget_bytes is not None else e.kv_budget_bytes
     predicted = {
         "total_bytes": b.total_bytes, "weights_bytes": b.weights_bytes, "activation_bytes": b.activation_bytes,
         "non_torch_bytes": b.non_torch_bytes, "cuda_graph_bytes": b.cuda_graph_bytes, "kv_budget_bytes": budget,
         "max_tokens": e.max_tokens, "max_concurrency_ratio": round(e.max_concurrency_ratio, 2),
+        "free_at_start_bytes": b.total_bytes - b.non_torch_bytes,
     }
     rows = tuple((k, v, run.figures.get(k)) for k, v in predicted.items() if k in run.figures or k == "kv_budget_bytes")
     return LogComparison(run, e.engine.label, rows)

@@ -138,8 +138,8 @@ class Release(_Strict):
 
     engine: Literal["vllm", "sglang", "trtllm", "lmdeploy", "llamacpp"]
     release: str = Field(min_length=1)
-    first_version: str = Field(pattern=r"^\d+(\.\d+){1,3}$")
-    last_version: str = Field(pattern=r"^\d+(\.\d+){1,3}$")
+    first_version: str = Field(pattern=r"^\d+(\.\d+){0,3}$")  # llama.cpp numbers builds: b6000 -> 6000
+    last_version: str = Field(pattern=r"^\d+(\.\d+){0,3}$")
     label: str = Field(min_length=1)
     memory_fraction_default: float = Field(ge=0, le=1)
     memory_fraction_rule: FractionByParallelSize | FractionByReserve | None = Field(default=None, discriminator="kind")
@@ -199,8 +199,8 @@ class Release(_Strict):
 
 
 def version_key(text: str) -> tuple[int, ...]:
-    """The numeric release (0.4.7.post1 -> (0, 4, 7); 0.19.0+cu128 -> (0, 19, 0))."""
-    m = re.fullmatch(r"v?(\d+(?:\.\d+){0,3})(?:[.+-]?(?:post|rc|dev|a|b)\d*)*(?:\+[\w.]+)?", str(text).strip())
+    """The numeric release (0.4.7.post1 -> (0, 4, 7); 0.19.0+cu128 -> (0, 19, 0); llama.cpp b6000 -> (6000,))."""
+    m = re.fullmatch(r"[vb]?(\d+(?:\.\d+){0,3})(?:[.+-]?(?:post|rc|dev|a|b)\d*)*(?:\+[\w.]+)?", str(text).strip())
     if m is None:
         raise KvsizeError(f"engine version {text!r} must look like 0.19 or 0.19.1 (post, rc and +local tags allowed)")
     return tuple(int(p) for p in m.group(1).split("."))

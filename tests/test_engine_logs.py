@@ -110,3 +110,42 @@ def test_per_tensor_fp8_scales_are_layer_parameters_not_pool_memory():
     assert e.kv_layer_fixed_bytes == 0
     bf16 = estimate(scenario("llama-3.1-8b", "h100-sxm", max_model_len=8192))
     assert e.breakdown.weights_bytes - bf16.breakdown.weights_bytes == 32 * 2 * 4  # fp32 k_scale + v_scale
+
+
+SGLANG_LOGS = [
+    # (fixture, version of its date, GPU, logged max_total_num_tokens) -- tests/fixtures/README.md
+    ("sglang-0.4.4-llama-3.1-8b-fa3.log", "0.4.4", "h100-sxm", 442_750),
+    ("sglang-0.4-llama-3.1-8b-h100.log", "0.4.1", "h100-sxm", 444_500),
+    ("sglang-0.4.9-llama-3.1-8b-24gb.log", "0.4.9", "rtx-4090", 38_141),
+]
+
+
+@pytest.mark.parametrize("log, version, gpu, tokens", SGLANG_LOGS, ids=[r[0] for r in SGLANG_LOGS])
+def test_check_log_on_real_sglang_logs_within_one_percent(log, version, gpu, tokens, capsys):
+    # The release's default mem_fraction_static (0.88 by TP x PP up to 0.4.7; 0.879 from the 24 GB
+    # reserve in 0.4.8+) and f x free-at-start - weights reproduce the logged token count.
+    from app.cli import main
+
+    code = main(["check-log", str(FIXTURES / log), "--model", str(FIXTURES / "configs" / "Llama-3.1-8B-Instruct.json"),
+                 "--engine-version", version, "--gpu", gpu, "--format", "json"])
+    out = json.loads(capsys.readouterr().out)
+    rows = {r["term"]: r for r in out["rows"]}
+    assert code == 0 and out["engine"] == "sglang"
+    assert rows["max_tokens"]["logged"] == tokens
+    assert abs(rows["max_tokens"]["difference_percent"]) < 1.0
+
+
+def test_trtllm_08_log_bytes_per_token_match_llama_2_7b(tmp_path):
+    # NVIDIA/TensorRT-LLM issue #1400 (A100, TensorRT-LLM 0.8): 69,524,783,104 B for 132,608 tokens =
+    # 524,288 B a token, Llama-2-7B's 32 layers x 32 KV heads x 128 x 2 x 2 B in fp16 (configs/Llama-2-7b-hf.json).
+    from sizing.profiles import load_model
+    from sizing.plan import Scenario
+
+    run = read_log((FIXTURES / "trtllm-0.8-llama-2-7b-a100.log").read_text())
+    assert run.engine == "trtllm"
+    assert (run.figures["kv_budget_bytes"], run.figures["max_tokens"]) == (69_524_783_104, 132_608)
+    name, shape = load_model(str(FIXTURES / "configs" / "Llama-2-7b-hf.json"))
+    e = estimate(Scenario(name, shape, "A100", 85_899_345_920, engine="trtllm", max_model_len=4096,
+                          kv_cache_memory_bytes=run.figures["kv_budget_bytes"]))
+    assert e.kv_payload_bytes_per_token == 524_288
+    assert e.max_tokens == 132_608
