@@ -576,7 +576,7 @@ def _read_report(path: str, option: str) -> dict:
 
 def plan_from_args(args: argparse.Namespace):
     """(fleet plan, base scenario, guidance, quality notes, serve command of the cheapest)."""
-    from sizing.fleet import build_candidates, load_draft, plan_fleet
+    from sizing.fleet import build_candidates, load_draft, plan_fleet, unsupported_pairs
     from sizing.formats import get_format
     from sizing.guidance import evaluate_rules, quality_notes
     from sizing.profiles import measured_efficiency
@@ -599,6 +599,8 @@ def plan_from_args(args: argparse.Namespace):
     tps = [_int_or_error(t, "--tp") for t in args.tp]
     formats = [get_format(f, base.shape.serving_dtype, option="--formats").name for f in args.formats]
     candidates = build_candidates(args.gpus, list(dict.fromkeys(formats)), tps, _prices(args.price))
+    for gpu, fmt, why in unsupported_pairs(args.gpus, list(dict.fromkeys(formats))):
+        print(f"kvsize: warning: {fmt} left out on {gpu}: {why}", file=sys.stderr)
     plan = plan_fleet(base, candidates, workload, efficiency, load_draft(workload))
     report = _read_report(args.quality_report, "--quality-report") if args.quality_report else None
     notes = quality_notes(formats, base.shape.serving_dtype, report,

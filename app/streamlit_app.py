@@ -410,7 +410,8 @@ def read_workload_widgets():
 
 def page_fleet(s: Scenario) -> None:
     from app.spreadsheet import xlsx_bytes
-    from sizing.fleet import bucket_rows, build_candidates, candidate_rows, cost_rows, plan_fleet, plan_serve_command
+    from sizing.fleet import (bucket_rows, build_candidates, candidate_rows, cost_rows, plan_fleet,
+                              plan_serve_command, unsupported_pairs)
     from sizing.guidance import evaluate_rules, quality_notes
 
     st.caption(f"{s.model_name} on {s.engine}; the sidebar's engine settings apply. KV is charged at each bucket's "
@@ -433,6 +434,8 @@ def page_fleet(s: Scenario) -> None:
     except KvsizeError as e:
         st.error(str(e))
         return
+    for gpu, fmt, why in unsupported_pairs(gpus, formats):
+        st.info(f"{fmt} left out on {gpu}: {why}")
     rows = candidate_rows(plan)
     best = plan.cheapest
     if best is None:

@@ -343,8 +343,28 @@ def build_candidates(gpu_ids: list[str], formats: list[str], tensor_parallel_siz
     unknown_prices = set(prices) - set(gpu_ids)
     if unknown_prices:
         raise KvsizeError(f"--price names GPUs not in --gpus: {', '.join(sorted(unknown_prices))}")
-    offers = [GpuOffer.from_profile(g, gpu_profile(g), prices.get(g)) for g in gpu_ids]
-    return [Candidate(o, f, tp) for o in offers for f in formats for tp in tensor_parallel_sizes]
+    offers = [(GpuOffer.from_profile(g, gpu_profile(g), prices.get(g)), gpu_profile(g)) for g in gpu_ids]
+    out = [Candidate(o, f, tp) for o, profile in offers for f in formats for tp in tensor_parallel_sizes
+           if f == "auto" or get_format(f).runs_on(profile)]
+    if not out:
+        needs = sorted({flag for f in formats if f != "auto" for flag in get_format(f).needs_gpu})
+        raise KvsizeError(f"no GPU in --gpus ({', '.join(gpu_ids)}) can run --formats {', '.join(formats)}: "
+                          f"they need {', '.join(needs)} (kvsize gpus); add a Blackwell GPU or another format")
+    return out
+
+
+def unsupported_pairs(gpu_ids: list[str], formats: list[str]) -> list[tuple[str, str, str]]:
+    """(GPU, format, why) for the pairs build_candidates leaves out."""
+    from .profiles import gpu_profile
+
+    out = []
+    for g in gpu_ids:
+        profile = gpu_profile(g)
+        for f in formats:
+            if f != "auto" and not get_format(f).runs_on(profile):
+                flags = ", ".join(get_format(f).needs_gpu)
+                out.append((g, f, f"needs {flags}: {profile.nvfp4_source}"))
+    return out
 
 
 def load_draft(workload: Workload) -> Draft | None:

@@ -214,6 +214,12 @@ class KVFormat:
     quality: str = ""
     quality_source: str = ""
     aliases: tuple[str, ...] = field(default=())
+    # GPU profile flags that must all be true for an engine to run the format (nvfp4: "nvfp4_native").
+    needs_gpu: tuple[str, ...] = field(default=())
+
+    def runs_on(self, gpu) -> bool:
+        """Whether a GPU profile has the hardware the format's kernels need."""
+        return all(getattr(gpu, flag, False) for flag in self.needs_gpu)
 
 
 @dataclass(frozen=True)
@@ -370,6 +376,7 @@ def _nvfp4() -> KVFormat:
                "TensorRT-LLM and vLLM NVFP4 KV cache",
         engines=("vllm", "trtllm", "ideal"),
         summary="E2M1 values, one fp8 scale per 16 values, one fp32 scale per layer",
+        needs_gpu=("nvfp4_native",),
         quality="small accuracy loss on Blackwell-era evaluations (under 1% on most benchmarks vs FP8)",
         quality_source="NVIDIA technical blog, 'Optimizing inference with NVFP4 KV cache' (2025)",
     )

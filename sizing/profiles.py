@@ -47,6 +47,8 @@ class GpuProfile(BaseModel):
     bf16_dense_tflops: float = Field(gt=0)
     fp8_dense_tflops: float | None = Field(default=None, gt=0)
     fp8_native: bool
+    nvfp4_native: bool  # FP4 tensor cores for NVIDIA's NVFP4 layout (Blackwell)
+    nvfp4_source: str = Field(min_length=1)
     price_usd_per_hour: float = Field(gt=0)
     price_date: str = Field(pattern=r"^\d{4}-\d{2}(-\d{2})?$")
     price_source: str = Field(min_length=1)

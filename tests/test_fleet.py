@@ -439,3 +439,27 @@ def test_a_tighter_itl_target_never_needs_fewer_gpus(a, b):
         assert not g_tight.fits
     elif g_tight.fits:
         assert g_tight.gpus >= g_loose.gpus
+
+
+def test_plan_never_offers_nvfp4_kv_on_gpus_without_fp4():
+    # NVFP4 KV kernels need Blackwell's FP4 tensor cores (profiles/gpus/*.json nvfp4_native): H100,
+    # H200, A100 and MI300X get no nvfp4 candidate; B200 does.
+    from sizing.fleet import build_candidates, unsupported_pairs
+
+    gpus = ["h100-sxm", "h200", "a100-80gb", "mi300x", "b200"]
+    candidates = build_candidates(gpus, ["bf16", "nvfp4"], [1])
+    pairs = {(c.gpu.id, c.kv_format) for c in candidates}
+    assert ("b200", "nvfp4") in pairs
+    assert not {g for g, f in pairs if f == "nvfp4"} - {"b200"}
+    assert {(g, f) for g, f, _ in unsupported_pairs(gpus, ["bf16", "nvfp4"])} == {
+        (g, "nvfp4") for g in gpus if g != "b200"}
+
+
+def test_plan_with_only_formats_no_gpu_runs_says_so():
+    import pytest
+
+    from sizing.errors import KvsizeError
+    from sizing.fleet import build_candidates
+
+    with pytest.raises(KvsizeError, match="nvfp4_native"):
+        build_candidates(["h100-sxm"], ["nvfp4"], [1])
