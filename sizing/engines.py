@@ -60,6 +60,43 @@ class Pool(Protocol):
     def payload_share(self) -> tuple[int, int]: ...
 
 
+# vLLM 0.33 keeps a hybrid model's Mamba / linear-attention state in the block pool: a state page
+# is padded to the attention page, and with prefix caching (on by default) mamba_cache_mode is
+# "align", where a request holds 2 + 1 prefill-checkpoint state pages per Mamba group
+# (vllm/v1/kv_cache_interface.py MambaSpec.max_memory_usage_bytes; mamba_mixer2.py and
+# qwen_gdn_linear_attn.py set num_prefill_checkpoint_blocks=1).
+MAMBA_PAGES_PER_REQUEST = 3
+# FlashAttention's smallest kernel block (vllm/platforms/interface.py _align_hybrid_block_size).
+VLLM_KERNEL_BLOCK_ALIGNMENT = 16
+
+
+@dataclass(frozen=True)
+class MambaPageSpec:
+    """A recurrent layer's state as vLLM's pool holds it: one page padded to the attention page."""
+
+    state_bytes: int
+    attention_page_1_token: int
+
+    def page_bytes(self, block_size: int) -> int:
+        return block_size * self.attention_page_1_token
+
+    def vllm_usage_bytes(self, max_model_len: int, block_size: int, max_num_batched_tokens: int) -> int:
+        return MAMBA_PAGES_PER_REQUEST * self.page_bytes(block_size)
+
+    @property
+    def group_key(self) -> tuple:
+        return ("mamba",)
+
+
+def hybrid_block_size(layout: CacheLayout, block_size: int) -> int:
+    """vLLM raises the attention block size until one attention page holds the largest state page
+    (_align_hybrid_block_size: alignment × cdiv(state page, alignment × attention page of one token))."""
+    attn_1 = max(spec.page_bytes(1) for spec in layout.kv.values())
+    state = max(r.state_bytes for r in layout.recurrent.values())
+    align = max(VLLM_KERNEL_BLOCK_ALIGNMENT, block_size)
+    return max(block_size, align * cdiv(state, align * attn_1))
+
+
 @dataclass(frozen=True)
 class VllmPool:
     """vLLM v1 (vllm/v1/core/kv_cache_utils.py): one block pool; hybrid models group layers by
@@ -72,11 +109,17 @@ class VllmPool:
     group_size: int
     groups: tuple  # one spec per KV cache group
     fixed_bytes: int
+    holds_recurrent: bool = False  # Mamba state pages live in the pool (hybrid models)
     paged = True
 
     @classmethod
     def build(cls, layout: CacheLayout, block_size: int, max_num_batched_tokens: int) -> VllmPool:
-        specs = layout.kv
+        specs: dict = dict(layout.kv)
+        holds_recurrent = bool(layout.kv and layout.recurrent)
+        if holds_recurrent:
+            block_size = hybrid_block_size(layout, block_size)
+            attn_1 = max(spec.page_bytes(1) for spec in layout.kv.values())
+            specs.update({i: MambaPageSpec(r.state_bytes, attn_1) for i, r in layout.recurrent.items()})
         by_type: dict[tuple, list] = {}
         for spec in specs.values():
             by_type.setdefault(spec.group_key, []).append(spec)
@@ -85,7 +128,7 @@ class VllmPool:
             unit = sum(spec.page_bytes(block_size) for spec in specs.values())
             groups = tuple(next(iter(by_type.values()))[:1]) if by_type else ()
             return cls(layout, block_size, max_num_batched_tokens, unit, max(1, len(specs)), groups,
-                       layout.pool_fixed_bytes())
+                       layout.pool_fixed_bytes(), holds_recurrent)
         pages = Counter(spec.page_bytes(block_size) for spec in specs.values())
         if len(pages) > 1:
             raise KvsizeError(
@@ -99,7 +142,7 @@ class VllmPool:
         groups = tuple(layers[0] for layers in by_type.values() for _ in range(cdiv(len(layers), group_size)))
         page = next(iter(pages))
         return cls(layout, block_size, max_num_batched_tokens, page * group_size, group_size, groups,
-                   layout.pool_fixed_bytes())
+                   layout.pool_fixed_bytes(), holds_recurrent)
 
     def request_units(self, context_len: int) -> int:
         if not self.groups:

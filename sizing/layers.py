@@ -277,7 +277,10 @@ def build_layout(
     recurrent: dict[int, RecurrentStateSpec] = {}
     heads = 1 if shape.is_mla else kv_heads_per_rank(shape.num_kv_heads, tp)
     head_dim = shape.mla_latent_dim if shape.is_mla else shape.head_dim
-    state_bytes = cdiv(shape.recurrent_state_elements, tp) * DTYPE_BYTES[shape.recurrent_state_dtype]
+    # The conv state is held in the model dtype, the SSM state in its own (mamba_ssm_cache_dtype).
+    conv = shape.recurrent_conv_elements
+    state_bytes = (cdiv(conv, tp) * DTYPE_BYTES[shape.serving_dtype]
+                   + cdiv(shape.recurrent_state_elements - conv, tp) * DTYPE_BYTES[shape.recurrent_state_dtype])
     for i in layers:
         kind = shape.layer_kinds[i]
         if kind == "none":

@@ -342,7 +342,8 @@ def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index
                         s.gpu_memory_bytes, "--kv-cache-memory (fixed KV budget)")
 
     payload_tok, metadata_tok = layout.token_bytes()
-    state = layout.state_bytes_per_sequence()
+    # vLLM keeps a hybrid model's recurrent state in its block pool, not beside it.
+    state = 0 if getattr(pool, "holds_recurrent", False) else layout.state_bytes_per_sequence()
     kv_budget = max(0, budget.kv_budget_bytes)
     state_reserved = s.concurrency * state
     units = units_for(pool, kv_budget - state_reserved)
@@ -386,7 +387,10 @@ def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index
         recurrent_state_bytes_per_sequence=state,
         block_size=pool.block_size, num_blocks=units if pool.paged else pool.tokens(units),
         block_bytes=pool.unit_bytes if pool.paged else pool.per_token_bytes,
-        max_tokens=pool.tokens(units), max_concurrency=mc, max_concurrency_ratio=ratio,
+        # vLLM reports a hybrid Mamba model's "GPU KV cache size" as max concurrency x max_model_len
+        # (vllm/v1/core/kv_cache_utils.py, _report_kv_cache_config).
+        max_tokens=int(ratio * max_model_len) if getattr(pool, "holds_recurrent", False) else pool.tokens(units),
+        max_concurrency=mc, max_concurrency_ratio=ratio,
         max_context_at_concurrency=mctx, kv_budget_bytes=budget.kv_budget_bytes,
         budget_formula=budget.formula, breakdown=breakdown, fits=fits, fit_message=message,
         warnings=tuple(warnings), layout=layout, pool=pool, activation=act,

@@ -72,7 +72,7 @@ class ModelShape:
     attention_chunk_size: int | None
     mla_latent_dim: int | None
     recurrent_state_elements: int  # per sequence per recurrent layer, before TP sharding
-    recurrent_state_dtype: str
+    recurrent_state_dtype: str  # of the SSM / delta-rule state (mamba_ssm_cache_dtype)
     vocab_size: int
     max_position_embeddings: int
     tie_word_embeddings: bool
@@ -87,6 +87,7 @@ class ModelShape:
     weights_quantization: str | None = None
     gated_mlp: bool = True
     rotary_dim: int = 0  # rotary embedding width (vLLM caches max_position x rotary_dim cos/sin values)
+    recurrent_conv_elements: int = 0  # of recurrent_state_elements: the conv state, kept in the model dtype
     parsed_with: str = "transformers"
     notes: tuple[str, ...] = field(default=())
 
@@ -261,8 +262,8 @@ def resolve_shape(raw: dict[str, Any]) -> ModelShape:
 
     config_dtype = (_dtype_name(f.get("dtype", "torch_dtype"))
                     or _dtype_name(_Fields(parsed, raw).get("dtype", "torch_dtype")) or "bf16")
-    state_elements, state_dtype, mixer_params, mixer_other = _recurrent(f, hidden, config_dtype) \
-        if "recurrent" in kinds else (0, config_dtype, 0, 0)
+    state_elements, conv_elements, state_dtype, mixer_params, mixer_other = _recurrent(f, hidden, config_dtype) \
+        if "recurrent" in kinds else (0, 0, config_dtype, 0, 0)
 
     vocab = f.need_int("vocab_size", "padded_vocab_size", "n_vocab")
     tied = bool(f.get("tie_word_embeddings", default=False))
@@ -316,6 +317,7 @@ def resolve_shape(raw: dict[str, Any]) -> ModelShape:
         attention_chunk_size=chunk if "chunked" in kinds else None,
         mla_latent_dim=mla_latent,
         recurrent_state_elements=state_elements,
+        recurrent_conv_elements=conv_elements,
         recurrent_state_dtype=state_dtype,
         vocab_size=vocab,
         max_position_embeddings=max_pos,
@@ -409,8 +411,10 @@ def _attention_params(f: _Fields, hidden: int, heads: int, kv_heads: int, head_d
     return q + kv + o + bias
 
 
-def _recurrent(f: _Fields, hidden: int, config_dtype: str) -> tuple[int, str, int, int]:
-    """(state elements per sequence, state dtype, projection params, other params) of one recurrent layer."""
+def _recurrent(f: _Fields, hidden: int, config_dtype: str) -> tuple[int, int, str, int, int]:
+    """(state elements per sequence, of which conv state, SSM state dtype, projection params, other params)
+    of one recurrent layer. vLLM keeps the conv state in the model dtype and only the SSM state in
+    mamba_ssm_cache_dtype (vllm/model_executor/layers/mamba/mamba_utils.py, MambaStateDtypeCalculator)."""
     state_dtype = _dtype_name(f.get("mamba_ssm_dtype", "mamba_ssm_cache_dtype")) or config_dtype
     kernel = _as_int(f.get("linear_conv_kernel_dim", "conv_kernel", "d_conv", default=4), "conv_kernel", 1)
     if f.get("linear_num_value_heads") is not None:  # gated delta net (Qwen3-Next, Qwen3.5)
@@ -423,7 +427,7 @@ def _recurrent(f: _Fields, hidden: int, config_dtype: str) -> tuple[int, str, in
         state = conv_dim * (kernel - 1) + nv * dk * dv
         projections = hidden * (2 * key_dim + 2 * value_dim) + hidden * 2 * nv + value_dim * hidden
         other = conv_dim * kernel + 2 * nv + dv
-        return state, state_dtype, projections, other
+        return state, conv_dim * (kernel - 1), state_dtype, projections, other
     # Mamba-2 (Nemotron-H, Bamba, Jamba-style)
     n_heads = f.get("mamba_num_heads")
     head = f.get("mamba_head_dim")
@@ -442,7 +446,7 @@ def _recurrent(f: _Fields, hidden: int, config_dtype: str) -> tuple[int, str, in
     state = conv_dim * (kernel - 1) + d_inner * d_state
     projections = hidden * (2 * d_inner + 2 * groups * d_state + n_heads) + d_inner * hidden
     other = conv_dim * kernel + conv_dim + 3 * n_heads + d_inner
-    return state, state_dtype, projections, other
+    return state, conv_dim * (kernel - 1), state_dtype, projections, other
 
 
 def _moe_layers(f: _Fields, num_layers: int, num_experts: int, blocks: list[str] | None) -> set[int]:
