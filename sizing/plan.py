@@ -310,6 +310,13 @@ def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index
     shape = s.shape
     tp = s.tensor_parallel_size
     warnings: list[str] = list(shape.notes)
+    if engine.name == "vllm" and shape.window_without_layer_types:
+        # vLLM 0.33 builds Mistral-7B-v0.1 with FullAttentionSpec on every layer: its attention
+        # takes a window only from layer_types, which this config does not have.
+        shape = replace(shape, layer_kinds=tuple("full" if k == "sliding" else k for k in shape.layer_kinds),
+                        sliding_window=None)
+        warnings.append("vLLM builds this model with full attention on every layer: its sliding_window is "
+                        "not applied without layer_types (use --engine ideal for the windowed cache)")
     max_model_len = s.max_model_len or shape.max_position_embeddings
     if max_model_len > shape.max_position_embeddings:
         warnings.append(

@@ -88,6 +88,9 @@ class ModelShape:
     gated_mlp: bool = True
     rotary_dim: int = 0  # rotary embedding width (vLLM caches max_position x rotary_dim cos/sin values)
     recurrent_conv_elements: int = 0  # of recurrent_state_elements: the conv state, kept in the model dtype
+    # The window comes from a global sliding_window with no layer_types (Mistral-7B-v0.1): transformers
+    # masks every layer with it, while vLLM applies windows only to layers layer_types marks sliding.
+    window_without_layer_types: bool = False
     parsed_with: str = "transformers"
     notes: tuple[str, ...] = field(default=())
 
@@ -309,6 +312,8 @@ def resolve_shape(raw: dict[str, Any]) -> ModelShape:
         config_dtype=config_dtype,
         num_layers=num_layers,
         layer_kinds=tuple(kinds),
+        window_without_layer_types=(f.get("layer_types", "layers_block_type") is None
+                                    and f.get("hybrid_override_pattern") is None and "sliding" in kinds),
         hidden_size=hidden,
         num_attention_heads=heads,
         num_kv_heads=kv_heads,

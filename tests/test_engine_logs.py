@@ -171,3 +171,19 @@ def test_hybrid_mamba_pool_matches_vllm_033():
     assert e.max_tokens == ref["kv_cache_size_tokens"]
     layout_state = shape.recurrent_conv_elements * 2 + (shape.recurrent_state_elements - shape.recurrent_conv_elements) * 4
     assert layout_state == conv[0] * conv[1] * 2 + ssm[0] * ssm[1] * ssm[2] * 4
+
+
+def test_vllm_builds_mistral_7b_v01_with_full_attention():
+    # vLLM 0.33.0 (tests/fixtures/vllm-0.33-mistral-7b-v0.1.json): no window without layer_types.
+    from sizing.plan import Scenario
+    from sizing.profiles import load_model
+
+    ref = json.loads((FIXTURES / "vllm-0.33-mistral-7b-v0.1.json").read_text())
+    name, shape = load_model(str(FIXTURES / "configs" / "Mistral-7B-v0.1.json"))
+    assert ref["layer_kinds"] == ["FullAttentionSpec"]
+    e = estimate(Scenario(name, shape, "H200", 150_109_880_320, engine="vllm", kv_cache_memory_bytes=10 * GiB))
+    assert (e.max_model_len, e.num_blocks, e.max_tokens) == (ref["max_model_len"], ref["num_blocks"],
+                                                              ref["kv_cache_size_tokens"])
+    assert abs(e.max_concurrency_ratio - ref["max_concurrency"]) < 1e-9
+    ideal = estimate(Scenario(name, shape, "H200", 150_109_880_320, engine="ideal", kv_cache_memory_bytes=10 * GiB))
+    assert ideal.kv_bytes_per_sequence < e.kv_bytes_per_sequence  # the windowed cache, as transformers masks it
