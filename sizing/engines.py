@@ -7,6 +7,7 @@ request needs). Sources are cited per engine; docs/engines.md shows worked examp
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -93,7 +94,8 @@ def hybrid_block_size(layout: CacheLayout, block_size: int) -> int:
     (_align_hybrid_block_size: alignment × cdiv(state page, alignment × attention page of one token))."""
     attn_1 = max(spec.page_bytes(1) for spec in layout.kv.values())
     state = max(r.state_bytes for r in layout.recurrent.values())
-    align = max(VLLM_KERNEL_BLOCK_ALIGNMENT, block_size)
+    align = math.lcm(max(VLLM_KERNEL_BLOCK_ALIGNMENT, block_size),
+                     *(r.checkpoint_alignment for r in layout.recurrent.values()))
     return max(block_size, align * cdiv(state, align * attn_1))
 
 

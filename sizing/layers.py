@@ -134,6 +134,7 @@ class RecurrentStateSpec:
     """A fixed-size state per sequence (Mamba, gated delta net): no per-token cache."""
 
     state_bytes: int
+    checkpoint_alignment: int = 1  # tokens; vLLM aligns its hybrid block size to it (prefix caching)
 
     kind = "recurrent"
 
@@ -286,7 +287,7 @@ def build_layout(
         if kind == "none":
             continue
         if kind == "recurrent":
-            recurrent[i] = RecurrentStateSpec(state_bytes)
+            recurrent[i] = RecurrentStateSpec(state_bytes, shape.recurrent_checkpoint_alignment)
             continue
         k_name = overrides.get(i, k_format)
         v_name = overrides.get(i, v_format)

@@ -91,6 +91,9 @@ class ModelShape:
     # The window comes from a global sliding_window with no layer_types (Mistral-7B-v0.1): transformers
     # masks every layer with it, while vLLM applies windows only to layers layer_types marks sliding.
     window_without_layer_types: bool = False
+    # Token alignment of a recurrent layer's prefill checkpoints in vLLM's prefix-caching "align" mode:
+    # gated delta net with FlashInfer's prefill 64 (vllm/v1/attention/backends/gdn_attn.py), Mamba-2 1.
+    recurrent_checkpoint_alignment: int = 1
     parsed_with: str = "transformers"
     notes: tuple[str, ...] = field(default=())
 
@@ -267,6 +270,8 @@ def resolve_shape(raw: dict[str, Any]) -> ModelShape:
                     or _dtype_name(_Fields(parsed, raw).get("dtype", "torch_dtype")) or "bf16")
     state_elements, conv_elements, state_dtype, mixer_params, mixer_other = _recurrent(f, hidden, config_dtype) \
         if "recurrent" in kinds else (0, 0, config_dtype, 0, 0)
+    checkpoint_alignment = GDN_CHECKPOINT_ALIGNMENT if "recurrent" in kinds and \
+        f.get("linear_num_value_heads") is not None else 1
 
     vocab = f.need_int("vocab_size", "padded_vocab_size", "n_vocab")
     tied = bool(f.get("tie_word_embeddings", default=False))
@@ -312,6 +317,7 @@ def resolve_shape(raw: dict[str, Any]) -> ModelShape:
         config_dtype=config_dtype,
         num_layers=num_layers,
         layer_kinds=tuple(kinds),
+        recurrent_checkpoint_alignment=checkpoint_alignment,
         window_without_layer_types=(f.get("layer_types", "layers_block_type") is None
                                     and f.get("hybrid_override_pattern") is None and "sliding" in kinds),
         hidden_size=hidden,
@@ -414,6 +420,10 @@ def _attention_params(f: _Fields, hidden: int, heads: int, kv_heads: int, head_d
     o = heads * head_dim * hidden
     bias = (heads + 2 * kv_heads) * head_dim + hidden if f.get("attention_bias") else 0
     return q + kv + o + bias
+
+
+# vLLM's FlashInfer gated-delta-net prefill checkpoints every 64 tokens (FLASHINFER_GDN_CHECKPOINT_ALIGNMENT).
+GDN_CHECKPOINT_ALIGNMENT = 64
 
 
 def _recurrent(f: _Fields, hidden: int, config_dtype: str) -> tuple[int, int, str, int, int]:

@@ -151,15 +151,19 @@ def test_trtllm_08_log_bytes_per_token_match_llama_2_7b(tmp_path):
     assert e.max_tokens == 132_608
 
 
-def test_hybrid_mamba_pool_matches_vllm_033():
+@pytest.mark.parametrize("fixture, config", [
+    ("vllm-0.33-nemotron-h-8b.json", "Nemotron-H-8B-Base-8K.json"),  # Mamba-2, fp32 SSM state
+    ("vllm-0.33-qwen3-next-80b.json", "Qwen3-Next-80B-A3B-Thinking.json"),  # gated delta net, 64-token checkpoints
+])
+def test_hybrid_mamba_pool_matches_vllm_033(fixture, config):
     # vLLM keeps the conv state in the model dtype and the SSM state in mamba_ssm_cache_dtype (fp32 for
     # Nemotron-H), raises the attention block until a page covers a state page, pads the state page,
     # and keeps 3 state pages per Mamba group per request in prefix-caching "align" mode.
     from sizing.plan import Scenario
     from sizing.profiles import load_model
 
-    ref = json.loads((FIXTURES / "vllm-0.33-nemotron-h-8b.json").read_text())
-    name, shape = load_model(str(FIXTURES / "configs" / "Nemotron-H-8B-Base-8K.json"))
+    ref = json.loads((FIXTURES / fixture).read_text())
+    name, shape = load_model(str(FIXTURES / "configs" / config))
     e = estimate(Scenario(name, shape, "H200", 150_109_880_320, engine="vllm",
                           kv_cache_memory_bytes=10 * GiB, max_model_len=ref["max_model_len"]))
     (conv, ssm) = ref["mamba_state_shapes"]
@@ -169,8 +173,10 @@ def test_hybrid_mamba_pool_matches_vllm_033():
     assert e.block_bytes == ref["pool_bytes_per_block"]
     assert abs(e.max_concurrency_ratio - ref["max_concurrency"]) < 1e-9
     assert e.max_tokens == ref["kv_cache_size_tokens"]
-    layout_state = shape.recurrent_conv_elements * 2 + (shape.recurrent_state_elements - shape.recurrent_conv_elements) * 4
-    assert layout_state == conv[0] * conv[1] * 2 + ssm[0] * ssm[1] * ssm[2] * 4
+    ssm_bytes = 4 if ref["mamba_state_dtypes"].endswith("float32)") else 2
+    layout_state = (shape.recurrent_conv_elements * 2
+                    + (shape.recurrent_state_elements - shape.recurrent_conv_elements) * ssm_bytes)
+    assert layout_state == conv[0] * conv[1] * 2 + ssm[0] * ssm[1] * ssm[2] * ssm_bytes
 
 
 def test_vllm_builds_mistral_7b_v01_with_full_attention():
