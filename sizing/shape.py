@@ -472,8 +472,13 @@ def _moe_layers(f: _Fields, num_layers: int, num_experts: int, blocks: list[str]
     explicit = f.get("moe_layers")
     if isinstance(explicit, (list, tuple)):
         return {int(i) for i in explicit}
+    freq = f.get("moe_layer_freq", default=1)
+    if isinstance(freq, (list, tuple)):  # one 0/1 flag per layer (MiMo-V2-Flash)
+        if len(freq) != num_layers or any(x not in (0, 1) for x in freq):
+            raise KvsizeError(f"config.json: moe_layer_freq as a list needs one 0 or 1 per layer ({num_layers})")
+        return {i for i, x in enumerate(freq) if x == 1}
     first_dense = _as_int(f.get("first_k_dense_replace", default=0), "first_k_dense_replace")
-    freq = _as_int(f.get("moe_layer_freq", default=1), "moe_layer_freq", 1)
+    freq = _as_int(freq, "moe_layer_freq", 1)
     step = _as_int(f.get("decoder_sparse_step", "interleave_moe_layer_step", default=1), "decoder_sparse_step", 1)
     dense_only = set(f.get("mlp_only_layers", default=[]) or [])
     return {

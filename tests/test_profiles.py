@@ -56,3 +56,17 @@ def test_invalid_profile_is_rejected(tmp_path, monkeypatch):
     finally:
         profiles.gpu_ids.cache_clear()
         profiles.gpu_profile.cache_clear()
+
+
+def test_moe_layer_freq_as_a_per_layer_list():
+    # MiMo-V2-Flash gives moe_layer_freq as one 0/1 flag per layer; here the flags of a Qwen3-30B-A3B
+    # config (configs/Qwen3-30B-A3B.json shape) rewritten that way: MoE exactly where the flag is 1.
+    raw = json.loads((PROFILES_DIR / "models" / "qwen3-30b-a3b.json").read_text())["config"]
+    raw = dict(raw, model_type="unknown_moe_model", architectures=["UnknownMoeForCausalLM"])
+    n = raw["num_hidden_layers"]
+    flags = [0 if i % 4 == 0 else 1 for i in range(n)]
+    shape = resolve_shape(dict(raw, moe_layer_freq=flags))
+    moe = [i for i, p in enumerate(shape.layer_params) if p.experts]
+    assert moe == [i for i, x in enumerate(flags) if x]
+    with pytest.raises(Exception, match="moe_layer_freq"):
+        resolve_shape(dict(raw, moe_layer_freq=flags[:-1]))
