@@ -151,9 +151,11 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
 def parse_config_text(data: bytes | str, where: str = "config.json") -> dict[str, Any]:
     data = limited_text(data, MAX_CONFIG_BYTES, where, "a config.json")
     try:
-        config = json.loads(data)
+        config = json.loads(data, parse_constant=_reject_constant)
     except json.JSONDecodeError as e:
         raise KvsizeError(f"{where} is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    except RecursionError:
+        raise KvsizeError(f"{where} nests arrays or objects too deeply to be a config.json") from None
     if not isinstance(config, dict):
         raise KvsizeError(f"{where} must hold a JSON object, got {type(config).__name__}")
     return config
@@ -223,6 +225,29 @@ def _dtype_name(value: Any) -> str | None:
     return DTYPE_NAMES.get(text)
 
 
+def _reject_constant(name: str) -> Any:
+    raise KvsizeError(f"config.json holds {name}, which is not a JSON number; give a finite number")
+
+
+# No published model comes near these; larger values are typos or hostile files (and would make
+# kvsize build millions of per-layer specs).
+SHAPE_LIMITS = {"num_hidden_layers": 4096, "hidden_size": 1 << 20, "num_attention_heads": 1 << 14,
+                "vocab_size": 1 << 24}
+
+
+def _within_limit(value: int, name: str) -> int:
+    if value > SHAPE_LIMITS[name]:
+        raise KvsizeError(f"config.json field {name!r} is {value:,}; kvsize accepts at most {SHAPE_LIMITS[name]:,}")
+    return value
+
+
+def _require_in_json(raw_text: dict, raw: dict, *names: str) -> None:
+    """A core field must be in the file itself: transformers' class defaults describe some other model."""
+    if not any(name in source for source in (raw_text, raw) for name in names):
+        raise KvsizeError(f"config.json is missing {names[0]!r} (also looked for {', '.join(names[1:])}); "
+                          "a config without it cannot be sized")
+
+
 def resolve_shape(raw: dict[str, Any]) -> ModelShape:
     """The shape of the model a config.json describes."""
     if not isinstance(raw, dict):
@@ -241,14 +266,19 @@ def resolve_shape(raw: dict[str, Any]) -> ModelShape:
     notes: list[str] = []
 
     model_type = str(raw.get("model_type") or "unknown")
-    num_layers = f.need_int("num_hidden_layers", "n_layer", "num_layers", "n_layers")
-    hidden = f.need_int("hidden_size", "n_embd", "d_model", "dim")
-    heads = f.need_int("num_attention_heads", "n_head", "num_heads", "n_heads")
+    for names in (("num_hidden_layers", "n_layer", "num_layers", "n_layers"), ("hidden_size", "n_embd", "d_model", "dim")):
+        _require_in_json(raw_text, raw, *names)
+    num_layers = _within_limit(f.need_int("num_hidden_layers", "n_layer", "num_layers", "n_layers"), "num_hidden_layers")
+    hidden = _within_limit(f.need_int("hidden_size", "n_embd", "d_model", "dim"), "hidden_size")
+    heads = _within_limit(f.need_int("num_attention_heads", "n_head", "num_heads", "n_heads"), "num_attention_heads")
 
     kv_heads = _kv_heads(f, heads)
     head_dim = _as_int(f.get("head_dim", "kv_channels", "attention_head_dim", default=hidden // heads), "head_dim", 1)
     if kv_heads > heads:
         raise KvsizeError(f"config.json: num_key_value_heads {kv_heads} exceeds num_attention_heads {heads}")
+    if heads % kv_heads:
+        raise KvsizeError(f"config.json: num_attention_heads {heads} is not a multiple of num_key_value_heads "
+                          f"{kv_heads}; grouped-query attention needs whole groups")
 
     kv_lora = f.get("kv_lora_rank")
     mla_latent = None
@@ -273,7 +303,7 @@ def resolve_shape(raw: dict[str, Any]) -> ModelShape:
     checkpoint_alignment = GDN_CHECKPOINT_ALIGNMENT if "recurrent" in kinds and \
         f.get("linear_num_value_heads") is not None else 1
 
-    vocab = f.need_int("vocab_size", "padded_vocab_size", "n_vocab")
+    vocab = _within_limit(f.need_int("vocab_size", "padded_vocab_size", "n_vocab"), "vocab_size")
     tied = bool(f.get("tie_word_embeddings", default=False))
     max_pos = _as_int(f.get("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length",
                             default=0), "max_position_embeddings")

@@ -75,6 +75,16 @@ def test_bad_input_one_line_exit_2(capsys, argv, needle):
     ('{"model_type": "mystery", "hidden_size": 64}', "missing 'num_hidden_layers'"),
     ('{"model_type": "mystery", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,'
      ' "vocab_size": 10, "num_key_value_heads": 8}', "exceeds num_attention_heads"),
+    # bad or hostile inputs a planner's config.json can carry: one line each, never a traceback
+    ('{"model_type": "llama", "num_hidden_layers": NaN, "hidden_size": 64}', "holds NaN"),
+    ('{"model_type": "llama", "rope_theta": Infinity, "num_hidden_layers": 2, "hidden_size": 64}', "holds Infinity"),
+    ("[" * 100_000 + "]" * 100_000, "nests arrays or objects too deeply"),
+    ('{"model_type": "llama", "hidden_size": 4096}', "missing 'num_hidden_layers'"),
+    ('{"model_type": "llama", "num_hidden_layers": 32}', "missing 'hidden_size'"),
+    ('{"model_type": "mystery", "num_hidden_layers": 1000000000000, "hidden_size": 64, "num_attention_heads": 4,'
+     ' "vocab_size": 10}', "accepts at most 4,096"),
+    ('{"model_type": "mystery", "num_hidden_layers": 2, "hidden_size": 4096, "num_attention_heads": 32,'
+     ' "vocab_size": 10, "num_key_value_heads": 5}', "not a multiple of num_key_value_heads 5"),
 ])
 def test_malformed_configs(capsys, tmp_path, content, needle):
     path = tmp_path / "config.json"
