@@ -22,6 +22,11 @@ FRACTION_OPTIONS = {
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs) -> None:
+        # No abbreviations: `plan --format json` must not be read as `--formats json`.
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> None:  # one line, exit 2
         raise KvsizeError(message)
 

@@ -93,6 +93,12 @@ def test_malformed_configs(capsys, tmp_path, content, needle):
     assert needle in capsys.readouterr().err
 
 
+def test_option_abbreviations_are_refused(capsys):
+    # `plan --format json` was read as `--formats json`; a prefix is now an unknown option
+    assert run("estimate", "--model", "llama-3.1-8b", "--max-model", "4096") == 2
+    assert "unrecognized arguments: --max-model" in capsys.readouterr().err
+
+
 def test_oversized_config(capsys, tmp_path):
     path = tmp_path / "config.json"
     path.write_text('{"pad": "' + "x" * (5 * 1024 * 1024) + '"}')
