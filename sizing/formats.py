@@ -118,7 +118,28 @@ class PerLayer:
         return "per layer" if self.count == 1 else f"{self.count} per layer"
 
 
-Granularity = PerValue | PerValueGroup | PerTokenHead | PerChannelTokenGroup | OutliersPerRow | PerLayer
+@dataclass(frozen=True)
+class PerTokenHeadFixed:
+    """`count` elements per token per head, whatever the head size (fp8_ds_mla's parts, DSA's indexer key)."""
+
+    count: int
+    of_head_dim: int | None = None  # the head size the layout is cut for (fp8_ds_mla: the 576-value latent)
+    per_head = True
+
+    def elements(self, tokens: int, head_dim: int) -> int:
+        return tokens * self.count
+
+    def check(self, head_dim: int, fmt: str) -> None:
+        if self.of_head_dim is not None and head_dim != self.of_head_dim:
+            raise KvsizeError(f"{fmt} is laid out for a {self.of_head_dim}-value MLA latent, but this model's "
+                              f"head is {head_dim} values; choose another --kv-cache-dtype")
+
+    def describe(self) -> str:
+        return f"{self.count} per token per head"
+
+
+Granularity = (PerValue | PerValueGroup | PerTokenHead | PerChannelTokenGroup | OutliersPerRow | PerLayer
+               | PerTokenHeadFixed)
 
 
 def _ceil_fraction(x: Fraction) -> int:
@@ -364,6 +385,35 @@ def _kvquant3(name: str, options: FormatOptions) -> KVFormat:
     )
 
 
+def _fp8_ds_mla() -> KVFormat:
+    # vLLM's DeepSeek sparse-attention MLA cache with fp8 KV: the 512 "nope" latent values in fp8 with
+    # one fp32 scale per 128, the 64 rope values kept in bf16 (656 B per token per layer).
+    side = SideLayout((
+        Component("latent values", "fp8_e4m3", 8, PerTokenHeadFixed(512, of_head_dim=576), "payload"),
+        Component("latent scales", "fp32", 32, PerTokenHeadFixed(4)),
+        Component("rope values", "bf16", 16, PerTokenHeadFixed(64), "payload"),
+    ))
+    return KVFormat(
+        "fp8_ds_mla", "vllm", side, side,
+        source="vLLM FlashMLA sparse backend, kv_cache_dtype fp8_ds_mla (vllm/v1/attention/backends/mla/"
+               "flashmla_sparse.py): 512 fp8 + 4 fp32 scales + 64 bf16 per token; chosen for DSA models "
+               "(DeepSeek-V3.2, GLM-5) under --kv-cache-dtype fp8",
+        engines=("vllm", "ideal"),
+        summary="MLA latent: 512 fp8 values, 4 fp32 scales, 64 bf16 rope values",
+        quality="DeepSeek's own serving format for V3.2 (DeepSeek-V3.2-Exp report)",
+        quality_source="DeepSeek-V3.2-Exp technical report (2025)",
+    )
+
+
+def indexer_side(index_head_dim: int) -> SideLayout:
+    """DSA's indexer key per token per layer: fp8 values and one fp32 scale per 128
+    (vllm/model_executor/models/deepseek_v2.py, Indexer: head_dim + head_dim // 128 × 4 bytes)."""
+    return SideLayout((
+        Component("indexer key", "fp8_e4m3", 8, PerTokenHeadFixed(index_head_dim), "payload"),
+        Component("indexer scales", "fp32", 32, PerTokenHeadFixed(index_head_dim // 128)),
+    ))
+
+
 def _nvfp4() -> KVFormat:
     side = SideLayout((
         _values(4, "e2m1"),
@@ -388,6 +438,7 @@ _ROWS: dict[str, Callable[[FormatOptions], KVFormat]] = {
     "bf16": lambda o: _plain("bf16", 16, "bf16", _ALL_PAGED, "bfloat16: 8-bit exponent, 7-bit mantissa (2 bytes per value)", "bf16 values"),
     "fp8_e4m3": lambda o: _fp8_per_tensor("fp8_e4m3", "fp8_e4m3", aliases=("fp8",)),
     "fp8_e5m2": lambda o: _fp8_per_tensor("fp8_e5m2", "fp8_e5m2"),
+    "fp8_ds_mla": lambda o: _fp8_ds_mla(),
     "fp8_per_token_head": lambda o: _per_token_head("fp8_per_token_head", "fp8_e4m3"),
     "int8_per_token_head": lambda o: _per_token_head("int8_per_token_head", "int8"),
     "nvfp4": lambda o: _nvfp4(),
@@ -407,7 +458,10 @@ _ROWS: dict[str, Callable[[FormatOptions], KVFormat]] = {
 _ALIASES = {"fp8": "fp8_e4m3", "f16": "fp16", "f32": "fp32", "float16": "fp16", "bfloat16": "bf16",
             "float32": "fp32", "half": "fp16"}
 
-FORMAT_NAMES: tuple[str, ...] = tuple(_ROWS)
+# Layouts an engine picks by itself (vLLM's fp8_ds_mla for DeepSeek sparse attention under
+# --kv-cache-dtype fp8): get_format knows them; the lists users choose from leave them out.
+ENGINE_CHOSEN_FORMATS = frozenset({"fp8_ds_mla"})
+FORMAT_NAMES: tuple[str, ...] = tuple(n for n in _ROWS if n not in ENGINE_CHOSEN_FORMATS)
 MODEL_DTYPES = ("fp32", "fp16", "bf16")
 
 

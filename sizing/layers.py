@@ -13,7 +13,7 @@ from functools import lru_cache
 from fractions import Fraction
 
 from .errors import KvsizeError
-from .formats import FormatOptions, KVFormat, SideLayout, get_format
+from .formats import FormatOptions, KVFormat, SideLayout, get_format, indexer_side
 from .shape import DTYPE_BYTES, ModelShape
 from .units import cdiv
 
@@ -28,6 +28,7 @@ class FullAttentionSpec:
     v: SideLayout | None
     k_format: str
     v_format: str | None
+    indexer: SideLayout | None = None  # DSA's per-token indexer key, kept beside the MLA latent
 
     kind = "full"
 
@@ -35,7 +36,8 @@ class FullAttentionSpec:
         return tokens
 
     def _sides(self) -> tuple[SideLayout, ...]:
-        return (self.k,) if self.v is None else (self.k, self.v)
+        sides = (self.k,) if self.v is None else (self.k, self.v)
+        return sides + ((self.indexer,) if self.indexer is not None else ())
 
     def bytes_for(self, tokens: int) -> tuple[int, int]:
         """(payload, metadata) bytes this layer holds for one sequence of `tokens` tokens."""
@@ -299,6 +301,7 @@ def build_layout(
             heads=heads, head_dim=head_dim, k=k_fmt.k,
             v=None if shape.is_mla else v_fmt.v,
             k_format=k_fmt.name, v_format=None if shape.is_mla else v_fmt.name,
+            indexer=indexer_side(shape.index_head_dim) if shape.index_head_dim else None,
         )
         if kind == "sliding":
             kv[i] = SlidingWindowSpec(**common, window=shape.sliding_window)

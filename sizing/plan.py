@@ -310,6 +310,10 @@ def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index
     shape = s.shape
     tp = s.tensor_parallel_size
     warnings: list[str] = list(shape.notes)
+    if engine.name == "vllm" and shape.index_head_dim and k_name == "fp8_e4m3":
+        # vLLM serves DeepSeek sparse attention's fp8 cache as fp8_ds_mla (FlashMLA sparse backend).
+        k_name = v_name = "fp8_ds_mla"
+        warnings.append("vLLM stores this DSA model's fp8 cache as fp8_ds_mla (656 B per token per layer)")
     if engine.name == "vllm" and shape.window_without_layer_types:
         # vLLM 0.33 builds Mistral-7B-v0.1 with FullAttentionSpec on every layer: its attention
         # takes a window only from layer_types, which this config does not have.

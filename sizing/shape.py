@@ -24,6 +24,7 @@ MAX_CONFIG_BYTES = 4 * 1024 * 1024  # a real config.json is a few KiB; refuse an
 # MLA latent); "recurrent" holds a fixed-size state per sequence; "none" holds nothing.
 LAYER_TYPE_KINDS = {
     "full_attention": "full",
+    "indexed_attention": "full",  # DeepSeek sparse attention: the MLA latent plus an indexer key (index_head_dim)
     "attention": "full",
     "global_attention": "full",
     "sliding_attention": "sliding",
@@ -94,6 +95,7 @@ class ModelShape:
     # Token alignment of a recurrent layer's prefill checkpoints in vLLM's prefix-caching "align" mode:
     # gated delta net with FlashInfer's prefill 64 (vllm/v1/attention/backends/gdn_attn.py), Mamba-2 1.
     recurrent_checkpoint_alignment: int = 1
+    index_head_dim: int = 0  # DeepSeek sparse attention's indexer key width (DeepSeek-V3.2, GLM-5); 0: none
     parsed_with: str = "transformers"
     notes: tuple[str, ...] = field(default=())
 
@@ -348,6 +350,8 @@ def resolve_shape(raw: dict[str, Any]) -> ModelShape:
         num_layers=num_layers,
         layer_kinds=tuple(kinds),
         recurrent_checkpoint_alignment=checkpoint_alignment,
+        index_head_dim=_as_int(f.get("index_head_dim", default=0), "index_head_dim")
+        if f.get("index_topk") is not None or "indexed_attention" in (f.get("layer_types") or ()) else 0,
         window_without_layer_types=(f.get("layer_types", "layers_block_type") is None
                                     and f.get("hybrid_override_pattern") is None and "sliding" in kinds),
         hidden_size=hidden,

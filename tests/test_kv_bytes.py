@@ -107,3 +107,22 @@ def test_weights_match_published_parameter_counts():
     # vLLM 0.19 on an H100: "Model loading took 14.99 GiB" (../shared engine-logs, llm-d-planner logs):
     # the parameters (14.96 GiB) and the 32 MiB rotary cos/sin cache
     assert abs(e.breakdown.weights_bytes / GiB - 14.99) < 0.005
+
+
+def test_dsa_indexer_and_fp8_ds_mla_bytes_per_token():
+    # vLLM (model_executor/models/deepseek_v2.py, Indexer): a 128 + 128 // 128 x 4 = 132-byte indexer key per
+    # token per layer beside the MLA latent (512 + 64 values); with fp8 KV the latent is fp8_ds_mla:
+    # 512 fp8 + 4 fp32 scales + 64 bf16 = 656 B. 61 layers (configs/DeepSeek-V3.2-style.json).
+    from pathlib import Path
+
+    from sizing.plan import Scenario, estimate
+    from sizing.profiles import load_model
+
+    name, shape = load_model(str(Path(__file__).parent / "fixtures" / "configs" / "DeepSeek-V3.2-style.json"))
+    assert shape.index_head_dim == 128
+    kw = dict(engine="vllm", tensor_parallel_size=8, max_model_len=4096, kv_cache_memory_bytes=1 << 30)
+    bf16 = estimate(Scenario(name, shape, "H200", 150_109_880_320, **kw))
+    fp8 = estimate(Scenario(name, shape, "H200", 150_109_880_320, k_cache_dtype="fp8", v_cache_dtype="fp8", **kw))
+    assert bf16.kv_payload_bytes_per_token + bf16.kv_metadata_bytes_per_token == 61 * (576 * 2 + 132)
+    assert fp8.k_format == "fp8_ds_mla"
+    assert fp8.kv_payload_bytes_per_token + fp8.kv_metadata_bytes_per_token == 61 * (656 + 132)
