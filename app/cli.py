@@ -360,11 +360,11 @@ def _logged_model(spec: str | None, logged: str | None) -> str:
 def cmd_check_log(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from sizing.logs import MAX_LOG_BYTES, compare_log, read_log
-    from sizing.releases import version_key
     from sizing.inputs import read_limited
+    from sizing.logs import MAX_LOG_BYTES, compare_log, read_log
     from sizing.plan import Scenario
     from sizing.profiles import gpu_profile, load_model
+    from sizing.releases import version_key
 
     text = read_limited(Path(args.log), MAX_LOG_BYTES, "LOG", "an engine startup log").decode("utf-8", "replace")
     run = read_log(text)
@@ -603,8 +603,9 @@ def plan_from_args(args: argparse.Namespace):
     efficiency = parse_efficiency_overrides(args.kv_efficiency, efficiency)
     tps = [_int_or_error(t, "--tp") for t in args.tp]
     formats = [get_format(f, base.shape.serving_dtype, option="--formats").name for f in args.formats]
-    candidates = build_candidates(args.gpus, list(dict.fromkeys(formats)), tps, _prices(args.price))
-    for gpu, fmt, why in unsupported_pairs(args.gpus, list(dict.fromkeys(formats))):
+    distinct = list(dict.fromkeys(formats))
+    candidates = build_candidates(args.gpus, distinct, tps, _prices(args.price))
+    for gpu, fmt, why in unsupported_pairs(args.gpus, distinct):
         print(f"kvsize: warning: {fmt} left out on {gpu}: {why}", file=sys.stderr)
     plan = plan_fleet(base, candidates, workload, efficiency, load_draft(workload))
     report = _read_report(args.quality_report, "--quality-report") if args.quality_report else None

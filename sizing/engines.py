@@ -17,6 +17,7 @@ from typing import Protocol
 from .errors import KvsizeError, unknown
 from .layers import CacheLayout
 from .releases import Release, find_release
+from .shape import ModelShape
 from .units import cdiv
 
 LLAMACPP_CTX_PAD = 256  # llama.cpp pads n_ctx to a multiple of 256 (src/llama-context.cpp)
@@ -53,6 +54,7 @@ class Pool(Protocol):
     fixed_bytes: int  # stored once per layer (per-tensor scales, codebooks)
     block_size: int  # tokens per block (1 for engines without paging)
     paged: bool
+    holds_recurrent: bool  # recurrent state lives in the pool (vLLM's hybrid models), not beside it
 
     def request_units(self, context_len: int) -> int: ...
 
@@ -89,10 +91,9 @@ class MambaPageSpec:
         return ("mamba",)
 
 
-def hybrid_block_size(layout: CacheLayout, block_size: int) -> int:
+def hybrid_block_size(layout: CacheLayout, block_size: int, attn_1: int) -> int:
     """vLLM raises the attention block size until one attention page holds the largest state page
     (_align_hybrid_block_size: alignment × cdiv(state page, alignment × attention page of one token))."""
-    attn_1 = max(spec.page_bytes(1) for spec in layout.kv.values())
     state = max(r.state_bytes for r in layout.recurrent.values())
     align = math.lcm(max(VLLM_KERNEL_BLOCK_ALIGNMENT, block_size),
                      *(r.checkpoint_alignment for r in layout.recurrent.values()))
@@ -119,8 +120,8 @@ class VllmPool:
         specs: dict = dict(layout.kv)
         holds_recurrent = bool(layout.kv and layout.recurrent)
         if holds_recurrent:
-            block_size = hybrid_block_size(layout, block_size)
             attn_1 = max(spec.page_bytes(1) for spec in layout.kv.values())
+            block_size = hybrid_block_size(layout, block_size, attn_1)
             specs.update({i: MambaPageSpec(r.state_bytes, attn_1) for i, r in layout.recurrent.items()})
         by_type: dict[tuple, list] = {}
         for spec in specs.values():
@@ -173,6 +174,7 @@ class UniformBlockPool:
     unit_bytes: int
     fixed_bytes: int
     paged = True
+    holds_recurrent = False
 
     @classmethod
     def build(cls, layout: CacheLayout, block_size: int) -> UniformBlockPool:
@@ -201,6 +203,7 @@ class ExactPool:
     unit_bytes = 1
     block_size = 1
     paged = False
+    holds_recurrent = False
 
     @classmethod
     def build(cls, layout: CacheLayout, pad: int = 1) -> ExactPool:
@@ -300,6 +303,32 @@ def _llamacpp_pool(layout: CacheLayout, block_size: int, max_num_batched_tokens:
     return ExactPool.build(layout, LLAMACPP_CTX_PAD)
 
 
+# -- how an engine builds a model ------------------------------------------------------
+
+ModelRule = Callable[[ModelShape, str, str], tuple[ModelShape, str, str, tuple[str, ...]]]
+
+
+def _as_configured(shape: ModelShape, k_format: str, v_format: str):
+    return shape, k_format, v_format, ()
+
+
+def _vllm_model(shape: ModelShape, k_format: str, v_format: str):
+    """The model and cache formats as vLLM builds them, where it departs from the config."""
+    notes: list[str] = []
+    if shape.index_head_dim and k_format == "fp8_e4m3":
+        # DeepSeek sparse attention's fp8 cache is fp8_ds_mla (FlashMLA sparse backend).
+        k_format = v_format = "fp8_ds_mla"
+        notes.append("vLLM stores this DSA model's fp8 cache as fp8_ds_mla (656 B per token per layer)")
+    if shape.window_without_layer_types:
+        # vLLM 0.33 builds Mistral-7B-v0.1 with FullAttentionSpec on every layer: its attention
+        # takes a window only from layer_types, which this config does not have.
+        shape = replace(shape, layer_kinds=tuple("full" if k == "sliding" else k for k in shape.layer_kinds),
+                        sliding_window=None)
+        notes.append("vLLM builds this model with full attention on every layer: its sliding_window is "
+                     "not applied without layer_types (use --engine ideal for the windowed cache)")
+    return shape, k_format, v_format, tuple(notes)
+
+
 @dataclass(frozen=True)
 class Engine:
     name: str
@@ -313,6 +342,7 @@ class Engine:
     source: str
     formats_note: str
     release: Release | None = None  # the release range whose defaults and terms apply
+    model_rule: ModelRule = _as_configured  # where the engine builds the model unlike its config
 
     @property
     def label(self) -> str:
@@ -344,7 +374,8 @@ ENGINES: dict[str, Engine] = {
     "vllm": Engine("vllm", "--gpu-memory-utilization", 0.9, "--block-size", 16, True, _vllm_budget, _vllm_pool,
                    "vllm/v1/worker/gpu_worker.py (determine_available_memory), vllm/v1/core/kv_cache_utils.py "
                    "(get_num_blocks, get_max_concurrency_for_kv_cache_config), vllm/v1/kv_cache_interface.py",
-                   "auto, fp16, bf16, fp8, fp8_e4m3, fp8_e5m2, fp8_per_token_head, int8_per_token_head, nvfp4"),
+                   "auto, fp16, bf16, fp8, fp8_e4m3, fp8_e5m2, fp8_per_token_head, int8_per_token_head, nvfp4",
+                   model_rule=_vllm_model),
     "sglang": Engine("sglang", "--mem-fraction-static", 0.88, "--page-size", 1, True, _sglang_budget, _block_pool,
                      "python/sglang/srt/model_executor/model_runner.py (profile_max_num_token: rest_memory = "
                      "available − total × (1 − mem_fraction_static); max_total_num_tokens = rest // cell_size)",

@@ -343,9 +343,9 @@ def build_candidates(gpu_ids: list[str], formats: list[str], tensor_parallel_siz
     unknown_prices = set(prices) - set(gpu_ids)
     if unknown_prices:
         raise KvsizeError(f"--price names GPUs not in --gpus: {', '.join(sorted(unknown_prices))}")
-    offers = [(GpuOffer.from_profile(g, gpu_profile(g), prices.get(g)), gpu_profile(g)) for g in gpu_ids]
-    out = [Candidate(o, f, tp) for o, profile in offers for f in formats for tp in tensor_parallel_sizes
-           if f == "auto" or get_format(f).runs_on(profile)]
+    left_out = {(g, f) for g, f, _ in unsupported_pairs(gpu_ids, formats)}
+    out = [Candidate(GpuOffer.from_profile(g, gpu_profile(g), prices.get(g)), f, tp)
+           for g in gpu_ids for f in formats if (g, f) not in left_out for tp in tensor_parallel_sizes]
     if not out:
         needs = sorted({flag for f in formats if f != "auto" for flag in get_format(f).needs_gpu})
         raise KvsizeError(f"no GPU in --gpus ({', '.join(gpu_ids)}) can run --formats {', '.join(formats)}: "
@@ -354,16 +354,19 @@ def build_candidates(gpu_ids: list[str], formats: list[str], tensor_parallel_siz
 
 
 def unsupported_pairs(gpu_ids: list[str], formats: list[str]) -> list[tuple[str, str, str]]:
-    """(GPU, format, why) for the pairs build_candidates leaves out."""
+    """(GPU, format, why) for each pair whose GPU lacks the hardware the format needs; every
+    `<flag>_native` GPU field has its `<flag>_source`."""
     from .profiles import gpu_profile
 
     out = []
     for g in gpu_ids:
         profile = gpu_profile(g)
         for f in formats:
-            if f != "auto" and not get_format(f).runs_on(profile):
-                flags = ", ".join(get_format(f).needs_gpu)
-                out.append((g, f, f"needs {flags}: {profile.nvfp4_source}"))
+            missing = [] if f == "auto" else [n for n in get_format(f).needs_gpu if not getattr(profile, n)]
+            if missing:
+                why = "; ".join(f"needs {n}: {getattr(profile, n.removesuffix('_native') + '_source')}"
+                                for n in missing)
+                out.append((g, f, why))
     return out
 
 

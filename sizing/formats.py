@@ -238,10 +238,6 @@ class KVFormat:
     # GPU profile flags that must all be true for an engine to run the format (nvfp4: "nvfp4_native").
     needs_gpu: tuple[str, ...] = field(default=())
 
-    def runs_on(self, gpu) -> bool:
-        """Whether a GPU profile has the hardware the format's kernels need."""
-        return all(getattr(gpu, flag, False) for flag in self.needs_gpu)
-
 
 @dataclass(frozen=True)
 class FormatOptions:

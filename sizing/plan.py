@@ -309,18 +309,8 @@ def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index
                     num_stages: int) -> Estimate:
     shape = s.shape
     tp = s.tensor_parallel_size
-    warnings: list[str] = list(shape.notes)
-    if engine.name == "vllm" and shape.index_head_dim and k_name == "fp8_e4m3":
-        # vLLM serves DeepSeek sparse attention's fp8 cache as fp8_ds_mla (FlashMLA sparse backend).
-        k_name = v_name = "fp8_ds_mla"
-        warnings.append("vLLM stores this DSA model's fp8 cache as fp8_ds_mla (656 B per token per layer)")
-    if engine.name == "vllm" and shape.window_without_layer_types:
-        # vLLM 0.33 builds Mistral-7B-v0.1 with FullAttentionSpec on every layer: its attention
-        # takes a window only from layer_types, which this config does not have.
-        shape = replace(shape, layer_kinds=tuple("full" if k == "sliding" else k for k in shape.layer_kinds),
-                        sliding_window=None)
-        warnings.append("vLLM builds this model with full attention on every layer: its sliding_window is "
-                        "not applied without layer_types (use --engine ideal for the windowed cache)")
+    shape, k_name, v_name, built_notes = engine.model_rule(shape, k_name, v_name)
+    warnings: list[str] = [*shape.notes, *built_notes]
     max_model_len = s.max_model_len or shape.max_position_embeddings
     if max_model_len > shape.max_position_embeddings:
         warnings.append(
@@ -354,7 +344,7 @@ def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index
 
     payload_tok, metadata_tok = layout.token_bytes()
     # vLLM keeps a hybrid model's recurrent state in its block pool, not beside it.
-    state = 0 if getattr(pool, "holds_recurrent", False) else layout.state_bytes_per_sequence()
+    state = 0 if pool.holds_recurrent else layout.state_bytes_per_sequence()
     kv_budget = max(0, budget.kv_budget_bytes)
     state_reserved = s.concurrency * state
     units = units_for(pool, kv_budget - state_reserved)
@@ -400,7 +390,7 @@ def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index
         block_bytes=pool.unit_bytes if pool.paged else pool.per_token_bytes,
         # vLLM reports a hybrid Mamba model's "GPU KV cache size" as max concurrency x max_model_len
         # (vllm/v1/core/kv_cache_utils.py, _report_kv_cache_config).
-        max_tokens=int(ratio * max_model_len) if getattr(pool, "holds_recurrent", False) else pool.tokens(units),
+        max_tokens=int(ratio * max_model_len) if pool.holds_recurrent else pool.tokens(units),
         max_concurrency=mc, max_concurrency_ratio=ratio,
         max_context_at_concurrency=mctx, kv_budget_bytes=budget.kv_budget_bytes,
         budget_formula=budget.formula, breakdown=breakdown, fits=fits, fit_message=message,

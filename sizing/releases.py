@@ -149,7 +149,7 @@ class Release(_Strict):
     requested_memory: Literal["ceil", "floor"] = "floor"
     subtracts: frozenset[Literal["weights", "activation", "non_torch", "cuda_graphs"]]
     activation: ProfilingRunModel | None = None
-    non_torch: NonTorchModel
+    non_torch: NonTorchModel | None = None  # None: the newest vLLM release's measured figures
     cuda_graphs: CudaGraphModel | None = None
     sources: dict[str, str]
 
@@ -182,6 +182,8 @@ class Release(_Strict):
         return self.batch_defaults[-1]
 
     def non_torch_bytes(self, tp: int, pp: int) -> int:
+        if self.non_torch is None:
+            return find_release("vllm", None).non_torch_bytes(tp, pp)
         n = self.non_torch
         if tp > 1:
             return n.tensor_parallel_bytes + tp * n.tensor_parallel_per_rank_bytes

@@ -287,7 +287,7 @@ def resolve_shape(raw: dict[str, Any]) -> ModelShape:
     if kv_lora is not None:
         mla_latent = _as_int(kv_lora, "kv_lora_rank", 1) + _as_int(f.get("qk_rope_head_dim", default=0), "qk_rope_head_dim")
 
-    kinds, blocks = _layer_kinds(f, num_layers)
+    kinds, blocks, global_window = _layer_kinds(f, num_layers)
     sliding_window = f.get("sliding_window")
     if sliding_window is not None:
         sliding_window = _as_int(sliding_window, "sliding_window", 1)
@@ -352,8 +352,7 @@ def resolve_shape(raw: dict[str, Any]) -> ModelShape:
         recurrent_checkpoint_alignment=checkpoint_alignment,
         index_head_dim=_as_int(f.get("index_head_dim", default=0), "index_head_dim")
         if f.get("index_topk") is not None or "indexed_attention" in (f.get("layer_types") or ()) else 0,
-        window_without_layer_types=(f.get("layer_types", "layers_block_type") is None
-                                    and f.get("hybrid_override_pattern") is None and "sliding" in kinds),
+        window_without_layer_types=global_window,
         hidden_size=hidden,
         num_attention_heads=heads,
         num_kv_heads=kv_heads,
@@ -408,8 +407,9 @@ def _kv_heads(f: _Fields, heads: int) -> int:
     return _as_int(value, "num_key_value_heads", 1)
 
 
-def _layer_kinds(f: _Fields, num_layers: int) -> tuple[list[str], list[str] | None]:
-    """Per-layer KV kinds, and per-layer block names where blocks are single-purpose (Nemotron-H)."""
+def _layer_kinds(f: _Fields, num_layers: int) -> tuple[list[str], list[str] | None, bool]:
+    """Per-layer KV kinds, per-layer block names where blocks are single-purpose (Nemotron-H), and
+    whether the windows come from a global sliding_window rather than layer_types."""
     layer_types = f.get("layer_types", "layers_block_type")
     pattern = f.get("hybrid_override_pattern")
     if layer_types is None and isinstance(pattern, str):
@@ -431,11 +431,11 @@ def _layer_kinds(f: _Fields, num_layers: int) -> tuple[list[str], list[str] | No
         blocks = None
         if any(entry in FEED_FORWARD_BLOCKS for entry in layer_types):
             blocks = [FEED_FORWARD_BLOCKS.get(entry, "mixer") for entry in layer_types]
-        return kinds, blocks
+        return kinds, blocks, False
     window = f.get("sliding_window")
     if window is not None and f.get("use_sliding_window", default=True) is not False:
-        return ["sliding"] * num_layers, None
-    return ["full"] * num_layers, None
+        return ["sliding"] * num_layers, None, True
+    return ["full"] * num_layers, None, False
 
 
 def _attention_params(f: _Fields, hidden: int, heads: int, kv_heads: int, head_dim: int) -> int:

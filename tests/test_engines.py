@@ -112,7 +112,7 @@ def test_max_concurrency_fits_and_one_more_does_not(context, engine, model):
     e = estimate(s)
     layout = _layout(s.shape, e.k_format, e.v_format, 1, range(s.shape.num_layers), None, s.format_options)
     pool = _pool(e.engine, layout, e.block_size, e.scenario.max_num_batched_tokens)
-    state = 0 if getattr(pool, "holds_recurrent", False) else layout.state_bytes_per_sequence()
+    state = 0 if pool.holds_recurrent else layout.state_bytes_per_sequence()
     assert concurrency_fits(pool, e.kv_budget_bytes, context, state, e.max_concurrency)
     assert not concurrency_fits(pool, e.kv_budget_bytes, context, state, e.max_concurrency + 1)
 
