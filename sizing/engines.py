@@ -83,7 +83,7 @@ class MambaPageSpec:
     def page_bytes(self, block_size: int) -> int:
         return block_size * self.attention_page_1_token
 
-    def vllm_usage_bytes(self, max_model_len: int, block_size: int, max_num_batched_tokens: int) -> int:
+    def vllm_usage_bytes(self, max_model_len: int, block_size: int, in_flight_tokens: int) -> int:
         return MAMBA_PAGES_PER_REQUEST * self.page_bytes(block_size)
 
     @property
@@ -107,7 +107,7 @@ class VllmPool:
 
     layout: CacheLayout
     block_size: int
-    max_num_batched_tokens: int
+    in_flight_tokens: int
     unit_bytes: int
     group_size: int
     groups: tuple  # one spec per KV cache group
@@ -116,7 +116,7 @@ class VllmPool:
     paged = True
 
     @classmethod
-    def build(cls, layout: CacheLayout, block_size: int, max_num_batched_tokens: int) -> VllmPool:
+    def build(cls, layout: CacheLayout, block_size: int, in_flight_tokens: int) -> VllmPool:
         specs: dict = dict(layout.kv)
         holds_recurrent = bool(layout.kv and layout.recurrent)
         if holds_recurrent:
@@ -130,7 +130,7 @@ class VllmPool:
             # Uniform type (also with per-layer page sizes): num_blocks = available // sum of pages.
             unit = sum(spec.page_bytes(block_size) for spec in specs.values())
             groups = tuple(next(iter(by_type.values()))[:1]) if by_type else ()
-            return cls(layout, block_size, max_num_batched_tokens, unit, max(1, len(specs)), groups,
+            return cls(layout, block_size, in_flight_tokens, unit, max(1, len(specs)), groups,
                        layout.pool_fixed_bytes(), holds_recurrent)
         pages = Counter(spec.page_bytes(block_size) for spec in specs.values())
         if len(pages) > 1:
@@ -144,14 +144,14 @@ class VllmPool:
             group_size = max(counts)
         groups = tuple(layers[0] for layers in by_type.values() for _ in range(cdiv(len(layers), group_size)))
         page = next(iter(pages))
-        return cls(layout, block_size, max_num_batched_tokens, page * group_size, group_size, groups,
+        return cls(layout, block_size, in_flight_tokens, page * group_size, group_size, groups,
                    layout.pool_fixed_bytes(), holds_recurrent)
 
     def request_units(self, context_len: int) -> int:
         if not self.groups:
             return 0
         page = self.groups[0].page_bytes(self.block_size)
-        usage = sum(g.vllm_usage_bytes(context_len, self.block_size, self.max_num_batched_tokens)
+        usage = sum(g.vllm_usage_bytes(context_len, self.block_size, self.in_flight_tokens)
                     for g in self.groups)
         return cdiv(usage, page)
 
@@ -287,34 +287,50 @@ def _headroom_budget(m: MemoryTerms, fraction: float, headroom: float, release: 
                   "(1 − headroom) × total − weights − activation − non_torch − cuda_graphs")
 
 
-def _vllm_pool(layout: CacheLayout, block_size: int, max_num_batched_tokens: int) -> Pool:
-    return VllmPool.build(layout, block_size, max_num_batched_tokens)
+def _vllm_pool(layout: CacheLayout, block_size: int, in_flight_tokens: int) -> Pool:
+    return VllmPool.build(layout, block_size, in_flight_tokens)
 
 
-def _block_pool(layout: CacheLayout, block_size: int, max_num_batched_tokens: int) -> Pool:
+def _block_pool(layout: CacheLayout, block_size: int, in_flight_tokens: int) -> Pool:
     return UniformBlockPool.build(layout, block_size)
 
 
-def _exact_pool(layout: CacheLayout, block_size: int, max_num_batched_tokens: int) -> Pool:
+def _exact_pool(layout: CacheLayout, block_size: int, in_flight_tokens: int) -> Pool:
     return ExactPool.build(layout)
 
 
-def _llamacpp_pool(layout: CacheLayout, block_size: int, max_num_batched_tokens: int) -> Pool:
+def _llamacpp_pool(layout: CacheLayout, block_size: int, in_flight_tokens: int) -> Pool:
     return ExactPool.build(layout, LLAMACPP_CTX_PAD)
 
 
 # -- how an engine builds a model ------------------------------------------------------
 
-ModelRule = Callable[[ModelShape, str, str], tuple[ModelShape, str, str, tuple[str, ...]]]
+ModelRule = Callable[[ModelShape, str, str, "Release | None"], tuple[ModelShape, str, str, tuple[str, ...]]]
 
 
-def _as_configured(shape: ModelShape, k_format: str, v_format: str):
+def _as_configured(shape: ModelShape, k_format: str, v_format: str, release: Release | None):
     return shape, k_format, v_format, ()
 
 
-def _vllm_model(shape: ModelShape, k_format: str, v_format: str):
+def _vllm_model(shape: ModelShape, k_format: str, v_format: str, release: Release | None):
     """The model and cache formats as vLLM builds them, where it departs from the config."""
     notes: list[str] = []
+    if release is not None and shape.model_type in release.kv_dtype_ignored_model_types \
+            and (k_format, v_format) != ("auto", "auto"):
+        # The model class builds its Attention without the cache config (vllm/model_executor/models/falcon.py).
+        k_format = v_format = "auto"
+        notes.append(f"vLLM builds {shape.model_type} attention without the cache config: the cache stays in "
+                     f"{shape.serving_dtype} whatever --kv-cache-dtype says")
+    if (release is not None and release.mla_model_types is not None and shape.is_mla
+            and shape.model_type not in release.mla_model_types):
+        if not shape.mla_head_dim:
+            raise KvsizeError(f"vLLM builds {shape.model_type} without an MLA cache, with per-head K and V of "
+                              "qk_nope_head_dim + qk_rope_head_dim values, but config.json gives no qk_nope_head_dim")
+        # e.g. MiniCPM3 (vllm/model_executor/models/minicpm3.py): K and V per attention head, V padded to K's width.
+        shape = replace(shape, mla_latent_dim=None, index_head_dim=0, num_kv_heads=shape.num_attention_heads,
+                        head_dim=shape.mla_head_dim)
+        notes.append(f"vLLM does not build {shape.model_type} with an MLA cache: every attention head keeps K and "
+                     f"V of {shape.mla_head_dim} values")
     if shape.index_head_dim and k_format == "fp8_e4m3":
         # DeepSeek sparse attention's fp8 cache is fp8_ds_mla (FlashMLA sparse backend).
         k_format = v_format = "fp8_ds_mla"
@@ -366,8 +382,19 @@ class Engine:
     def budget(self, m: MemoryTerms, fraction: float, headroom: float) -> Budget:
         return self.budget_rule(m, fraction, headroom, self.release)
 
-    def pool(self, layout: CacheLayout, block_size: int, max_num_batched_tokens: int) -> Pool:
-        return self.pool_rule(layout, block_size, max_num_batched_tokens)
+    def build_model(self, shape: ModelShape, k_format: str, v_format: str):
+        """(shape, k format, v format, notes) as this engine release builds the model."""
+        return self.model_rule(shape, k_format, v_format, self.release)
+
+    def pool(self, layout: CacheLayout, block_size: int, max_num_batched_tokens: int, pp: int = 1) -> Pool:
+        batches = self.release.in_flight_batches(pp) if self.release else 1
+        return self.pool_rule(layout, block_size, max_num_batched_tokens * batches)
+
+    def reported_tokens(self, pool: Pool, units: int, concurrency: float, max_model_len: int) -> int:
+        """The token count the engine logs for its pool (vLLM: "GPU KV cache size: N tokens")."""
+        if pool.holds_recurrent or (self.release and self.release.kv_cache_size_tokens == "concurrency"):
+            return int(concurrency * max_model_len)
+        return pool.tokens(units)
 
 
 ENGINES: dict[str, Engine] = {

@@ -84,7 +84,7 @@ class FullAttentionSpec:
                 extra += r * self.head_dim * self.heads * 2
         return extra
 
-    def vllm_usage_bytes(self, max_model_len: int, block_size: int, max_num_batched_tokens: int) -> int:
+    def vllm_usage_bytes(self, max_model_len: int, block_size: int, in_flight_tokens: int) -> int:
         """vLLM's max_memory_usage_bytes for one request (vllm/v1/kv_cache_interface.py)."""
         return cdiv(max_model_len, block_size) * self.page_bytes(block_size)
 
@@ -102,10 +102,10 @@ class SlidingWindowSpec(FullAttentionSpec):
     def tokens_held(self, tokens: int) -> int:
         return min(tokens, self.window)
 
-    def vllm_usage_bytes(self, max_model_len: int, block_size: int, max_num_batched_tokens: int) -> int:
-        # vLLM keeps window - 1 + one step's tokens, plus one block because the window
-        # need not start on a block boundary.
-        tokens = min(self.window - 1 + max_num_batched_tokens, max_model_len)
+    def vllm_usage_bytes(self, max_model_len: int, block_size: int, in_flight_tokens: int) -> int:
+        # vLLM keeps window - 1 + the tokens still in flight (one step's, or two with async
+        # scheduling from 0.26), plus one block because the window need not start on a block boundary.
+        tokens = min(self.window - 1 + in_flight_tokens, max_model_len)
         return (cdiv(tokens, block_size) + 1) * self.page_bytes(block_size)
 
     @property
@@ -122,8 +122,8 @@ class ChunkedLocalSpec(FullAttentionSpec):
     def tokens_held(self, tokens: int) -> int:
         return min(tokens, self.chunk)
 
-    def vllm_usage_bytes(self, max_model_len: int, block_size: int, max_num_batched_tokens: int) -> int:
-        tokens = min(self.chunk + max_num_batched_tokens, max_model_len)
+    def vllm_usage_bytes(self, max_model_len: int, block_size: int, in_flight_tokens: int) -> int:
+        tokens = min(self.chunk + in_flight_tokens, max_model_len)
         return cdiv(tokens, block_size) * self.page_bytes(block_size)
 
     @property

@@ -190,8 +190,8 @@ def _layout(shape: ModelShape, k: str, v: str, tp: int, stage: range, overrides:
 
 
 @lru_cache(maxsize=4096)
-def _pool(engine: Engine, layout: CacheLayout, block_size: int, mnbt: int) -> Pool:
-    return engine.pool(layout, block_size, mnbt)
+def _pool(engine: Engine, layout: CacheLayout, block_size: int, mnbt: int, pp: int) -> Pool:
+    return engine.pool(layout, block_size, mnbt, pp)
 
 
 @lru_cache(maxsize=4096)
@@ -309,7 +309,7 @@ def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index
                     num_stages: int) -> Estimate:
     shape = s.shape
     tp = s.tensor_parallel_size
-    shape, k_name, v_name, built_notes = engine.model_rule(shape, k_name, v_name)
+    shape, k_name, v_name, built_notes = engine.build_model(shape, k_name, v_name)
     warnings: list[str] = [*shape.notes, *built_notes]
     max_model_len = s.max_model_len or shape.max_position_embeddings
     if max_model_len > shape.max_position_embeddings:
@@ -321,7 +321,7 @@ def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index
     fraction = s.memory_fraction if s.memory_fraction is not None else engine.default_fraction(
         s.nvml_mib, tp, s.pipeline_parallel_size)
     layout = _layout(shape, k_name, v_name, tp, stage, s.layer_kv_dtype, s.format_options)
-    pool = _pool(engine, layout, block_size, s.max_num_batched_tokens)
+    pool = _pool(engine, layout, block_size, s.max_num_batched_tokens, s.pipeline_parallel_size)
 
     wfmt = resolve_weights_dtype(s.weights_dtype, shape)
     first, last = index == 0, index == num_stages - 1
@@ -388,9 +388,7 @@ def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index
         recurrent_state_bytes_per_sequence=state,
         block_size=pool.block_size, num_blocks=units if pool.paged else pool.tokens(units),
         block_bytes=pool.unit_bytes if pool.paged else pool.per_token_bytes,
-        # vLLM reports a hybrid Mamba model's "GPU KV cache size" as max concurrency x max_model_len
-        # (vllm/v1/core/kv_cache_utils.py, _report_kv_cache_config).
-        max_tokens=int(ratio * max_model_len) if pool.holds_recurrent else pool.tokens(units),
+        max_tokens=engine.reported_tokens(pool, units, ratio, max_model_len),
         max_concurrency=mc, max_concurrency_ratio=ratio,
         max_context_at_concurrency=mctx, kv_budget_bytes=budget.kv_budget_bytes,
         budget_formula=budget.formula, breakdown=breakdown, fits=fits, fit_message=message,

@@ -151,6 +151,18 @@ class Release(_Strict):
     activation: ProfilingRunModel | None = None
     non_torch: NonTorchModel | None = None  # None: the newest vLLM release's measured figures
     cuda_graphs: CudaGraphModel | None = None
+    # How vLLM's "GPU KV cache size: N tokens" line is computed: num_blocks // groups x block size
+    # (0.8-0.20), or int(max concurrency x max_model_len) (0.21 and later).
+    kv_cache_size_tokens: Literal["blocks_per_group", "concurrency"] | None = None
+    # Batches in flight beyond the pipeline stages: sliding-window and chunked-local layers keep the
+    # blocks of (PP + this) x max_num_batched_tokens tokens per request (async scheduling, 0.26+).
+    in_flight_extra_batches: int = Field(default=0, ge=0)
+    # model_types vLLM builds with an MLA cache; a config with kv_lora_rank whose model_type is not
+    # listed is built with per-head K and V (None: not known for this release).
+    mla_model_types: frozenset[str] | None = None
+    # model_types whose vLLM attention is built without the cache config: the cache stays in the
+    # model dtype whatever --kv-cache-dtype says.
+    kv_dtype_ignored_model_types: frozenset[str] = frozenset()
     sources: dict[str, str]
 
     def __hash__(self) -> int:  # estimates cache on the engine; one file per (engine, release)
@@ -193,6 +205,9 @@ class Release(_Strict):
         if self.cuda_graphs is None:
             return find_release("vllm", None).cuda_graph_bytes(tp)
         return self.cuda_graphs.tensor_parallel_bytes if tp > 1 else self.cuda_graphs.single_gpu_bytes
+
+    def in_flight_batches(self, pp: int) -> int:
+        return pp + self.in_flight_extra_batches
 
     def requested(self, total_bytes: int, fraction: float) -> int:
         """total x fraction as the engine rounds it."""

@@ -96,6 +96,9 @@ class ModelShape:
     # gated delta net with FlashInfer's prefill 64 (vllm/v1/attention/backends/gdn_attn.py), Mamba-2 1.
     recurrent_checkpoint_alignment: int = 1
     index_head_dim: int = 0  # DeepSeek sparse attention's indexer key width (DeepSeek-V3.2, GLM-5); 0: none
+    # An MLA model's per-head K width, qk_nope_head_dim + qk_rope_head_dim: what an engine that does not
+    # build the MLA cache keeps per head (vLLM's MiniCPM3); 0 when not MLA or not given.
+    mla_head_dim: int = 0
     parsed_with: str = "transformers"
     notes: tuple[str, ...] = field(default=())
 
@@ -360,6 +363,9 @@ def resolve_shape(raw: dict[str, Any]) -> ModelShape:
         sliding_window=sliding_window if "sliding" in kinds else None,
         attention_chunk_size=chunk if "chunked" in kinds else None,
         mla_latent_dim=mla_latent,
+        mla_head_dim=_as_int(f.get("qk_nope_head_dim", default=0), "qk_nope_head_dim")
+        + _as_int(f.get("qk_rope_head_dim", default=0), "qk_rope_head_dim") if mla_latent and
+        f.get("qk_nope_head_dim") is not None else 0,
         recurrent_state_elements=state_elements,
         recurrent_conv_elements=conv_elements,
         recurrent_state_dtype=state_dtype,

@@ -26,11 +26,25 @@ def test_vllm_uniform_worked_example():
 def test_vllm_hybrid_worked_example():
     # gpt-oss-20b: 12 sliding (window 128) + 12 full layers; group_size 12, two groups;
     # page = 16 x 2 x 8 x 64 x 2 = 32,768 B; num_blocks = 10 GiB // (32,768 x 12) = 27,306
-    e = estimate(scenario("gpt-oss-20b", kv_cache_memory_bytes=10 * GiB, max_model_len=8192))
+    e = estimate(scenario("gpt-oss-20b", engine="vllm@0.19", kv_cache_memory_bytes=10 * GiB, max_model_len=8192))
     assert e.num_blocks == 27_306
+    # vLLM 0.19 logs num_blocks // groups x block size (kv_cache_utils.py _report_kv_cache_config)
     assert e.max_tokens == 27_306 // 2 * 16
     # per request: full cdiv(8192,16) = 512 blocks; sliding min(128 - 1 + 8192, 8192) -> 512 + 1 = 513
     assert e.max_concurrency == 27_306 // (512 + 513)
+
+
+def test_vllm_033_sliding_window_keeps_two_batches_in_flight():
+    # vLLM 0.26+ (config/vllm.py max_in_flight_tokens, PR #47728): async scheduling keeps 2 x 8192 tokens
+    # in flight; at max_model_len 131,072 a sliding layer holds cdiv(128 - 1 + 16,384, 16) + 1 = 1,033 blocks
+    # beside the full layer's 8,192: 27,306 / 9,225 = 2.96x, and the log says int(2.96 x 131,072) tokens
+    # (fixtures/vllm-reference/profile-gpt-oss-20b.json: 2.96, 387,973).
+    e = estimate(scenario("gpt-oss-20b", engine="vllm@0.33", kv_cache_memory_bytes=10 * GiB, max_model_len=131_072))
+    assert e.max_concurrency_ratio == 27_306 / (8192 + 1033)
+    assert e.max_tokens == int(27_306 / (8192 + 1033) * 131_072) == 387_973
+    older = estimate(scenario("gpt-oss-20b", engine="vllm@0.25", kv_cache_memory_bytes=10 * GiB,
+                              max_model_len=131_072))
+    assert older.max_concurrency_ratio == 27_306 / (8192 + 521)  # one batch: cdiv(127 + 8192, 16) + 1
 
 
 def test_sglang_token_pool():
@@ -111,7 +125,7 @@ def test_max_concurrency_fits_and_one_more_does_not(context, engine, model):
     s = scenario(model, engine=engine, max_model_len=context)
     e = estimate(s)
     layout = _layout(s.shape, e.k_format, e.v_format, 1, range(s.shape.num_layers), None, s.format_options)
-    pool = _pool(e.engine, layout, e.block_size, e.scenario.max_num_batched_tokens)
+    pool = _pool(e.engine, layout, e.block_size, e.scenario.max_num_batched_tokens, e.scenario.pipeline_parallel_size)
     state = 0 if pool.holds_recurrent else layout.state_bytes_per_sequence()
     assert concurrency_fits(pool, e.kv_budget_bytes, context, state, e.max_concurrency)
     assert not concurrency_fits(pool, e.kv_budget_bytes, context, state, e.max_concurrency + 1)

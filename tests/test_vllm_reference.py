@@ -1,0 +1,100 @@
+"""kvsize against vLLM's own code, for every bundled model profile and every config in fixtures/configs.
+
+Each file in fixtures/vllm-reference/ is what vLLM 0.33.0 built for one config on the meta device
+(per-layer KV specs, page sizes, groups, block size, num_blocks, max concurrency and the "GPU KV cache
+size" tokens) at TP 1 and TP 8, in the model's dtype and with fp8 KV, for 10 GiB of KV memory.
+scripts/vllm_reference.py regenerates them; vLLM is not needed to run these tests.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from sizing.errors import KvsizeError
+from sizing.plan import Scenario, estimate
+from sizing.profiles import load_model
+
+FIXTURES = Path(__file__).parent / "fixtures"
+REFERENCE = sorted((FIXTURES / "vllm-reference").glob("*.json"))
+H200_CUDA_BYTES = 150_109_880_320  # torch.cuda.mem_get_info on an H200 (the oracle's fake platform is an H200)
+KIND = {"FullAttentionSpec": "full", "MLAAttentionSpec": "full", "SlidingWindowSpec": "sliding",
+        "ChunkedLocalAttentionSpec": "chunked"}
+
+
+def _load(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def _model(fixture: dict):
+    origin = fixture["config"]
+    if origin.startswith("tests/fixtures/configs/"):
+        return load_model(str(FIXTURES / "configs" / Path(origin).name))
+    return load_model(origin.split()[3])  # "kvsize model profile ID (hf id)"
+
+
+def _variants(built: bool):
+    for path in REFERENCE:
+        fixture = _load(path)
+        for v in fixture.get("variants", []):
+            if ("error" not in v) == built:
+                yield pytest.param(fixture, v, id=f"{path.stem}-tp{v['tp']}-{v['kv_cache_dtype']}")
+
+
+def _estimate(fixture: dict, v: dict):
+    name, shape = _model(fixture)
+    return estimate(Scenario(name, shape, "H200", H200_CUDA_BYTES, engine="vllm", tensor_parallel_size=v["tp"],
+                             k_cache_dtype=v["kv_cache_dtype"], v_cache_dtype=v["kv_cache_dtype"],
+                             kv_cache_memory_bytes=v.get("available_bytes", 10 * 2**30),
+                             max_model_len=v.get("max_model_len")))
+
+
+def test_reference_covers_every_bundled_profile_and_config():
+    stems = {p.stem for p in REFERENCE}
+    profiles = {f"profile-{p.stem}" for p in (Path(__file__).parent.parent / "profiles" / "models").glob("*.json")}
+    configs = {f"config-{p.stem}" for p in (FIXTURES / "configs").glob("*.json")}
+    assert profiles | configs <= stems
+    built = sum(1 for _ in _variants(True))
+    assert built >= 140  # 4 variants of 40 configs, less those vLLM refuses or the oracle cannot build (README)
+
+
+@pytest.mark.parametrize("fixture, v", list(_variants(True)))
+def test_pool_matches_vllm(fixture, v):
+    e = _estimate(fixture, v)
+    assert e.block_size == v["block_size_effective"]
+    assert e.block_bytes == v["pool_bytes_per_block"]
+    assert e.num_blocks == v["num_blocks"]
+    assert e.max_tokens == v["kv_cache_size_tokens"]
+    assert e.max_concurrency_ratio == pytest.approx(v["max_concurrency"], rel=1e-12)
+    assert e.max_model_len == v["max_model_len"]
+
+
+@pytest.mark.parametrize("fixture, v", list(_variants(True)))
+def test_layer_specs_match_vllm(fixture, v):
+    e = _estimate(fixture, v)
+    block = v["block_size_effective"]
+    want: Counter = Counter()
+    recurrent = 0
+    for spec in v["layer_specs"]:
+        if spec["kind"] == "MambaSpec":
+            recurrent += spec["num_layers"]
+            continue
+        window = spec.get("sliding_window") or spec.get("attention_chunk_size")
+        want[(KIND[spec["kind"]], window, spec["page_size_bytes"])] += spec["num_layers"]
+    got = Counter((s.kind, getattr(s, "window", None) or getattr(s, "chunk", None), s.page_bytes(block))
+                  for s in e.layout.kv.values())
+    assert got == want
+    assert len(e.layout.recurrent) == recurrent
+    assert e.kv_bytes_per_token == v["kv_bytes_per_token"]
+
+
+@pytest.mark.parametrize("fixture, v", [p for p in _variants(False) if p.values[1]["error"].strip() == "AssertionError:"])
+def test_kvsize_refuses_what_vllm_refuses(fixture, v):
+    # vLLM asserts that TP divides the attention heads (Falcon-7B's 71, Qwen2.5's 14 and 28 at TP 8).
+    name, shape = _model(fixture)
+    assert shape.num_attention_heads % v["tp"]
+    with pytest.raises(KvsizeError, match="tensor-parallel"):
+        _estimate(fixture, v)
