@@ -16,12 +16,19 @@ E2M1_GRID = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
 IQ4NL_CODEBOOK = torch.tensor([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113],
                               dtype=torch.float32)
 
+# vllm/model_executor/layers/quantization/turboquant/config.py TQ_PRESETS: (key bits, value bits)
+TURBOQUANT_PRESETS = {"turboquant_k8v4": (8, 4), "turboquant_4bit_nc": (4, 4), "turboquant_k3v4_nc": (3, 4),
+                      "turboquant_3bit_nc": (3, 3)}
+
 ERROR_BOUNDS = {
     "fp32": 1e-6, "fp16": 1e-3, "bf16": 8e-3, "fp8_e4m3": 0.05, "fp8_e5m2": 0.1,
     "fp8_per_token_head": 0.05, "int8_per_token_head": 0.02, "nvfp4": 0.15,
     # per-token schemes pay for the outlier key channels (why KIVI quantizes keys per channel)
     "q8_0": 0.015, "q5_0": 0.1, "q5_1": 0.08, "q4_0": 0.2, "q4_1": 0.15, "iq4_nl": 0.2,
     "lmdeploy_int8": 0.02, "lmdeploy_int4": 0.25, "kivi4": 0.12, "kivi2": 0.5, "kvquant3": 0.3,
+    "int4_per_token_head": 0.25, "nvfp4_4over6": 0.15, "nvfp4_ds_mla": 0.15, "fp4_e2m1_nvfp4": 0.15,
+    "ultraquant_4bit": 0.2, "fp4_e2m1_mxfp4": 0.2, "sglang_int8": 0.02, "int8": 0.05,
+    "turboquant_k8v4": 0.12, "turboquant_4bit_nc": 0.15, "turboquant_k3v4_nc": 0.25, "turboquant_3bit_nc": 0.25,
 }
 
 
@@ -93,6 +100,40 @@ def _nvfp4(x: torch.Tensor) -> torch.Tensor:
     return (grid[idx] * v.sign() * scale).reshape(x.shape)
 
 
+def _mxfp4(x: torch.Tensor) -> torch.Tensor:
+    """E2M1 values with one power-of-two (E8M0) scale per 32 (OCP MX)."""
+    grid = E2M1_GRID.to(x.device)
+    b = _blocks(x, 32)
+    scale = torch.exp2(torch.ceil(torch.log2((b.abs().amax(dim=-1, keepdim=True) / 6.0).clamp(min=2.0**-126))))
+    v = b / scale
+    idx = (v.abs().unsqueeze(-1) - grid).abs().argmin(dim=-1)
+    return (grid[idx] * v.sign() * scale).reshape(x.shape)
+
+
+def _hadamard(d: int, device) -> torch.Tensor:
+    h = torch.ones(1, 1, device=device)
+    while h.shape[0] < d:
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+    return h / h.shape[0] ** 0.5
+
+
+def _turboquant_key(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """Keys rotated by a Hadamard matrix, unit-normalised (fp16 norm kept) and coded with the 2^bits
+    normal-quantile centroids of a coordinate of a random unit vector (an approximation of vLLM's
+    Lloyd-Max tables, turboquant/centroids.py); 8 bits means fp8 keys."""
+    d = x.shape[-1]
+    if bits == 8:
+        return _float(x, torch.float8_e4m3fn)
+    h = _hadamard(d, x.device)
+    r = x @ h
+    norm = r.norm(dim=-1, keepdim=True).to(torch.float16).float().clamp(min=1e-12)
+    u = r / norm
+    probs = (torch.arange(2**bits, dtype=torch.float32, device=x.device) + 0.5) / 2**bits
+    book = torch.special.ndtri(probs) / d**0.5
+    q = book[(u.unsqueeze(-1) - book).abs().argmin(dim=-1)]
+    return (q * norm) @ h.T
+
+
 def _kivi(x: torch.Tensor, bits: int, side: str, options: FormatOptions) -> torch.Tensor:
     g, r = options.kivi_group, options.kivi_residual
     tokens = x.shape[0]
@@ -152,7 +193,18 @@ def roundtrip(name: str, x: torch.Tensor, side: str = "k", options: FormatOption
         "kivi2": lambda: _kivi(x, 2, side, o),
         "kivi4": lambda: _kivi(x, 4, side, o),
         "kvquant3": lambda: _kvquant3(x, o),
+        "int4_per_token_head": lambda: _int_asym(x, 4, -1),
+        "nvfp4_4over6": lambda: _nvfp4(x),
+        "nvfp4_ds_mla": lambda: _nvfp4(x),
+        "fp4_e2m1_nvfp4": lambda: _nvfp4(x),
+        "ultraquant_4bit": lambda: _mxfp4(x),
+        "fp4_e2m1_mxfp4": lambda: _mxfp4(x),
+        "sglang_int8": lambda: _int_asym(x, 8, -1),
+        "int8": lambda: _int_sym(x.reshape(-1), 8, 0).reshape(x.shape),
     }
+    for preset, (key_bits, value_bits) in TURBOQUANT_PRESETS.items():
+        table[preset] = (lambda kb=key_bits, vb=value_bits:
+                         _turboquant_key(x, kb) if side == "k" else _int_asym(x, vb, -1))
     return table[name]()
 
 

@@ -24,6 +24,12 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "tests" / "fixtures" / "vllm-reference"
 BUDGET_BYTES = 10 * 2**30  # the KV memory every variant is given (vLLM's "available KV cache memory")
 VARIANTS = ("1:auto", "1:fp8", "8:auto", "8:fp8")
+# Every --kv-cache-dtype of vLLM 0.33's CacheDType, run once on one dense GQA config (head size 128).
+FORMAT_CONFIG = "Llama-3.1-8B"
+FORMAT_DTYPES = ("fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_per_token_head", "int8_per_token_head",
+                 "int4_per_token_head", "nvfp4", "nvfp4_4over6", "turboquant_k8v4", "turboquant_4bit_nc",
+                 "turboquant_k3v4_nc", "turboquant_3bit_nc", "ultraquant_4bit", "octave_k3v4", "octave_k3v3",
+                 "octave_k3v3_compact")
 KEEP = ("tp", "kv_cache_dtype", "error", "block_size_effective", "mamba_page_size_padded", "layer_specs",
         "kv_bytes_per_token", "kv_cache_groups", "attn_backends", "available_bytes", "num_blocks",
         "pool_bytes_per_block", "max_concurrency", "max_model_len", "kv_cache_size_tokens",
@@ -57,17 +63,17 @@ def language_model_config(config: dict) -> dict | None:
     return built
 
 
-def run_oracle(config: dict, oracle: str, python: str) -> subprocess.CompletedProcess:
+def run_oracle(config: dict, oracle: str, python: str, variants=VARIANTS) -> subprocess.CompletedProcess:
     with tempfile.TemporaryDirectory() as folder:
         (Path(folder) / "config.json").write_text(json.dumps(config))
         args = [python, oracle, folder]
-        for variant in VARIANTS:
+        for variant in variants:
             args += ["--variant", f"{variant}:{BUDGET_BYTES}"]
         return subprocess.run(args, capture_output=True, text=True, timeout=3600)
 
 
-def run_one(name: str, origin: str, config: dict, oracle: str, python: str) -> dict:
-    done = run_oracle(config, oracle, python)
+def run_one(name: str, origin: str, config: dict, oracle: str, python: str, variants=VARIANTS) -> dict:
+    done = run_oracle(config, oracle, python, variants)
     built_from = None
     if done.returncode == 0 and '"error"' in done.stdout and (text := language_model_config(config)):
         retry = run_oracle(text, oracle, python)
@@ -111,6 +117,12 @@ def main(argv: list[str] | None = None) -> int:
         (OUT / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
         return name, result
 
+    if not args.names or f"formats-{FORMAT_CONFIG}" in args.names:
+        path = ROOT / "tests" / "fixtures" / "configs" / f"{FORMAT_CONFIG}.json"
+        result = run_one(f"formats-{FORMAT_CONFIG}", f"tests/fixtures/configs/{path.name}",
+                         json.loads(path.read_text()), args.oracle, args.python, tuple(f"1:{d}" for d in FORMAT_DTYPES))
+        (OUT / f"formats-{FORMAT_CONFIG}.json").write_text(json.dumps(result, indent=1) + "\n")
+        print(f"formats-{FORMAT_CONFIG}", flush=True)
     with ThreadPoolExecutor(args.jobs) as pool:
         for name, result in pool.map(one, chosen.items()):
             errors = [v.get("error") for v in result.get("variants", []) if v.get("error")]

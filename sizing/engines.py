@@ -386,6 +386,17 @@ class Engine:
         """(shape, k format, v format, notes) as this engine release builds the model."""
         return self.model_rule(shape, k_format, v_format, self.release)
 
+    def layer_overrides(self, shape: ModelShape, k_format: str, user: str | None) -> str | None:
+        """--layer-kv-dtype as the engine applies it: its own boundary layers first, the user's after."""
+        rule = self.release.boundary_layers_in_model_dtype if self.release else None
+        if rule is None or k_format not in rule.formats or "recurrent" in shape.layer_kinds:
+            return user
+        n = min(rule.layers, shape.num_layers // 2)
+        if n == 0:
+            return user
+        own = f"first:{n},last:{n}=auto"
+        return f"{own};{user}" if user else own
+
     def pool(self, layout: CacheLayout, block_size: int, max_num_batched_tokens: int, pp: int = 1) -> Pool:
         batches = self.release.in_flight_batches(pp) if self.release else 1
         return self.pool_rule(layout, block_size, max_num_batched_tokens * batches)

@@ -13,7 +13,7 @@ KIVI is the one format whose K and V sides differ by design.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Literal
 
@@ -238,6 +238,11 @@ class KVFormat:
     # GPU profile flags that must all be true for an engine to run the format (nvfp4: "nvfp4_native").
     needs_gpu: tuple[str, ...] = field(default=())
 
+    @property
+    def mla_only(self) -> bool:
+        """Laid out for DeepSeek's 576-value MLA latent (fp8_ds_mla, nvfp4_ds_mla)."""
+        return any(getattr(c.granularity, "of_head_dim", None) for c in self.k.components)
+
 
 @dataclass(frozen=True)
 class FormatOptions:
@@ -428,6 +433,91 @@ def _nvfp4() -> KVFormat:
     )
 
 
+def _turboquant(name: str, key_bits: int, value_bits: int) -> KVFormat:
+    # vllm/model_executor/layers/quantization/turboquant/config.py (0.33): a key is head_dim fp8 bytes
+    # (key_quant_bits 8) or Lloyd-Max indices of key_bits plus an fp16 vector norm; a value is uniform
+    # value_bits codes plus an fp16 scale and fp16 zero point; the attention backend
+    # (v1/attention/backends/turboquant_attn.py) packs [key | value] per token per head.
+    if key_bits == 8:
+        k = SideLayout((_values(8, "fp8_e4m3"),))
+    else:
+        k = SideLayout((_values(key_bits, f"int{key_bits} Lloyd-Max index"),
+                        Component("vector norm", "fp16", 16, PerTokenHead())))
+    v = SideLayout((_values(value_bits, f"uint{value_bits}"), Component("scale", "fp16", 16, PerTokenHead()),
+                    Component("zero point", "fp16", 16, PerTokenHead())))
+    key_text = "fp8 keys" if key_bits == 8 else f"{key_bits}-bit Hadamard-rotated Lloyd-Max keys with an fp16 norm"
+    return KVFormat(
+        name, "vllm", k, v,
+        source="vLLM 0.33 TurboQuant KV cache (vllm/model_executor/layers/quantization/turboquant/config.py "
+               "key_packed_size, value_packed_size, slot_size_aligned; v1/attention/backends/turboquant_attn.py). "
+               "vllm serve keeps the first 2 and last 2 attention layers of dense models in the model dtype "
+               "(engine/arg_utils.py, get_boundary_skip_layers). The packed slot is rounded up to an even "
+               "byte count, which these rows match for every even slot (all power-of-two head sizes)",
+        engines=("vllm", "ideal"),
+        summary=f"{key_text}; {value_bits}-bit values with fp16 scale and zero point",
+        quality="k8v4 near fp8; 3-bit presets need the boundary layers kept in bf16 (vLLM: GSM8K drops "
+                "~30 points on Qwen3-4B without them)",
+        quality_source="vllm/model_executor/layers/quantization/turboquant/config.py (get_boundary_skip_layers docstring)",
+    )
+
+
+def _int4_per_token_head() -> KVFormat:
+    side = SideLayout((_values(4, "int4"), Component("scale and zero point", "2 x fp16", 32, PerTokenHead())))
+    return KVFormat(
+        "int4_per_token_head", "vllm", side, side,
+        source="vLLM 0.33 (v1/attention/backends/triton_attn.py customize_spec: head_size // 2 packed bytes plus "
+               "4 bytes per K and V side per token per head; v1/kv_cache_interface.py INT4_PER_TOKEN_HEAD: "
+               "packed 2 x int4 per byte, Hadamard rotation, asymmetric zero point). How the 4 bytes split "
+               "between scale and zero point is unconfirmed; the total is vLLM's",
+        engines=("vllm", "ideal"),
+        summary="int4 values plus 4 bytes of scale and zero point per token per head",
+        quality="4-bit per-token-head with a Hadamard rotation; accuracy not published by vLLM",
+        quality_source="unconfirmed",
+    )
+
+
+def _nvfp4_ds_mla() -> KVFormat:
+    side = SideLayout((Component("MLA latent (packed)", "nvfp4 + fp8", 8, PerTokenHeadFixed(352, of_head_dim=576),
+                                 "payload"),))
+    return KVFormat(
+        "nvfp4_ds_mla", "vllm", side, side,
+        source="vLLM 0.33 model_executor/layers/attention/mla_attention.py: nvfp4_ds_mla keeps 352 opaque bytes "
+               "per token per layer for the 576-value MLA latent of DeepSeek sparse attention models (FlashMLA "
+               "sparse); how the bytes split between values, scales and rope is not given in the source",
+        engines=("vllm", "ideal"),
+        summary="MLA latent in 352 bytes (NVFP4 values and scales)",
+        needs_gpu=("nvfp4_native",),
+        quality="unconfirmed", quality_source="unconfirmed",
+    )
+
+
+def _mx_fp4(name: str, engines: tuple[str, ...], source: str, summary: str) -> KVFormat:
+    side = SideLayout((_values(4, "e2m1"), Component("block scale", "e8m0", 8, PerValueGroup(32))))
+    return KVFormat(name, "mx", side, side, source=source, engines=engines, summary=summary,
+                    quality="4-bit microscaling; coarser than NVFP4's 16-value blocks",
+                    quality_source="OCP Microscaling Formats (MX) v1.0 specification")
+
+
+def _int8_scale_zero(name: str, engines: tuple[str, ...], source: str) -> KVFormat:
+    side = SideLayout((_values(8, "int8"), Component("scale", "fp16", 16, PerTokenHead()),
+                       Component("zero point", "fp16", 16, PerTokenHead())))
+    return KVFormat(name, "sglang", side, side, source=source, engines=engines,
+                    summary="int8 values, fp16 scale and zero point per token per head",
+                    quality="int8 with per-token-head scales: near fp16", quality_source=source)
+
+
+def _int8_per_tensor() -> KVFormat:
+    side = SideLayout((_values(8, "int8"), Component("scale", "fp32", 32, PerLayer(parameter=True))))
+    return KVFormat(
+        "int8", "trtllm", side, side,
+        source="TensorRT-LLM INT8 KV cache (QuantMode INT8_KV_CACHE: int8 values with one fp32 "
+               "kv_cache_scaling_factor per attention layer, tensorrt_llm/quantization/mode.py)",
+        engines=("trtllm", "ideal"),
+        summary="int8 values, one fp32 scale per layer",
+        quality="small loss vs fp16; calibrated per-tensor scales", quality_source="TensorRT-LLM quantization docs",
+    )
+
+
 _ROWS: dict[str, Callable[[FormatOptions], KVFormat]] = {
     "fp32": lambda o: _plain("fp32", 32, "fp32", ("vllm", "llamacpp", "ideal"), "IEEE 754-2008 binary32 (4 bytes per value)", "fp32 values"),
     "fp16": lambda o: _plain("fp16", 16, "fp16", _ALL_PAGED, "IEEE 754-2008 binary16 (2 bytes per value)", "fp16 values"),
@@ -438,6 +528,33 @@ _ROWS: dict[str, Callable[[FormatOptions], KVFormat]] = {
     "fp8_per_token_head": lambda o: _per_token_head("fp8_per_token_head", "fp8_e4m3"),
     "int8_per_token_head": lambda o: _per_token_head("int8_per_token_head", "int8"),
     "nvfp4": lambda o: _nvfp4(),
+    "turboquant_k8v4": lambda o: _turboquant("turboquant_k8v4", 8, 4),
+    "turboquant_4bit_nc": lambda o: _turboquant("turboquant_4bit_nc", 4, 4),
+    "turboquant_k3v4_nc": lambda o: _turboquant("turboquant_k3v4_nc", 3, 4),
+    "turboquant_3bit_nc": lambda o: _turboquant("turboquant_3bit_nc", 3, 3),
+    "int4_per_token_head": lambda o: _int4_per_token_head(),
+    "nvfp4_4over6": lambda o: replace(_nvfp4(), name="nvfp4_4over6",
+                                      summary="NVFP4 layout with vLLM's 4-over-6 block scale selection",
+                                      source="vLLM 0.33: every kv_cache_dtype starting with nvfp4 is KVQuantMode.NVFP4 "
+                                             "(v1/kv_cache_interface.py get_kv_quant_mode) and packs head/2 fp4 bytes "
+                                             "+ head/16 fp8 scales per side (utils/torch_utils.py nvfp4_kv_cache_full_dim)"),
+    "nvfp4_ds_mla": lambda o: _nvfp4_ds_mla(),
+    "ultraquant_4bit": lambda o: _mx_fp4(
+        "ultraquant_4bit", ("vllm", "ideal"),
+        "vLLM 0.33 v1/attention/ops/ultraquant/format.py: per token per head, K and V as 4-bit codes plus "
+        "one E8M0 scale per 32 values (D=128: 136 B per slot)", "4-bit codes, one E8M0 scale per 32 values"),
+    "fp4_e2m1_mxfp4": lambda o: _mx_fp4(
+        "fp4_e2m1_mxfp4", ("sglang", "ideal"),
+        "SGLang --kv-cache-dtype fp4_e2m1 with --fp4-kv-cache-recipe mxfp4 (E2M1 values, one E8M0 scale per "
+        "32, srt/layers/quantization/kvfp4_tensor.py)", "E2M1 values, one E8M0 scale per 32 values"),
+    "fp4_e2m1_nvfp4": lambda o: replace(_nvfp4(), name="fp4_e2m1_nvfp4", engines=("sglang", "ideal"),
+                                        summary="SGLang fp4_e2m1 with the nvfp4 recipe",
+                                        source="SGLang --kv-cache-dtype fp4_e2m1 --fp4-kv-cache-recipe nvfp4 "
+                                               "(E2M1 values, one E4M3 scale per 16, one fp32 global scale)"),
+    "sglang_int8": lambda o: _int8_scale_zero(
+        "sglang_int8", ("sglang", "ideal"),
+        "SGLang --int8-kv-cache: int8 values with an fp16 scale and fp16 zero point per token per head"),
+    "int8": lambda o: _int8_per_tensor(),
     "q8_0": lambda o: _llamacpp("q8_0", 8, 34, False, "int8"),
     "q4_0": lambda o: _llamacpp("q4_0", 4, 18, False, "int4"),
     "q4_1": lambda o: _llamacpp("q4_1", 4, 20, True, "uint4"),

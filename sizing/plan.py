@@ -320,7 +320,8 @@ def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index
     block_size = s.block_size or engine.block_size_default
     fraction = s.memory_fraction if s.memory_fraction is not None else engine.default_fraction(
         s.nvml_mib, tp, s.pipeline_parallel_size)
-    layout = _layout(shape, k_name, v_name, tp, stage, s.layer_kv_dtype, s.format_options)
+    layout = _layout(shape, k_name, v_name, tp, stage, engine.layer_overrides(shape, k_name, s.layer_kv_dtype),
+                     s.format_options)
     pool = _pool(engine, layout, block_size, s.max_num_batched_tokens, s.pipeline_parallel_size)
 
     wfmt = resolve_weights_dtype(s.weights_dtype, shape)

@@ -57,6 +57,13 @@ class CudaGraphModel(_Strict):
     tensor_parallel_bytes: int = Field(ge=0)
 
 
+class BoundaryLayers(_Strict):
+    """Formats whose first and last `layers` attention layers the engine keeps in the model dtype."""
+
+    formats: frozenset[str] = Field(min_length=1)
+    layers: int = Field(gt=0)
+
+
 class GpuBucket(_Strict):
     """SGLang's settings for GPUs below `below_mib` of nvidia-smi memory (None: every larger GPU)."""
 
@@ -163,6 +170,9 @@ class Release(_Strict):
     # model_types whose vLLM attention is built without the cache config: the cache stays in the
     # model dtype whatever --kv-cache-dtype says.
     kv_dtype_ignored_model_types: frozenset[str] = frozenset()
+    # vllm serve keeps the first and last N layers of dense (non-hybrid) models in the model dtype
+    # under these formats (TurboQuant's boundary protection).
+    boundary_layers_in_model_dtype: BoundaryLayers | None = None
     sources: dict[str, str]
 
     def __hash__(self) -> int:  # estimates cache on the engine; one file per (engine, release)

@@ -13,7 +13,8 @@ from measure.quant import ERROR_BOUNDS, realistic_kv, relative_error, roundtrip 
 from measure.run import model_shape  # noqa: E402
 from measure.tensors import allocate_layout, predicted_bytes  # noqa: E402
 from measure.validate import check_report  # noqa: E402
-from sizing.formats import FORMAT_NAMES  # noqa: E402
+from sizing.errors import KvsizeError  # noqa: E402
+from sizing.formats import FORMAT_NAMES, get_format  # noqa: E402
 from sizing.layers import build_layout  # noqa: E402
 
 REPORTS = sorted((ROOT / "measure" / "reports").glob("*.json"))
@@ -24,6 +25,10 @@ REPORTS = sorted((ROOT / "measure" / "reports").glob("*.json"))
 def test_real_tensors_hold_the_predicted_bytes(fmt, model):
     name, layers = model.split(":")
     _, shape = model_shape(name, int(layers))
+    if get_format(fmt).mla_only and not shape.is_mla:
+        with pytest.raises(KvsizeError, match="MLA latent"):
+            build_layout(shape, fmt, fmt)
+        return
     layout = build_layout(shape, fmt, fmt)
     cache = allocate_layout(layout, num_blocks=3, block_size=16, device="meta")
     assert cache.storage_bytes == predicted_bytes(layout, 3, 16)

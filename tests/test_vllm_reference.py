@@ -19,7 +19,8 @@ from sizing.plan import Scenario, estimate
 from sizing.profiles import load_model
 
 FIXTURES = Path(__file__).parent / "fixtures"
-REFERENCE = sorted((FIXTURES / "vllm-reference").glob("*.json"))
+REFERENCE = sorted(p for p in (FIXTURES / "vllm-reference").glob("*.json") if not p.stem.startswith("formats-"))
+FORMATS = FIXTURES / "vllm-reference" / "formats-Llama-3.1-8B.json"
 H200_CUDA_BYTES = 150_109_880_320  # torch.cuda.mem_get_info on an H200 (the oracle's fake platform is an H200)
 KIND = {"FullAttentionSpec": "full", "MLAAttentionSpec": "full", "SlidingWindowSpec": "sliding",
         "ChunkedLocalAttentionSpec": "chunked"}
@@ -98,3 +99,36 @@ def test_kvsize_refuses_what_vllm_refuses(fixture, v):
     assert shape.num_attention_heads % v["tp"]
     with pytest.raises(KvsizeError, match="tensor-parallel"):
         _estimate(fixture, v)
+
+
+def _format_variants(built: bool):
+    for v in _load(FORMATS)["variants"]:
+        if ("error" not in v) == built:
+            yield pytest.param(v, id=v["kv_cache_dtype"])
+
+
+@pytest.mark.parametrize("v", list(_format_variants(True)))
+def test_format_pages_match_vllm(v):
+    # Every vLLM cache dtype the oracle could build on Llama-3.1-8B (8 KV heads of 128): the page of one
+    # layer and num_blocks for 10 GiB, without vllm serve's boundary layers (the oracle builds VllmConfig directly).
+    from sizing.layers import build_layout
+
+    _, shape = load_model(str(FIXTURES / "configs" / "Llama-3.1-8B.json"))
+    name = v["kv_cache_dtype"]
+    layout = build_layout(shape, name, name)
+    (spec,) = v["layer_specs"]
+    pages = {s.page_bytes(16) for s in layout.kv.values()}
+    assert pages == {spec["page_size_bytes"]}
+    assert v["num_blocks"] == v["available_bytes"] // (spec["page_size_bytes"] * spec["num_layers"])
+
+
+def test_turboquant_keeps_boundary_layers_in_bf16():
+    # vllm serve (engine/arg_utils.py, 0.33) keeps layers 0, 1, 30, 31 of a dense model in bf16 under
+    # turboquant_k8v4: 28 pages of 25,088 B (fixtures/vllm-reference/formats-Llama-3.1-8B.json) and 4 of
+    # 65,536 B (16 tokens x 8 heads x 128 x 2 x 2) in every block.
+    _, shape = load_model(str(FIXTURES / "configs" / "Llama-3.1-8B.json"))
+    e = estimate(Scenario("llama", shape, "H200", H200_CUDA_BYTES, engine="vllm", k_cache_dtype="turboquant_k8v4",
+                          v_cache_dtype="turboquant_k8v4", kv_cache_memory_bytes=10 * 2**30))
+    assert e.block_bytes == 28 * 25_088 + 4 * 65_536
+    assert e.num_blocks == 10 * 2**30 // e.block_bytes
+    assert sorted({s.k_format for s in e.layout.kv.values()}) == ["bf16", "turboquant_k8v4"]
