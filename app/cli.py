@@ -147,7 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_sweep)
 
     for name, fn, text in (("models", cmd_models, "bundled model profiles"), ("gpus", cmd_gpus, "bundled GPUs"),
-                           ("formats", cmd_formats, "KV cache formats")):
+                           ("formats", cmd_formats, "KV cache formats"),
+                           ("support", cmd_support, "which KV format each engine runs on each GPU architecture")):
         p = sub.add_parser(name, help=text)
         p.add_argument("--format", choices=["table", "json"], default="table")
         p.set_defaults(run=fn)
@@ -257,7 +258,7 @@ def scenario_from_args(args: argparse.Namespace, model: str, gpu: str, engine: s
         max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
         non_torch_bytes=args.non_torch_memory, cuda_graph_bytes=args.cuda_graph_memory,
         layer_kv_dtype=args.layer_kv_dtype, gpu_multiprocessors=gpu_row.multiprocessors,
-        gpu_nvml_mib=gpu_row.nvml_memory_mib if args.gpu_memory is None else None,
+        gpu_nvml_mib=gpu_row.nvml_memory_mib if args.gpu_memory is None else None, gpu_architecture=gpu_row.architecture,
         format_options=FormatOptions(args.kivi_group, args.kivi_residual,
                                      Fraction(args.kvquant_outliers).limit_denominator(10**6)),
     )
@@ -383,7 +384,7 @@ def cmd_check_log(args: argparse.Namespace) -> int:
         pipeline_parallel_size=int(st.get("pipeline_parallel_size", 1)), max_model_len=st.get("max_model_len"),
         memory_fraction=st.get("gpu_memory_utilization", st.get("memory_fraction")),
         weights_dtype=args.weights_dtype, max_num_batched_tokens=st.get("max_num_batched_tokens"),
-        max_num_seqs=st.get("max_num_seqs"), gpu_multiprocessors=g.multiprocessors, gpu_nvml_mib=g.nvml_memory_mib,
+        max_num_seqs=st.get("max_num_seqs"), gpu_multiprocessors=g.multiprocessors, gpu_nvml_mib=g.nvml_memory_mib, gpu_architecture=g.architecture,
         dtype="float32" if dtype == "float32" else "auto",
     )
     result = compare_log(run, scenario)
@@ -563,6 +564,27 @@ def cmd_formats(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_support(args: argparse.Namespace) -> int:
+    from sizing.engines import engine_formats
+    from sizing.profiles import gpu_ids, gpu_profile
+    from sizing.support import support
+
+    architectures = sorted({gpu_profile(g).architecture for g in gpu_ids()})
+    rows = [dict(engine=engine, format=fmt, architecture=arch, **vars(support(engine, fmt, arch)))
+            for engine in ("vllm", "sglang", "trtllm", "lmdeploy", "llamacpp") for fmt in engine_formats(engine)
+            for arch in architectures]
+    if args.format == "json":
+        print(json.dumps(rows, indent=2))
+        return 0
+    mark = {"supported": "yes", "unsupported": "no", "unconfirmed": "?"}
+    print(f"{'engine':<10}{'format':<22}" + "".join(f"{a:>8}" for a in architectures))
+    for i in range(0, len(rows), len(architectures)):
+        cells = rows[i:i + len(architectures)]
+        print(f"{cells[0]['engine']:<10}{cells[0]['format']:<22}" + "".join(f"{mark[c['status']]:>8}" for c in cells))
+    print("yes: supported, no: unsupported, ?: unconfirmed; sources: kvsize support --format json")
+    return 0
+
+
 def _prices(text: str | None) -> dict[str, float]:
     from sizing.units import parse_assignments
 
@@ -581,7 +603,7 @@ def _read_report(path: str, option: str) -> dict:
 
 def plan_from_args(args: argparse.Namespace):
     """(fleet plan, base scenario, guidance, quality notes, serve command of the cheapest)."""
-    from sizing.fleet import build_candidates, load_draft, plan_fleet, unsupported_pairs
+    from sizing.fleet import build_candidates, load_draft, plan_fleet, unconfirmed_pairs, unsupported_pairs
     from sizing.formats import get_format
     from sizing.guidance import evaluate_rules, quality_notes
     from sizing.profiles import measured_efficiency
@@ -604,9 +626,13 @@ def plan_from_args(args: argparse.Namespace):
     tps = [_int_or_error(t, "--tp") for t in args.tp]
     formats = [get_format(f, base.shape.serving_dtype, option="--formats").name for f in args.formats]
     distinct = list(dict.fromkeys(formats))
-    candidates = build_candidates(args.gpus, distinct, tps, _prices(args.price))
-    for gpu, fmt, why in unsupported_pairs(args.gpus, distinct):
+    candidates = build_candidates(args.gpus, distinct, tps, _prices(args.price), args.engine)
+    for gpu, fmt, why in unsupported_pairs(args.gpus, distinct, args.engine):
         print(f"kvsize: warning: {fmt} left out on {gpu}: {why}", file=sys.stderr)
+    unconfirmed = unconfirmed_pairs(args.gpus, distinct, args.engine)
+    if unconfirmed:
+        print("kvsize: note: no engine source confirms " + ", ".join(f"{f} on {g}" for g, f in unconfirmed)
+              + f" with {args.engine} (kvsize support)", file=sys.stderr)
     plan = plan_fleet(base, candidates, workload, efficiency, load_draft(workload))
     report = _read_report(args.quality_report, "--quality-report") if args.quality_report else None
     notes = quality_notes(formats, base.shape.serving_dtype, report,

@@ -92,7 +92,7 @@ def read_scenario() -> Scenario | None:
         g = gpu_profile(gpu)
         return Scenario(
             model_name=name, shape=shape, gpu_name=g.name, gpu_memory_bytes=g.memory_bytes, engine=engine,
-            gpu_multiprocessors=g.multiprocessors, gpu_nvml_mib=g.nvml_memory_mib,
+            gpu_multiprocessors=g.multiprocessors, gpu_nvml_mib=g.nvml_memory_mib, gpu_architecture=g.architecture,
             k_cache_dtype=k_fmt, v_cache_dtype=v_fmt, tensor_parallel_size=int(tp), pipeline_parallel_size=int(pp),
             max_model_len=int(context), concurrency=int(concurrency),
             memory_fraction=fraction if ENGINES[engine].fraction_option else None, headroom=headroom,
@@ -411,7 +411,7 @@ def read_workload_widgets():
 def page_fleet(s: Scenario) -> None:
     from app.spreadsheet import xlsx_bytes
     from sizing.fleet import (bucket_rows, build_candidates, candidate_rows, cost_rows, plan_fleet,
-                              plan_serve_command, unsupported_pairs)
+                              plan_serve_command, unconfirmed_pairs, unsupported_pairs)
     from sizing.guidance import evaluate_rules, quality_notes
 
     st.caption(f"{s.model_name} on {s.engine}; the sidebar's engine settings apply. KV is charged at each bucket's "
@@ -430,12 +430,16 @@ def page_fleet(s: Scenario) -> None:
         st.error("choose at least one GPU, one KV format and one TP size")
         return
     try:
-        plan = plan_fleet(replace(s, pipeline_parallel_size=1), build_candidates(gpus, formats, tps), workload)
+        plan = plan_fleet(replace(s, pipeline_parallel_size=1), build_candidates(gpus, formats, tps, engine=s.engine),
+                          workload)
     except KvsizeError as e:
         st.error(str(e))
         return
-    for gpu, fmt, why in unsupported_pairs(gpus, formats):
+    for gpu, fmt, why in unsupported_pairs(gpus, formats, s.engine):
         st.info(f"{fmt} left out on {gpu}: {why}")
+    unconfirmed = unconfirmed_pairs(gpus, formats, s.engine)
+    if unconfirmed:
+        st.caption("No engine source confirms " + ", ".join(f"{f} on {g}" for g, f in unconfirmed) + ".")
     rows = candidate_rows(plan)
     best = plan.cheapest
     if best is None:

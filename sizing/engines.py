@@ -356,7 +356,6 @@ class Engine:
     budget_rule: Callable[[MemoryTerms, float, float, Release | None], Budget]
     pool_rule: Callable[[CacheLayout, int, int], Pool]
     source: str
-    formats_note: str
     release: Release | None = None  # the release range whose defaults and terms apply
     model_rule: ModelRule = _as_configured  # where the engine builds the model unlike its config
 
@@ -412,27 +411,21 @@ ENGINES: dict[str, Engine] = {
     "vllm": Engine("vllm", "--gpu-memory-utilization", 0.9, "--block-size", 16, True, _vllm_budget, _vllm_pool,
                    "vllm/v1/worker/gpu_worker.py (determine_available_memory), vllm/v1/core/kv_cache_utils.py "
                    "(get_num_blocks, get_max_concurrency_for_kv_cache_config), vllm/v1/kv_cache_interface.py",
-                   "auto, fp16, bf16, fp8, fp8_e4m3, fp8_e5m2, fp8_per_token_head, int8_per_token_head, nvfp4",
                    model_rule=_vllm_model),
     "sglang": Engine("sglang", "--mem-fraction-static", 0.88, "--page-size", 1, True, _sglang_budget, _block_pool,
                      "python/sglang/srt/model_executor/model_runner.py (profile_max_num_token: rest_memory = "
-                     "available − total × (1 − mem_fraction_static); max_total_num_tokens = rest // cell_size)",
-                     "auto, fp16, bf16, fp8_e4m3, fp8_e5m2"),
+                     "available − total × (1 − mem_fraction_static); max_total_num_tokens = rest // cell_size)"),
     "trtllm": Engine("trtllm", "--free-gpu-memory-fraction", 0.9, "--tokens-per-block", 32, True, _trtllm_budget, _block_pool,
                      "tensorrt_llm/_torch/pyexecutor/_util.py (KvCacheCreator: free memory after the profiling "
-                     "run × free_gpu_memory_fraction), KvCacheConfig.tokens_per_block",
-                     "auto, fp16, bf16, fp8, nvfp4"),
+                     "run × free_gpu_memory_fraction), KvCacheConfig.tokens_per_block"),
     "lmdeploy": Engine("lmdeploy", "--cache-max-entry-count", 0.8, "--cache-block-seq-len", 64, True, _lmdeploy_budget, _block_pool,
                        "lmdeploy/turbomind (cache_max_entry_count: share of free GPU memory after weights for "
-                       "the k/v cache; cache_block_seq_len tokens per block)",
-                       "auto, fp16, bf16, lmdeploy_int8 (quant_policy 8), lmdeploy_int4 (quant_policy 4)"),
+                       "the k/v cache; cache_block_seq_len tokens per block)"),
     "llamacpp": Engine("llamacpp", None, 0.0, None, 1, False, _headroom_budget, _llamacpp_pool,
                        "src/llama-kv-cache.cpp (contiguous per-layer K and V tensors of n_ctx cells; "
-                       "n_ctx padded to 256)",
-                       "f16, bf16, f32, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl (-ctk/-ctv; quantized V needs -fa)"),
+                       "n_ctx padded to 256)"),
     "ideal": Engine("ideal", None, 0.0, None, 1, False, _headroom_budget, _exact_pool,
-                    "no engine: each layer holds exactly min(tokens, its window); KIVI keeps its fp16 residual",
-                    "every format"),
+                    "no engine: each layer holds exactly min(tokens, its window); KIVI keeps its fp16 residual"),
 }
 
 
@@ -458,9 +451,17 @@ def _with_release(key: str, version: str | None) -> Engine:
     return replace(engine, release=release)
 
 
+def engine_formats(engine_name: str) -> list[str]:
+    """The formats whose registry row names this engine (sizing/formats.py)."""
+    from .formats import FORMAT_NAMES, get_format
+
+    return [n for n in FORMAT_NAMES if engine_name in get_format(n).engines]
+
+
 def check_format_supported(engine: Engine, fmt_name: str, engines_of_format: tuple[str, ...], option: str) -> None:
     if engine.name not in engines_of_format:
         raise KvsizeError(
-            f"{option} {fmt_name} is not a KV cache format of {engine.name} (it supports: {engine.formats_note}); "
+            f"{option} {fmt_name} is not a KV cache format of {engine.name} (it supports: auto, "
+            f"{', '.join(engine_formats(engine.name))}); "
             f"engines that store {fmt_name}: {', '.join(engines_of_format)}"
         )

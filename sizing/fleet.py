@@ -44,6 +44,7 @@ class GpuOffer:
     price_source: str
     multiprocessors: int | None = None
     nvml_memory_mib: int | None = None  # nvidia-smi's total, which SGLang's default fraction reads
+    architecture: str | None = None  # sm90, gfx942: which KV formats the engine runs there
 
     @classmethod
     def from_profile(cls, gpu_id: str, profile, usd_per_hour: float | None = None) -> GpuOffer:
@@ -53,7 +54,7 @@ class GpuOffer:
         source = "given with --price" if usd_per_hour is not None else f"{profile.price_source} ({profile.price_date})"
         return cls(gpu_id, profile.name, profile.memory_bytes, profile.hbm_bandwidth_gb_s, profile.bf16_dense_tflops,
                    usd_per_hour if usd_per_hour is not None else profile.price_usd_per_hour, source,
-                   profile.multiprocessors, profile.nvml_memory_mib)
+                   profile.multiprocessors, profile.nvml_memory_mib, profile.architecture)
 
 
 @dataclass(frozen=True)
@@ -182,7 +183,7 @@ def plan_candidate(base: Scenario, candidate: Candidate, workload: Workload, eff
     g = candidate.gpu
     draft_weights, draft_layout = _draft_terms(draft, tp)
     scenario = replace(base, gpu_name=g.name, gpu_memory_bytes=g.memory_bytes, gpu_multiprocessors=g.multiprocessors,
-                       gpu_nvml_mib=g.nvml_memory_mib,
+                       gpu_nvml_mib=g.nvml_memory_mib, gpu_architecture=g.architecture,
                        k_cache_dtype=candidate.kv_format,
                        v_cache_dtype=candidate.kv_format, tensor_parallel_size=tp, pipeline_parallel_size=1,
                        max_model_len=longest, concurrency=1, extra_weights_bytes=draft_weights)
@@ -336,38 +337,59 @@ def bucket_rows(plan: FleetPlan) -> list[dict]:
 
 
 def build_candidates(gpu_ids: list[str], formats: list[str], tensor_parallel_sizes: list[int],
-                     prices: dict[str, float] | None = None) -> list[Candidate]:
+                     prices: dict[str, float] | None = None, engine: str = "vllm") -> list[Candidate]:
     from .profiles import gpu_profile
 
     prices = prices or {}
     unknown_prices = set(prices) - set(gpu_ids)
     if unknown_prices:
         raise KvsizeError(f"--price names GPUs not in --gpus: {', '.join(sorted(unknown_prices))}")
-    left_out = {(g, f) for g, f, _ in unsupported_pairs(gpu_ids, formats)}
+    refused = unsupported_pairs(gpu_ids, formats, engine)
+    left_out = {(g, f) for g, f, _ in refused}
     out = [Candidate(GpuOffer.from_profile(g, gpu_profile(g), prices.get(g)), f, tp)
            for g in gpu_ids for f in formats if (g, f) not in left_out for tp in tensor_parallel_sizes]
     if not out:
-        needs = sorted({flag for f in formats if f != "auto" for flag in get_format(f).needs_gpu})
-        raise KvsizeError(f"no GPU in --gpus ({', '.join(gpu_ids)}) can run --formats {', '.join(formats)}: "
-                          f"they need {', '.join(needs)} (kvsize gpus); add a Blackwell GPU or another format")
+        g, f, why = refused[0]
+        raise KvsizeError(f"no GPU in --gpus ({', '.join(gpu_ids)}) can run --formats {', '.join(formats)} with "
+                          f"{engine} (e.g. {f} on {g}: {why}); add a GPU that can (kvsize gpus) or another format")
     return out
 
 
-def unsupported_pairs(gpu_ids: list[str], formats: list[str]) -> list[tuple[str, str, str]]:
-    """(GPU, format, why) for each pair whose GPU lacks the hardware the format needs; every
-    `<flag>_native` GPU field has its `<flag>_source`."""
+def unsupported_pairs(gpu_ids: list[str], formats: list[str], engine: str = "vllm") -> list[tuple[str, str, str]]:
+    """(GPU, format, why) for each pair the engine cannot run there: the support table
+    (profiles/support.json) says unsupported, or the GPU lacks hardware the format needs (every
+    `<flag>_native` GPU field has its `<flag>_source`)."""
     from .profiles import gpu_profile
+    from .support import support
 
+    engine_name = engine.partition("@")[0].strip().lower()
     out = []
     for g in gpu_ids:
         profile = gpu_profile(g)
         for f in formats:
-            missing = [] if f == "auto" else [n for n in get_format(f).needs_gpu if not getattr(profile, n)]
+            if f == "auto":
+                continue
+            fmt = get_format(f)
+            missing = [n for n in fmt.needs_gpu if not getattr(profile, n)]
             if missing:
                 why = "; ".join(f"needs {n}: {getattr(profile, n.removesuffix('_native') + '_source')}"
                                 for n in missing)
                 out.append((g, f, why))
+                continue
+            verdict = support(engine_name, fmt.name, profile.architecture)
+            if verdict.status == "unsupported":
+                out.append((g, f, f"{engine_name} does not run {fmt.name} on {profile.architecture}: {verdict.source}"))
     return out
+
+
+def unconfirmed_pairs(gpu_ids: list[str], formats: list[str], engine: str = "vllm") -> list[tuple[str, str]]:
+    """(GPU, format) pairs the support table neither confirms nor rules out for this engine."""
+    from .profiles import gpu_profile
+    from .support import support
+
+    engine_name = engine.partition("@")[0].strip().lower()
+    return [(g, f) for g in gpu_ids for f in formats if f != "auto"
+            and support(engine_name, get_format(f).name, gpu_profile(g).architecture).status == "unconfirmed"]
 
 
 def load_draft(workload: Workload) -> Draft | None:

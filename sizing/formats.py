@@ -278,13 +278,14 @@ def _plain(name: str, bits: int, dtype: str, engines: tuple[str, ...], source: s
                     quality="reference precision", quality_source=source)
 
 
-def _fp8_per_tensor(name: str, dtype: str, aliases: tuple[str, ...] = ()) -> KVFormat:
+def _fp8_per_tensor(name: str, dtype: str, aliases: tuple[str, ...] = (),
+                    engines: tuple[str, ...] = ("vllm", "sglang", "trtllm", "ideal")) -> KVFormat:
     side = SideLayout((_values(8, dtype), Component("scale", "fp32", 32, PerLayer(parameter=True))))
     return KVFormat(
         name, "vllm", side, side,
         source="vLLM docs, Quantized KV Cache (FP8 E4M3/E5M2, one fp32 k_scale and v_scale per attention layer, "
                "kept as layer parameters beside the weights, not in the KV pool); vllm/attention/layer.py",
-        engines=("vllm", "sglang", "trtllm", "ideal"),
+        engines=engines,
         summary=f"{dtype} values, one fp32 scale per layer for K and one for V",
         quality="near-lossless: vLLM and TensorRT-LLM docs report negligible accuracy loss for FP8 KV cache",
         quality_source="docs.vllm.ai/en/latest/features/quantization/quantized_kvcache.html; "
@@ -523,7 +524,8 @@ _ROWS: dict[str, Callable[[FormatOptions], KVFormat]] = {
     "fp16": lambda o: _plain("fp16", 16, "fp16", _ALL_PAGED, "IEEE 754-2008 binary16 (2 bytes per value)", "fp16 values"),
     "bf16": lambda o: _plain("bf16", 16, "bf16", _ALL_PAGED, "bfloat16: 8-bit exponent, 7-bit mantissa (2 bytes per value)", "bf16 values"),
     "fp8_e4m3": lambda o: _fp8_per_tensor("fp8_e4m3", "fp8_e4m3", aliases=("fp8",)),
-    "fp8_e5m2": lambda o: _fp8_per_tensor("fp8_e5m2", "fp8_e5m2"),
+    # TensorRT-LLM's FP8 KV cache is E4M3 only (QuantMode FP8_KV_CACHE)
+    "fp8_e5m2": lambda o: _fp8_per_tensor("fp8_e5m2", "fp8_e5m2", engines=("vllm", "sglang", "ideal")),
     "fp8_ds_mla": lambda o: _fp8_ds_mla(),
     "fp8_per_token_head": lambda o: _per_token_head("fp8_per_token_head", "fp8_e4m3"),
     "int8_per_token_head": lambda o: _per_token_head("int8_per_token_head", "int8"),
@@ -533,7 +535,7 @@ _ROWS: dict[str, Callable[[FormatOptions], KVFormat]] = {
     "turboquant_k3v4_nc": lambda o: _turboquant("turboquant_k3v4_nc", 3, 4),
     "turboquant_3bit_nc": lambda o: _turboquant("turboquant_3bit_nc", 3, 3),
     "int4_per_token_head": lambda o: _int4_per_token_head(),
-    "nvfp4_4over6": lambda o: replace(_nvfp4(), name="nvfp4_4over6",
+    "nvfp4_4over6": lambda o: replace(_nvfp4(), name="nvfp4_4over6", engines=("vllm", "ideal"),
                                       summary="NVFP4 layout with vLLM's 4-over-6 block scale selection",
                                       source="vLLM 0.33: every kv_cache_dtype starting with nvfp4 is KVQuantMode.NVFP4 "
                                              "(v1/kv_cache_interface.py get_kv_quant_mode) and packs head/2 fp4 bytes "

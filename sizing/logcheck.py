@@ -40,7 +40,7 @@ def row_scenario(row: dict, configs: Path) -> Scenario:
         max_model_len=row["max_model_len"], memory_fraction=row["gpu_memory_utilization"],
         weights_dtype="fp32" if fp32 else (row["weights_dtype"] or "auto"), dtype="float32" if fp32 else "auto",
         max_num_batched_tokens=row["max_num_batched_tokens"], max_num_seqs=row["max_num_seqs"],
-        gpu_multiprocessors=gpu.multiprocessors, gpu_nvml_mib=gpu.nvml_memory_mib,
+        gpu_multiprocessors=gpu.multiprocessors, gpu_nvml_mib=gpu.nvml_memory_mib, gpu_architecture=gpu.architecture,
     )
 
 

@@ -12,6 +12,7 @@ from .formats import FormatOptions, get_format
 from .layers import CacheLayout, build_layout, kv_heads_per_rank, parse_layer_overrides
 from .memory import ActivationEstimate, profiling_peak, resolve_weights_dtype, weight_bytes
 from .releases import find_release
+from .support import support
 from .shape import DTYPE_NAMES, ModelShape
 from .units import GiB, MiB
 
@@ -51,6 +52,7 @@ class Scenario:
     gpu_multiprocessors: int | None = None  # SMs: the Triton sampler's buffer has one row per SM
     dtype: str = "auto"  # the engine's --dtype (the model's compute dtype); auto: the engine's rule
     gpu_nvml_mib: int | None = None  # nvidia-smi's total, which SGLang's default fraction reads
+    gpu_architecture: str | None = None  # sm90, gfx942, ...: which KV formats the engine runs (profiles/support.json)
 
     @property
     def nvml_mib(self) -> int:
@@ -183,6 +185,21 @@ def check_tensor_parallel(shape: ModelShape, tp: int, engine: Engine) -> None:
         )
 
 
+def _support_warnings(engine: Engine, architecture: str | None, k_name: str, v_name: str, dtype: str) -> list[str]:
+    if architecture is None or engine.name == "ideal":
+        return []
+    out = []
+    for name in dict.fromkeys((k_name, v_name)):
+        fmt = get_format(name, dtype).name
+        verdict = support(engine.name, fmt, architecture)
+        if verdict.status == "unsupported":
+            out.append(f"{engine.name} does not run {fmt} KV on {architecture} GPUs ({verdict.source}); "
+                       "choose another --kv-cache-dtype or GPU")
+        elif verdict.status == "unconfirmed":
+            out.append(f"no engine source confirms {engine.name} runs {fmt} KV on {architecture} GPUs")
+    return out
+
+
 @lru_cache(maxsize=4096)
 def _layout(shape: ModelShape, k: str, v: str, tp: int, stage: range, overrides: str | None,
             options: FormatOptions) -> CacheLayout:
@@ -310,7 +327,8 @@ def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index
     shape = s.shape
     tp = s.tensor_parallel_size
     shape, k_name, v_name, built_notes = engine.build_model(shape, k_name, v_name)
-    warnings: list[str] = [*shape.notes, *built_notes]
+    warnings: list[str] = [*shape.notes, *built_notes, *_support_warnings(engine, s.gpu_architecture, k_name, v_name,
+                                                                          shape.serving_dtype)]
     max_model_len = s.max_model_len or shape.max_position_embeddings
     if max_model_len > shape.max_position_embeddings:
         warnings.append(

@@ -37,6 +37,8 @@ class GpuProfile(BaseModel):
 
     name: str = Field(min_length=1)
     vendor: Literal["NVIDIA", "AMD"]
+    architecture: str = Field(pattern=r"^(sm\d{2,3}|gfx\d{3,4})$")  # CUDA compute capability or AMD gfx target
+    architecture_source: str = Field(min_length=1)
     memory_bytes: int = Field(gt=0)  # the total CUDA reports (cudaMemGetInfo), what engines size from
     memory_source: str = Field(min_length=1)
     nvml_memory_mib: int = Field(gt=0)  # what nvidia-smi shows, for display

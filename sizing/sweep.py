@@ -64,7 +64,7 @@ def run_sweep(grid: SweepGrid, base: Scenario, progress: Callable[[int, int], No
                         for context in grid.contexts:
                             scenario = replace(
                                 base, model_name=name, shape=shape, gpu_name=g.name,
-                                gpu_memory_bytes=g.memory_bytes, gpu_multiprocessors=g.multiprocessors, gpu_nvml_mib=g.nvml_memory_mib, engine=engine, k_cache_dtype=fmt,
+                                gpu_memory_bytes=g.memory_bytes, gpu_multiprocessors=g.multiprocessors, gpu_nvml_mib=g.nvml_memory_mib, gpu_architecture=g.architecture, engine=engine, k_cache_dtype=fmt,
                                 v_cache_dtype=fmt, tensor_parallel_size=tp, max_model_len=context,
                             )
                             rows.append(_row(scenario, model, gpu, fmt, g, efficiency))

@@ -77,3 +77,57 @@ def test_unknown_format_suggests_close_names():
 def test_every_row_cites_a_source():
     for name in FORMAT_NAMES:
         assert len(get_format(name).source) > 10
+
+
+def test_support_table_agrees_with_vllms_backend_selector():
+    # fixtures/vllm-reference/formats-Llama-3.1-8B.json: vLLM 0.33's attention backend selector on an sm90
+    # platform. Each cache dtype it built is "supported" on sm90 in profiles/support.json, each it found no
+    # backend for (and kvsize knows) is "unsupported" there.
+    import json
+    from pathlib import Path
+
+    from sizing.formats import FORMAT_NAMES
+    from sizing.support import support
+
+    fixture = json.loads((Path(__file__).parent / "fixtures" / "vllm-reference" / "formats-Llama-3.1-8B.json").read_text())
+    checked = 0
+    for v in fixture["variants"]:
+        name = v["kv_cache_dtype"]
+        if name not in FORMAT_NAMES:
+            continue  # vLLM formats kvsize has no row for (fp8_inc: Intel Gaudi; octave_*: ROCm)
+        expected = "unsupported" if "No valid attention backend" in v.get("error", "") else "supported"
+        assert support("vllm", name, "sm90").status == expected, name
+        checked += 1
+    assert checked >= 12
+
+
+def test_every_gpu_profile_has_an_architecture_the_table_can_name():
+    from sizing.profiles import gpu_ids, gpu_profile
+    from sizing.support import support_table
+
+    named = {a for row in support_table().rows for a in row.architectures}
+    assert {gpu_profile(g).architecture for g in gpu_ids()} <= named
+
+
+def test_estimate_warns_when_the_engine_cannot_run_the_format_on_the_gpu():
+    from helpers import scenario
+
+    from sizing.plan import estimate
+
+    e = estimate(scenario("llama-3.1-8b", "h100-sxm", gpu_architecture="sm90", k_cache_dtype="nvfp4",
+                          v_cache_dtype="nvfp4", max_model_len=8192))
+    assert any("does not run nvfp4 KV on sm90" in w for w in e.warnings)
+    ok = estimate(scenario("llama-3.1-8b", "h100-sxm", gpu_architecture="sm90", k_cache_dtype="fp8",
+                           v_cache_dtype="fp8", max_model_len=8192))
+    assert not any("KV on sm90" in w for w in ok.warnings)
+
+
+def test_plan_leaves_out_what_the_support_table_rules_out():
+    # TensorRT-LLM has no FP8 on Ampere (profiles/support.json): an A100 gets no fp8 candidate with trtllm.
+    from sizing.fleet import build_candidates, unsupported_pairs
+
+    candidates = build_candidates(["a100-80gb", "h100-sxm"], ["bf16", "fp8_e4m3"], [1], engine="trtllm")
+    assert {(c.gpu.id, c.kv_format) for c in candidates} == {("a100-80gb", "bf16"), ("h100-sxm", "bf16"),
+                                                             ("h100-sxm", "fp8_e4m3")}
+    (refused,) = unsupported_pairs(["a100-80gb"], ["fp8_e4m3"], "trtllm@1.0")
+    assert "no FP8 on Ampere" in refused[2]
