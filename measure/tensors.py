@@ -62,18 +62,18 @@ def allocate_layout(layout: CacheLayout, num_blocks: int, block_size: int, devic
     """Allocate `num_blocks` pages of `block_size` tokens for every KV layer, plus per-layer tensors."""
     tensors: dict[str, torch.Tensor] = {}
     for index, spec in layout.kv.items():
-        sides = [("k", spec.k)] + ([] if spec.v is None else [("v", spec.v)])
-        for side_name, side in sides:
+        names = ["k"] + ([] if spec.v is None else ["v"]) + ([] if spec.indexer is None else ["indexer"])
+        for side_name, (side, dim) in zip(names, spec.sides()):
             if _is_llamacpp(side):
                 struct_bytes = sum(cdiv(c.granularity.elements(1, LLAMACPP_BLOCK) * c.bits, 8)
                                    if c.granularity.per_head else 0 for c in side.components)
                 tensors[f"{index}.{side_name}.blocks"] = torch.empty(
-                    (num_blocks, block_size, spec.heads, spec.head_dim // LLAMACPP_BLOCK, struct_bytes),
+                    (num_blocks, block_size, spec.heads, dim // LLAMACPP_BLOCK, struct_bytes),
                     dtype=torch.uint8, device=device)
                 continue
             for c in side.components:
                 tensors[f"{index}.{side_name}.{c.name}"] = _component_tensor(
-                    c, num_blocks, block_size, spec.heads, spec.head_dim, device)
+                    c, num_blocks, block_size, spec.heads, dim, device)
     return AllocatedCache(tensors)
 
 

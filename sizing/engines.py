@@ -101,6 +101,46 @@ def hybrid_block_size(layout: CacheLayout, block_size: int, attn_1: int) -> int:
 
 
 @dataclass(frozen=True)
+class UnifiedPageSpec:
+    """A layer as vLLM's hybrid pool holds it after unify_kv_cache_spec_page_size
+    (vllm/v1/core/kv_cache_planning.py): a smaller page whose size divides the largest gets a block of
+    `scale` x the pool's block size; one that does not is padded to the largest page."""
+
+    spec: object
+    scale: int
+    padded_bytes: int | None = None
+
+    def page_bytes(self, block_size: int) -> int:
+        return self.padded_bytes if self.padded_bytes is not None else self.spec.page_bytes(block_size * self.scale)
+
+    def vllm_usage_bytes(self, max_model_len: int, block_size: int, in_flight_tokens: int) -> int:
+        own = block_size * self.scale
+        blocks = self.spec.vllm_usage_bytes(max_model_len, own, in_flight_tokens) // self.spec.page_bytes(own)
+        return blocks * self.page_bytes(block_size)
+
+    @property
+    def group_key(self) -> tuple:
+        return self.spec.group_key
+
+
+def _unify_pages(specs: dict, block_size: int) -> dict:
+    largest = max(spec.page_bytes(block_size) for spec in specs.values())
+    out = {}
+    for i, spec in specs.items():
+        page = spec.page_bytes(block_size)
+        if page == largest:
+            out[i] = spec
+        elif isinstance(spec, MambaPageSpec) or largest % page:
+            if getattr(spec, "v", True) is None:  # vLLM cannot pad an MLA page (sparse MLA reads whole rows)
+                raise KvsizeError("vLLM cannot unify this model's page sizes: an MLA page does not divide the "
+                                  "largest page; use --engine ideal")
+            out[i] = UnifiedPageSpec(spec, 1, largest)
+        else:
+            out[i] = UnifiedPageSpec(spec, largest // page)
+    return out
+
+
+@dataclass(frozen=True)
 class VllmPool:
     """vLLM v1 (vllm/v1/core/kv_cache_utils.py): one block pool; hybrid models group layers by
     type into groups of equal size and every block holds one page per layer of a group."""
@@ -132,12 +172,11 @@ class VllmPool:
             groups = tuple(next(iter(by_type.values()))[:1]) if by_type else ()
             return cls(layout, block_size, in_flight_tokens, unit, max(1, len(specs)), groups,
                        layout.pool_fixed_bytes(), holds_recurrent)
+        specs = _unify_pages(specs, block_size)
+        by_type = {}
+        for spec in specs.values():
+            by_type.setdefault(spec.group_key, []).append(spec)
         pages = Counter(spec.page_bytes(block_size) for spec in specs.values())
-        if len(pages) > 1:
-            raise KvsizeError(
-                "vLLM's hybrid allocator needs one page size across layer types, but this layout has pages of "
-                f"{', '.join(f'{p} B' for p in sorted(pages))}; drop --layer-kv-dtype or use --engine ideal"
-            )
         counts = [len(v) for v in by_type.values()]
         group_size = min(counts)
         if max(counts) < group_size * 1.5:
@@ -335,6 +374,9 @@ def _vllm_model(shape: ModelShape, k_format: str, v_format: str, release: Releas
         # DeepSeek sparse attention's fp8 cache is fp8_ds_mla (FlashMLA sparse backend).
         k_format = v_format = "fp8_ds_mla"
         notes.append("vLLM stores this DSA model's fp8 cache as fp8_ds_mla (656 B per token per layer)")
+    if shape.sliding_window_size is not None:
+        # vLLM's model passes config.sliding_window_size as the window (vllm/model_executor/models/mimo_v2.py).
+        shape = replace(shape, sliding_window=shape.sliding_window_size)
     if shape.window_without_layer_types:
         # vLLM 0.33 builds Mistral-7B-v0.1 with FullAttentionSpec on every layer: its attention
         # takes a window only from layer_types, which this config does not have.

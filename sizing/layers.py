@@ -29,30 +29,34 @@ class FullAttentionSpec:
     k_format: str
     v_format: str | None
     indexer: SideLayout | None = None  # DSA's per-token indexer key, kept beside the MLA latent
+    v_head_dim: int | None = None  # V's width where it differs from K's (MiMo-V2: 192 and 128)
 
     kind = "full"
 
     def tokens_held(self, tokens: int) -> int:
         return tokens
 
-    def _sides(self) -> tuple[SideLayout, ...]:
-        sides = (self.k,) if self.v is None else (self.k, self.v)
-        return sides + ((self.indexer,) if self.indexer is not None else ())
+    def sides(self) -> tuple[tuple[SideLayout, int], ...]:
+        """Each stored side with the width of its head vector."""
+        sides = ((self.k, self.head_dim),)
+        if self.v is not None:
+            sides += ((self.v, self.v_head_dim or self.head_dim),)
+        return sides + (((self.indexer, self.head_dim),) if self.indexer is not None else ())
 
     def bytes_for(self, tokens: int) -> tuple[int, int]:
         """(payload, metadata) bytes this layer holds for one sequence of `tokens` tokens."""
         held = self.tokens_held(tokens)
         payload = metadata = 0
-        for side in self._sides():
-            p, m = side.bytes_for(held, self.head_dim, self.heads)
+        for side, dim in self.sides():
+            p, m = side.bytes_for(held, dim, self.heads)
             payload, metadata = payload + p, metadata + m
         return payload, metadata
 
     def token_bytes(self) -> tuple[Fraction, Fraction]:
         """Steady-state (payload, metadata) bytes per token, below any window."""
         payload = metadata = Fraction(0)
-        for side in self._sides():
-            p, m = side.token_bytes(self.head_dim)
+        for side, dim in self.sides():
+            p, m = side.token_bytes(dim)
             payload, metadata = payload + p * self.heads, metadata + m * self.heads
         return payload, metadata
 
@@ -62,26 +66,26 @@ class FullAttentionSpec:
 
     def page_split(self, block_size: int) -> tuple[int, int]:
         payload = metadata = 0
-        for side in self._sides():
-            p, m = SideLayout(side.components).bytes_for(block_size, self.head_dim, self.heads)
+        for side, dim in self.sides():
+            p, m = SideLayout(side.components).bytes_for(block_size, dim, self.heads)
             payload, metadata = payload + p, metadata + m
         return payload, metadata
 
     def layer_bytes(self) -> int:
         """Bytes stored once per layer (per-tensor scales, codebooks)."""
-        return sum(side.layer_bytes(self.head_dim) for side in self._sides())
+        return sum(side.layer_bytes(dim) for side, dim in self.sides())
 
     def parameter_bytes(self) -> int:
         """The part of layer_bytes kept as layer parameters, outside the KV pool."""
-        return sum(side.parameter_bytes(self.head_dim) for side in self._sides())
+        return sum(side.parameter_bytes(dim) for side, dim in self.sides())
 
     def sequence_extra_bytes(self) -> int:
         """Per-sequence bytes beyond whole pages: full-precision recent tokens (KIVI)."""
         extra = 0
-        for side in self._sides():
+        for side, dim in self.sides():
             r = side.recent_full_precision_tokens
             if r:
-                extra += r * self.head_dim * self.heads * 2
+                extra += r * dim * self.heads * 2
         return extra
 
     def vllm_usage_bytes(self, max_model_len: int, block_size: int, in_flight_tokens: int) -> int:
@@ -278,8 +282,6 @@ def build_layout(
 
     kv: dict[int, KVSpec] = {}
     recurrent: dict[int, RecurrentStateSpec] = {}
-    heads = 1 if shape.is_mla else kv_heads_per_rank(shape.num_kv_heads, tp)
-    head_dim = shape.mla_latent_dim if shape.is_mla else shape.head_dim
     # The conv state is held in the model dtype, the SSM state in its own (mamba_ssm_cache_dtype).
     conv = shape.recurrent_conv_elements
     state_bytes = (cdiv(conv, tp) * DTYPE_BYTES[shape.serving_dtype]
@@ -294,14 +296,17 @@ def build_layout(
         k_name = overrides.get(i, k_format)
         v_name = overrides.get(i, v_format)
         k_fmt, v_fmt = formats(k_name, v_name)
+        heads = 1 if shape.is_mla else kv_heads_per_rank(shape.kv_heads_of(i), tp)
+        head_dim = shape.mla_latent_dim if shape.is_mla else shape.head_dim_of(i)
+        v_dim = None if shape.is_mla or shape.v_head_dim_of(i) == head_dim else shape.v_head_dim_of(i)
         k_fmt.k.check(head_dim, k_fmt.name)
         if not shape.is_mla:
-            v_fmt.v.check(head_dim, v_fmt.name)
+            v_fmt.v.check(v_dim or head_dim, v_fmt.name)
         common = dict(
             heads=heads, head_dim=head_dim, k=k_fmt.k,
             v=None if shape.is_mla else v_fmt.v,
             k_format=k_fmt.name, v_format=None if shape.is_mla else v_fmt.name,
-            indexer=indexer_side(shape.index_head_dim) if shape.index_head_dim else None,
+            indexer=indexer_side(shape.index_head_dim) if shape.index_head_dim else None, v_head_dim=v_dim,
         )
         if kind == "sliding":
             kv[i] = SlidingWindowSpec(**common, window=shape.sliding_window)

@@ -99,6 +99,15 @@ class ModelShape:
     # An MLA model's per-head K width, qk_nope_head_dim + qk_rope_head_dim: what an engine that does not
     # build the MLA cache keeps per head (vLLM's MiniCPM3); 0 when not MLA or not given.
     mla_head_dim: int = 0
+    # Per-layer attention geometry where layers differ (empty: every layer has num_kv_heads and head_dim):
+    # NAS block_configs (n_heads_in_group per layer), sliding layers with their own KV heads or widths
+    # (MiMo-V2's swa_*), V narrower than K (v_head_dim).
+    layer_kv_heads: tuple[int, ...] = ()
+    # config.json's sliding_window_size where transformers' window differs from it (MiMo-V2: transformers
+    # attends sliding_window_size previous tokens plus the query, vLLM's model passes sliding_window_size).
+    sliding_window_size: int | None = None
+    layer_head_dims: tuple[int, ...] = ()
+    layer_v_head_dims: tuple[int, ...] = ()
     parsed_with: str = "transformers"
     notes: tuple[str, ...] = field(default=())
 
@@ -128,6 +137,15 @@ class ModelShape:
             return "MQA"
         return "MHA" if self.num_kv_heads == self.num_attention_heads else "GQA"
 
+    def kv_heads_of(self, layer: int) -> int:
+        return self.layer_kv_heads[layer] if self.layer_kv_heads else self.num_kv_heads
+
+    def head_dim_of(self, layer: int) -> int:
+        return self.layer_head_dims[layer] if self.layer_head_dims else self.head_dim
+
+    def v_head_dim_of(self, layer: int) -> int:
+        return self.layer_v_head_dims[layer] if self.layer_v_head_dims else self.head_dim_of(layer)
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -137,6 +155,8 @@ class ModelShape:
         data["layer_kinds"] = tuple(data["layer_kinds"])
         data["layer_params"] = tuple(LayerParams(**p) for p in data["layer_params"])
         data["notes"] = tuple(data.get("notes", ()))
+        for key in ("layer_kv_heads", "layer_head_dims", "layer_v_head_dims"):
+            data[key] = tuple(data.get(key, ()))
         return cls(**data)
 
 
@@ -277,7 +297,8 @@ def resolve_shape(raw: dict[str, Any]) -> ModelShape:
     hidden = _within_limit(f.need_int("hidden_size", "n_embd", "d_model", "dim"), "hidden_size")
     heads = _within_limit(f.need_int("num_attention_heads", "n_head", "num_heads", "n_heads"), "num_attention_heads")
 
-    kv_heads = _kv_heads(f, heads)
+    nas = _nas_blocks(f, num_layers, heads)
+    kv_heads = next((h for h in nas.kv_heads if h), heads) if nas else _kv_heads(f, heads)
     head_dim = _as_int(f.get("head_dim", "kv_channels", "attention_head_dim", default=hidden // heads), "head_dim", 1)
     if kv_heads > heads:
         raise KvsizeError(f"config.json: num_key_value_heads {kv_heads} exceeds num_attention_heads {heads}")
@@ -291,9 +312,14 @@ def resolve_shape(raw: dict[str, Any]) -> ModelShape:
         mla_latent = _as_int(kv_lora, "kv_lora_rank", 1) + _as_int(f.get("qk_rope_head_dim", default=0), "qk_rope_head_dim")
 
     kinds, blocks, global_window = _layer_kinds(f, num_layers)
-    sliding_window = f.get("sliding_window")
+    if nas:
+        kinds = ["full" if h else "none" for h in nas.kv_heads]
+    sliding_window = f.get("sliding_window", "sliding_window_size")
     if sliding_window is not None:
         sliding_window = _as_int(sliding_window, "sliding_window", 1)
+    layer_kv_heads, layer_head_dims, layer_v_dims = _layer_geometry(f, kinds, kv_heads, head_dim, nas)
+    window_size = f.get("sliding_window_size")
+    window_size = _as_int(window_size, "sliding_window_size", 1) if window_size is not None else None
     if "sliding" in kinds and sliding_window is None:
         raise KvsizeError("config.json has sliding-attention layers but no 'sliding_window'")
     chunk = f.get("attention_chunk_size")
@@ -331,6 +357,12 @@ def resolve_shape(raw: dict[str, Any]) -> ModelShape:
     layer_params = []
     for i, kind in enumerate(kinds):
         attn = mixer_params if kind == "recurrent" else (attention_params if kind != "none" else 0)
+        if layer_kv_heads and kind not in ("recurrent", "none"):
+            attn = _attention_params(f, hidden, heads, layer_kv_heads[i], head_dim)
+        if nas:
+            attn += nas.linear_attention[i] * hidden * hidden
+            layer_params.append(LayerParams(attn, nas.mlp_params(i, hidden), 0, 2 * hidden))
+            continue
         other = 2 * hidden + (mixer_other if kind == "recurrent" else 0)
         mlp = experts = 0
         block = blocks[i] if blocks else None
@@ -363,6 +395,10 @@ def resolve_shape(raw: dict[str, Any]) -> ModelShape:
         sliding_window=sliding_window if "sliding" in kinds else None,
         attention_chunk_size=chunk if "chunked" in kinds else None,
         mla_latent_dim=mla_latent,
+        layer_kv_heads=layer_kv_heads,
+        sliding_window_size=window_size if "sliding" in kinds and window_size != sliding_window else None,
+        layer_head_dims=layer_head_dims,
+        layer_v_head_dims=layer_v_dims,
         mla_head_dim=_as_int(f.get("qk_nope_head_dim", default=0), "qk_nope_head_dim")
         + _as_int(f.get("qk_rope_head_dim", default=0), "qk_rope_head_dim") if mla_latent and
         f.get("qk_nope_head_dim") is not None else 0,
@@ -405,6 +441,84 @@ def _rotary_dim(f: _Fields, head_dim: int, mla: bool) -> int:
 _UNGATED_MLP = {"falcon", "gpt2", "gpt_bigcode", "gpt_neox", "gptj", "opt", "bloom", "phi", "starcoder2", "mpt"}
 
 
+@dataclass(frozen=True)
+class _NasBlocks:
+    """Per-layer blocks of a NAS model (Llama-Nemotron Super/Ultra, DeciLM: block_configs)."""
+
+    kv_heads: tuple[int, ...]  # 0 where the attention is a no-op or a linear layer
+    linear_attention: tuple[int, ...]  # 1 where attention is replaced by one hidden x hidden linear layer
+    intermediate: tuple[int, ...]  # 0: no FFN; -1: one hidden x hidden linear layer
+
+    def mlp_params(self, layer: int, hidden: int) -> int:
+        inter = self.intermediate[layer]
+        return hidden * hidden if inter < 0 else 3 * hidden * inter
+
+
+def _nas_blocks(f: _Fields, num_layers: int, heads: int) -> _NasBlocks | None:
+    """vllm/model_executor/models/nemotron_nas.py: a layer's KV heads are num_attention_heads //
+    n_heads_in_group; no_op attention holds no cache; ffn_mult gives the FFN width
+    (_ffn_mult_to_intermediate_size: 2 x ffn_mult x hidden / 3 rounded up to a multiple of 256)."""
+    blocks = f.get("block_configs")
+    if blocks is None:
+        return None
+    if not isinstance(blocks, (list, tuple)) or len(blocks) != num_layers:
+        raise KvsizeError(f"config.json: block_configs must list one block per layer ({num_layers})")
+    hidden = _as_int(f.get("hidden_size"), "hidden_size", 1)
+    kv, linear, inter = [], [], []
+    for i, block in enumerate(blocks):
+        attention = block.get("attention") if isinstance(block, dict) else None
+        ffn = block.get("ffn") if isinstance(block, dict) else None
+        if not isinstance(attention, dict) or not isinstance(ffn, dict):
+            raise KvsizeError(f"config.json: block_configs[{i}] must hold 'attention' and 'ffn' objects")
+        if attention.get("no_op") or attention.get("replace_with_linear"):
+            kv.append(0)
+            linear.append(1 if attention.get("replace_with_linear") else 0)
+        else:
+            group = _as_int(attention.get("n_heads_in_group"), f"block_configs[{i}].attention.n_heads_in_group", 1)
+            if heads % group:
+                raise KvsizeError(f"config.json: block_configs[{i}].attention.n_heads_in_group {group} does not "
+                                  f"divide num_attention_heads {heads}")
+            kv.append(heads // group)
+            linear.append(0)
+        if ffn.get("no_op"):
+            inter.append(0)
+        elif ffn.get("replace_with_linear"):
+            inter.append(-1)
+        else:
+            mult = ffn.get("ffn_mult")
+            if isinstance(mult, bool) or not isinstance(mult, (int, float)) or not mult > 0:
+                raise KvsizeError(f"config.json: block_configs[{i}].ffn.ffn_mult must be a positive number, got {mult!r}")
+            width = int(2 * mult * hidden / 3)
+            inter.append(-(-width // 256) * 256)
+    return _NasBlocks(tuple(kv), tuple(linear), tuple(inter))
+
+
+def _layer_geometry(f: _Fields, kinds: list[str], kv_heads: int, head_dim: int,
+                    nas: _NasBlocks | None) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """Per-layer (KV heads, K width, V width) where layers differ; empty tuples where they do not."""
+    v_dim = f.get("v_head_dim")
+    swa_heads, swa_dim, swa_v = (f.get("swa_num_key_value_heads"), f.get("swa_head_dim"), f.get("swa_v_head_dim"))
+    if f.get("kv_lora_rank") is not None:
+        v_dim = None  # MLA's v_head_dim is the output width, not a cache width
+    full_v = _as_int(v_dim, "v_head_dim", 1) if v_dim is not None else head_dim
+    heads = [kv_heads] * len(kinds)
+    dims = [head_dim] * len(kinds)
+    v_dims = [full_v] * len(kinds)
+    if nas:
+        heads = [h or kv_heads for h in nas.kv_heads]
+    for i, kind in enumerate(kinds):
+        if kind == "sliding":
+            if swa_heads is not None:
+                heads[i] = _as_int(swa_heads, "swa_num_key_value_heads", 1)
+            if swa_dim is not None:
+                dims[i] = _as_int(swa_dim, "swa_head_dim", 1)
+            if swa_v is not None:
+                v_dims[i] = _as_int(swa_v, "swa_v_head_dim", 1)
+    return (tuple(heads) if len(set(heads)) > 1 else (),
+            tuple(dims) if len(set(dims)) > 1 else (),
+            tuple(v_dims) if v_dims != dims else ())
+
+
 def _kv_heads(f: _Fields, heads: int) -> int:
     # Falcon-7B style: multi_query without the new decoder architecture means one KV head.
     if f.get("multi_query") and not f.get("new_decoder_architecture"):
@@ -417,6 +531,14 @@ def _layer_kinds(f: _Fields, num_layers: int) -> tuple[list[str], list[str] | No
     """Per-layer KV kinds, per-layer block names where blocks are single-purpose (Nemotron-H), and
     whether the windows come from a global sliding_window rather than layer_types."""
     layer_types = f.get("layer_types", "layers_block_type")
+    flags = f.get("hybrid_layer_pattern")
+    in_json = any(isinstance(src, dict) and "layer_types" in src for src in f.sources)
+    if isinstance(flags, (list, tuple)) and not in_json:
+        # MiMo-V2: one flag per layer, 1 = sliding-window attention. The file's pattern, not the layer_types
+        # transformers' class synthesizes when the file gives none, is what vLLM's model reads.
+        if len(flags) != num_layers or any(x not in (0, 1) for x in flags):
+            raise KvsizeError(f"config.json: hybrid_layer_pattern needs one 0 or 1 per layer ({num_layers})")
+        return ["sliding" if x else "full" for x in flags], None, False
     pattern = f.get("hybrid_override_pattern")
     if layer_types is None and isinstance(pattern, str):
         layer_types = list(pattern)

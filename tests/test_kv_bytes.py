@@ -1,10 +1,14 @@
 """Reference KV sizes from the real configs in profiles/models, with the arithmetic shown."""
 
+from pathlib import Path
+
 import pytest
 
 from helpers import scenario
 from sizing.plan import estimate
 from sizing.units import GiB
+
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def per_token(model, fmt="auto", **kw):
@@ -126,3 +130,46 @@ def test_dsa_indexer_and_fp8_ds_mla_bytes_per_token():
     assert bf16.kv_payload_bytes_per_token + bf16.kv_metadata_bytes_per_token == 61 * (576 * 2 + 132)
     assert fp8.k_format == "fp8_ds_mla"
     assert fp8.kv_payload_bytes_per_token + fp8.kv_metadata_bytes_per_token == 61 * (656 + 132)
+
+
+def test_nas_block_configs_size_each_layer():
+    # fixtures/configs/Nemotron-NAS-style.json: Llama-3.3-Nemotron-Super-49B's form (block_configs,
+    # num_key_value_heads null), 49 attention layers with n_heads_in_group 8 and 31 no-op attention layers.
+    # vllm/model_executor/models/nemotron_nas.py: KV heads = 64 // 8; a no-op layer holds no cache.
+    from sizing.layers import build_layout
+    from sizing.profiles import load_model
+
+    _, shape = load_model(str(FIXTURES / "configs" / "Nemotron-NAS-style.json"))
+    assert shape.layer_kinds.count("none") == 31
+    layout = build_layout(shape, "bf16", "bf16")
+    assert sum(layout.token_bytes()) == 49 * 8 * 128 * 2 * 2 == 200_704
+    assert sum(build_layout(shape, "bf16", "bf16", tp=8).token_bytes()) == 49 * 1 * 128 * 2 * 2
+
+
+def test_mimo_sliding_layers_have_their_own_heads_and_v_is_narrower():
+    # fixtures/configs/MiMo-V2-style.json: full layers 4 KV heads, sliding layers swa_num_key_value_heads 8,
+    # K 192 and V 128 values (v_head_dim); vLLM 0.33 builds the same pages (fixtures/vllm-reference).
+    from sizing.layers import build_layout
+    from sizing.plan import Scenario, estimate
+    from sizing.profiles import load_model
+
+    _, shape = load_model(str(FIXTURES / "configs" / "MiMo-V2-style.json"))
+    layout = build_layout(shape, "bf16", "bf16")
+    pages = {(spec.kind, spec.page_bytes(16)) for spec in layout.kv.values()}
+    assert pages == {("full", 16 * 4 * (192 + 128) * 2), ("sliding", 16 * 8 * (192 + 128) * 2)}
+    # transformers attends sliding_window_size previous tokens plus the query; vLLM's model passes 128
+    assert shape.sliding_window == 129 and shape.sliding_window_size == 128
+    vllm = estimate(Scenario("m", shape, "H200", 150_109_880_320, engine="vllm", kv_cache_memory_bytes=GiB))
+    assert {getattr(s, "window", None) for s in vllm.layout.kv.values()} == {None, 128}
+
+
+def test_hybrid_layer_pattern_in_the_file_beats_the_class_default():
+    # transformers' MiMoV2FlashConfig synthesizes layer_types (full at 0 and every 6th) when the file has
+    # none; vLLM's model reads the file's hybrid_layer_pattern.
+    import json
+
+    from sizing.shape import resolve_shape
+
+    config = json.loads((FIXTURES / "configs" / "MiMo-V2-style.json").read_text())
+    config.update(num_hidden_layers=4, hybrid_layer_pattern=[1, 0, 1, 0], moe_layer_freq=[0, 1, 1, 1])
+    assert resolve_shape(config).layer_kinds == ("sliding", "full", "sliding", "full")
