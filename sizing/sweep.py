@@ -10,7 +10,7 @@ from .errors import KvsizeError
 from .formats import get_format
 from .plan import Scenario, estimate
 from .profiles import gpu_profile, load_model
-from .fleet import GpuOffer
+from .fleet import GpuOffer, unsupported_pairs
 from .memory import resolve_weights_dtype
 from .speed import DecodeEfficiency, decode_step
 from .units import GiB
@@ -80,6 +80,10 @@ def _row(s: Scenario, model: str, gpu: str, fmt: str, offer: GpuOffer, efficienc
                max_model_len_tokens=s.max_model_len, gpu_memory_gib=round(s.gpu_memory_bytes / GiB, 3),
                gpus_per_replica=s.tensor_parallel_size * s.pipeline_parallel_size)
     try:
+        refused = unsupported_pairs([gpu], [get_format(fmt, s.shape.serving_dtype).name], s.engine)
+        if refused:
+            row["status"] = f"n/a: {refused[0][2]}"
+            return row
         e = estimate(s)
     except KvsizeError as err:
         row["status"] = f"n/a: {err}"

@@ -463,3 +463,15 @@ def test_plan_with_only_formats_no_gpu_runs_says_so():
 
     with pytest.raises(KvsizeError, match="nvfp4_native"):
         build_candidates(["h100-sxm"], ["nvfp4"], [1])
+
+
+def test_sweep_gives_no_figures_for_a_pair_the_engine_cannot_run():
+    # profiles/support.json: vLLM finds no attention backend for nvfp4 on sm90 (H100); B200 has no cell (unconfirmed)
+    from sizing.sweep import SweepGrid, run_sweep
+
+    grid = SweepGrid(models=["llama-3.1-8b"], gpus=["h100-sxm", "b200"], engines=["vllm"], formats=["nvfp4"],
+                     tensor_parallel_sizes=[1], contexts=[8192])
+    rows = {r["gpu"]: r for r in run_sweep(grid, scenario("llama-3.1-8b"))}
+    assert rows["h100-sxm"]["status"].startswith("n/a: needs nvfp4_native")
+    assert rows["h100-sxm"]["max_tokens"] is None
+    assert rows["b200"]["status"] == "fits"
