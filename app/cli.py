@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import tempfile
@@ -46,8 +47,8 @@ def _positive_float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"expected a positive finite number, got {text!r}")
     return value
 
 
@@ -205,12 +206,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Terminated(BaseException):
+    """SIGTERM, raised where the program is so that half-written files are removed on the way out."""
+
+
+def _on_sigterm(signum, frame):
+    raise _Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     show_traceback = "--traceback" in argv
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         args = build_parser().parse_args(argv)
         return args.run(args)
+    except KeyboardInterrupt:
+        print("kvsize: interrupted; nothing was written", file=sys.stderr)
+        return 130
+    except _Terminated:
+        print("kvsize: terminated; nothing was written", file=sys.stderr)
+        return 143
     except KvsizeError as e:
         if show_traceback:
             raise
@@ -277,8 +297,12 @@ def _emit(text: str, out: str | None) -> None:
 
 def _atomic_write(path: Path, data: bytes) -> None:
     path = path.resolve()
+    if path.is_dir():
+        raise KvsizeError(f"--out: {path} is a folder; give a file name such as {path / 'out.csv'}")
     if not path.parent.is_dir():
         raise KvsizeError(f"--out: folder {path.parent} does not exist")
+    if not os.access(path.parent, os.W_OK):
+        raise KvsizeError(f"--out: folder {path.parent} is not writable")
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -436,7 +460,17 @@ def compare_rows(args: argparse.Namespace) -> list[dict]:
 
     base = scenario_from_args(args, args.model, args.gpu, "ideal", args.tensor_parallel_size,
                               args.max_model_len, "auto", "auto")
-    return compare(base, args.engine, FORMAT_NAMES)
+    from sizing.engines import get_engine
+    from sizing.plan import check_tensor_parallel
+
+    check_tensor_parallel(base.shape, base.tensor_parallel_size, get_engine(args.engine))
+    rows = compare(base, args.engine, FORMAT_NAMES)
+    if rows and all(r["status"].startswith("n/a: ") for r in rows):
+        from collections import Counter
+
+        # nothing to compare: say once why most rows could not be sized
+        raise KvsizeError(Counter(r["status"] for r in rows).most_common(1)[0][0].removeprefix("n/a: "))
+    return rows
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -465,6 +499,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     kind = out.suffix.lower()
     if kind not in (".csv", ".xlsx", ".json"):
         raise KvsizeError(f"--out must end in .csv, .xlsx or .json, got {out.name!r}")
+    from sizing.formats import get_format
+
+    for name in args.formats:
+        get_format(name, option="--formats")  # refuse an unknown format before writing anything
     grid = SweepGrid(
         models=args.models, gpus=args.gpus, engines=args.engines, formats=args.formats,
         contexts=[_tokens_or_error(c) for c in args.contexts],
@@ -596,9 +634,28 @@ def _read_report(path: str, option: str) -> dict:
     if not p.is_file():
         raise KvsizeError(f"{option}: {p} is not a file")
     try:
-        return json.loads(p.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        report = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
         raise KvsizeError(f"{option}: {p} is not a JSON measurement report ({e})") from None
+    if not isinstance(report, dict):
+        raise KvsizeError(f"{option}: {p} holds a JSON {type(report).__name__}, not a measurement report (an object)")
+    return report
+
+
+def _some_tp_splits_the_heads(base, tps: list[int], engine: str) -> None:
+    """Refuse up front when no --tp can split the model: no candidate could be sized."""
+    from sizing.engines import get_engine
+    from sizing.plan import check_tensor_parallel
+
+    errors = []
+    for tp in tps:
+        try:
+            check_tensor_parallel(base.shape, tp, get_engine(engine))
+            return
+        except KvsizeError as e:
+            errors.append(e)
+    if errors:
+        raise errors[0]
 
 
 def plan_from_args(args: argparse.Namespace):
@@ -624,6 +681,7 @@ def plan_from_args(args: argparse.Namespace):
                                             Path(args.efficiency_report).name)
     efficiency = parse_efficiency_overrides(args.kv_efficiency, efficiency)
     tps = [_int_or_error(t, "--tp") for t in args.tp]
+    _some_tp_splits_the_heads(base, tps, args.engine)
     formats = [get_format(f, base.shape.serving_dtype, option="--formats").name for f in args.formats]
     distinct = list(dict.fromkeys(formats))
     candidates = build_candidates(args.gpus, distinct, tps, _prices(args.price), args.engine)
@@ -685,7 +743,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     sys.stdout.write(render_plan(plan, rows, rules, notes, serve, args.top))
     for out in outs:
         print(f"kvsize: wrote {out}", file=sys.stderr)
-    return 0 if cheapest else 2
+    if cheapest is None:
+        reasons = list(dict.fromkeys(r["reason"].removeprefix("n/a: ") for r in rows if r.get("reason")))
+        more = f" (and {len(reasons) - 3} more, in the table above)" if len(reasons) > 3 else ""
+        print("kvsize: error: no candidate serves the workload: " + "; ".join(reasons[:3]) + more, file=sys.stderr)
+        return 2
+    return 0
 
 
 def _cheapest_key(p) -> dict | None:

@@ -23,6 +23,8 @@ def _rel(a: float, b: float) -> float:
 
 def check_report(report: dict, tolerance: float | None = None) -> list[str]:
     """Every disagreement beyond tolerance, one line each; empty when the report agrees."""
+    if not isinstance(report, dict):
+        raise KvsizeError(f"not a kvsize measurement report: a JSON {type(report).__name__}, expected an object")
     if report.get("schema") != REPORT_SCHEMA:
         raise KvsizeError(f"not a kvsize measurement report (schema {report.get('schema')!r}, expected {REPORT_SCHEMA})")
     problems = []

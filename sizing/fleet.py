@@ -397,7 +397,10 @@ def load_draft(workload: Workload) -> Draft | None:
 
     if workload.draft is None:
         return None
-    name, shape = load_model(workload.draft.model)
+    try:
+        name, shape = load_model(workload.draft.model)
+    except KvsizeError as e:
+        raise KvsizeError(f"workload draft.model: {e}") from None
     return Draft(name, shape, workload.draft.kv_cache_dtype)
 
 

@@ -82,6 +82,9 @@ class Scenario:
             raise KvsizeError(f"the engine's memory fraction must be in (0, 1], got {self.memory_fraction}")
         if self.gpu_memory_bytes <= 0:
             raise KvsizeError("GPU memory must be greater than zero")
+        if self.kv_cache_memory_bytes is not None and self.kv_cache_memory_bytes > self.gpu_memory_bytes:
+            raise KvsizeError(f"--kv-cache-memory {self.kv_cache_memory_bytes:,} bytes exceeds the GPU's "
+                              f"{self.gpu_memory_bytes:,} bytes ({self.gpu_name}); give at most the GPU's memory")
         if self.extra_weights_bytes < 0:
             raise KvsizeError(f"extra weights must be zero or more bytes, got {self.extra_weights_bytes}")
         if self.pipeline_parallel_size > self.shape.num_layers:

@@ -10,6 +10,7 @@ back to the raw JSON under the common field names. The result is a plain, frozen
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -192,14 +193,21 @@ def _transformers_config(raw: dict[str, Any]) -> Any | None:
     if not isinstance(model_type, str):
         return None
     hide_torch = "torch" not in sys.modules and "transformers" not in sys.modules
+    advisory = os.environ.get("TRANSFORMERS_NO_ADVISORY_WARNINGS")
     if hide_torch:
-        # Parsing a config needs no torch; importing it would cost seconds at every start.
+        # Parsing a config needs no torch; importing it would cost seconds at every start. transformers
+        # would then advise that PyTorch was not found, which is by design here, not news for the user.
         sys.modules["torch"] = None  # type: ignore[assignment]
+        os.environ["TRANSFORMERS_NO_ADVISORY_WARNINGS"] = "1"
     try:
         from transformers.models.auto.configuration_auto import CONFIG_MAPPING
     finally:
         if hide_torch:
             del sys.modules["torch"]
+            if advisory is None:
+                os.environ.pop("TRANSFORMERS_NO_ADVISORY_WARNINGS", None)
+            else:
+                os.environ["TRANSFORMERS_NO_ADVISORY_WARNINGS"] = advisory
     if model_type not in CONFIG_MAPPING:
         return None
     import logging

@@ -105,10 +105,14 @@ def parse_efficiency_overrides(text: str | None, base: DecodeEfficiency) -> Deco
     kv = dict(base.kv)
     values = {"weights": base.weights, "default": base.kv_default, "mfu": base.mfu}
     for key, number in parse_assignments(text, "--kv-efficiency", "FORMAT=FRACTION", "fp8_e4m3=0.7").items():
+        if not 0 < number <= 1:
+            raise KvsizeError(f"--kv-efficiency: {key}={number:g} must be a fraction in (0, 1]")
         if key in values:
             values[key] = number
         else:
-            kv[key] = number
+            from .formats import get_format
+
+            kv[get_format(key, option="--kv-efficiency").name] = number
     return replace(base, weights=values["weights"], kv=MappingProxyType(kv), kv_default=values["default"],
                    mfu=values["mfu"], source=base.source + "; overridden: " + text)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from decimal import Decimal, InvalidOperation
 
 from .errors import KvsizeError
 
@@ -24,24 +25,40 @@ _UNITS = {
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
 
+# Larger than any GPU or KV budget by far; above it a size is a typo (and floats would round it).
+MAX_SIZE_BYTES = 1 << 50  # 1 PiB
+
+
 def parse_bytes(text: str | int | float, field: str) -> int:
-    """'10GiB' -> 10737418240; '80GB' -> 80000000000; '1e9' -> 1000000000. Must be > 0."""
+    """'10GiB' -> 10737418240; '80GB' -> 80000000000; '1e9' -> 1000000000. Exact (no float rounding),
+    a whole number of bytes, greater than zero and at most 1 PiB."""
     if isinstance(text, bool):
         raise KvsizeError(f"{field} must be a size in bytes such as 10GiB, got {text!r}")
     if isinstance(text, (int, float)):
-        value, unit = float(text), ""
+        if isinstance(text, float) and not math.isfinite(text):
+            raise KvsizeError(f"{field} must be a finite size such as 10GiB, got {text!r}")
+        value, unit = Decimal(text), ""
     else:
         match = _SIZE.match(str(text))
         if not match:
             raise KvsizeError(
                 f"{field} must be a size such as 10GiB, 512MiB or 80GB (GiB = 2^30 bytes, GB = 10^9), got {text!r}"
             )
-        value, unit = float(match.group(1)), match.group(2).lower()
+        unit = match.group(2).lower()
         if unit not in _UNITS:
             raise KvsizeError(f"{field}: unknown unit {match.group(2)!r}; use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB")
-    if not math.isfinite(value) or value <= 0:
+        try:
+            value = Decimal(match.group(1))
+        except InvalidOperation:
+            raise KvsizeError(f"{field} must be a size such as 10GiB, got {text!r}") from None
+    if not value > 0:
         raise KvsizeError(f"{field} must be greater than zero, got {text!r}")
-    return int(value * _UNITS[unit])
+    if value * _UNITS[unit] > MAX_SIZE_BYTES:
+        raise KvsizeError(f"{field} {text!r} is above 1 PiB, the largest size kvsize accepts".strip())
+    total = value * _UNITS[unit]
+    if total != total.to_integral_value():
+        raise KvsizeError(f"{field} {text!r} is not a whole number of bytes; give a unit, e.g. {text}GiB")
+    return int(total)
 
 
 def cdiv(a: int, b: int) -> int:
@@ -58,6 +75,9 @@ def parse_assignments(text: str | None, option: str, form: str, example: str) ->
             number = float(value)
         except ValueError:
             sep = ""
+        else:
+            if not math.isfinite(number):
+                raise KvsizeError(f"{option}: {item!r} needs a finite number, e.g. {example}")
         if not sep:
             raise KvsizeError(f"{option}: {item!r} must look like {form}, e.g. {example}")
         out[key] = number

@@ -11,17 +11,20 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import KvsizeError
 from .inputs import limited_text, read_limited
 
 MAX_WORKLOAD_BYTES = 1024 * 1024
+MAX_NESTING = 32  # a workload is 3 levels deep; deeper files are refused before anything walks them
+# Numbers must be numbers (not "55" or true) and finite; validated in JSON mode so lists fill tuples.
+_STRICT = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 SHARE_TOLERANCE_PERCENT = 0.01
 
 
 class Bucket(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _STRICT
 
     name: str | None = None
     max_context_tokens: int = Field(gt=0, description="longest prompt + output in this bucket")
@@ -55,7 +58,7 @@ class Bucket(BaseModel):
 
 
 class Percentile(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _STRICT
 
     percentile: float = Field(gt=0, le=100)
     context_tokens: int = Field(gt=0)
@@ -65,14 +68,25 @@ class Percentile(BaseModel):
 class DraftModel(BaseModel):
     """Speculative decoding: the draft model's weights and KV cache sit beside the target's."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _STRICT
 
-    model: str = Field(min_length=1, description="bundled profile id or path to a config.json")
+    model: str = Field(min_length=1, max_length=4096, description="bundled profile id or path to a config.json")
     kv_cache_dtype: str = "auto"
+
+    @field_validator("kv_cache_dtype")
+    @classmethod
+    def _known_format(cls, value: str) -> str:
+        from .formats import canonical_format_name
+
+        try:
+            canonical_format_name(value, "bf16", "draft.kv_cache_dtype")
+        except KvsizeError as e:
+            raise ValueError(str(e)) from None
+        return value
 
 
 class Workload(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = _STRICT
 
     name: str = "workload"
     peak_concurrency: int = Field(gt=0, description="requests in flight at the peak")
@@ -133,8 +147,9 @@ def _where(loc: tuple) -> str:
 def parse_workload(data: Any, where: str = "workload") -> Workload:
     if not isinstance(data, dict):
         raise KvsizeError(f"{where}: expected a mapping of workload fields, got {type(data).__name__}")
+    _check_nesting(data, where)
     try:
-        return Workload.model_validate(data)
+        return Workload.model_validate_json(json.dumps(data, allow_nan=True))
     except ValidationError as e:
         err = e.errors()[0]
         msg = err["msg"].removeprefix("Value error, ")
@@ -143,6 +158,40 @@ def parse_workload(data: Any, where: str = "workload") -> Workload:
             msg = f"unknown field; allowed: {', '.join(allowed)}"
         field = _where(err["loc"])
         raise KvsizeError(f"{where}: {field + ': ' if field else ''}{msg}") from None
+
+
+def _check_nesting(data: Any, where: str) -> None:
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_NESTING:
+            raise KvsizeError(f"{where}: nested more than {MAX_NESTING} levels deep; a workload is a few levels")
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, (list, tuple)):
+            stack.extend((v, depth + 1) for v in value)
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise KvsizeError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def _depth_before_parsing(text: str, where: str) -> None:
+    """Brackets nested deeper than MAX_NESTING are refused before a parser recurses into them."""
+    depth = deepest = 0
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > MAX_NESTING:
+                raise KvsizeError(f"{where}: nested more than {MAX_NESTING} levels deep; a workload is a few levels")
+        elif ch in "]}":
+            depth -= 1
 
 
 def _allowed_fields(loc: tuple) -> list[str]:
@@ -167,16 +216,44 @@ def read_workload(path: str | Path) -> Workload:
 
 def parse_workload_text(data: bytes | str, where: str = "workload") -> Workload:
     data = limited_text(data, MAX_WORKLOAD_BYTES, where, "a workload file")
+    _depth_before_parsing(data, where)
     stripped = data.lstrip()
     if stripped.startswith("{"):
         try:
-            return parse_workload(json.loads(data), where)
+            loaded = json.loads(data, object_pairs_hook=_no_duplicates)
         except json.JSONDecodeError as e:
             raise KvsizeError(f"{where}: not valid JSON ({e.msg} at line {e.lineno})") from None
+        except KvsizeError as e:
+            raise KvsizeError(f"{where}: {e}") from None
+        return parse_workload(loaded, where)
     import yaml  # only plan reads YAML; keep CLI start-up light
 
     try:
-        loaded = yaml.safe_load(data)  # safe_load builds plain data only, never objects
+        loaded = yaml.load(data, Loader=_UniqueKeyLoader.get())  # plain data only, never objects
     except yaml.YAMLError as e:
         raise KvsizeError(f"{where}: not valid YAML ({str(e).splitlines()[0]})") from None
+    except (KvsizeError, RecursionError) as e:
+        raise KvsizeError(f"{where}: {e if isinstance(e, KvsizeError) else 'nested too deep'}") from None
     return parse_workload(loaded, where)
+
+
+class _UniqueKeyLoader:
+    """yaml's SafeLoader that refuses a key given twice in one mapping (safe_load keeps the last)."""
+
+    _loader = None
+
+    @classmethod
+    def get(cls):
+        if cls._loader is None:
+            import yaml
+
+            class Loader(yaml.SafeLoader):
+                def construct_mapping(self, node, deep=False):
+                    keys = [self.construct_object(k, deep=deep) for k, _ in node.value]
+                    for key in keys:
+                        if keys.count(key) > 1:
+                            raise KvsizeError(f"duplicate key {key!r}")
+                    return super().construct_mapping(node, deep=deep)
+
+            cls._loader = Loader
+        return cls._loader

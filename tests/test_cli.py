@@ -170,3 +170,65 @@ def test_estimate_on_bundled_profile_imports_no_torch():
             "print('TORCH' if 'torch' in sys.modules else 'CLEAN', file=sys.stderr)")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert r.stderr.strip().endswith("CLEAN")
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["estimate", "--model", "llama-3.1-8b", "--kv-cache-memory", "100GiB"], "exceeds the GPU's 85,017,493,504 bytes"),
+    (["estimate", "--model", "llama-3.1-8b", "--gpu-memory", "0.1"], "'0.1' is not a whole number of bytes"),
+    (["estimate", "--model", "llama-3.1-8b", "--kv-cache-memory", "0.5"], "'0.5' is not a whole number of bytes"),
+    (["estimate", "--model", "llama-3.1-8b", "--gpu-memory", "1e30"], "above 1 PiB"),
+    (["compare", "--model", "llama-3.1-8b", "--tensor-parallel-size", "3"], "does not divide num_attention_heads 32"),
+    (["sweep", "--models", "llama-3.1-8b", "--gpus", "h100-sxm", "--formats", "fp9", "--out", "OUT/x.csv"],
+     "unknown KV cache format 'fp9' (--formats)"),
+    (["estimate", "--model", "llama-3.1-8b", "--out", "OUT"], "is a folder; give a file name"),
+])
+def test_bad_sizes_and_grids_are_refused_in_one_line(tmp_path, capsys, args, needle):
+    args = [a.replace("OUT", str(tmp_path)) for a in args]
+    assert run(*args) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_sizes_are_exact_integers():
+    from sizing.units import parse_bytes
+
+    assert parse_bytes("1125899906842623", "--kv-cache-memory") == 2**50 - 1  # no float rounding
+    assert parse_bytes("0.5GiB", "--kv-cache-memory") == 2**29
+
+
+@pytest.mark.parametrize("content", ["[1, 2]", "null"])
+def test_validate_refuses_a_report_that_is_not_an_object(tmp_path, capsys, content):
+    path = tmp_path / "r.json"
+    path.write_text(content)
+    assert run("validate", str(path)) == 2
+    assert "not a kvsize measurement report" in capsys.readouterr().err
+
+
+def test_no_pytorch_notice_in_cli_output():
+    # kvsize reads configs with transformers while hiding torch on purpose; its advisory is not for users.
+    # A fresh process: in this one transformers may already be imported.
+    done = subprocess.run([sys.executable, "-m", "app.cli", "estimate", "--model",
+                           "tests/fixtures/configs/Llama-3.1-8B.json", "--max-model-len", "8k"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "PyTorch" not in done.stderr
+
+
+def test_sigterm_during_a_sweep_leaves_no_part_file(tmp_path):
+    import signal
+    import time
+
+    args = [sys.executable, "-m", "app.cli", "sweep", "--models", "llama-3.1-8b,qwen3-8b,gemma-2-9b,gpt-oss-20b,"
+            "llama-3.1-70b,mixtral-8x7b-v0.1", "--gpus", "h100-sxm,h200,l40s,a100-80gb,b200,mi300x", "--formats",
+            "auto,fp8,q4_0,kivi2,nvfp4,lmdeploy_int4", "--contexts", "1k,2k,4k,8k,16k,32k,64k,128k", "--tp",
+            "1,2,4,8", "--engines", "vllm,ideal", "--out", str(tmp_path / "grid.xlsx"), "--no-progress"]
+    proc = subprocess.Popen(args, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)
+    proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=120)[1]
+    assert "Traceback" not in err
+    assert [p.name for p in tmp_path.iterdir() if p.suffix == ".part"] == []
+    if "terminated" in err:
+        assert proc.returncode == 143 and not (tmp_path / "grid.xlsx").exists()
+    else:  # the sweep finished before the signal
+        assert proc.returncode == 0 and (tmp_path / "grid.xlsx").exists()

@@ -319,7 +319,11 @@ def test_plan_cli_writes_every_view(tmp_path, capsys):
     (["--price", "h100-sxm"], "--price: 'h100-sxm' must look like GPU=USD_PER_HOUR"),
     (["--price", "b200=3"], "--price names GPUs not in --gpus: b200"),
     (["--kv-efficiency", "fp8=fast"], "--kv-efficiency: 'fp8=fast' must look like FORMAT=FRACTION"),
-    (["--kv-efficiency", "fp8=1.5"], "efficiency kv[fp8] must be in (0, 1]"),
+    (["--kv-efficiency", "fp8=1.5"], "--kv-efficiency: fp8=1.5 must be a fraction in (0, 1]"),
+    (["--kv-efficiency", "fp9=0.5"], "unknown KV cache format 'fp9' (--kv-efficiency)"),
+    (["--price", "h100-sxm=inf"], "--price: 'h100-sxm=inf' needs a finite number"),
+    (["--itl-target-ms", "inf"], "expected a positive finite number, got 'inf'"),
+    (["--tp", "3"], "--tensor-parallel-size 3 does not divide num_attention_heads 32"),
     (["--concurrency", "5"], "drop --concurrency"),
     (["--out", "plan.pdf"], "--out must end in .csv, .xlsx or .json"),
     (["--formats", "fp9"], "unknown KV cache format 'fp9'"),
@@ -475,3 +479,29 @@ def test_sweep_gives_no_figures_for_a_pair_the_engine_cannot_run():
     assert rows["h100-sxm"]["status"].startswith("n/a: needs nvfp4_native")
     assert rows["h100-sxm"]["max_tokens"] is None
     assert rows["b200"]["status"] == "fits"
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("peak_concurrency: true\nbuckets:\n  - {max_context_tokens: 4096, share_percent: 100, output_tokens: 512}\n",
+     "peak_concurrency: Input should be a valid integer"),
+    ("peak_concurrency: '400'\nbuckets:\n  - {max_context_tokens: 4096, share_percent: 100, output_tokens: 512}\n",
+     "peak_concurrency: Input should be a valid integer"),
+    ("peak_concurrency: 400\nbuckets:\n  - {max_context_tokens: 4096, share_percent: '100', output_tokens: 512}\n",
+     "buckets[0].share_percent: Input should be a valid number"),
+    ("peak_concurrency: 400\npeak_concurrency: 500\nbuckets:\n  - {max_context_tokens: 4096, share_percent: 100, "
+     "output_tokens: 512}\n", "duplicate key 'peak_concurrency'"),
+    ('{"peak_concurrency": 4, "peak_concurrency": 5}', "duplicate key 'peak_concurrency'"),
+    ("peak_concurrency: 400\nitl_target_ms: .inf\nbuckets:\n  - {max_context_tokens: 4096, share_percent: 100, "
+     "output_tokens: 512}\n", "itl_target_ms: Input should be a finite number"),
+    ("[" * 5000 + "]" * 5000, "nested more than 32 levels"),
+    ('{"a":' * 100000 + "1" + "}" * 100000, "nested more than 32 levels"),
+    ("peak_concurrency: 4\ndraft: {model: llama-3.1-8b, kv_cache_dtype: fp9}\nbuckets:\n  - {max_context_tokens: 4096, "
+     "share_percent: 100, output_tokens: 512}\n", "draft.kv_cache_dtype"),
+])
+def test_workload_files_are_read_strictly(text, needle):
+    from sizing.errors import KvsizeError
+    from sizing.workload import parse_workload_text
+
+    with pytest.raises(KvsizeError, match="^w.yaml: ") as caught:
+        parse_workload_text(text, "w.yaml")
+    assert needle in str(caught.value)
