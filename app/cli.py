@@ -473,8 +473,20 @@ def compare_rows(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
+def _warn_beyond_positions(model: str, shape, contexts) -> None:
+    beyond = sorted({c for c in contexts if c > shape.max_position_embeddings})
+    if beyond:
+        print(f"kvsize: warning: {model}: context {', '.join(f'{c:,}' for c in beyond)} exceeds the model's "
+              f"max_position_embeddings {shape.max_position_embeddings:,}; quality beyond it is not assured",
+              file=sys.stderr)
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     rows = compare_rows(args)
+    if rows and args.max_model_len:
+        from sizing.profiles import load_model
+
+        _warn_beyond_positions(args.model, load_model(args.model)[1], [args.max_model_len])
     if args.format == "json":
         _emit(json.dumps(rows, indent=2) + "\n", args.out)
     elif args.format == "csv":
@@ -509,6 +521,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         tensor_parallel_sizes=[_int_or_error(t, "--tp") for t in args.tp],
     )
     base = scenario_from_args(args, args.models[0], args.gpus[0], "ideal", 1, None, "auto", "auto")
+    from sizing.profiles import load_model
+
+    for model in args.models:
+        _warn_beyond_positions(model, load_model(model)[1], grid.contexts)
     progress = None if args.no_progress or not sys.stderr.isatty() else _progress
     rows = run_sweep(grid, base, progress=progress)
     if not rows:
@@ -682,6 +698,7 @@ def plan_from_args(args: argparse.Namespace):
     efficiency = parse_efficiency_overrides(args.kv_efficiency, efficiency)
     tps = [_int_or_error(t, "--tp") for t in args.tp]
     _some_tp_splits_the_heads(base, tps, args.engine)
+    _warn_beyond_positions(args.model, base.shape, [b.max_context_tokens for b in workload.mix()])
     formats = [get_format(f, base.shape.serving_dtype, option="--formats").name for f in args.formats]
     distinct = list(dict.fromkeys(formats))
     candidates = build_candidates(args.gpus, distinct, tps, _prices(args.price), args.engine)

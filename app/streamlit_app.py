@@ -47,12 +47,21 @@ def _uploaded_shape(data: bytes):
     return resolve_shape(parse_config_text(data, "uploaded config.json"))
 
 
-def _query(key: str, default, cast=str):
+def _query(key: str, default, cast=str, low=None, high=None):
+    """A widget's start value from the page URL; one that is not a number in the widget's range is
+    reported and replaced by the default (a widget given it would raise)."""
     value = st.query_params.get(key)
-    try:
-        return cast(value) if value is not None else default
-    except (TypeError, ValueError):
+    if value is None:
         return default
+    try:
+        parsed = cast(value)
+    except (TypeError, ValueError, OverflowError):
+        parsed = None
+    if parsed is None or (low is not None and not low <= parsed <= high):
+        allowed = f" (allowed: {low} to {high})" if low is not None else ""
+        st.warning(f"URL parameter {key}={value!r} is not usable{allowed}; using {default}")
+        return default
+    return parsed
 
 
 def _index(options: list[str], value: str) -> int:
@@ -73,15 +82,17 @@ def read_scenario() -> Scenario | None:
     formats = ["auto", *FORMAT_NAMES]
     k_fmt = sb.selectbox("K cache format", formats, index=_index(formats, _query("k", "auto")), key="k_format")
     v_fmt = sb.selectbox("V cache format", formats, index=_index(formats, _query("v", "auto")), key="v_format")
-    tp = sb.number_input("Tensor parallel size", 1, 64, _query("tp", 1, int), key="tp")
-    pp = sb.number_input("Pipeline parallel size", 1, 64, _query("pp", 1, int), key="pp")
-    context = sb.number_input("Context (max_model_len, tokens)", 1, 10_485_760, _query("ctx", 32768, int),
-                              step=1024, key="context")
-    concurrency = sb.number_input("Concurrent requests", 1, 100_000, _query("conc", 8, int), key="concurrency")
+    tp = sb.number_input("Tensor parallel size", 1, 64, _query("tp", 1, int, 1, 64), key="tp")
+    pp = sb.number_input("Pipeline parallel size", 1, 64, _query("pp", 1, int, 1, 64), key="pp")
+    context = sb.number_input("Context (max_model_len, tokens)", 1, 10_485_760,
+                              _query("ctx", 32768, int, 1, 10_485_760), step=1024, key="context")
+    concurrency = sb.number_input("Concurrent requests", 1, 100_000, _query("conc", 8, int, 1, 100_000),
+                                  key="concurrency")
     fraction = sb.slider("Engine memory fraction (vLLM gpu_memory_utilization, …)", 0.5, 1.0,
-                         _query("util", get_engine(engine).memory_fraction_default or 0.9, float), 0.01, key="fraction")
+                         _query("util", get_engine(engine).memory_fraction_default or 0.9, float, 0.5, 1.0), 0.01,
+                         key="fraction")
     headroom = sb.slider("Headroom (engines without their own fraction)", 0.0, 0.5,
-                         _query("headroom", 0.10, float), 0.01, key="headroom")
+                         _query("headroom", 0.10, float, 0.0, 0.5), 0.01, key="headroom")
     st.query_params.update(model=model, gpu=gpu, engine=engine, k=k_fmt, v=v_fmt, tp=str(tp), pp=str(pp),
                            ctx=str(context), conc=str(concurrency), util=str(fraction), headroom=str(headroom))
     try:

@@ -199,3 +199,15 @@ def test_every_page_offers_its_downloads():
         assert {f"{stem}_csv", f"{stem}_xlsx"} <= keys, stem
     for stem in ("plan", "formats", "curves", "fleet", "validation"):
         assert {f"{stem}_html", f"{stem}_png"} <= keys, stem
+
+
+@pytest.mark.parametrize("params, key", [({"ctx": "0"}, "ctx"), ({"conc": "-5"}, "conc"),
+                                         ({"ctx": "9" * 40}, "ctx"), ({"util": "nan"}, "util"), ({"tp": "x"}, "tp")])
+def test_bad_url_parameters_are_reported_not_raised(params, key):
+    at = AppTest.from_file(APP, default_timeout=60)
+    for name, value in params.items():
+        at.query_params[name] = value
+    at.run()
+    assert not at.exception
+    assert any(f"URL parameter {key}=" in w.value for w in at.warning)
+    assert _metric(at, "Max concurrency")  # the page still answers, with the default

@@ -232,3 +232,12 @@ def test_sigterm_during_a_sweep_leaves_no_part_file(tmp_path):
         assert proc.returncode == 143 and not (tmp_path / "grid.xlsx").exists()
     else:  # the sweep finished before the signal
         assert proc.returncode == 0 and (tmp_path / "grid.xlsx").exists()
+
+
+def test_contexts_beyond_the_models_positions_warn_in_compare_and_sweep(tmp_path, capsys):
+    # Llama-2-7B: max_position_embeddings 4096 (tests/fixtures/configs/Llama-2-7b-hf.json)
+    assert run("compare", "--model", "llama-2-7b", "--max-model-len", "8192") == 0
+    assert "context 8,192 exceeds the model's max_position_embeddings 4,096" in capsys.readouterr().err
+    assert run("sweep", "--models", "llama-2-7b", "--gpus", "h100-sxm", "--contexts", "4k,8k",
+               "--out", str(tmp_path / "s.csv")) == 0
+    assert "context 8,192 exceeds" in capsys.readouterr().err
