@@ -16,6 +16,9 @@ from sizing.profiles import model_profile
 from sizing.shape import ModelShape, resolve_shape
 
 REPORT_SCHEMA = "kvsize.measure/1"
+# Capacity records name what was read from the GPU ("measured") apart from what follows from it by
+# vLLM's rule and kvsize's pool ("derived"); version 2 adds formats, tied weights and the 2% boundary.
+CAPACITY_VERSION = 2
 
 
 def scaled_config(config: dict, layers: int | None) -> dict:
@@ -112,12 +115,37 @@ def measure_allocation(gpu: Gpu, model: str, fmt: str, blocks: int, layers: int 
                 storage_error_bytes=storage - predicted)
 
 
-def measure_capacity(gpu: Gpu, model: str, layers: int | None, util: float, mnbt: int, block_size: int) -> dict:
-    """Weights and peak activation of the real transformers model, then vLLM's rule, then the boundary."""
+def pool_tensors(pool, layout, num_blocks: int, device) -> list:
+    """The KV pool as the engine allocates it: one raw byte buffer of num_blocks pages per KV cache
+    tensor (vLLM's per-layer tensors, or group_size shared tensors for hybrid groups), scales inline."""
+    import torch
+
+    if getattr(pool, "groups", None) and len(pool.groups) > 1:  # vLLM's hybrid groups share group_size tensors
+        sizes = [num_blocks * pool.unit_bytes // pool.group_size] * pool.group_size
+    else:
+        sizes = [num_blocks * spec.page_bytes(pool.block_size) for spec in layout.kv.values()]
+    return [torch.empty(size, dtype=torch.uint8, device=device) for size in sizes]
+
+
+def _prediction(model: str, shape: ModelShape, total: int, util: float, mnbt: int, block_size: int, fmt: str,
+                non_torch: int, kv_bytes: int | None = None):
+    """kvsize's vLLM estimate for the harness's run: one sequence of max_num_batched_tokens, no CUDA
+    graphs, the measured non-torch memory (CUDA context included, which vLLM's log leaves out)."""
+    return estimate(Scenario(model, shape, "measured", total, engine="vllm", memory_fraction=util,
+                             non_torch_bytes=non_torch, max_num_batched_tokens=mnbt, max_num_seqs=1,
+                             cuda_graph_bytes=0, weights_dtype="bf16", block_size=block_size, max_model_len=mnbt,
+                             k_cache_dtype=fmt, v_cache_dtype=fmt, kv_cache_memory_bytes=kv_bytes))
+
+
+def measure_capacity(gpu: Gpu, model: str, layers: int | None, util: float, mnbt: int, block_size: int,
+                     formats: list[str]) -> list[dict]:
+    """One real transformers model on the GPU (weights tied as the model ties them): its weights,
+    its forward pass's peak and the memory outside torch are read from the GPU; for each KV format,
+    vLLM's rule on those readings gives the KV bytes and kvsize's pool rule the blocks (derived); the
+    boundary is then tried under vLLM's limit (torch may hold utilization x total minus non-torch):
+    the derived pool plus a forward pass must fit, and a pool 2% larger must not."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
-
-    from .tensors import allocate_layout
 
     config, shape = model_shape(model, layers)
     hf_config_dict = {k: v for k, v in config.items() if k != "quantization_config"}
@@ -131,62 +159,91 @@ def measure_capacity(gpu: Gpu, model: str, layers: int | None, util: float, mnbt
     with torch.device("meta"):
         hf = AutoModelForCausalLM.from_config(hf_config, dtype=torch.bfloat16, attn_implementation="sdpa")
     hf = hf.to_empty(device="cuda")
+    hf.tie_weights()  # to_empty gives every parameter its own storage; the model shares some (lm_head)
     with torch.no_grad():
         for param in hf.parameters():
             param.normal_(0, 0.02)
         del param
     torch.cuda.synchronize()
     weights = torch.cuda.memory_allocated() - a0
+    ids = torch.randint(0, shape.vocab_size, (1, mnbt), device="cuda")
+
+    def forward() -> None:
+        with torch.no_grad():
+            hf(input_ids=ids, logits_to_keep=1, use_cache=False)
+        torch.cuda.synchronize()
+
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
-    ids = torch.randint(0, shape.vocab_size, (1, mnbt), device="cuda")
-    with torch.no_grad():
-        hf(input_ids=ids, logits_to_keep=1, use_cache=False)
-    torch.cuda.synchronize()
+    forward()
     activation = torch.cuda.max_memory_allocated() - base
-    del ids
     gpu.settle()
     used = gpu.used_bytes()
     non_torch = (used - torch.cuda.memory_reserved() - gpu.other_processes_bytes()) if used is not None else 0
-    # vLLM: available KV = utilization x total - weights - peak activation - non-torch (no CUDA graphs here)
-    available = int(total * util) - weights - activation - non_torch
-    layout = build_layout(shape, "auto", "auto")
-    page_total = sum(s.page_bytes(block_size) for s in layout.kv.values())
-    measured_blocks = available // page_total
-    predicted = estimate(Scenario(model, shape, "measured", total, engine="vllm", memory_fraction=util,
-                                  non_torch_bytes=non_torch,
-                                  max_num_batched_tokens=mnbt, max_num_seqs=1, cuda_graph_bytes=0,
-                                  weights_dtype="bf16", block_size=block_size, max_model_len=mnbt))
-    # the boundary: torch may use utilization x total minus what is not torch's
-    limit_fraction = (int(total * util) - non_torch) / total
-    torch.cuda.set_per_process_memory_fraction(limit_fraction)
-    fits = over = None
-    try:
-        cache = allocate_layout(layout, measured_blocks, block_size, "cuda")
-        fits = True
+    limit = int(total * util) - non_torch
+    available = limit - weights - activation
+    records = []
+    for fmt in formats:
         try:
-            extra = allocate_layout(layout, max(1, measured_blocks * 5 // 100), block_size, "cuda")
-            over = False
-            del extra
-        except torch.OutOfMemoryError:
-            over = True
-        del cache
-    except torch.OutOfMemoryError:
-        fits = False
-    finally:
-        torch.cuda.set_per_process_memory_fraction(1.0)
-    del hf
+            derived = _prediction(model, shape, total, util, mnbt, block_size, fmt, non_torch, available)
+            predicted = _prediction(model, shape, total, util, mnbt, block_size, fmt, non_torch)
+        except KvsizeError as e:
+            records.append(dict(model=model, layers=layers, kv_cache_dtype=fmt, skipped=str(e)))
+            continue
+        blocks = derived.num_blocks
+        torch.cuda.set_per_process_memory_fraction(limit / total)
+        fits = over = per_component = None
+        slack = None
+        try:
+            try:
+                pool = pool_tensors(derived.pool, derived.layout, blocks, "cuda")
+                forward()
+                fits = True
+                slack = torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+            except torch.OutOfMemoryError:
+                fits = False
+            pool = None
+            gpu.settle()
+            # The earlier harness allocated every format component as its own tensor (values, scales)
+            # instead of the engine's one buffer per layer: does that still fit? (NOTES.md)
+            from .tensors import allocate_layout
+
+            try:
+                cache = allocate_layout(derived.layout, blocks, block_size, "cuda")
+                forward()
+                per_component = True
+            except torch.OutOfMemoryError:
+                per_component = False
+            cache = None
+            gpu.settle()
+            try:
+                pool = pool_tensors(derived.pool, derived.layout, blocks + max(1, blocks * 2 // 100), "cuda")
+                forward()
+                over = False
+            except torch.OutOfMemoryError:
+                over = True
+            pool = None
+        finally:
+            torch.cuda.set_per_process_memory_fraction(1.0)
+            gpu.settle()
+        records.append(dict(
+            model=model, layers=layers, kv_cache_dtype=fmt, gpu_memory_utilization=util,
+            max_num_batched_tokens=mnbt, block_size=block_size, total_bytes=total,
+            measured=dict(weights_bytes=weights, activation_bytes=activation, non_torch_bytes=non_torch),
+            derived=dict(kv_budget_bytes=available, num_blocks=blocks, block_bytes=derived.block_bytes,
+                         kv_cache_tokens=derived.max_tokens),
+            predicted=dict(weights_bytes=predicted.breakdown.weights_bytes,
+                           activation_bytes=predicted.breakdown.activation_bytes,
+                           kv_budget_bytes=predicted.kv_budget_bytes, num_blocks=predicted.num_blocks),
+            boundary=dict(limit_bytes=limit, blocks_fit_with_a_forward_pass=fits, two_percent_more_fails=over,
+                          reserved_not_allocated_bytes=slack, per_component_tensors_fit=per_component),
+            nvml_before_bytes=n0,
+        ))
+    del hf, ids
     gpu.settle()
-    return dict(
-        model=model, layers=layers, gpu_memory_utilization=util, max_num_batched_tokens=mnbt, block_size=block_size,
-        total_bytes=total, measured=dict(weights_bytes=weights, activation_bytes=activation, non_torch_bytes=non_torch,
-                                         num_blocks=measured_blocks),
-        predicted=dict(weights_bytes=predicted.breakdown.weights_bytes,
-                       activation_bytes=predicted.breakdown.activation_bytes,
-                       non_torch_bytes=predicted.breakdown.non_torch_bytes, num_blocks=predicted.num_blocks),
-        boundary=dict(measured_blocks_fit=fits, five_percent_more_fails=over),
-        released_to_baseline=torch.cuda.memory_allocated() == a0, nvml_before_bytes=n0,
-    )
+    for r in records:
+        r["released_to_baseline"] = torch.cuda.memory_allocated() == a0
+    return records
 
 
 def run_measurement(args) -> int:
@@ -194,7 +251,7 @@ def run_measurement(args) -> int:
 
     gpu = Gpu()
     started = time.time()
-    report = dict(schema=REPORT_SCHEMA, device=gpu.info(), started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    report = dict(schema=REPORT_SCHEMA, capacity_version=CAPACITY_VERSION, device=gpu.info(), started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                   allocation=[], capacity=[], decode=[])
     models = [_model_and_layers(m, args.layers) for m in args.model]
     jobs = []
@@ -212,8 +269,10 @@ def run_measurement(args) -> int:
             if kind == "allocation":
                 report["allocation"].append(measure_allocation(gpu, a[0], b, args.blocks, a[1], 16))
             elif kind == "capacity":
-                report["capacity"].append(measure_capacity(gpu, a[0], a[1], args.gpu_memory_utilization,
-                                                           args.max_num_batched_tokens, 16))
+                for record in measure_capacity(gpu, a[0], a[1], args.gpu_memory_utilization,
+                                               args.max_num_batched_tokens, 16, args.kv_cache_dtype):
+                    target = "skipped" if "skipped" in record else "capacity"
+                    report.setdefault(target, []).append(record)
             else:
                 report["decode"].append(paged_decode_case(a, b[0], b[1], 32, 8, 128, 16, "cuda"))
         except KvsizeError as e:
