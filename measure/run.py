@@ -137,6 +137,19 @@ def _prediction(model: str, shape: ModelShape, total: int, util: float, mnbt: in
                              k_cache_dtype=fmt, v_cache_dtype=fmt, kv_cache_memory_bytes=kv_bytes))
 
 
+def _pool_and_forward(torch, gpu: Gpu, derived, blocks: int, forward) -> tuple[int, int]:
+    """Peak bytes torch allocated and reserved while the pool of `blocks` blocks is held and a forward
+    pass runs (read from the GPU's allocator)."""
+    gpu.settle()
+    torch.cuda.reset_peak_memory_stats()
+    pool = pool_tensors(derived.pool, derived.layout, blocks, "cuda")
+    forward()
+    peaks = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
+    del pool
+    gpu.settle()
+    return peaks
+
+
 def measure_capacity(gpu: Gpu, model: str, layers: int | None, util: float, mnbt: int, block_size: int,
                      formats: list[str]) -> list[dict]:
     """One real transformers model on the GPU (weights tied as the model ties them): its weights,
@@ -173,8 +186,11 @@ def measure_capacity(gpu: Gpu, model: str, layers: int | None, util: float, mnbt
             hf(input_ids=ids, logits_to_keep=1, use_cache=False)
         torch.cuda.synchronize()
 
-    torch.cuda.reset_peak_memory_stats()
+    # A first forward pass creates what persists after it (the cuBLAS workspace, lazily built buffers);
+    # the activation is what the second, steady-state pass needs above the weights, those included.
     base = torch.cuda.memory_allocated()
+    forward()
+    torch.cuda.reset_peak_memory_stats()
     forward()
     activation = torch.cuda.max_memory_allocated() - base
     gpu.settle()
@@ -191,41 +207,9 @@ def measure_capacity(gpu: Gpu, model: str, layers: int | None, util: float, mnbt
             records.append(dict(model=model, layers=layers, kv_cache_dtype=fmt, skipped=str(e)))
             continue
         blocks = derived.num_blocks
-        torch.cuda.set_per_process_memory_fraction(limit / total)
-        fits = over = per_component = None
-        slack = None
-        try:
-            try:
-                pool = pool_tensors(derived.pool, derived.layout, blocks, "cuda")
-                forward()
-                fits = True
-                slack = torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
-            except torch.OutOfMemoryError:
-                fits = False
-            pool = None
-            gpu.settle()
-            # The earlier harness allocated every format component as its own tensor (values, scales)
-            # instead of the engine's one buffer per layer: does that still fit? (NOTES.md)
-            from .tensors import allocate_layout
-
-            try:
-                cache = allocate_layout(derived.layout, blocks, block_size, "cuda")
-                forward()
-                per_component = True
-            except torch.OutOfMemoryError:
-                per_component = False
-            cache = None
-            gpu.settle()
-            try:
-                pool = pool_tensors(derived.pool, derived.layout, blocks + max(1, blocks * 2 // 100), "cuda")
-                forward()
-                over = False
-            except torch.OutOfMemoryError:
-                over = True
-            pool = None
-        finally:
-            torch.cuda.set_per_process_memory_fraction(1.0)
-            gpu.settle()
+        extra = max(1, blocks * 2 // 100)
+        peak, reserved_peak = _pool_and_forward(torch, gpu, derived, blocks, forward)
+        peak_over, _ = _pool_and_forward(torch, gpu, derived, blocks + extra, forward)
         records.append(dict(
             model=model, layers=layers, kv_cache_dtype=fmt, gpu_memory_utilization=util,
             max_num_batched_tokens=mnbt, block_size=block_size, total_bytes=total,
@@ -235,8 +219,12 @@ def measure_capacity(gpu: Gpu, model: str, layers: int | None, util: float, mnbt
             predicted=dict(weights_bytes=predicted.breakdown.weights_bytes,
                            activation_bytes=predicted.breakdown.activation_bytes,
                            kv_budget_bytes=predicted.kv_budget_bytes, num_blocks=predicted.num_blocks),
-            boundary=dict(limit_bytes=limit, blocks_fit_with_a_forward_pass=fits, two_percent_more_fails=over,
-                          reserved_not_allocated_bytes=slack, per_component_tensors_fit=per_component),
+            # vLLM's budget is in bytes torch allocates: the pool and a forward pass must stay within
+            # utilization x total - non-torch, and 2% more blocks must not. The caching allocator's
+            # segments (reserved) exceed that by its rounding, which 1 - utilization leaves room for.
+            boundary=dict(limit_bytes=limit, peak_allocated_bytes=peak, blocks_fit=peak <= limit,
+                          two_percent_more_blocks=extra, peak_allocated_two_percent_more_bytes=peak_over,
+                          two_percent_more_exceeds=peak_over > limit, peak_reserved_bytes=reserved_peak),
             nvml_before_bytes=n0,
         ))
     del hf, ids

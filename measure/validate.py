@@ -78,10 +78,12 @@ def _check_capacity(p: dict, tolerance: float | None) -> list[str]:
             problems.append(f"{where}: {name} predicted {got}, {'measured' if name == 'weights_bytes' else 'derived'} "
                             f"{want} ({100 * _rel(got, want):.2f}% > {100 * tol:.2f}%)")
     b = p["boundary"]
-    if b["blocks_fit_with_a_forward_pass"] is not True:
-        problems.append(f"{where}: the derived pool and a forward pass did not fit under the limit")
-    if b["two_percent_more_fails"] is not True:
-        problems.append(f"{where}: a pool 2% larger still fit: the boundary is not where the rule puts it")
+    if not b["peak_allocated_bytes"] <= b["limit_bytes"]:
+        problems.append(f"{where}: the derived pool and a forward pass peaked at {b['peak_allocated_bytes']} B, "
+                        f"above the limit {b['limit_bytes']} B")
+    if not b["peak_allocated_two_percent_more_bytes"] > b["limit_bytes"]:
+        problems.append(f"{where}: a pool 2% larger peaked at {b['peak_allocated_two_percent_more_bytes']} B, "
+                        f"within the limit: the boundary is not where the rule puts it")
     return problems
 
 
