@@ -186,13 +186,14 @@ def measure_capacity(gpu: Gpu, model: str, layers: int | None, util: float, mnbt
             hf(input_ids=ids, logits_to_keep=1, use_cache=False)
         torch.cuda.synchronize()
 
-    # A first forward pass creates what persists after it (the cuBLAS workspace, lazily built buffers);
-    # the activation is what the second, steady-state pass needs above the weights, those included.
-    base = torch.cuda.memory_allocated()
+    # The activation is everything torch holds beside the weights at the forward pass's peak: what the
+    # pass allocates and what persists from earlier (the cuBLAS workspace, made at a process's first
+    # matmul, is already there for every model after the first), as a fresh vLLM process's profile
+    # run counts it (measure/NOTES.md, capacity at the boundary).
     forward()
     torch.cuda.reset_peak_memory_stats()
     forward()
-    activation = torch.cuda.max_memory_allocated() - base
+    activation = torch.cuda.max_memory_allocated() - weights
     gpu.settle()
     used = gpu.used_bytes()
     non_torch = (used - torch.cuda.memory_reserved() - gpu.other_processes_bytes()) if used is not None else 0
