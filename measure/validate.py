@@ -42,6 +42,8 @@ def check_report(report: dict, tolerance: float | None = None) -> list[str]:
     for p in report.get("capacity", []):
         problems += (_check_capacity(p, tolerance) if report.get("capacity_version", 1) >= 2
                      else _check_capacity_v1(p, tolerance))
+    for p in report.get("tensor_parallel", []):
+        problems += _check_tensor_parallel(p, tolerance)
     for p in report.get("decode", []):
         # Softmax over long contexts amplifies key error (keys carry outlier channels): the output
         # bound is 5x the per-element bound of the format.
@@ -97,6 +99,59 @@ def _check_capacity(p: dict, tolerance: float | None) -> list[str]:
         if label != "the derived pool" and inside:
             problems.append(f"{where}: a pool 2% larger stays within the limit: the boundary is not where the rule "
                             "puts it")
+    return problems
+
+
+# vLLM holds two NCCL communicators per tensor-parallel group (torch's device group and its own
+# PyNcclCommunicator: vllm/distributed/parallel_state.py, device_communicators/cuda_communicator.py).
+VLLM_COMMUNICATORS = 2
+NON_TORCH_TOLERANCE_BYTES = 2**28  # 0.25 GiB
+
+
+def _check_tensor_parallel(p: dict, tolerance: float | None) -> list[str]:
+    """One rank of a tensor-parallel run: weights within 0.5% of kvsize's per-GPU share, the page the
+    rank's KV heads hold per layer exactly kvsize's, the pool exactly num_blocks pages, the pool and a
+    forward pass within the limit apart from the allocator's tails, and kvsize's vLLM non-torch figure
+    within 0.25 GiB of one TP-1 process's plus vLLM's two communicators as measured."""
+    from sizing.plan import Scenario, estimate
+
+    _, shape = model_shape(p["model"], p.get("layers"))
+    m, d, pr = p["measured"], p["derived"], p["predicted"]
+    where = f"tensor parallel {p['model']} TP {p['tensor_parallel_size']} rank {p['rank']} {p['kv_cache_dtype']}"
+    common = dict(engine="vllm", tensor_parallel_size=p["tensor_parallel_size"],
+                  memory_fraction=p["gpu_memory_utilization"], max_num_batched_tokens=p["max_num_batched_tokens"],
+                  max_num_seqs=1, cuda_graph_bytes=0, weights_dtype="bf16", block_size=16,
+                  max_model_len=p["max_num_batched_tokens"], k_cache_dtype=p["kv_cache_dtype"],
+                  v_cache_dtype=p["kv_cache_dtype"])
+    e = estimate(Scenario(p["model"], shape, "measured", p["total_bytes"], non_torch_bytes=m["non_torch_bytes"], **common))
+    problems = []
+    tol = TOLERANCES["weights_bytes"] if tolerance is None else tolerance
+    if _rel(e.breakdown.weights_bytes, m["weights_bytes"]) > tol:
+        problems.append(f"{where}: weights predicted {e.breakdown.weights_bytes}, measured {m['weights_bytes']}")
+    page = e.block_bytes // max(1, len(e.layout.kv))
+    if page != m["kv_page_bytes_per_layer"]:
+        problems.append(f"{where}: a layer's page is {m['kv_page_bytes_per_layer']} B on this rank, kvsize says {page} B")
+    available = int(p["total_bytes"] * p["gpu_memory_utilization"]) - m["non_torch_bytes"] - m["weights_bytes"] \
+        - m["activation_bytes"]
+    derived = estimate(Scenario(p["model"], shape, "measured", p["total_bytes"], non_torch_bytes=m["non_torch_bytes"],
+                                kv_cache_memory_bytes=available, **common))
+    if (available, derived.num_blocks, derived.num_blocks * derived.block_bytes) != \
+            (d["kv_budget_bytes"], d["num_blocks"], d["pool_bytes"]):
+        problems.append(f"{where}: the derived pool does not follow from the measured figures")
+    tails = m["pool_peak_allocated_bytes"] - m["weights_bytes"] - d["pool_bytes"] - m["activation_bytes"]
+    if not 0 <= tails <= (len(derived.layout.kv) + 1) * ALLOCATOR_TAIL_BYTES:
+        problems.append(f"{where}: the pool and a forward pass peaked {tails:+} B beyond their terms")
+    if m["pool_peak_allocated_bytes"] - tails > p["limit_bytes"]:
+        problems.append(f"{where}: the derived pool and a forward pass exceed the limit")
+    steps = m["non_torch_steps"]
+    communicator = steps["after_first_all_reduce"] - steps["cuda_context"]
+    vllm = estimate(Scenario(p["model"], shape, "measured", p["total_bytes"], **common)).breakdown.non_torch_bytes
+    single = estimate(Scenario(p["model"], shape, "measured", p["total_bytes"],
+                               **{**common, "tensor_parallel_size": 1})).breakdown.non_torch_bytes
+    composed = single + VLLM_COMMUNICATORS * communicator
+    if abs(vllm - composed) > NON_TORCH_TOLERANCE_BYTES:
+        problems.append(f"{where}: kvsize's vLLM non-torch {vllm} B is more than 0.25 GiB from one process's "
+                        f"{single} B plus {VLLM_COMMUNICATORS} communicators of {communicator} B")
     return problems
 
 
@@ -185,7 +240,7 @@ def validate_files(paths: list[str], tolerance: float | None = None) -> int:
             raise KvsizeError(f"cannot read report {path}: {e}") from None
         problems = check_report(report, tolerance)
         points = sum(len(report.get(k, [])) for k in ("allocation", "capacity", "decode", "kernels",
-                                                      "kernel_extras"))
+                                                      "kernel_extras", "tensor_parallel"))
         if problems:
             failed += 1
             for line in problems:

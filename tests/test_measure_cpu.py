@@ -47,7 +47,7 @@ def test_committed_reports_validate(path):
     assert check_report(json.loads(path.read_text())) == []
 
 
-CAPACITY_REPORTS = [p for p in REPORTS if json.loads(p.read_text()).get("capacity")]
+CAPACITY_REPORTS = [p for p in REPORTS if any(json.loads(p.read_text()).get(k) for k in ("capacity", "tensor_parallel"))]
 
 
 @pytest.mark.parametrize("path", CAPACITY_REPORTS, ids=lambda p: p.name)
@@ -57,7 +57,7 @@ def test_a_report_with_its_measured_figures_raised_10_percent_is_rejected(path):
     report = json.loads(path.read_text())
     bad = copy.deepcopy(report)
     raised = 0
-    for section in ("allocation", "capacity"):
+    for section in ("allocation", "capacity", "tensor_parallel"):
         for point in bad.get(section, []):
             for key in ("storage_bytes",):
                 if key in point:
@@ -69,7 +69,8 @@ def test_a_report_with_its_measured_figures_raised_10_percent_is_rejected(path):
                     raised += 1
     assert raised
     problems = check_report(bad)
-    assert len(problems) >= len(report["capacity"])  # every capacity point is caught
+    points = len(report.get("capacity", [])) + len(report.get("tensor_parallel", []))
+    assert len(problems) >= points  # every capacity and tensor-parallel point is caught
 
 
 @pytest.mark.gpu
