@@ -115,9 +115,19 @@ def _add_scenario_options(p: argparse.ArgumentParser, single: bool = True) -> No
     p.add_argument("--kvquant-outliers", type=_fraction, default=0.01)
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kvsize")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="kvsize", description="KV cache capacity planner for LLM serving.")
     parser.add_argument("--traceback", action="store_true", help="show the full error on failure")
+    parser.add_argument("--version", action="version", version=f"kvsize {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("estimate", help="one scenario")
@@ -228,6 +238,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("kvsize: interrupted; nothing was written", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader went away (kvsize formats | head): stop quietly, as other command-line tools do
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0
     except _Terminated:
         print("kvsize: terminated; nothing was written", file=sys.stderr)
         return 143
@@ -287,15 +304,22 @@ def scenario_from_args(args: argparse.Namespace, model: str, gpu: str, engine: s
 # -- output ----------------------------------------------------------------------------
 
 
-def _emit(text: str, out: str | None) -> None:
+def _emit(text: str, out: str | None, fmt: str | None = None) -> None:
     """Standard output, or a file written whole (a temporary file renamed into place)."""
+    if out is not None and fmt is not None:
+        suffix = Path(out).suffix.lower()
+        expected = {"json": ".json", "csv": ".csv", "table": ".txt"}[fmt]
+        if suffix not in (expected, "") and not (fmt == "table" and suffix in (".txt", ".md")):
+            raise KvsizeError(f"--out {Path(out).name!r} does not match --format {fmt} (it writes {expected} text); "
+                              f"name the file {Path(out).stem}{expected} or choose another --format")
     if out is None:
         sys.stdout.write(text)
         return
     _atomic_write(Path(out), text.encode())
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def _check_out(path: Path) -> Path:
+    """The --out path, refused before anything is computed or written when it cannot be written."""
     path = path.resolve()
     if path.is_dir():
         raise KvsizeError(f"--out: {path} is a folder; give a file name such as {path / 'out.csv'}")
@@ -303,10 +327,19 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise KvsizeError(f"--out: folder {path.parent} does not exist")
     if not os.access(path.parent, os.W_OK):
         raise KvsizeError(f"--out: folder {path.parent} is not writable")
+    return path
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path = _check_out(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~umask  # a replaced file keeps its mode
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -446,9 +479,9 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     for w in result.warnings:
         print(f"kvsize: warning: {w}", file=sys.stderr)
     if args.format == "json":
-        _emit(json.dumps(record, indent=2) + "\n", args.out)
+        _emit(json.dumps(record, indent=2) + "\n", args.out, "json")
     elif args.format == "csv":
-        _emit(_csv_text([_flat(record)]), args.out)
+        _emit(_csv_text([_flat(record)]), args.out, "csv")
     else:
         _emit(render_table(record), args.out)
     return 0
@@ -488,9 +521,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
         _warn_beyond_positions(args.model, load_model(args.model)[1], [args.max_model_len])
     if args.format == "json":
-        _emit(json.dumps(rows, indent=2) + "\n", args.out)
+        _emit(json.dumps(rows, indent=2) + "\n", args.out, "json")
     elif args.format == "csv":
-        _emit(_csv_text(rows), args.out)
+        _emit(_csv_text(rows), args.out, "csv")
     else:
         head = f"{'format':<22}{'engine':<10}{'bytes/token':>13}{'metadata':>10}{'vs bf16':>9}" \
                f"{'max tokens':>14}{'max conc.':>11}  status"
@@ -732,6 +765,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for out in outs:
         if out.suffix.lower() not in (".csv", ".xlsx", ".json"):
             raise KvsizeError(f"--out must end in .csv, .xlsx or .json, got {out.name!r}")
+        _check_out(out)  # every output writable, or none is written
     plan, base, rules, notes = plan_from_args(args)
     cheapest = plan.cheapest
     serve = plan_serve_command(plan, base, cheapest, _hf_id(args.model)) if cheapest else None
@@ -826,7 +860,12 @@ def render_plan(plan, rows: list[dict], rules, notes, serve, top: int) -> str:
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
-    from measure.run import run_measurement
+    from measure.run import _model_and_layers, run_measurement
+    from sizing.profiles import model_profile
+
+    for spec in args.model:
+        model_profile(_model_and_layers(spec, args.layers)[0])  # an unknown name is refused before the GPU is asked
+    _check_out(Path(args.out))
 
     return run_measurement(args)
 

@@ -252,9 +252,26 @@ def report_points(data) -> pd.DataFrame:
             points.append(dict(kind="storage bytes", point=f"{a['model']} {a['kv_cache_dtype']}",
                                predicted=a["predicted_bytes"], measured=a["storage_bytes"]))
         for c in data.get("capacity", []):
+            where = f"{c['model']} {c.get('kv_cache_dtype', '')}".strip()
+            if "derived" in c:  # capacity_version 2: blocks follow from the readings (derived), not read
+                points.append(dict(kind="weights_bytes (measured)", point=where,
+                                   predicted=c["predicted"]["weights_bytes"], measured=c["measured"]["weights_bytes"]))
+                points.append(dict(kind="activation_bytes (measured)", point=where,
+                                   predicted=c["predicted"]["activation_bytes"],
+                                   measured=c["measured"]["activation_bytes"]))
+                points.append(dict(kind="num_blocks (derived)", point=where, predicted=c["predicted"]["num_blocks"],
+                                   measured=c["derived"]["num_blocks"]))
+                continue
             for key in ("weights_bytes", "num_blocks", "activation_bytes", "non_torch_bytes"):
                 points.append(dict(kind=key, point=c["model"], predicted=c["predicted"][key],
                                    measured=c["measured"][key]))
+        for t in data.get("tensor_parallel", []):
+            where = f"{t['model']} TP {t['tensor_parallel_size']} rank {t['rank']} {t['kv_cache_dtype']}"
+            points.append(dict(kind="weights_bytes per rank (measured)", point=where,
+                               predicted=t["predicted"]["weights_bytes"], measured=t["measured"]["weights_bytes"]))
+            points.append(dict(kind="KV page per layer per rank (measured)", point=where,
+                               predicted=t["predicted"]["kv_page_bytes_per_layer"],
+                               measured=t["measured"]["kv_page_bytes_per_layer"]))
     except (KeyError, TypeError) as e:
         raise KvsizeError(f"measurement report point is missing field {e}") from None
     df = pd.DataFrame(points, columns=["kind", "point", "predicted", "measured"])
@@ -280,6 +297,21 @@ def page_validation() -> None:
     except KvsizeError as e:
         st.error(str(e))
         return
+    from measure.validate import POINT_SECTIONS, checked
+
+    try:
+        problems = checked(data, None)
+    except KvsizeError as e:
+        problems = [str(e)]
+    count = sum(len(data.get(k, [])) for k in POINT_SECTIONS)
+    gpu = data.get("device", {}).get("name", "?")
+    if problems:
+        st.error(f"{len(problems)} of the checks fail on this report ({gpu}): " + "; ".join(problems[:3]))
+    else:
+        st.success(f"{count} of {count} points agree with today's kvsize (`kvsize validate`), measured on {gpu}. "
+                   "Measured: read from the GPU; derived: vLLM's rule and kvsize's pool applied to the readings. "
+                   "Not covered by this report: engines that were not run (the harness replicates vLLM's rule), "
+                   "GPUs it was not measured on.")
     if df.empty:
         if not data.get("kernels") and not data.get("decode"):
             st.info("this report has no allocation, capacity or decode points")

@@ -47,16 +47,7 @@ FORMATS = {
     "kivi2": CacheFormat("kivi2", KIVI, 2, torch.uint8),
 }
 NVFP4_GROUP = 16
-KIVI_RESIDUAL = 128  # tokens KIVI keeps in fp16 in the benchmark (the paper's default R)
-KERNEL_TOLERANCE = 2e-2  # fused kernels (fp16/bf16 tensor-core dots) against fp32 over the same cache
-# fp8 tensor-core dots also round q and the probabilities to e4m3 (3 mantissa bits, as
-# FlashAttention-3's fp8 path does); the format's own bound against the original values still holds
-FP8_DOT_TOLERANCE = 0.1
-
-
-def kernel_tolerance(config: dict | None) -> float:
-    config = config or {}
-    return FP8_DOT_TOLERANCE if config.get("fp8_dot") or config.get("int8_qk") else KERNEL_TOLERANCE
+from .bounds import FP8_DOT_TOLERANCE, KERNEL_TOLERANCE, KIVI_RESIDUAL, kernel_tolerance  # noqa: E402,F401
 
 
 @dataclass

@@ -16,20 +16,7 @@ E2M1_GRID = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
 IQ4NL_CODEBOOK = torch.tensor([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113],
                               dtype=torch.float32)
 
-# vllm/model_executor/layers/quantization/turboquant/config.py TQ_PRESETS: (key bits, value bits)
-TURBOQUANT_PRESETS = {"turboquant_k8v4": (8, 4), "turboquant_4bit_nc": (4, 4), "turboquant_k3v4_nc": (3, 4),
-                      "turboquant_3bit_nc": (3, 3)}
-
-ERROR_BOUNDS = {
-    "fp32": 1e-6, "fp16": 1e-3, "bf16": 8e-3, "fp8_e4m3": 0.05, "fp8_e5m2": 0.1,
-    "fp8_per_token_head": 0.05, "int8_per_token_head": 0.02, "nvfp4": 0.15,
-    # per-token schemes pay for the outlier key channels (why KIVI quantizes keys per channel)
-    "q8_0": 0.015, "q5_0": 0.1, "q5_1": 0.08, "q4_0": 0.2, "q4_1": 0.15, "iq4_nl": 0.2,
-    "lmdeploy_int8": 0.02, "lmdeploy_int4": 0.25, "kivi4": 0.12, "kivi2": 0.5, "kvquant3": 0.3,
-    "int4_per_token_head": 0.25, "nvfp4_4over6": 0.15, "nvfp4_ds_mla": 0.15, "fp4_e2m1_nvfp4": 0.15,
-    "ultraquant_4bit": 0.2, "fp4_e2m1_mxfp4": 0.2, "sglang_int8": 0.02, "int8": 0.05,
-    "turboquant_k8v4": 0.12, "turboquant_4bit_nc": 0.15, "turboquant_k3v4_nc": 0.25, "turboquant_3bit_nc": 0.25,
-}
+from .bounds import ERROR_BOUNDS, TURBOQUANT_PRESETS  # noqa: E402  (torch-free, for kvsize validate)
 
 
 def _float(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 from sizing.errors import KvsizeError
 from sizing.layers import build_layout
 from sizing.plan import Scenario, estimate
 
-from .quant import ERROR_BOUNDS
+from .bounds import ERROR_BOUNDS
 from .run import REPORT_SCHEMA, model_shape
 
 # Relative tolerances per checked figure; storage must match to the byte.
@@ -193,7 +194,7 @@ def _check_kernels(report: dict, tolerance: float | None) -> list[str]:
     from sizing.formats import FormatOptions
     from sizing.speed import attention_seconds, efficiency_from_report
 
-    from .paged_cache import KIVI_RESIDUAL, kernel_tolerance
+    from .bounds import KIVI_RESIDUAL, kernel_tolerance
 
     points = report.get("kernels", []) + report.get("kernel_extras", [])
     if not points:
@@ -230,17 +231,63 @@ def _check_kernels(report: dict, tolerance: float | None) -> list[str]:
     return problems
 
 
+MAX_REPORT_BYTES = 64 * 2**20
+POINT_SECTIONS = ("allocation", "capacity", "decode", "kernels", "kernel_extras", "tensor_parallel")
+
+
+def _non_finite(value, where: str = "") -> list[str]:
+    """Paths of NaN or infinite numbers anywhere in the report."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return [where or "(top)"]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _non_finite(v, f"{where}.{k}" if where else str(k))]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _non_finite(v, f"{where}[{i}]")]
+    return []
+
+
+def read_report(path: str) -> dict:
+    """A report file, read with a size limit (a device or pipe is refused, not read forever)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_REPORT_BYTES + 1)
+    except OSError as e:
+        raise KvsizeError(f"cannot read report {path}: {e}") from None
+    if len(data) > MAX_REPORT_BYTES:
+        raise KvsizeError(f"report {path} is over {MAX_REPORT_BYTES // 2**20} MiB; a measurement report is far smaller")
+    try:
+        return json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise KvsizeError(f"cannot read report {path}: not JSON ({e})") from None
+
+
+def checked(report, tolerance: float | None) -> list[str]:
+    """check_report, with a malformed report's first missing or mistyped field named instead of raised."""
+    if tolerance is not None and not (math.isfinite(tolerance) and tolerance >= 0):
+        raise KvsizeError(f"--tolerance must be a finite fraction of at least 0, got {tolerance}")
+    if not isinstance(report, dict):
+        return [f"not a kvsize measurement report: a JSON {type(report).__name__}, expected an object"]
+    bad = _non_finite(report)
+    if bad:
+        return [f"non-finite number at {p}" for p in bad[:5]]
+    if not isinstance(report.get("device"), dict) or "name" not in report["device"]:
+        return ["the report has no device (name of the GPU it was measured on)"]
+    if not any(isinstance(report.get(k), list) and report[k] for k in POINT_SECTIONS):
+        return [f"the report holds no points (none of {', '.join(POINT_SECTIONS)})"]
+    try:
+        return check_report(report, tolerance)
+    except KeyError as e:
+        return [f"a point lacks the field {e.args[0]!r}"]
+    except (TypeError, ValueError, AttributeError) as e:
+        return [f"a point holds a value of the wrong kind ({e})"]
+
+
 def validate_files(paths: list[str], tolerance: float | None = None) -> int:
     failed = 0
     for path in paths:
-        try:
-            with open(path) as f:
-                report = json.load(f)
-        except (OSError, json.JSONDecodeError) as e:
-            raise KvsizeError(f"cannot read report {path}: {e}") from None
-        problems = check_report(report, tolerance)
-        points = sum(len(report.get(k, [])) for k in ("allocation", "capacity", "decode", "kernels",
-                                                      "kernel_extras", "tensor_parallel"))
+        report = read_report(path)
+        problems = checked(report, tolerance)
+        points = sum(len(report.get(k, [])) for k in POINT_SECTIONS) if isinstance(report, dict) else 0
         if problems:
             failed += 1
             for line in problems:

@@ -211,3 +211,11 @@ def test_bad_url_parameters_are_reported_not_raised(params, key):
     assert not at.exception
     assert any(f"URL parameter {key}=" in w.value for w in at.warning)
     assert _metric(at, "Max concurrency")  # the page still answers, with the default
+
+
+def test_validation_page_says_what_each_report_proves():
+    at = _app()
+    at.selectbox(key="report_choice").set_value("h100-capacity.json")
+    at.run()
+    assert not at.exception
+    assert any("32 of 32 points agree" in s.value and "NVIDIA H100 80GB HBM3" in s.value for s in at.success)
