@@ -45,16 +45,21 @@ class GpuOffer:
     multiprocessors: int | None = None
     nvml_memory_mib: int | None = None  # nvidia-smi's total, which SGLang's default fraction reads
     architecture: str | None = None  # sm90, gfx942: which KV formats the engine runs there
+    copy_bandwidth_gb_s: float | None = None  # measured device copy, where measured
+    issue_rate: float | None = None  # SMs x boost clock (MHz), where the clock is known
 
     @classmethod
     def from_profile(cls, gpu_id: str, profile, usd_per_hour: float | None = None) -> GpuOffer:
         """`profile`: a GpuProfile; `usd_per_hour` overrides its indicative price."""
         if usd_per_hour is not None and not usd_per_hour > 0:
             raise KvsizeError(f"--price for {gpu_id} must be a positive USD per GPU-hour, got {usd_per_hour}")
+        from .profiles import issue_rate
+
         source = "given with --price" if usd_per_hour is not None else f"{profile.price_source} ({profile.price_date})"
         return cls(gpu_id, profile.name, profile.memory_bytes, profile.hbm_bandwidth_gb_s, profile.bf16_dense_tflops,
                    usd_per_hour if usd_per_hour is not None else profile.price_usd_per_hour, source,
-                   profile.multiprocessors, profile.nvml_memory_mib, profile.architecture)
+                   profile.multiprocessors, profile.nvml_memory_mib, profile.architecture,
+                   profile.copy_bandwidth_gb_s, issue_rate(profile))
 
 
 @dataclass(frozen=True)
@@ -111,6 +116,7 @@ class CandidatePlan:
     usd_per_hour: float
     usd_per_million_output_tokens: float
     savings_vs_bf16_percent: float | None = None
+    efficiency_basis: str = ""  # the GPU the kernel efficiencies were measured on, and how they were carried over
 
     @property
     def best_gpus(self) -> int:
@@ -209,6 +215,11 @@ def plan_candidate(base: Scenario, candidate: Candidate, workload: Workload, eff
 
     fmt_name = e.k_format
     weights_fmt = resolve_weights_dtype(base.weights_dtype, base.shape)
+    carried = efficiency.on_gpu(g.id, g.hbm_bandwidth_gb_s, g.copy_bandwidth_gb_s, g.issue_rate)
+    basis = ("assumed (no measured kernels)" if efficiency.reference_gpu is None else
+             f"measured on {efficiency.reference_gpu}" if carried is efficiency else
+             carried.source[carried.source.rindex("carried from"):])
+    efficiency = carried
 
     def step_at(replicas: int):
         batch = workload.peak_concurrency / replicas
@@ -255,6 +266,7 @@ def plan_candidate(base: Scenario, candidate: Candidate, workload: Workload, eff
         itl_slope_seconds_per_1k_tokens=slope, kv_efficiency=kv_eff,
         tokens_per_second_per_gpu=fleet_tps / gpus if gpus else 0.0, fleet_tokens_per_second=fleet_tps,
         prefill_seconds=prefill, usd_per_hour=usd_hour if fits else 0.0, usd_per_million_output_tokens=per_million,
+        efficiency_basis=basis,
     )
 
 
@@ -306,7 +318,8 @@ def candidate_rows(plan: FleetPlan) -> list[dict]:
             gpus_per_bucket_pools=p.gpus_per_bucket_pools, kv_bytes_per_token=p.kv_bytes_per_token,
             itl_ms=round(p.itl_seconds * 1000, 3), itl_slope_ms_per_1k_tokens=round(
                 p.itl_slope_seconds_per_1k_tokens * 1000, 4),
-            kv_efficiency=p.kv_efficiency, tokens_per_s_per_gpu=round(p.tokens_per_second_per_gpu, 1),
+            kv_efficiency=p.kv_efficiency, kv_efficiency_basis=p.efficiency_basis,
+            tokens_per_s_per_gpu=round(p.tokens_per_second_per_gpu, 1),
             prefill_ms_mean=round(1000 * sum(b.share_percent / 100 * p.prefill_seconds.get(b.label, 0.0)
                                              for b in plan.workload.mix()), 2),
             fleet_tokens_per_s=round(p.fleet_tokens_per_second, 1), usd_per_gpu_hour=c.gpu.usd_per_hour,

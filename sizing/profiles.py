@@ -46,6 +46,10 @@ class GpuProfile(BaseModel):
     multiprocessors: int = Field(gt=0)
     multiprocessors_source: str = Field(min_length=1)
     hbm_bandwidth_gb_s: float = Field(gt=0)
+    copy_bandwidth_gb_s: float | None = Field(default=None, gt=0)  # measured device copy; None: not measured
+    copy_bandwidth_source: str | None = None
+    boost_clock_mhz: float | None = Field(default=None, gt=0)
+    boost_clock_source: str | None = None
     bf16_dense_tflops: float = Field(gt=0)
     fp8_dense_tflops: float | None = Field(default=None, gt=0)
     fp8_native: bool
@@ -66,6 +70,7 @@ class EfficiencyProfile(BaseModel):
     source: str = Field(min_length=1)
     device: str = Field(min_length=1)
     reference_bandwidth_gb_s: float = Field(gt=0)
+    reference_gpu: str | None = None  # the bundled GPU profile id it was measured on
     kv: dict[str, float]
     overhead_s: dict[str, float]
     per_sequence_s: dict[str, float] = {}
@@ -148,12 +153,23 @@ def efficiency_profile(key: str = DEFAULT_EFFICIENCY_PROFILE) -> EfficiencyProfi
 
 
 def measured_efficiency(key: str = DEFAULT_EFFICIENCY_PROFILE) -> DecodeEfficiency:
-    """The DecodeEfficiency of a bundled efficiency profile (by default kvsize's measured kernels)."""
+    """The DecodeEfficiency of a bundled efficiency profile (by default kvsize's measured kernels),
+    with the figures of the GPU it was measured on."""
     p = efficiency_profile(key)
+    reference = {}
+    if p.reference_gpu:
+        g = gpu_profile(p.reference_gpu)
+        reference = dict(reference_gpu=p.reference_gpu, reference_spec_gb_s=g.hbm_bandwidth_gb_s,
+                         reference_copy_gb_s=g.copy_bandwidth_gb_s, reference_issue=issue_rate(g))
     return DecodeEfficiency(weights=p.weights, kv=MappingProxyType(dict(p.kv)), kv_default=p.kv_default,
                             **{t: MappingProxyType(dict(getattr(p, t))) for t in KERNEL_TIME_TERMS},
                             source=f"{p.source}; weights: {p.weights_source}; formats not measured: "
-                                   f"{p.kv_default_source}")
+                                   f"{p.kv_default_source}", **reference)
+
+
+def issue_rate(g: GpuProfile) -> float | None:
+    """SMs x boost clock (MHz): the instruction issue rate decode kernels scale with; None without a clock."""
+    return g.multiprocessors * g.boost_clock_mhz if g.boost_clock_mhz else None
 
 
 @cache

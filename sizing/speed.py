@@ -14,6 +14,7 @@ over the GPU's dense bf16 throughput × MFU.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from types import MappingProxyType
@@ -57,6 +58,12 @@ class DecodeEfficiency:
     # order, which a small batch cannot hide); both fitted, both left out of the inter-token model.
     per_sequence_s: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     per_context_token_s: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    # The GPU the efficiencies were measured on (None: assumptions): its profile id, spec and measured
+    # copy bandwidth, and its issue rate (SMs x boost clock in MHz), which on_gpu() carries them over from.
+    reference_gpu: str | None = None
+    reference_spec_gb_s: float | None = None
+    reference_copy_gb_s: float | None = None
+    reference_issue: float | None = None
 
     def __post_init__(self) -> None:
         for name, value in (("weights", self.weights), ("kv_default", self.kv_default), ("mfu", self.mfu),
@@ -66,6 +73,28 @@ class DecodeEfficiency:
 
     def for_format(self, fmt: str) -> float:
         return self.kv.get(fmt, self.kv_default)
+
+    def on_gpu(self, gpu_id: str, spec_gb_s: float, copy_gb_s: float | None, issue: float | None) -> DecodeEfficiency:
+        """The efficiencies on another GPU (docs/formulas.md, 'Decode time on another GPU'): a format's
+        time per byte on the reference, t, is split into a memory part m = 1 / copy bandwidth and an
+        issue part c = sqrt(t² − m²) (memory and instruction issue overlap as two orthogonal costs);
+        on the target, t' = sqrt(m'² + (c × issue_ref / issue')²). Same GPU: unchanged."""
+        if gpu_id == self.reference_gpu or self.reference_copy_gb_s is None or self.reference_spec_gb_s is None:
+            return self
+        ratio = self.reference_copy_gb_s / self.reference_spec_gb_s
+        copy = copy_gb_s if copy_gb_s is not None else spec_gb_s * ratio
+        scale = (self.reference_issue / issue) if (issue and self.reference_issue) else 1.0
+        m_ref, m_new = 1 / self.reference_copy_gb_s, 1 / copy
+        kv = {}
+        for fmt, eff in self.kv.items():
+            t = 1 / (self.reference_spec_gb_s * eff)
+            c = math.sqrt(max(t * t - m_ref * m_ref, 0.0)) * scale
+            kv[fmt] = min(1.0, 1 / (spec_gb_s * math.sqrt(m_new * m_new + c * c)))
+        how = (f"measured copy bandwidth {copy_gb_s:,.0f} GB/s" if copy_gb_s is not None else
+               f"copy bandwidth taken as {ratio:.1%} of its {spec_gb_s:,.0f} GB/s spec, as on {self.reference_gpu}")
+        return replace(self, kv=MappingProxyType(kv), reference_gpu=None,
+                       source=f"{self.source}; carried from {self.reference_gpu} to {gpu_id} ({how}; issue rate "
+                              f"x{1 / scale:.2f}{'' if issue and self.reference_issue else ' (clock unknown: SMs only)'})")
 
 
 def efficiency_from_report(report: dict, where: str = "report") -> DecodeEfficiency:

@@ -505,3 +505,37 @@ def test_workload_files_are_read_strictly(text, needle):
     with pytest.raises(KvsizeError, match="^w.yaml: ") as caught:
         parse_workload_text(text, "w.yaml")
     assert needle in str(caught.value)
+
+
+@pytest.mark.parametrize("source, target, report", [
+    ("h200-triton-fused", "h100-sxm", "h100-decode-kernels.json"),
+    ("h100-triton-fused", "h200", "h200-decode-kernels.json"),
+])
+def test_decode_time_fitted_on_one_gpu_predicts_the_other_within_10_percent(source, target, report):
+    # Fused decode at >= 16K tokens x batch >= 16, every format: the efficiencies fitted on one GPU, carried
+    # to the other by its measured copy bandwidth and issue rate (sizing/speed.py on_gpu), against the
+    # kernel times measured there (measure/reports/*-decode-kernels.json).
+    import json
+
+    from conftest import ROOT
+    from sizing.profiles import gpu_profile, issue_rate, measured_efficiency
+    from sizing.speed import attention_seconds
+
+    g = gpu_profile(target)
+    eff = measured_efficiency(source).on_gpu(target, g.hbm_bandwidth_gb_s, g.copy_bandwidth_gb_s, issue_rate(g))
+    points = [p for p in json.loads((ROOT / "measure" / "reports" / report).read_text())["kernels"]
+              if p["head_dim"] == 128 and not p.get("window") and not p.get("mla")
+              and p["context"] >= 16384 and p["batch"] >= 16]
+    assert len({p["format"] for p in points}) == 11
+    for p in points:
+        predicted = attention_seconds(p["bytes_read"], g.hbm_bandwidth_gb_s, eff, p["format"], p["batch"], p["context"])
+        assert abs(predicted / (p["median_ms"] / 1e3) - 1) <= 0.10, (p["format"], p["batch"], p["context"])
+
+
+def test_plan_says_which_gpu_its_decode_times_rest_on():
+    from sizing.fleet import build_candidates, candidate_rows
+
+    plan = plan_fleet(scenario("llama-3.1-8b"), build_candidates(["h200", "h100-sxm"], ["fp8"], [1]), _workload())
+    basis = {r["gpu"]: r["kv_efficiency_basis"] for r in candidate_rows(plan)}
+    assert basis["h200"] == "measured on h200"
+    assert basis["h100-sxm"].startswith("carried from h200 to h100-sxm (measured copy bandwidth 3,020 GB/s")
