@@ -184,6 +184,7 @@ def _check_capacity_v1(p: dict, tolerance: float | None) -> list[str]:
 # holding the window ran longest. The check holds the committed reports to what they meet, so a
 # change to sizing's time formula or a report that fits worse fails here.
 KERNEL_TIME_TOLERANCE = 0.15
+KERNEL_MEDIAN_BIAS = 0.05
 
 
 def _check_kernels(report: dict, tolerance: float | None) -> list[str]:
@@ -200,6 +201,7 @@ def _check_kernels(report: dict, tolerance: float | None) -> list[str]:
     if not points:
         return []
     problems = []
+    signed: dict[str, list[float]] = {}
     eff = efficiency_from_report(report, "report") if "decode_efficiency" in report else None
     section = report.get("decode_efficiency", {})
     _, shape = model_shape("llama-3.1-8b", 1)  # 8 KV heads of 128: the grid's shape, one layer
@@ -225,9 +227,17 @@ def _check_kernels(report: dict, tolerance: float | None) -> list[str]:
             measured = p["median_ms"] / 1e3
             tol = KERNEL_TIME_TOLERANCE if tolerance is None else tolerance
             error = _rel(predicted, measured)
+            signed.setdefault(p["format"], []).append(predicted / measured - 1)
             if error > tol:
                 problems.append(f"{where}: predicted {predicted * 1e3:.3f} ms, measured {measured * 1e3:.3f} ms "
                                 f"({100 * error:.1f}% > {100 * tol:.0f}%)")
+    # A fit is unbiased over its own points: times changed after fitting (a copy with every time
+    # raised 10%) move the median error of every format.
+    for fmt, errors in signed.items():
+        middle = sorted(errors)[len(errors) // 2]
+        if len(errors) >= 3 and abs(middle) > KERNEL_MEDIAN_BIAS:
+            problems.append(f"kernels {fmt}: the report's own fit is off by {100 * middle:+.1f}% at the median of "
+                            f"its {len(errors)} points (more than {100 * KERNEL_MEDIAN_BIAS:.0f}%): times and fit disagree")
     return problems
 
 

@@ -48,6 +48,17 @@ def test_committed_reports_validate(path):
 
 
 CAPACITY_REPORTS = [p for p in REPORTS if any(json.loads(p.read_text()).get(k) for k in ("capacity", "tensor_parallel"))]
+KERNEL_REPORTS = [p for p in REPORTS if json.loads(p.read_text()).get("decode_efficiency")]
+
+
+@pytest.mark.parametrize("path", KERNEL_REPORTS, ids=lambda p: p.name)
+def test_a_kernel_report_with_its_times_raised_10_percent_is_rejected(path):
+    report = json.loads(path.read_text())
+    assert check_report(report) == []
+    bad = copy.deepcopy(report)
+    for point in bad["kernels"]:
+        point["median_ms"] *= 1.1
+    assert any("times and fit disagree" in p for p in check_report(bad))
 
 
 @pytest.mark.parametrize("path", CAPACITY_REPORTS, ids=lambda p: p.name)
