@@ -90,15 +90,18 @@ def _add_scenario_options(p: argparse.ArgumentParser, single: bool = True) -> No
         p.add_argument("--gpu", default="h100-sxm", help="bundled GPU id (kvsize gpus)")
         p.add_argument("--engine", default="vllm", help="vllm, sglang, trtllm, lmdeploy, llamacpp or ideal; "
                        "NAME@VERSION (vllm@0.19) follows that release's rules, NAME alone the newest")
-        p.add_argument("--tensor-parallel-size", "-tp", type=_positive_int, default=1)
+        p.add_argument("--tensor-parallel-size", "-tp", type=_positive_int, default=1,
+                       help="GPUs each replica's layers are split over (default 1)")
         p.add_argument("--max-model-len", type=_tokens, default=None, help="tokens per request (default: the model's)")
     p.add_argument("--gpu-memory", type=_size, default=None, help="override the GPU's memory, e.g. 80GiB")
-    p.add_argument("--pipeline-parallel-size", "-pp", type=_positive_int, default=1)
+    p.add_argument("--pipeline-parallel-size", "-pp", type=_positive_int, default=1,
+                   help="pipeline stages (default 1)")
     p.add_argument("--concurrency", type=_positive_int, default=1, help="concurrent requests to plan for")
     p.add_argument("--block-size", type=_positive_int, default=None,
                    help="tokens per KV block (vLLM --block-size, SGLang --page-size, TRT-LLM tokens_per_block)")
     for dest, (_, flag) in FRACTION_OPTIONS.items():
-        p.add_argument(flag, dest=dest, type=_fraction, default=None)
+        p.add_argument(flag, dest=dest, type=_fraction, default=None,
+                       help=f"{FRACTION_OPTIONS[dest][0]}'s memory fraction (default: the release's rule)")
     p.add_argument("--kv-cache-memory", type=_size, default=None, help="fix the KV budget, e.g. 10GiB")
     p.add_argument("--weights-dtype", default="auto", help="auto, bf16, fp16, fp8, int8, int4, mxfp4")
     p.add_argument("--headroom", type=_fraction, default=0.10,
@@ -107,12 +110,15 @@ def _add_scenario_options(p: argparse.ArgumentParser, single: bool = True) -> No
                    help="default: the engine release's default for the GPU (vLLM 0.19 on >= 70 GiB: 8192)")
     p.add_argument("--max-num-seqs", type=_positive_int, default=None,
                    help="default: the engine release's default for the GPU (vLLM 0.19 on >= 70 GiB: 1024)")
-    p.add_argument("--non-torch-memory", type=_size, default=None)
-    p.add_argument("--cuda-graph-memory", type=_size, default=None)
+    p.add_argument("--non-torch-memory", type=_size, default=None,
+                   help="override memory outside torch per GPU, e.g. 2GiB (default: the release's measured figure)")
+    p.add_argument("--cuda-graph-memory", type=_size, default=None,
+                   help="override CUDA graph memory per GPU (default: the release's measured figure)")
     p.add_argument("--layer-kv-dtype", default=None, help="per-layer formats, e.g. 'first:2,last:2=bf16'")
-    p.add_argument("--kivi-group", type=_positive_int, default=32)
-    p.add_argument("--kivi-residual", type=int, default=128)
-    p.add_argument("--kvquant-outliers", type=_fraction, default=0.01)
+    p.add_argument("--kivi-group", type=_positive_int, default=32, help="KIVI group size (default 32)")
+    p.add_argument("--kivi-residual", type=int, default=128, help="KIVI fp16 recent tokens (default 128)")
+    p.add_argument("--kvquant-outliers", type=_fraction, default=0.01,
+                   help="KVQuant outlier share (default 0.01)")
 
 
 def _version() -> str:
@@ -132,45 +138,50 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("estimate", help="one scenario")
     _add_scenario_options(p)
-    p.add_argument("--kv-cache-dtype", default="auto")
-    p.add_argument("--k-cache-dtype", default=None)
-    p.add_argument("--v-cache-dtype", default=None)
-    p.add_argument("--format", choices=["table", "json", "csv"], default="table")
+    p.add_argument("--kv-cache-dtype", default="auto",
+                   help="KV format, as the engine spells it: auto, fp8, nvfp4, q8_0, ... (kvsize formats)")
+    p.add_argument("--k-cache-dtype", default=None, help="K's format where it differs from V's")
+    p.add_argument("--v-cache-dtype", default=None, help="V's format where it differs from K's")
+    p.add_argument("--format", choices=["table", "json", "csv"], default="table", help="output form (default table)")
     p.add_argument("--out", default=None, help="write to this file instead of standard output")
     p.set_defaults(run=cmd_estimate)
 
     p = sub.add_parser("compare", help="every KV format for one scenario")
     _add_scenario_options(p)
-    p.add_argument("--format", choices=["table", "json", "csv"], default="table")
+    p.add_argument("--format", choices=["table", "json", "csv"], default="table", help="output form (default table)")
     p.add_argument("--out", default=None)
     p.set_defaults(run=cmd_compare)
 
     p = sub.add_parser("sweep", help="a grid of scenarios to CSV, XLSX or JSON")
-    p.add_argument("--models", type=_list, required=True)
-    p.add_argument("--gpus", type=_list, default=["h100-sxm"])
-    p.add_argument("--engines", type=_list, default=["vllm"])
-    p.add_argument("--formats", type=_list, default=["auto"])
-    p.add_argument("--contexts", type=_list, default=["8k", "32k", "128k"])
-    p.add_argument("--tp", type=_list, default=["1"])
+    p.add_argument("--models", type=_list, required=True, help="comma-separated model ids or config.json paths")
+    p.add_argument("--gpus", type=_list, default=["h100-sxm"], help="comma-separated GPU ids (default h100-sxm)")
+    p.add_argument("--engines", type=_list, default=["vllm"], help="comma-separated engines, NAME or NAME@VERSION (default vllm)")
+    p.add_argument("--formats", type=_list, default=["auto"], help="comma-separated KV formats (default auto)")
+    p.add_argument("--contexts", type=_list, default=["8k", "32k", "128k"],
+                   help="comma-separated max_model_len values (default 8k,32k,128k)")
+    p.add_argument("--tp", type=_list, default=["1"], help="comma-separated TP sizes (default 1)")
     _add_scenario_options(p, single=False)
     p.add_argument("--out", required=True, help="output file: .csv, .xlsx or .json")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(run=cmd_sweep)
 
     for name, fn, text in (("models", cmd_models, "bundled model profiles"), ("gpus", cmd_gpus, "bundled GPUs"),
                            ("formats", cmd_formats, "KV cache formats"),
                            ("support", cmd_support, "which KV format each engine runs on each GPU architecture")):
         p = sub.add_parser(name, help=text)
-        p.add_argument("--format", choices=["table", "json"], default="table")
+        p.add_argument("--format", choices=["table", "json"], default="table", help="output form (default table)")
         p.set_defaults(run=fn)
 
     p = sub.add_parser("plan", help="a fleet for a workload: GPUs, KV format, TP, speed, cost, serve command")
     p.add_argument("--workload", required=True, help="workload file (.yaml, .yml or .json)")
     p.add_argument("--model", required=True, help="bundled profile id, a config.json, or a folder holding one")
-    p.add_argument("--gpus", type=_list, default=["h100-sxm", "h200"])
+    p.add_argument("--gpus", type=_list, default=["h100-sxm", "h200"],
+                   help="comma-separated GPU ids to choose from (default h100-sxm,h200)")
     p.add_argument("--engine", default="vllm", help="vllm, sglang, trtllm, lmdeploy, llamacpp or ideal")
-    p.add_argument("--formats", type=_list, default=["auto", "fp8_e4m3", "nvfp4"])
-    p.add_argument("--tp", type=_list, default=["1", "2", "4", "8"])
+    p.add_argument("--formats", type=_list, default=["auto", "fp8_e4m3", "nvfp4"],
+                   help="comma-separated KV formats to choose from (default auto,fp8_e4m3,nvfp4)")
+    p.add_argument("--tp", type=_list, default=["1", "2", "4", "8"],
+                   help="comma-separated TP sizes to choose from (default 1,2,4,8)")
     p.add_argument("--price", default=None, help="USD per GPU-hour overrides, e.g. 'h100-sxm=2.1,h200=3.2'")
     p.add_argument("--kv-efficiency", default=None,
                    help="bandwidth efficiencies, e.g. 'fp8_e4m3=0.7,default=0.75,weights=0.8,mfu=0.5'")
@@ -206,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weights-dtype", default="auto", help="what the checkpoint stores (auto, bf16, fp8, int8, ...)")
     p.add_argument("--engine-version", default=None,
                    help="the engine's version where the log does not print it (SGLang), e.g. 0.4.9")
-    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.add_argument("--format", choices=["table", "json"], default="table", help="output form (default table)")
     p.set_defaults(run=cmd_check_log)
 
     p = sub.add_parser("validate", help="re-check a measurement report against today's predictions")
@@ -813,7 +824,7 @@ def render_plan(plan, rows: list[dict], rules, notes, serve, top: int) -> str:
     w = plan.workload
     lines = [f"Fleet plan: {plan.model_name} on {plan.engine}, workload {w.name!r}: peak {w.peak_concurrency:,} "
              f"concurrent requests, prefix cache share {w.prefix_cache_share:.0%}"]
-    lines.append("  mix: " + ", ".join(f"{b.label} tokens {b.share_percent:g}% (out {b.output_tokens:,})"
+    lines.append("  mix: " + ", ".join(f"{b.label} tokens {b.share_percent:g}% of requests (out {b.output_tokens:,})"
                                         for b in w.mix()))
     lines.append("")
     head = (f"{'gpu':<11}{'kv format':<20}{'tp':>3}{'gpus':>6}{'req/repl':>9}{'split':>7}{'ITL ms':>9}"

@@ -65,7 +65,10 @@ def _query(key: str, default, cast=str, low=None, high=None):
 
 
 def _index(options: list[str], value: str) -> int:
-    return options.index(value) if value in options else 0
+    if value in options:
+        return options.index(value)
+    st.warning(f"{value!r} from the page URL is not one of the choices; showing {options[0]} instead")
+    return 0
 
 
 def read_scenario() -> Scenario | None:

@@ -219,3 +219,18 @@ def test_validation_page_says_what_each_report_proves():
     at.run()
     assert not at.exception
     assert any("32 of 32 points agree" in s.value and "NVIDIA H100 80GB HBM3" in s.value for s in at.success)
+
+
+def test_an_unknown_model_in_the_url_is_reported():
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params["model"] = "nope"
+    at.run()
+    assert not at.exception
+    assert any("'nope' from the page URL is not one of the choices" in w.value for w in at.warning)
+
+
+def test_the_app_hides_streamlits_developer_toolbar():
+    import tomllib
+
+    config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
+    assert config["client"]["toolbarMode"] == "viewer"

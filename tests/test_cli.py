@@ -313,3 +313,14 @@ def test_version_and_a_closed_pipe():
 def test_measure_refuses_an_unknown_model_before_asking_for_a_gpu(tmp_path, capsys):
     assert run("measure", "--model", "lama", "--out", str(tmp_path / "r.json")) == 2
     assert "unknown model 'lama'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["estimate", "sweep", "plan"])
+def test_every_option_has_help(command, capsys):
+    from app.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, __import__("argparse")._SubParsersAction))
+    missing = [a.option_strings[0] for a in sub.choices[command]._actions
+               if a.option_strings and not a.help and a.dest != "help"]
+    assert missing == []
