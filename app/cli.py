@@ -509,6 +509,8 @@ def compare_rows(args: argparse.Namespace) -> list[dict]:
 
     check_tensor_parallel(base.shape, base.tensor_parallel_size, get_engine(args.engine))
     rows = compare(base, args.engine, FORMAT_NAMES)
+    if args.max_model_len:
+        _warn_beyond_positions(args.model, base.shape, [args.max_model_len])
     if rows and all(r["status"].startswith("n/a: ") for r in rows):
         from collections import Counter
 
@@ -527,10 +529,6 @@ def _warn_beyond_positions(model: str, shape, contexts) -> None:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     rows = compare_rows(args)
-    if rows and args.max_model_len:
-        from sizing.profiles import load_model
-
-        _warn_beyond_positions(args.model, load_model(args.model)[1], [args.max_model_len])
     if args.format == "json":
         _emit(json.dumps(rows, indent=2) + "\n", args.out, "json")
     elif args.format == "csv":
@@ -663,13 +661,13 @@ def cmd_formats(args: argparse.Namespace) -> int:
 
 
 def cmd_support(args: argparse.Namespace) -> int:
-    from sizing.engines import engine_formats
+    from sizing.engines import ENGINES, engine_formats
     from sizing.profiles import gpu_ids, gpu_profile
     from sizing.support import support
 
     architectures = sorted({gpu_profile(g).architecture for g in gpu_ids()})
     rows = [dict(engine=engine, format=fmt, architecture=arch, **vars(support(engine, fmt, arch)))
-            for engine in ("vllm", "sglang", "trtllm", "lmdeploy", "llamacpp") for fmt in engine_formats(engine)
+            for engine in ENGINES if engine != "ideal" for fmt in engine_formats(engine)
             for arch in architectures]
     if args.format == "json":
         print(json.dumps(rows, indent=2))

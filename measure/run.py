@@ -129,14 +129,15 @@ def pool_tensors(pool, layout, num_blocks: int, device) -> list:
     return [torch.empty(size, dtype=torch.uint8, device=device) for size in pool_tensor_sizes(pool, layout, num_blocks)]
 
 
-def _prediction(model: str, shape: ModelShape, total: int, util: float, mnbt: int, block_size: int, fmt: str,
-                non_torch: int, kv_bytes: int | None = None):
-    """kvsize's vLLM estimate for the harness's run: one sequence of max_num_batched_tokens, no CUDA
-    graphs, the measured non-torch memory (CUDA context included, which vLLM's log leaves out)."""
-    return estimate(Scenario(model, shape, "measured", total, engine="vllm", memory_fraction=util,
-                             non_torch_bytes=non_torch, max_num_batched_tokens=mnbt, max_num_seqs=1,
-                             cuda_graph_bytes=0, weights_dtype="bf16", block_size=block_size, max_model_len=mnbt,
-                             k_cache_dtype=fmt, v_cache_dtype=fmt, kv_cache_memory_bytes=kv_bytes))
+def predict_capacity(model: str, shape: ModelShape, total: int, util: float, mnbt: int, block_size: int, fmt: str,
+                     non_torch: int | None, kv_bytes: int | None = None, tp: int = 1):
+    """kvsize's vLLM estimate for a harness run (one sequence of max_num_batched_tokens, no CUDA graphs)
+    with the measured non-torch memory (None: the release's own figure) and, given kv_bytes, a fixed KV
+    budget: what measure/run.py, measure/tp.py and `kvsize validate` all compare with."""
+    return estimate(Scenario(model, shape, "measured", total, engine="vllm", tensor_parallel_size=tp,
+                             memory_fraction=util, non_torch_bytes=non_torch, max_num_batched_tokens=mnbt,
+                             max_num_seqs=1, cuda_graph_bytes=0, weights_dtype="bf16", block_size=block_size,
+                             max_model_len=mnbt, k_cache_dtype=fmt, v_cache_dtype=fmt, kv_cache_memory_bytes=kv_bytes))
 
 
 def _pool_and_forward(torch, gpu: Gpu, derived, blocks: int, forward) -> tuple[int, int, int]:
@@ -208,8 +209,8 @@ def measure_capacity(gpu: Gpu, model: str, layers: int | None, util: float, mnbt
     records = []
     for fmt in formats:
         try:
-            derived = _prediction(model, shape, total, util, mnbt, block_size, fmt, non_torch, available)
-            predicted = _prediction(model, shape, total, util, mnbt, block_size, fmt, non_torch)
+            derived = predict_capacity(model, shape, total, util, mnbt, block_size, fmt, non_torch, available)
+            predicted = predict_capacity(model, shape, total, util, mnbt, block_size, fmt, non_torch)
         except KvsizeError as e:
             records.append(dict(model=model, layers=layers, kv_cache_dtype=fmt, skipped=str(e)))
             continue

@@ -51,9 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
     import torch.nn.functional as F
 
-    from sizing.plan import Scenario, estimate
-
-    from .run import model_shape, pool_tensors
+    from .run import model_shape, pool_tensors, predict_capacity
 
     rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local)
@@ -130,12 +128,9 @@ def main(argv: list[str] | None = None) -> int:
 
     records = []
     for fmt in args.formats.split(","):
-        common = dict(engine="vllm", tensor_parallel_size=world, memory_fraction=args.gpu_memory_utilization,
-                      non_torch_bytes=measured_non_torch, max_num_batched_tokens=args.tokens, max_num_seqs=1,
-                      cuda_graph_bytes=0, weights_dtype="bf16", block_size=16, max_model_len=args.tokens,
-                      k_cache_dtype=fmt, v_cache_dtype=fmt)
-        derived = estimate(Scenario(args.model, shape, "measured", total, kv_cache_memory_bytes=available, **common))
-        predicted = estimate(Scenario(args.model, shape, "measured", total, **common))
+        run = (args.model, shape, total, args.gpu_memory_utilization, args.tokens, 16, fmt)
+        derived = predict_capacity(*run, measured_non_torch, available, tp=world)
+        predicted = predict_capacity(*run, measured_non_torch, tp=world)
         # The page one rank holds per layer, from the shard's own KV heads: 16 tokens x K and V.
         value_bytes = 2 if fmt in ("bf16", "fp16", "auto") else 1
         page_from_shard = 16 * kv_local * d * 2 * value_bytes
@@ -159,9 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             derived=dict(kv_budget_bytes=available, num_blocks=derived.num_blocks, pool_bytes=pool_bytes),
             predicted=dict(weights_bytes=predicted.breakdown.weights_bytes,
                            activation_bytes=predicted.breakdown.activation_bytes,
-                           non_torch_bytes_vllm=estimate(Scenario(
-                               args.model, shape, "measured", total,
-                               **{**common, "non_torch_bytes": None})).breakdown.non_torch_bytes,
+                           non_torch_bytes_vllm=predict_capacity(*run, None, tp=world).breakdown.non_torch_bytes,
                            kv_page_bytes_per_layer=derived.block_bytes // max(1, len(derived.layout.kv)),
                            num_blocks=predicted.num_blocks),
             limit_bytes=limit,

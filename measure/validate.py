@@ -8,10 +8,9 @@ import sys
 
 from sizing.errors import KvsizeError
 from sizing.layers import build_layout
-from sizing.plan import Scenario, estimate
 
 from .bounds import ERROR_BOUNDS
-from .run import REPORT_SCHEMA, model_shape
+from .run import REPORT_SCHEMA, model_shape, pool_tensor_sizes, predict_capacity
 
 # Relative tolerances per checked figure; storage must match to the byte.
 ALLOCATOR_TAIL_BYTES = 2 * 2**20  # PyTorch's caching allocator rounds large segments to 2 MiB
@@ -41,8 +40,7 @@ def check_report(report: dict, tolerance: float | None = None) -> list[str]:
             problems.append(f"allocation {p['model']} {p['kv_cache_dtype']}: measured storage {p['storage_bytes']} B, "
                             f"predicted {predicted} B")
     for p in report.get("capacity", []):
-        problems += (_check_capacity(p, tolerance) if report.get("capacity_version", 1) >= 2
-                     else _check_capacity_v1(p, tolerance))
+        problems += _check_capacity(p, tolerance)
     for p in report.get("tensor_parallel", []):
         problems += _check_tensor_parallel(p, tolerance)
     for p in report.get("decode", []):
@@ -60,8 +58,6 @@ def _check_capacity(p: dict, tolerance: float | None) -> list[str]:
     """A version-2 capacity point: the derived pool follows from the measured figures by vLLM's rule
     and kvsize's pool (recomputed here, exactly), the prediction is within tolerance of it, and the
     boundary held on the GPU."""
-    from .run import _prediction, pool_tensor_sizes
-
     _, shape = model_shape(p["model"], p.get("layers"))
     m, d = p["measured"], p["derived"]
     where = f"capacity {p['model']} ({p.get('layers') or 'all'} layers) {p['kv_cache_dtype']}"
@@ -69,12 +65,12 @@ def _check_capacity(p: dict, tolerance: float | None) -> list[str]:
             p["block_size"], p["kv_cache_dtype"], m["non_torch_bytes"])
     available = int(p["total_bytes"] * p["gpu_memory_utilization"]) - m["non_torch_bytes"] - m["weights_bytes"] \
         - m["activation_bytes"]
-    again = _prediction(*args, available)
+    again = predict_capacity(*args, available)
     problems = []
     if (available, again.num_blocks) != (d["kv_budget_bytes"], d["num_blocks"]):
         problems.append(f"{where}: the derived pool ({d['kv_budget_bytes']} B, {d['num_blocks']} blocks) does not "
                         f"follow from the measured figures ({available} B, {again.num_blocks} blocks)")
-    predicted = _prediction(*args)
+    predicted = predict_capacity(*args)
     for name, want, got in (("weights_bytes", m["weights_bytes"], predicted.breakdown.weights_bytes),
                             ("num_blocks", d["num_blocks"], predicted.num_blocks)):
         tol = TOLERANCES[name] if tolerance is None else tolerance
@@ -114,17 +110,13 @@ def _check_tensor_parallel(p: dict, tolerance: float | None) -> list[str]:
     rank's KV heads hold per layer exactly kvsize's, the pool exactly num_blocks pages, the pool and a
     forward pass within the limit apart from the allocator's tails, and kvsize's vLLM non-torch figure
     within 0.25 GiB of one TP-1 process's plus vLLM's two communicators as measured."""
-    from sizing.plan import Scenario, estimate
-
     _, shape = model_shape(p["model"], p.get("layers"))
-    m, d, pr = p["measured"], p["derived"], p["predicted"]
+    m, d = p["measured"], p["derived"]
     where = f"tensor parallel {p['model']} TP {p['tensor_parallel_size']} rank {p['rank']} {p['kv_cache_dtype']}"
-    common = dict(engine="vllm", tensor_parallel_size=p["tensor_parallel_size"],
-                  memory_fraction=p["gpu_memory_utilization"], max_num_batched_tokens=p["max_num_batched_tokens"],
-                  max_num_seqs=1, cuda_graph_bytes=0, weights_dtype="bf16", block_size=16,
-                  max_model_len=p["max_num_batched_tokens"], k_cache_dtype=p["kv_cache_dtype"],
-                  v_cache_dtype=p["kv_cache_dtype"])
-    e = estimate(Scenario(p["model"], shape, "measured", p["total_bytes"], non_torch_bytes=m["non_torch_bytes"], **common))
+    tp = p["tensor_parallel_size"]
+    run = (p["model"], shape, p["total_bytes"], p["gpu_memory_utilization"], p["max_num_batched_tokens"], 16,
+           p["kv_cache_dtype"])
+    e = predict_capacity(*run, m["non_torch_bytes"], tp=tp)
     problems = []
     tol = TOLERANCES["weights_bytes"] if tolerance is None else tolerance
     if _rel(e.breakdown.weights_bytes, m["weights_bytes"]) > tol:
@@ -134,45 +126,24 @@ def _check_tensor_parallel(p: dict, tolerance: float | None) -> list[str]:
         problems.append(f"{where}: a layer's page is {m['kv_page_bytes_per_layer']} B on this rank, kvsize says {page} B")
     available = int(p["total_bytes"] * p["gpu_memory_utilization"]) - m["non_torch_bytes"] - m["weights_bytes"] \
         - m["activation_bytes"]
-    derived = estimate(Scenario(p["model"], shape, "measured", p["total_bytes"], non_torch_bytes=m["non_torch_bytes"],
-                                kv_cache_memory_bytes=available, **common))
+    derived = predict_capacity(*run, m["non_torch_bytes"], available, tp=tp)
     if (available, derived.num_blocks, derived.num_blocks * derived.block_bytes) != \
             (d["kv_budget_bytes"], d["num_blocks"], d["pool_bytes"]):
         problems.append(f"{where}: the derived pool does not follow from the measured figures")
     tails = m["pool_peak_allocated_bytes"] - m["weights_bytes"] - d["pool_bytes"] - m["activation_bytes"]
-    if not 0 <= tails <= (len(derived.layout.kv) + 1) * ALLOCATOR_TAIL_BYTES:
+    tensors = len(pool_tensor_sizes(derived.pool, derived.layout, d["num_blocks"]))
+    if not 0 <= tails <= (tensors + 1) * ALLOCATOR_TAIL_BYTES:
         problems.append(f"{where}: the pool and a forward pass peaked {tails:+} B beyond their terms")
     if m["pool_peak_allocated_bytes"] - tails > p["limit_bytes"]:
         problems.append(f"{where}: the derived pool and a forward pass exceed the limit")
     steps = m["non_torch_steps"]
     communicator = steps["after_first_all_reduce"] - steps["cuda_context"]
-    vllm = estimate(Scenario(p["model"], shape, "measured", p["total_bytes"], **common)).breakdown.non_torch_bytes
-    single = estimate(Scenario(p["model"], shape, "measured", p["total_bytes"],
-                               **{**common, "tensor_parallel_size": 1})).breakdown.non_torch_bytes
+    vllm = predict_capacity(*run, None, tp=tp).breakdown.non_torch_bytes
+    single = predict_capacity(*run, None).breakdown.non_torch_bytes
     composed = single + VLLM_COMMUNICATORS * communicator
     if abs(vllm - composed) > NON_TORCH_TOLERANCE_BYTES:
         problems.append(f"{where}: kvsize's vLLM non-torch {vllm} B is more than 0.25 GiB from one process's "
                         f"{single} B plus {VLLM_COMMUNICATORS} communicators of {communicator} B")
-    return problems
-
-
-def _check_capacity_v1(p: dict, tolerance: float | None) -> list[str]:
-    _, shape = model_shape(p["model"], p.get("layers"))
-    # The harness replicates vLLM's rule with its own non-torch reading (CUDA context included,
-    # unlike vLLM's increase during profiling): that reading is an input here, not a prediction.
-    e = estimate(Scenario(p["model"], shape, "measured", p["total_bytes"], engine="vllm",
-                          memory_fraction=p["gpu_memory_utilization"], non_torch_bytes=p["measured"]["non_torch_bytes"],
-                          max_num_batched_tokens=p["max_num_batched_tokens"], max_num_seqs=1, cuda_graph_bytes=0,
-                          weights_dtype="bf16", block_size=p["block_size"], max_model_len=p["max_num_batched_tokens"]))
-    m, problems = p["measured"], []
-    for name, predicted in (("weights_bytes", e.breakdown.weights_bytes), ("num_blocks", e.num_blocks)):
-        tol = TOLERANCES[name] if tolerance is None else tolerance
-        if _rel(predicted, m[name]) > tol:
-            problems.append(f"capacity {p['model']} ({p.get('layers') or 'all'} layers): {name} predicted "
-                            f"{predicted}, measured {m[name]} ({100 * _rel(predicted, m[name]):.2f}% > "
-                            f"{100 * tol:.2f}%)")
-    if p["boundary"]["measured_blocks_fit"] is not True:
-        problems.append(f"capacity {p['model']}: the measured number of blocks did not fit under the limit")
     return problems
 
 

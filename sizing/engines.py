@@ -8,7 +8,6 @@ request needs). Sources are cited per engine; docs/engines.md shows worked examp
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -172,17 +171,16 @@ class VllmPool:
             groups = tuple(next(iter(by_type.values()))[:1]) if by_type else ()
             return cls(layout, block_size, in_flight_tokens, unit, max(1, len(specs)), groups,
                        layout.pool_fixed_bytes(), holds_recurrent)
-        specs = _unify_pages(specs, block_size)
+        specs = _unify_pages(specs, block_size)  # one page size across the types
         by_type = {}
         for spec in specs.values():
             by_type.setdefault(spec.group_key, []).append(spec)
-        pages = Counter(spec.page_bytes(block_size) for spec in specs.values())
         counts = [len(v) for v in by_type.values()]
         group_size = min(counts)
         if max(counts) < group_size * 1.5:
             group_size = max(counts)
         groups = tuple(layers[0] for layers in by_type.values() for _ in range(cdiv(len(layers), group_size)))
-        page = next(iter(pages))
+        page = next(iter(specs.values())).page_bytes(block_size)
         return cls(layout, block_size, in_flight_tokens, page * group_size, group_size, groups,
                    layout.pool_fixed_bytes(), holds_recurrent)
 

@@ -217,8 +217,7 @@ def plan_candidate(base: Scenario, candidate: Candidate, workload: Workload, eff
     weights_fmt = resolve_weights_dtype(base.weights_dtype, base.shape)
     carried = efficiency.on_gpu(g.id, g.hbm_bandwidth_gb_s, g.copy_bandwidth_gb_s, g.issue_rate)
     basis = ("assumed (no measured kernels)" if efficiency.reference_gpu is None else
-             f"measured on {efficiency.reference_gpu}" if carried is efficiency else
-             carried.source[carried.source.rindex("carried from"):])
+             f"measured on {efficiency.reference_gpu}" if carried is efficiency else carried.basis)
     efficiency = carried
 
     def step_at(replicas: int):
@@ -359,7 +358,8 @@ def build_candidates(gpu_ids: list[str], formats: list[str], tensor_parallel_siz
         raise KvsizeError(f"--price names GPUs not in --gpus: {', '.join(sorted(unknown_prices))}")
     refused = unsupported_pairs(gpu_ids, formats, engine)
     left_out = {(g, f) for g, f, _ in refused}
-    out = [Candidate(GpuOffer.from_profile(g, gpu_profile(g), prices.get(g)), f, tp)
+    offers = {g: GpuOffer.from_profile(g, gpu_profile(g), prices.get(g)) for g in gpu_ids}
+    out = [Candidate(offers[g], f, tp)
            for g in gpu_ids for f in formats if (g, f) not in left_out for tp in tensor_parallel_sizes]
     if not out:
         g, f, why = refused[0]
@@ -368,41 +368,28 @@ def build_candidates(gpu_ids: list[str], formats: list[str], tensor_parallel_siz
     return out
 
 
-def unsupported_pairs(gpu_ids: list[str], formats: list[str], engine: str = "vllm") -> list[tuple[str, str, str]]:
-    """(GPU, format, why) for each pair the engine cannot run there: the support table
-    (profiles/support.json) says unsupported, or the GPU lacks hardware the format needs (every
-    `<flag>_native` GPU field has its `<flag>_source`)."""
+def _verdicts(gpu_ids: list[str], formats: list[str], engine: str):
+    """((GPU, format), Support) for every pair but `auto`, the engine named as get_engine names it."""
+    from .engines import get_engine
     from .profiles import gpu_profile
-    from .support import support
+    from .support import runs_on
 
-    engine_name = engine.partition("@")[0].strip().lower()
-    out = []
+    name = get_engine(engine).name
     for g in gpu_ids:
         profile = gpu_profile(g)
         for f in formats:
-            if f == "auto":
-                continue
-            fmt = get_format(f)
-            missing = [n for n in fmt.needs_gpu if not getattr(profile, n)]
-            if missing:
-                why = "; ".join(f"needs {n}: {getattr(profile, n.removesuffix('_native') + '_source')}"
-                                for n in missing)
-                out.append((g, f, why))
-                continue
-            verdict = support(engine_name, fmt.name, profile.architecture)
-            if verdict.status == "unsupported":
-                out.append((g, f, f"{engine_name} does not run {fmt.name} on {profile.architecture}: {verdict.source}"))
-    return out
+            if f != "auto":
+                yield (g, f), runs_on(name, get_format(f), profile)
+
+
+def unsupported_pairs(gpu_ids: list[str], formats: list[str], engine: str = "vllm") -> list[tuple[str, str, str]]:
+    """(GPU, format, why) for each pair the engine cannot run there (sizing/support.py, runs_on)."""
+    return [(g, f, v.source) for (g, f), v in _verdicts(gpu_ids, formats, engine) if v.status == "unsupported"]
 
 
 def unconfirmed_pairs(gpu_ids: list[str], formats: list[str], engine: str = "vllm") -> list[tuple[str, str]]:
     """(GPU, format) pairs the support table neither confirms nor rules out for this engine."""
-    from .profiles import gpu_profile
-    from .support import support
-
-    engine_name = engine.partition("@")[0].strip().lower()
-    return [(g, f) for g in gpu_ids for f in formats if f != "auto"
-            and support(engine_name, get_format(f).name, gpu_profile(g).architecture).status == "unconfirmed"]
+    return [(g, f) for (g, f), v in _verdicts(gpu_ids, formats, engine) if v.status == "unconfirmed"]
 
 
 def load_draft(workload: Workload) -> Draft | None:

@@ -324,12 +324,15 @@ def _llamacpp(name: str, bits: int, block_bytes: int, with_min: bool, code: str)
     )
 
 
+def _asymmetric_per_token_head(bits: int, dtype: str) -> SideLayout:
+    """`bits`-bit codes with an fp16 scale and fp16 zero point per token per head (LMDeploy, SGLang's
+    int8, TurboQuant's values)."""
+    return SideLayout((_values(bits, dtype), Component("scale", "fp16", 16, PerTokenHead()),
+                       Component("zero point", "fp16", 16, PerTokenHead())))
+
+
 def _lmdeploy(name: str, bits: int) -> KVFormat:
-    side = SideLayout((
-        _values(bits, f"int{bits}"),
-        Component("scale", "fp16", 16, PerTokenHead()),
-        Component("zero point", "fp16", 16, PerTokenHead()),
-    ))
+    side = _asymmetric_per_token_head(bits, f"int{bits}")
     return KVFormat(
         name, "lmdeploy", side, side,
         source="LMDeploy docs, KV cache quantization (quant_policy 4/8: per-head per-token asymmetric, "
@@ -444,8 +447,7 @@ def _turboquant(name: str, key_bits: int, value_bits: int) -> KVFormat:
     else:
         k = SideLayout((_values(key_bits, f"int{key_bits} Lloyd-Max index"),
                         Component("vector norm", "fp16", 16, PerTokenHead())))
-    v = SideLayout((_values(value_bits, f"uint{value_bits}"), Component("scale", "fp16", 16, PerTokenHead()),
-                    Component("zero point", "fp16", 16, PerTokenHead())))
+    v = _asymmetric_per_token_head(value_bits, f"uint{value_bits}")
     key_text = "fp8 keys" if key_bits == 8 else f"{key_bits}-bit Hadamard-rotated Lloyd-Max keys with an fp16 norm"
     return KVFormat(
         name, "vllm", k, v,
@@ -500,8 +502,7 @@ def _mx_fp4(name: str, engines: tuple[str, ...], source: str, summary: str) -> K
 
 
 def _int8_scale_zero(name: str, engines: tuple[str, ...], source: str) -> KVFormat:
-    side = SideLayout((_values(8, "int8"), Component("scale", "fp16", 16, PerTokenHead()),
-                       Component("zero point", "fp16", 16, PerTokenHead())))
+    side = _asymmetric_per_token_head(8, "int8")
     return KVFormat(name, "sglang", side, side, source=source, engines=engines,
                     summary="int8 values, fp16 scale and zero point per token per head",
                     quality="int8 with per-token-head scales: near fp16", quality_source=source)

@@ -305,7 +305,7 @@ def resolve_shape(raw: dict[str, Any]) -> ModelShape:
     hidden = _within_limit(f.need_int("hidden_size", "n_embd", "d_model", "dim"), "hidden_size")
     heads = _within_limit(f.need_int("num_attention_heads", "n_head", "num_heads", "n_heads"), "num_attention_heads")
 
-    nas = _nas_blocks(f, num_layers, heads)
+    nas = _nas_blocks(f, num_layers, heads, hidden)
     kv_heads = next((h for h in nas.kv_heads if h), heads) if nas else _kv_heads(f, heads)
     head_dim = _as_int(f.get("head_dim", "kv_channels", "attention_head_dim", default=hidden // heads), "head_dim", 1)
     if kv_heads > heads:
@@ -462,7 +462,7 @@ class _NasBlocks:
         return hidden * hidden if inter < 0 else 3 * hidden * inter
 
 
-def _nas_blocks(f: _Fields, num_layers: int, heads: int) -> _NasBlocks | None:
+def _nas_blocks(f: _Fields, num_layers: int, heads: int, hidden: int) -> _NasBlocks | None:
     """vllm/model_executor/models/nemotron_nas.py: a layer's KV heads are num_attention_heads //
     n_heads_in_group; no_op attention holds no cache; ffn_mult gives the FFN width
     (_ffn_mult_to_intermediate_size: 2 x ffn_mult x hidden / 3 rounded up to a multiple of 256)."""
@@ -471,7 +471,6 @@ def _nas_blocks(f: _Fields, num_layers: int, heads: int) -> _NasBlocks | None:
         return None
     if not isinstance(blocks, (list, tuple)) or len(blocks) != num_layers:
         raise KvsizeError(f"config.json: block_configs must list one block per layer ({num_layers})")
-    hidden = _as_int(f.get("hidden_size"), "hidden_size", 1)
     kv, linear, inter = [], [], []
     for i, block in enumerate(blocks):
         attention = block.get("attention") if isinstance(block, dict) else None

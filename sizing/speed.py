@@ -64,6 +64,7 @@ class DecodeEfficiency:
     reference_spec_gb_s: float | None = None
     reference_copy_gb_s: float | None = None
     reference_issue: float | None = None
+    basis: str = ""  # how on_gpu() carried these figures over from the reference GPU; "" when not carried
 
     def __post_init__(self) -> None:
         for name, value in (("weights", self.weights), ("kv_default", self.kv_default), ("mfu", self.mfu),
@@ -92,9 +93,9 @@ class DecodeEfficiency:
             kv[fmt] = min(1.0, 1 / (spec_gb_s * math.sqrt(m_new * m_new + c * c)))
         how = (f"measured copy bandwidth {copy_gb_s:,.0f} GB/s" if copy_gb_s is not None else
                f"copy bandwidth taken as {ratio:.1%} of its {spec_gb_s:,.0f} GB/s spec, as on {self.reference_gpu}")
-        return replace(self, kv=MappingProxyType(kv), reference_gpu=None,
-                       source=f"{self.source}; carried from {self.reference_gpu} to {gpu_id} ({how}; issue rate "
-                              f"x{1 / scale:.2f}{'' if issue and self.reference_issue else ' (clock unknown: SMs only)'})")
+        basis = (f"carried from {self.reference_gpu} to {gpu_id} ({how}; issue rate "
+                 f"x{1 / scale:.2f}{'' if issue and self.reference_issue else ' (clock unknown: SMs only)'})")
+        return replace(self, kv=MappingProxyType(kv), reference_gpu=None, basis=basis, source=f"{self.source}; {basis}")
 
 
 def efficiency_from_report(report: dict, where: str = "report") -> DecodeEfficiency:

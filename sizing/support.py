@@ -66,3 +66,17 @@ def support(engine: str, format_name: str, architecture: str) -> Support:
         if row.engine == engine and format_name in row.formats and architecture in row.architectures:
             return Support(row.status, row.source)
     return Support("unconfirmed", f"no engine source or test found for {engine} {format_name} on {architecture}")
+
+
+def runs_on(engine: str, fmt, gpu) -> Support:
+    """Whether `engine` runs the KV format `fmt` (a KVFormat) on `gpu` (a GpuProfile): unsupported when
+    the GPU lacks hardware the format needs (each `<flag>_native` field has its `<flag>_source`),
+    else what the table says for the GPU's architecture."""
+    missing = [flag for flag in fmt.needs_gpu if not getattr(gpu, flag)]
+    if missing:
+        return Support("unsupported", "; ".join(f"needs {flag}: {getattr(gpu, flag.removesuffix('_native') + '_source')}"
+                                                for flag in missing))
+    verdict = support(engine, fmt.name, gpu.architecture)
+    if verdict.status == "unsupported":
+        return Support("unsupported", f"{engine} does not run {fmt.name} on {gpu.architecture}: {verdict.source}")
+    return verdict

@@ -53,9 +53,9 @@ def parse_bytes(text: str | int | float, field: str) -> int:
             raise KvsizeError(f"{field} must be a size such as 10GiB, got {text!r}") from None
     if not value > 0:
         raise KvsizeError(f"{field} must be greater than zero, got {text!r}")
-    if value * _UNITS[unit] > MAX_SIZE_BYTES:
-        raise KvsizeError(f"{field} {text!r} is above 1 PiB, the largest size kvsize accepts".strip())
     total = value * _UNITS[unit]
+    if total > MAX_SIZE_BYTES:
+        raise KvsizeError(f"{field} {text!r} is above 1 PiB, the largest size kvsize accepts".strip())
     if total != total.to_integral_value():
         raise KvsizeError(f"{field} {text!r} is not a whole number of bytes; give a unit, e.g. {text}GiB")
     return int(total)

@@ -10,8 +10,6 @@ from measure.run import model_shape
 
 model, layers = sys.argv[1], (int(sys.argv[2]) if len(sys.argv) > 2 else None)
 config, shape = model_shape(model, layers)
-hf = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config), dtype=torch.bfloat16, attn_implementation="sdpa",
-                                      device="meta") if False else None
 with torch.device("meta"):
     hf = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config), dtype=torch.bfloat16,
                                           attn_implementation="sdpa")
