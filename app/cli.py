@@ -12,7 +12,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from sizing.errors import KvsizeError
-from sizing.units import GB, GiB, parse_bytes
+from sizing.units import GiB, parse_bytes
 
 FRACTION_OPTIONS = {
     "gpu_memory_utilization": ("vllm", "--gpu-memory-utilization"),
@@ -366,9 +366,10 @@ def _csv_text(rows: list[dict]) -> str:
     import io
 
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
+    columns = list(rows[0])
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows([row.get(c) for c in columns] for row in rows)
     return buf.getvalue()
 
 
@@ -567,7 +568,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     for model in args.models:
         _warn_beyond_positions(model, load_model(model)[1], grid.contexts)
-    progress = None if args.no_progress or not sys.stderr.isatty() else _progress
+    progress = None if args.no_progress or not sys.stderr.isatty() else _Progress()
     rows = run_sweep(grid, base, progress=progress)
     if not rows:
         raise KvsizeError("the sweep produced no rows")
@@ -583,11 +584,24 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def _progress(done: int, total: int) -> None:
+class _Progress:
+    """A bar on stderr with the time left, extrapolated from the rate so far."""
+
     width = 30
-    filled = width * done // max(1, total)
-    end = "\n" if done == total else ""
-    print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,} scenarios", end=end, file=sys.stderr)
+
+    def __init__(self) -> None:
+        import time
+
+        self._clock = time.monotonic
+        self._start = self._clock()
+
+    def __call__(self, done: int, total: int) -> None:
+        filled = self.width * done // max(1, total)
+        elapsed = self._clock() - self._start
+        left = elapsed * (total - done) / done if done else 0.0
+        end = "\n" if done == total else ""
+        print(f"\r[{'#' * filled}{'.' * (self.width - filled)}] {done:,}/{total:,} scenarios, "
+              f"{left:.1f} s left ", end=end, file=sys.stderr)
 
 
 def _tokens_or_error(text: str) -> int:

@@ -36,7 +36,8 @@ def main():
     grid = SweepGrid(models=models, gpus=["h100-sxm", "h200", "b200", "a100-80gb", "l40s"],
                      engines=["vllm", "sglang", "ideal", "trtllm"],
                      formats=["auto", "fp8_e4m3", "nvfp4", "fp8_per_token_head", "kivi2"],
-                     contexts=[2048, 4096, 8192, 16384, 32768, 65536, 131072, 100000],
+                     contexts=[1024 * k for k in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256,
+                                                  384, 512, 1024)],
                      tensor_parallel_sizes=[1, 2, 4, 8, 16])
     name, shape = load_model(models[0])
     g = gpu_profile("h100-sxm")
@@ -45,6 +46,11 @@ def main():
     rows = run_sweep(grid, base)
     dt = time.perf_counter() - t
     print(f"sweep: {len(rows):,} rows in {dt:.2f} s = {len(rows) / dt:,.0f} rows/s (goal >= 100,000 rows in <= 2 s)")
+    from app.cli import _csv_text
+
+    t = time.perf_counter()
+    text = _csv_text(rows)
+    print(f"sweep CSV: {len(text) / 1e6:.1f} MB written in {time.perf_counter() - t:.2f} s")
 
 
 if __name__ == "__main__":

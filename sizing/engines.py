@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Protocol
 
+from .hashing import hash_once
 from .errors import KvsizeError, unknown
 from .layers import CacheLayout
 from .releases import Release, find_release
@@ -139,6 +140,7 @@ def _unify_pages(specs: dict, block_size: int) -> dict:
     return out
 
 
+@hash_once
 @dataclass(frozen=True)
 class VllmPool:
     """vLLM v1 (vllm/v1/core/kv_cache_utils.py): one block pool; hybrid models group layers by
@@ -185,6 +187,9 @@ class VllmPool:
                    layout.pool_fixed_bytes(), holds_recurrent)
 
     def request_units(self, context_len: int) -> int:
+        return _vllm_request_units(self, context_len)
+
+    def _request_units(self, context_len: int) -> int:
         if not self.groups:
             return 0
         page = self.groups[0].page_bytes(self.block_size)
@@ -200,6 +205,13 @@ class VllmPool:
         return _payload_share(self.layout, self.block_size)
 
 
+@lru_cache(maxsize=65536)
+def _vllm_request_units(pool: VllmPool, context_len: int) -> int:
+    # Capacity searches ask each pool for the same lengths many times.
+    return pool._request_units(context_len)
+
+
+@hash_once
 @dataclass(frozen=True)
 class UniformBlockPool:
     """One block table for all layers: SGLang (page_size tokens, default 1), TensorRT-LLM
@@ -228,6 +240,7 @@ class UniformBlockPool:
         return _payload_share(self.layout, self.block_size)
 
 
+@hash_once
 @dataclass(frozen=True)
 class ExactPool:
     """No paging: each layer holds exactly min(tokens, its window) for each sequence.
@@ -385,6 +398,7 @@ def _vllm_model(shape: ModelShape, k_format: str, v_format: str, release: Releas
     return shape, k_format, v_format, tuple(notes)
 
 
+@hash_once
 @dataclass(frozen=True)
 class Engine:
     name: str
@@ -493,9 +507,14 @@ def _with_release(key: str, version: str | None) -> Engine:
 
 def engine_formats(engine_name: str) -> list[str]:
     """The formats whose registry row names this engine (sizing/formats.py)."""
+    return list(_engine_formats(engine_name))
+
+
+@lru_cache(maxsize=32)
+def _engine_formats(engine_name: str) -> tuple[str, ...]:
     from .formats import FORMAT_NAMES, get_format
 
-    return [n for n in FORMAT_NAMES if engine_name in get_format(n).engines]
+    return tuple(n for n in FORMAT_NAMES if engine_name in get_format(n).engines)
 
 
 def check_format_supported(engine: Engine, fmt_name: str, engines_of_format: tuple[str, ...], option: str) -> None:

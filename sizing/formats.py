@@ -14,9 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from fractions import Fraction
 from typing import Literal
 
+from .hashing import hash_once
 from .errors import KvsizeError, unknown
 from .units import cdiv
 
@@ -244,6 +246,7 @@ class KVFormat:
         return any(getattr(c.granularity, "of_head_dim", None) for c in self.k.components)
 
 
+@hash_once
 @dataclass(frozen=True)
 class FormatOptions:
     """Tunable layout parameters of the research formats."""
@@ -594,8 +597,14 @@ def canonical_format_name(name: str, model_dtype: str, option: str = "--kv-cache
 def get_format(name: str, model_dtype: str = "bf16", options: FormatOptions | None = None,
                option: str = "--kv-cache-dtype") -> KVFormat:
     """The format row for an engine-spelled name; `auto` means the model's dtype."""
-    return _ROWS[canonical_format_name(name, model_dtype, option)](options or FormatOptions())
+    return _built_row(canonical_format_name(name, model_dtype, option), options or FormatOptions())
+
+
+@lru_cache(maxsize=1024)
+def _built_row(name: str, options: FormatOptions) -> KVFormat:
+    # Rows are frozen, so one built row serves every caller (a sweep asks for the same few thousands of times).
+    return _ROWS[name](options)
 
 
 def all_formats(options: FormatOptions | None = None) -> list[KVFormat]:
-    return [row(options or FormatOptions()) for row in _ROWS.values()]
+    return [_built_row(name, options or FormatOptions()) for name in _ROWS]

@@ -12,12 +12,20 @@ from dataclasses import dataclass
 from functools import lru_cache
 from fractions import Fraction
 
+from .hashing import hash_once
 from .errors import KvsizeError
 from .formats import FormatOptions, KVFormat, SideLayout, get_format, indexer_side
 from .shape import DTYPE_BYTES, ModelShape
 from .units import cdiv
 
 
+@lru_cache(maxsize=16384)
+def _page_split(spec: FullAttentionSpec, block_size: int) -> tuple[int, int]:
+    # Pool rules ask for the same few pages for every request length they size.
+    return spec._page_split(block_size)
+
+
+@hash_once
 @dataclass(frozen=True)
 class FullAttentionSpec:
     """K and V for every token of the sequence (or the MLA latent, with `v` None)."""
@@ -65,6 +73,9 @@ class FullAttentionSpec:
         return sum(self.page_split(block_size))
 
     def page_split(self, block_size: int) -> tuple[int, int]:
+        return _page_split(self, block_size)
+
+    def _page_split(self, block_size: int) -> tuple[int, int]:
         payload = metadata = 0
         for side, dim in self.sides():
             p, m = SideLayout(side.components).bytes_for(block_size, dim, self.heads)
@@ -97,6 +108,7 @@ class FullAttentionSpec:
         return (self.kind,)
 
 
+@hash_once
 @dataclass(frozen=True)
 class SlidingWindowSpec(FullAttentionSpec):
     window: int = 0
@@ -117,6 +129,7 @@ class SlidingWindowSpec(FullAttentionSpec):
         return (self.kind, self.window)
 
 
+@hash_once
 @dataclass(frozen=True)
 class ChunkedLocalSpec(FullAttentionSpec):
     chunk: int = 0
@@ -156,20 +169,28 @@ class CacheLayout:
     recurrent: dict[int, RecurrentStateSpec]
 
     @lru_cache(maxsize=8192)  # noqa: B019 - layouts are long-lived, cached and hashed by identity
+    def distinct_kv(self) -> tuple[tuple[KVSpec, int], ...]:
+        """Each distinct KV spec with how many layers hold it: most models repeat one or two specs."""
+        counts: dict[KVSpec, int] = {}
+        for spec in self.kv.values():
+            counts[spec] = counts.get(spec, 0) + 1
+        return tuple(counts.items())
+
+    @lru_cache(maxsize=8192)  # noqa: B019
     def token_bytes(self) -> tuple[Fraction, Fraction]:
         payload = metadata = Fraction(0)
-        for spec in self.kv.values():
+        for spec, layers in self.distinct_kv():
             p, m = spec.token_bytes()
-            payload, metadata = payload + p, metadata + m
+            payload, metadata = payload + p * layers, metadata + m * layers
         return payload, metadata
 
     @lru_cache(maxsize=65536)  # noqa: B019
     def sequence_bytes(self, tokens: int) -> tuple[int, int]:
         """Exact (payload, metadata) bytes for one sequence: every layer holds min(tokens, its window)."""
         payload = metadata = 0
-        for spec in self.kv.values():
+        for spec, layers in self.distinct_kv():
             p, m = spec.bytes_for(tokens)
-            payload, metadata = payload + p, metadata + m
+            payload, metadata = payload + p * layers, metadata + m * layers
         return payload, metadata
 
     def state_bytes_per_sequence(self) -> int:
@@ -178,12 +199,12 @@ class CacheLayout:
     @lru_cache(maxsize=8192)  # noqa: B019
     def layer_bytes(self) -> int:
         """Every tensor stored once per layer, in the pool or beside the weights."""
-        return sum(spec.layer_bytes() for spec in self.kv.values())
+        return sum(spec.layer_bytes() * layers for spec, layers in self.distinct_kv())
 
     @lru_cache(maxsize=8192)  # noqa: B019
     def parameter_bytes(self) -> int:
         """Per-layer tensors kept as layer parameters (loaded with the weights, not in the pool)."""
-        return sum(spec.parameter_bytes() for spec in self.kv.values())
+        return sum(spec.parameter_bytes() * layers for spec, layers in self.distinct_kv())
 
     def pool_fixed_bytes(self) -> int:
         """Per-layer tensors the KV pool itself holds."""

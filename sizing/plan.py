@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from fractions import Fraction
 from functools import lru_cache
 
+from .hashing import hash_once
 from .engines import Budget, Engine, MemoryTerms, Pool, check_format_supported, get_engine
 from .errors import KvsizeError
 from .formats import FormatOptions, get_format
@@ -24,6 +25,7 @@ DEFAULT_MAX_NUM_SEQS = 256
 V0_CHUNKED_PREFILL_ABOVE = 32768  # vLLM V0 arg_utils: chunked prefill by default only for longer contexts
 
 
+@hash_once
 @dataclass(frozen=True)
 class Scenario:
     model_name: str
@@ -61,6 +63,22 @@ class Scenario:
             return self.gpu_nvml_mib
         return (self.gpu_memory_bytes + NVML_CUDA_GAP_BYTES) // MiB
 
+    def at_length(self, max_model_len: int | None) -> Scenario:
+        """This scenario at another --max-model-len."""
+        return self.evolve(max_model_len=max_model_len)
+
+    def evolve(self, **changes) -> Scenario:
+        """dataclasses.replace without its per-call field introspection (a sweep makes thousands of
+        scenarios); Scenario has no __post_init__, so the result is the same."""
+        unknown_fields = changes.keys() - _SCENARIO_FIELDS
+        if unknown_fields:
+            raise TypeError(f"Scenario has no field {', '.join(sorted(unknown_fields))}")
+        copy = object.__new__(Scenario)
+        state = self.__getstate__()
+        state.update(changes)
+        copy.__dict__.update(state)
+        return copy
+
     def validated(self) -> Scenario:
         for name, value, low in (
             ("--tensor-parallel-size", self.tensor_parallel_size, 1),
@@ -73,7 +91,7 @@ class Scenario:
             if value is not None:
                 _int_at_least(value, name, 1)
         if self.max_model_len is not None:
-            _int_at_least(self.max_model_len, "--max-model-len", 1)
+            check_length(self.max_model_len)
         if self.block_size is not None:
             _int_at_least(self.block_size, "--block-size", 1)
         if not 0 <= self.headroom < 1:
@@ -93,6 +111,9 @@ class Scenario:
                 f"{self.shape.num_layers} layers"
             )
         return self
+
+
+_SCENARIO_FIELDS = frozenset(f.name for f in fields(Scenario))
 
 
 @dataclass(frozen=True)
@@ -257,6 +278,7 @@ def max_concurrency(pool: Pool, budget_bytes: int, context_len: int, state_bytes
     return n
 
 
+@lru_cache(maxsize=8192)
 def max_context(pool: Pool, budget_bytes: int, concurrency: int, state_bytes: int, limit: int) -> int:
     """The longest context (up to `limit`) at which `concurrency` sequences fit; 0 if none."""
     if not concurrency_fits(pool, budget_bytes, 1, state_bytes, concurrency):
@@ -287,7 +309,7 @@ def with_engine_defaults(s: Scenario, engine: Engine | None = None) -> Scenario:
         length = s.max_model_len or s.shape.max_position_embeddings
         tokens = max(length, 2048) if length <= V0_CHUNKED_PREFILL_ABOVE else 2048
     seqs = s.max_num_seqs or (row.max_num_seqs if row else DEFAULT_MAX_NUM_SEQS)
-    return replace(s, max_num_batched_tokens=tokens, max_num_seqs=seqs)
+    return s.evolve(max_num_batched_tokens=tokens, max_num_seqs=seqs)
 
 
 def with_dtype(s: Scenario) -> Scenario:
@@ -297,7 +319,7 @@ def with_dtype(s: Scenario) -> Scenario:
     name = DTYPE_NAMES.get(str(s.dtype).strip().lower().removeprefix("torch."))
     if name is None:
         raise KvsizeError(f"--dtype must be auto, bfloat16, float16 or float32, got {s.dtype!r}")
-    return replace(s, shape=replace(s.shape, served_dtype=name), dtype="auto")
+    return s.evolve(shape=replace(s.shape, served_dtype=name), dtype="auto")
 
 
 def estimate(scenario: Scenario) -> Estimate:
@@ -305,6 +327,17 @@ def estimate(scenario: Scenario) -> Estimate:
 
     vLLM sizes every rank from its own profile and keeps the smallest pool; its log prints rank
     0's "Available KV cache memory", kept here as `first_stage_kv_budget_bytes`."""
+    s, engine, k_name, v_name = _prepared(scenario)
+    stages = pp_stages(s.shape.num_layers, s.pipeline_parallel_size)
+    results = [_estimate_stage(s, engine, k_name, v_name, i, stage, len(stages)) for i, stage in enumerate(stages)]
+    tightest = min(results, key=lambda e: (e.fits, e.max_concurrency, e.max_tokens))
+    if tightest.pipeline_stage == 0:
+        return tightest
+    return replace(tightest, first_stage_kv_budget_bytes=results[0].kv_budget_bytes)
+
+
+def _prepared(scenario: Scenario) -> tuple[Scenario, Engine, str, str]:
+    """The validated scenario with the engine's defaults, and its K and V format names."""
     engine = get_engine(scenario.engine)
     s = with_engine_defaults(with_dtype(scenario.validated()), engine)
     shape = s.shape
@@ -318,26 +351,60 @@ def estimate(scenario: Scenario) -> Estimate:
             f"{engine.name} stores K and V in one format; --k-cache-dtype {k_fmt.name} and --v-cache-dtype "
             f"{v_fmt.name} differ (use --engine llamacpp or ideal for mixed K/V formats)"
         )
-    stages = pp_stages(shape.num_layers, s.pipeline_parallel_size)
-    results = [_estimate_stage(s, engine, k_fmt.name, v_fmt.name, i, stage, len(stages))
-               for i, stage in enumerate(stages)]
-    tightest = min(results, key=lambda e: (e.fits, e.max_concurrency, e.max_tokens))
-    return replace(tightest, first_stage_kv_budget_bytes=results[0].kv_budget_bytes)
+    return s, engine, k_fmt.name, v_fmt.name
 
 
-def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index: int, stage: range,
-                    num_stages: int) -> Estimate:
-    shape = s.shape
+@dataclass(frozen=True)
+class _StageSetup:
+    """What a pipeline stage's estimate takes from everything but --max-model-len and --concurrency."""
+
+    shape: ModelShape
+    k_name: str
+    v_name: str
+    notes: tuple[str, ...]
+    layout: CacheLayout
+    pool: Pool
+    weights_format: str
+    activation: ActivationEstimate
+    terms: MemoryTerms
+    fraction: float
+    budget: Budget
+    state_bytes: int  # recurrent state per sequence kept beside the pool
+    payload_bytes_per_token: int
+    metadata_bytes_per_token: int
+
+
+# The fields a stage's setup does not read: a sweep over contexts builds each setup once.
+_PER_LENGTH_FIELDS = frozenset({"max_model_len", "concurrency", "model_name", "gpu_name"})
+_SETUP_FIELDS = tuple(f.name for f in fields(Scenario) if f.name not in _PER_LENGTH_FIELDS)
+
+
+def _setup_key(s: Scenario) -> tuple:
+    return tuple(getattr(s, name) for name in _SETUP_FIELDS)
+
+
+_SETUPS: dict[tuple, _StageSetup] = {}
+_SETUPS_MAX = 4096
+
+
+def _stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, index: int, stage: range,
+                 num_stages: int) -> _StageSetup:
+    # Keyed by hand: an lru_cache would key on `s` whole, and so miss on every new length.
+    key = (_setup_key(s), engine, k_name, v_name, index, stage.start, stage.stop, num_stages)
+    found = _SETUPS.get(key)
+    if found is None:
+        if len(_SETUPS) >= _SETUPS_MAX:
+            _SETUPS.clear()
+        found = _SETUPS[key] = _build_stage_setup(s, engine, k_name, v_name, index, stage, num_stages)
+    return found
+
+
+def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, index: int, stage: range,
+                       num_stages: int) -> _StageSetup:
     tp = s.tensor_parallel_size
-    shape, k_name, v_name, built_notes = engine.build_model(shape, k_name, v_name)
-    warnings: list[str] = [*shape.notes, *built_notes, *_support_warnings(engine, s.gpu_architecture, k_name, v_name,
-                                                                          shape.serving_dtype)]
-    max_model_len = s.max_model_len or shape.max_position_embeddings
-    if max_model_len > shape.max_position_embeddings:
-        warnings.append(
-            f"--max-model-len {max_model_len} exceeds the model's max_position_embeddings "
-            f"{shape.max_position_embeddings}; quality beyond it is not assured"
-        )
+    shape, k_name, v_name, built_notes = engine.build_model(s.shape, k_name, v_name)
+    notes = (*shape.notes, *built_notes, *_support_warnings(engine, s.gpu_architecture, k_name, v_name,
+                                                            shape.serving_dtype))
     block_size = s.block_size or engine.block_size_default
     fraction = s.memory_fraction if s.memory_fraction is not None else engine.default_fraction(
         s.nvml_mib, tp, s.pipeline_parallel_size)
@@ -353,20 +420,96 @@ def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index
     rows = min(s.max_num_seqs, s.max_num_batched_tokens)
     act = _activation(shape, run, s.max_num_batched_tokens, rows, tp, stage, first, last,
                       s.gpu_multiprocessors or rows)
-    activation = act.peak_bytes
     non_torch = s.non_torch_bytes if s.non_torch_bytes is not None else rules.non_torch_bytes(
         tp, s.pipeline_parallel_size)
     graphs = s.cuda_graph_bytes if s.cuda_graph_bytes is not None else (
         rules.cuda_graph_bytes(tp) if engine.cuda_graphs else 0)
-    terms = MemoryTerms(s.gpu_memory_bytes, weights, activation, non_torch, graphs)
+    terms = MemoryTerms(s.gpu_memory_bytes, weights, act.peak_bytes, non_torch, graphs)
     budget = engine.budget(terms, fraction, s.headroom)
     if s.kv_cache_memory_bytes is not None:
         budget = Budget(s.kv_cache_memory_bytes, s.gpu_memory_bytes - terms.model_bytes - s.kv_cache_memory_bytes,
                         s.gpu_memory_bytes, "--kv-cache-memory (fixed KV budget)")
-
+    if engine.name == "sglang" and budget.headroom_bytes < 0:
+        notes += ("activation and CUDA graphs exceed the memory outside --mem-fraction-static; lower it to avoid OOM",)
     payload_tok, metadata_tok = layout.token_bytes()
     # vLLM keeps a hybrid model's recurrent state in its block pool, not beside it.
     state = 0 if pool.holds_recurrent else layout.state_bytes_per_sequence()
+    return _StageSetup(shape, k_name, v_name, notes, layout, pool, wfmt.name, act, terms, fraction, budget, state,
+                       _ceil(payload_tok), _ceil(metadata_tok))
+
+
+@dataclass(frozen=True)
+class LengthFigures:
+    """A stage's figures at one --max-model-len (the rest of its estimate does not depend on it)."""
+
+    max_model_len: int
+    request_units: int
+    kv_bytes_per_sequence: int
+    max_concurrency: int
+    max_concurrency_ratio: float
+    max_context_at_concurrency: int
+    max_tokens: int
+    fits: bool
+
+
+def _length_figures(su: _StageSetup, engine: Engine, concurrency: int, max_model_len: int) -> LengthFigures:
+    pool, state = su.pool, su.state_bytes
+    kv_budget = max(0, su.budget.kv_budget_bytes)
+    units = units_for(pool, kv_budget - concurrency * state)
+    seq_payload, seq_metadata = su.layout.sequence_bytes(max_model_len)
+    request_units = pool.request_units(max_model_len)
+    mc = max_concurrency(pool, kv_budget, max_model_len, state)
+    ratio = units_for(pool, kv_budget - state) / request_units if request_units else 0.0
+    # Fitting is monotone in length, so the longest context up to max(max_position_embeddings, length)
+    # is one cached search for every length up to max_position_embeddings.
+    limit = max(su.shape.max_position_embeddings, max_model_len)
+    mctx = max_context(pool, kv_budget, concurrency, state, limit)
+    fits = (su.budget.kv_budget_bytes > 0 and concurrency_fits(pool, kv_budget, max_model_len, state, 1)
+            and concurrency <= mc)
+    return LengthFigures(max_model_len, request_units, seq_payload + seq_metadata, mc, ratio, mctx,
+                         engine.reported_tokens(pool, units, ratio, max_model_len), fits)
+
+
+def estimate_lengths(scenario: Scenario, lengths: list[int]) -> list[tuple[Estimate, LengthFigures]]:
+    """The figures at every length, each with an estimate holding what does not depend on the length:
+    a sweep's columns without an estimate per row. Raises what estimate() raises; no error depends
+    on the length but a bad one."""
+    for n in lengths:
+        check_length(n)
+    first = estimate(scenario.at_length(lengths[0]))
+    release = first.engine.release
+    length_sets_defaults = (scenario.max_num_batched_tokens is None and release is not None
+                            and release.profile_tokens == "v0_unchunked")
+    if length_sets_defaults or scenario.pipeline_parallel_size > 1:
+        # The profiled batch (V0) or the tightest stage can change with the length: estimate each.
+        return [(e, _figures_of(e)) for e in (estimate(scenario.at_length(n)) for n in lengths)]
+    s, engine, k_name, v_name = _prepared(scenario.at_length(lengths[0]))
+    su = _stage_setup(s, engine, k_name, v_name, 0, range(s.shape.num_layers), 1)
+    return [(first, _length_figures(su, engine, s.concurrency, n)) for n in lengths]
+
+
+def check_length(max_model_len) -> int:
+    return _int_at_least(max_model_len, "--max-model-len", 1)
+
+
+def _figures_of(e: Estimate) -> LengthFigures:
+    return LengthFigures(e.max_model_len, e.kv_reserved_bytes_per_sequence // e.pool.unit_bytes,
+                         e.kv_bytes_per_sequence, e.max_concurrency, e.max_concurrency_ratio,
+                         e.max_context_at_concurrency, e.max_tokens, e.fits)
+
+
+def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index: int, stage: range,
+                    num_stages: int) -> Estimate:
+    su = _stage_setup(s, engine, k_name, v_name, index, stage, num_stages)
+    shape, layout, pool, budget, terms, state = su.shape, su.layout, su.pool, su.budget, su.terms, su.state_bytes
+    warnings = list(su.notes)
+    max_model_len = s.max_model_len or shape.max_position_embeddings
+    if max_model_len > shape.max_position_embeddings:
+        warnings.append(
+            f"--max-model-len {max_model_len} exceeds the model's max_position_embeddings "
+            f"{shape.max_position_embeddings}; quality beyond it is not assured"
+        )
+    at = _length_figures(su, engine, s.concurrency, max_model_len)
     kv_budget = max(0, budget.kv_budget_bytes)
     state_reserved = s.concurrency * state
     units = units_for(pool, kv_budget - state_reserved)
@@ -374,47 +517,38 @@ def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index
     allocated = units * pool.unit_bytes
     kv_payload = allocated * page_payload // max(1, page_payload + page_metadata)
     kv_metadata = allocated - kv_payload + (layout.pool_fixed_bytes() if units else 0)
-    seq_payload, seq_metadata = layout.sequence_bytes(max_model_len)
-    request_units = pool.request_units(max_model_len)
-    mc = max_concurrency(pool, kv_budget, max_model_len, state)
-    ratio = units_for(pool, kv_budget - state) / request_units if request_units else 0.0
-    limit = max(shape.max_position_embeddings, max_model_len)
-    mctx = max_context(pool, kv_budget, s.concurrency, state, limit)
     free = kv_budget - state_reserved - allocated - (layout.pool_fixed_bytes() if units else 0)
     breakdown = Breakdown(
         total_bytes=s.gpu_memory_bytes,
-        weights_bytes=weights,
-        activation_bytes=activation,
-        non_torch_bytes=non_torch,
-        cuda_graph_bytes=graphs,
+        weights_bytes=terms.weights_bytes,
+        activation_bytes=terms.activation_bytes,
+        non_torch_bytes=terms.non_torch_bytes,
+        cuda_graph_bytes=terms.cuda_graph_bytes,
         kv_payload_bytes=kv_payload,
         kv_metadata_bytes=kv_metadata,
         recurrent_state_bytes=state_reserved if budget.kv_budget_bytes > 0 else 0,
         headroom_bytes=budget.headroom_bytes,
         free_bytes=free if budget.kv_budget_bytes > 0 else budget.kv_budget_bytes,
     )
-    if engine.name == "sglang" and budget.headroom_bytes < 0:
-        warnings.append(
-            "activation and CUDA graphs exceed the memory outside --mem-fraction-static; lower it to avoid OOM"
-        )
-    fits, message = _fit(s, engine, budget, pool, kv_budget, max_model_len, state, mc, mctx, terms, fraction)
+    message = _fit_message(s, engine, budget, pool, kv_budget, max_model_len, state, at, terms)
+    k_name = su.k_name
     return Estimate(
         scenario=s, engine=engine, k_format=k_name if k_name != "auto" else shape.serving_dtype,
-        v_format=v_name, weights_format=wfmt.name,
-        kv_heads_per_gpu=1 if shape.is_mla else kv_heads_per_rank(shape.num_kv_heads, tp),
+        v_format=su.v_name, weights_format=su.weights_format,
+        kv_heads_per_gpu=1 if shape.is_mla else kv_heads_per_rank(shape.num_kv_heads, s.tensor_parallel_size),
         kv_layers=len(layout.kv), pipeline_stage=index, max_model_len=max_model_len,
-        kv_payload_bytes_per_token=_ceil(payload_tok), kv_metadata_bytes_per_token=_ceil(metadata_tok),
+        kv_payload_bytes_per_token=su.payload_bytes_per_token, kv_metadata_bytes_per_token=su.metadata_bytes_per_token,
         kv_layer_fixed_bytes=layout.pool_fixed_bytes(),
-        kv_bytes_per_sequence=seq_payload + seq_metadata,
-        kv_reserved_bytes_per_sequence=request_units * pool.unit_bytes,
+        kv_bytes_per_sequence=at.kv_bytes_per_sequence,
+        kv_reserved_bytes_per_sequence=at.request_units * pool.unit_bytes,
         recurrent_state_bytes_per_sequence=state,
         block_size=pool.block_size, num_blocks=units if pool.paged else pool.tokens(units),
         block_bytes=pool.unit_bytes if pool.paged else pool.per_token_bytes,
-        max_tokens=engine.reported_tokens(pool, units, ratio, max_model_len),
-        max_concurrency=mc, max_concurrency_ratio=ratio,
-        max_context_at_concurrency=mctx, kv_budget_bytes=budget.kv_budget_bytes,
-        budget_formula=budget.formula, breakdown=breakdown, fits=fits, fit_message=message,
-        warnings=tuple(warnings), layout=layout, pool=pool, activation=act,
+        max_tokens=at.max_tokens, max_concurrency=at.max_concurrency, max_concurrency_ratio=at.max_concurrency_ratio,
+        max_context_at_concurrency=at.max_context_at_concurrency, kv_budget_bytes=budget.kv_budget_bytes,
+        budget_formula=budget.formula, breakdown=breakdown, fits=at.fits, fit_message=message,
+        warnings=tuple(warnings), layout=layout, pool=pool, activation=su.activation,
+        first_stage_kv_budget_bytes=budget.kv_budget_bytes if index == 0 else None,
     )
 
 
@@ -426,11 +560,11 @@ def _gib(n: int) -> str:
     return f"{n / GiB:.2f} GiB"
 
 
-def _fit(s: Scenario, engine: Engine, budget: Budget, pool: Pool, kv_budget: int, max_model_len: int,
-         state: int, mc: int, mctx: int, terms: MemoryTerms, fraction: float) -> tuple[bool, str]:
+def _fit_message(s: Scenario, engine: Engine, budget: Budget, pool: Pool, kv_budget: int, max_model_len: int,
+                 state: int, at: LengthFigures, terms: MemoryTerms) -> str:
     setting = engine.fraction_option or "--headroom"
     if budget.kv_budget_bytes <= 0:
-        return False, (
+        return (
             f"the model does not fit: weights {_gib(terms.weights_bytes)} + activation "
             f"{_gib(terms.activation_bytes)} + non-torch {_gib(terms.non_torch_bytes)} + CUDA graphs "
             f"{_gib(terms.cuda_graph_bytes)} leave {_gib(budget.kv_budget_bytes)} for the KV cache "
@@ -438,22 +572,23 @@ def _fit(s: Scenario, engine: Engine, budget: Budget, pool: Pool, kv_budget: int
             f"or raising {setting}"
         )
     if not concurrency_fits(pool, kv_budget, max_model_len, state, 1):
-        need = pool.request_units(max_model_len) * pool.unit_bytes + state + pool.fixed_bytes
+        need = at.request_units * pool.unit_bytes + state + pool.fixed_bytes
         longest = max_context(pool, kv_budget, 1, state, max_model_len)
-        return False, (
+        return (
             f"one request of --max-model-len {max_model_len} needs {_gib(need)} of KV cache, available "
             f"{_gib(kv_budget)}; the longest that fits is {longest} tokens; try decreasing --max-model-len, "
             f"a smaller --kv-cache-dtype, or raising {setting}"
         )
+    mc, mctx = at.max_concurrency, at.max_context_at_concurrency
     if s.concurrency > mc:
-        need = s.concurrency * (pool.request_units(max_model_len) * pool.unit_bytes + state) + pool.fixed_bytes
-        return False, (
+        need = s.concurrency * (at.request_units * pool.unit_bytes + state) + pool.fixed_bytes
+        return (
             f"{s.concurrency} concurrent requests of {max_model_len} tokens need {_gib(need)} of KV cache, "
             f"available {_gib(kv_budget)}; at most {mc} fit at that length, and at {s.concurrency} requests "
             f"the longest context is {mctx} tokens; try a smaller --kv-cache-dtype, a larger "
             f"--tensor-parallel-size, or decreasing --concurrency or --max-model-len"
         )
-    return True, f"fits: {s.concurrency} × {max_model_len} tokens (up to {mc} requests at this length)"
+    return f"fits: {s.concurrency} × {max_model_len} tokens (up to {mc} requests at this length)"
 
 
 ESTIMATE_SCHEMA = "kvsize.estimate/1"

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .hashing import hash_once
 from .errors import KvsizeError
 from .inputs import limited_text, read_limited
 
@@ -60,6 +61,7 @@ class LayerParams:
     other: int  # norms, routers, biases, convolution weights: kept in the model dtype
 
 
+@hash_once
 @dataclass(frozen=True)
 class ModelShape:
     model_type: str

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from .engines import get_engine
 from .errors import KvsizeError
 from .formats import get_format
-from .plan import Scenario, estimate
+from .plan import Estimate, LengthFigures, Scenario, check_length, estimate_lengths
 from .profiles import gpu_profile, load_model
 from .fleet import GpuOffer, unsupported_pairs
 from .memory import resolve_weights_dtype
@@ -49,6 +49,8 @@ def run_sweep(grid: SweepGrid, base: Scenario, progress: Callable[[int, int], No
 
         efficiency = measured_efficiency()
     prices = prices or {}
+    for n in grid.contexts:
+        check_length(n)
     rows: list[dict] = []
     total, done = grid.size, 0
     shapes = {m: load_model(m) for m in grid.models}
@@ -61,49 +63,70 @@ def run_sweep(grid: SweepGrid, base: Scenario, progress: Callable[[int, int], No
             for engine in engines:
                 for fmt in grid.formats:
                     for tp in grid.tensor_parallel_sizes:
-                        for context in grid.contexts:
-                            scenario = replace(
-                                base, model_name=name, shape=shape, gpu_name=g.name,
-                                gpu_memory_bytes=g.memory_bytes, gpu_multiprocessors=g.multiprocessors, gpu_nvml_mib=g.nvml_memory_mib, gpu_architecture=g.architecture, engine=engine, k_cache_dtype=fmt,
-                                v_cache_dtype=fmt, tensor_parallel_size=tp, max_model_len=context,
-                            )
-                            rows.append(_row(scenario, model, gpu, fmt, g, efficiency))
-                            done += 1
-                            if progress and (done % 1000 == 0 or done == total):
-                                progress(done, total)
+                        group = replace(
+                            base, model_name=name, shape=shape, gpu_name=g.name, gpu_memory_bytes=g.memory_bytes,
+                            gpu_multiprocessors=g.multiprocessors, gpu_nvml_mib=g.nvml_memory_mib,
+                            gpu_architecture=g.architecture, engine=engine, k_cache_dtype=fmt, v_cache_dtype=fmt,
+                            tensor_parallel_size=tp, max_model_len=None,
+                        )
+                        refusal = _refusal(group, gpu, fmt)
+                        rows.extend(_group_rows(group, grid.contexts, model, gpu, fmt, g, efficiency, refusal))
+                        done += len(grid.contexts)
+                        if progress and (done % 1000 < len(grid.contexts) or done == total):
+                            progress(done, total)
     return rows
 
 
-def _row(s: Scenario, model: str, gpu: str, fmt: str, offer: GpuOffer, efficiency: DecodeEfficiency) -> dict:
-    row = dict.fromkeys(COLUMNS)
-    row.update(model=model, gpu=gpu, engine=s.engine, kv_cache_dtype=fmt, tensor_parallel_size=s.tensor_parallel_size,
-               max_model_len_tokens=s.max_model_len, gpu_memory_gib=round(s.gpu_memory_bytes / GiB, 3),
-               gpus_per_replica=s.tensor_parallel_size * s.pipeline_parallel_size)
+def _refusal(s: Scenario, gpu: str, fmt: str) -> str | None:
+    """Why the engine cannot run this format on this GPU, for every context alike; None if it can."""
     try:
         refused = unsupported_pairs([gpu], [get_format(fmt, s.shape.serving_dtype).name], s.engine)
-        if refused:
-            row["status"] = f"n/a: {refused[0][2]}"
-            return row
-        e = estimate(s)
     except KvsizeError as err:
-        row["status"] = f"n/a: {err}"
-        return row
+        return str(err)
+    return refused[0][2] if refused else None
+
+
+def _group_rows(group: Scenario, contexts: list[int], model: str, gpu: str, fmt: str, offer: GpuOffer,
+                efficiency: DecodeEfficiency, refusal: str | None) -> list[dict]:
+    """One row per context of one (model, GPU, engine, format, TP) group: one estimate, then the
+    figures that depend on the context."""
+    base = _base_row(group, model, gpu, fmt, offer)
+    if refusal is not None:
+        return [{**base, "max_model_len_tokens": n, "status": f"n/a: {refusal}"} for n in contexts]
+    try:
+        figures = estimate_lengths(group, contexts)
+    except KvsizeError as err:
+        # The contexts were checked up front, so what is refused is the group itself.
+        return [{**base, "max_model_len_tokens": n, "status": f"n/a: {err}"} for n in contexts]
+    return [_row(e, f, base, offer, efficiency) for e, f in figures]
+
+
+def _base_row(s: Scenario, model: str, gpu: str, fmt: str, offer: GpuOffer) -> dict:
+    row = dict.fromkeys(COLUMNS)
+    row.update(model=model, gpu=gpu, engine=s.engine, kv_cache_dtype=fmt, tensor_parallel_size=s.tensor_parallel_size,
+               gpu_memory_gib=round(s.gpu_memory_bytes / GiB, 3),
+               gpus_per_replica=s.tensor_parallel_size * s.pipeline_parallel_size)
+    return row
+
+
+def _row(e: Estimate, f: LengthFigures, base: dict, offer: GpuOffer, efficiency: DecodeEfficiency) -> dict:
+    s = e.scenario
+    row = dict(base)
     row.update(
-        kv_cache_dtype=get_format(fmt, s.shape.serving_dtype, s.format_options).name,
-        status="fits" if e.fits else "does not fit",
+        kv_cache_dtype=e.k_format, max_model_len_tokens=f.max_model_len,
+        status="fits" if f.fits else "does not fit",
         kv_bytes_per_token=e.kv_bytes_per_token, kv_metadata_bytes_per_token=e.kv_metadata_bytes_per_token,
-        kv_bytes_per_sequence=e.kv_bytes_per_sequence, num_blocks=e.num_blocks, max_tokens=e.max_tokens,
-        max_concurrency=e.max_concurrency, max_context_at_concurrency_tokens=e.max_context_at_concurrency,
+        kv_bytes_per_sequence=f.kv_bytes_per_sequence, num_blocks=e.num_blocks, max_tokens=f.max_tokens,
+        max_concurrency=f.max_concurrency, max_context_at_concurrency_tokens=f.max_context_at_concurrency,
         weights_gib_per_gpu=round(e.breakdown.weights_bytes / GiB, 3),
         kv_budget_gib_per_gpu=round(e.kv_budget_bytes / GiB, 3), usd_per_gpu_hour=offer.usd_per_hour,
     )
-    batch = min(e.max_concurrency, e.scenario.max_num_seqs)
+    batch = min(f.max_concurrency, s.max_num_seqs)
     # Speed is modelled for one pipeline stage holding every layer (PP = 1) only.
     if batch > 0 and e.layout is not None and s.pipeline_parallel_size == 1:
         step = decode_step(s.shape, e.layout, resolve_weights_dtype(s.weights_dtype, s.shape), s.tensor_parallel_size,
-                           [(batch, e.max_model_len)], offer.hbm_bandwidth_gb_s, efficiency, e.k_format)
-        gpus = s.tensor_parallel_size * s.pipeline_parallel_size
-        per_gpu = step.tokens_per_second / gpus
+                           [(batch, f.max_model_len)], offer.hbm_bandwidth_gb_s, efficiency, e.k_format)
+        per_gpu = step.tokens_per_second / s.tensor_parallel_size
         row.update(decode_batch=batch, itl_ms=round(step.seconds * 1000, 3), tokens_per_s_per_gpu=round(per_gpu, 1),
                    usd_per_million_output_tokens=round(offer.usd_per_hour / (per_gpu * 3600 / 1e6), 4))
     return row

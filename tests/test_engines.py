@@ -154,3 +154,22 @@ def test_fewer_bits_never_more_bytes(family, context, model):
     sizes = [estimate(scenario(model, engine="ideal", k_cache_dtype=f, v_cache_dtype=f, max_model_len=context))
              .kv_bytes_per_sequence for f in family]
     assert sizes == sorted(sizes, reverse=True)
+
+
+def test_a_scenarios_cached_hash_follows_its_fields():
+    # Scenario and ModelShape keep their hash once computed (sizing/hashing.py): a copy with another
+    # field must hash anew, and a pickled copy must not carry the stored hash across processes.
+    import pickle
+    from dataclasses import replace
+
+    from helpers import scenario
+
+    s = scenario("llama-3.1-8b")
+    hash(s)
+    longer = s.evolve(max_model_len=4096)
+    assert longer == replace(s, max_model_len=4096) and hash(longer) == hash(replace(s, max_model_len=4096))
+    assert longer != s
+    assert "_hash_once" not in pickle.loads(pickle.dumps(s)).__dict__
+    assert pickle.loads(pickle.dumps(s)) == s
+    with pytest.raises(TypeError, match="no field max_len"):
+        s.evolve(max_len=1)

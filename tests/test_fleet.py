@@ -539,3 +539,42 @@ def test_plan_says_which_gpu_its_decode_times_rest_on():
     basis = {r["gpu"]: r["kv_efficiency_basis"] for r in candidate_rows(plan)}
     assert basis["h200"] == "measured on h200"
     assert basis["h100-sxm"].startswith("carried from h200 to h100-sxm (measured copy bandwidth 3,020 GB/s")
+
+
+@pytest.mark.parametrize("engine, pp", [("vllm", 1), ("vllm@0.7", 1), ("sglang", 1), ("trtllm", 1), ("llamacpp", 1),
+                                        ("ideal", 1), ("vllm", 2)])
+def test_a_sweeps_grid_rows_equal_estimating_each_row_alone(engine, pp):
+    # The sweep estimates once per (model, GPU, engine, format, TP) and derives each context's figures;
+    # every row must equal a full estimate of that scenario. vLLM 0.7's profiled batch depends on the
+    # length (V0 unchunked prefill), PP sizes the tightest stage, gemma-2 has windows, Qwen3-Next Mamba state.
+    from sizing.plan import estimate
+    from sizing.sweep import SweepGrid, run_sweep
+
+    models = ["llama-3.1-8b", "gemma-2-9b", "qwen3-next-80b-a3b-thinking", "deepseek-v2"]
+    grid = SweepGrid(models=models, gpus=["h100-sxm", "h200"], engines=[engine], formats=["auto", "fp8_e4m3"],
+                     tensor_parallel_sizes=[1, 2], contexts=[1000, 4096, 32768, 40000, 131072, 300000])
+    base = replace(scenario("llama-3.1-8b"), pipeline_parallel_size=pp, concurrency=3)
+    rows = run_sweep(grid, base)
+    assert len(rows) == grid.size
+    checked = 0
+    for row in rows:
+        name, shape = load_model(row["model"])
+        g = gpu_profile(row["gpu"])
+        s = replace(base, model_name=name, shape=shape, gpu_name=g.name, gpu_memory_bytes=g.memory_bytes,
+                    gpu_multiprocessors=g.multiprocessors, gpu_nvml_mib=g.nvml_memory_mib,
+                    gpu_architecture=g.architecture, engine=engine, k_cache_dtype=row["kv_cache_dtype"],
+                    v_cache_dtype=row["kv_cache_dtype"], tensor_parallel_size=row["tensor_parallel_size"],
+                    max_model_len=row["max_model_len_tokens"])
+        try:
+            e = estimate(s)
+        except KvsizeError as err:
+            assert row["status"] == f"n/a: {err}"
+            continue
+        if row["status"].startswith("n/a"):
+            continue  # refused by the support table, which estimate() only warns about
+        checked += 1
+        assert row["status"] == ("fits" if e.fits else "does not fit")
+        assert (row["kv_bytes_per_sequence"], row["num_blocks"], row["max_tokens"], row["max_concurrency"],
+                row["max_context_at_concurrency_tokens"]) == (
+            e.kv_bytes_per_sequence, e.num_blocks, e.max_tokens, e.max_concurrency, e.max_context_at_concurrency)
+    assert checked >= grid.size // 3
