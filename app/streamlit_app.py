@@ -20,7 +20,7 @@ from sizing.engines import ENGINES, get_engine  # noqa: E402
 from sizing.errors import KvsizeError  # noqa: E402
 from sizing.formats import FORMAT_NAMES  # noqa: E402
 from sizing.layers import layer_groups  # noqa: E402
-from sizing.plan import Estimate, Scenario, compare, estimate, to_record  # noqa: E402
+from sizing.plan import Estimate, Scenario, compare, estimate, estimate_lengths, to_record  # noqa: E402
 from sizing.profiles import bundled_shape, gpu_ids, gpu_profile, model_ids, model_profile  # noqa: E402
 from sizing.shape import MAX_CONFIG_BYTES, parse_config_text, resolve_shape  # noqa: E402
 from sizing.units import GiB  # noqa: E402
@@ -208,17 +208,19 @@ def page_curves(s: Scenario) -> None:
     fig = go.Figure()
     rows = []
     for fmt in chosen:
-        ys = []
-        for ctx in contexts:
-            try:
-                e = estimate(replace(s, engine="ideal" if s.engine not in _engines_of(fmt) else s.engine,
-                                     k_cache_dtype=fmt, v_cache_dtype=fmt, max_model_len=ctx, concurrency=1))
-                ys.append(e.max_concurrency)
-            except KvsizeError:
-                ys.append(None)
-            rows.append(dict(format=fmt, context_tokens=ctx, max_concurrency=ys[-1]))
-        fig.add_scatter(x=contexts, y=ys, name=fmt, mode="lines+markers",
-                        hovertemplate="%{x:,} tokens: %{y:,} requests<extra>" + fmt + "</extra>")
+        own = s.engine in _engines_of(fmt)
+        name = fmt if own else f"{fmt} (sized as ideal: {s.engine} has no {fmt})"
+        try:
+            figures = [f for _, f in estimate_lengths(
+                s.evolve(engine=s.engine if own else "ideal", k_cache_dtype=fmt, v_cache_dtype=fmt, concurrency=1),
+                contexts)]
+            ys = [f.max_concurrency for f in figures]
+        except KvsizeError:
+            ys = [None] * len(contexts)
+        rows += [dict(format=fmt, engine=s.engine if own else "ideal", context_tokens=ctx, max_concurrency=y)
+                 for ctx, y in zip(contexts, ys)]
+        fig.add_scatter(x=contexts, y=ys, name=name, mode="lines+markers",
+                        hovertemplate="%{x:,} tokens: %{y:,} requests<extra>" + name + "</extra>")
     # Marks as traces, not shapes: shape annotations are placed in linear units on log axes.
     values = [r["max_concurrency"] for r in rows if r["max_concurrency"]] + [s.concurrency]
     low, high = max(min(values) / 2, 0.5), max(values) * 2
@@ -230,9 +232,12 @@ def page_curves(s: Scenario) -> None:
                     hovertemplate=f"your concurrency: {s.concurrency:,} requests<extra></extra>")
     fig.update_layout(xaxis_type="log", yaxis_type="log", xaxis_title="context length (tokens, log scale)",
                       yaxis_title="max concurrent requests (log scale)",
-                      title=f"Max concurrency vs context: {s.model_name} on {s.gpu_name}, {s.engine}")
+                      title=f"Max concurrency vs context: {s.model_name} on {s.gpu_name}, {s.engine} "
+                            "(formats it lacks sized by the ideal engine)")
     _chart(fig, "curves_chart")
-    _downloads(pd.DataFrame(rows), fig, "curves")
+    df = pd.DataFrame(rows)
+    st.dataframe(df, hide_index=True, key="curves_table")
+    _downloads(df, fig, "curves")
 
 
 def _engines_of(fmt: str) -> tuple[str, ...]:
@@ -567,26 +572,32 @@ def _itl_chart(plan, s: Scenario, best, formats: list[str]) -> None:
     _chart(fig, "itl_chart")
 
 
+PAGES = ["Plan", "Compare formats", "Capacity curves", "Fleet", "Validation", "Formulas"]
+
+
 def main() -> None:
     st.set_page_config(page_title="kvsize", layout="wide")
     st.title("kvsize — KV cache capacity planner")
     scenario = read_scenario()
-    tabs = st.tabs(["Plan", "Compare formats", "Capacity curves", "Fleet", "Validation", "Formulas"])
-    with tabs[4]:
-        page_validation()
+    # Only the open tab runs (lazy tabs); its name is in the page URL (?page=Fleet), so a link opens it.
+    tabs = dict(zip(PAGES, st.tabs(PAGES, key="page", on_change="rerun", bind="query-params")))
+    if tabs["Validation"].open:
+        with tabs["Validation"]:
+            page_validation()
     if scenario is None:
         return
-    result, error = _estimate(scenario)
-    with tabs[0]:
-        page_plan(scenario, result, error)
-    with tabs[1]:
-        page_compare(scenario)
-    with tabs[2]:
-        page_curves(scenario)
-    with tabs[3]:
-        page_fleet(scenario)
-    with tabs[5]:
-        page_formulas(scenario, result, error)
+    if tabs["Plan"].open or tabs["Formulas"].open:
+        result, error = _estimate(scenario)
+        if tabs["Plan"].open:
+            with tabs["Plan"]:
+                page_plan(scenario, result, error)
+        else:
+            with tabs["Formulas"]:
+                page_formulas(scenario, result, error)
+    for name, page in (("Compare formats", page_compare), ("Capacity curves", page_curves), ("Fleet", page_fleet)):
+        if tabs[name].open:
+            with tabs[name]:
+                page(scenario)
 
 
 main()

@@ -14,11 +14,20 @@ from sizing.plan import estimate  # noqa: E402
 APP = str(ROOT / "app" / "streamlit_app.py")
 
 
-def _app():
+def _app(page: str | None = None):
+    """The app after its first run, with `page` the open tab (only the open tab runs)."""
     at = AppTest.from_file(APP, default_timeout=60)
     at.run()
     assert not at.exception
+    if page is not None:
+        _open(at, page)
     return at
+
+
+def _open(at, page: str) -> None:
+    at.session_state["page"] = page
+    at.run()
+    assert not at.exception
 
 
 def _metric(at, label):
@@ -58,13 +67,13 @@ def test_unsupported_format_for_engine_is_an_error_not_a_traceback():
     assert any("not a KV cache format of vllm" in e.value for e in at.error)
 
 
-def test_every_page_renders_for_a_hybrid_model():
+@pytest.mark.parametrize("page", ["Plan", "Compare formats", "Capacity curves", "Fleet", "Validation", "Formulas"])
+def test_every_page_renders_for_a_hybrid_model(page):
     at = _app()
     at.selectbox(key="model").set_value("gpt-oss-20b")
-    at.run()
-    assert not at.exception
+    _open(at, page)
     assert [t.label for t in at.tabs] == ["Plan", "Compare formats", "Capacity curves", "Fleet", "Validation", "Formulas"]
-    assert at.dataframe  # plan, compare, validation tables
+    assert at.dataframe and not at.error
 
 
 def _upload(at, key, name, data: bytes):
@@ -105,7 +114,7 @@ def test_uploaded_config_is_sized_like_the_bundled_profile():
 
 
 def test_compare_page_shows_capacity_multiplier():
-    at = _app()
+    at = _app("Compare formats")
     table = next(d for d in at.dataframe if "capacity_vs_bf16" in d.value.columns).value
     row = table.set_index("format")
     assert row.loc["bf16", "capacity_vs_bf16"] == 1.0
@@ -115,7 +124,7 @@ def test_compare_page_shows_capacity_multiplier():
 
 
 def test_bad_measurement_report_upload_is_an_error():
-    at = _app()
+    at = _app("Validation")
     _upload(at, "report_upload", "report.json", json.dumps({"schema": "something-else"}).encode())
     assert any("not a kvsize measurement report" in e.value for e in at.error)
     _upload(at, "report_upload", "report.json",
@@ -124,7 +133,7 @@ def test_bad_measurement_report_upload_is_an_error():
 
 
 def test_formulas_page_lists_layer_groups_term_by_term():
-    at = _app()
+    at = _app("Formulas")
     at.selectbox(key="model").set_value("gpt-oss-20b")
     at.run()
     assert not at.exception
@@ -143,7 +152,7 @@ def test_fleet_page_shows_the_cheapest_plan_from_sizing():
     from sizing.fleet import build_candidates, plan_fleet
     from sizing.workload import parse_workload
 
-    at = _app()
+    at = _app("Fleet")
     at.number_input(key="peak_concurrency").set_value(250)
     at.run()
     assert not at.exception
@@ -162,13 +171,13 @@ def test_fleet_page_shows_the_cheapest_plan_from_sizing():
 
 
 def test_fleet_page_bad_workload_file_is_an_error():
-    at = _app()
+    at = _app("Fleet")
     _upload(at, "workload_upload", "w.yaml", b"peak_concurrency: 4\nbuckets:\n  - {max_context_tokens: -1}\n")
     assert any("buckets[0]" in e.value for e in at.error)
 
 
 def test_validation_page_draws_the_kernel_report():
-    at = _app()
+    at = _app("Validation")
     at.selectbox(key="report_choice").set_value("h200-decode-kernels.json")
     at.run()
     assert not at.exception
@@ -179,7 +188,7 @@ def test_validation_page_draws_the_kernel_report():
 
 
 def test_capacity_curves_plot_sizing_numbers():
-    at = _app()
+    at = _app("Capacity curves")
     at.multiselect(key="curve_formats").set_value(["bf16", "fp8_e4m3"])
     at.run()
     assert not at.exception
@@ -192,13 +201,22 @@ def test_capacity_curves_plot_sizing_numbers():
         assert lines[fmt][32768] == e.max_concurrency
 
 
-def test_every_page_offers_its_downloads():
-    at = _app()
+@pytest.mark.parametrize("page, stem, chart", [
+    ("Plan", "plan", True), ("Compare formats", "formats", True), ("Capacity curves", "curves", True),
+    ("Fleet", "fleet", True), ("Validation", "validation", True), ("Formulas", "formulas", False)])
+def test_every_page_offers_its_downloads(page, stem, chart):
+    at = _app(page)
     keys = {b.key for b in at.get("download_button")}
-    for stem in ("plan", "formats", "curves", "fleet", "formulas", "validation"):
-        assert {f"{stem}_csv", f"{stem}_xlsx"} <= keys, stem
-    for stem in ("plan", "formats", "curves", "fleet", "validation"):
-        assert {f"{stem}_html", f"{stem}_png"} <= keys, stem
+    assert {f"{stem}_csv", f"{stem}_xlsx"} <= keys
+    assert ({f"{stem}_html", f"{stem}_png"} <= keys) == chart
+
+
+def test_only_the_open_tab_is_computed():
+    # Each page's widgets exist only while its tab is open: the others' work is not done.
+    at = _app()
+    assert _metric(at, "Max concurrency") and not any(m.label == "Cheapest fleet" for m in at.metric)
+    _open(at, "Fleet")
+    assert _metric(at, "Cheapest fleet") and not any(m.label == "Max concurrency" for m in at.metric)
 
 
 @pytest.mark.parametrize("params, key", [({"ctx": "0"}, "ctx"), ({"conc": "-5"}, "conc"),
@@ -214,7 +232,7 @@ def test_bad_url_parameters_are_reported_not_raised(params, key):
 
 
 def test_validation_page_says_what_each_report_proves():
-    at = _app()
+    at = _app("Validation")
     at.selectbox(key="report_choice").set_value("h100-capacity.json")
     at.run()
     assert not at.exception
