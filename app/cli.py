@@ -521,11 +521,11 @@ def compare_rows(args: argparse.Namespace) -> list[dict]:
 
 
 def _warn_beyond_positions(model: str, shape, contexts) -> None:
-    beyond = sorted({c for c in contexts if c > shape.max_position_embeddings})
-    if beyond:
-        print(f"kvsize: warning: {model}: context {', '.join(f'{c:,}' for c in beyond)} exceeds the model's "
-              f"max_position_embeddings {shape.max_position_embeddings:,}; quality beyond it is not assured",
-              file=sys.stderr)
+    from sizing.plan import beyond_positions_warning
+
+    warning = beyond_positions_warning(model, shape, contexts)
+    if warning:
+        print(f"kvsize: warning: {warning}", file=sys.stderr)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -782,7 +782,7 @@ def _hf_id(model: str) -> str:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from sizing.fleet import PLAN_SCHEMA, bucket_rows, candidate_rows, cost_rows, plan_serve_command
+    from sizing.fleet import PLAN_SCHEMA, bucket_rows, candidate_rows, cost_rows, plan_serve_command, plan_summary
 
     outs = [Path(o) for o in args.out]
     for out in outs:
@@ -812,8 +812,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         else:
             from app.spreadsheet import xlsx_bytes
 
-            _atomic_write(out, xlsx_bytes({"candidates": rows, "pools": pools, "cost": costs, "guidance": guidance,
-                                           "quality": quality}))
+            summary = plan_summary(plan, serve.command if serve else None, [r.explanation for r in rules if r.fires])
+            _atomic_write(out, xlsx_bytes({"summary": summary, "candidates": rows,
+                                           "pools": pools, "cost": costs, "guidance": guidance, "quality": quality}))
     sys.stdout.write(render_plan(plan, rows, rules, notes, serve, args.top))
     for out in outs:
         print(f"kvsize: wrote {out}", file=sys.stderr)
@@ -833,6 +834,8 @@ def _cheapest_key(p) -> dict | None:
 
 
 def render_plan(plan, rows: list[dict], rules, notes, serve, top: int) -> str:
+    from sizing.fleet import HOURS_PER_MONTH
+
     w = plan.workload
     lines = [f"Fleet plan: {plan.model_name} on {plan.engine}, workload {w.name!r}: peak {w.peak_concurrency:,} "
              f"concurrent requests, prefix cache share {w.prefix_cache_share:.0%}"]
@@ -842,7 +845,7 @@ def render_plan(plan, rows: list[dict], rules, notes, serve, top: int) -> str:
     head = (f"{'gpu':<11}{'kv format':<20}{'tp':>3}{'gpus':>6}{'req/repl':>9}{'split':>7}{'ITL ms':>9}"
             f"{'tok/s/GPU':>11}{'$/h':>9}{'$/M tok':>9}{'vs bf16':>9}")
     lines.append(head)
-    fitting = sorted((r for r in rows if r["fits"]), key=lambda r: (r["fleet_usd_per_hour"], r["gpus"]))
+    fitting = [r for r in rows if r["fits"]]  # candidate_rows ranks them: cheapest first
     for r in fitting[:top]:
         saving = f"{-r['savings_vs_bf16_percent']:+.0f}%" if r["savings_vs_bf16_percent"] is not None else "-"
         lines.append(f"{r['gpu']:<11}{r['kv_format']:<20}{r['tensor_parallel_size']:>3}{r['gpus']:>6}"
@@ -863,7 +866,8 @@ def render_plan(plan, rows: list[dict], rules, notes, serve, top: int) -> str:
     if best:
         c = best.candidate
         lines.append(f"Cheapest: {best.gpus} × {c.gpu.name} ({c.kv_format} KV, TP {c.tensor_parallel_size}) — "
-                     f"{best.reason}; ${best.usd_per_hour:,.2f}/h at ${c.gpu.usd_per_hour:g}/GPU-h ({c.gpu.price_source})")
+                     f"{best.reason}; ${best.usd_per_hour:,.2f}/h (${best.usd_per_hour * HOURS_PER_MONTH:,.0f} a month of "
+                     f"{HOURS_PER_MONTH} h) at ${c.gpu.usd_per_hour:g}/GPU-h ({c.gpu.price_source})")
     else:
         lines.append("No candidate fits: try larger TP, more memory per GPU, or a smaller KV format.")
     lines.append("")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -20,7 +21,9 @@ from sizing.engines import ENGINES, get_engine  # noqa: E402
 from sizing.errors import KvsizeError  # noqa: E402
 from sizing.formats import FORMAT_NAMES  # noqa: E402
 from sizing.layers import layer_groups  # noqa: E402
-from sizing.plan import Estimate, Scenario, compare, estimate, estimate_lengths, to_record  # noqa: E402
+from sizing.memory import WEIGHT_FORMATS  # noqa: E402
+from sizing.plan import (Estimate, Scenario, beyond_positions_warning, compare, estimate, estimate_lengths,  # noqa: E402
+                         to_record)  # noqa: E402
 from sizing.profiles import bundled_shape, gpu_ids, gpu_profile, model_ids, model_profile  # noqa: E402
 from sizing.shape import MAX_CONFIG_BYTES, parse_config_text, resolve_shape  # noqa: E402
 from sizing.units import GiB  # noqa: E402
@@ -64,6 +67,28 @@ def _query(key: str, default, cast=str, low=None, high=None):
     return parsed
 
 
+SAME_AS_K = "same as K"
+# The CLI's flags as the sidebar names them: sizing's errors speak of flags.
+WIDGET_NAMES = {
+    "--k-cache-dtype": "K cache format", "--v-cache-dtype": "V cache format", "--kv-cache-dtype": "the cache format",
+    "--tensor-parallel-size": "Tensor parallel size", "--pipeline-parallel-size": "Pipeline parallel size",
+    "--max-model-len": "Context", "--concurrency": "Concurrent requests", "--weights-dtype": "Weights dtype",
+    "--gpu-memory-utilization": "Engine memory fraction", "--mem-fraction-static": "Engine memory fraction",
+    "--headroom": "Headroom", "--model": "Model", "--gpu": "GPU", "--engine": "Engine",
+}
+_FLAG = re.compile("|".join(re.escape(f) + r"\b" for f in sorted(WIDGET_NAMES, key=len, reverse=True)))
+
+
+def in_widget_terms(message: str) -> str:
+    """An error from sizing with its flags named as the widgets that set them."""
+    return _FLAG.sub(lambda m: f"'{WIDGET_NAMES[m.group(0)]}'", message)
+
+
+def _gpu_label(gpu: str) -> str:
+    g = gpu_profile(gpu)
+    return f"{gpu} · {g.memory_bytes / GiB:.0f} GiB · ${g.price_usd_per_hour:g}/h"
+
+
 def _index(options: list[str], value: str) -> int:
     if value in options:
         return options.index(value)
@@ -79,12 +104,20 @@ def read_scenario() -> Scenario | None:
     model = sb.selectbox("Model", models, index=_index(models, _query("model", "llama-3.1-8b")), key="model")
     upload = sb.file_uploader(f"…or upload a config.json (≤ {MAX_CONFIG_BYTES // 2**20} MiB)", type=["json"],
                               key="upload", max_upload_size=MAX_CONFIG_BYTES // 2**20)
-    gpu = sb.selectbox("GPU", gpus, index=_index(gpus, _query("gpu", "h100-sxm")), key="gpu")
+    if upload is not None:
+        sb.caption("An uploaded config is not part of the page link: send the file with the link.")
+    gpu = sb.selectbox("GPU", gpus, index=_index(gpus, _query("gpu", "h100-sxm")), key="gpu", format_func=_gpu_label)
     engines = list(ENGINES)
     engine = sb.selectbox("Engine", engines, index=_index(engines, _query("engine", "vllm")), key="engine")
     formats = ["auto", *FORMAT_NAMES]
     k_fmt = sb.selectbox("K cache format", formats, index=_index(formats, _query("k", "auto")), key="k_format")
-    v_fmt = sb.selectbox("V cache format", formats, index=_index(formats, _query("v", "auto")), key="v_format")
+    v_choices = [SAME_AS_K, *formats]
+    v_fmt = sb.selectbox("V cache format", v_choices, index=_index(v_choices, _query("v", SAME_AS_K)), key="v_format")
+    if v_fmt == SAME_AS_K:
+        v_fmt = k_fmt
+    weights = ["auto", *WEIGHT_FORMATS]
+    weights_dtype = sb.selectbox("Weights dtype", weights, index=_index(weights, _query("w", "auto")),
+                                 key="weights_dtype", help="auto: the checkpoint's quantization, else its dtype")
     tp = sb.number_input("Tensor parallel size", 1, 64, _query("tp", 1, int, 1, 64), key="tp")
     pp = sb.number_input("Pipeline parallel size", 1, 64, _query("pp", 1, int, 1, 64), key="pp")
     context = sb.number_input("Context (max_model_len, tokens)", 1, 10_485_760,
@@ -96,7 +129,8 @@ def read_scenario() -> Scenario | None:
                          key="fraction")
     headroom = sb.slider("Headroom (engines without their own fraction)", 0.0, 0.5,
                          _query("headroom", 0.10, float, 0.0, 0.5), 0.01, key="headroom")
-    st.query_params.update(model=model, gpu=gpu, engine=engine, k=k_fmt, v=v_fmt, tp=str(tp), pp=str(pp),
+    st.query_params.update(model=model, gpu=gpu, engine=engine, k=k_fmt, v=st.session_state["v_format"], w=weights_dtype,
+                           tp=str(tp), pp=str(pp),
                            ctx=str(context), conc=str(concurrency), util=str(fraction), headroom=str(headroom))
     try:
         if upload is not None:
@@ -110,9 +144,10 @@ def read_scenario() -> Scenario | None:
             k_cache_dtype=k_fmt, v_cache_dtype=v_fmt, tensor_parallel_size=int(tp), pipeline_parallel_size=int(pp),
             max_model_len=int(context), concurrency=int(concurrency),
             memory_fraction=fraction if ENGINES[engine].fraction_option else None, headroom=headroom,
+            weights_dtype=weights_dtype,
         )
     except KvsizeError as e:
-        st.error(str(e))
+        st.error(in_widget_terms(str(e)))
         return None
 
 
@@ -126,6 +161,11 @@ def breakdown_figure(record: dict) -> go.Figure:
         label = key.replace("_", " ")
         fig.add_bar(name=f"{label} {value / GiB:.2f} GiB", x=[value / GiB], y=["per GPU"], orientation="h",
                     marker_color=color, hovertemplate=f"{label}: %{{x:.2f}} GiB ({value:,} bytes)<extra></extra>")
+    total = b["total_bytes"] / GiB
+    # A line, not a bar: terms that do not fit run past it.
+    fig.add_scatter(x=[total, total], y=[-0.5, 0.5], mode="lines", name=f"GPU memory {total:.2f} GiB",
+                    line=dict(color="black", dash="dash", width=2),
+                    hovertemplate=f"GPU memory (CUDA total): {total:.2f} GiB<extra></extra>")
     fig.update_layout(barmode="stack", height=300, xaxis_title="GiB (2^30 bytes)",
                       title=f"Memory per GPU: {record['gpu']} ({b['total_bytes'] / GiB:.2f} GiB)",
                       legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0, traceorder="normal"),
@@ -160,7 +200,7 @@ def _estimate(s: Scenario) -> tuple[Estimate | None, str | None]:
     try:
         return estimate(s), None
     except KvsizeError as err:
-        return None, str(err)
+        return None, in_widget_terms(str(err))
 
 
 def page_plan(s: Scenario, e: Estimate | None, error: str | None) -> None:
@@ -169,14 +209,14 @@ def page_plan(s: Scenario, e: Estimate | None, error: str | None) -> None:
         return
     r = to_record(e)
     c = st.columns(4)
-    c[0].metric("Max concurrency", f"{r['max_concurrency']:,}", help=f"requests of {r['max_model_len']:,} tokens",
-                )
-    c[1].metric("Max context", f"{r['max_context_at_concurrency']:,}", help=f"tokens at {s.concurrency} requests")
-    c[2].metric("KV bytes per token", f"{r['kv_bytes_per_token']:,}")
-    c[3].metric("Max tokens in cache", f"{r['max_tokens']:,}")
-    (st.success if e.fits else st.error)(e.fit_message)
+    c[0].metric("Max concurrency (requests)", f"{r['max_concurrency']:,}",
+                help=f"requests of {r['max_model_len']:,} tokens")
+    c[1].metric("Max context (tokens)", f"{r['max_context_at_concurrency']:,}", help=f"at {s.concurrency} requests")
+    c[2].metric("KV bytes per token (bytes)", f"{r['kv_bytes_per_token']:,}", help="per GPU, metadata included")
+    c[3].metric("Max tokens in cache (tokens)", f"{r['max_tokens']:,}", help="what the engine's startup log reports")
+    (st.success if e.fits else st.error)(in_widget_terms(e.fit_message))
     for w in e.warnings:
-        st.warning(w)
+        st.warning(in_widget_terms(w))
     fig = breakdown_figure(r)
     _chart(fig, "breakdown_chart")
     df = pd.DataFrame([{k: v for k, v in r.items() if k != "breakdown"} | r["breakdown"]])
@@ -230,7 +270,9 @@ def page_curves(s: Scenario) -> None:
     fig.add_scatter(x=[contexts[0], contexts[-1]], y=[s.concurrency, s.concurrency], mode="lines",
                     name="your concurrency", line=dict(dash="dot", color="black", width=1),
                     hovertemplate=f"your concurrency: {s.concurrency:,} requests<extra></extra>")
-    fig.update_layout(xaxis_type="log", yaxis_type="log", xaxis_title="context length (tokens, log scale)",
+    fig.update_layout(xaxis=dict(type="log", tickvals=contexts, ticktext=[_tokens_label(c) for c in contexts]),
+                      yaxis=dict(type="log", dtick=1, tickformat=",d"),  # decades only: no minor labels
+                      xaxis_title="context length (tokens, log scale)",
                       yaxis_title="max concurrent requests (log scale)",
                       title=f"Max concurrency vs context: {s.model_name} on {s.gpu_name}, {s.engine} "
                             "(formats it lacks sized by the ideal engine)")
@@ -238,6 +280,10 @@ def page_curves(s: Scenario) -> None:
     df = pd.DataFrame(rows)
     st.dataframe(df, hide_index=True, key="curves_table")
     _downloads(df, fig, "curves")
+
+
+def _tokens_label(n: int) -> str:
+    return f"{n // 1024}K" if n % 1024 == 0 else f"{n:,}"
 
 
 def _engines_of(fmt: str) -> tuple[str, ...]:
@@ -442,7 +488,14 @@ def read_workload_widgets():
     upload = st.file_uploader("Workload file (.yaml/.json, as for `kvsize plan --workload`)",
                               type=["yaml", "yml", "json"], key="workload_upload", max_upload_size=1)
     if upload is not None:
-        return parse_workload_text(upload.getvalue(), upload.name)
+        workload = parse_workload_text(upload.getvalue(), upload.name)
+        target = f"ITL target {workload.itl_target_ms:g} ms" if workload.itl_target_ms else "no ITL target"
+        st.caption(f"Workload {workload.name!r} from {upload.name}: peak {workload.peak_concurrency:,} concurrent "
+                   f"requests, {target}, prefix cache share {workload.prefix_cache_share:.0%}")
+        st.dataframe(pd.DataFrame([dict(bucket=b.label, max_context_tokens=b.max_context_tokens,
+                                        share_of_requests_percent=b.share_percent, output_tokens=b.output_tokens)
+                                   for b in workload.mix()]), hide_index=True, key="workload_shown")
+        return workload
     c = st.columns(3)
     peak = c[0].number_input("Peak concurrent requests", 1, 10_000_000, 400, key="peak_concurrency")
     prefix = c[1].slider("Share of prompt tokens from a shared prefix", 0.0, 0.95, 0.0, 0.05, key="prefix_share")
@@ -461,8 +514,8 @@ def read_workload_widgets():
 
 def page_fleet(s: Scenario) -> None:
     from app.spreadsheet import xlsx_bytes
-    from sizing.fleet import (bucket_rows, build_candidates, candidate_rows, cost_rows, plan_fleet,
-                              plan_serve_command, unconfirmed_pairs, unsupported_pairs)
+    from sizing.fleet import (HOURS_PER_MONTH, bucket_rows, build_candidates, candidate_rows, cost_rows, plan_fleet,
+                              plan_serve_command, plan_summary, unconfirmed_pairs, unsupported_pairs)
     from sizing.guidance import evaluate_rules, quality_notes
 
     st.caption(f"{s.model_name} on {s.engine}; the sidebar's engine settings apply. KV is charged at each bucket's "
@@ -472,6 +525,9 @@ def page_fleet(s: Scenario) -> None:
     except KvsizeError as e:
         st.error(str(e))
         return
+    beyond = beyond_positions_warning(s.model_name, s.shape, [b.max_context_tokens for b in workload.mix()])
+    if beyond:
+        st.warning(beyond)
     c = st.columns(3)
     gpus = c[0].multiselect("GPUs", _gpu_choices(), default=["h100-sxm", "h200"], key="fleet_gpus")
     formats = c[1].multiselect("KV formats", ["auto", *FORMAT_NAMES], default=["auto", "fp8_e4m3", "nvfp4"],
@@ -480,9 +536,17 @@ def page_fleet(s: Scenario) -> None:
     if not (gpus and formats and tps):
         st.error("choose at least one GPU, one KV format and one TP size")
         return
+    prices = {}
+    with st.expander("Prices (USD per GPU-hour)"):
+        cols = st.columns(min(4, len(gpus)))
+        for i, gpu in enumerate(gpus):
+            profile = gpu_profile(gpu)
+            prices[gpu] = cols[i % len(cols)].number_input(
+                gpu, 0.01, 1000.0, float(profile.price_usd_per_hour), 0.01, key=f"price_{gpu}",
+                help=f"indicative: {profile.price_source} ({profile.price_date}); your own rate gives your costs")
     try:
-        plan = plan_fleet(replace(s, pipeline_parallel_size=1), build_candidates(gpus, formats, tps, engine=s.engine),
-                          workload)
+        plan = plan_fleet(replace(s, pipeline_parallel_size=1),
+                          build_candidates(gpus, formats, tps, prices, engine=s.engine), workload)
     except KvsizeError as e:
         st.error(str(e))
         return
@@ -497,37 +561,50 @@ def page_fleet(s: Scenario) -> None:
         st.error("no candidate fits: try a larger TP, a GPU with more memory, or a smaller KV format")
     else:
         b = best.candidate
-        m = st.columns(4)
+        m = st.columns([3, 3, 2, 3, 3])
         m[0].metric("Cheapest fleet", f"{best.gpus} × {b.gpu.id}", help=best.reason)
-        m[1].metric("KV format, TP", f"{b.kv_format}, TP {b.tensor_parallel_size}")
-        m[2].metric("Fleet cost", f"${best.usd_per_hour:,.2f}/h", help=f"${b.gpu.usd_per_hour:g} per GPU-hour "
-                                                                       f"({b.gpu.price_source})")
-        m[3].metric("Cost per million output tokens", f"${best.usd_per_million_output_tokens:,.3f}",
+        m[1].metric("KV format", b.kv_format)
+        m[2].metric("TP", f"{b.tensor_parallel_size}")
+        m[3].metric("Fleet cost", f"${best.usd_per_hour:,.2f}/h",
+                    help=f"${b.gpu.usd_per_hour:g} per GPU-hour ({b.gpu.price_source}); "
+                         f"${best.usd_per_hour * HOURS_PER_MONTH:,.0f} a month of {HOURS_PER_MONTH} h")
+        m[4].metric("Cost per million output tokens", f"${best.usd_per_million_output_tokens:,.3f}",
                     help=f"ITL {best.itl_seconds * 1000:.1f} ms at {best.decode_batch:.0f} requests per replica")
-    df = pd.DataFrame(rows)
-    fitting = df[df["fits"]].sort_values(["fleet_usd_per_hour", "gpus"])
+        st.caption(f"${best.usd_per_hour * HOURS_PER_MONTH:,.0f} a month ({HOURS_PER_MONTH} h) · {best.reason}")
+    df = pd.DataFrame(rows)  # ranked: the recommendation first
+    fitting = df[df["fits"]].head(COST_CHART_BARS)
     fig = go.Figure()
     if not fitting.empty:
-        for fmt, part in fitting.groupby("kv_format"):
-            fig.add_bar(name=fmt, x=part["gpu"] + " TP" + part["tensor_parallel_size"].astype(str),
-                        y=part["fleet_usd_per_hour"], text=part["gpus"].astype(str) + " GPUs",
-                        hovertemplate="%{x}: $%{y:,.2f}/h, %{text}<extra>" + fmt + "</extra>")
-        fig.update_layout(barmode="group", yaxis_title="fleet cost (USD per hour)", xaxis_title="GPU and TP size",
-                          title=f"Fleet cost for a peak of {workload.peak_concurrency:,} requests, by KV format")
+        labels = fitting["gpu"] + " TP" + fitting["tensor_parallel_size"].astype(str) + " " + fitting["kv_format"]
+        for fmt in fitting["kv_format"].unique():
+            part = fitting["kv_format"] == fmt
+            fig.add_bar(name=fmt, y=labels[part], x=fitting["fleet_usd_per_hour"][part], orientation="h",
+                        text=fitting["gpus"][part].astype(str) + " GPUs", textposition="auto",
+                        hovertemplate="%{y}: $%{x:,.2f}/h, %{text}<extra></extra>")
+        more = len(df[df["fits"]]) - len(fitting)
+        fig.update_layout(barmode="overlay", xaxis_title="fleet cost (USD per hour)",
+                          yaxis=dict(categoryorder="array", categoryarray=list(labels)[::-1], title=""),
+                          height=max(300, 28 * len(fitting) + 120),
+                          title=f"Fleet cost for a peak of {workload.peak_concurrency:,} requests, cheapest at the top"
+                                + (f" ({more} dearer candidates in the table)" if more > 0 else ""))
         _chart(fig, "fleet_cost_chart")
-    st.dataframe(df, key="fleet_table")
+    st.dataframe(df, hide_index=True, key="fleet_table")
     pools, costs = bucket_rows(plan), cost_rows(plan)
     _downloads(df, fig if not fitting.empty else None, "fleet")
-    st.download_button("Whole plan (XLSX: candidates, pools, cost)",
-                       lambda: xlsx_bytes({"candidates": rows, "pools": pools, "cost": costs}), "fleet-plan.xlsx",
-                       key="fleet_plan_xlsx")
+    serve = None
+    if best is not None:
+        uploaded = st.session_state.get("upload") is not None
+        serve = plan_serve_command(plan, s, best, None if uploaded else model_profile(st.session_state["model"]).hf_id)
+    fired = [r.explanation for r in evaluate_rules(workload) if r.fires]
+    st.download_button("Whole plan (XLSX: summary, candidates, pools, cost)",
+                       lambda: xlsx_bytes({"summary": plan_summary(plan, serve.command if serve else None, fired),
+                                           "candidates": rows, "pools": pools, "cost": costs}),
+                       "fleet-plan.xlsx", key="fleet_plan_xlsx")
     if best is not None:
         _itl_chart(plan, s, best, formats)
         st.subheader("Serve the cheapest plan")
-        uploaded = st.session_state.get("upload") is not None
-        serve = plan_serve_command(plan, s, best, None if uploaded else model_profile(st.session_state["model"]).hf_id)
         if serve.command:
-            st.code(serve.command, language="bash")
+            st.code(serve.command, language="bash", wrap_lines=True)
         st.caption(serve.note)
         st.subheader("Pools of the cheapest candidate")
         st.dataframe(pd.DataFrame([r for r in pools if r["gpu"] == b.gpu.id and r["kv_format"] == b.kv_format
@@ -566,12 +643,18 @@ def _itl_chart(plan, s: Scenario, best, formats: list[str]) -> None:
             rows.append(dict(format=e.k_format, context_tokens=ctx, batch=batch, itl_ms=ys[-1]))
         fig.add_scatter(x=contexts, y=ys, mode="lines+markers", name=e.k_format,
                         hovertemplate="%{x:,} tokens: %{y:.2f} ms<extra>" + e.k_format + "</extra>")
+    target = plan.workload.itl_target_ms
+    if target:
+        fig.add_scatter(x=[contexts[0], contexts[-1]], y=[target, target], mode="lines", name=f"ITL target {target:g} ms",
+                        line=dict(dash="dash", color="crimson", width=1),
+                        hovertemplate=f"ITL target: {target:g} ms<extra></extra>")
     fig.update_layout(xaxis_title="context per request (tokens)", yaxis_title="inter-token latency (ms)",
                       title=f"Decode step vs context: {batch} requests on {c.gpu.id} TP {c.tensor_parallel_size} "
                             "(slope ∝ KV bytes per token)")
     _chart(fig, "itl_chart")
 
 
+COST_CHART_BARS = 15  # more bars than this cannot be read; the table holds every candidate
 PAGES = ["Plan", "Compare formats", "Capacity curves", "Fleet", "Validation", "Formulas"]
 
 

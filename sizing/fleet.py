@@ -123,6 +123,10 @@ class CandidatePlan:
         return min(self.gpus, self.gpus_per_bucket_pools) if self.fits else 0
 
 
+# A month as cloud price pages bill it: 730 hours (8,760 hours a year / 12).
+HOURS_PER_MONTH = 730
+
+
 @dataclass(frozen=True)
 class FleetPlan:
     workload: Workload
@@ -131,10 +135,15 @@ class FleetPlan:
     plans: tuple[CandidatePlan, ...]
     efficiency: DecodeEfficiency
 
+    def ranked(self) -> list[CandidatePlan]:
+        """Candidates that serve the workload, cheapest first (then fewer GPUs, then lower ITL); then the rest."""
+        return sorted(self.plans, key=lambda p: (not p.fits, p.usd_per_hour if p.fits else 0.0,
+                                                 p.gpus if p.fits else 0, p.itl_seconds if p.fits else 0.0))
+
     @property
     def cheapest(self) -> CandidatePlan | None:
-        fitting = [p for p in self.plans if p.fits]
-        return min(fitting, key=lambda p: (p.usd_per_hour, p.gpus, p.itl_seconds)) if fitting else None
+        ranked = self.ranked()
+        return ranked[0] if ranked and ranked[0].fits else None
 
 
 def _request_bytes(e: Estimate, tokens: int) -> int:
@@ -306,12 +315,12 @@ def _refused(c: Candidate, engine: str, why: str) -> CandidatePlan:
 
 
 def candidate_rows(plan: FleetPlan) -> list[dict]:
-    """One flat row per candidate, for tables and spreadsheets."""
+    """One flat row per candidate, for tables and spreadsheets, in FleetPlan.ranked() order."""
     rows = []
-    for p in plan.plans:
+    for rank, p in enumerate(plan.ranked(), start=1):
         c = p.candidate
         rows.append(dict(
-            gpu=c.gpu.id, kv_format=c.kv_format, tensor_parallel_size=c.tensor_parallel_size, engine=p.engine,
+            rank=rank if p.fits else None, gpu=c.gpu.id, kv_format=c.kv_format, tensor_parallel_size=c.tensor_parallel_size, engine=p.engine,
             fits=p.fits, gpus=p.gpus, replicas=p.shared.replicas if p.shared else 0,
             requests_per_replica=p.shared.requests_per_replica if p.shared else 0,
             gpus_per_bucket_pools=p.gpus_per_bucket_pools, kv_bytes_per_token=p.kv_bytes_per_token,
@@ -322,13 +331,56 @@ def candidate_rows(plan: FleetPlan) -> list[dict]:
             prefill_ms_mean=round(1000 * sum(b.share_percent / 100 * p.prefill_seconds.get(b.label, 0.0)
                                              for b in plan.workload.mix()), 2),
             fleet_tokens_per_s=round(p.fleet_tokens_per_second, 1), usd_per_gpu_hour=c.gpu.usd_per_hour,
-            fleet_usd_per_hour=round(p.usd_per_hour, 2),
+            fleet_usd_per_hour=round(p.usd_per_hour, 2), fleet_usd_per_month=round(p.usd_per_hour * HOURS_PER_MONTH),
             usd_per_million_output_tokens=(round(p.usd_per_million_output_tokens, 4)
                                            if math.isfinite(p.usd_per_million_output_tokens) else None),
             savings_vs_bf16_percent=(round(p.savings_vs_bf16_percent, 1)
                                      if p.savings_vs_bf16_percent is not None else None),
             reason=p.reason,
         ))
+    return rows
+
+
+def plan_summary(plan: FleetPlan, serve_command: str | None, fired_rules: list[str] = ()) -> list[dict]:
+    """The answer on one sheet, as (item, value, note) rows: what to buy, what it costs, how to start
+    it, and the workload and prices it rests on."""
+    w = plan.workload
+    rows = [dict(item="model", value=plan.model_name, note=""), dict(item="engine", value=plan.engine, note="")]
+    best = plan.cheapest
+    if best is None:
+        reasons = "; ".join(dict.fromkeys(p.reason for p in plan.plans if p.reason))
+        rows.append(dict(item="recommendation", value="no candidate serves the workload", note=reasons[:1000]))
+    else:
+        c = best.candidate
+        rows += [
+            dict(item="recommendation", value=f"{best.gpus} × {c.gpu.name}",
+                 note=f"{c.kv_format} KV, TP {c.tensor_parallel_size}; {best.reason}"),
+            dict(item="GPUs", value=best.gpus, note=f"{c.gpu.id}"),
+            dict(item="KV cache format", value=c.kv_format, note=""),
+            dict(item="tensor parallel size", value=c.tensor_parallel_size, note=""),
+            dict(item="fleet usd per hour", value=round(best.usd_per_hour, 2),
+                 note=f"{best.gpus} × ${c.gpu.usd_per_hour:g}/GPU-h"),
+            dict(item="fleet usd per month", value=round(best.usd_per_hour * HOURS_PER_MONTH),
+                 note=f"{HOURS_PER_MONTH} h a month (8,760 h a year / 12)"),
+            dict(item="usd per million output tokens",
+                 value=round(best.usd_per_million_output_tokens, 4)
+                 if math.isfinite(best.usd_per_million_output_tokens) else None, note="at the peak batch"),
+            dict(item="ITL at peak (ms)", value=round(best.itl_seconds * 1000, 3), note=best.efficiency_basis),
+            dict(item="serve command", value=serve_command or "", note=""),
+        ]
+    rows += [
+        dict(item="workload", value=w.name, note=f"peak {w.peak_concurrency:,} concurrent requests"),
+        dict(item="ITL target (ms)", value=w.itl_target_ms, note="" if w.itl_target_ms else "none"),
+        dict(item="prefix cache share", value=w.prefix_cache_share, note="share of prompt tokens served from cache"),
+    ]
+    rows += [dict(item=f"bucket {b.label}", value=b.share_percent,
+                  note=f"% of requests; up to {b.max_context_tokens:,} tokens, {b.output_tokens:,} output tokens")
+             for b in w.mix()]
+    prices = {p.candidate.gpu.id: p.candidate.gpu for p in plan.plans}
+    rows += [dict(item=f"price {g.id}", value=g.usd_per_hour, note=f"usd per GPU-hour; {g.price_source}")
+             for g in prices.values()]
+    rows.append(dict(item="decode efficiency", value=plan.efficiency.source, note=""))
+    rows += [dict(item="guidance", value=text, note="") for text in fired_rules]
     return rows
 
 

@@ -488,6 +488,15 @@ def estimate_lengths(scenario: Scenario, lengths: list[int]) -> list[tuple[Estim
     return [(first, _length_figures(su, engine, s.concurrency, n)) for n in lengths]
 
 
+def beyond_positions_warning(model: str, shape: ModelShape, contexts) -> str | None:
+    """The warning for contexts past the model's max_position_embeddings, or None."""
+    beyond = sorted({c for c in contexts if c > shape.max_position_embeddings})
+    if not beyond:
+        return None
+    return (f"{model}: context {', '.join(f'{c:,}' for c in beyond)} exceeds the model's max_position_embeddings "
+            f"{shape.max_position_embeddings:,}; quality beyond it is not assured")
+
+
 def check_length(max_model_len) -> int:
     return _int_at_least(max_model_len, "--max-model-len", 1)
 

@@ -31,7 +31,8 @@ def _open(at, page: str) -> None:
 
 
 def _metric(at, label):
-    return next(m.value for m in at.metric if m.label == label)
+    """A metric's value by its label, the unit in brackets left off ("Max concurrency (requests)")."""
+    return next(m.value for m in at.metric if m.label == label or m.label.startswith(label + " ("))
 
 
 def test_plan_metrics_equal_sizing():
@@ -216,7 +217,7 @@ def test_only_the_open_tab_is_computed():
     at = _app()
     assert _metric(at, "Max concurrency") and not any(m.label == "Cheapest fleet" for m in at.metric)
     _open(at, "Fleet")
-    assert _metric(at, "Cheapest fleet") and not any(m.label == "Max concurrency" for m in at.metric)
+    assert _metric(at, "Cheapest fleet") and not any(m.label.startswith("Max concurrency") for m in at.metric)
 
 
 @pytest.mark.parametrize("params, key", [({"ctx": "0"}, "ctx"), ({"conc": "-5"}, "conc"),
@@ -252,3 +253,56 @@ def test_the_app_hides_streamlits_developer_toolbar():
 
     config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
     assert config["client"]["toolbarMode"] == "viewer"
+
+
+def test_setting_only_the_k_format_sizes_both_sides():
+    # V defaults to "same as K": vLLM stores K and V in one format, so one choice must size the page.
+    at = _app()
+    at.selectbox(key="k_format").set_value("fp8_e4m3")
+    at.run()
+    assert not at.exception and not at.error
+    # Llama-3.1-8B config.json: 32 layers x 8 KV heads x 128, K and V at 1 byte = 65,536 B per token.
+    assert _metric(at, "KV bytes per token") == "65,536"
+
+
+def test_errors_name_the_widget_not_the_cli_flag():
+    at = _app()
+    at.number_input(key="tp").set_value(3)
+    at.run()
+    assert not at.exception
+    message = next(e.value for e in at.error)
+    assert "'Tensor parallel size' 3 does not divide num_attention_heads 32" in message  # Llama-3.1-8B: 32 heads
+    assert "--tensor-parallel-size" not in message
+
+
+def test_weights_dtype_widget_sizes_the_weights():
+    at = _app()
+    at.selectbox(key="weights_dtype").set_value("fp8")
+    at.run()
+    assert not at.exception
+    e = estimate(scenario("llama-3.1-8b", max_model_len=32768, concurrency=8, memory_fraction=0.92,
+                          weights_dtype="fp8"))
+    assert _metric(at, "Max concurrency") == f"{e.max_concurrency:,}"
+    assert at.query_params["w"] == ["fp8"] or at.query_params["w"] == "fp8"
+
+
+def test_fleet_prices_are_inputs_and_drive_the_cost():
+    at = _app("Fleet")
+    at.number_input(key="price_h200").set_value(1.0)
+    at.run()
+    assert not at.exception
+    cheapest = _metric(at, "Cheapest fleet")
+    gpus = int(cheapest.split(" × ")[0])
+    assert cheapest.endswith("h200")  # at $1/h the H200 undercuts the H100's indicative $2.99/h
+    assert _metric(at, "Fleet cost") == f"${gpus * 1.0:,.2f}/h"
+
+
+def test_an_uploaded_workload_is_shown_and_contexts_past_the_model_warn():
+    at = _app("Fleet")
+    _upload(at, "workload_upload", "w.yaml",
+            b"name: long docs\npeak_concurrency: 40\nbuckets:\n"
+            b"  - {max_context_tokens: 262144, share_percent: 100, output_tokens: 256}\n")
+    shown = next(d for d in at.dataframe if "max_context_tokens" in d.value.columns).value
+    assert list(shown["max_context_tokens"]) == [262144]
+    # Llama-3.1-8B's config.json: max_position_embeddings 131,072.
+    assert any("262,144 exceeds the model's max_position_embeddings 131,072" in w.value for w in at.warning)

@@ -305,14 +305,31 @@ def test_plan_cli_writes_every_view(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "Cheapest:" in out and "vllm serve meta-llama/Llama-3.1-8B" in out and "Guidance:" in out
     book = openpyxl.load_workbook(xlsx)
-    assert book.sheetnames == ["candidates", "pools", "cost", "guidance", "quality"]
+    assert book.sheetnames == ["summary", "candidates", "pools", "cost", "guidance", "quality"]
     record = json.loads(js.read_text())
+    # The summary sheet answers on its own: what to buy, its cost (dollars, per hour and per 730-hour
+    # month), how to start it, and the prices and workload it rests on.
+    summary = {row[0].value: row[1] for row in book["summary"].iter_rows(min_row=2)}
+    best = record["cheapest"]
+    assert summary["GPUs"].value == best["gpus"] and summary["KV cache format"].value == best["kv_format"]
+    assert summary["fleet usd per hour"].number_format == "$#,##0.00"
+    assert summary["fleet usd per month"].value == round(summary["fleet usd per hour"].value * 730)
+    assert summary["serve command"].value == record["serve_command"]
+    assert summary["price h200"].value == 3.5 and summary["workload"].value
+    candidates = book["candidates"]
+    header = [c.value for c in candidates[1]]
+    assert candidates.cell(2, header.index("fleet_usd_per_hour") + 1).number_format == "$#,##0.00"
+    assert candidates.cell(2, header.index("usd_per_million_output_tokens") + 1).number_format == "$#,##0.0000"
     assert record["schema"] == "kvsize.plan/1" and len(record["candidates"]) == 8
     h200 = [r for r in record["candidates"] if r["gpu"] == "h200"]
     assert all(r["usd_per_gpu_hour"] == 3.5 for r in h200)
     cheapest = min((r for r in record["candidates"] if r["fits"]), key=lambda r: (r["fleet_usd_per_hour"], r["gpus"]))
     assert record["cheapest"]["gpu"] == cheapest["gpu"] and record["cheapest"]["gpus"] == cheapest["gpus"]
-    assert csv.read_text().splitlines()[0].startswith("gpu,kv_format,tensor_parallel_size")
+    # Candidates are ranked as the plan chooses: the first row is the recommendation.
+    first = record["candidates"][0]
+    assert first["rank"] == 1 and (first["gpu"], first["kv_format"], first["tensor_parallel_size"]) == (
+        best["gpu"], best["kv_format"], best["tensor_parallel_size"])
+    assert csv.read_text().splitlines()[0].startswith("rank,gpu,kv_format,tensor_parallel_size")
 
 
 @pytest.mark.parametrize("args, needle", [
