@@ -225,16 +225,25 @@ def page_plan(s: Scenario, e: Estimate | None, error: str | None) -> None:
 
 
 def page_compare(s: Scenario) -> None:
-    rows = compare(replace(s, concurrency=1), s.engine, FORMAT_NAMES)
+    # The sidebar's concurrency and context, as on Plan: "fits" means the same on both pages.
+    rows = compare(s, s.engine, FORMAT_NAMES)
     df = pd.DataFrame(rows)
+    st.caption(f"Each format at {s.concurrency:,} requests of {s.max_model_len:,} tokens on {s.gpu_name}; formats "
+               f"{s.engine} lacks are sized by the ideal engine and say so.")
     fig = go.Figure()
-    fig.add_bar(name="payload", x=df["format"], y=df["kv_payload_bytes_per_token"], marker_color="#F58518")
-    fig.add_bar(name="metadata", x=df["format"], y=df["kv_metadata_bytes_per_token"], marker_color="#E45756")
-    fig.update_layout(barmode="stack", yaxis_title="KV bytes per token, per GPU (bytes)",
-                      title=f"KV bytes per token by format: {s.model_name}", xaxis_tickangle=-35)
+    for fits, name, color in ((True, "fits", "#54A24B"), (False, "does not fit or n/a", "#BAB0AC")):
+        part = df[df["fits"] == fits]
+        fig.add_bar(name=name, x=part["format"], y=part["max_concurrency"], marker_color=color,
+                    customdata=part[["kv_bytes_per_token", "capacity_vs_bf16"]],
+                    hovertemplate="%{x}: %{y:,} requests, %{customdata[0]:,} B/token, "
+                                  "%{customdata[1]:.2f}× bf16's capacity<extra></extra>")
+    fig.add_scatter(x=list(df["format"]), y=[s.concurrency] * len(df), mode="lines", name="your concurrency",
+                    line=dict(dash="dot", color="black", width=1))
+    fig.update_layout(yaxis_title=f"max concurrent requests of {s.max_model_len:,} tokens", xaxis_tickangle=-35,
+                      title=f"Capacity by KV format: {s.model_name} on {s.gpu_name}, {s.engine}")
     _chart(fig, "compare_chart")
-    st.dataframe(df[["format", "engine", "kv_bytes_per_token", "ratio_to_bf16", "capacity_vs_bf16", "max_concurrency",
-                     "max_tokens", "status", "quality", "quality_source"]], key="compare_table",
+    st.dataframe(df[["format", "engine", "status", "max_concurrency", "capacity_vs_bf16", "kv_bytes_per_token",
+                     "ratio_to_bf16", "max_tokens", "quality", "quality_source"]], key="compare_table", hide_index=True,
                  column_config={"ratio_to_bf16": st.column_config.NumberColumn("bytes vs bf16", format="%.3f×"),
                                 "capacity_vs_bf16": st.column_config.NumberColumn("capacity vs bf16",
                                                                                   format="%.2f×")})

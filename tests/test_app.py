@@ -306,3 +306,15 @@ def test_an_uploaded_workload_is_shown_and_contexts_past_the_model_warn():
     assert list(shown["max_context_tokens"]) == [262144]
     # Llama-3.1-8B's config.json: max_position_embeddings 131,072.
     assert any("262,144 exceeds the model's max_position_embeddings 131,072" in w.value for w in at.warning)
+
+
+def test_compare_and_plan_agree_on_fitting():
+    # Llama-3.1-70B bf16 on one H100 at the sidebar's 8 x 32K: Plan says it does not fit; Compare must too.
+    at = _app()
+    at.selectbox(key="model").set_value("llama-3.1-70b")
+    at.run()
+    assert any("does not fit" in e.value for e in at.error)
+    _open(at, "Compare formats")
+    table = next(d for d in at.dataframe if "capacity_vs_bf16" in d.value.columns).value.set_index("format")
+    e = estimate(scenario("llama-3.1-70b", max_model_len=32768, concurrency=8, memory_fraction=0.92))
+    assert not e.fits and table.loc["bf16", "status"] == "does not fit"
