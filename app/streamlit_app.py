@@ -68,6 +68,7 @@ def _query(key: str, default, cast=str, low=None, high=None):
 
 
 SAME_AS_K = "same as K"
+UPLOADED_MODEL = "MODEL_DIR"
 # The CLI's flags as the sidebar names them: sizing's errors speak of flags.
 WIDGET_NAMES = {
     "--k-cache-dtype": "K cache format", "--v-cache-dtype": "V cache format", "--kv-cache-dtype": "the cache format",
@@ -603,7 +604,9 @@ def page_fleet(s: Scenario) -> None:
     serve = None
     if best is not None:
         uploaded = st.session_state.get("upload") is not None
-        serve = plan_serve_command(plan, s, best, None if uploaded else model_profile(st.session_state["model"]).hf_id)
+        # An upload names no checkpoint: the command says where the user's own goes.
+        serve = plan_serve_command(plan, s, best,
+                                   UPLOADED_MODEL if uploaded else model_profile(st.session_state["model"]).hf_id)
     fired = [r.explanation for r in evaluate_rules(workload) if r.fires]
     st.download_button("Whole plan (XLSX: summary, candidates, pools, cost)",
                        lambda: xlsx_bytes({"summary": plan_summary(plan, serve.command if serve else None, fired),
@@ -615,6 +618,9 @@ def page_fleet(s: Scenario) -> None:
         if serve.command:
             st.code(serve.command, language="bash", wrap_lines=True)
         st.caption(serve.note)
+        if uploaded:
+            st.caption(f"{UPLOADED_MODEL}: the folder holding the uploaded config.json and its weights, or its "
+                       "Hugging Face id.")
         st.subheader("Pools of the cheapest candidate")
         st.dataframe(pd.DataFrame([r for r in pools if r["gpu"] == b.gpu.id and r["kv_format"] == b.kv_format
                                    and r["tensor_parallel_size"] == b.tensor_parallel_size]), key="fleet_pools")

@@ -318,3 +318,12 @@ def test_compare_and_plan_agree_on_fitting():
     table = next(d for d in at.dataframe if "capacity_vs_bf16" in d.value.columns).value.set_index("format")
     e = estimate(scenario("llama-3.1-70b", max_model_len=32768, concurrency=8, memory_fraction=0.92))
     assert not e.fits and table.loc["bf16", "status"] == "does not fit"
+
+
+def test_the_serve_command_for_an_uploaded_config_names_a_placeholder_not_the_file():
+    from sizing.profiles import model_profile
+
+    at = _app("Fleet")
+    _upload(at, "upload", "qwen3-8b.json", json.dumps(model_profile("qwen3-8b").config).encode())
+    command = next(c.value for c in at.code if "serve" in c.value)
+    assert command.startswith("vllm serve MODEL_DIR ") and "qwen3-8b.json" not in command
