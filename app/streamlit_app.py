@@ -68,6 +68,7 @@ def _query(key: str, default, cast=str, low=None, high=None):
 
 
 SAME_AS_K = "same as K"
+LIMITS = {"tp": (1, 64), "pp": (1, 64), "context": (1, 10_485_760), "concurrency": (1, 100_000)}
 UPLOADED_MODEL = "MODEL_DIR"
 # The CLI's flags as the sidebar names them: sizing's errors speak of flags.
 WIDGET_NAMES = {
@@ -119,12 +120,14 @@ def read_scenario() -> Scenario | None:
     weights = ["auto", *WEIGHT_FORMATS]
     weights_dtype = sb.selectbox("Weights dtype", weights, index=_index(weights, _query("w", "auto")),
                                  key="weights_dtype", help="auto: the checkpoint's quantization, else its dtype")
-    tp = sb.number_input("Tensor parallel size", 1, 64, _query("tp", 1, int, 1, 64), key="tp")
-    pp = sb.number_input("Pipeline parallel size", 1, 64, _query("pp", 1, int, 1, 64), key="pp")
-    context = sb.number_input("Context (max_model_len, tokens)", 1, 10_485_760,
-                              _query("ctx", 32768, int, 1, 10_485_760), step=1024, key="context")
-    concurrency = sb.number_input("Concurrent requests", 1, 100_000, _query("conc", 8, int, 1, 100_000),
-                                  key="concurrency")
+    # No bounds on the widgets themselves: a browser refuses an out-of-range entry silently and keeps
+    # the last answer on screen, so the range is checked here and a wrong entry is named in a banner.
+    tp = sb.number_input("Tensor parallel size", value=_query("tp", 1, int, *LIMITS["tp"]), step=1, key="tp")
+    pp = sb.number_input("Pipeline parallel size", value=_query("pp", 1, int, *LIMITS["pp"]), step=1, key="pp")
+    context = sb.number_input("Context (max_model_len, tokens)", value=_query("ctx", 32768, int, *LIMITS["context"]),
+                              step=1024, key="context")
+    concurrency = sb.number_input("Concurrent requests", value=_query("conc", 8, int, *LIMITS["concurrency"]),
+                                  step=1, key="concurrency")
     fraction = sb.slider("Engine memory fraction (vLLM gpu_memory_utilization, …)", 0.5, 1.0,
                          _query("util", get_engine(engine).memory_fraction_default or 0.9, float, 0.5, 1.0), 0.01,
                          key="fraction")
@@ -134,6 +137,11 @@ def read_scenario() -> Scenario | None:
                            tp=str(tp), pp=str(pp),
                            ctx=str(context), conc=str(concurrency), util=str(fraction), headroom=str(headroom))
     try:
+        for key, label in (("tp", "Tensor parallel size"), ("pp", "Pipeline parallel size"),
+                           ("context", "Context"), ("concurrency", "Concurrent requests")):
+            low, high = LIMITS[key]
+            if not low <= st.session_state[key] <= high:
+                raise KvsizeError(f"'{label}' must be from {low:,} to {high:,}, got {st.session_state[key]:,}")
         if upload is not None:
             shape, name = _uploaded_shape(upload.getvalue()), upload.name
         else:

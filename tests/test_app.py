@@ -327,3 +327,16 @@ def test_the_serve_command_for_an_uploaded_config_names_a_placeholder_not_the_fi
     _upload(at, "upload", "qwen3-8b.json", json.dumps(model_profile("qwen3-8b").config).encode())
     command = next(c.value for c in at.code if "serve" in c.value)
     assert command.startswith("vllm serve MODEL_DIR ") and "qwen3-8b.json" not in command
+
+
+@pytest.mark.parametrize("key, value, needle", [("tp", 0, "'Tensor parallel size' must be from 1 to 64, got 0"),
+                                                ("context", 20_000_000, "'Context' must be from 1 to 10,485,760"),
+                                                ("concurrency", -5, "'Concurrent requests' must be from 1 to 100,000")])
+def test_an_out_of_range_entry_is_a_banner_and_clears_the_answer(key, value, needle):
+    at = _app()
+    assert _metric(at, "Max concurrency")
+    at.number_input(key=key).set_value(value)
+    at.run()
+    assert not at.exception
+    assert any(needle in e.value for e in at.error)
+    assert not any(m.label.startswith("Max concurrency") for m in at.metric)  # no stale figures
