@@ -161,3 +161,24 @@ def test_chart_png_export_renders_through_chromium():
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     # PNG IHDR: width and height as big-endian 32-bit integers at bytes 16..24
     assert int.from_bytes(png[16:20], "big") == 600 and int.from_bytes(png[20:24], "big") == 300
+
+
+def test_upload_a_config_then_share_the_link(page, app_url, tmp_path):
+    # Qwen3-8B's config.json uploaded in the sidebar is sized as the bundled profile is; the page link
+    # keeps the widgets but not the file, and says so.
+    import json
+
+    from sizing.profiles import model_profile
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(model_profile("qwen3-8b").config))
+    page.goto(f"{app_url}/?model=llama-3.1-8b&gpu=h100-sxm&engine=vllm&ctx=32768&conc=8")
+    page.wait_for_selector('[data-testid="stMetricValue"]')
+    page.locator('[data-testid="stSidebar"] input[type="file"]').first.set_input_files(str(config))
+    qwen = estimate(scenario("qwen3-8b", max_model_len=32768, concurrency=8, memory_fraction=0.92))
+    assert _wait_for_metric(page, "KV bytes per token", "147,456") == "147,456"  # 2 x 36 x 8 x 128 x 2 B
+    assert _wait_for_metric(page, "Max concurrency", f"{qwen.max_concurrency:,}") == f"{qwen.max_concurrency:,}"
+    assert page.get_by_text("An uploaded config is not part of the page link").count() == 1
+    page.get_by_role("tab", name="Fleet").click()
+    page.wait_for_selector('[data-testid="stMetric"]:has-text("Cheapest fleet")')
+    assert "vllm serve MODEL_DIR" in page.locator('[data-testid="stCode"]').first.inner_text()
