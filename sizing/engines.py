@@ -358,6 +358,23 @@ def _llamacpp_pool(layout: CacheLayout, block_size: int, in_flight_tokens: int) 
 ModelRule = Callable[[ModelShape, str, str, "Release | None"], tuple[ModelShape, str, str, tuple[str, ...]]]
 
 
+def vllm_default_context(shape: ModelShape, rule) -> int:
+    """vLLM's derived max_model_len (vllm/config/model.py _get_and_verify_max_len; rule: the release's)."""
+    derived = shape.max_position_embeddings
+    if not any(part in shape.model_type for part in rule.factor_skipped_model_types):
+        factor = 1.0
+        for kind, value, original in shape.rope_scalings:
+            if kind in rule.factor_exempt_rope_types:
+                continue
+            factor = value if value is not None else factor
+            if kind == "yarn" and rule.yarn_length_from_original and original is not None:
+                derived = original
+        derived = int(derived * factor)
+    if rule.longrope_uses_original and any(kind == "longrope" for kind, _, _ in shape.rope_scalings):
+        return shape.original_max_position_embeddings or derived
+    return derived
+
+
 def _as_configured(shape: ModelShape, k_format: str, v_format: str, release: Release | None):
     return shape, k_format, v_format, ()
 
@@ -434,6 +451,13 @@ class Engine:
 
     def budget(self, m: MemoryTerms, fraction: float, headroom: float) -> Budget:
         return self.budget_rule(m, fraction, headroom, self.release)
+
+    def default_max_model_len(self, shape: ModelShape) -> int:
+        """The context the engine serves when no --max-model-len is given."""
+        rule = self.release.default_context if self.release else None
+        if rule is None:
+            return shape.max_position_embeddings
+        return vllm_default_context(shape, rule)
 
     def build_model(self, shape: ModelShape, k_format: str, v_format: str):
         """(shape, k format, v format, notes) as this engine release builds the model."""

@@ -309,7 +309,7 @@ def build_layout(
                    + cdiv(shape.recurrent_state_elements - conv, tp) * DTYPE_BYTES[shape.recurrent_state_dtype])
     for i in layers:
         kind = shape.layer_kinds[i]
-        if kind == "none":
+        if kind in ("none", "shared"):
             continue
         if kind == "recurrent":
             recurrent[i] = RecurrentStateSpec(state_bytes, shape.recurrent_checkpoint_alignment)

@@ -306,7 +306,7 @@ def with_engine_defaults(s: Scenario, engine: Engine | None = None) -> Scenario:
     if s.max_num_batched_tokens is None and r is not None and r.profile_tokens == "v0_unchunked":
         # vLLM V0 (config.py SchedulerConfig): no chunked prefill up to 32K contexts, so one step
         # holds a whole max_model_len prompt; longer contexts turn chunking on at 2048 tokens.
-        length = s.max_model_len or s.shape.max_position_embeddings
+        length = s.max_model_len or engine.default_max_model_len(s.shape)
         tokens = max(length, 2048) if length <= V0_CHUNKED_PREFILL_ABOVE else 2048
     seqs = s.max_num_seqs or (row.max_num_seqs if row else DEFAULT_MAX_NUM_SEQS)
     return s.evolve(max_num_batched_tokens=tokens, max_num_seqs=seqs)
@@ -512,7 +512,7 @@ def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index
     su = _stage_setup(s, engine, k_name, v_name, index, stage, num_stages)
     shape, layout, pool, budget, terms, state = su.shape, su.layout, su.pool, su.budget, su.terms, su.state_bytes
     warnings = list(su.notes)
-    max_model_len = s.max_model_len or shape.max_position_embeddings
+    max_model_len = s.max_model_len or engine.default_max_model_len(shape)
     if max_model_len > shape.max_position_embeddings:
         warnings.append(
             f"--max-model-len {max_model_len} exceeds the model's max_position_embeddings "

@@ -138,6 +138,19 @@ def prefill_graph_sizes(max_tokens: int) -> list[int]:
     return [x for x in sizes if x <= max_tokens]
 
 
+class DefaultContextRule(_Strict):
+    """How vLLM derives max_model_len when none is given (vllm/config/model.py, _get_and_verify_max_len)."""
+
+    # LongRoPE models default to original_max_position_embeddings (Phi-3-mini-128k: 4,096).
+    longrope_uses_original: bool
+    # RoPE scaling types whose factor does not multiply the derived length.
+    factor_exempt_rope_types: frozenset[str]
+    # YaRN's derived length is original_max_position_embeddings × factor (0.21-0.26), not max_position_embeddings.
+    yarn_length_from_original: bool = False
+    # model_types (by substring) whose max_position_embeddings already includes the scaling (Gemma 3).
+    factor_skipped_model_types: frozenset[str] = frozenset()
+
+
 class Release(_Strict):
     """One release range, as its data file holds it. Engines without a profiling run of their own
     (SGLang, TensorRT-LLM, ...) leave the vLLM-only fields out; the activation and CUDA graphs shown
@@ -173,6 +186,8 @@ class Release(_Strict):
     # vllm serve keeps the first and last N layers of dense (non-hybrid) models in the model dtype
     # under these formats (TurboQuant's boundary protection).
     boundary_layers_in_model_dtype: BoundaryLayers | None = None
+    # None: the model's max_position_embeddings (releases whose rule is not confirmed from source).
+    default_context: DefaultContextRule | None = None
     sources: dict[str, str]
 
     def __hash__(self) -> int:  # estimates cache on the engine; one file per (engine, release)

@@ -9,6 +9,8 @@ back to the raw JSON under the common field names. The result is a plain, frozen
 
 from __future__ import annotations
 
+import math
+
 import json
 import os
 import sys
@@ -23,7 +25,8 @@ from .inputs import limited_text, read_limited
 MAX_CONFIG_BYTES = 4 * 1024 * 1024  # a real config.json is a few KiB; refuse anything huge
 
 # What each layer holds. "full", "sliding" and "chunked" hold per-token K and V (or the
-# MLA latent); "recurrent" holds a fixed-size state per sequence; "none" holds nothing.
+# MLA latent); "recurrent" holds a fixed-size state per sequence; "none" holds nothing; "shared"
+# attends with an earlier layer's cache (Gemma 3n's and Gemma 4's num_kv_shared_layers) and holds nothing.
 LAYER_TYPE_KINDS = {
     "full_attention": "full",
     "indexed_attention": "full",  # DeepSeek sparse attention: the MLA latent plus an indexer key (index_head_dim)
@@ -111,6 +114,11 @@ class ModelShape:
     sliding_window_size: int | None = None
     layer_head_dims: tuple[int, ...] = ()
     layer_v_head_dims: tuple[int, ...] = ()
+    # RoPE scalings as (rope_type, factor or None, original_max_position_embeddings or None), one per
+    # rope_parameters entry (per layer type where the config gives one per type); engines derive their
+    # default max_model_len from them and from the config's own original_max_position_embeddings.
+    rope_scalings: tuple[tuple[str, float | None, int | None], ...] = ()
+    original_max_position_embeddings: int | None = None
     parsed_with: str = "transformers"
     notes: tuple[str, ...] = field(default=())
 
@@ -160,6 +168,7 @@ class ModelShape:
         data["notes"] = tuple(data.get("notes", ()))
         for key in ("layer_kv_heads", "layer_head_dims", "layer_v_head_dims"):
             data[key] = tuple(data.get(key, ()))
+        data["rope_scalings"] = tuple(tuple(r) for r in data.get("rope_scalings", ()))
         return cls(**data)
 
 
@@ -221,6 +230,19 @@ def _transformers_config(raw: dict[str, Any]) -> Any | None:
         raise KvsizeError(f"config.json ({model_type}) rejected by its transformers config class: {e}") from None
 
 
+def _lookup(source: Any, name: str) -> tuple[bool, Any]:
+    if isinstance(source, dict):
+        return name in source, source.get(name)
+    try:
+        return True, getattr(source, name)
+    except AttributeError:
+        return False, None
+    except RuntimeError:
+        # transformers' heterogeneous configs (Gemma 4) refuse a global read of a per-layer field;
+        # the per-layer values are read with _Fields.per_layer, the file's global value stands here.
+        return False, None
+
+
 class _Fields:
     """Looks fields up on the text config, then the outer config, then the raw JSON."""
 
@@ -232,11 +254,23 @@ class _Fields:
         # sets sliding_window to None when use_sliding_window is false, and that must win.
         for source in self.sources:
             for name in names:
-                present = name in source if isinstance(source, dict) else hasattr(source, name)
+                present, value = _lookup(source, name)
                 if present:
-                    value = source[name] if isinstance(source, dict) else getattr(source, name)
                     return default if value is None else value
         return default
+
+    def per_layer(self, name: str, num_layers: int) -> tuple | None:
+        """A field transformers' heterogeneous configs keep per layer (per_layer_config), else None."""
+        for source in self.sources:
+            if isinstance(source, dict):
+                continue
+            attributes, layers = _lookup(source, "per_layer_attributes")[1], _lookup(source, "per_layer_config")[1]
+            if name in (attributes or ()) and layers is not None:
+                if len(layers) != num_layers:
+                    raise KvsizeError(f"config.json: per-layer {name} for {len(layers)} layers, "
+                                      f"num_hidden_layers is {num_layers}")
+                return tuple(getattr(layer, name) for layer in layers)
+        return None
 
     def need_int(self, *names: str, minimum: int = 1) -> int:
         value = self.get(*names)
@@ -324,6 +358,14 @@ def resolve_shape(raw: dict[str, Any]) -> ModelShape:
     kinds, blocks, global_window = _layer_kinds(f, num_layers)
     if nas:
         kinds = ["full" if h else "none" for h in nas.kv_heads]
+    shared = _as_int(f.get("num_kv_shared_layers", default=0), "num_kv_shared_layers")
+    if shared:
+        # Gemma 3n / Gemma 4: the last num_kv_shared_layers layers attend with an earlier layer's K and V
+        # and keep no cache of their own.
+        if shared >= num_layers:
+            raise KvsizeError(f"config.json: num_kv_shared_layers {shared} leaves no layer of the "
+                              f"{num_layers} to hold the cache")
+        kinds = kinds[:num_layers - shared] + ["shared"] * shared
     sliding_window = f.get("sliding_window", "sliding_window_size")
     if sliding_window is not None:
         sliding_window = _as_int(sliding_window, "sliding_window", 1)
@@ -367,8 +409,9 @@ def resolve_shape(raw: dict[str, Any]) -> ModelShape:
     layer_params = []
     for i, kind in enumerate(kinds):
         attn = mixer_params if kind == "recurrent" else (attention_params if kind != "none" else 0)
-        if layer_kv_heads and kind not in ("recurrent", "none"):
-            attn = _attention_params(f, hidden, heads, layer_kv_heads[i], head_dim)
+        if (layer_kv_heads or layer_head_dims) and kind not in ("recurrent", "none"):
+            attn = _attention_params(f, hidden, heads, layer_kv_heads[i] if layer_kv_heads else kv_heads,
+                                     layer_head_dims[i] if layer_head_dims else head_dim)
         if nas:
             attn += nas.linear_attention[i] * hidden * hidden
             layer_params.append(LayerParams(attn, nas.mlp_params(i, hidden), 0, 2 * hidden))
@@ -429,9 +472,35 @@ def resolve_shape(raw: dict[str, Any]) -> ModelShape:
         weights_quantization=str(quant_method) if quant_method else None,
         gated_mlp=gated,
         rotary_dim=_rotary_dim(f, head_dim, mla_latent is not None),
+        rope_scalings=_rope_scalings(f),
+        original_max_position_embeddings=_optional_int(f.get("original_max_position_embeddings"),
+                                                       "original_max_position_embeddings"),
         parsed_with=parsed_with,
         notes=tuple(notes),
     )
+
+
+def _optional_int(value: Any, name: str) -> int | None:
+    return None if value is None else _as_int(value, name, 1)
+
+
+def _rope_scalings(f: _Fields) -> tuple[tuple[str, float | None, int | None], ...]:
+    """transformers' rope_parameters (or the file's rope_scaling): one dict, or one per layer type."""
+    params = f.get("rope_parameters", "rope_scaling")
+    if not isinstance(params, dict):
+        return ()
+    entries = [v for v in params.values() if isinstance(v, dict)] if all(
+        isinstance(v, dict) for v in params.values()) and params else [params]
+    out = []
+    for entry in entries:
+        kind = entry.get("rope_type", entry.get("type", "default"))
+        factor = entry.get("factor")
+        if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float))
+                                   or not math.isfinite(factor) or factor <= 0):
+            raise KvsizeError(f"config.json rope scaling 'factor' must be a positive number, got {factor!r}")
+        out.append((str(kind), None if factor is None else float(factor),
+                    _optional_int(entry.get("original_max_position_embeddings"), "original_max_position_embeddings")))
+    return tuple(out)
 
 
 def _rotary_dim(f: _Fields, head_dim: int, mla: bool) -> int:
@@ -515,6 +584,12 @@ def _layer_geometry(f: _Fields, kinds: list[str], kv_heads: int, head_dim: int,
     v_dims = [full_v] * len(kinds)
     if nas:
         heads = [h or kv_heads for h in nas.kv_heads]
+    for name, values in (("head_dim", dims), ("num_key_value_heads", heads)):
+        per_layer = f.per_layer(name, len(kinds))
+        if per_layer is not None:
+            values[:] = [_as_int(x, name, 1) if x is not None else values[i] for i, x in enumerate(per_layer)]
+            if name == "head_dim" and v_dim is None:
+                v_dims[:] = list(dims)
     for i, kind in enumerate(kinds):
         if kind == "sliding":
             if swa_heads is not None:

@@ -173,3 +173,36 @@ def test_hybrid_layer_pattern_in_the_file_beats_the_class_default():
     config = json.loads((FIXTURES / "configs" / "MiMo-V2-style.json").read_text())
     config.update(num_hidden_layers=4, hybrid_layer_pattern=[1, 0, 1, 0], moe_layer_freq=[0, 1, 1, 1])
     assert resolve_shape(config).layer_kinds == ("sliding", "full", "sliding", "full")
+
+
+
+def test_glm5_dsa_cache_from_an_abridged_config_and_transformers_defaults():
+    # GLM-5-FP8's config.json as ai-dynamo/aiconfigurator keeps it (no indexer fields): transformers'
+    # GlmMoeDsaConfig supplies index_head_dim 128. vLLM keeps per layer the 576-value MLA latent
+    # (kv_lora_rank 512 + qk_rope_head_dim 64) and a 132 B indexer key (128 fp8 + one fp32 scale);
+    # under fp8 the latent is fp8_ds_mla, 656 B (512 fp8 + 4 fp32 scales + 64 bf16 rope).
+    from sizing.plan import Scenario
+    from sizing.profiles import load_model
+
+    name, shape = load_model(str(FIXTURES / "configs" / "GLM-5-FP8-abridged.json"))
+    assert shape.num_layers == 78 and shape.index_head_dim == 128
+    for kv, per_layer in (("auto", 576 * 2 + 132), ("fp8", 656 + 132)):
+        e = estimate(Scenario(name, shape, "H200", 150_109_880_320, tensor_parallel_size=8, k_cache_dtype=kv,
+                              v_cache_dtype=kv, weights_dtype="fp8", kv_cache_memory_bytes=10 * 2**30))
+        assert e.kv_bytes_per_token == 78 * per_layer
+
+
+def test_gemma4_shares_kv_in_its_last_layers_and_widens_full_attention_heads():
+    # gemma-4-E2B config.json: 35 layers, num_kv_shared_layers 20, sliding window 512, one KV head;
+    # transformers' per-layer configs give full-attention layers head_dim 512, sliding ones 256.
+    # vLLM 0.33 (fixtures/vllm-reference/config-gemma-4-E2B.json): 13 sliding + 2 full layers hold a
+    # cache, 17,408 B per token in bf16 = 13 x 256 x 2 x 2 + 2 x 512 x 2 x 2.
+    from sizing.layers import build_layout
+    from sizing.profiles import load_model
+
+    _, shape = load_model(str(FIXTURES / "configs" / "gemma-4-E2B.json"))
+    assert shape.layer_kinds.count("shared") == 20
+    layout = build_layout(shape, "bf16", "bf16")
+    assert sorted({(s.kind, s.head_dim) for s in layout.kv.values()}) == [("full", 512), ("sliding", 256)]
+    assert len(layout.kv) == 15
+    assert sum(layout.token_bytes()) == 17_408

@@ -74,6 +74,16 @@ def test_pool_matches_vllm(fixture, v):
 
 
 @pytest.mark.parametrize("fixture, v", list(_variants(True)))
+def test_default_max_model_len_matches_vllm(fixture, v):
+    # The oracle ran without --max-model-len: vLLM derived it (Phi-3-mini-128k's LongRoPE: 4,096).
+    name, shape = _model(fixture)
+    assert estimate(Scenario(name, shape, "H200", H200_CUDA_BYTES, engine="vllm", tensor_parallel_size=v["tp"],
+                             k_cache_dtype=v["kv_cache_dtype"], v_cache_dtype=v["kv_cache_dtype"],
+                             kv_cache_memory_bytes=v.get("available_bytes", 10 * 2**30))).max_model_len \
+        == v["max_model_len"]
+
+
+@pytest.mark.parametrize("fixture, v", list(_variants(True)))
 def test_layer_specs_match_vllm(fixture, v):
     e = _estimate(fixture, v)
     block = v["block_size_effective"]
