@@ -9,7 +9,9 @@ ERROR_BOUNDS = {
     "fp8_per_token_head": 0.05, "int8_per_token_head": 0.02, "nvfp4": 0.15,
     # per-token schemes pay for the outlier key channels (why KIVI quantizes keys per channel)
     "q8_0": 0.015, "q5_0": 0.1, "q5_1": 0.08, "q4_0": 0.2, "q4_1": 0.15, "iq4_nl": 0.2,
-    "lmdeploy_int8": 0.02, "lmdeploy_int4": 0.25, "kivi4": 0.12, "kivi2": 0.5, "kvquant3": 0.3,
+    "lmdeploy_int8": 0.02, "lmdeploy_int4": 0.25, "lmdeploy_fp8": 0.05, "lmdeploy_fp8_e5m2": 0.1,
+    "lmdeploy_turboquant": 0.45,  # 2-bit values: four levels per rotated coordinate
+    "kivi4": 0.12, "kivi2": 0.5, "kvquant3": 0.3,
     "int4_per_token_head": 0.25, "nvfp4_4over6": 0.15, "nvfp4_ds_mla": 0.15, "fp4_e2m1_nvfp4": 0.15,
     "ultraquant_4bit": 0.2, "fp4_e2m1_mxfp4": 0.2, "sglang_int8": 0.02, "int8": 0.05,
     "turboquant_k8v4": 0.12, "turboquant_4bit_nc": 0.15, "turboquant_k3v4_nc": 0.25, "turboquant_3bit_nc": 0.25,

@@ -177,6 +177,10 @@ def roundtrip(name: str, x: torch.Tensor, side: str = "k", options: FormatOption
         "iq4_nl": lambda: _iq4_nl(x),
         "lmdeploy_int8": lambda: _int_asym(x, 8, -1),
         "lmdeploy_int4": lambda: _int_asym(x, 4, -1),
+        "lmdeploy_fp8": lambda: _fp8_scaled(x, torch.float8_e4m3fn, None),
+        "lmdeploy_fp8_e5m2": lambda: _fp8_scaled(x, torch.float8_e5m2, None),
+        # quant_policy 42: K and V as rotated unit vectors with their norms, K at 4 bits, V at 2.
+        "lmdeploy_turboquant": lambda: _turboquant_key(x, 4 if side == "k" else 2),
         "kivi2": lambda: _kivi(x, 2, side, o),
         "kivi4": lambda: _kivi(x, 4, side, o),
         "kvquant3": lambda: _kvquant3(x, o),

@@ -348,6 +348,44 @@ def _lmdeploy(name: str, bits: int) -> KVFormat:
     )
 
 
+LMDEPLOY_CACHE_ENGINE = ("LMDeploy PyTorch engine, lmdeploy/pytorch/engine/cache_engine/engine.py (InternLM/lmdeploy@"
+                         "f97f25ac06755e786e6bea8b24f793e5d289023a): get_k_cache_desc, get_v_cache_desc, "
+                         "get_quant_cache_descs")
+
+
+def _lmdeploy_fp8(name: str, dtype: str, policy: int) -> KVFormat:
+    side = SideLayout((_values(8, dtype), Component("scale", "fp32", 32, PerLayer(parameter=True))))
+    return KVFormat(
+        name, "lmdeploy", side, side,
+        source=f"{LMDEPLOY_CACHE_ENGINE}: quant_policy {policy} stores K and V as torch {dtype} (one byte per "
+               "value) and keeps no scale tensors in the cache: the scales are the attention layer's fixed "
+               "scalars (counted here as one per layer and side, with the weights). PyTorch engine only; "
+               "TurboMind rejects it",
+        engines=("lmdeploy", "ideal"),
+        summary=f"{dtype} values (--quant-policy {policy}), one scalar scale per layer for K and one for V",
+        quality="near-lossless, as fp8 KV caches elsewhere; LMDeploy publishes no evaluation for it",
+        quality_source="unconfirmed",
+    )
+
+
+def _lmdeploy_turboquant() -> KVFormat:
+    # quant_policy 42: K packed 4-bit (head_size // 2 bytes) with two model-dtype values per token per
+    # head (its MSE and QJL norms); V packed 2-bit (head_size // 4 bytes) with one (its MSE norm).
+    k = SideLayout((_values(4, "uint4 TurboQuant index"),
+                    Component("MSE norm and QJL norm", "2 x model dtype", 32, PerTokenHead())))
+    v = SideLayout((_values(2, "uint2 TurboQuant index"), Component("MSE norm", "model dtype", 16, PerTokenHead())))
+    return KVFormat(
+        "lmdeploy_turboquant", "lmdeploy", k, v,
+        source=f"{LMDEPLOY_CACHE_ENGINE}: quant_policy 42 (QuantPolicy.TURBO_QUANT) packs K at 4 bits and V at "
+               "2 bits per value in uint8, with quant tensors of shape [..., 2] for K and [..., 1] for V in the "
+               "model dtype (2 bytes each). PyTorch engine only",
+        engines=("lmdeploy", "ideal"),
+        summary="4-bit K with two norms, 2-bit V with one norm, per token per head (--quant-policy 42)",
+        quality="LMDeploy publishes no evaluation for it; test on your own workload",
+        quality_source="unconfirmed",
+    )
+
+
 def _kivi(name: str, bits: int, options: FormatOptions) -> KVFormat:
     g, r = options.kivi_group, options.kivi_residual
     k = SideLayout((
@@ -569,6 +607,9 @@ _ROWS: dict[str, Callable[[FormatOptions], KVFormat]] = {
     "iq4_nl": lambda o: _llamacpp("iq4_nl", 4, 18, False, "iq4 codebook index"),
     "lmdeploy_int8": lambda o: _lmdeploy("lmdeploy_int8", 8),
     "lmdeploy_int4": lambda o: _lmdeploy("lmdeploy_int4", 4),
+    "lmdeploy_fp8": lambda o: _lmdeploy_fp8("lmdeploy_fp8", "fp8_e4m3", 16),
+    "lmdeploy_fp8_e5m2": lambda o: _lmdeploy_fp8("lmdeploy_fp8_e5m2", "fp8_e5m2", 17),
+    "lmdeploy_turboquant": lambda o: _lmdeploy_turboquant(),
     "kivi2": lambda o: _kivi("kivi2", 2, o),
     "kivi4": lambda o: _kivi("kivi4", 4, o),
     "kvquant3": lambda o: _kvquant3("kvquant3", o),

@@ -123,7 +123,7 @@ def test_compare_lists_every_format(capsys):
     by_name = {r["format"]: r for r in rows}
     assert by_name["fp8_e4m3"]["ratio_to_bf16"] == 0.5
     assert by_name["q8_0"]["ratio_to_bf16"] == 34 / 64  # 34 bytes per 32 values vs 64
-    assert len(rows) == len(FORMAT_NAMES) == 31  # every format a user can choose (sizing/formats.py)
+    assert len(rows) == len(FORMAT_NAMES) == 34  # every format a user can choose (sizing/formats.py)
 
 
 def test_sweep_csv_and_xlsx(tmp_path):

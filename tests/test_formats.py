@@ -131,3 +131,17 @@ def test_plan_leaves_out_what_the_support_table_rules_out():
                                                              ("h100-sxm", "fp8_e4m3")}
     (refused,) = unsupported_pairs(["a100-80gb"], ["fp8_e4m3"], "trtllm@1.0")
     assert "no FP8 on Ampere" in refused[2]
+
+
+@pytest.mark.parametrize("name, per_token_head", [
+    # lmdeploy/pytorch/engine/cache_engine/engine.py: quant_policy 16/17 store one fp8 byte per value and
+    # no per-token scales (the scales are the attention layer's scalars); 42 packs K at 4 bits with two
+    # 2-byte norms and V at 2 bits with one: 64 + 4 + 32 + 2 = 102 B per token per head at head size 128.
+    ("lmdeploy_fp8", 2 * 128), ("lmdeploy_fp8_e5m2", 2 * 128), ("lmdeploy_turboquant", 64 + 4 + 32 + 2)])
+def test_lmdeploy_quant_policies(name, per_token_head):
+    from sizing.layers import build_layout
+    from sizing.profiles import load_model
+
+    _, shape = load_model("llama-3.1-8b")  # 32 layers, 8 KV heads of 128
+    layout = build_layout(shape, name, name)
+    assert sum(layout.token_bytes()) == 32 * 8 * per_token_head
