@@ -14,7 +14,8 @@ from .run import REPORT_SCHEMA, model_shape, pool_tensor_sizes, predict_capacity
 
 # Relative tolerances per checked figure; storage must match to the byte.
 ALLOCATOR_TAIL_BYTES = 2 * 2**20  # PyTorch's caching allocator rounds large segments to 2 MiB
-TOLERANCES = {"storage_bytes": 0.0, "weights_bytes": 0.005, "num_blocks": 0.01}
+TOLERANCES = {"storage_bytes": 0.0, "weights_bytes": 0.005, "num_blocks": 0.01,
+              "transfer_seconds": 0.10}  # issue goal: the tier and P/D models within 10% of measured copies
 
 
 def _rel(a: float, b: float) -> float:
@@ -51,6 +52,44 @@ def check_report(report: dict, tolerance: float | None = None) -> list[str]:
             problems.append(f"decode {p['format']} b{p['batch']} ctx{p['context']}: attention error "
                             f"{p['attention_rel_error']:.4f} > bound {bound}")
     problems += _check_kernels(report, tolerance)
+    problems += _check_transfers(report, tolerance)
+    return problems
+
+
+def _check_transfers(report: dict, tolerance: float | None) -> list[str]:
+    """Paged offload/reload and layer-wise peer sends against the link model fitted on the report's
+    contiguous sweeps (sizing/tiers.py); each point's bytes must be what its layout holds."""
+    from sizing.tiers import host_transfer_from_report, layered_send_seconds, peer_link_from_report
+
+    tol = TOLERANCES["transfer_seconds"] if tolerance is None else tolerance
+    problems = []
+    if report.get("host_paged"):
+        model = host_transfer_from_report(report, "report")
+        for p in report["host_paged"]:
+            _, shape = model_shape(p["model"], None)
+            layout = build_layout(shape, p["format"], p["format"])
+            block_bytes = sum(spec.page_bytes(p["block_size"]) for spec in layout.kv.values())
+            where = f"host {p['direction']} {p['format']} block {p['block_size']} x {p['blocks']}"
+            if (p["block_bytes"], p["bytes"]) != (block_bytes, p["blocks"] * block_bytes):
+                problems.append(f"{where}: {p['bytes']} B recorded, the layout holds {p['blocks'] * block_bytes} B")
+                continue
+            predicted = (model.offload_seconds if p["direction"] == "d2h" else model.reload_seconds)(p["bytes"])
+            if _rel(predicted, p["seconds"]) > tol:
+                problems.append(f"{where}: measured {p['seconds'] * 1e3:.3f} ms, predicted {predicted * 1e3:.3f} ms")
+    if report.get("peer_layered"):
+        link = peer_link_from_report(report, "report")
+        for p in report["peer_layered"]:
+            _, shape = model_shape(p["model"], None)
+            layout = build_layout(shape, p["format"], p["format"])
+            layer_bytes = [sum(spec.bytes_for(p["tokens"])) for spec in layout.kv.values()]
+            where = f"peer {p['format']} {p['tokens']} tokens"
+            if (p["bytes"], p["layers"]) != (sum(layer_bytes), len(layer_bytes)):
+                problems.append(f"{where}: {p['bytes']} B in {p['layers']} sends recorded, the layout holds "
+                                f"{sum(layer_bytes)} B in {len(layer_bytes)}")
+                continue
+            predicted = layered_send_seconds(link, layer_bytes)
+            if _rel(predicted, p["seconds"]) > tol:
+                problems.append(f"{where}: measured {p['seconds'] * 1e3:.3f} ms, predicted {predicted * 1e3:.3f} ms")
     return problems
 
 
@@ -213,7 +252,8 @@ def _check_kernels(report: dict, tolerance: float | None) -> list[str]:
 
 
 MAX_REPORT_BYTES = 64 * 2**20
-POINT_SECTIONS = ("allocation", "capacity", "decode", "kernels", "kernel_extras", "tensor_parallel")
+POINT_SECTIONS = ("allocation", "capacity", "decode", "kernels", "kernel_extras", "tensor_parallel", "host_paged",
+                  "peer_layered")
 
 
 def _non_finite(value, where: str = "") -> list[str]:
