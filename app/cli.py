@@ -167,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, fn, text in (("models", cmd_models, "bundled model profiles"), ("gpus", cmd_gpus, "bundled GPUs"),
                            ("formats", cmd_formats, "KV cache formats"),
+                           ("links", cmd_links, "links between KV tiers (host, disk, remote, peer GPUs)"),
                            ("support", cmd_support, "which KV format each engine runs on each GPU architecture")):
         p = sub.add_parser(name, help=text)
         p.add_argument("--format", choices=["table", "json"], default="table", help="output form (default table)")
@@ -194,6 +195,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="inter-token latency each replica must keep at the peak (overrides the workload's)")
     _add_scenario_options(p, single=False)
     p.set_defaults(run=cmd_plan)
+
+    p = sub.add_parser("tiers", help="KV tiers below HBM: what each holds, reload vs recompute, prefix hit rates")
+    p.add_argument("--workload", required=True, help="workload file (.yaml, .yml or .json); its sessions give the reuse")
+    _add_scenario_options(p)
+    p.add_argument("--kv-cache-dtype", default="auto", help="KV format, as the engine spells it (default auto)")
+    p.add_argument("--host-memory", type=_size, default=None,
+                   help="host DRAM for KV per replica, e.g. 256GiB (vLLM --kv-offloading-size, summed over TP ranks)")
+    p.add_argument("--disk", type=_size, default=None, help="local NVMe for KV per replica, e.g. 2TB")
+    p.add_argument("--remote", type=_size, default=None, help="remote/shared KV store per replica, e.g. 10TB")
+    for kind, default in (("host", "pcie5-x16"), ("disk", "nvme-gen4"), ("remote", "ethernet-400g")):
+        p.add_argument(f"--{kind}-link", default=default, help=f"link of the {kind} tier (kvsize links; default {default})")
+    p.add_argument("--session-tokens", type=_tokens, default=32768,
+                   help="tokens of one session brought back to HBM in the reload figures (default 32k)")
+    p.add_argument("--mfu", type=_fraction, default=None, help="prefill MFU for recomputing (default 0.5)")
+    p.add_argument("--format", choices=["table", "json"], default="table", help="output form (default table)")
+    p.set_defaults(run=cmd_tiers)
 
     p = sub.add_parser("measure", help="measure on an NVIDIA GPU and write a report (needs torch)")
     p.add_argument("--model", action="append", required=True, help="bundled model id (repeatable)")
@@ -672,6 +689,90 @@ def cmd_formats(args: argparse.Namespace) -> int:
         print(f"{r['name']:<21}{r['k_bytes_per_token_per_head_at_128']:>7.1f} B/token/head (head_dim 128)  "
               f"{r['summary']}\n{'':<21}engines: {', '.join(r['engines'])}; layout: {r['source']}")
     return 0
+
+
+def cmd_links(args: argparse.Namespace) -> int:
+    from sizing.profiles import link_ids, link_profile
+
+    rows = [dict(id=k, **link_profile(k).model_dump()) for k in link_ids()]
+    if args.format == "json":
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        return 0
+    for r in rows:
+        shared = "shared by the node's GPUs" if r["shared_by_gpus"] else "one per GPU"
+        print(f"{r['id']:<15}{r['bandwidth_gb_s']:>8g} GB/s {r['latency_us']:>6g} us  {r['kind']:<7}{shared}\n"
+              f"{'':<15}{r['name']}; {r['source']}")
+    return 0
+
+
+def cmd_tiers(args: argparse.Namespace) -> int:
+    from sizing.speed import DEFAULT_MFU
+    from sizing.tiers import engine_offload_options, tiers_for
+    from sizing.workload import read_workload
+
+    workload = read_workload(args.workload)
+    scenario = scenario_from_args(args, args.model, args.gpu, args.engine, args.tensor_parallel_size,
+                                  args.max_model_len, args.kv_cache_dtype, args.kv_cache_dtype)
+    sizes = {k: v for k, v in (("host", args.host_memory), ("disk", args.disk), ("remote", args.remote)) if v}
+    links = {"host": args.host_link, "disk": args.disk_link, "remote": args.remote_link}
+    e, plan = tiers_for(scenario, workload, sizes, links, args.session_tokens, args.mfu or DEFAULT_MFU)
+    record = tiers_record(e, plan, workload, engine_offload_options(e.engine.name, sizes.get("host", 0),
+                                                                    scenario.tensor_parallel_size))
+    if args.format == "json":
+        sys.stdout.write(json.dumps(record, indent=2) + "\n")
+    else:
+        sys.stdout.write(render_tiers(record))
+    return 0
+
+
+def tiers_record(e, plan, workload, offload_options: str) -> dict:
+    return {
+        "schema": "kvsize.tiers/1", "model": e.scenario.model_name, "gpu": e.scenario.gpu_name,
+        "engine": e.engine.name, "kv_cache_dtype": e.k_format, "tensor_parallel_size": e.scenario.tensor_parallel_size,
+        "kv_bytes_per_token_per_gpu": plan.kv_bytes_per_token_per_gpu, "gpus_per_replica": plan.gpus,
+        "workload": workload.name, "hbm_reuse_tokens": plan.hbm_reuse_tokens,
+        "tiers": [dict(name=t.name, capacity_bytes=t.capacity_bytes, tokens=t.tokens, sessions_warm=t.sessions_warm,
+                       reload_seconds=t.reload_seconds, recompute_seconds=t.recompute_seconds,
+                       reload_beats_recompute=t.reload_beats_recompute, route=t.route, links=t.links)
+                  for t in plan.tiers],
+        "reuse": [dict(label=r.label, share_percent=r.share_percent, reused_tokens=r.reused_tokens,
+                       hit_rate=r.hit_rate, hit_by_tier=dict(zip(["hbm", *(t.name for t in plan.tiers)], r.hit_by_tier)))
+                  for r in plan.reuse],
+        "prefill_tokens_per_request": plan.prefill_tokens_per_request,
+        "prefill_tokens_saved_per_request": plan.prefill_tokens_saved_per_request,
+        "prefill_work_saved": plan.prefill_work_saved,
+        "ttft_seconds_no_reuse": plan.ttft_seconds_no_reuse, "ttft_seconds": plan.ttft_seconds,
+        "engine_options": offload_options,
+    }
+
+
+def render_tiers(r: dict) -> str:
+    lines = [f"KV tiers: {r['model']} on {r['gpu']} ({r['engine']}, {r['kv_cache_dtype']} KV, TP "
+             f"{r['tensor_parallel_size']}): {r['kv_bytes_per_token_per_gpu']:,} B per token per GPU, "
+             f"workload {r['workload']!r}",
+             f"  HBM left for prefixes at the peak: {r['hbm_reuse_tokens']:,} tokens"]
+    if r["tiers"]:
+        lines.append(f"  {'tier':<8}{'capacity GiB':>13}{'tokens':>15}{'sessions':>10}{'reload ms':>11}"
+                     f"{'recompute ms':>14}  faster")
+    for t in r["tiers"]:
+        lines.append(f"  {t['name']:<8}{t['capacity_bytes'] / GiB:>13,.1f}{t['tokens']:>15,}{t['sessions_warm']:>10,}"
+                     f"{t['reload_seconds'] * 1e3:>11.1f}{t['recompute_seconds'] * 1e3:>14.1f}  "
+                     f"{'reload' if t['reload_beats_recompute'] else 'recompute'}")
+    if r["tiers"]:
+        lines.append("  (times for one session of --session-tokens; routes to HBM: " +
+                     "; ".join(f"{t['name']} over {t['route']}" for t in r["tiers"]) +
+                     "; kvsize links gives each link's figures and source)")
+    for x in r["reuse"]:
+        where = ", ".join(f"{k} {v:.1%}" for k, v in x["hit_by_tier"].items())
+        lines.append(f"  reuse {x['label']!r} ({x['share_percent']:g}% of requests, {x['reused_tokens']:,} tokens): "
+                     f"hit {x['hit_rate']:.1%} ({where})")
+    if not r["reuse"]:
+        lines.append("  the workload has no sessions: give `sessions:` to see hit rates (examples/multi-turn-chat.yaml)")
+    lines.append(f"  prefill work saved {r['prefill_work_saved']:.1%}; mean TTFT (prefill) "
+                 f"{r['ttft_seconds_no_reuse'] * 1e3:,.1f} ms without reuse, {r['ttft_seconds'] * 1e3:,.1f} ms with it")
+    if r["engine_options"]:
+        lines.append(f"  engine options for the host tier: {r['engine_options']}")
+    return "\n".join(lines) + "\n"
 
 
 def cmd_support(args: argparse.Namespace) -> int:

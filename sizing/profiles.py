@@ -61,6 +61,19 @@ class GpuProfile(BaseModel):
     spec_source: str = Field(min_length=1)
 
 
+class LinkProfile(BaseModel):
+    """A link a KV tier or a disaggregated deployment moves blocks over (sizing/tiers.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)
+    kind: Literal["host", "peer", "disk", "remote"]
+    bandwidth_gb_s: float = Field(gt=0)  # per direction, sustained (GB = 10^9 bytes)
+    latency_us: float = Field(ge=0)
+    shared_by_gpus: bool  # one link for the node's GPUs (a drive, a NIC) rather than one per GPU
+    source: str = Field(min_length=1)
+
+
 class EfficiencyProfile(BaseModel):
     """Measured decode bandwidth efficiencies (a `decode_efficiency` report section, as data)."""
 
@@ -138,6 +151,22 @@ def gpu_profile(key: str) -> GpuProfile:
     if key.lower() not in lookup:
         raise unknown("GPU", key, gpu_ids(), "--gpu")
     return _load("gpus", lookup[key.lower()], GpuProfile)
+
+
+@cache
+def link_ids() -> tuple[str, ...]:
+    return tuple(_ids("links"))
+
+
+def link_profile(key: str, option: str = "--link") -> LinkProfile:
+    if key not in link_ids():
+        raise unknown("link", key, link_ids(), option)
+    return _link(key)
+
+
+@cache
+def _link(key: str) -> LinkProfile:
+    return _load("links", key, LinkProfile)
 
 
 @cache

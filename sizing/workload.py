@@ -85,6 +85,23 @@ class DraftModel(BaseModel):
         return value
 
 
+class Sessions(BaseModel):
+    """Requests that come back to a prefix kept from before: a shared system prompt, a conversation's
+    history, a document asked about again. What a KV tier holds for them is reused, not recomputed."""
+
+    model_config = _STRICT
+
+    name: str | None = None
+    share_percent: float = Field(gt=0, le=100, description="share of requests that reuse a prefix of this kind")
+    sessions: int = Field(gt=0, le=10**9, description="distinct prefixes alive at once (users, conversations, documents)")
+    reused_tokens: int = Field(gt=0, description="tokens of the prefix a returning request finds cached")
+    reuse_interval_s: float = Field(gt=0, description="mean seconds between two requests of one session")
+
+    @property
+    def label(self) -> str:
+        return self.name or f"{self.sessions:,} × {self.reused_tokens:,} tokens"
+
+
 class Workload(BaseModel):
     model_config = _STRICT
 
@@ -97,6 +114,14 @@ class Workload(BaseModel):
     draft: DraftModel | None = None
     itl_target_ms: float | None = Field(default=None, gt=0,
                                         description="inter-token latency each replica must keep at the peak")
+    sessions: tuple[Sessions, ...] = ()
+
+    @model_validator(mode="after")
+    def _sessions(self) -> Workload:
+        total = sum(g.share_percent for g in self.sessions)
+        if total > 100 + SHARE_TOLERANCE_PERCENT:
+            raise ValueError(f"sessions: share_percent must sum to at most 100, got {total:g}")
+        return self
 
     @model_validator(mode="after")
     def _mix(self) -> Workload:

@@ -10,6 +10,7 @@ from sizing.errors import KvsizeError
 from sizing.tiers import LinkFit, fit_link, host_transfer_from_report, peer_link_from_report
 
 REPORTS = Path(__file__).parent.parent / "measure" / "reports"
+EXAMPLES = Path(__file__).parent.parent / "examples"
 TRANSFER_REPORTS = sorted(REPORTS.glob("*transfer*.json"))
 
 
@@ -72,3 +73,93 @@ def test_a_transfer_point_with_the_wrong_bytes_is_rejected():
     report = json.loads((REPORTS / "h200-host-transfer.json").read_text())
     report["host_paged"][0]["bytes"] += 1
     assert any("the layout holds" in p for p in checked(report, None))
+
+
+# -- the tier model ---------------------------------------------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from helpers import scenario  # noqa: E402
+from sizing.tiers import Tier, lru_hit_rates, reload_seconds, tier_answers, tiers_for  # noqa: E402
+from sizing.workload import parse_workload  # noqa: E402
+
+PCIE = LinkFit(10e-6, 0.0, 50e9, "a 50 GB/s link")
+HBM = LinkFit(0.0, 0.0, 2e12, "a 2 TB/s copy")
+
+
+def test_lru_hit_rate_by_hand():
+    # 10 sessions of 50 tokens reused alike, a cache of 250 tokens: T solves 500 (1 - e^(-T/tau)) = 250,
+    # so every session's hit rate is 1/2; a cache that holds all 500 tokens hits every time.
+    assert lru_hit_rates(250, [(10, 50, 10.0)]) == [pytest.approx(0.5, rel=1e-9)]
+    assert lru_hit_rates(500, [(10, 50, 10.0)]) == [1.0]
+    assert lru_hit_rates(0, [(10, 50, 10.0)]) == [0.0]
+    # a group reused 10x as often is held longer: 1 - e^(-T/1) vs 1 - e^(-T/10)
+    hot, cold = lru_hit_rates(500, [(10, 50, 1.0), (10, 50, 10.0)])
+    assert hot > cold and 10 * 50 * hot + 10 * 50 * cold == pytest.approx(500, rel=1e-9)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 10_000), st.integers(1, 100_000), st.floats(0.01, 1e5)), min_size=1,
+                max_size=4),
+       st.floats(0, 1e9), st.floats(0, 1e9))
+def test_a_larger_cache_never_lowers_the_hit_rate(groups, a, b):
+    small, large = sorted((a, b))
+    for lo, hi in zip(lru_hit_rates(small, groups), lru_hit_rates(large, groups)):
+        assert hi >= lo - 1e-9
+        assert 0 <= lo <= 1 and 0 <= hi <= 1
+
+
+def test_reload_by_hand():
+    # 1 GiB over a 50 GB/s per-GPU link with 10 us latency, then scattered at 2 TB/s:
+    # 10e-6 + 2^30 / 50e9 + 2^30 / 2e12 = 0.02148... + 0.000537 s; a link the GPUs share moves both halves.
+    host = Tier("host", 10**12, (PCIE,), (False,))
+    assert reload_seconds(host, 2**30, 2, HBM) == pytest.approx(10e-6 + 2**30 / 50e9 + 2**30 / 2e12)
+    shared = Tier("disk", 10**12, (PCIE,), (True,))
+    assert reload_seconds(shared, 2**30, 2, HBM) == pytest.approx(10e-6 + 2 * 2**30 / 50e9 + 2**30 / 2e12)
+
+
+def test_tier_answer_by_hand():
+    # Llama-3.1-8B fp8 (32 layers x 8 KV heads x 128 x 2 sides x 1 B = 65,536 B per token), TP 1:
+    # 256 GiB of host memory holds 2^38 / 2^16 = 4,194,304 tokens, 128 sessions of 32K.
+    (answer,) = tier_answers([Tier("host", 256 * 2**30, (PCIE,), (False,))], 65_536, 1, 32_768, 1.0, HBM)
+    assert (answer.tokens, answer.sessions_warm) == (4_194_304, 128)
+    assert answer.reload_seconds == pytest.approx(10e-6 + 2**31 / 50e9 + 2**31 / 2e12)
+    assert answer.reload_beats_recompute
+
+
+WORKLOAD = {"peak_concurrency": 300, "buckets": [
+    {"max_context_tokens": 16384, "share_percent": 100, "output_tokens": 400, "prompt_tokens": 6000}],
+    "sessions": [{"share_percent": 85, "sessions": 3000, "reused_tokens": 5000, "reuse_interval_s": 90}]}
+
+
+def test_a_bigger_host_tier_saves_more_prefill_and_never_slows_ttft():
+    w = parse_workload(WORKLOAD)
+    s = scenario("llama-3.1-8b", k_cache_dtype="fp8", v_cache_dtype="fp8", max_model_len=16384)
+    plans = [tiers_for(s, w, {"host": gib * 2**30} if gib else {}, {}, 32768, 0.5)[1] for gib in (0, 64, 256, 1024)]
+    saved = [p.prefill_tokens_saved_per_request for p in plans]
+    ttft = [p.ttft_seconds for p in plans]
+    assert saved == sorted(saved) and saved[-1] > saved[0]
+    assert ttft == sorted(ttft, reverse=True) and ttft[-1] < plans[0].ttft_seconds_no_reuse
+    # 3,000 sessions x 5,000 tokens = 15M tokens; 1 TiB of host memory holds 16.8M fp8 tokens: all hit
+    assert plans[-1].reuse[0].hit_rate == pytest.approx(1.0)
+
+
+def test_sessions_sharing_more_than_all_requests_are_refused():
+    bad = dict(WORKLOAD, sessions=[dict(WORKLOAD["sessions"][0], share_percent=70)] * 2)
+    with pytest.raises(KvsizeError, match="sessions: share_percent must sum to at most 100"):
+        parse_workload(bad)
+
+
+def test_tiers_cli(capsys):
+    from app.cli import main
+
+    assert main(["tiers", "--workload", str(EXAMPLES / "multi-turn-chat.yaml"), "--model", "llama-3.1-8b",
+                 "--kv-cache-dtype", "fp8", "--host-memory", "256GiB", "--format", "json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    (host,) = record["tiers"]
+    assert host["tokens"] == 4_194_304 and host["route"] == "pcie5-x16"
+    assert record["engine_options"] == "--kv-offloading-size 256 --kv-offloading-backend native"
+    assert main(["tiers", "--workload", str(EXAMPLES / "multi-turn-chat.yaml"), "--model", "llama-3.1-8b",
+                 "--host-memory", "1GiB", "--host-link", "pcie9"]) == 2
+    assert "unknown link 'pcie9' (--host-link)" in capsys.readouterr().err
