@@ -191,8 +191,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quality-report", default=None, help="measurement report whose attention errors to show")
     p.add_argument("--out", action="append", default=[], help="write .csv, .xlsx or .json (repeatable)")
     p.add_argument("--top", type=_positive_int, default=12, help="candidates shown in the summary")
-    p.add_argument("--itl-target-ms", type=_positive_float, default=None,
+    p.add_argument("--itl-target-ms", "--itl-ms", dest="itl_target_ms", type=_positive_float, default=None,
                    help="inter-token latency each replica must keep at the peak (overrides the workload's)")
+    p.add_argument("--ttft-ms", type=_positive_float, default=None,
+                   help="mean time to first token at the peak (overrides the workload's ttft_target_ms); with a "
+                        "TTFT or ITL target, plan also searches aggregated and disaggregated designs")
+    p.add_argument("--pd-link", default="nvlink4-peer",
+                   help="link a disaggregated design ships KV over (kvsize links), or none (default nvlink4-peer: "
+                        "prefill and decode GPUs in one host)")
     _add_scenario_options(p, single=False)
     p.set_defaults(run=cmd_plan)
 
@@ -847,6 +853,8 @@ def plan_from_args(args: argparse.Namespace):
     workload = read_workload(args.workload)
     if args.itl_target_ms is not None:
         workload = workload.model_copy(update={"itl_target_ms": args.itl_target_ms})
+    if args.ttft_ms is not None:
+        workload = workload.model_copy(update={"ttft_target_ms": args.ttft_ms})
     base = scenario_from_args(args, args.model, args.gpus[0], args.engine, 1, None, "auto", "auto")
     efficiency = measured_efficiency()
     if args.efficiency_report:
@@ -891,6 +899,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             raise KvsizeError(f"--out must end in .csv, .xlsx or .json, got {out.name!r}")
         _check_out(out)  # every output writable, or none is written
     plan, base, rules, notes = plan_from_args(args)
+    designs = designs_from_args(args, plan, base)
     cheapest = plan.cheapest
     serve = plan_serve_command(plan, base, cheapest, _hf_id(args.model)) if cheapest else None
     rows, pools, costs = candidate_rows(plan), bucket_rows(plan), cost_rows(plan)
@@ -909,14 +918,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
                           workload=plan.workload.model_dump(mode="json"), efficiency_source=plan.efficiency.source,
                           cheapest=_cheapest_key(cheapest), serve_command=serve.command if serve else None,
                           candidates=rows, pools=pools, cost=costs, guidance=guidance, quality=quality)
+            if designs is not None:
+                record["designs"], record["frontier"] = designs["rows"], designs["frontier"]
             _atomic_write(out, (json.dumps(record, indent=2) + "\n").encode())
         else:
             from app.spreadsheet import xlsx_bytes
 
             summary = plan_summary(plan, serve.command if serve else None, [r.explanation for r in rules if r.fires])
-            _atomic_write(out, xlsx_bytes({"summary": summary, "candidates": rows,
-                                           "pools": pools, "cost": costs, "guidance": guidance, "quality": quality}))
+            sheets = {"summary": summary, "candidates": rows, "pools": pools, "cost": costs, "guidance": guidance,
+                      "quality": quality}
+            if designs is not None:
+                sheets |= {"designs": designs["rows"], "frontier": designs["frontier"]}
+            _atomic_write(out, xlsx_bytes(sheets))
     sys.stdout.write(render_plan(plan, rows, rules, notes, serve, args.top))
+    if designs is not None:
+        sys.stdout.write(designs["text"])
     for out in outs:
         print(f"kvsize: wrote {out}", file=sys.stderr)
     if cheapest is None:
@@ -925,6 +941,67 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print("kvsize: error: no candidate serves the workload: " + "; ".join(reasons[:3]) + more, file=sys.stderr)
         return 2
     return 0
+
+
+def designs_from_args(args: argparse.Namespace, plan, base) -> dict | None:
+    """With a TTFT or ITL target: aggregated and disaggregated designs, the cheapest and the frontier."""
+    from sizing.fleet import build_candidates
+    from sizing.formats import get_format
+    from sizing.profiles import link_profile
+    from sizing.slo import Targets, cheapest, design_row, frontier, search_designs
+    from sizing.tiers import link_fit
+
+    w = plan.workload
+    if w.ttft_target_ms is None and w.itl_target_ms is None:
+        return None
+    targets = Targets(w.ttft_target_ms / 1000 if w.ttft_target_ms else None,
+                      w.itl_target_ms / 1000 if w.itl_target_ms else None)
+    link = shared = same_host = None
+    if args.pd_link.strip().lower() != "none":
+        profile = link_profile(args.pd_link.strip(), "--pd-link")
+        link, shared, same_host = link_fit(args.pd_link.strip()), profile.shared_by_gpus, profile.kind == "peer"
+    formats = list(dict.fromkeys(get_format(f, base.shape.serving_dtype, option="--formats").name for f in args.formats))
+    tps = [_int_or_error(t, "--tp") for t in args.tp]
+    candidates = build_candidates(args.gpus, formats, tps, _prices(args.price), args.engine)
+    found = search_designs(base, candidates, w, plan.efficiency, targets, link, bool(shared),
+                           same_host=bool(same_host))
+    best = cheapest(found)
+    rows = [design_row(d) for d in sorted(found, key=lambda d: (not d.meets, d.usd_per_hour, d.gpus))]
+    front = [design_row(d) for d in frontier(found)]
+    return {"rows": rows, "frontier": front,
+            "text": render_designs(targets, best, found, front, args.pd_link.strip(), args.top)}
+
+
+def render_designs(targets, best, found, front: list[dict], link: str, top: int) -> str:
+    from sizing.slo import cheapest
+
+    ttft = f"TTFT ≤ {targets.ttft_seconds * 1e3:g} ms" if targets.ttft_seconds else "no TTFT target"
+    itl = f"ITL ≤ {targets.itl_seconds * 1e3:g} ms" if targets.itl_seconds else "no ITL target"
+    lines = ["", f"Designs for {ttft}, {itl} (P/D link: {link}; docs/formulas.md, 'Latency targets'):"]
+    agg = cheapest([d for d in found if d.kind == "aggregated"])
+    dis = cheapest([d for d in found if d.kind == "disaggregated"])
+    for name, d in (("aggregated", agg), ("disaggregated", dis)):
+        if d is None:
+            lines.append(f"  cheapest {name}: none meets the targets")
+            continue
+        lines.append(f"  cheapest {name}: {d.layout}: {d.gpus} GPUs, ${d.usd_per_hour:,.2f}/h, "
+                     f"${d.usd_per_million_output_tokens:,.3f}/M tok, TTFT {d.ttft_seconds * 1e3:,.0f} ms, "
+                     f"ITL {d.itl_seconds * 1e3:.1f} ms ({d.reason})")
+    if agg and dis:
+        fewer = agg.gpus - dis.gpus
+        lines.append(f"  disaggregation {'saves' if fewer > 0 else 'costs'} {abs(fewer)} GPU(s) and "
+                     f"${abs(agg.usd_per_hour - dis.usd_per_hour):,.2f}/h against aggregated serving")
+    if best is not None:
+        lines.append(f"  chosen (cheapest per hour at the peak): {best.label}")
+        if not any(r["design"] == best.label for r in front):
+            lines.append("  (faster designs serve more requests at the same concurrency, so they can cost less per "
+                         "token while costing more per hour: the frontier below)")
+    lines.append(f"  frontier (cost per million output tokens against ITL and TTFT), {min(top, len(front))} of "
+                 f"{len(front)}:")
+    for r in front[:top]:
+        lines.append(f"    ${r['usd_per_million_output_tokens']:>8.3f}/M tok  ITL {r['itl_ms']:>6.1f} ms  "
+                     f"TTFT {r['ttft_ms']:>7,.0f} ms  {r['gpus']:>4} GPUs  {r['design']}")
+    return "\n".join(lines) + "\n"
 
 
 def _cheapest_key(p) -> dict | None:

@@ -16,6 +16,7 @@ Speed at the peak comes from bytes moved (sizing.speed), cost from the GPU's hou
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from .errors import KvsizeError
@@ -189,9 +190,21 @@ def _pool_plan(name: str, e: Estimate, mix: list[tuple[float, Bucket]], requests
     return PoolPlan(name, e.max_model_len, requests, per_request, per_replica, replicas, e.kv_budget_bytes, limited)
 
 
-def plan_candidate(base: Scenario, candidate: Candidate, workload: Workload, efficiency: DecodeEfficiency,
-                   draft: Draft | None = None) -> CandidatePlan:
-    """One candidate against the workload; a candidate that cannot hold one request says why."""
+@dataclass(frozen=True)
+class ReplicaModel:
+    """One candidate's replica against a workload: its estimate, its shared pool at the peak and the
+    decode step at any replica count (the batch is the peak shared among the replicas)."""
+
+    estimate: Estimate
+    shared: PoolPlan
+    per_bucket: tuple[PoolPlan, ...]
+    step_at: Callable[[int], object]  # replicas -> DecodeStep
+    efficiency: DecodeEfficiency  # carried to the candidate's GPU
+    basis: str
+
+
+def replica_model(base: Scenario, candidate: Candidate, workload: Workload, efficiency: DecodeEfficiency,
+                  draft: Draft | None = None) -> ReplicaModel:
     mix = workload.mix()
     longest = max(b.max_context_tokens for b in mix)
     tp = candidate.tensor_parallel_size
@@ -211,6 +224,35 @@ def plan_candidate(base: Scenario, candidate: Candidate, workload: Workload, eff
         eb = e if b.max_context_tokens == longest else estimate(replace(scenario, max_model_len=b.max_context_tokens))
         per_bucket.append(_pool_plan(b.label, eb, [(1.0, b)], workload.peak_concurrency * b.share_percent / 100,
                                      workload.prefix_cache_share, draft_layout, max_seqs))
+    fmt_name = e.k_format
+    weights_fmt = resolve_weights_dtype(base.weights_dtype, base.shape)
+    carried = efficiency.on_gpu(g.id, g.hbm_bandwidth_gb_s, g.copy_bandwidth_gb_s, g.issue_rate)
+    basis = ("assumed (no measured kernels)" if efficiency.reference_gpu is None else
+             f"measured on {efficiency.reference_gpu}" if carried is efficiency else carried.basis)
+
+    def step_at(replicas: int):
+        batch = workload.peak_concurrency / replicas
+        requests = [(batch * b.share_percent / 100, b.mean_decode_length) for b in mix]
+        st = decode_step(base.shape, e.layout, weights_fmt, tp, requests, g.hbm_bandwidth_gb_s, carried, fmt_name)
+        if draft_layout is not None:
+            # The draft's KV is read too; its weights are small and its step overlaps the verify step.
+            extra = sum(n * sum(draft_layout.sequence_bytes(t)) for n, t in requests)
+            st = replace(st, kv_read_bytes=st.kv_read_bytes + int(extra))
+        return st
+
+    return ReplicaModel(e, shared, tuple(per_bucket), step_at, carried, basis)
+
+
+def plan_candidate(base: Scenario, candidate: Candidate, workload: Workload, efficiency: DecodeEfficiency,
+                   draft: Draft | None = None) -> CandidatePlan:
+    """One candidate against the workload; a candidate that cannot hold one request says why."""
+    mix = workload.mix()
+    tp = candidate.tensor_parallel_size
+    g = candidate.gpu
+    model = replica_model(base, candidate, workload, efficiency, draft)
+    e, shared, per_bucket, step_at, efficiency, basis = (model.estimate, model.shared, list(model.per_bucket),
+                                                         model.step_at, model.efficiency, model.basis)
+    fmt_name = e.k_format
     fits = shared.requests_per_replica > 0
     gpus = shared.replicas * tp
     gpus_split = sum(p.replicas for p in per_bucket) * tp if all(p.requests_per_replica for p in per_bucket) else 0
@@ -221,23 +263,6 @@ def plan_candidate(base: Scenario, candidate: Candidate, workload: Workload, eff
         reason = (f"does not fit: one request of the mix needs {shared.bytes_per_request / GiB:.2f} GiB of KV per GPU, "
                   f"available {max(e.kv_budget_bytes, 0) / GiB:.2f} GiB; try a larger TP, a smaller KV format or a "
                   f"GPU with more memory")
-
-    fmt_name = e.k_format
-    weights_fmt = resolve_weights_dtype(base.weights_dtype, base.shape)
-    carried = efficiency.on_gpu(g.id, g.hbm_bandwidth_gb_s, g.copy_bandwidth_gb_s, g.issue_rate)
-    basis = ("assumed (no measured kernels)" if efficiency.reference_gpu is None else
-             f"measured on {efficiency.reference_gpu}" if carried is efficiency else carried.basis)
-    efficiency = carried
-
-    def step_at(replicas: int):
-        batch = workload.peak_concurrency / replicas
-        requests = [(batch * b.share_percent / 100, b.mean_decode_length) for b in mix]
-        st = decode_step(base.shape, e.layout, weights_fmt, tp, requests, g.hbm_bandwidth_gb_s, efficiency, fmt_name)
-        if draft_layout is not None:
-            # The draft's KV is read too; its weights are small and its step overlaps the verify step.
-            extra = sum(n * sum(draft_layout.sequence_bytes(t)) for n, t in requests)
-            st = replace(st, kv_read_bytes=st.kv_read_bytes + int(extra))
-        return st
 
     target = workload.itl_target_ms / 1000 if workload.itl_target_ms else None
     if fits and target is not None and step_at(shared.replicas).seconds > target:

@@ -70,6 +70,7 @@ class LinkProfile(BaseModel):
     kind: Literal["host", "peer", "disk", "remote"]
     bandwidth_gb_s: float = Field(gt=0)  # per direction, sustained (GB = 10^9 bytes)
     latency_us: float = Field(ge=0)
+    per_transfer_us: float = Field(default=0.0, ge=0)  # each further transfer of a batch (NCCL sends)
     shared_by_gpus: bool  # one link for the node's GPUs (a drive, a NIC) rather than one per GPU
     source: str = Field(min_length=1)
 

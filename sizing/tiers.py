@@ -290,7 +290,7 @@ def link_fit(key: str) -> LinkFit:
     from .profiles import link_profile
 
     p = link_profile(key)
-    return LinkFit(p.latency_us * 1e-6, 0.0, p.bandwidth_gb_s * 1e9, f"{key}: {p.source}")
+    return LinkFit(p.latency_us * 1e-6, p.per_transfer_us * 1e-6, p.bandwidth_gb_s * 1e9, f"{key}: {p.source}")
 
 
 def build_tiers(sizes: dict[str, int], links: dict[str, str]) -> list[Tier]:

@@ -114,6 +114,8 @@ class Workload(BaseModel):
     draft: DraftModel | None = None
     itl_target_ms: float | None = Field(default=None, gt=0,
                                         description="inter-token latency each replica must keep at the peak")
+    ttft_target_ms: float | None = Field(default=None, gt=0,
+                                         description="time to first token the design must keep (mean, at the peak)")
     sessions: tuple[Sessions, ...] = ()
 
     @model_validator(mode="after")
