@@ -196,6 +196,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ttft-ms", type=_positive_float, default=None,
                    help="mean time to first token at the peak (overrides the workload's ttft_target_ms); with a "
                         "TTFT or ITL target, plan also searches aggregated and disaggregated designs")
+    p.add_argument("--host-memory", type=_size, default=None,
+                   help="host DRAM for KV per replica (an offload tier; with the workload's sessions and a target, "
+                        "the designs are searched with and without it)")
+    p.add_argument("--disk", type=_size, default=None, help="local NVMe for KV per replica (a tier below host memory)")
+    p.add_argument("--host-link", default="pcie5-x16", help="link of the host tier (kvsize links; default pcie5-x16)")
+    p.add_argument("--disk-link", default="nvme-gen4", help="link of the disk tier (kvsize links; default nvme-gen4)")
     p.add_argument("--pd-link", default="nvlink4-peer",
                    help="link a disaggregated design ships KV over (kvsize links), or none (default nvlink4-peer: "
                         "prefill and decode GPUs in one host)")
@@ -948,7 +954,9 @@ def designs_from_args(args: argparse.Namespace, plan, base) -> dict | None:
     from sizing.fleet import build_candidates
     from sizing.formats import get_format
     from sizing.profiles import link_profile
-    from sizing.slo import Targets, cheapest, design_row, frontier, search_designs
+    from dataclasses import replace
+
+    from sizing.slo import Targets, TierOption, cheapest, design_row, frontier, search_designs
     from sizing.tiers import link_fit
 
     w = plan.workload
@@ -966,15 +974,47 @@ def designs_from_args(args: argparse.Namespace, plan, base) -> dict | None:
     found = search_designs(base, candidates, w, plan.efficiency, targets, link, bool(shared),
                            same_host=bool(same_host))
     best = cheapest(found)
+    text = render_designs(targets, best, found, frontier(found), args.pd_link.strip(), args.top)
+    sizes = {k: v for k, v in (("host", args.host_memory), ("disk", args.disk)) if v}
+    if sizes:
+        if not w.sessions:
+            raise KvsizeError("--host-memory/--disk need the workload's sessions (what requests reuse): add a "
+                              "sessions: list (examples/multi-turn-chat.yaml)")
+        tiered = search_designs(base, candidates, w, plan.efficiency, targets, link, bool(shared),
+                                same_host=bool(same_host),
+                                tiers=TierOption(sizes, {"host": args.host_link, "disk": args.disk_link}))
+        text += render_tier_savings(found, tiered, sizes)
+        found = found + [replace(d, kind=f"{d.kind} + tiers") for d in tiered]
     rows = [design_row(d) for d in sorted(found, key=lambda d: (not d.meets, d.usd_per_hour, d.gpus))]
     front = [design_row(d) for d in frontier(found)]
-    return {"rows": rows, "frontier": front,
-            "text": render_designs(targets, best, found, front, args.pd_link.strip(), args.top)}
+    return {"rows": rows, "frontier": front, "text": text}
 
 
-def render_designs(targets, best, found, front: list[dict], link: str, top: int) -> str:
+def render_tier_savings(plain, tiered, sizes: dict) -> str:
     from sizing.slo import cheapest
 
+    size = ", ".join(f"{k} {v / GiB:,.0f} GiB" for k, v in sizes.items())
+    hbm_only = cheapest([d for d in plain if d.kind == "aggregated"])
+    lines = [f"  with KV tiers per replica ({size}; prefixes found there are reloaded, not prefilled):"]
+    for kind in ("aggregated", "disaggregated"):
+        d = cheapest([x for x in tiered if x.kind == kind])
+        if d is None:
+            lines.append(f"    cheapest {kind}: none meets the targets")
+            continue
+        fewer = hbm_only.gpus - d.gpus if hbm_only else 0
+        saved = "" if not hbm_only else (
+            f"; saves {fewer} GPU(s) against HBM-only aggregated serving ({hbm_only.gpus})" if fewer > 0 else
+            f"; {-fewer} GPU(s) more than HBM-only aggregated serving ({hbm_only.gpus})" if fewer < 0 else
+            f"; as many GPUs as HBM-only aggregated serving ({hbm_only.gpus})")
+        lines.append(f"    cheapest {kind}: {d.layout}: {d.gpus} GPUs, ${d.usd_per_hour:,.2f}/h, TTFT "
+                     f"{d.ttft_seconds * 1e3:,.0f} ms, ITL {d.itl_seconds * 1e3:.1f} ms{saved}")
+    return "\n".join(lines) + "\n"
+
+
+def render_designs(targets, best, found, front_designs, link: str, top: int) -> str:
+    from sizing.slo import cheapest, design_row
+
+    front = [design_row(d) for d in front_designs]
     ttft = f"TTFT ≤ {targets.ttft_seconds * 1e3:g} ms" if targets.ttft_seconds else "no TTFT target"
     itl = f"ITL ≤ {targets.itl_seconds * 1e3:g} ms" if targets.itl_seconds else "no ITL target"
     lines = ["", f"Designs for {ttft}, {itl} (P/D link: {link}; docs/formulas.md, 'Latency targets'):"]

@@ -114,12 +114,37 @@ def aggregated_at(replicas: int, step_seconds: float, prefill: float, workload: 
     return itl, prefill + _mdl_wait(busy, prefill), n / (prefill + _mdl_wait(busy, prefill) + output * itl)
 
 
+@dataclass(frozen=True)
+class TierOption:
+    """KV tiers below each replica's HBM (sizing/tiers.py): prompts whose prefix is found there are
+    not prefilled again; their KV is reloaded instead."""
+
+    sizes: dict
+    links: dict
+    session_tokens: int = 32768
+
+
+def _prefill(base: Scenario, candidate: Candidate, kv_format: str, workload: Workload, mfu: float,
+             tiers: TierOption | None) -> float:
+    """Mean seconds a replica of `candidate` spends on one prompt: its prefill, or with tiers and the
+    workload's sessions, the prefill of what is not found plus the reload of what is."""
+    tp, g = candidate.tensor_parallel_size, candidate.gpu
+    if tiers is None or not workload.sessions:
+        return prefill_seconds(base.shape, int(_mean(workload, "mean_prompt_tokens")), tp, g.bf16_dense_tflops, mfu)
+    from .tiers import tiers_for
+
+    scenario = replace(base, gpu_name=g.name, gpu_memory_bytes=g.memory_bytes, gpu_multiprocessors=g.multiprocessors,
+                       gpu_nvml_mib=g.nvml_memory_mib, gpu_architecture=g.architecture, k_cache_dtype=kv_format,
+                       v_cache_dtype=kv_format, tensor_parallel_size=tp, pipeline_parallel_size=1,
+                       max_model_len=max(b.max_context_tokens for b in workload.mix()), concurrency=1)
+    return tiers_for(scenario, workload, tiers.sizes, tiers.links, tiers.session_tokens, mfu)[1].ttft_seconds
+
+
 def _aggregated(base: Scenario, candidate: Candidate, workload: Workload, efficiency: DecodeEfficiency,
-                targets: Targets) -> Design:
+                targets: Targets, tiers: TierOption | None = None) -> Design:
     model = replica_model(base, candidate, workload, efficiency)
     tp, g = candidate.tensor_parallel_size, candidate.gpu
-    prefill = prefill_seconds(base.shape, int(_mean(workload, "mean_prompt_tokens")), tp, g.bf16_dense_tflops,
-                              model.efficiency.mfu)
+    prefill = _prefill(base, candidate, candidate.kv_format, workload, model.efficiency.mfu, tiers)
     least = model.shared.replicas
     if model.shared.requests_per_replica <= 0:
         return _failed("aggregated", candidate, None, "one request of the mix does not fit")
@@ -169,7 +194,8 @@ def transfer_seconds(base: Scenario, decode: Candidate, workload: Workload, link
 
 
 def _disaggregated(base: Scenario, decode: Candidate, prefill_candidate: Candidate, workload: Workload,
-                   efficiency: DecodeEfficiency, targets: Targets, link: LinkFit, link_shared: bool) -> Design:
+                   efficiency: DecodeEfficiency, targets: Targets, link: LinkFit, link_shared: bool,
+                   tiers: TierOption | None = None) -> Design:
     model = replica_model(base, decode, workload, efficiency)
     if model.shared.requests_per_replica <= 0:
         return _failed("disaggregated", decode, prefill_candidate, "one request of the mix does not fit the decode GPU")
@@ -183,8 +209,7 @@ def _disaggregated(base: Scenario, decode: Candidate, prefill_candidate: Candida
                           max_model_len=max(b.max_context_tokens for b in workload.mix()), concurrency=1))
     if not pe.fits:
         return _failed("disaggregated", decode, prefill_candidate, f"the prefill GPU cannot hold a prompt: {pe.fit_message}")
-    p = prefill_seconds(base.shape, int(_mean(workload, "mean_prompt_tokens")), prefill_candidate.tensor_parallel_size,
-                        prefill_candidate.gpu.bf16_dense_tflops, model.efficiency.mfu)
+    p = _prefill(base, prefill_candidate, decode.kv_format, workload, model.efficiency.mfu, tiers)
     move = transfer_seconds(base, decode, workload, link, link_shared)
     least, most = model.shared.replicas, workload.peak_concurrency
     itl_ok = [r for r in (least, most) if targets.itl_seconds is None or model.step_at(r).seconds <= targets.itl_seconds]
@@ -230,14 +255,15 @@ def _disaggregated(base: Scenario, decode: Candidate, prefill_candidate: Candida
 
 def search_designs(base: Scenario, candidates: list[Candidate], workload: Workload, efficiency: DecodeEfficiency,
                    targets: Targets, link: LinkFit | None = None, link_shared: bool = False,
-                   prefill_candidates: list[Candidate] | None = None, same_host: bool = False) -> list[Design]:
+                   prefill_candidates: list[Candidate] | None = None, same_host: bool = False,
+                   tiers: TierOption | None = None) -> list[Design]:
     """Every aggregated candidate, and with a P/D link every (prefill GPU and TP, decode candidate)
     pair; designs a candidate cannot run keep their reason. A link within one host (NVLink) pairs
     only GPUs of one kind: a host holds one kind."""
     designs = []
     for c in candidates:
         try:
-            designs.append(_aggregated(base, c, workload, efficiency, targets))
+            designs.append(_aggregated(base, c, workload, efficiency, targets, tiers))
         except KvsizeError as err:
             designs.append(_failed("aggregated", c, None, str(err)))
     if link is not None:
@@ -247,7 +273,8 @@ def search_designs(base: Scenario, candidates: list[Candidate], workload: Worklo
                 if same_host and p.gpu.id != d.gpu.id:
                     continue
                 try:
-                    designs.append(_disaggregated(base, d, p, workload, efficiency, targets, link, link_shared))
+                    designs.append(_disaggregated(base, d, p, workload, efficiency, targets, link, link_shared,
+                                                  tiers))
                 except KvsizeError as err:
                     designs.append(_failed("disaggregated", d, p, str(err)))
     return designs
