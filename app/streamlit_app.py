@@ -632,6 +632,7 @@ def page_fleet(s: Scenario) -> None:
         st.subheader("Pools of the cheapest candidate")
         st.dataframe(pd.DataFrame([r for r in pools if r["gpu"] == b.gpu.id and r["kv_format"] == b.kv_format
                                    and r["tensor_parallel_size"] == b.tensor_parallel_size]), key="fleet_pools")
+    page_designs(s, workload, gpus, formats, tps, prices, plan)
     st.subheader("Guidance")
     for r in evaluate_rules(workload):
         (st.success if r.fires else st.info)(r.explanation)
@@ -639,6 +640,87 @@ def page_fleet(s: Scenario) -> None:
     st.dataframe(pd.DataFrame([n.__dict__ for n in quality_notes(formats, s.shape.serving_dtype)]),
                  key="fleet_quality")
     st.caption(f"Efficiency: {plan.efficiency.source}")
+
+
+def page_designs(s: Scenario, workload, gpus: list[str], formats: list[str], tps: list[int], prices: dict,
+                 plan) -> None:
+    """Aggregated and disaggregated designs against TTFT and ITL targets, and their frontier."""
+    from app.spreadsheet import xlsx_bytes
+    from sizing.fleet import build_candidates
+    from sizing.profiles import link_ids, link_profile
+    from sizing.slo import Targets, TierOption, cheapest, design_row, frontier, search_designs
+    from sizing.tiers import link_fit
+
+    st.subheader("Latency targets: aggregated or disaggregated")
+    c = st.columns(3)
+    ttft = c[0].number_input("TTFT target (ms, 0 = none)", 0.0, 600_000.0,
+                             float(workload.ttft_target_ms or 0.0), 100.0, key="ttft_target",
+                             help="mean time to first token at the peak; with a target, designs are searched")
+    links = ["none", *link_ids()]
+    pd_link = c[1].selectbox("P/D link", links, index=links.index("nvlink4-peer"), key="pd_link",
+                             help="what a disaggregated design ships each request's KV over (kvsize links)")
+    host_gib = c[2].number_input("Host memory tier per replica (GiB, 0 = none)", 0, 1 << 20, 0, 64, key="host_tier_gib",
+                                 help="prefixes the workload's sessions find there are reloaded, not prefilled")
+    if not ttft and not workload.itl_target_ms:
+        st.caption("Give a TTFT or ITL target to compare aggregated with disaggregated designs.")
+        return
+    targets = Targets(ttft / 1000 if ttft else None, workload.itl_target_ms / 1000 if workload.itl_target_ms else None)
+    link = shared = same_host = None
+    if pd_link != "none":
+        profile = link_profile(pd_link)
+        link, shared, same_host = link_fit(pd_link), profile.shared_by_gpus, profile.kind == "peer"
+    tiers = None
+    if host_gib:
+        if not workload.sessions:
+            st.error("A host memory tier needs the workload's sessions (what requests reuse): upload a workload with "
+                     "a sessions: list (examples/multi-turn-chat.yaml)")
+            return
+        tiers = TierOption({"host": host_gib * GiB}, {"host": "pcie5-x16"})
+    try:
+        designs = search_designs(replace(s, pipeline_parallel_size=1),
+                                 build_candidates(gpus, formats, tps, prices, engine=s.engine), workload,
+                                 plan.efficiency, targets, link, bool(shared), same_host=bool(same_host), tiers=tiers)
+    except KvsizeError as e:
+        st.error(in_widget_terms(str(e)))
+        return
+    best = cheapest(designs)
+    agg = cheapest([d for d in designs if d.kind == "aggregated"])
+    dis = cheapest([d for d in designs if d.kind == "disaggregated"])
+    m = st.columns(3)
+    for col, name, d in ((m[0], "Cheapest aggregated", agg), (m[1], "Cheapest disaggregated", dis)):
+        col.metric(name, f"{d.gpus} GPUs, ${d.usd_per_hour:,.2f}/h" if d else "none meets the targets",
+                   help=(f"{d.layout}; TTFT {d.ttft_seconds * 1e3:,.0f} ms, ITL {d.itl_seconds * 1e3:.1f} ms; "
+                         f"{d.reason}") if d else None)
+    if agg and dis:
+        m[2].metric("Disaggregation saves", f"{agg.gpus - dis.gpus} GPUs",
+                    help=f"${agg.usd_per_hour - dis.usd_per_hour:,.2f}/h against the cheapest aggregated design")
+    if best is not None:
+        st.caption(f"Chosen (cheapest per hour at the peak): {best.label}")
+    front = frontier(designs)
+    fig = go.Figure()
+    for kind, color in (("aggregated", "#4C78A8"), ("disaggregated", "#F58518")):
+        part = [d for d in front if d.kind == kind]
+        fig.add_scatter(x=[d.itl_seconds * 1e3 for d in part], y=[d.usd_per_million_output_tokens for d in part],
+                        mode="markers", name=f"{kind} (frontier)", marker=dict(color=color, size=11),
+                        text=[f"{d.layout}<br>TTFT {d.ttft_seconds * 1e3:,.0f} ms, {d.gpus} GPUs" for d in part],
+                        hovertemplate="%{text}<br>ITL %{x:.1f} ms, $%{y:.3f}/M tok<extra></extra>")
+    if best is not None:
+        fig.add_scatter(x=[best.itl_seconds * 1e3], y=[best.usd_per_million_output_tokens], mode="markers",
+                        name="chosen", marker=dict(symbol="star", size=18, color="crimson"),
+                        hovertemplate=f"chosen: {best.label}<extra></extra>")
+    if targets.itl_seconds:
+        ys = [d.usd_per_million_output_tokens for d in front] or [0, 1]
+        fig.add_scatter(x=[targets.itl_seconds * 1e3] * 2, y=[min(ys) * 0.95, max(ys) * 1.05], mode="lines",
+                        name="ITL target", line=dict(dash="dash", color="crimson", width=1))
+    fig.update_layout(xaxis_title="inter-token latency at the peak (ms)",
+                      yaxis_title="USD per million output tokens", height=420,
+                      title="Designs that meet the targets: cost per token against ITL (hover: TTFT, GPUs)")
+    _chart(fig, "frontier_chart")
+    rows = [design_row(d) for d in sorted(designs, key=lambda d: (not d.meets, d.usd_per_hour, d.gpus))]
+    st.dataframe(pd.DataFrame(rows), hide_index=True, key="designs_table")
+    st.download_button("Designs (XLSX: designs, frontier)",
+                       lambda: xlsx_bytes({"designs": rows, "frontier": [design_row(d) for d in front]}),
+                       "designs.xlsx", key="designs_xlsx")
 
 
 def _itl_chart(plan, s: Scenario, best, formats: list[str]) -> None:

@@ -340,3 +340,30 @@ def test_an_out_of_range_entry_is_a_banner_and_clears_the_answer(key, value, nee
     assert not at.exception
     assert any(needle in e.value for e in at.error)
     assert not any(m.label.startswith("Max concurrency") for m in at.metric)  # no stale figures
+
+
+def test_fleet_page_compares_aggregated_and_disaggregated_designs():
+    # The page's default mix and 50 ms ITL target with a 2 s TTFT target: the designs come from
+    # sizing.slo.search_designs, the same as `kvsize plan --ttft-ms 2000`.
+    from sizing.fleet import build_candidates
+    from sizing.profiles import measured_efficiency
+    from sizing.slo import Targets, cheapest, search_designs
+    from sizing.tiers import link_fit
+    from sizing.workload import parse_workload
+
+    at = _app("Fleet")
+    at.number_input(key="ttft_target").set_value(2000.0)
+    at.run()
+    assert not at.exception
+    workload = parse_workload({"peak_concurrency": 400, "itl_target_ms": 50, "buckets": [
+        {"max_context_tokens": 8192, "share_percent": 55, "output_tokens": 512},
+        {"max_context_tokens": 16384, "share_percent": 25, "output_tokens": 512},
+        {"max_context_tokens": 32768, "share_percent": 15, "output_tokens": 1024},
+        {"max_context_tokens": 131072, "share_percent": 5, "output_tokens": 1024}]})
+    designs = search_designs(scenario("llama-3.1-8b", memory_fraction=0.92),
+                             build_candidates(["h100-sxm", "h200"], ["auto", "fp8_e4m3", "nvfp4"], [1, 2, 4]),
+                             workload, measured_efficiency(), Targets(2.0, 0.05), link_fit("nvlink4-peer"),
+                             same_host=True)
+    agg = cheapest([d for d in designs if d.kind == "aggregated"])
+    assert _metric(at, "Cheapest aggregated") == f"{agg.gpus} GPUs, ${agg.usd_per_hour:,.2f}/h"
+    assert any("frontier" in c.proto.spec for c in at.get("plotly_chart"))
