@@ -926,6 +926,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                           candidates=rows, pools=pools, cost=costs, guidance=guidance, quality=quality)
             if designs is not None:
                 record["designs"], record["frontier"] = designs["rows"], designs["frontier"]
+                record["design_serve_commands"] = designs["serve"]
             _atomic_write(out, (json.dumps(record, indent=2) + "\n").encode())
         else:
             from app.spreadsheet import xlsx_bytes
@@ -976,6 +977,7 @@ def designs_from_args(args: argparse.Namespace, plan, base) -> dict | None:
     best = cheapest(found)
     text = render_designs(targets, best, found, frontier(found), args.pd_link.strip(), args.top)
     sizes = {k: v for k, v in (("host", args.host_memory), ("disk", args.disk)) if v}
+    commands = []
     if sizes:
         if not w.sessions:
             raise KvsizeError("--host-memory/--disk need the workload's sessions (what requests reuse): add a "
@@ -984,10 +986,18 @@ def designs_from_args(args: argparse.Namespace, plan, base) -> dict | None:
                                 same_host=bool(same_host),
                                 tiers=TierOption(sizes, {"host": args.host_link, "disk": args.disk_link}))
         text += render_tier_savings(found, tiered, sizes)
+        best = cheapest(tiered) or best
         found = found + [replace(d, kind=f"{d.kind} + tiers") for d in tiered]
+    if best is not None:
+        from sizing.slo import design_serve_commands
+
+        commands = design_serve_commands(best, base, w, _hf_id(args.model), sizes.get("host", 0))
+        text += "  serve the chosen design:\n" + "".join(
+            f"    {role}: {c.command or c.note}\n" for role, c in commands)
     rows = [design_row(d) for d in sorted(found, key=lambda d: (not d.meets, d.usd_per_hour, d.gpus))]
     front = [design_row(d) for d in frontier(found)]
-    return {"rows": rows, "frontier": front, "text": text}
+    return {"rows": rows, "frontier": front, "text": text,
+            "serve": [dict(role=role, command=c.command, note=c.note) for role, c in commands]}
 
 
 def render_tier_savings(plain, tiered, sizes: dict) -> str:

@@ -323,3 +323,30 @@ def design_row(d: Design) -> dict:
         kv_transfer_ms=round(d.transfer_seconds * 1e3, 2), requests_per_second=round(d.requests_per_second, 3),
         reason=d.reason,
     )
+
+
+def design_serve_commands(design: Design, base: Scenario, workload: Workload, model_id: str,
+                          host_tier_bytes: int = 0) -> list[tuple[str, object]]:
+    """(role, ServeCommand) for each kind of replica of a design: one for aggregated, prefill and
+    decode for disaggregated (sizing/serve.py spells each engine's options)."""
+    from .engines import get_engine
+    from .serve import ServeSettings, serve_command
+
+    engine = get_engine(base.engine)
+    longest = max(b.max_context_tokens for b in workload.mix())
+    out = []
+    roles = [("replica", design.decode, design.decode_replicas)] if design.prefill is None else [
+        ("prefill", design.prefill, design.prefill_replicas), ("decode", design.decode, design.decode_replicas)]
+    for role, candidate, replicas in roles:
+        tp = candidate.tensor_parallel_size
+        fraction = base.memory_fraction if base.memory_fraction is not None else engine.default_fraction(
+            candidate.gpu.nvml_memory_mib, tp, 1)
+        per_replica = max(1, math.ceil(workload.peak_concurrency / max(1, design.decode_replicas)))
+        settings = ServeSettings(
+            model=model_id, kv_format=design.decode.kv_format, serving_dtype=base.shape.serving_dtype,
+            tensor_parallel_size=tp, max_model_len=longest, memory_fraction=fraction,
+            block_size=base.block_size or engine.block_size_default,
+            max_num_seqs=per_replica if role != "prefill" else (base.max_num_seqs or 256), cache_tokens=0)
+        command = serve_command(engine.name, settings, None if role == "replica" else role, host_tier_bytes)
+        out.append((f"{role} × {replicas}", command))
+    return out

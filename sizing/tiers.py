@@ -312,14 +312,15 @@ def build_tiers(sizes: dict[str, int], links: dict[str, str]) -> list[Tier]:
 
 
 def engine_offload_options(engine: str, host_bytes: int, tp: int) -> str:
-    """How the engine is told the host tier's size (per replica here)."""
-    if engine == "vllm":  # summed across TP ranks (vllm/config/cache.py kv_offloading_size)
-        return f"--kv-offloading-size {host_bytes / 2**30:g} --kv-offloading-backend native"
-    if engine == "sglang":  # per rank, in GB
-        return f"--enable-hierarchical-cache --hicache-size {host_bytes / tp / 1e9:g}"
-    if engine == "trtllm":  # per rank, in bytes
-        return f"kv_cache_config: {{host_cache_size: {host_bytes // tp}}}"
-    return ""
+    """How the engine is told the host tier's size (per replica here): sizing/serve.py's launchers."""
+    import shlex
+
+    from .serve import LAUNCHERS
+
+    launcher = LAUNCHERS.get(engine)
+    if launcher is None or launcher.offload_args is None or not host_bytes:
+        return ""
+    return " ".join(shlex.quote(a) for a in launcher.offload_args(host_bytes, tp))
 
 
 def tiers_for(scenario, workload, sizes: dict[str, int], links: dict[str, str], session_tokens: int,

@@ -135,3 +135,22 @@ def test_tiers_in_plan_need_sessions(tmp_path, capsys):
     workload.write_text(json.dumps(dict(WORKLOAD, ttft_target_ms=2000)))
     assert main(["plan", "--workload", str(workload), "--model", "llama-3.1-8b", "--host-memory", "64GiB"]) == 2
     assert "need the workload's sessions" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("engine, needles", [
+    ("vllm", ['--kv-transfer-config \'{"kv_connector":"NixlConnector","kv_role":"kv_both"}\'']),
+    ("sglang", ["--disaggregation-mode prefill", "--disaggregation-mode decode"])])
+def test_a_disaggregated_design_has_a_command_per_role(engine, needles):
+    from sizing.slo import design_serve_commands
+
+    w = parse_workload(WORKLOAD)
+    base = scenario("llama-3.1-8b", engine=engine)
+    candidates = build_candidates(["h200"], ["fp8_e4m3"], [1, 4], engine=engine)
+    designs = search_designs(base, candidates, w, DecodeEfficiency(), Targets(2.0, None), link_fit("nvlink4-peer"),
+                             same_host=True)
+    d = cheapest([x for x in designs if x.kind == "disaggregated"])
+    commands = design_serve_commands(d, base, w, "meta-llama/Llama-3.1-8B", host_tier_bytes=64 * 2**30)
+    assert [role.split(" ")[0] for role, _ in commands] == ["prefill", "decode"]
+    text = " ".join(c.command for _, c in commands)
+    assert all(n in text for n in needles)
+    assert ("--kv-offloading-size 64" if engine == "vllm" else "--enable-hierarchical-cache") in text
