@@ -222,6 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tokens of one session brought back to HBM in the reload figures (default 32k)")
     p.add_argument("--mfu", type=_fraction, default=None, help="prefill MFU for recomputing (default 0.5)")
     p.add_argument("--format", choices=["table", "json"], default="table", help="output form (default table)")
+    p.add_argument("--out", action="append", default=[],
+                   help="write .xlsx (sheets: tiers, reuse), .csv (the tiers) or .json (repeatable)")
     p.set_defaults(run=cmd_tiers)
 
     p = sub.add_parser("measure", help="measure on an NVIDIA GPU and write a report (needs torch)")
@@ -722,6 +724,11 @@ def cmd_tiers(args: argparse.Namespace) -> int:
     from sizing.tiers import engine_offload_options, tiers_for
     from sizing.workload import read_workload
 
+    outs = [Path(o) for o in args.out]
+    for out in outs:
+        if out.suffix.lower() not in (".csv", ".xlsx", ".json"):
+            raise KvsizeError(f"--out must end in .csv, .xlsx or .json, got {out.name!r}")
+        _check_out(out)
     workload = read_workload(args.workload)
     scenario = scenario_from_args(args, args.model, args.gpu, args.engine, args.tensor_parallel_size,
                                   args.max_model_len, args.kv_cache_dtype, args.kv_cache_dtype)
@@ -730,10 +737,28 @@ def cmd_tiers(args: argparse.Namespace) -> int:
     e, plan = tiers_for(scenario, workload, sizes, links, args.session_tokens, args.mfu or DEFAULT_MFU)
     record = tiers_record(e, plan, workload, engine_offload_options(e.engine.name, sizes.get("host", 0),
                                                                     scenario.tensor_parallel_size))
+    tier_rows = [{k: v for k, v in t.items()} for t in record["tiers"]]
+    reuse_rows = [dict({k: v for k, v in r.items() if k != "hit_by_tier"},
+                       **{f"hit_{k}": v for k, v in r["hit_by_tier"].items()}) for r in record["reuse"]]
+    for out in outs:
+        kind = out.suffix.lower()
+        if kind == ".json":
+            _atomic_write(out, (json.dumps(record, indent=2) + "\n").encode())
+        elif kind == ".csv":
+            if not tier_rows:
+                raise KvsizeError("--out .csv holds the tiers, and none was given (--host-memory, --disk, --remote)")
+            _atomic_write(out, _csv_text(tier_rows).encode())
+        else:
+            from app.spreadsheet import xlsx_bytes
+
+            summary = [dict(item=k, value=v, note="") for k, v in record.items() if not isinstance(v, (list, dict))]
+            _atomic_write(out, xlsx_bytes({"summary": summary, "tiers": tier_rows, "reuse": reuse_rows}))
     if args.format == "json":
         sys.stdout.write(json.dumps(record, indent=2) + "\n")
     else:
         sys.stdout.write(render_tiers(record))
+    for out in outs:
+        print(f"kvsize: wrote {out}", file=sys.stderr)
     return 0
 
 

@@ -68,12 +68,13 @@ def test_unsupported_format_for_engine_is_an_error_not_a_traceback():
     assert any("not a KV cache format of vllm" in e.value for e in at.error)
 
 
-@pytest.mark.parametrize("page", ["Plan", "Compare formats", "Capacity curves", "Fleet", "Validation", "Formulas"])
+@pytest.mark.parametrize("page", ["Plan", "Compare formats", "Capacity curves", "Fleet", "Tiers", "Validation", "Formulas"])
 def test_every_page_renders_for_a_hybrid_model(page):
     at = _app()
     at.selectbox(key="model").set_value("gpt-oss-20b")
     _open(at, page)
-    assert [t.label for t in at.tabs] == ["Plan", "Compare formats", "Capacity curves", "Fleet", "Validation", "Formulas"]
+    assert [t.label for t in at.tabs] == ["Plan", "Compare formats", "Capacity curves", "Fleet", "Tiers", "Validation",
+                                         "Formulas"]
     assert at.dataframe and not at.error
 
 
@@ -204,7 +205,8 @@ def test_capacity_curves_plot_sizing_numbers():
 
 @pytest.mark.parametrize("page, stem, chart", [
     ("Plan", "plan", True), ("Compare formats", "formats", True), ("Capacity curves", "curves", True),
-    ("Fleet", "fleet", True), ("Validation", "validation", True), ("Formulas", "formulas", False)])
+    ("Fleet", "fleet", True), ("Tiers", "tiers", True), ("Validation", "validation", True),
+    ("Formulas", "formulas", False)])
 def test_every_page_offers_its_downloads(page, stem, chart):
     at = _app(page)
     keys = {b.key for b in at.get("download_button")}
@@ -367,3 +369,18 @@ def test_fleet_page_compares_aggregated_and_disaggregated_designs():
     agg = cheapest([d for d in designs if d.kind == "aggregated"])
     assert _metric(at, "Cheapest aggregated") == f"{agg.gpus} GPUs, ${agg.usd_per_hour:,.2f}/h"
     assert any("frontier" in c.proto.spec for c in at.get("plotly_chart"))
+
+
+def test_tiers_page_equals_sizing():
+    # The sidebar's Llama-3.1-8B on an H100 at 32K, the default multi-turn chat example, 512 GiB of host memory.
+    from sizing.tiers import tiers_for
+    from sizing.workload import read_workload
+
+    at = _app("Tiers")
+    workload = read_workload(str(ROOT / "examples" / "multi-turn-chat.yaml"))
+    _, plan = tiers_for(scenario("llama-3.1-8b", max_model_len=32768, concurrency=8, memory_fraction=0.92), workload,
+                        {"host": 512 * 2**30}, {"host": "pcie5-x16", "disk": "nvme-gen4"}, 32768, 0.5)
+    assert _metric(at, "Prefill work saved") == f"{plan.prefill_work_saved:.1%}"
+    table = next(d for d in at.dataframe if "sessions_warm" in d.value.columns).value
+    assert list(table["tokens"]) == [t.tokens for t in plan.tiers]
+    assert any("--kv-offloading-size 512" in c.value for c in at.code)

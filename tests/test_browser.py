@@ -139,6 +139,7 @@ def test_each_tab_draws_its_chart(page, app_url):
     page.goto(f"{app_url}/?model=gpt-oss-20b&gpu=h100-sxm&ctx=65536&conc=16")
     page.wait_for_selector('[data-testid="stMetricValue"]')
     for tab, shot, charts in (("Compare formats", "compare", 1), ("Capacity curves", "curves", 1), ("Fleet", "fleet", 2),
+                              ("Tiers", "tiers", 1),
                               ("Validation", "validation", 1), ("Formulas", "formulas", 0)):
         page.get_by_role("tab", name=tab).click()
         page.wait_for_timeout(1500)
