@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from .formats import get_format
@@ -35,6 +35,7 @@ class ServeSettings:
     block_size: int
     max_num_seqs: int
     cache_tokens: int  # tokens the replica's KV pool holds
+    host_tier_bytes: int = 0  # host-memory KV tier per replica (engines configured by file read it here)
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,9 @@ def _trtllm(s: ServeSettings, dtype: str, extra: tuple[str, ...] = ()) -> str:
     # trtllm-serve takes the KV cache config through an extra LLM-API options file.
     options = (f"kv_cache_config:\\n  dtype: {dtype}\\n  free_gpu_memory_fraction: {s.memory_fraction or 0.9:g}\\n"
                f"  tokens_per_block: {s.block_size}")
+    if s.host_tier_bytes:
+        # KvCacheConfig.host_cache_size: bytes of host memory per rank for blocks offloaded from the GPU
+        options += f"\\n  host_cache_size: {s.host_tier_bytes // s.tensor_parallel_size}"
     serve = _join(["trtllm-serve", s.model, "--tp_size", str(s.tensor_parallel_size), "--max_seq_len",
                    str(s.max_model_len), "--max_batch_size", str(s.max_num_seqs), "--extra_llm_api_options",
                    "kv_cache.yaml", *extra])
@@ -117,7 +121,8 @@ LAUNCHERS: dict[str, EngineLauncher] = {
         offload_args=lambda host_bytes, tp: ["--enable-hierarchical-cache", "--hicache-size",
                                              f"{host_bytes / tp / 1e9:g}"]),
     "trtllm": EngineLauncher(_TRTLLM, _trtllm, "TensorRT-LLM: the KV cache dtype and fraction live in "
-                                               "kv_cache_config"),
+                                               "kv_cache_config",
+                             offload_args=lambda host_bytes, tp: []),  # host_cache_size goes in kv_cache.yaml
     "lmdeploy": EngineLauncher(_LMDEPLOY, _lmdeploy, "LMDeploy: --quant-policy 8 = int8 KV, 4 = int4 KV; "
                                                      "--cache-max-entry-count is the share of free memory"),
     "llamacpp": EngineLauncher(_LLAMACPP, _llamacpp, "llama.cpp: quantized V needs flash attention (-fa on); "
@@ -144,6 +149,7 @@ def serve_command(engine: str, settings: ServeSettings, role: str | None = None,
             return ServeCommand(engine, None, f"kvsize writes no host-tier option for {engine}; engines it writes "
                                               f"them for: {', '.join(e for e, l in LAUNCHERS.items() if l.offload_args)}")
         extra += launcher.offload_args(host_tier_bytes, settings.tensor_parallel_size)
+        settings = replace(settings, host_tier_bytes=host_tier_bytes)
     command = _serve_command(engine, settings, tuple(extra))
     return ServeCommand(command.engine, command.command, "; ".join([command.note, *notes]))
 

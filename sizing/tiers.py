@@ -320,7 +320,10 @@ def engine_offload_options(engine: str, host_bytes: int, tp: int) -> str:
     launcher = LAUNCHERS.get(engine)
     if launcher is None or launcher.offload_args is None or not host_bytes:
         return ""
-    return " ".join(shlex.quote(a) for a in launcher.offload_args(host_bytes, tp))
+    args = launcher.offload_args(host_bytes, tp)
+    if not args:  # configured by file (TensorRT-LLM's kv_cache_config)
+        return f"kv_cache_config: {{host_cache_size: {host_bytes // tp}}}"
+    return " ".join(shlex.quote(a) for a in args)
 
 
 def tiers_for(scenario, workload, sizes: dict[str, int], links: dict[str, str], session_tokens: int,

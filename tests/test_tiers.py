@@ -163,3 +163,18 @@ def test_tiers_cli(capsys):
     assert main(["tiers", "--workload", str(EXAMPLES / "multi-turn-chat.yaml"), "--model", "llama-3.1-8b",
                  "--host-memory", "1GiB", "--host-link", "pcie9"]) == 2
     assert "unknown link 'pcie9' (--host-link)" in capsys.readouterr().err
+
+
+def test_host_tier_options_per_engine():
+    # vLLM: --kv-offloading-size in GiB summed over TP ranks; SGLang: --hicache-size in GB per rank;
+    # TensorRT-LLM: kv_cache_config.host_cache_size in bytes per rank (64 GiB over TP 2 = 34,359,738,368 B).
+    from sizing.serve import ServeSettings, serve_command
+    from sizing.tiers import engine_offload_options
+
+    host = 64 * 2**30
+    assert engine_offload_options("vllm", host, 2) == "--kv-offloading-size 64 --kv-offloading-backend native"
+    assert engine_offload_options("sglang", host, 2) == "--enable-hierarchical-cache --hicache-size 34.3597"
+    assert engine_offload_options("trtllm", host, 2) == "kv_cache_config: {host_cache_size: 34359738368}"
+    settings = ServeSettings("m", "fp8_e4m3", "bf16", 2, 8192, 0.9, 32, 64, 0)
+    assert "host_cache_size: 34359738368" in serve_command("trtllm", settings, None, host).command
+    assert serve_command("lmdeploy", settings, None, host).command is None
