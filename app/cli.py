@@ -115,6 +115,9 @@ def _add_scenario_options(p: argparse.ArgumentParser, single: bool = True) -> No
     p.add_argument("--cuda-graph-memory", type=_size, default=None,
                    help="override CUDA graph memory per GPU (default: the release's measured figure)")
     p.add_argument("--layer-kv-dtype", default=None, help="per-layer formats, e.g. 'first:2,last:2=bf16'")
+    p.add_argument("--mtp-layers", type=int, default=0,
+                   help="speculative decoding with N of the model's MTP layers (num_nextn_predict_layers): "
+                        "their KV and weights are added (vLLM --speculative-config method mtp; default 0)")
     p.add_argument("--kivi-group", type=_positive_int, default=32, help="KIVI group size (default 32)")
     p.add_argument("--kivi-residual", type=int, default=128, help="KIVI fp16 recent tokens (default 128)")
     p.add_argument("--kvquant-outliers", type=_fraction, default=0.01,
@@ -336,7 +339,7 @@ def scenario_from_args(args: argparse.Namespace, model: str, gpu: str, engine: s
         weights_dtype=args.weights_dtype, headroom=args.headroom,
         max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
         non_torch_bytes=args.non_torch_memory, cuda_graph_bytes=args.cuda_graph_memory,
-        layer_kv_dtype=args.layer_kv_dtype, gpu_multiprocessors=gpu_row.multiprocessors,
+        layer_kv_dtype=args.layer_kv_dtype, gpu_multiprocessors=gpu_row.multiprocessors, mtp_layers=args.mtp_layers,
         gpu_nvml_mib=gpu_row.nvml_memory_mib if args.gpu_memory is None else None, gpu_architecture=gpu_row.architecture,
         format_options=FormatOptions(args.kivi_group, args.kivi_residual,
                                      Fraction(args.kvquant_outliers).limit_denominator(10**6)),

@@ -68,13 +68,14 @@ def _query(key: str, default, cast=str, low=None, high=None):
 
 
 SAME_AS_K = "same as K"
-LIMITS = {"tp": (1, 64), "pp": (1, 64), "context": (1, 10_485_760), "concurrency": (1, 100_000)}
+LIMITS = {"tp": (1, 64), "pp": (1, 64), "context": (1, 10_485_760), "concurrency": (1, 100_000), "mtp_layers": (0, 8)}
 UPLOADED_MODEL = "MODEL_DIR"
 # The CLI's flags as the sidebar names them: sizing's errors speak of flags.
 WIDGET_NAMES = {
     "--k-cache-dtype": "K cache format", "--v-cache-dtype": "V cache format", "--kv-cache-dtype": "the cache format",
     "--tensor-parallel-size": "Tensor parallel size", "--pipeline-parallel-size": "Pipeline parallel size",
     "--max-model-len": "Context", "--concurrency": "Concurrent requests", "--weights-dtype": "Weights dtype",
+    "--mtp-layers": "MTP layers for speculative decoding",
     "--gpu-memory-utilization": "Engine memory fraction", "--mem-fraction-static": "Engine memory fraction",
     "--headroom": "Headroom", "--model": "Model", "--gpu": "GPU", "--engine": "Engine",
 }
@@ -126,6 +127,8 @@ def read_scenario() -> Scenario | None:
     pp = sb.number_input("Pipeline parallel size", value=_query("pp", 1, int, *LIMITS["pp"]), step=1, key="pp")
     context = sb.number_input("Context (max_model_len, tokens)", value=_query("ctx", 32768, int, *LIMITS["context"]),
                               step=1024, key="context")
+    mtp = sb.number_input("MTP layers for speculative decoding", value=0, step=1, key="mtp_layers",
+                           help="of the model's num_nextn_predict_layers: their KV and weights are added")
     concurrency = sb.number_input("Concurrent requests", value=_query("conc", 8, int, *LIMITS["concurrency"]),
                                   step=1, key="concurrency")
     fraction = sb.slider("Engine memory fraction (vLLM gpu_memory_utilization, …)", 0.5, 1.0,
@@ -138,7 +141,8 @@ def read_scenario() -> Scenario | None:
                            ctx=str(context), conc=str(concurrency), util=str(fraction), headroom=str(headroom))
     try:
         for key, label in (("tp", "Tensor parallel size"), ("pp", "Pipeline parallel size"),
-                           ("context", "Context"), ("concurrency", "Concurrent requests")):
+                           ("context", "Context"), ("concurrency", "Concurrent requests"),
+                           ("mtp_layers", "MTP layers for speculative decoding")):
             low, high = LIMITS[key]
             if not low <= st.session_state[key] <= high:
                 raise KvsizeError(f"'{label}' must be from {low:,} to {high:,}, got {st.session_state[key]:,}")
@@ -153,7 +157,7 @@ def read_scenario() -> Scenario | None:
             k_cache_dtype=k_fmt, v_cache_dtype=v_fmt, tensor_parallel_size=int(tp), pipeline_parallel_size=int(pp),
             max_model_len=int(context), concurrency=int(concurrency),
             memory_fraction=fraction if ENGINES[engine].fraction_option else None, headroom=headroom,
-            weights_dtype=weights_dtype,
+            weights_dtype=weights_dtype, mtp_layers=int(mtp),
         )
     except KvsizeError as e:
         st.error(in_widget_terms(str(e)))

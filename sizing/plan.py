@@ -14,7 +14,7 @@ from .layers import CacheLayout, build_layout, kv_heads_per_rank, parse_layer_ov
 from .memory import ActivationEstimate, profiling_peak, resolve_weights_dtype, weight_bytes
 from .releases import find_release
 from .support import support
-from .shape import DTYPE_NAMES, ModelShape
+from .shape import DTYPE_NAMES, ModelShape, with_mtp_layers
 from .units import GiB, MiB
 
 # NVML's total less CUDA's, measured on the H100 80GB HBM3 (85,520,809,984 − 85,017,493,504 B).
@@ -55,6 +55,7 @@ class Scenario:
     dtype: str = "auto"  # the engine's --dtype (the model's compute dtype); auto: the engine's rule
     gpu_nvml_mib: int | None = None  # nvidia-smi's total, which SGLang's default fraction reads
     gpu_architecture: str | None = None  # sm90, gfx942, ...: which KV formats the engine runs (profiles/support.json)
+    mtp_layers: int = 0  # speculative decoding with this many of the model's MTP layers (their KV and weights)
 
     @property
     def nvml_mib(self) -> int:
@@ -313,7 +314,9 @@ def with_engine_defaults(s: Scenario, engine: Engine | None = None) -> Scenario:
 
 
 def with_dtype(s: Scenario) -> Scenario:
-    """The scenario with --dtype applied to the model's shape."""
+    """The scenario with --dtype applied to the model's shape, and its MTP drafter layers added."""
+    if s.mtp_layers:
+        s = s.evolve(shape=with_mtp_layers(s.shape, _int_at_least(s.mtp_layers, "--mtp-layers", 0)), mtp_layers=0)
     if s.dtype in (None, "auto"):
         return s
     name = DTYPE_NAMES.get(str(s.dtype).strip().lower().removeprefix("torch."))

@@ -14,7 +14,7 @@ import math
 import json
 import os
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +117,9 @@ class ModelShape:
     # RoPE scalings as (rope_type, factor or None, original_max_position_embeddings or None), one per
     # rope_parameters entry (per layer type where the config gives one per type); engines derive their
     # default max_model_len from them and from the config's own original_max_position_embeddings.
+    # Multi-token-prediction layers the checkpoint carries beside its decoder (num_nextn_predict_layers,
+    # mtp_num_hidden_layers): speculative decoding with them adds their KV and weights (with_mtp_layers).
+    mtp_layers: int = 0
     rope_scalings: tuple[tuple[str, float | None, int | None], ...] = ()
     original_max_position_embeddings: int | None = None
     parsed_with: str = "transformers"
@@ -473,11 +476,40 @@ def resolve_shape(raw: dict[str, Any]) -> ModelShape:
         gated_mlp=gated,
         rotary_dim=_rotary_dim(f, head_dim, mla_latent is not None),
         rope_scalings=_rope_scalings(f),
+        mtp_layers=_as_int(f.get("num_nextn_predict_layers", "mtp_num_hidden_layers", default=0), "num_nextn_predict_layers"),
         original_max_position_embeddings=_optional_int(f.get("original_max_position_embeddings"),
                                                        "original_max_position_embeddings"),
         parsed_with=parsed_with,
         notes=tuple(notes),
     )
+
+
+def with_mtp_layers(shape: ModelShape, n: int) -> ModelShape:
+    """The model with `n` of its MTP layers running as speculative-decoding drafters. Each is a decoder
+    layer after the last (vLLM's deepseek_mtp.py: layers num_hidden_layers.. with their own attention,
+    whose KV joins the target's pool and groups, v1/worker/gpu/attn_utils.py) plus a 2h x h projection
+    (eh_proj) and two norms; embeddings and the head are the target's."""
+    if n == 0:
+        return shape
+    if not shape.mtp_layers:
+        raise KvsizeError(f"--mtp-layers {n}: config.json gives no MTP layers (num_nextn_predict_layers or "
+                          "mtp_num_hidden_layers); this model has none to speculate with")
+    if not 0 < n <= shape.mtp_layers:
+        raise KvsizeError(f"--mtp-layers {n}: config.json gives {shape.mtp_layers} MTP layer(s) "
+                          f"(num_nextn_predict_layers); use 1 to {shape.mtp_layers}")
+    # The drafter's attention is the model's full attention (its last full-attention layer's shape).
+    last = max(i for i, k in enumerate(shape.layer_kinds) if k == "full")
+    base = shape.layer_params[last]
+    h = shape.hidden_size
+    extra = LayerParams(base.attention, base.mlp, base.experts, base.other + 2 * h * h + 2 * h)
+
+    def more(values: tuple) -> tuple:
+        return values + (values[last],) * n if values else values
+
+    return replace(shape, num_layers=shape.num_layers + n, layer_kinds=shape.layer_kinds + ("full",) * n,
+                   layer_params=shape.layer_params + (extra,) * n, layer_kv_heads=more(shape.layer_kv_heads),
+                   layer_head_dims=more(shape.layer_head_dims), layer_v_head_dims=more(shape.layer_v_head_dims),
+                   mtp_layers=shape.mtp_layers - n)
 
 
 def _optional_int(value: Any, name: str) -> int | None:

@@ -384,3 +384,16 @@ def test_tiers_page_equals_sizing():
     table = next(d for d in at.dataframe if "sessions_warm" in d.value.columns).value
     assert list(table["tokens"]) == [t.tokens for t in plan.tiers]
     assert any("--kv-offloading-size 512" in c.value for c in at.code)
+
+
+def test_mtp_layers_widget():
+    at = _app()
+    at.selectbox(key="model").set_value("deepseek-v3")
+    at.number_input(key="mtp_layers").set_value(1)
+    at.run()
+    assert not at.exception
+    # DeepSeek-V3 with its one MTP layer: 62 MLA layers x 1,152 B (config.json, vLLM deepseek_mtp.py)
+    assert _metric(at, "KV bytes per token") == "71,424"
+    at.selectbox(key="model").set_value("llama-3.1-8b")
+    at.run()
+    assert any("'MTP layers for speculative decoding' 1: config.json gives no MTP layers" in e.value for e in at.error)

@@ -206,3 +206,21 @@ def test_gemma4_shares_kv_in_its_last_layers_and_widens_full_attention_heads():
     assert sorted({(s.kind, s.head_dim) for s in layout.kv.values()}) == [("full", 512), ("sliding", 256)]
     assert len(layout.kv) == 15
     assert sum(layout.token_bytes()) == 17_408
+
+
+def test_mtp_layers_add_their_kv_and_weights():
+    # DeepSeek-V3 config.json: num_nextn_predict_layers 1. vLLM's deepseek_mtp.py builds it as layer 61 with
+    # its own MLA attention, whose KV joins the target's pool (v1/worker/gpu/attn_utils.py marks it is_draft,
+    # which kv_cache_interface.py leaves out of spec equality): 62 x (512 + 64) x 2 B = 71,424 B per token.
+    from sizing.errors import KvsizeError
+
+    plain = estimate(scenario("deepseek-v3", gpu="h200", tensor_parallel_size=8, weights_dtype="fp8",
+                              max_model_len=32768))
+    mtp = estimate(scenario("deepseek-v3", gpu="h200", tensor_parallel_size=8, weights_dtype="fp8",
+                            max_model_len=32768, mtp_layers=1))
+    assert (plain.kv_bytes_per_token, mtp.kv_bytes_per_token) == (61 * 1152, 62 * 1152)
+    assert mtp.breakdown.weights_bytes > plain.breakdown.weights_bytes  # one more MoE decoder layer + eh_proj
+    with pytest.raises(KvsizeError, match="no MTP layers"):
+        estimate(scenario("llama-3.1-8b", mtp_layers=1))
+    with pytest.raises(KvsizeError, match="use 1 to 1"):
+        estimate(scenario("deepseek-v3", gpu="h200", tensor_parallel_size=8, mtp_layers=2))
