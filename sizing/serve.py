@@ -109,7 +109,7 @@ LAUNCHERS: dict[str, EngineLauncher] = {
                               json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"}, separators=(",", ":"))],
         pd_note="vLLM disaggregated prefilling with the NixlConnector (docs: features/nixl_connector_usage); "
                 "a proxy routes each request to a prefill and then a decode instance",
-        # --kv-offloading-size is GiB summed over the TP ranks (vllm/config/cache.py)
+        # --kv-offloading-size is GiB summed over the TP ranks (vllm/config/cache.py, 0.33: kv_offloading_size)
         offload_args=lambda host_bytes, tp: ["--kv-offloading-size", f"{host_bytes / 2**30:g}",
                                              "--kv-offloading-backend", "native"]),
     "sglang": EngineLauncher(
@@ -117,7 +117,8 @@ LAUNCHERS: dict[str, EngineLauncher] = {
         pd_args=lambda role: ["--disaggregation-mode", role],
         pd_note="SGLang PD disaggregation (--disaggregation-mode); sglang_router with --pd-disaggregation routes "
                 "requests",
-        # --hicache-size is GB (10^9 bytes) per rank
+        # --hicache-size is GB (10^9 bytes) per rank: each rank's host pool is hicache_size * 1e9 bytes
+        # (sglang/srt/mem_cache/memory_pool_host.py)
         offload_args=lambda host_bytes, tp: ["--enable-hierarchical-cache", "--hicache-size",
                                              f"{host_bytes / tp / 1e9:g}"]),
     "trtllm": EngineLauncher(_TRTLLM, _trtllm, "TensorRT-LLM: the KV cache dtype and fraction live in "
