@@ -70,6 +70,13 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _positive_fraction(text: str) -> float:
+    value = _fraction(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"must be above 0 and at most 1, got {text!r}")
+    return value
+
+
 def _size(text: str) -> int:
     try:
         return parse_bytes(text, "size")
@@ -223,7 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{kind}-link", default=default, help=f"link of the {kind} tier (kvsize links; default {default})")
     p.add_argument("--session-tokens", type=_tokens, default=32768,
                    help="tokens of one session brought back to HBM in the reload figures (default 32k)")
-    p.add_argument("--mfu", type=_fraction, default=None, help="prefill MFU for recomputing (default 0.5)")
+    p.add_argument("--mfu", type=_positive_fraction, default=None,
+                   help="prefill MFU for recomputing, in (0, 1] (default 0.5)")
     p.add_argument("--format", choices=["table", "json"], default="table", help="output form (default table)")
     p.add_argument("--out", action="append", default=[],
                    help="write .xlsx (sheets: tiers, reuse), .csv (the tiers) or .json (repeatable)")
@@ -737,7 +745,8 @@ def cmd_tiers(args: argparse.Namespace) -> int:
                                   args.max_model_len, args.kv_cache_dtype, args.kv_cache_dtype)
     sizes = {k: v for k, v in (("host", args.host_memory), ("disk", args.disk), ("remote", args.remote)) if v}
     links = {"host": args.host_link, "disk": args.disk_link, "remote": args.remote_link}
-    e, plan = tiers_for(scenario, workload, sizes, links, args.session_tokens, args.mfu or DEFAULT_MFU)
+    e, plan = tiers_for(scenario, workload, sizes, links, args.session_tokens,
+                        DEFAULT_MFU if args.mfu is None else args.mfu)
     record = tiers_record(e, plan, workload, engine_offload_options(e.engine.name, sizes.get("host", 0),
                                                                     scenario.tensor_parallel_size))
     tier_rows = [{k: v for k, v in t.items()} for t in record["tiers"]]
@@ -970,6 +979,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         sys.stdout.write(designs["text"])
     for out in outs:
         print(f"kvsize: wrote {out}", file=sys.stderr)
+    if designs is not None and not designs["met"]:
+        print("kvsize: error: no design meets the latency targets; loosen --ttft-ms or --itl-ms, or add faster "
+              "GPUs or larger TP sizes (the designs table gives each one's reason)", file=sys.stderr)
+        return 2
     if cheapest is None:
         reasons = list(dict.fromkeys(r["reason"].removeprefix("n/a: ") for r in rows if r.get("reason")))
         more = f" (and {len(reasons) - 3} more, in the table above)" if len(reasons) > 3 else ""
@@ -982,7 +995,7 @@ def designs_from_args(args: argparse.Namespace, plan, base) -> dict | None:
     """With a TTFT or ITL target: aggregated and disaggregated designs, the cheapest and the frontier."""
     from sizing.fleet import build_candidates
     from sizing.formats import get_format
-    from sizing.profiles import link_profile
+    from sizing.profiles import link_ids, link_profile
     from dataclasses import replace
 
     from sizing.slo import Targets, TierOption, cheapest, design_row, frontier, search_designs
@@ -996,6 +1009,11 @@ def designs_from_args(args: argparse.Namespace, plan, base) -> dict | None:
     link = shared = same_host = None
     if args.pd_link.strip().lower() != "none":
         profile = link_profile(args.pd_link.strip(), "--pd-link")
+        if profile.kind not in ("peer", "remote"):
+            raise KvsizeError(f"--pd-link {args.pd_link.strip()} is a {profile.kind} link; prefill and decode GPUs talk "
+                              "over a peer link (NVLink) or a network: one of "
+                              + ", ".join(k for k in link_ids() if link_profile(k).kind in ("peer", "remote"))
+                              + ", or none")
         link, shared, same_host = link_fit(args.pd_link.strip()), profile.shared_by_gpus, profile.kind == "peer"
     formats = list(dict.fromkeys(get_format(f, base.shape.serving_dtype, option="--formats").name for f in args.formats))
     tps = [_int_or_error(t, "--tp") for t in args.tp]
@@ -1024,7 +1042,7 @@ def designs_from_args(args: argparse.Namespace, plan, base) -> dict | None:
             f"    {role}: {c.command or c.note}\n" for role, c in commands)
     rows = [design_row(d) for d in sorted(found, key=lambda d: (not d.meets, d.usd_per_hour, d.gpus))]
     front = [design_row(d) for d in frontier(found)]
-    return {"rows": rows, "frontier": front, "text": text,
+    return {"rows": rows, "frontier": front, "text": text, "met": best is not None,
             "serve": [dict(role=role, command=c.command, note=c.note) for role, c in commands]}
 
 

@@ -335,6 +335,8 @@ def tiers_for(scenario, workload, sizes: dict[str, int], links: dict[str, str], 
     from .speed import prefill_seconds
 
     e = estimate(scenario)
+    if e.kv_budget_bytes <= 0:
+        raise KvsizeError(e.fit_message)
     s = e.scenario
     gpus = s.tensor_parallel_size * s.pipeline_parallel_size
     mix = workload.mix()

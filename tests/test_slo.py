@@ -154,3 +154,31 @@ def test_a_disaggregated_design_has_a_command_per_role(engine, needles):
     text = " ".join(c.command for _, c in commands)
     assert all(n in text for n in needles)
     assert ("--kv-offloading-size 64" if engine == "vllm" else "--enable-hierarchical-cache") in text
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--ttft-ms", "100", "--pd-link", "nvme-gen4"], "--pd-link nvme-gen4 is a disk link"),
+    (["--ttft-ms", "1"], "no design meets the latency targets"),
+    (["--ttft-ms", "0"], "--ttft-ms: expected a positive finite number"),
+])
+def test_plan_latency_inputs_that_cannot_work_exit_2(args, needle, capsys):
+    from app.cli import main
+
+    example = Path(__file__).parent.parent / "examples" / "multi-turn-chat.yaml"
+    assert main(["plan", "--workload", str(example), "--model", "llama-3.1-8b", "--gpus", "h100-sxm",
+                 "--formats", "auto", "--tp", "1", *args]) == 2
+    assert needle in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--mfu", "0"], "--mfu: must be above 0"),
+    (["--gpu-memory", "1GiB"], "the model does not fit"),
+    (["--mtp-layers", "-1"], "--mtp-layers must be an integer of at least 0"),
+])
+def test_tiers_inputs_that_cannot_work_exit_2(args, needle, capsys):
+    from app.cli import main
+
+    example = Path(__file__).parent.parent / "examples" / "multi-turn-chat.yaml"
+    assert main(["tiers", "--workload", str(example), "--model", "llama-3.1-8b", "--host-memory", "64GiB",
+                 *args]) == 2
+    assert needle in capsys.readouterr().err
