@@ -696,10 +696,13 @@ def page_designs(s: Scenario, workload, gpus: list[str], formats: list[str], tps
                    help=(f"{d.layout}; TTFT {d.ttft_seconds * 1e3:,.0f} ms, ITL {d.itl_seconds * 1e3:.1f} ms; "
                          f"{d.reason}") if d else None)
     if agg and dis:
-        m[2].metric("Disaggregation saves", f"{agg.gpus - dis.gpus} GPUs",
-                    help=f"${agg.usd_per_hour - dis.usd_per_hour:,.2f}/h against the cheapest aggregated design")
+        m[2].metric("Disaggregated against aggregated",
+                    f"{dis.gpus - agg.gpus:+d} GPUs, {dis.usd_per_hour - agg.usd_per_hour:+,.2f} $/h",
+                    help="the cheapest disaggregated design less the cheapest aggregated one")
     if best is not None:
-        st.caption(f"Chosen (cheapest per hour at the peak): {best.label}")
+        st.caption(f"Chosen (cheapest per hour at the peak): {best.label}. The frontier is cost per token: faster "
+                   "designs serve more requests at the same concurrency, so they can cost less per token while "
+                   "costing more per hour.")
     front = frontier(designs)
     fig = go.Figure()
     for kind, color in (("aggregated", "#4C78A8"), ("disaggregated", "#F58518")):
