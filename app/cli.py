@@ -371,6 +371,16 @@ def _emit(text: str, out: str | None, fmt: str | None = None) -> None:
     _atomic_write(Path(out), text.encode())
 
 
+def _checked_outs(paths: list[str]) -> list[Path]:
+    """Repeatable --out files: each a .csv, .xlsx or .json that can be written, or none is written."""
+    outs = [Path(o) for o in paths]
+    for out in outs:
+        if out.suffix.lower() not in (".csv", ".xlsx", ".json"):
+            raise KvsizeError(f"--out must end in .csv, .xlsx or .json, got {out.name!r}")
+        _check_out(out)
+    return outs
+
+
 def _check_out(path: Path) -> Path:
     """The --out path, refused before anything is computed or written when it cannot be written."""
     path = path.resolve()
@@ -735,11 +745,7 @@ def cmd_tiers(args: argparse.Namespace) -> int:
     from sizing.tiers import engine_offload_options, tiers_for
     from sizing.workload import read_workload
 
-    outs = [Path(o) for o in args.out]
-    for out in outs:
-        if out.suffix.lower() not in (".csv", ".xlsx", ".json"):
-            raise KvsizeError(f"--out must end in .csv, .xlsx or .json, got {out.name!r}")
-        _check_out(out)
+    outs = _checked_outs(args.out)
     workload = read_workload(args.workload)
     scenario = scenario_from_args(args, args.model, args.gpu, args.engine, args.tensor_parallel_size,
                                   args.max_model_len, args.kv_cache_dtype, args.kv_cache_dtype)
@@ -749,7 +755,7 @@ def cmd_tiers(args: argparse.Namespace) -> int:
                         DEFAULT_MFU if args.mfu is None else args.mfu)
     record = tiers_record(e, plan, workload, engine_offload_options(e.engine.name, sizes.get("host", 0),
                                                                     scenario.tensor_parallel_size))
-    tier_rows = [{k: v for k, v in t.items()} for t in record["tiers"]]
+    tier_rows = record["tiers"]
     reuse_rows = [dict({k: v for k, v in r.items() if k != "hit_by_tier"},
                        **{f"hit_{k}": v for k, v in r["hit_by_tier"].items()}) for r in record["reuse"]]
     for out in outs:
@@ -936,11 +942,7 @@ def _hf_id(model: str) -> str:
 def cmd_plan(args: argparse.Namespace) -> int:
     from sizing.fleet import PLAN_SCHEMA, bucket_rows, candidate_rows, cost_rows, plan_serve_command, plan_summary
 
-    outs = [Path(o) for o in args.out]
-    for out in outs:
-        if out.suffix.lower() not in (".csv", ".xlsx", ".json"):
-            raise KvsizeError(f"--out must end in .csv, .xlsx or .json, got {out.name!r}")
-        _check_out(out)  # every output writable, or none is written
+    outs = _checked_outs(args.out)
     plan, base, rules, notes = plan_from_args(args)
     designs = designs_from_args(args, plan, base)
     cheapest = plan.cheapest
@@ -993,43 +995,28 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def designs_from_args(args: argparse.Namespace, plan, base) -> dict | None:
     """With a TTFT or ITL target: aggregated and disaggregated designs, the cheapest and the frontier."""
-    from sizing.fleet import build_candidates
-    from sizing.formats import get_format
-    from sizing.profiles import link_ids, link_profile
     from dataclasses import replace
 
-    from sizing.slo import Targets, TierOption, cheapest, design_row, frontier, search_designs
-    from sizing.tiers import link_fit
+    from sizing.fleet import build_candidates
+    from sizing.formats import get_format
+    from sizing.slo import Targets, TierOption, cheapest, design_row, frontier, pd_link, ranked, search_designs
 
     w = plan.workload
     if w.ttft_target_ms is None and w.itl_target_ms is None:
         return None
     targets = Targets(w.ttft_target_ms / 1000 if w.ttft_target_ms else None,
                       w.itl_target_ms / 1000 if w.itl_target_ms else None)
-    link = shared = same_host = None
-    if args.pd_link.strip().lower() != "none":
-        profile = link_profile(args.pd_link.strip(), "--pd-link")
-        if profile.kind not in ("peer", "remote"):
-            raise KvsizeError(f"--pd-link {args.pd_link.strip()} is a {profile.kind} link; prefill and decode GPUs talk "
-                              "over a peer link (NVLink) or a network: one of "
-                              + ", ".join(k for k in link_ids() if link_profile(k).kind in ("peer", "remote"))
-                              + ", or none")
-        link, shared, same_host = link_fit(args.pd_link.strip()), profile.shared_by_gpus, profile.kind == "peer"
+    link, shared, same_host = pd_link(args.pd_link)
     formats = list(dict.fromkeys(get_format(f, base.shape.serving_dtype, option="--formats").name for f in args.formats))
     tps = [_int_or_error(t, "--tp") for t in args.tp]
     candidates = build_candidates(args.gpus, formats, tps, _prices(args.price), args.engine)
-    found = search_designs(base, candidates, w, plan.efficiency, targets, link, bool(shared),
-                           same_host=bool(same_host))
+    found = search_designs(base, candidates, w, plan.efficiency, targets, link, shared, same_host=same_host)
     best = cheapest(found)
     text = render_designs(targets, best, found, frontier(found), args.pd_link.strip(), args.top)
     sizes = {k: v for k, v in (("host", args.host_memory), ("disk", args.disk)) if v}
     commands = []
     if sizes:
-        if not w.sessions:
-            raise KvsizeError("--host-memory/--disk need the workload's sessions (what requests reuse): add a "
-                              "sessions: list (examples/multi-turn-chat.yaml)")
-        tiered = search_designs(base, candidates, w, plan.efficiency, targets, link, bool(shared),
-                                same_host=bool(same_host),
+        tiered = search_designs(base, candidates, w, plan.efficiency, targets, link, shared, same_host=same_host,
                                 tiers=TierOption(sizes, {"host": args.host_link, "disk": args.disk_link}))
         text += render_tier_savings(found, tiered, sizes)
         best = cheapest(tiered) or best
@@ -1040,7 +1027,7 @@ def designs_from_args(args: argparse.Namespace, plan, base) -> dict | None:
         commands = design_serve_commands(best, base, w, _hf_id(args.model), sizes.get("host", 0))
         text += "  serve the chosen design:\n" + "".join(
             f"    {role}: {c.command or c.note}\n" for role, c in commands)
-    rows = [design_row(d) for d in sorted(found, key=lambda d: (not d.meets, d.usd_per_hour, d.gpus))]
+    rows = [design_row(d) for d in ranked(found)]
     front = [design_row(d) for d in frontier(found)]
     return {"rows": rows, "frontier": front, "text": text, "met": best is not None,
             "serve": [dict(role=role, command=c.command, note=c.note) for role, c in commands]}

@@ -651,9 +651,8 @@ def page_designs(s: Scenario, workload, gpus: list[str], formats: list[str], tps
     """Aggregated and disaggregated designs against TTFT and ITL targets, and their frontier."""
     from app.spreadsheet import xlsx_bytes
     from sizing.fleet import build_candidates
-    from sizing.profiles import link_ids, link_profile
-    from sizing.slo import Targets, TierOption, cheapest, design_row, frontier, search_designs
-    from sizing.tiers import link_fit
+    from sizing.profiles import link_ids
+    from sizing.slo import Targets, TierOption, cheapest, design_row, frontier, pd_link, ranked, search_designs
 
     st.subheader("Latency targets: aggregated or disaggregated")
     c = st.columns(3)
@@ -661,7 +660,7 @@ def page_designs(s: Scenario, workload, gpus: list[str], formats: list[str], tps
                              float(workload.ttft_target_ms or 0.0), 100.0, key="ttft_target",
                              help="mean time to first token at the peak; with a target, designs are searched")
     links = ["none", *link_ids()]
-    pd_link = c[1].selectbox("P/D link", links, index=links.index("nvlink4-peer"), key="pd_link",
+    link_choice = c[1].selectbox("P/D link", links, index=links.index("nvlink4-peer"), key="pd_link",
                              help="what a disaggregated design ships each request's KV over (kvsize links)")
     host_gib = c[2].number_input("Host memory tier per replica (GiB, 0 = none)", 0, 1 << 20, 0, 64, key="host_tier_gib",
                                  help="prefixes the workload's sessions find there are reloaded, not prefilled")
@@ -669,21 +668,12 @@ def page_designs(s: Scenario, workload, gpus: list[str], formats: list[str], tps
         st.caption("Give a TTFT or ITL target to compare aggregated with disaggregated designs.")
         return
     targets = Targets(ttft / 1000 if ttft else None, workload.itl_target_ms / 1000 if workload.itl_target_ms else None)
-    link = shared = same_host = None
-    if pd_link != "none":
-        profile = link_profile(pd_link)
-        link, shared, same_host = link_fit(pd_link), profile.shared_by_gpus, profile.kind == "peer"
-    tiers = None
-    if host_gib:
-        if not workload.sessions:
-            st.error("A host memory tier needs the workload's sessions (what requests reuse): upload a workload with "
-                     "a sessions: list (examples/multi-turn-chat.yaml)")
-            return
-        tiers = TierOption({"host": host_gib * GiB}, {"host": "pcie5-x16"})
+    tiers = TierOption({"host": host_gib * GiB}, {"host": "pcie5-x16"}) if host_gib else None
     try:
+        link, shared, same_host = pd_link(link_choice, "P/D link")
         designs = search_designs(replace(s, pipeline_parallel_size=1),
                                  build_candidates(gpus, formats, tps, prices, engine=s.engine), workload,
-                                 plan.efficiency, targets, link, bool(shared), same_host=bool(same_host), tiers=tiers)
+                                 plan.efficiency, targets, link, shared, same_host=same_host, tiers=tiers)
     except KvsizeError as e:
         st.error(in_widget_terms(str(e)))
         return
@@ -723,7 +713,7 @@ def page_designs(s: Scenario, workload, gpus: list[str], formats: list[str], tps
                       yaxis_title="USD per million output tokens", height=420,
                       title="Designs that meet the targets: cost per token against ITL (hover: TTFT, GPUs)")
     _chart(fig, "frontier_chart")
-    rows = [design_row(d) for d in sorted(designs, key=lambda d: (not d.meets, d.usd_per_hour, d.gpus))]
+    rows = [design_row(d) for d in ranked(designs)]
     st.dataframe(pd.DataFrame(rows), hide_index=True, key="designs_table")
     st.download_button("Designs (XLSX: designs, frontier)",
                        lambda: xlsx_bytes({"designs": rows, "frontier": [design_row(d) for d in front]}),

@@ -62,6 +62,12 @@ class GpuOffer:
                    profile.multiprocessors, profile.nvml_memory_mib, profile.architecture,
                    profile.copy_bandwidth_gb_s, issue_rate(profile))
 
+    def scenario(self, base: Scenario, **changes) -> Scenario:
+        """`base` on this GPU, with `changes` to its other fields."""
+        return replace(base, gpu_name=self.name, gpu_memory_bytes=self.memory_bytes,
+                       gpu_multiprocessors=self.multiprocessors, gpu_nvml_mib=self.nvml_memory_mib,
+                       gpu_architecture=self.architecture, **changes)
+
 
 @dataclass(frozen=True)
 class Candidate:
@@ -210,11 +216,9 @@ def replica_model(base: Scenario, candidate: Candidate, workload: Workload, effi
     tp = candidate.tensor_parallel_size
     g = candidate.gpu
     draft_weights, draft_layout = _draft_terms(draft, tp)
-    scenario = replace(base, gpu_name=g.name, gpu_memory_bytes=g.memory_bytes, gpu_multiprocessors=g.multiprocessors,
-                       gpu_nvml_mib=g.nvml_memory_mib, gpu_architecture=g.architecture,
-                       k_cache_dtype=candidate.kv_format,
-                       v_cache_dtype=candidate.kv_format, tensor_parallel_size=tp, pipeline_parallel_size=1,
-                       max_model_len=longest, concurrency=1, extra_weights_bytes=draft_weights)
+    scenario = g.scenario(base, k_cache_dtype=candidate.kv_format, v_cache_dtype=candidate.kv_format,
+                          tensor_parallel_size=tp, pipeline_parallel_size=1, max_model_len=longest, concurrency=1,
+                          extra_weights_bytes=draft_weights)
     e = estimate(scenario)  # KvsizeError (TP split, unsupported format) goes to the caller
     max_seqs = e.scenario.max_num_seqs  # the engine release's default where the user gave none
     shared = _pool_plan("shared", e, [(b.share_percent / 100, b) for b in mix], float(workload.peak_concurrency),

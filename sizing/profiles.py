@@ -155,6 +155,12 @@ def gpu_profile(key: str) -> GpuProfile:
 
 
 @cache
+def gpu_by_name(name: str) -> GpuProfile | None:
+    """The bundled GPU whose profile name is `name` (a Scenario keeps the name, not the id)."""
+    return next((gpu_profile(g) for g in gpu_ids() if gpu_profile(g).name == name), None)
+
+
+@cache
 def link_ids() -> tuple[str, ...]:
     return tuple(_ids("links"))
 

@@ -21,7 +21,7 @@ layered_send_seconds) before its first token: TTFT = p_P + W + transfer.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal
 
 from .errors import KvsizeError
@@ -87,10 +87,6 @@ class Design:
         return f"{self.kind}: {self.layout}"
 
 
-def _mean(workload: Workload, attribute: str) -> float:
-    return sum(b.share_percent / 100 * getattr(b, attribute) for b in workload.mix())
-
-
 def _mdl_wait(busy: float, service: float) -> float:
     return busy * service / (2 * (1 - busy))
 
@@ -100,7 +96,7 @@ def aggregated_at(replicas: int, step_seconds: float, prefill: float, workload: 
     """(ITL, TTFT, requests per second) of `replicas` replicas that prefill and decode, or None when
     prefill alone would keep them busy. λ depends on the ITL and the ITL on λ: a fixed point, found
     by iterating from the decode step alone (λ falls as the ITL rises, so it converges)."""
-    n, output = workload.peak_concurrency, _mean(workload, "output_tokens")
+    n, output = workload.peak_concurrency, workload.mean("output_tokens")
     itl, busy = step_seconds, 0.0
     for _ in range(FIXED_POINT_ROUNDS):
         rate = n / (prefill + _mdl_wait(busy, prefill) + output * itl)
@@ -129,15 +125,19 @@ def _prefill(base: Scenario, candidate: Candidate, kv_format: str, workload: Wor
     """Mean seconds a replica of `candidate` spends on one prompt: its prefill, or with tiers and the
     workload's sessions, the prefill of what is not found plus the reload of what is."""
     tp, g = candidate.tensor_parallel_size, candidate.gpu
-    if tiers is None or not workload.sessions:
-        return prefill_seconds(base.shape, int(_mean(workload, "mean_prompt_tokens")), tp, g.bf16_dense_tflops, mfu)
+    if tiers is None:
+        return prefill_seconds(base.shape, int(workload.mean("mean_prompt_tokens")), tp, g.bf16_dense_tflops, mfu)
     from .tiers import tiers_for
 
-    scenario = replace(base, gpu_name=g.name, gpu_memory_bytes=g.memory_bytes, gpu_multiprocessors=g.multiprocessors,
-                       gpu_nvml_mib=g.nvml_memory_mib, gpu_architecture=g.architecture, k_cache_dtype=kv_format,
-                       v_cache_dtype=kv_format, tensor_parallel_size=tp, pipeline_parallel_size=1,
-                       max_model_len=max(b.max_context_tokens for b in workload.mix()), concurrency=1)
-    return tiers_for(scenario, workload, tiers.sizes, tiers.links, tiers.session_tokens, mfu)[1].ttft_seconds
+    return tiers_for(_on(base, g, kv_format, tp, workload), workload, tiers.sizes, tiers.links, tiers.session_tokens,
+                     mfu)[1].ttft_seconds
+
+
+def _on(base: Scenario, gpu, kv_format: str, tp: int, workload: Workload) -> Scenario:
+    """One replica of `base` on `gpu` (a GpuOffer), sized for the workload's longest request."""
+    return gpu.scenario(base, k_cache_dtype=kv_format, v_cache_dtype=kv_format, tensor_parallel_size=tp,
+                        pipeline_parallel_size=1, max_model_len=max(b.max_context_tokens for b in workload.mix()),
+                        concurrency=1)
 
 
 def _aggregated(base: Scenario, candidate: Candidate, workload: Workload, efficiency: DecodeEfficiency,
@@ -172,7 +172,7 @@ def _aggregated(base: Scenario, candidate: Candidate, workload: Workload, effici
     itl, ttft, rate = at(hi)
     gpus = hi * tp
     return Design("aggregated", candidate, hi, None, 0, gpus, gpus * g.usd_per_hour, itl, ttft, 0.0, rate,
-                  rate * _mean(workload, "output_tokens"), True,
+                  rate * workload.mean("output_tokens"), True,
                   f"{hi} replica(s) × TP {tp}, prefill busy {rate * prefill / hi:.0%} of their time")
 
 
@@ -180,16 +180,13 @@ def _failed(kind, decode: Candidate, prefill: Candidate | None, reason: str) -> 
     return Design(kind, decode, 0, prefill, 0, 0, 0.0, math.inf, math.inf, 0.0, 0.0, 0.0, False, reason)
 
 
-def transfer_seconds(base: Scenario, decode: Candidate, workload: Workload, link: LinkFit, link_shared: bool) -> float:
-    """A mean prompt's KV in the decode pool's format, per decode GPU, one send per layer; a link the
+def transfer_seconds(layout, tp: int, workload: Workload, link: LinkFit, link_shared: bool) -> float:
+    """A mean prompt's KV in the decode pool's layout (one decode GPU's), one send per layer; a link the
     node's GPUs share (a NIC) carries every GPU's share."""
-    e = estimate(replace(base, k_cache_dtype=decode.kv_format, v_cache_dtype=decode.kv_format,
-                         tensor_parallel_size=decode.tensor_parallel_size, pipeline_parallel_size=1,
-                         max_model_len=max(b.max_context_tokens for b in workload.mix()), concurrency=1))
-    tokens = int(_mean(workload, "mean_prompt_tokens"))
-    per_layer = [sum(spec.bytes_for(tokens)) for spec in e.layout.kv.values()]
+    tokens = int(workload.mean("mean_prompt_tokens"))
+    per_layer = [sum(spec.bytes_for(tokens)) for spec in layout.kv.values()]
     if link_shared:
-        per_layer = [b * decode.tensor_parallel_size for b in per_layer]
+        per_layer = [b * tp for b in per_layer]
     return layered_send_seconds(link, per_layer) if per_layer else 0.0
 
 
@@ -200,17 +197,11 @@ def _disaggregated(base: Scenario, decode: Candidate, prefill_candidate: Candida
     if model.shared.requests_per_replica <= 0:
         return _failed("disaggregated", decode, prefill_candidate, "one request of the mix does not fit the decode GPU")
     # The prefill GPU must hold one prompt's KV: its own estimate at the longest request.
-    pe = estimate(replace(base, gpu_name=prefill_candidate.gpu.name, gpu_memory_bytes=prefill_candidate.gpu.memory_bytes,
-                          gpu_multiprocessors=prefill_candidate.gpu.multiprocessors,
-                          gpu_nvml_mib=prefill_candidate.gpu.nvml_memory_mib,
-                          gpu_architecture=prefill_candidate.gpu.architecture,
-                          k_cache_dtype=decode.kv_format, v_cache_dtype=decode.kv_format,
-                          tensor_parallel_size=prefill_candidate.tensor_parallel_size, pipeline_parallel_size=1,
-                          max_model_len=max(b.max_context_tokens for b in workload.mix()), concurrency=1))
+    pe = estimate(_on(base, prefill_candidate.gpu, decode.kv_format, prefill_candidate.tensor_parallel_size, workload))
     if not pe.fits:
         return _failed("disaggregated", decode, prefill_candidate, f"the prefill GPU cannot hold a prompt: {pe.fit_message}")
     p = _prefill(base, prefill_candidate, decode.kv_format, workload, model.efficiency.mfu, tiers)
-    move = transfer_seconds(base, decode, workload, link, link_shared)
+    move = transfer_seconds(model.estimate.layout, decode.tensor_parallel_size, workload, link, link_shared)
     least, most = model.shared.replicas, workload.peak_concurrency
     itl_ok = [r for r in (least, most) if targets.itl_seconds is None or model.step_at(r).seconds <= targets.itl_seconds]
     if not itl_ok:
@@ -225,7 +216,7 @@ def _disaggregated(base: Scenario, decode: Candidate, prefill_candidate: Candida
         else:
             lo = mid
     decode_replicas, itl = hi, model.step_at(hi).seconds
-    output = _mean(workload, "output_tokens")
+    output = workload.mean("output_tokens")
     # The fewest prefill replicas whose TTFT (with its queue) meets the target: λ depends on TTFT.
     for prefill_replicas in range(1, workload.peak_concurrency + 1):
         ttft, rate, busy = p + move, 0.0, 0.0
@@ -253,6 +244,25 @@ def _disaggregated(base: Scenario, decode: Candidate, prefill_candidate: Candida
                    f"misses the TTFT target: prefill {p * 1e3:.0f} ms + KV transfer {move * 1e3:.1f} ms")
 
 
+PD_LINK_KINDS = ("peer", "remote")  # prefill and decode GPUs talk over NVLink in one host, or a network
+
+
+def pd_link(key: str, option: str = "--pd-link") -> tuple[LinkFit | None, bool, bool]:
+    """(link, shared by the node's GPUs, within one host) for a P/D link name; (None, False, False) for none."""
+    from .profiles import link_ids, link_profile
+    from .tiers import link_fit
+
+    key = key.strip()
+    if key.lower() == "none":
+        return None, False, False
+    profile = link_profile(key, option)
+    if profile.kind not in PD_LINK_KINDS:
+        raise KvsizeError(f"{option} {key} is a {profile.kind} link; prefill and decode GPUs talk over a peer link "
+                          "(NVLink) or a network: one of "
+                          + ", ".join(k for k in link_ids() if link_profile(k).kind in PD_LINK_KINDS) + ", or none")
+    return link_fit(key), profile.shared_by_gpus, profile.kind == "peer"
+
+
 def search_designs(base: Scenario, candidates: list[Candidate], workload: Workload, efficiency: DecodeEfficiency,
                    targets: Targets, link: LinkFit | None = None, link_shared: bool = False,
                    prefill_candidates: list[Candidate] | None = None, same_host: bool = False,
@@ -260,6 +270,9 @@ def search_designs(base: Scenario, candidates: list[Candidate], workload: Worklo
     """Every aggregated candidate, and with a P/D link every (prefill GPU and TP, decode candidate)
     pair; designs a candidate cannot run keep their reason. A link within one host (NVLink) pairs
     only GPUs of one kind: a host holds one kind."""
+    if tiers is not None and not workload.sessions:
+        raise KvsizeError("KV tiers need the workload's sessions (what requests reuse) to save any prefill: add a "
+                          "sessions: list (examples/multi-turn-chat.yaml)")
     designs = []
     for c in candidates:
         try:
@@ -288,9 +301,14 @@ def _distinct_prefill(candidates: list[Candidate]) -> list[Candidate]:
     return list(seen.values())
 
 
+def ranked(designs: list[Design]) -> list[Design]:
+    """Designs that meet the targets, cheapest per hour first (then fewer GPUs, lower TTFT and ITL); then the rest."""
+    return sorted(designs, key=lambda d: (not d.meets, d.usd_per_hour, d.gpus, d.ttft_seconds, d.itl_seconds))
+
+
 def cheapest(designs: list[Design]) -> Design | None:
-    meeting = [d for d in designs if d.meets]
-    return min(meeting, key=lambda d: (d.usd_per_hour, d.gpus, d.ttft_seconds, d.itl_seconds)) if meeting else None
+    first = next(iter(ranked(designs)), None)
+    return first if first is not None and first.meets else None
 
 
 def frontier(designs: list[Design]) -> list[Design]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from .engines import get_engine
 from .errors import KvsizeError
@@ -63,12 +63,8 @@ def run_sweep(grid: SweepGrid, base: Scenario, progress: Callable[[int, int], No
             for engine in engines:
                 for fmt in grid.formats:
                     for tp in grid.tensor_parallel_sizes:
-                        group = replace(
-                            base, model_name=name, shape=shape, gpu_name=g.name, gpu_memory_bytes=g.memory_bytes,
-                            gpu_multiprocessors=g.multiprocessors, gpu_nvml_mib=g.nvml_memory_mib,
-                            gpu_architecture=g.architecture, engine=engine, k_cache_dtype=fmt, v_cache_dtype=fmt,
-                            tensor_parallel_size=tp, max_model_len=None,
-                        )
+                        group = g.scenario(base, model_name=name, shape=shape, engine=engine, k_cache_dtype=fmt,
+                                           v_cache_dtype=fmt, tensor_parallel_size=tp, max_model_len=None)
                         refusal = _refusal(group, gpu, fmt)
                         rows.extend(_group_rows(group, grid.contexts, model, gpu, fmt, g, efficiency, refusal))
                         done += len(grid.contexts)

@@ -331,7 +331,7 @@ def tiers_for(scenario, workload, sizes: dict[str, int], links: dict[str, str], 
     """The replica the scenario describes, at the peak's requests per replica of the workload's mix,
     with the tiers given; returns (its estimate, the plan)."""
     from .plan import estimate
-    from .profiles import gpu_profile, link_profile
+    from .profiles import gpu_by_name, link_profile
     from .speed import prefill_seconds
 
     e = estimate(scenario)
@@ -339,14 +339,12 @@ def tiers_for(scenario, workload, sizes: dict[str, int], links: dict[str, str], 
         raise KvsizeError(e.fit_message)
     s = e.scenario
     gpus = s.tensor_parallel_size * s.pipeline_parallel_size
-    mix = workload.mix()
-    mean_prompt = sum(b.share_percent / 100 * b.mean_prompt_tokens for b in mix)
-    mean_length = sum(b.share_percent / 100 * b.mean_decode_length for b in mix)
-    gpu = next((gpu_profile(g) for g in _gpu_ids() if gpu_profile(g).name == s.gpu_name), None)
-    tflops = gpu.bf16_dense_tflops if gpu else None
-    if tflops is None:
+    mean_prompt, mean_length = workload.mean("mean_prompt_tokens"), workload.mean("mean_decode_length")
+    gpu = gpu_by_name(s.gpu_name)
+    if gpu is None:
         raise KvsizeError(f"tiers need the GPU's bf16 throughput to compare reloading with recomputing; "
                           f"{s.gpu_name} is not a bundled GPU")
+    tflops = gpu.bf16_dense_tflops
     copy_gb_s = gpu.copy_bandwidth_gb_s or gpu.hbm_bandwidth_gb_s
     hbm = LinkFit(0.0, 0.0, copy_gb_s * 1e9, f"HBM copy of {gpu.name}: {copy_gb_s:g} GB/s")
     for kind, key in links.items():
@@ -362,9 +360,3 @@ def tiers_for(scenario, workload, sizes: dict[str, int], links: dict[str, str], 
                       session_tokens,
                       lambda n: prefill_seconds(s.shape, int(n), s.tensor_parallel_size, tflops, mfu), hbm)
     return e, plan
-
-
-def _gpu_ids():
-    from .profiles import gpu_ids
-
-    return gpu_ids()

@@ -159,6 +159,10 @@ class Workload(BaseModel):
             previous = p.percentile
         return tuple(out)
 
+    def mean(self, attribute: str) -> float:
+        """A bucket figure (mean_prompt_tokens, output_tokens, mean_decode_length) averaged over requests."""
+        return sum(b.share_percent / 100 * getattr(b, attribute) for b in self.mix())
+
     def share_above(self, tokens: int) -> float:
         """Percent of requests in buckets whose longest request exceeds `tokens`."""
         return sum(b.share_percent for b in self.mix() if b.max_context_tokens > tokens)

@@ -150,20 +150,26 @@ def test_formulas_page_lists_layer_groups_term_by_term():
     assert any("12 × 2,048 + 12 × 2,048" in m.value for m in at.markdown)
 
 
+def _fleet_page_workload(peak: int):
+    """The Fleet page's default workload table (app/streamlit_app.py DEFAULT_BUCKETS) and 50 ms ITL target."""
+    from sizing.workload import parse_workload
+
+    return parse_workload({"peak_concurrency": peak, "itl_target_ms": 50, "buckets": [
+        {"max_context_tokens": 8192, "share_percent": 55, "output_tokens": 512},
+        {"max_context_tokens": 16384, "share_percent": 25, "output_tokens": 512},
+        {"max_context_tokens": 32768, "share_percent": 15, "output_tokens": 1024},
+        {"max_context_tokens": 131072, "share_percent": 5, "output_tokens": 1024}]})
+
+
 def test_fleet_page_shows_the_cheapest_plan_from_sizing():
     from sizing.fleet import build_candidates, plan_fleet
-    from sizing.workload import parse_workload
 
     at = _app("Fleet")
     at.number_input(key="peak_concurrency").set_value(250)
     at.run()
     assert not at.exception
     # The page's defaults: the four-bucket mix, a 50 ms ITL target, H100 and H200, auto/fp8_e4m3/nvfp4, TP 1/2/4.
-    workload = parse_workload({"peak_concurrency": 250, "itl_target_ms": 50, "buckets": [
-        {"max_context_tokens": 8192, "share_percent": 55, "output_tokens": 512},
-        {"max_context_tokens": 16384, "share_percent": 25, "output_tokens": 512},
-        {"max_context_tokens": 32768, "share_percent": 15, "output_tokens": 1024},
-        {"max_context_tokens": 131072, "share_percent": 5, "output_tokens": 1024}]})
+    workload = _fleet_page_workload(250)
     plan = plan_fleet(scenario("llama-3.1-8b", memory_fraction=0.92),
                       build_candidates(["h100-sxm", "h200"], ["auto", "fp8_e4m3", "nvfp4"], [1, 2, 4]), workload)
     best = plan.cheapest
@@ -351,17 +357,12 @@ def test_fleet_page_compares_aggregated_and_disaggregated_designs():
     from sizing.profiles import measured_efficiency
     from sizing.slo import Targets, cheapest, search_designs
     from sizing.tiers import link_fit
-    from sizing.workload import parse_workload
 
     at = _app("Fleet")
     at.number_input(key="ttft_target").set_value(2000.0)
     at.run()
     assert not at.exception
-    workload = parse_workload({"peak_concurrency": 400, "itl_target_ms": 50, "buckets": [
-        {"max_context_tokens": 8192, "share_percent": 55, "output_tokens": 512},
-        {"max_context_tokens": 16384, "share_percent": 25, "output_tokens": 512},
-        {"max_context_tokens": 32768, "share_percent": 15, "output_tokens": 1024},
-        {"max_context_tokens": 131072, "share_percent": 5, "output_tokens": 1024}]})
+    workload = _fleet_page_workload(400)
     designs = search_designs(scenario("llama-3.1-8b", memory_fraction=0.92),
                              build_candidates(["h100-sxm", "h200"], ["auto", "fp8_e4m3", "nvfp4"], [1, 2, 4]),
                              workload, measured_efficiency(), Targets(2.0, 0.05), link_fit("nvlink4-peer"),
