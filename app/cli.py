@@ -716,13 +716,15 @@ def cmd_formats(args: argparse.Namespace) -> int:
         p, m = f.k.token_bytes(128)
         rows.append(dict(name=f.name, family=f.family, summary=f.summary, engines=list(f.engines),
                          k_bytes_per_token_per_head_at_128=float(p + m), source=f.source,
-                         quality=f.quality, quality_source=f.quality_source))
+                         quality=f.quality, quality_source=f.quality_source,
+                         layout_confirmed=not f.unconfirmed, unconfirmed=f.unconfirmed))
     if args.format == "json":
         print(json.dumps(rows, indent=2))
         return 0
     for r in rows:
         print(f"{r['name']:<21}{r['k_bytes_per_token_per_head_at_128']:>7.1f} B/token/head (head_dim 128)  "
-              f"{r['summary']}\n{'':<21}engines: {', '.join(r['engines'])}; layout: {r['source']}")
+              f"{r['summary']}\n{'':<21}engines: {', '.join(r['engines'])}; layout: {r['source']}"
+              + (f"\n{'':<21}layout unconfirmed: {r['unconfirmed']}" if r["unconfirmed"] else ""))
     return 0
 
 

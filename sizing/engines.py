@@ -15,7 +15,7 @@ from typing import Protocol
 
 from .hashing import hash_once
 from .errors import KvsizeError, unknown
-from .layers import CacheLayout
+from .layers import COMPRESSOR_STATE_BYTES, CacheLayout
 from .releases import Release, find_release
 from .shape import ModelShape
 from .units import cdiv
@@ -140,6 +140,158 @@ def _unify_pages(specs: dict, block_size: int) -> dict:
     return out
 
 
+# DeepSeek-V4's caches as vLLM 0.33 pages them (vllm/models/deepseek_v4/, v1/attention/backends/mla/sparse_swa.py):
+# the window of latents 64 tokens a block; the compressor state 4 tokens a block at ratio 4 and 8 at 128 (its page
+# must match the KV pages it shares a tensor with); under fp8_ds_mla every page is rounded up to 576 B (the
+# FlashMLA decode kernel's TMA stride), otherwise to 512 B.
+DSV4_WINDOW_BLOCK = 64
+DSV4_STATE_BLOCK = {4: 4, 128: 8}
+DSV4_PAGE_ALIGNMENT = {True: 576, False: 512}
+
+
+@dataclass(frozen=True)
+class VllmCache:
+    """One cache tensor vLLM keeps for a layer, as its KVCacheSpec describes it: a layer may keep several
+    (DeepSeek-V4: the window, the compressed latents, the compressor state, the indexer and its state)."""
+
+    name: str
+    kind: str  # "full" (every token's state kept) or "sliding" (the last `window` tokens')
+    block_size: int  # tokens a page covers
+    page_bytes: int
+    window: int = 0
+
+    def usage_bytes(self, max_model_len: int, in_flight_tokens: int) -> int:
+        """max_memory_usage_bytes (vllm/v1/kv_cache_interface.py FullAttentionSpec, SlidingWindowSpec)."""
+        if self.kind == "full":
+            return cdiv(max_model_len, self.block_size) * self.page_bytes
+        tokens = min(self.window - 1 + in_flight_tokens, max_model_len)
+        return (cdiv(tokens, self.block_size) + 1) * self.page_bytes
+
+    @property
+    def bucket(self) -> tuple:
+        # UniformTypeKVCacheSpecs.is_uniform_type: one block size, one type (and window).
+        return (self.block_size, self.kind, self.window)
+
+
+def compressed_vllm_caches(spec, block_size: int) -> tuple[VllmCache, ...]:
+    """The caches vLLM 0.33 builds for one DeepSeek-V4 attention layer."""
+    packed = spec.k_format == "fp8_ds_mla_v4"
+    align = DSV4_PAGE_ALIGNMENT[packed]
+
+    def page(tokens: int, record_bytes: int, tokens_per_record: int = 1) -> int:
+        return round_up(tokens // tokens_per_record * record_bytes, align)
+
+    caches = [VllmCache("window", "sliding", DSV4_WINDOW_BLOCK, page(DSV4_WINDOW_BLOCK, spec.record_bytes()),
+                        spec.window)]
+    if spec.compressed:
+        state_block = DSV4_STATE_BLOCK[spec.ratio]
+        caches.append(VllmCache("compressed", "full", block_size, page(block_size, spec.record_bytes(), spec.ratio)))
+        caches.append(VllmCache("compressor state", "sliding", state_block,
+                                page(state_block, spec.state_width * COMPRESSOR_STATE_BYTES), spec.state_window))
+        if spec.indexer is not None:
+            caches.append(VllmCache("indexer", "full", block_size,
+                                    page(block_size, spec.indexer_record_bytes(), spec.ratio)))
+            caches.append(VllmCache("indexer state", "sliding", state_block,
+                                    page(state_block, spec.indexer_state_width * COMPRESSOR_STATE_BYTES),
+                                    spec.state_window))
+    return tuple(caches)
+
+
+def vllm_caches(layout: CacheLayout, block_size: int) -> list[VllmCache]:
+    """Every cache tensor vLLM builds for the layout's attention layers, one KVCacheSpec each: DeepSeek sparse
+    attention keeps its indexer keys in a cache of their own beside the latent."""
+    caches = []
+    for spec in layout.kv.values():
+        if spec.kind == "compressed":
+            caches.extend(compressed_vllm_caches(spec, block_size))
+            continue
+        window = getattr(spec, "window", 0) or getattr(spec, "chunk", 0)
+        page = spec.page_bytes(block_size)
+        if spec.indexer is not None:
+            indexer = sum(spec.indexer.bytes_for(block_size, spec.head_dim, spec.heads))
+            caches.append(VllmCache("indexer", "full", block_size, indexer))
+            page -= indexer
+        caches.append(VllmCache("kv", spec.kind, block_size, page, window))
+    return caches
+
+
+def round_up(value: int, multiple: int) -> int:
+    return cdiv(value, multiple) * multiple
+
+
+def _approximate_gcd(values: list[int], lower_bound: int) -> int:
+    """vLLM's choice of pattern repeats per group: the d >= lower_bound that pads the values least
+    (rounding each up to a multiple of d), ties to the larger d (kv_cache_planning.py _approximate_gcd)."""
+    best, best_pad = lower_bound, None
+    for d in range(max(1, lower_bound), max(values) + 1):
+        pad = sum((d - x % d) % d for x in values)
+        if best_pad is None or pad < best_pad or (pad == best_pad and d > best):
+            best, best_pad = d, pad
+    return best
+
+
+@dataclass(frozen=True)
+class PackedGroup:
+    """A KV cache group of vLLM's block-outermost packing: pages of several sizes side by side in a block."""
+
+    caches: tuple[VllmCache, ...]
+
+    def page_bytes(self, block_size: int) -> int:
+        return sum(c.page_bytes for c in self.caches)
+
+    def vllm_usage_bytes(self, max_model_len: int, block_size: int, in_flight_tokens: int) -> int:
+        # UniformTypeKVCacheSpecs.max_memory_usage_bytes: the most pages any member needs, of the whole group.
+        pages = max(cdiv(c.usage_bytes(max_model_len, in_flight_tokens), c.page_bytes) for c in self.caches)
+        return pages * self.page_bytes(block_size)
+
+    @property
+    def group_key(self) -> tuple:
+        return ("packed",) + self.caches[0].bucket
+
+
+def packed_groups(caches: list[VllmCache]) -> tuple[PackedGroup, ...]:
+    """vLLM 0.33's _get_packed_kv_cache_groups for caches of mixed page sizes: bucket by block size and type;
+    a bucket with as many caches of each page size is a repeating pattern, split into groups of the same
+    number of repeats (the repeats that pad least); a sliding-window bucket with no pattern to follow is
+    split into as many groups as a block of the widest other group holds."""
+    buckets: dict[tuple, list[VllmCache]] = {}
+    for cache in caches:
+        buckets.setdefault(cache.bucket, []).append(cache)
+    shaped = []
+    for members in buckets.values():
+        by_page: dict[int, list[VllmCache]] = {}
+        for cache in members:
+            by_page.setdefault(cache.page_bytes, []).append(cache)
+        balanced = len({len(v) for v in by_page.values()}) == 1
+        most = max(len(v) for v in by_page.values())
+        shaped.append((members, by_page, balanced, most))
+    floor = max((most for _, by_page, balanced, most in shaped if balanced and len(by_page) > 1), default=0)
+    repeats = _approximate_gcd([most for _, _, balanced, most in shaped if balanced], floor) if floor else None
+
+    def split(balanced: bool, most: int) -> int:
+        return cdiv(most, repeats) if balanced and repeats is not None else 1
+
+    def is_state(members: list[VllmCache]) -> bool:
+        return repeats is None and members[0].kind == "sliding"
+
+    def widest(by_page: dict[int, list[VllmCache]], n: int) -> int:
+        return sum(cdiv(len(v), n) * page for page, v in by_page.items())
+
+    anchor = max(widest(by_page, len(members) if is_state(members) else split(balanced, most))
+                 for members, by_page, balanced, most in shaped)
+    groups = []
+    for members, by_page, balanced, most in shaped:
+        n = split(balanced, most)
+        if anchor and is_state(members):
+            n = max(n, cdiv(len(members), max(anchor // members[0].page_bytes, 1)))
+        if n == 1:
+            groups.append(PackedGroup(tuple(members)))
+            continue
+        pattern = list(zip(*by_page.values()))
+        groups.extend(PackedGroup(tuple(c for repeat in pattern[i::n] for c in repeat)) for i in range(n))
+    return tuple(groups)
+
+
 @hash_once
 @dataclass(frozen=True)
 class VllmPool:
@@ -158,6 +310,12 @@ class VllmPool:
 
     @classmethod
     def build(cls, layout: CacheLayout, block_size: int, in_flight_tokens: int) -> VllmPool:
+        if any(spec.kind == "compressed" for spec in layout.kv.values()):
+            # DeepSeek-V4's backends lay the cache out block-outermost (BLHNC): mixed page sizes are packed.
+            caches = [c for spec in layout.kv.values() for c in compressed_vllm_caches(spec, block_size)]
+            groups = packed_groups(caches)
+            widest = max(g.page_bytes(block_size) for g in groups)
+            return cls(layout, block_size, in_flight_tokens, widest, len(caches), groups, layout.pool_fixed_bytes())
         specs: dict = dict(layout.kv)
         holds_recurrent = bool(layout.kv and layout.recurrent)
         if holds_recurrent:
@@ -190,12 +348,9 @@ class VllmPool:
         return _vllm_request_units(self, context_len)
 
     def _request_units(self, context_len: int) -> int:
-        if not self.groups:
-            return 0
-        page = self.groups[0].page_bytes(self.block_size)
-        usage = sum(g.vllm_usage_bytes(context_len, self.block_size, self.in_flight_tokens)
-                    for g in self.groups)
-        return cdiv(usage, page)
+        # get_max_concurrency_for_kv_cache_config: each group's pages for one request, from one shared pool.
+        return sum(cdiv(g.vllm_usage_bytes(context_len, self.block_size, self.in_flight_tokens),
+                        g.page_bytes(self.block_size)) for g in self.groups)
 
     def tokens(self, units: int) -> int:
         # "GPU KV cache size: N tokens" (vllm/v1/core/kv_cache_utils.py, _report_kv_cache_config)
@@ -341,7 +496,14 @@ def _vllm_pool(layout: CacheLayout, block_size: int, in_flight_tokens: int) -> P
     return VllmPool.build(layout, block_size, in_flight_tokens)
 
 
+def _no_compressed(layout: CacheLayout, engine: str) -> None:
+    if any(spec.kind == "compressed" for spec in layout.kv.values()):
+        raise KvsizeError(f"kvsize does not know how {engine} pages DeepSeek-V4's compressed caches (its layout "
+                          "is unconfirmed); use --engine vllm or --engine ideal")
+
+
 def _block_pool(layout: CacheLayout, block_size: int, in_flight_tokens: int) -> Pool:
+    _no_compressed(layout, "this engine")
     return UniformBlockPool.build(layout, block_size)
 
 
@@ -350,6 +512,7 @@ def _exact_pool(layout: CacheLayout, block_size: int, in_flight_tokens: int) -> 
 
 
 def _llamacpp_pool(layout: CacheLayout, block_size: int, in_flight_tokens: int) -> Pool:
+    _no_compressed(layout, "llama.cpp")
     return ExactPool.build(layout, LLAMACPP_CTX_PAD)
 
 
@@ -398,7 +561,10 @@ def _vllm_model(shape: ModelShape, k_format: str, v_format: str, release: Releas
                         head_dim=shape.mla_head_dim)
         notes.append(f"vLLM does not build {shape.model_type} with an MLA cache: every attention head keeps K and "
                      f"V of {shape.mla_head_dim} values")
-    if shape.index_head_dim and k_format == "fp8_e4m3":
+    if shape.layer_compress_ratios:
+        k_format, v_format, note = _dsv4_format(k_format, v_format, shape.serving_dtype)
+        notes.append(note)
+    elif shape.index_head_dim and k_format == "fp8_e4m3":
         # DeepSeek sparse attention's fp8 cache is fp8_ds_mla (FlashMLA sparse backend).
         k_format = v_format = "fp8_ds_mla"
         notes.append("vLLM stores this DSA model's fp8 cache as fp8_ds_mla (656 B per token per layer)")
@@ -413,6 +579,31 @@ def _vllm_model(shape: ModelShape, k_format: str, v_format: str, release: Releas
         notes.append("vLLM builds this model with full attention on every layer: its sliding_window is "
                      "not applied without layer_types (use --engine ideal for the windowed cache)")
     return shape, k_format, v_format, tuple(notes)
+
+
+# --kv-cache-dtype values vLLM turns into DeepSeek-V4's fp8_ds_mla record on CUDA
+# (vllm/models/deepseek_v4/attention.py _resolve_dsv4_kv_cache_dtype: auto and every fp8 spelling; FlashMLA and
+# FlashInfer-SM120, the default classes, use the fp8_ds_mla layout).
+DSV4_ACCEPTED_FORMATS = ("auto", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla_v4", "fp8_per_token_head")
+
+
+def _dsv4_format(k_format: str, v_format: str, model_dtype: str) -> tuple[str, str, str]:
+    accepted = {*DSV4_ACCEPTED_FORMATS, model_dtype}
+    for name, option in ((k_format, "--k-cache-dtype"), (v_format, "--v-cache-dtype")):
+        if name not in accepted:
+            raise KvsizeError(f"{option} {name}: vLLM stores DeepSeek-V4's cache only as its fp8_ds_mla record "
+                              f"(584 B per token per layer); use --kv-cache-dtype fp8 or auto")
+    return "fp8_ds_mla_v4", "fp8_ds_mla_v4", ("vLLM stores DeepSeek-V4's latents as fp8_ds_mla records "
+                                              "(584 B per token per layer, pages rounded up to 576 B)")
+
+
+def attention_family(spec) -> str | None:
+    """Which attention backend family a layer needs, where its block size is the backend's own."""
+    if spec.kind == "compressed":
+        return "compressed_mla"
+    if getattr(spec, "indexer", None) is not None:
+        return "sparse_mla"
+    return None
 
 
 @hash_once
@@ -448,6 +639,18 @@ class Engine:
     @property
     def block_size_default(self) -> int:
         return self.release.block_size_default if self.release else self.block_default
+
+    def block_size_for(self, layout: CacheLayout) -> int:
+        """The block size the engine pages this layout with when none is given: its attention backend's."""
+        sizes = self.release.attention_block_sizes if self.release else {}
+        families = {attention_family(spec) for spec in layout.kv.values()} - {None}
+        if self.name == "vllm" and "compressed_mla" in families and "compressed_mla" not in sizes:
+            raise KvsizeError(f"{self.label}: kvsize models DeepSeek-V4's pool as vLLM 0.33 builds it; "
+                              "use --engine vllm (its newest rules)")
+        for family in ("compressed_mla", "sparse_mla"):
+            if family in families and family in sizes:
+                return sizes[family]
+        return self.block_size_default
 
     def budget(self, m: MemoryTerms, fraction: float, headroom: float) -> Budget:
         return self.budget_rule(m, fraction, headroom, self.release)

@@ -239,10 +239,13 @@ class KVFormat:
     aliases: tuple[str, ...] = field(default=())
     # GPU profile flags that must all be true for an engine to run the format (nvfp4: "nvfp4_native").
     needs_gpu: tuple[str, ...] = field(default=())
+    # What of the layout no source confirms (its bytes are then kvsize's reading of the method); empty when
+    # the cited source gives every byte.
+    unconfirmed: str = ""
 
     @property
     def mla_only(self) -> bool:
-        """Laid out for DeepSeek's 576-value MLA latent (fp8_ds_mla, nvfp4_ds_mla)."""
+        """Laid out for one DeepSeek MLA latent width (fp8_ds_mla, nvfp4_ds_mla: 576; fp8_ds_mla_v4: 512)."""
         return any(getattr(c.granularity, "of_head_dim", None) for c in self.k.components)
 
 
@@ -410,6 +413,31 @@ def _kivi(name: str, bits: int, options: FormatOptions) -> KVFormat:
     )
 
 
+def _kvarn(tile: int) -> KVFormat:
+    # KVarN's README (huawei-csl/KVarN, a vLLM fork): 4-bit keys and 2-bit values, Hadamard-rotated and
+    # variance-normalized over a tile of `tile` tokens (one vLLM block), asymmetric round-to-nearest with
+    # the scales folded back per channel for keys and per token for values.
+    k = SideLayout((
+        _values(4, "uint4"),
+        Component("scale", "fp16", 16, PerChannelTokenGroup(tile)),
+        Component("zero point", "fp16", 16, PerChannelTokenGroup(tile)),
+    ))
+    v = _asymmetric_per_token_head(2, "uint2")
+    return KVFormat(
+        f"kvarn_k4v2_g{tile}", "kvarn", k, v,
+        source=f"KVarN (Muller et al., arXiv:2606.03458; huawei-csl/KVarN README, a fork of vLLM 0.23): "
+               f"--kv-cache-dtype kvarn_k4v2_g{tile} --block-size {tile}, 4-bit keys with per-channel scales over "
+               f"each {tile}-token tile, 2-bit values with per-token scales, asymmetric",
+        engines=("ideal",),
+        summary=f"KVarN 4-bit keys (per channel per {tile}-token tile), 2-bit values (per token); layout unconfirmed",
+        quality="matches fp16 accuracy on AIME25 with Qwen3-32B (authors' figure)",
+        quality_source="huawei-csl/KVarN README; arXiv:2606.03458",
+        unconfirmed="the scale and zero-point dtypes (counted as fp16), any per-token key or per-channel value "
+                    "scale from the normalization, and the fp16 pool for the partial last tile are not given in "
+                    "a source kvsize could read; it runs on its own vLLM fork, so kvsize sizes it as ideal",
+    )
+
+
 def _kvquant3(name: str, options: FormatOptions) -> KVFormat:
     frac = options.kvquant_outlier_fraction
     side = SideLayout((
@@ -448,6 +476,27 @@ def _fp8_ds_mla() -> KVFormat:
         summary="MLA latent: 512 fp8 values, 4 fp32 scales, 64 bf16 rope values",
         quality="DeepSeek's own serving format for V3.2 (DeepSeek-V3.2-Exp report)",
         quality_source="DeepSeek-V3.2-Exp technical report (2025)",
+    )
+
+
+def _fp8_ds_mla_v4() -> KVFormat:
+    # DeepSeek-V4's latent is 512 values of which the last 64 carry RoPE: 448 fp8 values with one UE8M0
+    # (power-of-two) scale per 64, the RoPE part in bf16, and one pad byte: 584 B per token per layer.
+    side = SideLayout((
+        Component("latent values", "fp8_e4m3", 8, PerTokenHeadFixed(448, of_head_dim=512), "payload"),
+        Component("rope values", "bf16", 16, PerTokenHeadFixed(64), "payload"),
+        Component("latent scales", "ue8m0", 8, PerTokenHeadFixed(7)),
+        Component("pad", "uint8", 8, PerTokenHeadFixed(1)),
+    ))
+    return KVFormat(
+        "fp8_ds_mla_v4", "vllm", side, side,
+        source="vLLM 0.33 DeepSeek-V4 (vllm/models/deepseek_v4/attention.py get_kv_cache_spec: 448 B NoPE + 128 B "
+               "RoPE + 8 B fp8 scale = 584 B per token; v1/attention/backends/mla/sparse_swa.py: pages rounded up "
+               "to 576 B); vLLM names it fp8_ds_mla and chooses it for DeepSeek-V4 under any fp8, bf16 or auto "
+               "--kv-cache-dtype on CUDA (attention.py _resolve_dsv4_kv_cache_dtype)",
+        engines=("vllm", "ideal"),
+        summary="DeepSeek-V4 latent: 448 fp8 values, 7 UE8M0 scales and a pad byte, 64 bf16 rope values",
+        quality="DeepSeek's own serving format for V4", quality_source="vLLM 0.33 DeepSeek-V4 model code",
     )
 
 
@@ -569,6 +618,7 @@ _ROWS: dict[str, Callable[[FormatOptions], KVFormat]] = {
     # TensorRT-LLM's FP8 KV cache is E4M3 only (QuantMode FP8_KV_CACHE)
     "fp8_e5m2": lambda o: _fp8_per_tensor("fp8_e5m2", "fp8_e5m2", engines=("vllm", "sglang", "ideal")),
     "fp8_ds_mla": lambda o: _fp8_ds_mla(),
+    "fp8_ds_mla_v4": lambda o: _fp8_ds_mla_v4(),
     "fp8_per_token_head": lambda o: _per_token_head("fp8_per_token_head", "fp8_e4m3"),
     "int8_per_token_head": lambda o: _per_token_head("int8_per_token_head", "int8"),
     "nvfp4": lambda o: _nvfp4(),
@@ -610,6 +660,8 @@ _ROWS: dict[str, Callable[[FormatOptions], KVFormat]] = {
     "lmdeploy_fp8": lambda o: _lmdeploy_fp8("lmdeploy_fp8", "fp8_e4m3", 16),
     "lmdeploy_fp8_e5m2": lambda o: _lmdeploy_fp8("lmdeploy_fp8_e5m2", "fp8_e5m2", 17),
     "lmdeploy_turboquant": lambda o: _lmdeploy_turboquant(),
+    "kvarn_k4v2_g128": lambda o: _kvarn(128),
+    "kvarn_k4v2_g64": lambda o: _kvarn(64),
     "kivi2": lambda o: _kivi("kivi2", 2, o),
     "kivi4": lambda o: _kivi("kivi4", 4, o),
     "kvquant3": lambda o: _kvquant3("kvquant3", o),
@@ -620,7 +672,7 @@ _ALIASES = {"fp8": "fp8_e4m3", "f16": "fp16", "f32": "fp32", "float16": "fp16", 
 
 # Layouts an engine picks by itself (vLLM's fp8_ds_mla for DeepSeek sparse attention under
 # --kv-cache-dtype fp8): get_format knows them; the lists users choose from leave them out.
-ENGINE_CHOSEN_FORMATS = frozenset({"fp8_ds_mla"})
+ENGINE_CHOSEN_FORMATS = frozenset({"fp8_ds_mla", "fp8_ds_mla_v4"})
 FORMAT_NAMES: tuple[str, ...] = tuple(n for n in _ROWS if n not in ENGINE_CHOSEN_FORMATS)
 MODEL_DTYPES = ("fp32", "fp16", "bf16")
 

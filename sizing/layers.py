@@ -148,6 +148,120 @@ class ChunkedLocalSpec(FullAttentionSpec):
         return (self.kind, self.chunk)
 
 
+# DeepSeek-V4's compressor (vllm/models/deepseek_v4/compressor.py): at ratio 4 the windows of two groups
+# overlap (coff 2), at 128 they do not; the state keeps KV and score partials in fp32 for the last
+# coff × ratio tokens. Its indexer compresses its own 128-wide keys the same way at ratio 4.
+COMPRESSOR_STATE_BYTES = 4  # fp32
+INDEXED_RATIO = 4  # only ratio-4 layers select positions with an indexer (attention.py: "Only C4A ... has indexer")
+
+
+def compressor_overlap(ratio: int) -> int:
+    return 2 if ratio == INDEXED_RATIO else 1
+
+
+@hash_once
+@dataclass(frozen=True)
+class CompressedAttentionSpec:
+    """DeepSeek-V4 attention: the last `window` tokens' latents, and at `ratio` > 1 one compressed latent per
+    `ratio` tokens, a compressor state over the last overlap × ratio tokens and (ratio 4) an indexer key per
+    compressed latent with its own compressor state. One head_dim-wide latent serves as K and V."""
+
+    head_dim: int
+    k: SideLayout  # one latent record (the window's and the compressed ones are laid out alike)
+    k_format: str
+    window: int
+    ratio: int  # 1: the window only
+    indexer: SideLayout | None  # per compressed position, ratio 4 only
+    index_head_dim: int = 0
+
+    kind = "compressed"
+    heads = 1
+    v = None
+    v_format = None
+    v_head_dim = None
+
+    @property
+    def compressed(self) -> bool:
+        return self.ratio > 1
+
+    @property
+    def state_width(self) -> int:
+        """fp32 values per token of the compressor's state (KV and score partials), 0 at ratio 1."""
+        return 2 * compressor_overlap(self.ratio) * self.head_dim if self.compressed else 0
+
+    @property
+    def indexer_state_width(self) -> int:
+        return 2 * compressor_overlap(self.ratio) * self.index_head_dim if self.indexer is not None else 0
+
+    @property
+    def state_window(self) -> int:
+        return compressor_overlap(self.ratio) * self.ratio
+
+    def bytes_for(self, tokens: int) -> tuple[int, int]:
+        """(payload, metadata) bytes for one sequence: the window's latents, every complete group's
+        compressed latent and indexer key, and the compressor states (counted as payload)."""
+        payload, metadata = self.k.bytes_for(min(tokens, self.window), self.head_dim, 1)
+        if self.compressed:
+            groups = tokens // self.ratio
+            p, m = self.k.bytes_for(groups, self.head_dim, 1)
+            payload, metadata = payload + p, metadata + m
+            if self.indexer is not None:
+                p, m = self.indexer.bytes_for(groups, self.index_head_dim, 1)
+                payload, metadata = payload + p, metadata + m
+            held = min(tokens, self.state_window)
+            payload += held * (self.state_width + self.indexer_state_width) * COMPRESSOR_STATE_BYTES
+        return payload, metadata
+
+    def token_bytes(self) -> tuple[Fraction, Fraction]:
+        """What each further token adds once past the window: 1/ratio of a compressed latent and of an
+        indexer key. The window's latents and the compressor states stop growing at their windows; they
+        are in bytes_for, per sequence, and not in this rate (ratio 1 layers add nothing per token)."""
+        payload = metadata = Fraction(0)
+        if self.compressed:
+            p, m = self.k.token_bytes(self.head_dim)
+            payload, metadata = p / self.ratio, m / self.ratio
+            if self.indexer is not None:
+                p, m = self.indexer.token_bytes(self.index_head_dim)
+                payload, metadata = payload + p / self.ratio, metadata + m / self.ratio
+        return payload, metadata
+
+    def record_bytes(self) -> int:
+        """One latent record."""
+        return sum(self.k.bytes_for(1, self.head_dim, 1))
+
+    def indexer_record_bytes(self) -> int:
+        return sum(self.indexer.bytes_for(1, self.index_head_dim, 1)) if self.indexer is not None else 0
+
+    def page_bytes(self, block_size: int) -> int:
+        return sum(self.page_split(block_size))
+
+    def page_split(self, block_size: int) -> tuple[int, int]:
+        """What `block_size` tokens add below the window (for splitting a pool into payload and scales)."""
+        return _page_split(self, block_size)
+
+    def _page_split(self, block_size: int) -> tuple[int, int]:
+        payload, metadata = self.token_bytes()
+        window_payload, window_metadata = self.k.bytes_for(block_size, self.head_dim, 1)
+        return _ceil(payload * block_size) + window_payload, _ceil(metadata * block_size) + window_metadata
+
+    def layer_bytes(self) -> int:
+        return 0
+
+    def parameter_bytes(self) -> int:
+        return 0
+
+    def sequence_extra_bytes(self) -> int:
+        return 0
+
+    @property
+    def group_key(self) -> tuple:
+        return (self.kind, self.ratio)
+
+
+def _ceil(x: Fraction) -> int:
+    return -(-x.numerator // x.denominator)
+
+
 @dataclass(frozen=True)
 class RecurrentStateSpec:
     """A fixed-size state per sequence (Mamba, gated delta net): no per-token cache."""
@@ -158,7 +272,7 @@ class RecurrentStateSpec:
     kind = "recurrent"
 
 
-KVSpec = FullAttentionSpec | SlidingWindowSpec | ChunkedLocalSpec
+KVSpec = FullAttentionSpec | SlidingWindowSpec | ChunkedLocalSpec | CompressedAttentionSpec
 
 
 @dataclass(frozen=True, eq=False)  # compared and hashed by identity: layouts are built once and cached
@@ -231,10 +345,10 @@ def layer_groups(layout: CacheLayout, tokens: int) -> list[LayerGroup]:
     groups: dict[tuple, list] = {}
     for spec in layout.kv.values():
         key = (spec.kind, getattr(spec, "window", None) or getattr(spec, "chunk", None), spec.heads, spec.head_dim,
-               spec.k_format, spec.v_format)
+               spec.k_format, spec.v_format, getattr(spec, "ratio", None))
         groups.setdefault(key, []).append(spec)
     rows = []
-    for (kind, window, heads, head_dim, k_format, v_format), specs in groups.items():
+    for (kind, window, heads, head_dim, k_format, v_format, _), specs in groups.items():
         payload, metadata = specs[0].token_bytes()
         rows.append(LayerGroup(kind, window, heads, head_dim, k_format, v_format, len(specs), payload, metadata,
                                sum(sum(spec.bytes_for(tokens)) for spec in specs)))
@@ -317,6 +431,14 @@ def build_layout(
         k_name = overrides.get(i, k_format)
         v_name = overrides.get(i, v_format)
         k_fmt, v_fmt = formats(k_name, v_name)
+        if kind == "compressed":
+            k_fmt.k.check(shape.mla_latent_dim, k_fmt.name)
+            ratio = shape.compress_ratio_of(i)
+            indexed = ratio == INDEXED_RATIO and shape.index_head_dim
+            kv[i] = CompressedAttentionSpec(shape.mla_latent_dim, k_fmt.k, k_fmt.name, shape.sliding_window, ratio,
+                                            indexer_side(shape.index_head_dim) if indexed else None,
+                                            shape.index_head_dim if indexed else 0)
+            continue
         heads = 1 if shape.is_mla else kv_heads_per_rank(shape.kv_heads_of(i), tp)
         head_dim = shape.mla_latent_dim if shape.is_mla else shape.head_dim_of(i)
         v_dim = None if shape.is_mla or shape.v_head_dim_of(i) == head_dim else shape.v_head_dim_of(i)

@@ -211,9 +211,10 @@ def check_tensor_parallel(shape: ModelShape, tp: int, engine: Engine) -> None:
 
 
 def _support_warnings(engine: Engine, architecture: str | None, k_name: str, v_name: str, dtype: str) -> list[str]:
+    out = [f"{row.name}: layout unconfirmed: {row.unconfirmed}"
+           for row in dict.fromkeys(get_format(name, dtype) for name in (k_name, v_name)) if row.unconfirmed]
     if architecture is None or engine.name == "ideal":
-        return []
-    out = []
+        return out
     for name in dict.fromkeys((k_name, v_name)):
         fmt = get_format(name, dtype).name
         verdict = support(engine.name, fmt, architecture)
@@ -408,11 +409,11 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
     shape, k_name, v_name, built_notes = engine.build_model(s.shape, k_name, v_name)
     notes = (*shape.notes, *built_notes, *_support_warnings(engine, s.gpu_architecture, k_name, v_name,
                                                             shape.serving_dtype))
-    block_size = s.block_size or engine.block_size_default
     fraction = s.memory_fraction if s.memory_fraction is not None else engine.default_fraction(
         s.nvml_mib, tp, s.pipeline_parallel_size)
     layout = _layout(shape, k_name, v_name, tp, stage, engine.layer_overrides(shape, k_name, s.layer_kv_dtype),
                      s.format_options)
+    block_size = s.block_size or engine.block_size_for(layout)
     pool = _pool(engine, layout, block_size, s.max_num_batched_tokens, s.pipeline_parallel_size)
 
     wfmt = resolve_weights_dtype(s.weights_dtype, shape)
@@ -692,7 +693,7 @@ def compare(base: Scenario, engine: str, format_names) -> list[dict]:
                              kv_payload_bytes_per_token=0, kv_metadata_bytes_per_token=0, ratio_to_bf16=0.0,
                              capacity_vs_bf16=0.0, max_tokens=0, max_concurrency=0, max_context_at_concurrency=0, fits=False,
                              summary=fmt.summary, quality=fmt.quality, quality_source=fmt.quality_source,
-                             layout_source=fmt.source))
+                             layout_source=fmt.source, layout_confirmed=not fmt.unconfirmed))
             continue
         status = "fits" if e.fits else "does not fit"
         if use != eng.name:
@@ -704,6 +705,7 @@ def compare(base: Scenario, engine: str, format_names) -> list[dict]:
             capacity_vs_bf16=0.0, max_tokens=e.max_tokens, max_concurrency=e.max_concurrency,
             max_context_at_concurrency=e.max_context_at_concurrency, fits=e.fits,
             summary=fmt.summary, quality=fmt.quality, quality_source=fmt.quality_source, layout_source=fmt.source,
+            layout_confirmed=not fmt.unconfirmed,
         ))
     bf16 = next((r for r in rows if r["format"] == "bf16" and r["kv_bytes_per_token"]), None)
     for r in rows:

@@ -188,6 +188,11 @@ class Release(_Strict):
     boundary_layers_in_model_dtype: BoundaryLayers | None = None
     # None: the model's max_position_embeddings (releases whose rule is not confirmed from source).
     default_context: DefaultContextRule | None = None
+    # The block size an attention family's backend needs when no --block-size is given (its only kernel
+    # block size): "sparse_mla" (DeepSeek sparse attention's MLA with an indexer), "compressed_mla"
+    # (DeepSeek-V4). A family not listed gets block_size_default; a release without "compressed_mla"
+    # is not modelled for DeepSeek-V4.
+    attention_block_sizes: dict[Literal["sparse_mla", "compressed_mla"], int] = Field(default_factory=dict)
     sources: dict[str, str]
 
     def __hash__(self) -> int:  # estimates cache on the engine; one file per (engine, release)

@@ -27,7 +27,10 @@ MAX_CONFIG_BYTES = 4 * 1024 * 1024  # a real config.json is a few KiB; refuse an
 # What each layer holds. "full", "sliding" and "chunked" hold per-token K and V (or the
 # MLA latent); "recurrent" holds a fixed-size state per sequence; "none" holds nothing; "shared"
 # attends with an earlier layer's cache (Gemma 3n's and Gemma 4's num_kv_shared_layers) and holds nothing.
+# "compressed" (DeepSeek-V4) keeps a window of latents plus, every compress ratio tokens, a compressed latent.
 LAYER_TYPE_KINDS = {
+    "compressed_sparse_attention": "compressed",  # DeepSeek-V4 C4A: ratio 4, with an indexer
+    "heavily_compressed_attention": "compressed",  # DeepSeek-V4 HCA: ratio 128
     "full_attention": "full",
     "indexed_attention": "full",  # DeepSeek sparse attention: the MLA latent plus an indexer key (index_head_dim)
     "attention": "full",
@@ -122,6 +125,10 @@ class ModelShape:
     mtp_layers: int = 0
     rope_scalings: tuple[tuple[str, float | None, int | None], ...] = ()
     original_max_position_embeddings: int | None = None
+    # DeepSeek-V4's compress ratio per layer (compress_ratios, or transformers' compress_rates by layer type):
+    # 1 keeps only the sliding window of latents; 4 and 128 also keep one compressed latent per that many
+    # tokens (4 with an indexer key). Empty for every other model.
+    layer_compress_ratios: tuple[int, ...] = ()
     parsed_with: str = "transformers"
     notes: tuple[str, ...] = field(default=())
 
@@ -151,6 +158,9 @@ class ModelShape:
             return "MQA"
         return "MHA" if self.num_kv_heads == self.num_attention_heads else "GQA"
 
+    def compress_ratio_of(self, layer: int) -> int:
+        return self.layer_compress_ratios[layer] if self.layer_compress_ratios else 1
+
     def kv_heads_of(self, layer: int) -> int:
         return self.layer_kv_heads[layer] if self.layer_kv_heads else self.num_kv_heads
 
@@ -169,7 +179,7 @@ class ModelShape:
         data["layer_kinds"] = tuple(data["layer_kinds"])
         data["layer_params"] = tuple(LayerParams(**p) for p in data["layer_params"])
         data["notes"] = tuple(data.get("notes", ()))
-        for key in ("layer_kv_heads", "layer_head_dims", "layer_v_head_dims"):
+        for key in ("layer_kv_heads", "layer_head_dims", "layer_v_head_dims", "layer_compress_ratios"):
             data[key] = tuple(data.get(key, ()))
         data["rope_scalings"] = tuple(tuple(r) for r in data.get("rope_scalings", ()))
         return cls(**data)
@@ -359,6 +369,18 @@ def resolve_shape(raw: dict[str, Any]) -> ModelShape:
         mla_latent = _as_int(kv_lora, "kv_lora_rank", 1) + _as_int(f.get("qk_rope_head_dim", default=0), "qk_rope_head_dim")
 
     kinds, blocks, global_window = _layer_kinds(f, num_layers)
+    ratios = _compress_ratios(f, num_layers, kinds)
+    if ratios:
+        # Every attention layer keeps the window of latents; the ratio says what it keeps beyond it.
+        kinds = ["compressed" if k in ("full", "sliding", "compressed") else k for k in kinds]
+        global_window = False
+        if kv_lora is not None:
+            raise KvsizeError("config.json gives both compress ratios and kv_lora_rank; kvsize knows compressed "
+                              "attention only with one head_dim-wide latent per token (DeepSeek-V4)")
+        # One head_dim-wide latent per token serves as both K and V (vllm/models/deepseek_v4/attention.py).
+        mla_latent = head_dim
+    elif "compressed" in kinds:
+        raise KvsizeError("config.json has compressed-attention layers but no compress_rates or compress_ratios")
     if nas:
         kinds = ["full" if h else "none" for h in nas.kv_heads]
     shared = _as_int(f.get("num_kv_shared_layers", default=0), "num_kv_shared_layers")
@@ -375,7 +397,7 @@ def resolve_shape(raw: dict[str, Any]) -> ModelShape:
     layer_kv_heads, layer_head_dims, layer_v_dims = _layer_geometry(f, kinds, kv_heads, head_dim, nas)
     window_size = f.get("sliding_window_size")
     window_size = _as_int(window_size, "sliding_window_size", 1) if window_size is not None else None
-    if "sliding" in kinds and sliding_window is None:
+    if ("sliding" in kinds or "compressed" in kinds) and sliding_window is None:
         raise KvsizeError("config.json has sliding-attention layers but no 'sliding_window'")
     chunk = f.get("attention_chunk_size")
     chunk = _as_int(chunk, "attention_chunk_size", 1) if chunk is not None else None
@@ -412,6 +434,8 @@ def resolve_shape(raw: dict[str, Any]) -> ModelShape:
     layer_params = []
     for i, kind in enumerate(kinds):
         attn = mixer_params if kind == "recurrent" else (attention_params if kind != "none" else 0)
+        if kind == "compressed":
+            attn = _compressed_attention_params(f, hidden, heads, head_dim, ratios[i])
         if (layer_kv_heads or layer_head_dims) and kind not in ("recurrent", "none"):
             attn = _attention_params(f, hidden, heads, layer_kv_heads[i] if layer_kv_heads else kv_heads,
                                      layer_head_dims[i] if layer_head_dims else head_dim)
@@ -443,12 +467,13 @@ def resolve_shape(raw: dict[str, Any]) -> ModelShape:
         recurrent_checkpoint_alignment=checkpoint_alignment,
         index_head_dim=_as_int(f.get("index_head_dim", default=0), "index_head_dim")
         if f.get("index_topk") is not None or "indexed_attention" in (f.get("layer_types") or ()) else 0,
+        layer_compress_ratios=tuple(ratios),
         window_without_layer_types=global_window,
         hidden_size=hidden,
         num_attention_heads=heads,
         num_kv_heads=kv_heads,
         head_dim=head_dim,
-        sliding_window=sliding_window if "sliding" in kinds else None,
+        sliding_window=sliding_window if "sliding" in kinds or "compressed" in kinds else None,
         attention_chunk_size=chunk if "chunked" in kinds else None,
         mla_latent_dim=mla_latent,
         layer_kv_heads=layer_kv_heads,
@@ -497,8 +522,10 @@ def with_mtp_layers(shape: ModelShape, n: int) -> ModelShape:
     if not 0 < n <= shape.mtp_layers:
         raise KvsizeError(f"--mtp-layers {n}: config.json gives {shape.mtp_layers} MTP layer(s) "
                           f"(num_nextn_predict_layers); use 1 to {shape.mtp_layers}")
-    # The drafter's attention is the model's full attention (its last full-attention layer's shape).
-    last = max(i for i, k in enumerate(shape.layer_kinds) if k == "full")
+    # The drafter's attention is the model's full attention (its last full-attention layer's shape);
+    # DeepSeek-V4's keeps only the window of latents (vLLM gives layers past num_hidden_layers ratio 1).
+    drafter = "compressed" if shape.layer_compress_ratios else "full"
+    last = max(i for i, k in enumerate(shape.layer_kinds) if k == drafter)
     base = shape.layer_params[last]
     h = shape.hidden_size
     extra = LayerParams(base.attention, base.mlp, base.experts, base.other + 2 * h * h + 2 * h)
@@ -506,7 +533,9 @@ def with_mtp_layers(shape: ModelShape, n: int) -> ModelShape:
     def more(values: tuple) -> tuple:
         return values + (values[last],) * n if values else values
 
-    return replace(shape, num_layers=shape.num_layers + n, layer_kinds=shape.layer_kinds + ("full",) * n,
+    ratios = shape.layer_compress_ratios + (1,) * n if shape.layer_compress_ratios else ()
+    return replace(shape, num_layers=shape.num_layers + n, layer_kinds=shape.layer_kinds + (drafter,) * n,
+                   layer_compress_ratios=ratios,
                    layer_params=shape.layer_params + (extra,) * n, layer_kv_heads=more(shape.layer_kv_heads),
                    layer_head_dims=more(shape.layer_head_dims), layer_v_head_dims=more(shape.layer_v_head_dims),
                    mtp_layers=shape.mtp_layers - n)
@@ -633,6 +662,58 @@ def _layer_geometry(f: _Fields, kinds: list[str], kv_heads: int, head_dim: int,
     return (tuple(heads) if len(set(heads)) > 1 else (),
             tuple(dims) if len(set(dims)) > 1 else (),
             tuple(v_dims) if v_dims != dims else ())
+
+
+def _compress_ratios(f: _Fields, num_layers: int, kinds: list[str]) -> list[int]:
+    """DeepSeek-V4's compress ratio per layer, 1 for window-only layers; [] for models without them.
+    transformers' DeepseekV4Config turns the file's compress_ratios (one per layer, then one per MTP layer)
+    into layer_types and compress_rates; vLLM reads the ratio of a layer's type, 0 meaning window only."""
+    rates = f.get("compress_rates")
+    layer_types = f.get("layer_types")
+    if isinstance(rates, dict) and isinstance(layer_types, (list, tuple)):
+        ratios = []
+        for entry in layer_types:
+            rate = rates.get(entry, 0)
+            ratios.append(max(1, _as_int(rate, f"compress_rates[{entry!r}]")))
+        return ratios if len(ratios) == num_layers else []
+    listed = f.get("compress_ratios")
+    if listed is None:
+        return []
+    mtp = _as_int(f.get("num_nextn_predict_layers", default=0), "num_nextn_predict_layers")
+    if not isinstance(listed, (list, tuple)) or len(listed) not in (num_layers, num_layers + mtp):
+        raise KvsizeError(f"config.json: compress_ratios needs one entry per layer ({num_layers}, or "
+                          f"{num_layers + mtp} with the MTP layers)")
+    ratios = [_as_int(x, "compress_ratios") for x in listed[:num_layers]]
+    if any(r not in COMPRESS_RATIOS for r in ratios):
+        raise KvsizeError(f"config.json: compress_ratios entries must be one of {', '.join(map(str, COMPRESS_RATIOS))}; "
+                          f"got {sorted(set(ratios) - set(COMPRESS_RATIOS))}")
+    return [max(1, r) for r in ratios]
+
+
+# The ratios DeepSeek-V4's compressor is built for (vllm/models/deepseek_v4/compressor.py: 4 or 128; 0 is none).
+COMPRESS_RATIOS = (0, 4, 128)
+
+
+def _compressed_attention_params(f: _Fields, hidden: int, heads: int, head_dim: int, ratio: int) -> int:
+    """DeepSeek-V4 attention (vllm/models/deepseek_v4/attention.py, compressor.py): low-rank Q, one
+    head_dim-wide KV projection, a grouped low-rank output, and at ratio > 1 a compressor (KV and gate of
+    coff × head_dim, coff 2 at ratio 4) whose ratio-4 layers also carry an indexer with its own compressor."""
+    q_lora = _as_int(f.get("q_lora_rank", default=0), "q_lora_rank")
+    o_lora = _as_int(f.get("o_lora_rank", default=0), "o_lora_rank")
+    q = hidden * q_lora + q_lora * heads * head_dim if q_lora else hidden * heads * head_dim
+    kv = hidden * head_dim
+    o = heads * head_dim * o_lora + _as_int(f.get("o_groups", default=1), "o_groups", 1) * o_lora * hidden \
+        if o_lora else heads * head_dim * hidden
+    params = q + kv + o
+    if ratio > 1:
+        coff = 2 if ratio == 4 else 1
+        params += hidden * 2 * coff * head_dim + ratio * coff * head_dim  # fused KV/gate projection, ape
+    if ratio == 4:
+        index_heads = _as_int(f.get("index_n_heads", default=0), "index_n_heads")
+        index_dim = _as_int(f.get("index_head_dim", default=0), "index_head_dim")
+        params += q_lora * index_heads * index_dim + hidden * index_heads  # indexer queries, head weights
+        params += hidden * 2 * 2 * index_dim + ratio * 2 * index_dim  # the indexer's compressor
+    return params
 
 
 def _kv_heads(f: _Fields, heads: int) -> int:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from sizing.engines import vllm_caches
 from sizing.errors import KvsizeError
 from sizing.plan import Scenario, estimate
 from sizing.profiles import load_model
@@ -23,7 +24,7 @@ REFERENCE = sorted(p for p in (FIXTURES / "vllm-reference").glob("*.json") if no
 FORMATS = FIXTURES / "vllm-reference" / "formats-Llama-3.1-8B.json"
 H200_CUDA_BYTES = 150_109_880_320  # torch.cuda.mem_get_info on an H200 (the oracle's fake platform is an H200)
 KIND = {"FullAttentionSpec": "full", "MLAAttentionSpec": "full", "SlidingWindowSpec": "sliding",
-        "ChunkedLocalAttentionSpec": "chunked"}
+        "SlidingWindowMLASpec": "sliding", "ChunkedLocalAttentionSpec": "chunked"}
 
 
 def _load(path: Path) -> dict:
@@ -85,21 +86,34 @@ def test_default_max_model_len_matches_vllm(fixture, v):
 
 @pytest.mark.parametrize("fixture, v", list(_variants(True)))
 def test_layer_specs_match_vllm(fixture, v):
+    # Every cache tensor vLLM builds, by kind, window, tokens a block and page bytes: DSA's indexer keys and
+    # DeepSeek-V4's window, compressed latents, compressor states and indexer are caches of their own.
     e = _estimate(fixture, v)
-    block = v["block_size_effective"]
     want: Counter = Counter()
     recurrent = 0
     for spec in v["layer_specs"]:
         if spec["kind"] == "MambaSpec":
             recurrent += spec["num_layers"]
             continue
-        window = spec.get("sliding_window") or spec.get("attention_chunk_size")
-        want[(KIND[spec["kind"]], window, spec["page_size_bytes"])] += spec["num_layers"]
-    got = Counter((s.kind, getattr(s, "window", None) or getattr(s, "chunk", None), s.page_bytes(block))
-                  for s in e.layout.kv.values())
+        window = spec.get("sliding_window") or spec.get("attention_chunk_size") or 0
+        want[(KIND[spec["kind"]], window, spec["block_size"], spec["page_size_bytes"])] += spec["num_layers"]
+    got = Counter((c.kind, c.window, c.block_size, c.page_bytes) for c in vllm_caches(e.layout, e.block_size))
     assert got == want
     assert len(e.layout.recurrent) == recurrent
-    assert e.kv_bytes_per_token == v["kv_bytes_per_token"]
+    if not any(s.kind == "compressed" for s in e.layout.kv.values()):
+        # The oracle's figure is each cache's page over its block, floored: a byte count per token only
+        # where every cache holds one entry per token.
+        assert e.kv_bytes_per_token == v["kv_bytes_per_token"]
+
+
+@pytest.mark.parametrize("fixture, v", [p for p in _variants(True) if "Packed" in str(p.values[1].get("kv_cache_groups"))
+                                        or "V4" in p.values[0]["config"]])
+def test_packed_groups_match_vllm(fixture, v):
+    # DeepSeek-V4's block-outermost packing: the groups' layer counts, pages and block sizes, as vLLM 0.33 forms them.
+    e = _estimate(fixture, v)
+    got = sorted((len(g.caches), g.page_bytes(e.block_size), g.caches[0].block_size) for g in e.pool.groups)
+    want = sorted((g["num_layers"], g["page_size_bytes"], g["block_size"]) for g in v["kv_cache_groups"])
+    assert got == want
 
 
 @pytest.mark.parametrize("fixture, v", [p for p in _variants(False) if p.values[1]["error"].strip() == "AssertionError:"])
