@@ -12,6 +12,8 @@ ERROR_BOUNDS = {
     "lmdeploy_int8": 0.02, "lmdeploy_int4": 0.25, "lmdeploy_fp8": 0.05, "lmdeploy_fp8_e5m2": 0.1,
     "lmdeploy_turboquant": 0.45,  # 2-bit values: four levels per rotated coordinate
     "kivi4": 0.12, "kivi2": 0.5, "kvquant3": 0.3,
+    # 2-bit values per token over 128 rotated channels; the quantizer leaves out the variance normalization
+    "kvarn_k4v2_g128": 0.55, "kvarn_k4v2_g64": 0.55,
     "int4_per_token_head": 0.25, "nvfp4_4over6": 0.15, "nvfp4_ds_mla": 0.15, "fp4_e2m1_nvfp4": 0.15,
     "ultraquant_4bit": 0.2, "fp4_e2m1_mxfp4": 0.2, "sglang_int8": 0.02, "int8": 0.05,
     "turboquant_k8v4": 0.12, "turboquant_4bit_nc": 0.15, "turboquant_k3v4_nc": 0.25, "turboquant_3bit_nc": 0.25,

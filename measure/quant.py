@@ -138,6 +138,23 @@ def _kivi(x: torch.Tensor, bits: int, side: str, options: FormatOptions) -> torc
     return out
 
 
+def _kvarn(x: torch.Tensor, side: str, tile: int) -> torch.Tensor:
+    """KVarN's grid without its variance normalization (so at most its error): channels Hadamard-rotated,
+    keys 4-bit asymmetric per channel over each whole tile of tokens (a partial last tile stays fp16),
+    values 2-bit asymmetric per token."""
+    h = _hadamard(x.shape[-1], x.device)
+    r = x.float() @ h
+    out = r.to(torch.float16).float().clone()
+    if side == "k":
+        whole = r.shape[0] - r.shape[0] % tile
+        if whole:
+            grouped = r[:whole].reshape(whole // tile, tile, *r.shape[1:])
+            out[:whole] = _int_asym(grouped, 4, 1).reshape(r[:whole].shape)
+    else:
+        out = _int_asym(r, 2, -1)
+    return out @ h.T
+
+
 def _kvquant3(x: torch.Tensor, options: FormatOptions) -> torch.Tensor:
     frac = float(options.kvquant_outlier_fraction)
     flat = x.reshape(-1, x.shape[-1])
@@ -181,6 +198,8 @@ def roundtrip(name: str, x: torch.Tensor, side: str = "k", options: FormatOption
         "lmdeploy_fp8_e5m2": lambda: _fp8_scaled(x, torch.float8_e5m2, None),
         # quant_policy 42: K and V as rotated unit vectors with their norms, K at 4 bits, V at 2.
         "lmdeploy_turboquant": lambda: _turboquant_key(x, 4 if side == "k" else 2),
+        "kvarn_k4v2_g128": lambda: _kvarn(x, side, 128),
+        "kvarn_k4v2_g64": lambda: _kvarn(x, side, 64),
         "kivi2": lambda: _kivi(x, 2, side, o),
         "kivi4": lambda: _kivi(x, 4, side, o),
         "kvquant3": lambda: _kvquant3(x, o),

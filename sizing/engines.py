@@ -562,6 +562,11 @@ def _vllm_model(shape: ModelShape, k_format: str, v_format: str, release: Releas
         notes.append(f"vLLM does not build {shape.model_type} with an MLA cache: every attention head keeps K and "
                      f"V of {shape.mla_head_dim} values")
     if shape.layer_compress_ratios:
+        if shape.model_type not in DSV4_MODEL_TYPES:
+            # Each compressed-attention family has its own model class in vLLM (vllm/models/deepseek_v41/:
+            # 528 B mxfp8 records, bounded window replay, KV shared across layers).
+            raise KvsizeError(f"vLLM builds {shape.model_type}'s compressed caches with a model class kvsize does "
+                              f"not model (it models {', '.join(DSV4_MODEL_TYPES)}); use --engine ideal")
         k_format, v_format, note = _dsv4_format(k_format, v_format, shape.serving_dtype)
         notes.append(note)
     elif shape.index_head_dim and k_format == "fp8_e4m3":
@@ -584,6 +589,7 @@ def _vllm_model(shape: ModelShape, k_format: str, v_format: str, release: Releas
 # --kv-cache-dtype values vLLM turns into DeepSeek-V4's fp8_ds_mla record on CUDA
 # (vllm/models/deepseek_v4/attention.py _resolve_dsv4_kv_cache_dtype: auto and every fp8 spelling; FlashMLA and
 # FlashInfer-SM120, the default classes, use the fp8_ds_mla layout).
+DSV4_MODEL_TYPES = ("deepseek_v4",)
 DSV4_ACCEPTED_FORMATS = ("auto", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla_v4", "fp8_per_token_head")
 
 

@@ -123,7 +123,7 @@ def test_compare_lists_every_format(capsys):
     by_name = {r["format"]: r for r in rows}
     assert by_name["fp8_e4m3"]["ratio_to_bf16"] == 0.5
     assert by_name["q8_0"]["ratio_to_bf16"] == 34 / 64  # 34 bytes per 32 values vs 64
-    assert len(rows) == len(FORMAT_NAMES) == 34  # every format a user can choose (sizing/formats.py)
+    assert len(rows) == len(FORMAT_NAMES) == 36  # every format a user can choose (sizing/formats.py)
 
 
 def test_sweep_csv_and_xlsx(tmp_path):
@@ -324,3 +324,19 @@ def test_every_option_has_help(command, capsys):
     missing = [a.option_strings[0] for a in sub.choices[command]._actions
                if a.option_strings and not a.help and a.dest != "help"]
     assert missing == []
+
+
+def test_a_format_with_an_unconfirmed_layout_says_so(capsys):
+    assert run("estimate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--engine", "ideal",
+               "--kv-cache-dtype", "kvarn_k4v2_g128") == 0
+    assert "kvarn_k4v2_g128: layout unconfirmed" in capsys.readouterr().out
+    assert run("formats", "--format", "json") == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["kvarn_k4v2_g64"]["layout_confirmed"] is False and rows["fp8_e4m3"]["layout_confirmed"] is True
+
+
+def test_deepseek_v4_estimate_names_vllm_record(capsys):
+    assert run("estimate", "--model", "deepseek-v4-flash", "--gpu", "h200", "--tensor-parallel-size", "8",
+               "--weights-dtype", "fp8", "--max-model-len", "131072", "--format", "json") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["k_cache_dtype"] == "fp8_ds_mla_v4" and out["block_size"] == 256

@@ -145,3 +145,15 @@ def test_lmdeploy_quant_policies(name, per_token_head):
     _, shape = load_model("llama-3.1-8b")  # 32 layers, 8 KV heads of 128
     layout = build_layout(shape, name, name)
     assert sum(layout.token_bytes()) == 32 * 8 * per_token_head
+
+
+@pytest.mark.parametrize("tile, key_bytes", [(128, 64 + 4), (64, 64 + 8)])
+def test_kvarn_bytes_and_unconfirmed_layout(tile, key_bytes):
+    # huawei-csl/KVarN README: 4-bit keys with a scale and zero point per channel per tile of `tile` tokens
+    # (128 channels x 2 fp16 values / tile tokens), 2-bit values with a scale and zero point per token:
+    # 32 + 4 B. The scale dtypes are kvsize's reading, so the row says its layout is unconfirmed.
+    fmt = get_format(f"kvarn_k4v2_g{tile}")
+    assert sum(fmt.k.token_bytes(128)) == key_bytes
+    assert sum(fmt.v.token_bytes(128)) == 32 + 4
+    assert fmt.unconfirmed and "unconfirmed" in fmt.summary
+    assert all(not get_format(name).unconfirmed for name in ("fp8_e4m3", "turboquant_k8v4", "q4_0", "kivi2"))
