@@ -2,8 +2,8 @@
 
     python vllm_oracle_shim.py PATH/vllm_oracle.py CONFIG_DIR [oracle options]
 
-DeepSeek sparse attention models (DeepSeek-V3.2, GLM-5, DeepSeek-V4) cannot be built on the meta
-device as they are: their layers create CUDA streams and events, allocate scratch tensors on the
+DeepSeek sparse attention models (DeepSeek-V3.2, GLM-5, DeepSeek-V4) and phi-2 cannot be built on the
+meta device as they are: their layers create CUDA streams and events, allocate tensors on the
 accelerator by name, ask a workspace manager that the GPU model runner creates first, refuse to build
 the sparse indexer unless DeepGEMM is installed (it ships with vLLM's CUDA wheels), and compile
 kernels while building (JIT warmup). None of that touches a layer's get_kv_cache_spec, so this wrapper
