@@ -134,3 +134,13 @@ def test_formats_and_engines_vllm_does_not_build_are_refused():
 def test_ideal_engine_holds_exactly_the_sequence_bytes():
     e = estimate(_scenario(engine="ideal", k_cache_dtype="bf16", v_cache_dtype="bf16"))
     assert e.kv_reserved_bytes_per_sequence == sum(e.layout.sequence_bytes(131_072))
+
+
+def test_older_vllm_rules_are_not_applied_to_deepseek_v4():
+    # 0.26 groups these caches with an older function (vllm/v1/core/kv_cache_utils.py), not modelled.
+    with pytest.raises(KvsizeError, match="as vLLM 0.33 builds it"):
+        estimate(_scenario(engine="vllm@0.22"))
+    # DSA models page 64 tokens under 0.22 too (flashmla_sparse.py get_supported_kernel_block_sizes [64]).
+    name, shape = load_model(str(ROOT / "tests" / "fixtures" / "configs" / "DeepSeek-V3.2-style.json"))
+    assert estimate(Scenario(name, shape, "H200", H200_CUDA_BYTES, engine="vllm@0.22",
+                             kv_cache_memory_bytes=10 * 2**30)).block_size == 64
