@@ -15,10 +15,10 @@ from typing import Protocol
 
 from .hashing import hash_once
 from .errors import KvsizeError, unknown
-from .layers import COMPRESSOR_STATE_BYTES, CacheLayout
+from .layers import COMPRESSOR_STATE_BYTES, CacheLayout, vllm_full_blocks, vllm_window_blocks
 from .releases import Release, find_release
 from .shape import ModelShape
-from .units import cdiv
+from .units import cdiv, ceil_fraction, round_up
 
 LLAMACPP_CTX_PAD = 256  # llama.cpp pads n_ctx to a multiple of 256 (src/llama-context.cpp)
 
@@ -163,9 +163,8 @@ class VllmCache:
     def usage_bytes(self, max_model_len: int, in_flight_tokens: int) -> int:
         """max_memory_usage_bytes (vllm/v1/kv_cache_interface.py FullAttentionSpec, SlidingWindowSpec)."""
         if self.kind == "full":
-            return cdiv(max_model_len, self.block_size) * self.page_bytes
-        tokens = min(self.window - 1 + in_flight_tokens, max_model_len)
-        return (cdiv(tokens, self.block_size) + 1) * self.page_bytes
+            return vllm_full_blocks(max_model_len, self.block_size) * self.page_bytes
+        return vllm_window_blocks(self.window, max_model_len, self.block_size, in_flight_tokens) * self.page_bytes
 
     @property
     def bucket(self) -> tuple:
@@ -213,10 +212,6 @@ def vllm_caches(layout: CacheLayout, block_size: int) -> list[VllmCache]:
             page -= indexer
         caches.append(VllmCache("kv", spec.kind, block_size, page, window))
     return caches
-
-
-def round_up(value: int, multiple: int) -> int:
-    return cdiv(value, multiple) * multiple
 
 
 def _approximate_gcd(values: list[int], lower_bound: int) -> int:
@@ -413,7 +408,7 @@ class ExactPool:
     @classmethod
     def build(cls, layout: CacheLayout, pad: int = 1) -> ExactPool:
         payload, metadata = layout.token_bytes()
-        per_token = _ceil(payload) + _ceil(metadata)
+        per_token = ceil_fraction(payload) + ceil_fraction(metadata)
         return cls(layout, pad, layout.pool_fixed_bytes(), per_token)
 
     def request_units(self, context_len: int) -> int:
@@ -425,11 +420,7 @@ class ExactPool:
 
     def payload_share(self) -> tuple[int, int]:
         payload, metadata = self.layout.token_bytes()
-        return _ceil(payload), _ceil(metadata)
-
-
-def _ceil(x) -> int:
-    return -(-x.numerator // x.denominator)
+        return ceil_fraction(payload), ceil_fraction(metadata)
 
 
 @lru_cache(maxsize=8192)
@@ -586,17 +577,16 @@ def _vllm_model(shape: ModelShape, k_format: str, v_format: str, release: Releas
     return shape, k_format, v_format, tuple(notes)
 
 
-# --kv-cache-dtype values vLLM turns into DeepSeek-V4's fp8_ds_mla record on CUDA
-# (vllm/models/deepseek_v4/attention.py _resolve_dsv4_kv_cache_dtype: auto and every fp8 spelling; FlashMLA and
-# FlashInfer-SM120, the default classes, use the fp8_ds_mla layout).
+# The model types vLLM builds with its deepseek_v4 model class (vllm/models/deepseek_v4/).
 DSV4_MODEL_TYPES = ("deepseek_v4",)
-DSV4_ACCEPTED_FORMATS = ("auto", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla_v4", "fp8_per_token_head")
 
 
 def _dsv4_format(k_format: str, v_format: str, model_dtype: str) -> tuple[str, str, str]:
-    accepted = {*DSV4_ACCEPTED_FORMATS, model_dtype}
+    """vLLM turns auto (here: the model's dtype) and every fp8 spelling into DeepSeek-V4's fp8_ds_mla record
+    on CUDA and refuses the rest (vllm/models/deepseek_v4/attention.py _resolve_dsv4_kv_cache_dtype; FlashMLA
+    and FlashInfer-SM120, the default classes, use the fp8_ds_mla layout)."""
     for name, option in ((k_format, "--k-cache-dtype"), (v_format, "--v-cache-dtype")):
-        if name not in accepted:
+        if name != model_dtype and not name.startswith("fp8"):
             raise KvsizeError(f"{option} {name}: vLLM stores DeepSeek-V4's cache only as its fp8_ds_mla record "
                               f"(584 B per token per layer); use --kv-cache-dtype fp8 or auto")
     return "fp8_ds_mla_v4", "fp8_ds_mla_v4", ("vLLM stores DeepSeek-V4's latents as fp8_ds_mla records "

@@ -20,7 +20,7 @@ from typing import Literal
 
 from .hashing import hash_once
 from .errors import KvsizeError, unknown
-from .units import cdiv
+from .units import cdiv, ceil_fraction
 
 Role = Literal["payload", "metadata"]
 
@@ -97,7 +97,7 @@ class OutliersPerRow:
     per_head = True
 
     def elements(self, tokens: int, head_dim: int) -> int:
-        return tokens * _ceil_fraction(self.fraction * head_dim)
+        return tokens * ceil_fraction(self.fraction * head_dim)
 
     def describe(self) -> str:
         return f"{float(self.fraction):.2%} of values per token per head"
@@ -142,10 +142,6 @@ class PerTokenHeadFixed:
 
 Granularity = (PerValue | PerValueGroup | PerTokenHead | PerChannelTokenGroup | OutliersPerRow | PerLayer
                | PerTokenHeadFixed)
-
-
-def _ceil_fraction(x: Fraction) -> int:
-    return -(-x.numerator // x.denominator)
 
 
 @dataclass(frozen=True)
@@ -492,7 +488,7 @@ def _fp8_ds_mla_v4() -> KVFormat:
         "fp8_ds_mla_v4", "vllm", side, side,
         source="vLLM 0.33 DeepSeek-V4 (vllm/models/deepseek_v4/attention.py get_kv_cache_spec: 448 B NoPE + 128 B "
                "RoPE + 8 B fp8 scale = 584 B per token; v1/attention/backends/mla/sparse_swa.py: pages rounded up "
-               "to 576 B); vLLM names it fp8_ds_mla and chooses it for DeepSeek-V4 under any fp8, bf16 or auto "
+               "to 576 B); vLLM names it fp8_ds_mla and chooses it for DeepSeek-V4 under auto or any fp8 "
                "--kv-cache-dtype on CUDA (attention.py _resolve_dsv4_kv_cache_dtype)",
         engines=("vllm", "ideal"),
         summary="DeepSeek-V4 latent: 448 fp8 values, 7 UE8M0 scales and a pad byte, 64 bf16 rope values",

@@ -16,7 +16,19 @@ from .hashing import hash_once
 from .errors import KvsizeError
 from .formats import FormatOptions, KVFormat, SideLayout, get_format, indexer_side
 from .shape import DTYPE_BYTES, ModelShape
-from .units import cdiv
+from .units import cdiv, ceil_fraction
+
+
+def vllm_full_blocks(max_model_len: int, block_size: int) -> int:
+    """Blocks vLLM holds for one request of a full-attention cache (FullAttentionSpec.max_memory_usage_bytes)."""
+    return cdiv(max_model_len, block_size)
+
+
+def vllm_window_blocks(window: int, max_model_len: int, block_size: int, in_flight_tokens: int) -> int:
+    """Blocks vLLM holds for one request of a sliding-window cache (SlidingWindowSpec): window - 1 tokens plus
+    those still in flight (one step's, or two with async scheduling from 0.26), and one block more because
+    the window need not start on a block boundary."""
+    return cdiv(min(window - 1 + in_flight_tokens, max_model_len), block_size) + 1
 
 
 @lru_cache(maxsize=16384)
@@ -101,7 +113,7 @@ class FullAttentionSpec:
 
     def vllm_usage_bytes(self, max_model_len: int, block_size: int, in_flight_tokens: int) -> int:
         """vLLM's max_memory_usage_bytes for one request (vllm/v1/kv_cache_interface.py)."""
-        return cdiv(max_model_len, block_size) * self.page_bytes(block_size)
+        return vllm_full_blocks(max_model_len, block_size) * self.page_bytes(block_size)
 
     @property
     def group_key(self) -> tuple:
@@ -119,10 +131,8 @@ class SlidingWindowSpec(FullAttentionSpec):
         return min(tokens, self.window)
 
     def vllm_usage_bytes(self, max_model_len: int, block_size: int, in_flight_tokens: int) -> int:
-        # vLLM keeps window - 1 + the tokens still in flight (one step's, or two with async
-        # scheduling from 0.26), plus one block because the window need not start on a block boundary.
-        tokens = min(self.window - 1 + in_flight_tokens, max_model_len)
-        return (cdiv(tokens, block_size) + 1) * self.page_bytes(block_size)
+        return vllm_window_blocks(self.window, max_model_len, block_size, in_flight_tokens) \
+            * self.page_bytes(block_size)
 
     @property
     def group_key(self) -> tuple:
@@ -242,7 +252,7 @@ class CompressedAttentionSpec:
     def _page_split(self, block_size: int) -> tuple[int, int]:
         payload, metadata = self.token_bytes()
         window_payload, window_metadata = self.k.bytes_for(block_size, self.head_dim, 1)
-        return _ceil(payload * block_size) + window_payload, _ceil(metadata * block_size) + window_metadata
+        return ceil_fraction(payload * block_size) + window_payload, ceil_fraction(metadata * block_size) + window_metadata
 
     def layer_bytes(self) -> int:
         return 0
@@ -256,10 +266,6 @@ class CompressedAttentionSpec:
     @property
     def group_key(self) -> tuple:
         return (self.kind, self.ratio)
-
-
-def _ceil(x: Fraction) -> int:
-    return -(-x.numerator // x.denominator)
 
 
 @dataclass(frozen=True)

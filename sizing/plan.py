@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from fractions import Fraction
 from functools import lru_cache
 
 from .hashing import hash_once
@@ -15,7 +14,7 @@ from .memory import ActivationEstimate, profiling_peak, resolve_weights_dtype, w
 from .releases import find_release
 from .support import support
 from .shape import DTYPE_NAMES, ModelShape, with_mtp_layers
-from .units import GiB, MiB
+from .units import GiB, MiB, ceil_fraction
 
 # NVML's total less CUDA's, measured on the H100 80GB HBM3 (85,520,809,984 − 85,017,493,504 B).
 NVML_CUDA_GAP_BYTES = 503_316_480
@@ -210,7 +209,7 @@ def check_tensor_parallel(shape: ModelShape, tp: int, engine: Engine) -> None:
         )
 
 
-def _support_warnings(engine: Engine, architecture: str | None, k_name: str, v_name: str, dtype: str) -> list[str]:
+def _format_warnings(engine: Engine, architecture: str | None, k_name: str, v_name: str, dtype: str) -> list[str]:
     out = [f"{row.name}: layout unconfirmed: {row.unconfirmed}"
            for row in dict.fromkeys(get_format(name, dtype) for name in (k_name, v_name)) if row.unconfirmed]
     if architecture is None or engine.name == "ideal":
@@ -407,7 +406,7 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
                        num_stages: int) -> _StageSetup:
     tp = s.tensor_parallel_size
     shape, k_name, v_name, built_notes = engine.build_model(s.shape, k_name, v_name)
-    notes = (*shape.notes, *built_notes, *_support_warnings(engine, s.gpu_architecture, k_name, v_name,
+    notes = (*shape.notes, *built_notes, *_format_warnings(engine, s.gpu_architecture, k_name, v_name,
                                                             shape.serving_dtype))
     fraction = s.memory_fraction if s.memory_fraction is not None else engine.default_fraction(
         s.nvml_mib, tp, s.pipeline_parallel_size)
@@ -439,7 +438,7 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
     # vLLM keeps a hybrid model's recurrent state in its block pool, not beside it.
     state = 0 if pool.holds_recurrent else layout.state_bytes_per_sequence()
     return _StageSetup(shape, k_name, v_name, notes, layout, pool, wfmt.name, act, terms, fraction, budget, state,
-                       _ceil(payload_tok), _ceil(metadata_tok))
+                       ceil_fraction(payload_tok), ceil_fraction(metadata_tok))
 
 
 @dataclass(frozen=True)
@@ -563,10 +562,6 @@ def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index
         warnings=tuple(warnings), layout=layout, pool=pool, activation=su.activation,
         first_stage_kv_budget_bytes=budget.kv_budget_bytes if index == 0 else None,
     )
-
-
-def _ceil(x: Fraction) -> int:
-    return -(-x.numerator // x.denominator)
 
 
 def _gib(n: int) -> str:

@@ -369,7 +369,7 @@ def resolve_shape(raw: dict[str, Any]) -> ModelShape:
         mla_latent = _as_int(kv_lora, "kv_lora_rank", 1) + _as_int(f.get("qk_rope_head_dim", default=0), "qk_rope_head_dim")
 
     kinds, blocks, global_window = _layer_kinds(f, num_layers)
-    ratios = _compress_ratios(f, num_layers, kinds)
+    ratios = _compress_ratios(f, num_layers)
     if ratios:
         # Every attention layer keeps the window of latents; the ratio says what it keeps beyond it.
         kinds = ["compressed" if k in ("full", "sliding", "compressed") else k for k in kinds]
@@ -664,28 +664,27 @@ def _layer_geometry(f: _Fields, kinds: list[str], kv_heads: int, head_dim: int,
             tuple(v_dims) if v_dims != dims else ())
 
 
-def _compress_ratios(f: _Fields, num_layers: int, kinds: list[str]) -> list[int]:
+def _compress_ratios(f: _Fields, num_layers: int) -> list[int]:
     """DeepSeek-V4's compress ratio per layer, 1 for window-only layers; [] for models without them.
     transformers' DeepseekV4Config turns the file's compress_ratios (one per layer, then one per MTP layer)
     into layer_types and compress_rates; vLLM reads the ratio of a layer's type, 0 meaning window only."""
     rates = f.get("compress_rates")
     layer_types = f.get("layer_types")
     if isinstance(rates, dict) and isinstance(layer_types, (list, tuple)):
-        ratios = []
-        for entry in layer_types:
-            rate = rates.get(entry, 0)
-            ratios.append(max(1, _as_int(rate, f"compress_rates[{entry!r}]")))
-        return ratios if len(ratios) == num_layers else []
-    listed = f.get("compress_ratios")
-    if listed is None:
-        return []
-    mtp = _as_int(f.get("num_nextn_predict_layers", default=0), "num_nextn_predict_layers")
-    if not isinstance(listed, (list, tuple)) or len(listed) not in (num_layers, num_layers + mtp):
-        raise KvsizeError(f"config.json: compress_ratios needs one entry per layer ({num_layers}, or "
-                          f"{num_layers + mtp} with the MTP layers)")
-    ratios = [_as_int(x, "compress_ratios") for x in listed[:num_layers]]
+        ratios = [_as_int(rates.get(entry, 0), f"compress_rates[{entry!r}]") for entry in layer_types]
+        name = "compress_rates"
+    else:
+        listed = f.get("compress_ratios")
+        if listed is None:
+            return []
+        mtp = _as_int(f.get("num_nextn_predict_layers", default=0), "num_nextn_predict_layers")
+        if not isinstance(listed, (list, tuple)) or len(listed) not in (num_layers, num_layers + mtp):
+            raise KvsizeError(f"config.json: compress_ratios needs one entry per layer ({num_layers}, or "
+                              f"{num_layers + mtp} with the MTP layers)")
+        ratios = [_as_int(x, "compress_ratios") for x in listed[:num_layers]]
+        name = "compress_ratios"
     if any(r not in COMPRESS_RATIOS for r in ratios):
-        raise KvsizeError(f"config.json: compress_ratios entries must be one of {', '.join(map(str, COMPRESS_RATIOS))}; "
+        raise KvsizeError(f"config.json: {name} entries must be one of {', '.join(map(str, COMPRESS_RATIOS))}; "
                           f"got {sorted(set(ratios) - set(COMPRESS_RATIOS))}")
     return [max(1, r) for r in ratios]
 

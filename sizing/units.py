@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from decimal import Decimal, InvalidOperation
+from fractions import Fraction
 
 from .errors import KvsizeError
 
@@ -59,6 +60,15 @@ def parse_bytes(text: str | int | float, field: str) -> int:
     if total != total.to_integral_value():
         raise KvsizeError(f"{field} {text!r} is not a whole number of bytes; give a unit, e.g. {text}GiB")
     return int(total)
+
+
+def ceil_fraction(x: Fraction) -> int:
+    """The smallest integer at least x, for exact byte fractions."""
+    return -(-x.numerator // x.denominator)
+
+
+def round_up(value: int, multiple: int) -> int:
+    return cdiv(value, multiple) * multiple
 
 
 def cdiv(a: int, b: int) -> int:

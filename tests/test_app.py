@@ -161,8 +161,15 @@ def _fleet_page_workload(peak: int):
         {"max_context_tokens": 131072, "share_percent": 5, "output_tokens": 1024}]})
 
 
+def _fleet_page_candidates():
+    """The Fleet page's default candidates: H100 and H200, auto/fp8_e4m3/nvfp4, TP 1/2/4."""
+    from sizing.fleet import build_candidates
+
+    return build_candidates(["h100-sxm", "h200"], ["auto", "fp8_e4m3", "nvfp4"], [1, 2, 4])
+
+
 def test_fleet_page_shows_the_cheapest_plan_from_sizing():
-    from sizing.fleet import build_candidates, plan_fleet
+    from sizing.fleet import plan_fleet
 
     at = _app("Fleet")
     at.number_input(key="peak_concurrency").set_value(250)
@@ -170,8 +177,7 @@ def test_fleet_page_shows_the_cheapest_plan_from_sizing():
     assert not at.exception
     # The page's defaults: the four-bucket mix, a 50 ms ITL target, H100 and H200, auto/fp8_e4m3/nvfp4, TP 1/2/4.
     workload = _fleet_page_workload(250)
-    plan = plan_fleet(scenario("llama-3.1-8b", memory_fraction=0.92),
-                      build_candidates(["h100-sxm", "h200"], ["auto", "fp8_e4m3", "nvfp4"], [1, 2, 4]), workload)
+    plan = plan_fleet(scenario("llama-3.1-8b", memory_fraction=0.92), _fleet_page_candidates(), workload)
     best = plan.cheapest
     assert _metric(at, "Cheapest fleet") == f"{best.gpus} × {best.candidate.gpu.id}"
     assert _metric(at, "Fleet cost") == f"${best.usd_per_hour:,.2f}/h"
@@ -353,7 +359,6 @@ def test_an_out_of_range_entry_is_a_banner_and_clears_the_answer(key, value, nee
 def test_fleet_page_compares_aggregated_and_disaggregated_designs():
     # The page's default mix and 50 ms ITL target with a 2 s TTFT target: the designs come from
     # sizing.slo.search_designs, the same as `kvsize plan --ttft-ms 2000`.
-    from sizing.fleet import build_candidates
     from sizing.profiles import measured_efficiency
     from sizing.slo import Targets, cheapest, search_designs
     from sizing.tiers import link_fit
@@ -364,7 +369,7 @@ def test_fleet_page_compares_aggregated_and_disaggregated_designs():
     assert not at.exception
     workload = _fleet_page_workload(400)
     designs = search_designs(scenario("llama-3.1-8b", memory_fraction=0.92),
-                             build_candidates(["h100-sxm", "h200"], ["auto", "fp8_e4m3", "nvfp4"], [1, 2, 4]),
+                             _fleet_page_candidates(),
                              workload, measured_efficiency(), Targets(2.0, 0.05), link_fit("nvlink4-peer"),
                              same_host=True)
     agg = cheapest([d for d in designs if d.kind == "aggregated"])
