@@ -1,0 +1,197 @@
+"""Start the real vLLM engine on a config.json with dummy weights and keep its log.
+
+Each start runs `measure.vllm_child` in its own process group on the GPUs it is given, with the
+NVLink multicast switches off; once vLLM has printed its KV cache lines ("Maximum concurrency for
+... tokens per request") the group is stopped, so a start costs the profiling run and no more.
+`run_starts` schedules a list of starts over the machine's GPUs (a start at TP n takes n of them)
+until a deadline. Standard library only: this runs where vLLM is installed, beside any torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+SIZED = re.compile(r"Maximum concurrency for [\d,]+ tokens per request")
+# vLLM must never touch NVLink multicast on a shared host (NCCL NVLS, torch symmetric memory, NVSHMEM).
+SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
+            "VLLM_USE_FLASHINFER_SAMPLER": "0", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+            "PYTHONUNBUFFERED": "1"}
+MEMORY_LINES = re.compile(r"non-default args|Model loading took|Estimated CUDA graph|Available KV cache memory|"
+                          r"GPU KV cache size|Maximum concurrency|Error|error:")
+
+
+@dataclass(frozen=True)
+class StartSpec:
+    id: str
+    config: str  # path of the config.json the start runs
+    args: dict = field(default_factory=dict)  # EngineArgs fields
+    context: str = "serve"  # "serve" (vllm serve's defaults) or "llm" (the LLM() class's)
+    release: str | None = None  # names the site-packages folder of that vLLM release, where several are staged
+
+    @property
+    def gpus(self) -> int:
+        return int(self.args.get("tensor_parallel_size", 1)) * int(self.args.get("pipeline_parallel_size", 1))
+
+
+@dataclass(frozen=True)
+class StartResult:
+    id: str
+    status: str  # "sized" (the KV lines are in the log), "failed" (vLLM exited first) or "timeout"
+    seconds: float
+    gpu_ids: list[int]
+    returncode: int | None
+
+
+def gpu_inventory() -> list[dict]:
+    """nvidia-smi's view of each GPU: index, name, NVML total (MiB)."""
+    out = subprocess.run(["nvidia-smi", "--query-gpu=index,name,memory.total", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True, check=True).stdout
+    rows = []
+    for line in out.strip().splitlines():
+        index, name, total = (part.strip() for part in line.split(","))
+        rows.append({"index": int(index), "name": name, "nvml_total_mib": int(total)})
+    return rows
+
+
+def _used_mib(gpu_ids: list[int]) -> int:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True).stdout
+    except FileNotFoundError:
+        return 0
+    used = 0
+    for line in out.strip().splitlines():
+        index, mib = (part.strip() for part in line.split(","))
+        if int(index) in gpu_ids:
+            used = max(used, int(mib))
+    return used
+
+
+def _model_dir(config: str, root: Path) -> Path:
+    """A folder holding only the config (vLLM reads a model folder; dummy weights need nothing else)."""
+    folder = root / Path(config).stem
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(config, folder / "config.json")
+    return folder
+
+
+class Running:
+    def __init__(self, spec: StartSpec, gpu_ids: list[int], log_path: Path, models: Path, port: int,
+                 sitedirs: dict[str, str]) -> None:
+        self.spec, self.gpu_ids, self.log_path = spec, gpu_ids, log_path
+        env = dict(os.environ, **SAFE_ENV, CUDA_VISIBLE_DEVICES=",".join(map(str, gpu_ids)), VLLM_PORT=str(port))
+        site = sitedirs.get(spec.release or "", "")
+        if site:
+            env["PYTHONPATH"] = site + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        here = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = env.get("PYTHONPATH", "") + os.pathsep + here
+        self.log = open(log_path, "w")
+        self.started = time.time()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "measure.vllm_child", str(_model_dir(spec.config, models)), spec.context,
+             json.dumps(spec.args)], stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.sized_at: float | None = None
+
+    def poll(self, grace_s: float) -> str | None:
+        """None while the start runs; else its status."""
+        if self.sized_at is None and SIZED.search(self.log_path.read_text(errors="replace")):
+            self.sized_at = time.time()
+        if self.sized_at is not None and time.time() - self.sized_at >= grace_s:
+            return "sized"
+        if self.proc.poll() is not None:
+            text = self.log_path.read_text(errors="replace")
+            return "sized" if SIZED.search(text) else "failed"
+        return None
+
+    def stop(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.proc.wait(timeout=10)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        # the engine's workers share the group; give the driver a moment to free their memory
+        for _ in range(30):
+            if _used_mib(self.gpu_ids) < 1024:
+                break
+            time.sleep(1)
+        self.log.close()
+
+
+def run_starts(specs: list[StartSpec], log_dir: Path, deadline_s: float, gpu_ids: list[int],
+               sitedirs: dict[str, str] | None = None, start_cost_s: float = 110, grace_s: float = 2,
+               timeout_s: float = 300) -> list[StartResult]:
+    """Run the starts over the GPUs, several at once where they fit, launching none that could not
+    finish before the deadline (seconds from now)."""
+    sitedirs = sitedirs or {}
+    log_dir.mkdir(parents=True, exist_ok=True)
+    models = Path(tempfile.mkdtemp(prefix="kvsize-models-"))
+    end = time.time() + deadline_s
+    pending, running, results = list(specs), [], []
+    free = list(gpu_ids)
+    port = 29000
+    while pending or running:
+        for spec in list(pending):
+            if spec.gpus <= len(free) and end - time.time() > start_cost_s:
+                take, free = free[:spec.gpus], free[spec.gpus:]
+                pending.remove(spec)
+                port += 100
+                running.append(Running(spec, take, log_dir / f"{spec.id}.log", models, port, sitedirs))
+                print(f"== start {spec.id} on GPU {take}", flush=True)
+        if not running:
+            break  # nothing fits before the deadline
+        time.sleep(1)
+        for r in list(running):
+            status = r.poll(grace_s)
+            age = time.time() - r.started
+            if status is None and (age > timeout_s or time.time() > end):
+                status = "timeout"
+            if status is None:
+                continue
+            rc = r.proc.poll()
+            r.stop()
+            running.remove(r)
+            free = sorted(free + r.gpu_ids)
+            results.append(StartResult(r.spec.id, status, round(age, 1), r.gpu_ids, rc))
+            print(f"== {r.spec.id} {status} in {age:.0f}s", flush=True)
+            for line in r.log_path.read_text(errors="replace").splitlines():
+                if MEMORY_LINES.search(line):
+                    print("   " + line[-220:], flush=True)
+    for spec in pending:
+        results.append(StartResult(spec.id, "not started", 0.0, [], None))
+    return results
+
+
+def main(argv: list[str]) -> int:
+    """usage: python -m measure.vllm_start PLAN.json OUT_DIR DEADLINE_S [RELEASE=SITEDIR ...]"""
+    plan, out, deadline = Path(argv[1]), Path(argv[2]), float(argv[3])
+    sitedirs = dict(a.split("=", 1) for a in argv[4:])
+    specs = [StartSpec(**row) for row in json.loads(plan.read_text())]
+    gpus = gpu_inventory()
+    results = run_starts(specs, out / "logs", deadline, [g["index"] for g in gpus], sitedirs)
+    by_id = {s.id: s for s in specs}
+    with open(out / "starts.jsonl", "w") as f:
+        for r in results:
+            f.write(json.dumps({**asdict(by_id[r.id]), **asdict(r), "gpu": gpus[0]["name"],
+                                "nvml_total_mib": gpus[0]["nvml_total_mib"], "gpu_count": len(gpus)}) + "\n")
+    done = sum(r.status == "sized" for r in results)
+    print(f"== {done} of {len(results)} starts sized", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,78 @@
+"""Add a batch of real vLLM starts to tests/fixtures/vllm-starts: each log kept whole, one manifest line a start.
+
+usage: python scripts/vllm_corpus_ingest.py STARTS.jsonl LOG_DIR
+STARTS.jsonl and LOG_DIR are what `python -m measure.vllm_start` wrote on the GPU machine. The
+manifest line holds the start's settings and what vLLM printed, read with patterns of this script's
+own (not kvsize's log reader, which the tests hold against them).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+CORPUS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "vllm-starts"
+GPU_KINDS = {"NVIDIA H100 80GB HBM3": "h100-sxm", "NVIDIA H200": "h200"}
+
+
+def _all(pattern: str, text: str) -> list[str]:
+    return re.findall(pattern, text)
+
+
+def printed(text: str) -> dict:
+    """vLLM's memory lines as printed (numbers kept as the text shows them); one entry per rank where
+    each worker prints its own."""
+    out = {
+        "version": (_all(r"kvsize-start: vllm (\S+)", text) or [None])[0],
+        "runner": "v2" if "[model_runner.py" in text else "v1",
+        "model_loading_gib": _all(r"Model loading took ([\d.]+) GiB", text),
+        "cuda_graph_gib": _all(r"Estimated CUDA graph memory: ([\d.]+) GiB total", text),
+        "available_kv_gib": _all(r"Available KV cache memory: ([\d.]+) GiB", text),
+        "kv_cache_tokens": [int(x.replace(",", "")) for x in _all(r"GPU KV cache size: ([\d,]+) tokens", text)],
+        "max_concurrency": _all(r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x", text),
+    }
+    return {k: v for k, v in out.items() if v not in ([], None)}
+
+
+def failure(text: str) -> str | None:
+    lines = [ln.strip() for ln in text.splitlines()
+             if re.search(r"(Error|error):", ln) and "Traceback" not in ln and "c10::Error" not in ln]
+    return lines[-1][-300:] if lines else None
+
+
+def main(argv: list[str]) -> int:
+    starts, logs = Path(argv[1]), Path(argv[2])
+    (CORPUS / "logs").mkdir(parents=True, exist_ok=True)
+    manifest = CORPUS / "manifest.jsonl"
+    known = {json.loads(ln)["id"] for ln in manifest.read_text().splitlines()} if manifest.exists() else set()
+    added = 0
+    with open(manifest, "a") as out:
+        for line in starts.read_text().splitlines():
+            row = json.loads(line)
+            if row["status"] == "not started":
+                continue
+            gpu = GPU_KINDS[row["gpu"]]
+            sid = f"{gpu}-{row['id']}"
+            if sid in known:
+                continue
+            text = (logs / f"{row['id']}.log").read_text(errors="replace")
+            shutil.copyfile(logs / f"{row['id']}.log", CORPUS / "logs" / f"{sid}.log")
+            entry = {
+                "id": sid, "release": row["release"], "gpu": gpu, "gpu_name": row["gpu"],
+                "nvml_total_mib": row["nvml_total_mib"], "gpus_used": len(row["gpu_ids"]),
+                "config": f"configs/{Path(row['config']).name}", "context": row["context"], "args": row["args"],
+                "log": f"logs/{sid}.log", "status": row["status"], "printed": printed(text),
+            }
+            if row["status"] != "sized":
+                entry["reason"] = failure(text)
+            out.write(json.dumps(entry, sort_keys=True) + "\n")
+            added += 1
+    print(f"added {added} starts to {manifest}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,105 @@
+"""Write the plans of real vLLM starts that make tests/fixtures/vllm-starts (one JSON list a machine).
+
+usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu > plan.json
+Every start is an EngineArgs dict on a config in tests/fixtures/vllm-starts/configs/, in vLLM's
+`vllm serve` usage context unless it says `llm`. Starts whose config is not there are left out.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+CONFIGS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "vllm-starts" / "configs"
+
+
+def start(release, model, tag="", context="serve", **args):
+    args.setdefault("max_model_len", 8192)
+    variant = f"-{tag}" if tag else ""
+    return {"id": f"{release}-{model}{variant}", "config": f"tests/fixtures/vllm-starts/configs/{model}.json",
+            "args": args, "context": context, "release": release}
+
+
+def four_gpus():
+    """The first batch: four GPUs of one host, tensor parallel first."""
+    r22, r26 = "0.22.1", "0.26.0"
+    return [
+        # tensor parallel first: they need free GPUs together
+        start(r22, "llama-3.1-70b", "tp4", tensor_parallel_size=4, max_model_len=32768),
+        start(r26, "qwen2.5-0.5b", "tp4", tensor_parallel_size=4, max_model_len=32768),
+        start(r22, "qwen3-30b-a3b", "tp2", tensor_parallel_size=2, max_model_len=32768),
+        start(r26, "deepseek-v2-lite", "tp2", tensor_parallel_size=2, max_model_len=32768),
+        start(r22, "mixtral-8x7b-v0.1", "tp2-fp8", tensor_parallel_size=2, kv_cache_dtype="fp8"),
+        start(r26, "llama-3.1-8b", "tp2", tensor_parallel_size=2, max_model_len=16384),
+        # one GPU: architectures on 0.22.1
+        start(r22, "llama-3.1-8b"),
+        start(r22, "qwen3-8b"),
+        start(r22, "qwen3-30b-a3b", max_model_len=32768),
+        start(r22, "deepseek-v2-lite", max_model_len=32768),
+        start(r22, "mistral-7b-v0.1", max_model_len=32768),
+        start(r22, "gemma-2-9b", max_model_len=4096),
+        start(r22, "llama-2-7b", max_model_len=4096, gpu_memory_utilization=0.5),
+        start(r22, "qwen2.5-7b-instruct", "fp8", kv_cache_dtype="fp8", max_model_len=32768),
+        start(r22, "phi-2", max_model_len=2048),
+        start(r22, "falcon-7b", max_model_len=2048),
+        start(r22, "nemotron-h-8b-base-8k"),
+        start(r22, "gpt-oss-20b", max_model_len=32768),
+        start(r22, "phi-3-mini-128k-instruct", max_model_len=131072, gpu_memory_utilization=0.95),
+        start(r22, "minicpm3-4b", max_model_len=16384),
+        start(r22, "qwen2.5-0.5b", max_model_len=32768, gpu_memory_utilization=0.5),
+        # settings on 0.22.1
+        start(r22, "llama-3.1-8b", "llm", context="llm"),
+        start(r22, "llama-3.1-8b", "eager", enforce_eager=True),
+        start(r22, "llama-3.1-8b", "fp8-128k", kv_cache_dtype="fp8", max_model_len=131072),
+        start(r22, "qwen3-30b-a3b", "llm", context="llm", max_model_len=32768),
+        start(r22, "llama-3.1-8b", "seqs64-bt2048", max_num_seqs=64, max_num_batched_tokens=2048),
+        # 0.26.0 on one GPU
+        start(r26, "llama-3.1-8b"),
+        start(r26, "qwen3-8b"),
+        start(r26, "qwen3-30b-a3b", max_model_len=32768),
+        start(r26, "deepseek-v2-lite", max_model_len=32768),
+        start(r26, "gemma-2-9b", max_model_len=4096),
+        start(r26, "mistral-7b-v0.1", max_model_len=32768),
+        start(r26, "nemotron-h-8b-base-8k"),
+        start(r26, "gpt-oss-20b", max_model_len=32768),
+        start(r26, "llama-3.1-8b", "kvmem8g", kv_cache_memory_bytes=8 * 2**30),
+        start(r26, "qwen2.5-7b-instruct", "bs32-u95", block_size=32, gpu_memory_utilization=0.95),
+        start(r26, "llama-3.1-8b", "llm", context="llm"),
+        start(r26, "gemma-4-e2b"),
+        start(r22, "mistral-nemo-instruct-2407", max_model_len=32768),
+        start(r22, "llama-3.2-1b-instruct", "u60", max_model_len=65536, gpu_memory_utilization=0.6),
+        start(r26, "glm-4.7-flash", max_model_len=16384),
+    ]
+
+
+def one_gpu():
+    """The second batch: one GPU, three releases."""
+    r20, r22, r26 = "0.20.0", "0.22.1", "0.26.0"
+    return [
+        start(r22, "llama-3.1-8b"),
+        start(r22, "qwen3-30b-a3b", max_model_len=32768),
+        start(r20, "llama-3.1-8b"),
+        start(r20, "qwen3-30b-a3b", max_model_len=32768),
+        start(r26, "llama-3.1-8b"),
+        start(r26, "qwen3-30b-a3b", max_model_len=32768),
+        start(r22, "deepseek-v2-lite", max_model_len=32768),
+        start(r20, "deepseek-v2-lite", max_model_len=32768),
+        start(r20, "qwen3-8b"),
+        start(r22, "llama-3.1-8b", "llm", context="llm"),
+        start(r20, "mistral-7b-v0.1", max_model_len=32768),
+        start(r20, "gemma-2-9b", max_model_len=4096),
+        start(r26, "qwen3-8b", "fp8", kv_cache_dtype="fp8", max_model_len=32768),
+        start(r20, "phi-3-mini-128k-instruct", "u95", max_model_len=131072, gpu_memory_utilization=0.95),
+        start(r22, "nemotron-h-8b-base-8k", "u80", gpu_memory_utilization=0.8),
+        start(r20, "llama-2-7b", "eager", max_model_len=4096, enforce_eager=True),
+        start(r26, "glm-4.7-flash", max_model_len=16384),
+        start(r20, "mistral-nemo-instruct-2407", max_model_len=32768),
+    ]
+
+
+if __name__ == "__main__":
+    plan = {"four-gpus": four_gpus, "one-gpu": one_gpu}[sys.argv[1]]()
+    plan = [s for s in plan if (CONFIGS / Path(s["config"]).name).exists()]
+    json.dump(plan, sys.stdout, indent=1)
+    print()
