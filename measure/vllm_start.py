@@ -25,7 +25,9 @@ SIZED = re.compile(r"Maximum concurrency for [\d,]+ tokens per request")
 # vLLM must never touch NVLink multicast on a shared host (NCCL NVLS, torch symmetric memory, NVSHMEM).
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
             "VLLM_USE_FLASHINFER_SAMPLER": "0", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-            "PYTHONUNBUFFERED": "1"}
+            "PYTHONUNBUFFERED": "1",
+            # the profiling result (weights, torch peak, non-torch increase) is logged at DEBUG only
+            "VLLM_LOGGING_LEVEL": "DEBUG"}
 MEMORY_LINES = re.compile(r"non-default args|Model loading took|Estimated CUDA graph|Available KV cache memory|"
                           r"GPU KV cache size|Maximum concurrency|Error|error:")
 

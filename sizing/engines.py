@@ -32,6 +32,7 @@ class MemoryTerms:
     activation_bytes: int
     non_torch_bytes: int
     cuda_graph_bytes: int
+    graphs_profiled: bool = True  # False: graphs are captured after the budget (vLLM's V2 runner)
 
     @property
     def model_bytes(self) -> int:
@@ -68,7 +69,7 @@ class Pool(Protocol):
 # "align", where a request holds 2 + 1 prefill-checkpoint state pages per Mamba group
 # (vllm/v1/kv_cache_interface.py MambaSpec.max_memory_usage_bytes; mamba_mixer2.py and
 # qwen_gdn_linear_attn.py set num_prefill_checkpoint_blocks=1).
-MAMBA_PAGES_PER_REQUEST = 3
+MAMBA_PAGES_PER_REQUEST = 3  # the newest release's figure; each release file names its own
 # FlashAttention's smallest kernel block (vllm/platforms/interface.py _align_hybrid_block_size).
 VLLM_KERNEL_BLOCK_ALIGNMENT = 16
 
@@ -79,12 +80,13 @@ class MambaPageSpec:
 
     state_bytes: int
     attention_page_1_token: int
+    pages_per_request: int = MAMBA_PAGES_PER_REQUEST
 
     def page_bytes(self, block_size: int) -> int:
         return block_size * self.attention_page_1_token
 
     def vllm_usage_bytes(self, max_model_len: int, block_size: int, in_flight_tokens: int) -> int:
-        return MAMBA_PAGES_PER_REQUEST * self.page_bytes(block_size)
+        return self.pages_per_request * self.page_bytes(block_size)
 
     @property
     def group_key(self) -> tuple:
@@ -304,7 +306,8 @@ class VllmPool:
     paged = True
 
     @classmethod
-    def build(cls, layout: CacheLayout, block_size: int, in_flight_tokens: int) -> VllmPool:
+    def build(cls, layout: CacheLayout, block_size: int, in_flight_tokens: int,
+              mamba_pages: int = MAMBA_PAGES_PER_REQUEST) -> VllmPool:
         if any(spec.kind == "compressed" for spec in layout.kv.values()):
             # DeepSeek-V4's backends lay the cache out block-outermost (BLHNC): mixed page sizes are packed.
             caches = [c for spec in layout.kv.values() for c in compressed_vllm_caches(spec, block_size)]
@@ -316,7 +319,7 @@ class VllmPool:
         if holds_recurrent:
             attn_1 = max(spec.page_bytes(1) for spec in layout.kv.values())
             block_size = hybrid_block_size(layout, block_size, attn_1)
-            specs.update({i: MambaPageSpec(r.state_bytes, attn_1) for i, r in layout.recurrent.items()})
+            specs.update({i: MambaPageSpec(r.state_bytes, attn_1, mamba_pages) for i, r in layout.recurrent.items()})
         by_type: dict[tuple, list] = {}
         for spec in specs.values():
             by_type.setdefault(spec.group_key, []).append(spec)
@@ -445,6 +448,8 @@ def _named(terms: frozenset[str]) -> str:
 
 def _vllm_budget(m: MemoryTerms, fraction: float, headroom: float, release: Release | None) -> Budget:
     terms = release.subtracts if release else frozenset({"weights", "activation", "non_torch", "cuda_graphs"})
+    if not m.graphs_profiled:
+        terms = terms - {"cuda_graphs"}
     usable = release.requested(m.total_bytes, fraction) if release else int(m.total_bytes * fraction)
     graphs_outside = 0 if "cuda_graphs" in terms else m.cuda_graph_bytes  # captured in the unrequested rest
     return Budget(usable - _subtracted(m, terms), m.total_bytes - usable - graphs_outside, usable,
@@ -483,8 +488,9 @@ def _headroom_budget(m: MemoryTerms, fraction: float, headroom: float, release: 
                   "(1 − headroom) × total − weights − activation − non_torch − cuda_graphs")
 
 
-def _vllm_pool(layout: CacheLayout, block_size: int, in_flight_tokens: int) -> Pool:
-    return VllmPool.build(layout, block_size, in_flight_tokens)
+def _vllm_pool(layout: CacheLayout, block_size: int, in_flight_tokens: int,
+               mamba_pages: int = MAMBA_PAGES_PER_REQUEST) -> Pool:
+    return VllmPool.build(layout, block_size, in_flight_tokens, mamba_pages)
 
 
 def _no_compressed(layout: CacheLayout, engine: str) -> None:
@@ -493,16 +499,16 @@ def _no_compressed(layout: CacheLayout, engine: str) -> None:
                           "is unconfirmed); use --engine vllm or --engine ideal")
 
 
-def _block_pool(layout: CacheLayout, block_size: int, in_flight_tokens: int) -> Pool:
+def _block_pool(layout: CacheLayout, block_size: int, in_flight_tokens: int, mamba_pages: int = 0) -> Pool:
     _no_compressed(layout, "this engine")
     return UniformBlockPool.build(layout, block_size)
 
 
-def _exact_pool(layout: CacheLayout, block_size: int, in_flight_tokens: int) -> Pool:
+def _exact_pool(layout: CacheLayout, block_size: int, in_flight_tokens: int, mamba_pages: int = 0) -> Pool:
     return ExactPool.build(layout)
 
 
-def _llamacpp_pool(layout: CacheLayout, block_size: int, in_flight_tokens: int) -> Pool:
+def _llamacpp_pool(layout: CacheLayout, block_size: int, in_flight_tokens: int, mamba_pages: int = 0) -> Pool:
     _no_compressed(layout, "llama.cpp")
     return ExactPool.build(layout, LLAMACPP_CTX_PAD)
 
@@ -567,7 +573,7 @@ def _vllm_model(shape: ModelShape, k_format: str, v_format: str, release: Releas
     if shape.sliding_window_size is not None:
         # vLLM's model passes config.sliding_window_size as the window (vllm/model_executor/models/mimo_v2.py).
         shape = replace(shape, sliding_window=shape.sliding_window_size)
-    if shape.window_without_layer_types:
+    if shape.window_without_layer_types and not (release is not None and release.global_window_every_layer):
         # vLLM 0.33 builds Mistral-7B-v0.1 with FullAttentionSpec on every layer: its attention
         # takes a window only from layer_types, which this config does not have.
         shape = replace(shape, layer_kinds=tuple("full" if k == "sliding" else k for k in shape.layer_kinds),
@@ -675,7 +681,8 @@ class Engine:
 
     def pool(self, layout: CacheLayout, block_size: int, max_num_batched_tokens: int, pp: int = 1) -> Pool:
         batches = self.release.in_flight_batches(pp) if self.release else 1
-        return self.pool_rule(layout, block_size, max_num_batched_tokens * batches)
+        pages = self.release.mamba_pages_per_request if self.release else MAMBA_PAGES_PER_REQUEST
+        return self.pool_rule(layout, block_size, max_num_batched_tokens * batches, pages)
 
     def reported_tokens(self, pool: Pool, units: int, concurrency: float, max_model_len: int) -> int:
         """The token count the engine logs for its pool (vLLM: "GPU KV cache size: N tokens")."""

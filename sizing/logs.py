@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from .errors import KvsizeError
 from .units import GiB
+from .vllm_args import read_logged_args
 
 MAX_LOG_BYTES = 64 * 1024 * 1024
 
@@ -22,68 +23,105 @@ class LoggedRun:
     engine: str
     version: str | None
     model: str | None
-    settings: dict = field(default_factory=dict)  # scenario fields the log states
+    settings: dict = field(default_factory=dict)  # the engine's settings the log states, under the engine's names
     figures: dict = field(default_factory=dict)  # logged bytes or counts, by term name
+    sources: dict = field(default_factory=dict)  # setting -> the line it was read from
 
 
 def _first(pattern: str, text: str, cast=str):
     m = re.search(pattern, text)
-    return cast(m.group(1).replace(",", "")) if m else None
+    if not m:
+        return None
+    # thousands separators only inside numbers: a captured dict or name keeps its commas
+    return m.group(1) if cast is str else cast(m.group(1).replace(",", ""))
 
 
 def _gib(value: float | None) -> int | None:
     return None if value is None else round(value * GiB)
 
 
+def _numbers(pattern: str, text: str) -> list[float]:
+    return [float(m.replace(",", "")) for m in re.findall(pattern, text)]
+
+
+# vLLM's engine config line ("Initializing a V1 LLM engine (v0.22.1) with config: ...") states what the
+# engine resolved, defaults included; the "non-default args" dict states what the user set.
+_CONFIG_FIELDS = (
+    ("tensor_parallel_size", r"tensor_parallel_size=(\d+)", int),
+    ("pipeline_parallel_size", r"pipeline_parallel_size=(\d+)", int),
+    ("max_model_len", r"max_seq_len=(\d+)", int),
+    ("kv_cache_dtype", r"kv_cache_dtype=(\w+)", str),
+    ("dtype", r"dtype=torch\.(\w+)", str),
+    ("quantization", r"quantization=(\w+)", str),
+    ("enforce_eager", r"enforce_eager=(True|False)", str),
+    ("cudagraph_mode", r"'cudagraph_mode': <CUDAGraphMode\.(\w+)", str),
+)
+
+
 def _vllm(text: str) -> LoggedRun:
-    version = _first(r"LLM engine \(v(\d+\.\d+\.\d+[^)]*)\)", text) or _first(r"version (\d+\.\d+\.\d+)", text)
-    s: dict = {}
-    args_text = _first(r"non-default args: (\{.*\})", text)
-    args = {}
-    if args_text:
-        try:
-            args = ast.literal_eval(args_text)
-        except (ValueError, SyntaxError):
-            args = {}
+    version = (_first(r"LLM engine \(v(\d+\.\d+\.\d+[^)]*)\)", text) or _first(r"vLLM API server version (\d+\.\d+\.\d+\S*)", text)
+               or _first(r"version (\d+\.\d+\.\d+)", text))
+    settings: dict = {}
+    sources: dict = {}
+
+    def put(key, value, source):
+        settings[key] = value
+        sources[key] = source
+
+    config_line = _first(r"(Initializing a V\d LLM engine .*)", text) or ""
+    args = read_logged_args(_first(r"non-default args: (\{.*\})", text) or "")
     model = args.get("model") or _first(r"with config: model='([^']+)'", text)
-    for key, pattern, cast in (
-        ("tensor_parallel_size", r"tensor_parallel_size=(\d+)", int),
-        ("pipeline_parallel_size", r"pipeline_parallel_size=(\d+)", int),
-        ("max_model_len", r"max_seq_len=(\d+)", int),
-        ("kv_cache_dtype", r"kv_cache_dtype=([\w]+)", str),
-        ("dtype", r"dtype=torch\.(\w+)", str),
-        ("quantization", r"quantization=(\w+)", str),
-        ("max_num_batched_tokens", r"max_num_batched_tokens=(\d+)", int),
-        ("max_num_seqs", r"max_num_seqs to (\d+)", int),
-    ):
-        value = _first(pattern, text, cast)
-        if value is not None:
-            s[key] = value
-    for key in ("gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
-                "tensor_parallel_size", "pipeline_parallel_size", "kv_cache_dtype", "dtype"):
-        if key in args:
-            s[key] = args[key]
-    total = _first(r"total_memory=([\d.]+)GiB", text, float) or _first(r"total_gpu_memory \(([\d.]+)GiB\)", text, float)
+    for key, pattern, cast in _CONFIG_FIELDS:
+        value = _first(pattern, config_line or text, cast)
+        if value is not None and value != "None":
+            put(key, value, "engine config line")
+    if settings.get("enforce_eager") == "True":
+        settings["enforce_eager"] = True
+    elif "enforce_eager" in settings:
+        settings.pop("enforce_eager"), sources.pop("enforce_eager")
+    for key, value in args.items():
+        if key not in ("model", "model_tag"):
+            put(key, value, "non-default args")
+    tokens = _first(r"max_num_batched_tokens=(\d+)", text, int)
+    if tokens is not None:
+        put("max_num_batched_tokens", tokens, "chunked prefill line")
+    seqs = _first(r"max_num_seqs to (\d+)", text, int)
+    if seqs is not None and "max_num_seqs" not in settings:
+        put("max_num_seqs", seqs, "scheduler line")
     util = _first(r"gpu_memory_utilization \(([\d.]+)\)", text, float) or _first(r"Requested memory: ([\d.]+) \(util\)",
                                                                                  text, float)
-    if util is not None and "gpu_memory_utilization" not in s:
-        s["gpu_memory_utilization"] = util
+    if util is not None and "gpu_memory_utilization" not in settings:
+        put("gpu_memory_utilization", util, "memory profile line")
+    total = (_first(r"total_memory=([\d.]+)GiB", text, float) or _first(r"total_gpu_memory \(([\d.]+)GiB\)", text, float))
+    total_bytes = _gib(total)
+    if total_bytes is None:
+        exact = _first(r"MemorySnapshot\(.*?total_memory=(\d+)", text, int)
+        total_bytes = exact
+    runner = "v2" if ("Using V2 Model Runner" in text or "[model_runner.py" in text) else None
+    if runner is None and "[gpu_model_runner.py" in text:
+        runner = "v1"
+    if runner:
+        put("model_runner", runner, "log lines' source file")
+    available = _numbers(r"Available KV cache memory: ([\d.]+) ?GiB", text)
+    graphs = _numbers(r"Estimated CUDA graph memory: ([\d.]+) ?GiB", text)
+    loading = _numbers(r"Model loading took ([\d.]+) ?GiB", text)
     f = {
-        "total_bytes": _gib(total),
+        "total_bytes": total_bytes,
         "weights_bytes": _gib(_first(r"weights memory: ([\d.]+) ?GiB", text, float)
-                              or _first(r"Model loading took ([\d.]+) ?GiB", text, float)
+                              or (max(loading) if loading else None)
                               or _first(r"model weights take ([\d.]+)GiB", text, float)),
         "activation_bytes": _gib(_first(r"torch peak memory increase: ([\d.]+) ?GiB", text, float)
                                  or _first(r"PyTorch activation peak memory takes ([\d.]+)GiB", text, float)),
         "non_torch_bytes": _gib(_first(r"non-torch forward increase memory: ([\d.]+) ?GiB", text, float)
                                 or _first(r"non_torch_memory takes ([\d.]+)GiB", text, float)),
-        "cuda_graph_bytes": _gib(_first(r"Estimated CUDA graph memory: ([\d.]+) ?GiB", text, float)),
-        "kv_budget_bytes": _gib(_first(r"Available KV cache memory: ([\d.]+) ?GiB", text, float)
-                                or _first(r"the rest of the memory reserved for KV Cache is ([\d.]+)GiB", text, float)),
+        "cuda_graph_bytes": _gib(max(graphs)) if graphs else None,
+        # every rank sizes its own pool and the engine keeps the smallest
+        "kv_budget_bytes": _gib(min(available) if available else
+                                _first(r"the rest of the memory reserved for KV Cache is ([\d.]+)GiB", text, float)),
         "max_tokens": _first(r"GPU KV cache size: ([\d,]+) tokens", text, int),
         "max_concurrency_ratio": _first(r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x", text, float),
     }
-    return LoggedRun("vllm", version, model, s, {k: v for k, v in f.items() if v is not None})
+    return LoggedRun("vllm", version, model, settings, {k: v for k, v in f.items() if v is not None}, sources)
 
 
 def _sglang(text: str) -> LoggedRun:
@@ -132,7 +170,8 @@ def _trtllm(text: str) -> LoggedRun:
 
 def read_log(text: str) -> LoggedRun:
     """The run a startup log describes; a log of no known engine, or with no KV figure, is refused."""
-    if "Available KV cache memory" in text or "the rest of the memory reserved for KV Cache" in text:
+    if ("Available KV cache memory" in text or "GPU KV cache size" in text
+            or "the rest of the memory reserved for KV Cache" in text):
         run = _vllm(text)
     elif "max_total_num_tokens" in text or "KV Cache is allocated" in text:
         run = _sglang(text)
@@ -143,6 +182,80 @@ def read_log(text: str) -> LoggedRun:
                           "memory', SGLang's 'KV Cache is allocated' or TensorRT-LLM's 'Allocated ... for max tokens "
                           "in paged KV cache'")
     return run
+
+
+@dataclass(frozen=True)
+class LogSettings:
+    """Where each setting of a logged run's scenario came from."""
+
+    read: dict  # setting -> (value, the line it was read from)
+    assumed: dict  # setting -> (value, why: the release default, the option given)
+    ignored: tuple[str, ...] = ()  # logged settings that move no memory
+    not_modelled: tuple[str, ...] = ()  # logged settings that move memory kvsize does not model
+
+
+def _log_gpu(run: LoggedRun, gpu):
+    """The GPU the log ran on: the one given, else the bundled GPU whose CUDA total the log prints."""
+    from .profiles import gpu_ids, gpu_profile
+
+    if gpu is not None:
+        return gpu, "given (--gpu)"
+    total = run.figures.get("total_bytes")
+    if total is not None:
+        for key in gpu_ids():
+            g = gpu_profile(key)
+            if abs(g.memory_bytes - total) <= 0.005 * g.memory_bytes:
+                return g, f"the log's total ({total / GiB:.2f} GiB)"
+        raise KvsizeError(f"the log's GPU total {total / GiB:.2f} GiB matches no bundled GPU; give --gpu "
+                          "(kvsize gpus lists them)")
+    raise KvsizeError("the log does not say which GPU it ran on (vLLM 0.21 and later print no total at INFO "
+                      "level); give --gpu, e.g. --gpu h100-sxm (kvsize gpus lists them)")
+
+
+def log_scenario(run: LoggedRun, model_name: str, shape, gpu=None, weights_dtype: str = "auto"):
+    """The scenario a logged run describes, and which of its settings the log gave and which were
+    assumed. `gpu`: a GpuProfile, or None to take it from the log's printed total."""
+    from .plan import Scenario
+    from .vllm_args import read_engine_args
+
+    g, gpu_source = _log_gpu(run, gpu)
+    read: dict = {}
+    assumed: dict = {"gpu": (g.name, gpu_source)} if gpu is not None else {}
+    if gpu is None:
+        read["gpu"] = (g.name, gpu_source)
+    ignored: tuple[str, ...] = ()
+    not_modelled: tuple[str, ...] = ()
+    fields: dict = {}
+    if run.engine == "vllm":
+        args = {k: v for k, v in run.settings.items() if k not in ("model_runner", "cudagraph_mode")}
+        settings = read_engine_args(args, from_log=True)
+        fields = dict(settings.fields)
+        if run.settings.get("cudagraph_mode"):
+            fields["cudagraph_mode"] = run.settings["cudagraph_mode"]
+        ignored, not_modelled = settings.ignored, settings.not_modelled
+        for key in (*settings.used, "cudagraph_mode"):
+            if key in run.settings:
+                read[key] = (run.settings[key], run.sources.get(key, "the log"))
+        if "gpu_memory_utilization" not in run.settings and "kv_cache_memory_bytes" not in run.settings:
+            assumed["gpu_memory_utilization"] = ("the release default", "not in the log")
+        if "max_num_seqs" not in run.settings:
+            assumed["max_num_seqs"] = ("the release default", "not in the log")
+        if "kv_cache_dtype" not in run.settings:
+            assumed["kv_cache_dtype"] = ("auto", "not in the log")
+    else:
+        st = run.settings
+        for key, field_name in (("tensor_parallel_size", "tensor_parallel_size"), ("max_model_len", "max_model_len"),
+                                ("memory_fraction", "memory_fraction")):
+            if key in st:
+                fields[field_name] = st[key]
+                read[key] = (st[key], "the log")
+        if "kv_cache_dtype" in st:
+            fields["k_cache_dtype"] = fields["v_cache_dtype"] = st["kv_cache_dtype"]
+            read["kv_cache_dtype"] = (st["kv_cache_dtype"], "the log")
+    scenario = Scenario(model_name, shape, g.name, run.figures.get("total_bytes", g.memory_bytes), engine=run.engine,
+                        weights_dtype=weights_dtype, gpu_multiprocessors=g.multiprocessors,
+                        gpu_nvml_mib=g.nvml_memory_mib, gpu_architecture=g.architecture, **fields)
+    return scenario, LogSettings(read, assumed, ignored, not_modelled)
 
 
 @dataclass(frozen=True)

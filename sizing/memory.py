@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import unknown
-from .releases import ProfilingRunModel
+from .releases import CudaGraphEstimateModel, ProfilingRunModel
 from .shape import DTYPE_BYTES, ModelShape
 from .units import cdiv
 
@@ -149,3 +149,41 @@ def profiling_peak(shape: ModelShape, run: ProfilingRunModel, tokens: int, rows:
 def rotary_cache_bytes(shape: ModelShape) -> int:
     """vLLM's rotary cos/sin cache (get_rope): max_position × rotary_dim in the model dtype, one per model."""
     return shape.max_position_embeddings * shape.rotary_dim * DTYPE_BYTES[shape.serving_dtype]
+
+
+def cudagraph_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int, model: CudaGraphEstimateModel,
+                            model_type: str, largest: int | None = None) -> tuple[int, ...]:
+    """The batch sizes vLLM captures (vllm/config/vllm.py _set_cudagraph_sizes): 1, 2, 4, then every 8
+    below 256 and every 16 from 256, up to the largest size; the largest is capped by twice
+    max_num_seqs and by max_num_batched_tokens, which is added where it falls below the largest."""
+    if largest is None:
+        largest = model.max_capture_size_by_model_type.get(
+            model_type, min(model.max_capture_size, model.capture_sizes_per_seq * max_num_seqs))
+    largest = min(largest, max_num_batched_tokens)
+    sizes = {1, 2, 4, *range(8, min(largest + 1, 256), 8), *range(256, largest + 1, 16), largest}
+    return tuple(sorted(x for x in sizes if x <= largest))
+
+
+def cuda_graph_estimate(shape: ModelShape, model: CudaGraphEstimateModel, mode: str, tp: int, layers: range,
+                        max_num_seqs: int, max_num_batched_tokens: int, sizes: tuple[int, ...] | None = None,
+                        largest: int | None = None) -> int:
+    """What vLLM's profile_cudagraph_memory reports for one GPU (0 when no graph is captured)."""
+    if mode == "NONE":
+        return 0
+    piecewise = sizes or cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens, model, shape.model_type,
+                                                 largest)
+    full = tuple(x for x in piecewise if x <= max_num_seqs)  # uniform decode batches hold one token a request
+    counts = {"PIECEWISE": (len(piecewise), 0), "FULL": (0, len(full)), "FULL_DECODE_ONLY": (0, len(full)),
+              "FULL_AND_PIECEWISE": (len(piecewise), len(full))}[mode]
+    further = sum(max(0, n - 1) for n in counts)
+    mla = shape.mla_latent_dim is not None
+    splitting = sum(1 for i in layers if shape.layer_kinds[i] != "none")
+    per_graph = splitting * (model.per_graph_mla_layer_bytes if mla else model.per_graph_layer_bytes)
+    first = model.first_capture_bytes + int(model.activation_copies * max(piecewise if counts[0] else full)
+                                            * 2 * mlp_width_values(shape, layers, tp) * DTYPE_BYTES[shape.serving_dtype])
+    return first + further * per_graph
+
+
+def mlp_width_values(shape: ModelShape, layers: range, tp: int) -> float:
+    """The widest MLP intermediate per token on one GPU: intermediate_size, or top-k experts' widths."""
+    return mlp_width(shape, layers, tp) * (1.0 if shape.gated_mlp else 1.5)

@@ -10,7 +10,8 @@ from .engines import Budget, Engine, MemoryTerms, Pool, check_format_supported, 
 from .errors import KvsizeError
 from .formats import FormatOptions, get_format
 from .layers import CacheLayout, build_layout, kv_heads_per_rank, parse_layer_overrides
-from .memory import ActivationEstimate, profiling_peak, resolve_weights_dtype, weight_bytes
+from .vllm_args import CUDAGRAPH_MODES
+from .memory import ActivationEstimate, cuda_graph_estimate, profiling_peak, resolve_weights_dtype, weight_bytes
 from .releases import find_release
 from .support import support
 from .shape import DTYPE_NAMES, ModelShape, with_mtp_layers
@@ -55,6 +56,14 @@ class Scenario:
     gpu_nvml_mib: int | None = None  # nvidia-smi's total, which SGLang's default fraction reads
     gpu_architecture: str | None = None  # sm90, gfx942, ...: which KV formats the engine runs (profiles/support.json)
     mtp_layers: int = 0  # speculative decoding with this many of the model's MTP layers (their KV and weights)
+    # vLLM's usage context: "serve" (vllm serve, the OpenAI server) or "llm" (the offline LLM() class),
+    # whose batch defaults differ (LLM(): 16,384 batched tokens on GPUs of 70 GiB and more)
+    usage_context: str = "serve"
+    # vLLM's CUDA graphs: NONE (--enforce-eager), PIECEWISE, FULL, FULL_DECODE_ONLY or FULL_AND_PIECEWISE;
+    # None: the release's default. Capture sizes as compilation_config gives them (None: vLLM's rule).
+    cudagraph_mode: str | None = None
+    cudagraph_capture_sizes: tuple[int, ...] | None = None
+    max_cudagraph_capture_size: int | None = None
 
     @property
     def nvml_mib(self) -> int:
@@ -92,6 +101,11 @@ class Scenario:
                 _int_at_least(value, name, 1)
         if self.max_model_len is not None:
             check_length(self.max_model_len)
+        if self.usage_context not in ("serve", "llm"):
+            raise KvsizeError(f"the usage context must be serve (vllm serve) or llm (the LLM() class), "
+                              f"got {self.usage_context!r}")
+        if self.cudagraph_mode is not None and self.cudagraph_mode not in CUDAGRAPH_MODES:
+            raise KvsizeError(f"cudagraph_mode must be one of {', '.join(CUDAGRAPH_MODES)}, got {self.cudagraph_mode!r}")
         if self.block_size is not None:
             _int_at_least(self.block_size, "--block-size", 1)
         if not 0 <= self.headroom < 1:
@@ -169,6 +183,7 @@ class Estimate:
     pool: Pool | None = field(default=None, repr=False, compare=False)
     activation: ActivationEstimate | None = field(default=None, repr=False, compare=False)
     first_stage_kv_budget_bytes: int | None = None  # rank 0's budget (what vLLM's log prints)
+    model_runner: str = "v1"  # vLLM's model runner for this model ("v2" profiles no CUDA graphs before sizing)
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -303,6 +318,8 @@ def with_engine_defaults(s: Scenario, engine: Engine | None = None) -> Scenario:
     if s.max_num_batched_tokens is not None and s.max_num_seqs is not None:
         return s
     row = r.batch_default(s.gpu_memory_bytes, s.gpu_name) if r else None
+    if row is not None and s.usage_context == "llm":
+        row = row.for_llm_class()
     tokens = s.max_num_batched_tokens or (row.max_num_batched_tokens if row else DEFAULT_MAX_NUM_BATCHED_TOKENS)
     if s.max_num_batched_tokens is None and r is not None and r.profile_tokens == "v0_unchunked":
         # vLLM V0 (config.py SchedulerConfig): no chunked prefill up to 32K contexts, so one step
@@ -375,6 +392,7 @@ class _StageSetup:
     state_bytes: int  # recurrent state per sequence kept beside the pool
     payload_bytes_per_token: int
     metadata_bytes_per_token: int
+    model_runner: str = "v1"
 
 
 # The fields a stage's setup does not read: a sweep over contexts builds each setup once.
@@ -420,14 +438,17 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
     # Per-tensor KV scales are attention-layer parameters, loaded with the weights.
     weights = _weights(shape, wfmt, tp, stage, first, last) + layout.parameter_bytes() + s.extra_weights_bytes
     run, rules = profiling_model(engine)
+    runner = model_runner(engine, shape)
+    if runner == "v2" and rules.activation_v2 is not None:
+        run = rules.activation_v2
     rows = min(s.max_num_seqs, s.max_num_batched_tokens)
     act = _activation(shape, run, s.max_num_batched_tokens, rows, tp, stage, first, last,
                       s.gpu_multiprocessors or rows)
     non_torch = s.non_torch_bytes if s.non_torch_bytes is not None else rules.non_torch_bytes(
         tp, s.pipeline_parallel_size)
-    graphs = s.cuda_graph_bytes if s.cuda_graph_bytes is not None else (
-        rules.cuda_graph_bytes(tp) if engine.cuda_graphs else 0)
-    terms = MemoryTerms(s.gpu_memory_bytes, weights, act.peak_bytes, non_torch, graphs)
+    graphs = s.cuda_graph_bytes if s.cuda_graph_bytes is not None else _cuda_graph_bytes(s, engine, rules, shape,
+                                                                                          stage)
+    terms = MemoryTerms(s.gpu_memory_bytes, weights, act.peak_bytes, non_torch, graphs, runner != "v2")
     budget = engine.budget(terms, fraction, s.headroom)
     if s.kv_cache_memory_bytes is not None:
         budget = Budget(s.kv_cache_memory_bytes, s.gpu_memory_bytes - terms.model_bytes - s.kv_cache_memory_bytes,
@@ -438,7 +459,29 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
     # vLLM keeps a hybrid model's recurrent state in its block pool, not beside it.
     state = 0 if pool.holds_recurrent else layout.state_bytes_per_sequence()
     return _StageSetup(shape, k_name, v_name, notes, layout, pool, wfmt.name, act, terms, fraction, budget, state,
-                       ceil_fraction(payload_tok), ceil_fraction(metadata_tok))
+                       ceil_fraction(payload_tok), ceil_fraction(metadata_tok), runner)
+
+
+def model_runner(engine: Engine, shape: ModelShape) -> str:
+    """The vLLM model runner ("v1" or "v2") the engine release serves this model with."""
+    rule = engine.release.model_runners if engine.name == "vllm" and engine.release else None
+    if rule is None:
+        return "v1"
+    return rule.runner(shape.architectures, shape.num_experts > 0, shape.weights_quantization is not None,
+                       "recurrent" in shape.layer_kinds)
+
+
+def _cuda_graph_bytes(s: Scenario, engine: Engine, rules, shape: ModelShape, stage: range) -> int:
+    """The CUDA-graph term: 0 without graphs (--enforce-eager, cudagraph_mode NONE), vLLM's estimate
+    from its capture sizes where the release models it, else the release's fixed figure."""
+    if not engine.cuda_graphs or s.cudagraph_mode == "NONE":
+        return 0
+    model = rules.cuda_graph_estimate
+    if model is None:
+        return rules.cuda_graph_bytes(s.tensor_parallel_size)
+    return cuda_graph_estimate(shape, model, s.cudagraph_mode or "FULL_AND_PIECEWISE", s.tensor_parallel_size,
+                               stage, s.max_num_seqs, s.max_num_batched_tokens, s.cudagraph_capture_sizes,
+                               s.max_cudagraph_capture_size)
 
 
 @dataclass(frozen=True)
@@ -558,6 +601,7 @@ def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index
         block_bytes=pool.unit_bytes if pool.paged else pool.per_token_bytes,
         max_tokens=at.max_tokens, max_concurrency=at.max_concurrency, max_concurrency_ratio=at.max_concurrency_ratio,
         max_context_at_concurrency=at.max_context_at_concurrency, kv_budget_bytes=budget.kv_budget_bytes,
+        model_runner=su.model_runner,
         budget_formula=budget.formula, breakdown=breakdown, fits=at.fits, fit_message=message,
         warnings=tuple(warnings), layout=layout, pool=pool, activation=su.activation,
         first_stage_kv_budget_bytes=budget.kv_budget_bytes if index == 0 else None,

@@ -32,6 +32,14 @@ class BatchDefault(_Strict):
     exclude_gpu_names: tuple[str, ...]
     max_num_batched_tokens: int = Field(gt=0)
     max_num_seqs: int = Field(gt=0)
+    # the offline LLM() class's defaults (UsageContext.LLM_CLASS) where they differ from vllm serve's
+    llm_max_num_batched_tokens: int | None = Field(default=None, gt=0)
+    llm_max_num_seqs: int | None = Field(default=None, gt=0)
+
+    def for_llm_class(self) -> BatchDefault:
+        return self.model_copy(update={"max_num_batched_tokens": self.llm_max_num_batched_tokens
+                                       or self.max_num_batched_tokens,
+                                       "max_num_seqs": self.llm_max_num_seqs or self.max_num_seqs})
 
 
 class ProfilingRunModel(_Strict):
@@ -55,6 +63,40 @@ class NonTorchModel(_Strict):
 class CudaGraphModel(_Strict):
     single_gpu_bytes: int = Field(ge=0)
     tensor_parallel_bytes: int = Field(ge=0)
+
+
+class ModelRunnerRule(_Strict):
+    """Which of vLLM's two GPU model runners serves a model (vllm/config/vllm.py use_v2_model_runner).
+    V2 (vllm/v1/worker/gpu/model_runner.py) profiles no CUDA-graph memory before sizing the KV cache
+    (profile_cudagraph_memory returns 0) and runs its own profiling pass."""
+
+    v2_architectures: frozenset[str]  # these architectures take V2 (where the rest of the rule allows)
+    v2_dense_models: bool  # every non-MoE architecture takes V2 too (0.26+)
+    v2_quantized: bool  # a checkpoint with a quantization_config may take V2
+    v2_hybrid: bool  # a model with recurrent (Mamba, linear-attention) layers may take V2
+
+    def runner(self, architectures: tuple[str, ...], moe: bool, quantized: bool, hybrid: bool) -> str:
+        listed = any(a in self.v2_architectures for a in architectures)
+        if (hybrid and not self.v2_hybrid) or (quantized and not self.v2_quantized):
+            return "v1"
+        return "v2" if listed or (self.v2_dense_models and not moe) else "v1"
+
+
+class CudaGraphEstimateModel(_Strict):
+    """vLLM's "Estimated CUDA graph memory" (gpu_model_runner.py profile_cudagraph_memory): it captures
+    the two largest sizes of each mode, takes the first capture whole and extrapolates the second to
+    the other sizes. In config quantities (docs/formulas.md, 'CUDA graphs'): the first capture holds
+    `activation_copies` copies of the largest size's MLP gate/up output plus `first_capture_bytes`;
+    each further graph holds driver memory per layer that splits the graph (attention, Mamba), MLA
+    layers more for their longer decode kernels."""
+
+    max_capture_size: int = Field(gt=0)  # the largest size before max_num_seqs and batched tokens cap it
+    capture_sizes_per_seq: int = Field(gt=0)  # the largest size is at most this x max_num_seqs
+    max_capture_size_by_model_type: dict[str, int] = Field(default_factory=dict)  # model files that raise it
+    first_capture_bytes: int = Field(ge=0)
+    activation_copies: float = Field(ge=0)
+    per_graph_layer_bytes: int = Field(ge=0)
+    per_graph_mla_layer_bytes: int = Field(ge=0)
 
 
 class BoundaryLayers(_Strict):
@@ -169,14 +211,23 @@ class Release(_Strict):
     requested_memory: Literal["ceil", "floor"] = "floor"
     subtracts: frozenset[Literal["weights", "activation", "non_torch", "cuda_graphs"]]
     activation: ProfilingRunModel | None = None
+    model_runners: ModelRunnerRule | None = None  # None: every model runs on the V1 runner
+    activation_v2: ProfilingRunModel | None = None  # the V2 runner's profiling run
     non_torch: NonTorchModel | None = None  # None: the newest vLLM release's measured figures
     cuda_graphs: CudaGraphModel | None = None
+    cuda_graph_estimate: CudaGraphEstimateModel | None = None  # None: the fixed cuda_graphs figures
     # How vLLM's "GPU KV cache size: N tokens" line is computed: num_blocks // groups x block size
     # (0.8-0.20), or int(max concurrency x max_model_len) (0.21 and later).
     kv_cache_size_tokens: Literal["blocks_per_group", "concurrency"] | None = None
     # Batches in flight beyond the pipeline stages: sliding-window and chunked-local layers keep the
     # blocks of (PP + this) x max_num_batched_tokens tokens per request (async scheduling, 0.26+).
     in_flight_extra_batches: int = Field(default=0, ge=0)
+    # State pages a request holds per Mamba group in the block pool: 1 (+ speculative tokens) where
+    # prefix caching is off for hybrid models (mamba_cache_mode "none", 0.21-0.26), 3 in "align" mode.
+    mamba_pages_per_request: int = Field(default=3, gt=0)
+    # A global sliding_window with no layer_types (Mistral-7B-v0.1) windows every layer (0.21-0.26:
+    # CacheConfig.sliding_window reaches each Attention) rather than none (0.33).
+    global_window_every_layer: bool = False
     # model_types vLLM builds with an MLA cache; a config with kv_lora_rank whose model_type is not
     # listed is built with per-head K and V (None: not known for this release).
     mla_model_types: frozenset[str] | None = None

@@ -130,6 +130,7 @@ class ModelShape:
     # tokens (4 with an indexer key). Empty for every other model.
     layer_compress_ratios: tuple[int, ...] = ()
     parsed_with: str = "transformers"
+    architectures: tuple[str, ...] = ()  # config.json's architectures: which vLLM model runner serves it
     notes: tuple[str, ...] = field(default=())
 
     served_dtype: str | None = None  # --dtype given to the engine; None: the engine's auto rule
@@ -505,8 +506,18 @@ def resolve_shape(raw: dict[str, Any]) -> ModelShape:
         original_max_position_embeddings=_optional_int(f.get("original_max_position_embeddings"),
                                                        "original_max_position_embeddings"),
         parsed_with=parsed_with,
+        architectures=_architectures(raw),
         notes=tuple(notes),
     )
+
+
+def _architectures(raw: dict) -> tuple[str, ...]:
+    value = raw.get("architectures")
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+        raise KvsizeError(f"config.json field 'architectures' must be a list of class names, got {value!r}")
+    return tuple(value)
 
 
 def with_mtp_layers(shape: ModelShape, n: int) -> ModelShape:

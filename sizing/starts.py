@@ -1,0 +1,140 @@
+"""The corpus of real vLLM starts (tests/fixtures/vllm-starts): each start's settings, the lines vLLM
+printed, and kvsize's prediction of the same start, term by term.
+
+A start is one engine start on a config.json with dummy weights (measure/vllm_start.py): its log is
+kept whole and its manifest line names the release, the GPU, the EngineArgs and what vLLM printed.
+`check_start` predicts it twice, as a user would: with `estimate` on the start's settings, and with
+check-log's reading of the log alone (the GPU given, as an INFO-level log does not name it).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import KvsizeError
+from .units import GiB
+
+CORPUS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "vllm-starts"
+MAX_MANIFEST_BYTES = 8 * 1024 * 1024
+
+
+class Printed(BaseModel):
+    """vLLM's lines as printed (GiB figures kept as the text shows them); one entry per rank that printed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    version: str | None = None
+    runner: Literal["v1", "v2"] | None = None
+    model_loading_gib: tuple[str, ...] = ()
+    cuda_graph_gib: tuple[str, ...] = ()
+    available_kv_gib: tuple[str, ...] = ()
+    kv_cache_tokens: tuple[int, ...] = ()
+    max_concurrency: tuple[str, ...] = ()
+
+
+class Start(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: str = Field(min_length=1)
+    release: str = Field(pattern=r"^\d+\.\d+\.\d+$")
+    gpu: str = Field(min_length=1)  # bundled GPU id
+    gpu_name: str
+    nvml_total_mib: int = Field(gt=0)
+    gpus_used: int = Field(ge=0)
+    config: str  # relative to the corpus folder
+    context: Literal["serve", "llm"]
+    args: dict
+    log: str
+    status: Literal["sized", "failed", "timeout"]
+    printed: Printed
+    reason: str | None = None
+
+
+def load_corpus(folder: Path = CORPUS) -> list[Start]:
+    path = folder / "manifest.jsonl"
+    if path.stat().st_size > MAX_MANIFEST_BYTES:
+        raise KvsizeError(f"{path} is over {MAX_MANIFEST_BYTES:,} bytes")
+    out = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(Start.model_validate(json.loads(line)))
+        except (ValidationError, json.JSONDecodeError) as e:
+            raise KvsizeError(f"{path.name} line {n}: {str(e).splitlines()[0]}") from None
+    return out
+
+
+def start_scenario(start: Start, folder: Path = CORPUS):
+    """The start as a kvsize scenario: its config, GPU, release and EngineArgs under vLLM's names."""
+    from .plan import Scenario
+    from .profiles import gpu_profile, load_model
+    from .vllm_args import read_engine_args
+
+    name, shape = load_model(str(folder / start.config))
+    g = gpu_profile(start.gpu)
+    settings = read_engine_args(start.args, start.context)
+    return Scenario(name, shape, g.name, g.memory_bytes, engine=f"vllm@{start.release}",
+                    gpu_multiprocessors=g.multiprocessors, gpu_nvml_mib=g.nvml_memory_mib,
+                    gpu_architecture=g.architecture, usage_context=start.context, **settings.fields)
+
+
+@dataclass(frozen=True)
+class TermCheck:
+    term: str  # weights, cuda_graphs, kv_budget, kv_tokens
+    predicted: float  # GiB for memory terms, tokens for kv_tokens
+    printed: float
+
+    @property
+    def error(self) -> float:
+        return self.predicted / self.printed - 1 if self.printed else 0.0
+
+
+@dataclass(frozen=True)
+class StartCheck:
+    start: Start
+    by: str  # "estimate" (the start's settings) or "check-log" (the log alone, with the GPU)
+    runner: str  # the model runner kvsize predicts
+    terms: tuple[TermCheck, ...]
+
+    def term(self, name: str) -> TermCheck | None:
+        return next((t for t in self.terms if t.term == name), None)
+
+
+def _terms(e, printed: Printed) -> tuple[TermCheck, ...]:
+    b = e.breakdown
+    budget = e.first_stage_kv_budget_bytes if e.first_stage_kv_budget_bytes is not None else e.kv_budget_bytes
+    rows = []
+    if printed.model_loading_gib:
+        rows.append(TermCheck("weights", b.weights_bytes / GiB, max(map(float, printed.model_loading_gib))))
+    if printed.cuda_graph_gib:
+        rows.append(TermCheck("cuda_graphs", b.cuda_graph_bytes / GiB, max(map(float, printed.cuda_graph_gib))))
+    if printed.available_kv_gib:
+        rows.append(TermCheck("kv_budget", budget / GiB, min(map(float, printed.available_kv_gib))))
+    if printed.kv_cache_tokens:
+        rows.append(TermCheck("kv_tokens", e.max_tokens, min(printed.kv_cache_tokens)))
+    return tuple(rows)
+
+
+def check_start(start: Start, folder: Path = CORPUS) -> StartCheck:
+    """kvsize's estimate of the start from its settings, against what vLLM printed."""
+    from .plan import estimate
+
+    e = estimate(start_scenario(start, folder))
+    return StartCheck(start, "estimate", e.model_runner, _terms(e, start.printed))
+
+
+def check_start_log(start: Start, folder: Path = CORPUS) -> StartCheck:
+    """check-log's reading of the start's log (settings from the log, the GPU given), against the same lines."""
+    from .logs import log_scenario, read_log
+    from .plan import estimate
+    from .profiles import gpu_profile, load_model
+
+    run = read_log((folder / start.log).read_text(errors="replace"))
+    name, shape = load_model(str(folder / start.config))
+    scenario, _ = log_scenario(run, name, shape, gpu_profile(start.gpu))
+    e = estimate(scenario)
+    return StartCheck(start, "check-log", e.model_runner, _terms(e, start.printed))
