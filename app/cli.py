@@ -12,7 +12,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from sizing.errors import KvsizeError
-from sizing.units import GiB, parse_bytes
+from sizing.units import GiB, parse_size
 
 FRACTION_OPTIONS = {
     "gpu_memory_utilization": ("vllm", "--gpu-memory-utilization"),
@@ -77,11 +77,18 @@ def _positive_fraction(text: str) -> float:
     return value
 
 
-def _size(text: str) -> int:
+def _size(text: str, allow_zero: bool = False) -> int:
     try:
-        return parse_bytes(text, "size")
+        value, note = parse_size(text, "size", allow_zero)
     except KvsizeError as e:
         raise argparse.ArgumentTypeError(str(e).removeprefix("size "))
+    if note:
+        print(f"kvsize: note: {note.removeprefix('size ')}", file=sys.stderr)
+    return value
+
+
+def _size_or_zero(text: str) -> int:
+    return _size(text, allow_zero=True)
 
 
 def _list(text: str) -> list[str]:
@@ -91,9 +98,10 @@ def _list(text: str) -> list[str]:
     return items
 
 
-def _add_scenario_options(p: argparse.ArgumentParser, single: bool = True) -> None:
+def _add_scenario_options(p: argparse.ArgumentParser, single: bool = True, model_required: bool = True) -> None:
     if single:
-        p.add_argument("--model", required=True, help="bundled profile id, a config.json, or a folder holding one")
+        p.add_argument("--model", required=model_required, default=None,
+                       help="bundled profile id, a config.json, or a folder holding one")
         p.add_argument("--gpu", default="h100-sxm", help="bundled GPU id (kvsize gpus)")
         p.add_argument("--engine", default="vllm", help="vllm, sglang, trtllm, lmdeploy, llamacpp or ideal; "
                        "NAME@VERSION (vllm@0.19) follows that release's rules, NAME alone the newest")
@@ -117,10 +125,19 @@ def _add_scenario_options(p: argparse.ArgumentParser, single: bool = True) -> No
                    help="default: the engine release's default for the GPU (vLLM 0.19 on >= 70 GiB: 8192)")
     p.add_argument("--max-num-seqs", type=_positive_int, default=None,
                    help="default: the engine release's default for the GPU (vLLM 0.19 on >= 70 GiB: 1024)")
-    p.add_argument("--non-torch-memory", type=_size, default=None,
+    p.add_argument("--non-torch-memory", type=_size_or_zero, default=None,
                    help="override memory outside torch per GPU, e.g. 2GiB (default: the release's measured figure)")
-    p.add_argument("--cuda-graph-memory", type=_size, default=None,
-                   help="override CUDA graph memory per GPU (default: the release's measured figure)")
+    p.add_argument("--cuda-graph-memory", type=_size_or_zero, default=None,
+                   help="override CUDA graph memory per GPU, 0 for none (default: vLLM's estimate from its capture "
+                        "sizes, or the release's measured figure)")
+    p.add_argument("--enforce-eager", action="store_true",
+                   help="vLLM --enforce-eager: no CUDA graphs, so no graph memory is profiled or captured")
+    p.add_argument("--cudagraph-mode", default=None, type=str.upper,
+                   choices=["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"],
+                   help="vLLM compilation_config cudagraph_mode (default: the release's, FULL_AND_PIECEWISE)")
+    p.add_argument("--usage-context", choices=["serve", "llm"], default="serve",
+                   help="how vLLM is started, which sets its batch defaults: serve (vllm serve, default) or llm "
+                        "(the offline LLM() class: 16,384 batched tokens on GPUs of 70 GiB and more)")
     p.add_argument("--layer-kv-dtype", default=None, help="per-layer formats, e.g. 'first:2,last:2=bf16'")
     p.add_argument("--mtp-layers", type=int, default=0,
                    help="speculative decoding with N of the model's MTP layers (num_nextn_predict_layers): "
@@ -146,8 +163,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kvsize {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    p = sub.add_parser("estimate", help="one scenario")
-    _add_scenario_options(p)
+    p = sub.add_parser("estimate", help="one scenario",
+                       epilog="A vLLM launch may follow '--' as it is: kvsize estimate --gpu h100-sxm -- vllm serve "
+                              "MODEL --max-model-len 32768 --enforce-eager, or -- 'LLM(model=\"MODEL\", "
+                              "max_model_len=32768)'; its settings are read under vLLM's names.")
+    _add_scenario_options(p, model_required=False)
+    p.add_argument("launch", nargs="*", help=argparse.SUPPRESS)
     p.add_argument("--kv-cache-dtype", default="auto",
                    help="KV format, as the engine spells it: auto, fp8, nvfp4, q8_0, ... (kvsize formats)")
     p.add_argument("--k-cache-dtype", default=None, help="K's format where it differs from V's")
@@ -255,7 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None,
                    help="bundled profile id or config.json of the logged model (default: the bundled profile "
                         "whose Hugging Face id the log names)")
-    p.add_argument("--gpu", default="h100-sxm", help="bundled GPU id, used where the log gives no GPU total")
+    p.add_argument("--gpu", default=None,
+                   help="bundled GPU id (kvsize gpus); needed where the log does not print the GPU's total")
     p.add_argument("--weights-dtype", default="auto", help="what the checkpoint stores (auto, bf16, fp8, int8, ...)")
     p.add_argument("--engine-version", default=None,
                    help="the engine's version where the log does not print it (SGLang), e.g. 0.4.9")
@@ -348,6 +370,7 @@ def scenario_from_args(args: argparse.Namespace, model: str, gpu: str, engine: s
         max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
         non_torch_bytes=args.non_torch_memory, cuda_graph_bytes=args.cuda_graph_memory,
         layer_kv_dtype=args.layer_kv_dtype, gpu_multiprocessors=gpu_row.multiprocessors, mtp_layers=args.mtp_layers,
+        usage_context=args.usage_context, cudagraph_mode="NONE" if args.enforce_eager else args.cudagraph_mode,
         gpu_nvml_mib=gpu_row.nvml_memory_mib if args.gpu_memory is None else None, gpu_architecture=gpu_row.architecture,
         format_options=FormatOptions(args.kivi_group, args.kivi_residual,
                                      Fraction(args.kvquant_outliers).limit_denominator(10**6)),
@@ -483,8 +506,7 @@ def cmd_check_log(args: argparse.Namespace) -> int:
     import dataclasses
 
     from sizing.inputs import read_limited
-    from sizing.logs import MAX_LOG_BYTES, compare_log, read_log
-    from sizing.plan import Scenario
+    from sizing.logs import MAX_LOG_BYTES, compare_log, log_scenario, read_log
     from sizing.profiles import gpu_profile, load_model
     from sizing.releases import version_key
 
@@ -494,29 +516,25 @@ def cmd_check_log(args: argparse.Namespace) -> int:
         version_key(args.engine_version)  # refuses a malformed version in one line
         run = dataclasses.replace(run, version=args.engine_version)
     name, shape = load_model(_logged_model(args.model, run.model))
-    g = gpu_profile(args.gpu)
-    st = run.settings
-    kv = st.get("kv_cache_dtype", "auto")
-    dtype = st.get("dtype", "auto")
-    scenario = Scenario(
-        model_name=name, shape=shape, gpu_name=g.name, gpu_memory_bytes=run.figures.get("total_bytes", g.memory_bytes),
-        engine=run.engine, k_cache_dtype=kv, v_cache_dtype=kv,
-        tensor_parallel_size=int(st.get("tensor_parallel_size", 1)),
-        pipeline_parallel_size=int(st.get("pipeline_parallel_size", 1)), max_model_len=st.get("max_model_len"),
-        memory_fraction=st.get("gpu_memory_utilization", st.get("memory_fraction")),
-        weights_dtype=args.weights_dtype, max_num_batched_tokens=st.get("max_num_batched_tokens"),
-        max_num_seqs=st.get("max_num_seqs"), gpu_multiprocessors=g.multiprocessors, gpu_nvml_mib=g.nvml_memory_mib, gpu_architecture=g.architecture,
-        dtype="float32" if dtype == "float32" else "auto",
-    )
+    scenario, where = log_scenario(run, name, shape, gpu_profile(args.gpu) if args.gpu else None, args.weights_dtype)
     result = compare_log(run, scenario)
     rows = [dict(term=t, predicted=p, logged=lg, difference=None if lg is None else p - lg,
                  difference_percent=None if not lg else round(100 * (p - lg) / lg, 2)) for t, p, lg in result.rows]
+    read = {k: {"value": v, "from": src} for k, (v, src) in where.read.items()}
+    assumed = {k: {"value": v, "because": why} for k, (v, why) in where.assumed.items()}
     if args.format == "json":
-        print(json.dumps(dict(schema="kvsize.check-log/1", engine=run.engine, version=run.version, model=run.model,
-                              rules=result.rules, settings=run.settings, rows=rows), indent=2))
+        print(json.dumps(dict(engine=run.engine, version=run.version, model=run.model, rules=result.rules,
+                              read_from_log=read, assumed=assumed, not_modelled=list(where.not_modelled), rows=rows),
+                         indent=2, default=str))
         return 0
     print(f"{run.engine} {run.version or '(version not in the log)'} log of {run.model or name}; predicted with "
           f"{result.rules}")
+    if read:
+        print("  read from the log: " + ", ".join(f"{k}={v} ({src})" for k, (v, src) in where.read.items()))
+    if assumed:
+        print("  assumed: " + ", ".join(f"{k}={v} ({why})" for k, (v, why) in where.assumed.items()))
+    if where.not_modelled:
+        print("  warning: the log sets " + ", ".join(where.not_modelled) + ", which move memory kvsize does not model")
     print(f"  {'term':<22}{'predicted':>18}{'logged':>18}{'difference':>16}")
     for r in rows:
         if r["term"].endswith("_bytes"):
@@ -534,8 +552,13 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
     k = args.k_cache_dtype or args.kv_cache_dtype
     v = args.v_cache_dtype or args.kv_cache_dtype
+    launch = _read_launch(args) if args.launch else None
+    if args.model is None:
+        raise KvsizeError("--model is required (or a vllm launch command after '--' that names the model)")
     scenario = scenario_from_args(args, args.model, args.gpu, args.engine, args.tensor_parallel_size,
                                   args.max_model_len, k, v)
+    if launch is not None:
+        scenario = scenario.evolve(usage_context=launch.usage_context, **launch.fields)
     result = estimate(scenario)
     record = to_record(result)
     if not result.fits:
@@ -549,6 +572,39 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     else:
         _emit(render_table(record), args.out)
     return 0
+
+
+def _read_launch(args: argparse.Namespace):
+    """The vLLM launch after '--': its model (where --model is not given) and the settings it moves,
+    refused where they contradict a kvsize option given beside it."""
+    from sizing.profiles import model_ids, model_profile
+    from sizing.vllm_args import read_command
+
+    launch = read_command(args.launch)
+    if not args.engine.strip().lower().startswith("vllm"):
+        raise KvsizeError(f"a vllm launch command was given with --engine {args.engine}; use --engine vllm or vllm@VERSION")
+    if args.model is None:
+        if launch.model is None:
+            raise KvsizeError("the vllm command names no model; give it, or --model")
+        by_hf = {model_profile(k).hf_id.lower(): k for k in model_ids()}
+        args.model = by_hf.get(launch.model.lower(), launch.model)
+    given = {"max_model_len": args.max_model_len, "tensor_parallel_size": args.tensor_parallel_size
+             if args.tensor_parallel_size != 1 else None, "block_size": args.block_size,
+             "memory_fraction": args.gpu_memory_utilization, "kv_cache_memory_bytes": args.kv_cache_memory,
+             "max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": args.max_num_batched_tokens}
+    for field, value in launch.fields.items():
+        if given.get(field) is not None and given[field] != value:
+            raise KvsizeError(f"{field} is {given[field]} in kvsize's options but {value} in the vllm command; "
+                              "give it once")
+    if launch.used:
+        print("kvsize: note: from the vllm command: " + ", ".join(
+            f"{k}={v}" for k, v in launch.fields.items()), file=sys.stderr)
+    if launch.ignored:
+        print("kvsize: note: no memory effect: " + ", ".join(launch.ignored), file=sys.stderr)
+    if launch.not_modelled:
+        print("kvsize: warning: the vllm command sets " + ", ".join(launch.not_modelled)
+              + ", which move memory kvsize does not model: the figures leave them out", file=sys.stderr)
+    return launch
 
 
 def compare_rows(args: argparse.Namespace) -> list[dict]:

@@ -38,9 +38,18 @@ def printed(text: str) -> dict:
 
 
 def failure(text: str) -> str | None:
-    lines = [ln.strip() for ln in text.splitlines()
-             if re.search(r"(Error|error):", ln) and "Traceback" not in ln and "c10::Error" not in ln]
-    return lines[-1][-300:] if lines else None
+    """The error that stopped the start: the last exception line, with the line that explains a
+    validation error (pydantic puts the reason on the next line)."""
+    lines = text.splitlines()
+    hits = [i for i, ln in enumerate(lines) if re.search(r"(Error|Exception):", ln)
+            and "Traceback" not in ln and "c10::Error" not in ln and "Engine core initialization failed" not in ln]
+    if not hits:
+        return None
+    i = hits[-1]
+    reason = lines[i].strip()
+    if "validation error" in reason and i + 1 < len(lines):
+        reason += " " + lines[i + 1].strip()
+    return reason[:400]
 
 
 def main(argv: list[str]) -> int:
@@ -67,12 +76,26 @@ def main(argv: list[str]) -> int:
                 "log": f"logs/{sid}.log", "status": row["status"], "printed": printed(text),
             }
             if row["status"] != "sized":
-                entry["reason"] = failure(text)
+                entry["reason"] = failure(text) or "the log ends before vLLM's KV lines"
             out.write(json.dumps(entry, sort_keys=True) + "\n")
             added += 1
     print(f"added {added} starts to {manifest}")
     return 0
 
 
+
+
+def refresh_reasons() -> None:
+    """Re-read the reason of every start that did not size (after this script's reading improves)."""
+    manifest = CORPUS / "manifest.jsonl"
+    rows = [json.loads(ln) for ln in manifest.read_text().splitlines() if ln.strip()]
+    for row in rows:
+        if row["status"] != "sized":
+            row["reason"] = failure((CORPUS / row["log"]).read_text(errors="replace")) or row.get("reason")
+    manifest.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--refresh-reasons"]:
+        sys.exit(refresh_reasons())
     sys.exit(main(sys.argv))

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from .errors import KvsizeError
 from .units import GiB
+from .shape import DTYPE_NAMES
 from .vllm_args import read_logged_args
 
 MAX_LOG_BYTES = 64 * 1024 * 1024
@@ -212,6 +213,18 @@ def _log_gpu(run: LoggedRun, gpu):
                       "level); give --gpu, e.g. --gpu h100-sxm (kvsize gpus lists them)")
 
 
+def _log_engine(run: LoggedRun) -> str:
+    """The engine rules for the logged version; a version kvsize keeps no rules for gets the newest."""
+    from .engines import get_engine
+
+    engine = f"{run.engine}@{run.version}" if run.version else run.engine
+    try:
+        get_engine(engine)
+    except KvsizeError:
+        return run.engine
+    return engine
+
+
 def log_scenario(run: LoggedRun, model_name: str, shape, gpu=None, weights_dtype: str = "auto"):
     """The scenario a logged run describes, and which of its settings the log gave and which were
     assumed. `gpu`: a GpuProfile, or None to take it from the log's printed total."""
@@ -228,6 +241,8 @@ def log_scenario(run: LoggedRun, model_name: str, shape, gpu=None, weights_dtype
     fields: dict = {}
     if run.engine == "vllm":
         args = {k: v for k, v in run.settings.items() if k not in ("model_runner", "cudagraph_mode")}
+        if run.sources.get("dtype") == "engine config line" and DTYPE_NAMES.get(str(args.get("dtype"))) == shape.serving_dtype:
+            args.pop("dtype")  # the engine's resolution of auto, not a choice of the user's
         settings = read_engine_args(args, from_log=True)
         fields = dict(settings.fields)
         if run.settings.get("cudagraph_mode"):
@@ -252,7 +267,7 @@ def log_scenario(run: LoggedRun, model_name: str, shape, gpu=None, weights_dtype
         if "kv_cache_dtype" in st:
             fields["k_cache_dtype"] = fields["v_cache_dtype"] = st["kv_cache_dtype"]
             read["kv_cache_dtype"] = (st["kv_cache_dtype"], "the log")
-    scenario = Scenario(model_name, shape, g.name, run.figures.get("total_bytes", g.memory_bytes), engine=run.engine,
+    scenario = Scenario(model_name, shape, g.name, run.figures.get("total_bytes", g.memory_bytes), engine=_log_engine(run),
                         weights_dtype=weights_dtype, gpu_multiprocessors=g.multiprocessors,
                         gpu_nvml_mib=g.nvml_memory_mib, gpu_architecture=g.architecture, **fields)
     return scenario, LogSettings(read, assumed, ignored, not_modelled)
@@ -268,15 +283,9 @@ class LogComparison:
 def compare_log(run: LoggedRun, scenario) -> LogComparison:
     """Predict the logged run (scenario: model, GPU and settings already applied) and pair each
     logged figure with the prediction."""
-    from .engines import get_engine
     from .plan import estimate
 
-    engine = f"{run.engine}@{run.version}" if run.version else run.engine
-    try:
-        get_engine(engine)
-    except KvsizeError:
-        engine = run.engine  # a version kvsize keeps no rules for: its newest release, said in `rules`
-    scenario = replace(scenario, engine=engine)
+    scenario = replace(scenario, engine=_log_engine(run))
     free = run.figures.get("free_at_start_bytes")
     if free is not None and scenario.non_torch_bytes is None:
         # SGLang logs the free memory it sizes from: what the CUDA context, NCCL and any other

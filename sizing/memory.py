@@ -98,23 +98,25 @@ class ActivationEstimate:
     sampler_bytes: int  # 0 on pipeline stages that do not sample
     stage_buffer_bytes: int  # buffers the profiling run allocates and keeps (pipeline stages after the first)
     workspace_bytes: int  # allocated by the run's first matmul and kept
+    moe_workspace_bytes: int = 0  # the fused-MoE experts' workspace, kept by vLLM's workspace manager
 
     @property
     def peak_bytes(self) -> int:
-        return self.workspace_bytes + self.stage_buffer_bytes + max(self.forward_bytes, self.sampler_bytes)
+        return (self.workspace_bytes + self.moe_workspace_bytes + self.stage_buffer_bytes
+                + max(self.forward_bytes, self.sampler_bytes))
 
 
-def mlp_width(shape: ModelShape, layers: range, tp: int) -> float:
+def mlp_width(shape: ModelShape, layers: range, tp: int, routed: bool = True) -> float:
     """The widest feed-forward activation of the stage's layers per GPU, in gated-MLP units
     (a gated MLP of width I keeps 2I + I alive, an ungated one I + I: two thirds of it); an MoE
-    layer counts its top-k experts' width plus its shared experts."""
+    layer counts its shared experts and, with `routed`, its top-k experts' width."""
     matrices = 3 if shape.gated_mlp else 2
     scale = 1.0 if shape.gated_mlp else 2 / 3
     widest = 0.0
     for i in layers:
         p = shape.layer_params[i]
         width = p.mlp / (matrices * shape.hidden_size)
-        if p.experts:
+        if p.experts and routed:
             per_expert = p.experts / (max(1, shape.num_experts) * matrices * shape.hidden_size)
             width += max(1, shape.num_experts_per_tok) * per_expert
         widest = max(widest, width / tp * scale)
@@ -134,7 +136,9 @@ def profiling_peak(shape: ModelShape, run: ProfilingRunModel, tokens: int, rows:
     """
     dt = DTYPE_BYTES[shape.serving_dtype]
     h = shape.hidden_size
-    width = mlp_width(shape, layers, tp)
+    moe = moe_workspace_bytes(shape, tokens, tp) if run.moe_workspace else 0
+    # the routed experts' activations live in the fused-MoE workspace, counted once below
+    width = mlp_width(shape, layers, tp, routed=not moe)
     forward = int(tokens * dt * (run.forward_hidden_copies * h + run.forward_mlp_copies * width))
     sampler = 0
     if last_stage:
@@ -143,7 +147,25 @@ def profiling_peak(shape: ModelShape, run: ProfilingRunModel, tokens: int, rows:
         topk = min(multiprocessors, rows) * vocab * 4 if run.topk_buffer and rows >= 8 else 0
         sampler = rows * vocab * per_logit + topk + tokens * h * dt + 2 * rows * h * dt
     stage_buffers = 0 if first_stage else 2 * tokens * h * dt
-    return ActivationEstimate(tokens, rows, forward, sampler, stage_buffers, run.workspace_bytes)
+    return ActivationEstimate(tokens, rows, forward, sampler, stage_buffers, run.workspace_bytes, moe)
+
+
+# Checkpoint formats whose MoE runs on a monolithic kernel that keeps no workspace of the manager's
+# (vLLM's OAITritonMxfp4ExpertsMonolithic for gpt-oss's mxfp4 experts).
+MONOLITHIC_MOE_QUANTIZATION = frozenset({"mxfp4", "gpt_oss_mxfp4"})
+
+
+def moe_workspace_bytes(shape: ModelShape, tokens: int, tp: int) -> int:
+    """The Triton fused-MoE workspaces for `tokens` tokens: workspace13 of tokens x top_k x
+    max(activation out, hidden) and workspace2 of tokens x top_k x max(gate/up width, hidden), in
+    the model dtype, per GPU (the expert width is split over TP ranks)."""
+    if not shape.num_experts or (shape.weights_quantization or "") in MONOLITHIC_MOE_QUANTIZATION:
+        return 0
+    h = shape.hidden_size
+    width = cdiv(shape.moe_intermediate_size, tp)
+    gate_up = 2 * width if shape.gated_mlp else width
+    act_out = width
+    return tokens * shape.num_experts_per_tok * (max(act_out, h) + max(gate_up, h)) * DTYPE_BYTES[shape.serving_dtype]
 
 
 def rotary_cache_bytes(shape: ModelShape) -> int:

@@ -655,7 +655,13 @@ def engine_log_lines(e: Estimate) -> tuple[str, ...]:
         return ()
     if name == "vllm":
         budget = e.first_stage_kv_budget_bytes if e.first_stage_kv_budget_bytes is not None else e.kv_budget_bytes
-        return (f"Available KV cache memory: {_gib(budget)}",
+        release = e.engine.release
+        graphs = ()
+        if (release is not None and release.cuda_graph_estimate is not None and e.model_runner == "v1"
+                and e.breakdown.cuda_graph_bytes and "cuda_graphs" in release.subtracts):
+            # gpu_model_runner.py profile_cudagraph_memory; the V2 runner prints none
+            graphs = (f"Estimated CUDA graph memory: {e.breakdown.cuda_graph_bytes / GiB:.2f} GiB total",)
+        return (*graphs, f"Available KV cache memory: {_gib(budget)}",
                 f"GPU KV cache size: {e.max_tokens:,} tokens",
                 f"Maximum concurrency for {e.max_model_len:,} tokens per request: {e.max_concurrency_ratio:.2f}x")
     allocated = e.breakdown.kv_payload_bytes + e.breakdown.kv_metadata_bytes
@@ -677,6 +683,7 @@ def to_record(e: Estimate) -> dict:
         "model": s.model_name,
         "gpu": s.gpu_name,
         "engine": e.engine.name,
+        "model_runner": e.model_runner,
         "engine_release": e.engine.release.name if e.engine.release else None,
         "engine_rules": e.engine.label,
         "engine_log_lines": list(engine_log_lines(e)),

@@ -51,6 +51,9 @@ class ProfilingRunModel(_Strict):
     sampler_upcast_bytes_per_logit: int = Field(ge=0)  # the fp32 copy, absent when the model runs in fp32
     topk_buffer: bool  # Triton top-k/top-p keeps min(SMs, rows) x vocab fp32
     workspace_bytes: int = Field(ge=0)  # allocated by the first matmul of the run (cuBLAS workspace)
+    # The fused-MoE workspace the Triton experts take from vLLM's workspace manager and keep
+    # (modular_kernel.py _allocate_buffers; experts/triton_moe.py workspace_shapes)
+    moe_workspace: bool = False
 
 
 class NonTorchModel(_Strict):

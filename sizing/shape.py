@@ -180,7 +180,7 @@ class ModelShape:
         data["layer_kinds"] = tuple(data["layer_kinds"])
         data["layer_params"] = tuple(LayerParams(**p) for p in data["layer_params"])
         data["notes"] = tuple(data.get("notes", ()))
-        for key in ("layer_kv_heads", "layer_head_dims", "layer_v_head_dims", "layer_compress_ratios"):
+        for key in ("layer_kv_heads", "layer_head_dims", "layer_v_head_dims", "layer_compress_ratios", "architectures"):
             data[key] = tuple(data.get(key, ()))
         data["rope_scalings"] = tuple(tuple(r) for r in data.get("rope_scalings", ()))
         return cls(**data)

@@ -30,9 +30,16 @@ _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$
 MAX_SIZE_BYTES = 1 << 50  # 1 PiB
 
 
-def parse_bytes(text: str | int | float, field: str) -> int:
+def parse_bytes(text: str | int | float, field: str, allow_zero: bool = False) -> int:
     """'10GiB' -> 10737418240; '80GB' -> 80000000000; '1e9' -> 1000000000. Exact (no float rounding),
-    a whole number of bytes, greater than zero and at most 1 PiB."""
+    a whole number of bytes, greater than zero (or zero where allowed) and at most 1 PiB."""
+    return parse_size(text, field, allow_zero, round_down=False)[0]
+
+
+def parse_size(text: str | int | float, field: str, allow_zero: bool = False,
+               round_down: bool = True) -> tuple[int, str | None]:
+    """A size as parse_bytes reads it; a size with a fraction of a byte (23.47GiB, as engines print
+    GiB) is rounded down to whole bytes where `round_down`, with a note that says so."""
     if isinstance(text, bool):
         raise KvsizeError(f"{field} must be a size in bytes such as 10GiB, got {text!r}")
     if isinstance(text, (int, float)):
@@ -52,14 +59,18 @@ def parse_bytes(text: str | int | float, field: str) -> int:
             value = Decimal(match.group(1))
         except InvalidOperation:
             raise KvsizeError(f"{field} must be a size such as 10GiB, got {text!r}") from None
-    if not value > 0:
-        raise KvsizeError(f"{field} must be greater than zero, got {text!r}")
+    if not (value > 0 or (allow_zero and value == 0)):
+        raise KvsizeError(f"{field} must be {'zero or more' if allow_zero else 'greater than zero'}, got {text!r}")
     total = value * _UNITS[unit]
     if total > MAX_SIZE_BYTES:
         raise KvsizeError(f"{field} {text!r} is above 1 PiB, the largest size kvsize accepts".strip())
     if total != total.to_integral_value():
-        raise KvsizeError(f"{field} {text!r} is not a whole number of bytes; give a unit, e.g. {text}GiB")
-    return int(total)
+        if not round_down or not unit or int(total) == 0:
+            hint = f"e.g. {text}GiB" if not unit else "a whole number of bytes"
+            raise KvsizeError(f"{field} {text!r} is not a whole number of bytes; give {hint}")
+        whole = int(total)  # Decimal's int() truncates toward zero: down, for a positive size
+        return whole, f"{field} {str(text).strip()} is {total:,} bytes; kvsize uses {whole:,} (rounded down to whole bytes)"
+    return int(total), None
 
 
 def ceil_fraction(x: Fraction) -> int:

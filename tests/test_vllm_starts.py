@@ -1,0 +1,118 @@
+"""kvsize against real vLLM starts: every start in tests/fixtures/vllm-starts (its log kept whole, its
+settings and what vLLM printed in manifest.jsonl; measure/vllm_start.py made them on H100 and H200
+GPUs with dummy weights) predicted by `estimate` from its settings and by check-log from its log."""
+
+import json
+
+import pytest
+
+from sizing.errors import KvsizeError
+from sizing.logs import log_scenario, read_log
+from sizing.profiles import gpu_profile, load_model
+from sizing.starts import CORPUS, check_start, check_start_log, load_corpus, start_scenario
+
+STARTS = load_corpus()
+SIZED = [s for s in STARTS if s.status == "sized"]
+
+
+def test_the_corpus_is_broad():
+    # the real-engine issue asks for starts over many architectures, releases, both GPUs and TP > 1
+    assert len(SIZED) >= 35
+    assert len({s.config for s in SIZED}) >= 18
+    assert {s.release for s in SIZED} >= {"0.22.1", "0.26.0"}
+    assert any(s.args.get("tensor_parallel_size", 1) == 4 for s in SIZED)
+    assert any(s.context == "llm" for s in SIZED) and any(s.args.get("enforce_eager") for s in SIZED)
+
+
+@pytest.mark.parametrize("start", STARTS, ids=[s.id for s in STARTS])
+def test_every_start_keeps_its_log_and_config(start):
+    log = (CORPUS / start.log).read_text()
+    assert (CORPUS / start.config).is_file()
+    assert f"vllm {start.release}" in log  # the launcher's first line names the release that ran
+    if start.status == "sized":
+        assert "GPU KV cache size" in log
+    else:
+        assert start.reason, "a start that did not size says why"
+
+
+@pytest.mark.parametrize("start", SIZED, ids=[s.id for s in SIZED])
+def test_estimate_within_one_percent_of_the_real_engine(start):
+    check = check_start(start)
+    assert check.runner == start.printed.runner, "the model runner vLLM chose"
+    for term in ("kv_budget", "kv_tokens"):
+        t = check.term(term)
+        if t is not None:
+            assert abs(t.error) < 0.01, f"{term}: predicted {t.predicted:,.2f}, vLLM printed {t.printed:,.2f}"
+
+
+@pytest.mark.parametrize("start", SIZED, ids=[s.id for s in SIZED])
+def test_check_log_within_one_percent_of_the_real_engine(start):
+    check = check_start_log(start)
+    for term in ("kv_budget", "kv_tokens"):
+        t = check.term(term)
+        if t is not None:
+            assert abs(t.error) < 0.01, f"{term}: predicted {t.predicted:,.2f}, vLLM printed {t.printed:,.2f}"
+
+
+@pytest.mark.parametrize("start", SIZED, ids=[s.id for s in SIZED])
+def test_weights_and_cuda_graphs_per_term(start):
+    # "Model loading took" to its printed 0.01 GiB plus the dummy loader's rounding; the graph estimate
+    # from vLLM's capture sizes within 0.12 GiB of "Estimated CUDA graph memory"
+    check = check_start(start)
+    weights = check.term("weights")
+    assert weights is not None and abs(weights.predicted - weights.printed) < 0.25
+    graphs = check.term("cuda_graphs")
+    if graphs is not None:
+        assert abs(graphs.predicted - graphs.printed) < 0.12
+
+
+@pytest.mark.parametrize("start", SIZED, ids=[s.id for s in SIZED])
+def test_check_log_reads_the_settings_the_start_ran_with(start):
+    run = read_log((CORPUS / start.log).read_text())
+    assert run.version == start.release
+    ran = start_scenario(start)
+    name, shape = load_model(str(CORPUS / start.config))
+    read, _ = log_scenario(run, name, shape, gpu_profile(start.gpu))
+    for field in ("max_model_len", "tensor_parallel_size", "memory_fraction", "block_size", "max_num_seqs",
+                  "kv_cache_memory_bytes"):
+        if getattr(ran, field) is not None:
+            assert getattr(read, field) == getattr(ran, field), field
+    assert read.k_cache_dtype == ran.k_cache_dtype or ran.k_cache_dtype == "auto"
+    assert (read.cudagraph_mode == "NONE") == bool(start.args.get("enforce_eager"))
+
+
+def test_check_log_refuses_to_guess_the_gpu(tmp_path, capsys):
+    from app.cli import main
+
+    start = next(s for s in SIZED if s.release == "0.22.1" and s.config.endswith("llama-3.1-8b.json"))
+    code = main(["check-log", str(CORPUS / start.log), "--model", str(CORPUS / start.config)])
+    assert code == 2
+    assert "does not say which GPU" in capsys.readouterr().err
+
+
+def test_check_log_cli_names_what_it_read_and_what_it_assumed(capsys):
+    from app.cli import main
+
+    start = next(s for s in SIZED if s.id.endswith("0.22.1-llama-2-7b"))
+    code = main(["check-log", str(CORPUS / start.log), "--model", str(CORPUS / start.config), "--gpu", start.gpu,
+                 "--format", "json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert out["read_from_log"]["gpu_memory_utilization"] == {"value": 0.5, "from": "non-default args"}
+    assert out["read_from_log"]["max_model_len"]["value"] == 4096
+    assert out["assumed"]["gpu"]["value"] == gpu_profile("h200").name
+    rows = {r["term"]: r for r in out["rows"]}
+    assert abs(rows["kv_budget_bytes"]["difference_percent"]) < 1
+
+
+def test_failed_starts_say_why():
+    reasons = {s.id: s.reason for s in STARTS if s.status != "sized"}
+    assert any("divisible by tensor parallel size" in r for r in reasons.values())  # 14 heads at TP 4
+
+
+def test_manifest_rejects_unknown_fields(tmp_path):
+    row = json.loads((CORPUS / "manifest.jsonl").read_text().splitlines()[0])
+    row["surprise"] = 1
+    (tmp_path / "manifest.jsonl").write_text(json.dumps(row) + "\n")
+    with pytest.raises(KvsizeError, match="line 1"):
+        load_corpus(tmp_path)
