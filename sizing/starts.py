@@ -138,3 +138,79 @@ def check_start_log(start: Start, folder: Path = CORPUS) -> StartCheck:
     scenario, _ = log_scenario(run, name, shape, gpu_profile(start.gpu))
     e = estimate(scenario)
     return StartCheck(start, "check-log", e.model_runner, _terms(e, start.printed))
+
+
+def family(shape) -> str:
+    """The architecture family a start is summarized under."""
+    kinds = set(shape.layer_kinds)
+    if "recurrent" in kinds:
+        return "hybrid (Mamba/linear)"
+    if shape.is_mla:
+        return "MLA" + (" MoE" if shape.num_experts else "")
+    if shape.num_experts:
+        return "MoE" + (" + sliding" if "sliding" in kinds else "")
+    if "sliding" in kinds:
+        return "sliding + full" if "full" in kinds else "sliding (every layer)"
+    return "dense MHA" if shape.num_kv_heads == shape.num_attention_heads else "dense GQA/MQA"
+
+
+@dataclass(frozen=True)
+class AccuracyRow:
+    id: str
+    release: str
+    gpu: str
+    family: str
+    tp: int
+    by: str  # estimate or check-log
+    kv_budget_error: float | None  # predicted / printed − 1
+    kv_tokens_error: float | None
+    graphs_error_gib: float | None  # predicted − printed "Estimated CUDA graph memory"
+    weights_error_gib: float | None
+    runner_match: bool
+
+
+def accuracy_rows(starts: list[Start] | None = None, folder: Path = CORPUS) -> list[AccuracyRow]:
+    """Every sized start checked both ways, as rows of signed errors."""
+    from .profiles import load_model
+
+    rows = []
+    for start in starts if starts is not None else load_corpus(folder):
+        if start.status != "sized":
+            continue
+        _, shape = load_model(str(folder / start.config))
+        for check in (check_start(start, folder), check_start_log(start, folder)):
+            budget, tokens = check.term("kv_budget"), check.term("kv_tokens")
+            graphs, weights = check.term("cuda_graphs"), check.term("weights")
+            rows.append(AccuracyRow(
+                start.id, start.release, start.gpu, family(shape), int(start.args.get("tensor_parallel_size", 1)),
+                check.by, budget.error if budget else None, tokens.error if tokens else None,
+                graphs.predicted - graphs.printed if graphs else None,
+                weights.predicted - weights.printed if weights else None, check.runner == start.printed.runner))
+    return rows
+
+
+@dataclass(frozen=True)
+class AccuracySummary:
+    group: str
+    starts: int
+    within_1pct: int  # both the budget and the tokens
+    median_abs: float  # of the token error
+    worst: float  # the signed token error of largest magnitude
+    over: int  # predictions above the engine's (the costly direction)
+
+
+def summarize(rows: list[AccuracyRow], key) -> list[AccuracySummary]:
+    """Per group (key(row) -> name): counts within 1%, the median absolute and the worst signed error."""
+    import statistics
+
+    groups: dict[str, list[AccuracyRow]] = {}
+    for r in rows:
+        groups.setdefault(key(r), []).append(r)
+    out = []
+    for name, members in sorted(groups.items()):
+        errors = [r.kv_tokens_error for r in members if r.kv_tokens_error is not None]
+        ok = sum(1 for r in members if all(abs(e) < 0.01 for e in (r.kv_budget_error, r.kv_tokens_error)
+                                           if e is not None))
+        out.append(AccuracySummary(name, len(members), ok, statistics.median(abs(e) for e in errors) if errors else 0.0,
+                                   max(errors, key=abs) if errors else 0.0, sum(1 for e in errors if e > 0)))
+    return out
