@@ -168,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
                               "MODEL --max-model-len 32768 --enforce-eager, or -- 'LLM(model=\"MODEL\", "
                               "max_model_len=32768)'; its settings are read under vLLM's names.")
     _add_scenario_options(p, model_required=False)
+    p.add_argument("--vs", action="append", default=[], metavar="ENGINE",
+                   help="the same scenario under another release, side by side (repeatable): --engine vllm@0.25.1 "
+                        "--vs vllm@0.26.0 shows each term's change and the mechanism behind it")
     p.add_argument("launch", nargs="*", help=argparse.SUPPRESS)
     p.add_argument("--kv-cache-dtype", default="auto",
                    help="KV format, as the engine spells it: auto, fp8, nvfp4, q8_0, ... (kvsize formats)")
@@ -559,6 +562,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
                                   args.max_model_len, k, v)
     if launch is not None:
         scenario = scenario.evolve(usage_context=launch.usage_context, **launch.fields)
+    if args.vs:
+        return _print_release_comparison(scenario, [args.engine, *args.vs], args.format, args.out)
     result = estimate(scenario)
     record = to_record(result)
     if not result.fits:
@@ -571,6 +576,50 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         _emit(_csv_text([_flat(record)]), args.out, "csv")
     else:
         _emit(render_table(record), args.out)
+    return 0
+
+
+def _print_release_comparison(scenario, engines: list[str], fmt: str, out: str | None) -> int:
+    from sizing.upgrade import compare_releases
+
+    result = compare_releases(scenario, engines)
+    rows = []
+    for label, value in (
+        ("rules", lambda c: c.rules), ("model runner", lambda c: c.estimate.model_runner.upper()),
+        ("weights_bytes", lambda c: c.estimate.breakdown.weights_bytes),
+        ("activation_bytes", lambda c: c.estimate.breakdown.activation_bytes),
+        ("non_torch_bytes", lambda c: c.estimate.breakdown.non_torch_bytes),
+        ("cuda_graph_bytes", lambda c: c.estimate.breakdown.cuda_graph_bytes),
+        ("kv_budget_bytes", lambda c: c.estimate.first_stage_kv_budget_bytes or c.estimate.kv_budget_bytes),
+        ("block_size", lambda c: c.estimate.block_size), ("num_blocks", lambda c: c.estimate.num_blocks),
+        ("gpu_kv_cache_size_tokens", lambda c: c.estimate.max_tokens),
+        ("pool_tokens_per_group", lambda c: c.pool_tokens),
+        ("max_concurrency_ratio", lambda c: round(c.estimate.max_concurrency_ratio, 2)),
+    ):
+        rows.append({"term": label, **{c.engine: value(c) for c in result.columns}})
+    if fmt == "json":
+        _emit(json.dumps({"releases": [c.engine for c in result.columns], "rows": rows,
+                          "changes": list(result.changes)}, indent=2) + "\n", out, "json")
+        return 0
+    if fmt == "csv":
+        _emit(_csv_text(rows), out, "csv")
+        return 0
+    width = max(22, *(len(c.engine) + 2 for c in result.columns))
+    lines = [f"{scenario.model_name} on {scenario.gpu_name}, release by release", ""]
+    lines.append(f"  {'':<26}" + "".join(f"{c.engine:>{width}}" for c in result.columns))
+    for row in rows[1:]:
+        cells = []
+        for c in result.columns:
+            v = row[c.engine]
+            cells.append(f"{v / GiB:,.2f} GiB" if row["term"].endswith("_bytes") else
+                         (f"{v:,}" if isinstance(v, int) else str(v)))
+        lines.append(f"  {row['term']:<26}" + "".join(f"{cell:>{width}}" for cell in cells))
+    lines += ["", "  gpu_kv_cache_size_tokens is vLLM's \"GPU KV cache size\" line (0.21+: max concurrency x max_model_len);",
+              "  pool_tokens_per_group is what the pool holds (blocks x block size per layer group).", ""]
+    lines += [f"  rules: {c.engine} follows {c.rules}" for c in result.columns]
+    lines += ["", "What changes:"] + [f"  - {change}" for change in result.changes or ("nothing in the rules kvsize "
+                                                                                     "models for this scenario",)]
+    _emit("\n".join(lines) + "\n", out)
     return 0
 
 

@@ -448,7 +448,8 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
         tp, s.pipeline_parallel_size)
     graphs = s.cuda_graph_bytes if s.cuda_graph_bytes is not None else _cuda_graph_bytes(s, engine, rules, shape,
                                                                                           stage)
-    terms = MemoryTerms(s.gpu_memory_bytes, weights, act.peak_bytes, non_torch, graphs, runner != "v2")
+    profiled = runner == "v1" or engine.release.model_runners.v2_profiles_cuda_graphs
+    terms = MemoryTerms(s.gpu_memory_bytes, weights, act.peak_bytes, non_torch, graphs, profiled)
     budget = engine.budget(terms, fraction, s.headroom)
     if s.kv_cache_memory_bytes is not None:
         budget = Budget(s.kv_cache_memory_bytes, s.gpu_memory_bytes - terms.model_bytes - s.kv_cache_memory_bytes,
@@ -646,6 +647,15 @@ def _fit_message(s: Scenario, engine: Engine, budget: Budget, pool: Pool, kv_bud
 ESTIMATE_SCHEMA = "kvsize.estimate/1"
 
 
+def graphs_subtracted(e: Estimate) -> bool:
+    """Whether the engine takes its CUDA-graph estimate out of the KV budget for this model."""
+    release = e.engine.release
+    if release is None or "cuda_graphs" not in release.subtracts:
+        return release is None
+    return e.model_runner == "v1" or (release.model_runners is not None
+                                      and release.model_runners.v2_profiles_cuda_graphs)
+
+
 def engine_log_lines(e: Estimate) -> tuple[str, ...]:
     """The lines the engine prints at startup for this plan, worded as the engine words them, so a
     log can be held against them line by line (vLLM: gpu_worker.py and kv_cache_utils.py; SGLang:
@@ -657,8 +667,8 @@ def engine_log_lines(e: Estimate) -> tuple[str, ...]:
         budget = e.first_stage_kv_budget_bytes if e.first_stage_kv_budget_bytes is not None else e.kv_budget_bytes
         release = e.engine.release
         graphs = ()
-        if (release is not None and release.cuda_graph_estimate is not None and e.model_runner == "v1"
-                and e.breakdown.cuda_graph_bytes and "cuda_graphs" in release.subtracts):
+        if release is not None and release.cuda_graph_estimate is not None and graphs_subtracted(e) \
+                and e.breakdown.cuda_graph_bytes:
             # gpu_model_runner.py profile_cudagraph_memory; the V2 runner prints none
             graphs = (f"Estimated CUDA graph memory: {e.breakdown.cuda_graph_bytes / GiB:.2f} GiB total",)
         return (*graphs, f"Available KV cache memory: {_gib(budget)}",

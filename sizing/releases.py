@@ -77,12 +77,14 @@ class ModelRunnerRule(_Strict):
     v2_dense_models: bool  # every non-MoE architecture takes V2 too (0.26+)
     v2_quantized: bool  # a checkpoint with a quantization_config may take V2
     v2_hybrid: bool  # a model with recurrent (Mamba, linear-attention) layers may take V2
+    v2_moe_models: bool = False  # every MoE architecture takes V2 too (0.33)
+    v2_profiles_cuda_graphs: bool = False  # V2 estimates its graphs before sizing (0.33), or not (0.22-0.26)
 
     def runner(self, architectures: tuple[str, ...], moe: bool, quantized: bool, hybrid: bool) -> str:
         listed = any(a in self.v2_architectures for a in architectures)
         if (hybrid and not self.v2_hybrid) or (quantized and not self.v2_quantized):
             return "v1"
-        return "v2" if listed or (self.v2_dense_models and not moe) else "v1"
+        return "v2" if listed or (self.v2_moe_models if moe else self.v2_dense_models) else "v1"
 
 
 class CudaGraphEstimateModel(_Strict):
