@@ -287,6 +287,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["table", "json"], default="table", help="output form (default table)")
     p.set_defaults(run=cmd_check_log)
 
+    p = sub.add_parser("verify", help="start the real vLLM on this GPU with dummy weights and hold the estimate "
+                                      "against what it prints (needs an NVIDIA GPU and vLLM)")
+    _add_scenario_options(p, model_required=False)
+    p.add_argument("--kv-cache-dtype", default="auto", help="KV format, as vLLM spells it (default auto)")
+    p.add_argument("--vllm-path", default=None, help="a folder holding the vllm package, where it is not installed")
+    p.add_argument("--timeout", type=_positive_int, default=420, help="seconds a start may take (default 420)")
+    p.add_argument("--out", required=True, help="the report (.json): the whole log, the config and the checks")
+    p.add_argument("launch", nargs="*", help=argparse.SUPPRESS)
+    p.set_defaults(run=cmd_verify, vs=[])
+
     p = sub.add_parser("validate", help="re-check a measurement report against today's predictions")
     p.add_argument("reports", nargs="+")
     p.add_argument("--tolerance", type=float, default=None, help="override every relative tolerance")
@@ -1263,6 +1273,25 @@ def cmd_measure(args: argparse.Namespace) -> int:
     _check_out(Path(args.out))
 
     return run_measurement(args)
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from measure.verify import run_verify
+    from sizing.profiles import model_profile, read_config_file
+
+    launch = _read_launch(args) if args.launch else None
+    if args.model is None:
+        raise KvsizeError("--model is required (or a vllm launch command after '--' that names the model)")
+    out = _check_out(Path(args.out))
+    if out.suffix.lower() != ".json":
+        raise KvsizeError(f"--out {out.name!r}: a verify report is JSON; name it {out.stem}.json")
+    scenario = scenario_from_args(args, args.model, args.gpu, args.engine, args.tensor_parallel_size,
+                                  args.max_model_len, args.kv_cache_dtype, args.kv_cache_dtype)
+    if launch is not None:
+        scenario = scenario.evolve(usage_context=launch.usage_context, **launch.fields)
+    path = Path(args.model)
+    config = read_config_file(path) if path.suffix == ".json" or path.is_dir() else model_profile(args.model).config
+    return run_verify(scenario, config, out, scenario.usage_context, args.vllm_path, args.timeout)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

@@ -304,9 +304,23 @@ def checked(report, tolerance: float | None) -> list[str]:
 
 
 def validate_files(paths: list[str], tolerance: float | None = None) -> int:
+    from .verify import VERIFY_SCHEMA, problems
+
     failed = 0
     for path in paths:
         report = read_report(path)
+        if isinstance(report, dict) and report.get("schema") == VERIFY_SCHEMA:
+            try:
+                bad = problems(report)
+            except (KeyError, TypeError, ValueError) as e:
+                bad = [f"a malformed verify report ({e!r})"]
+            for line in bad:
+                print(f"{path}: {line}", file=sys.stderr)
+            if bad:
+                failed += 1
+            else:
+                print(f"{path}: the real vLLM start agrees within 1% ({report['device']['name']})")
+            continue
         problems = checked(report, tolerance)
         points = sum(len(report.get(k, [])) for k in POINT_SECTIONS) if isinstance(report, dict) else 0
         if problems:

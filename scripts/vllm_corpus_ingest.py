@@ -27,12 +27,16 @@ def printed(text: str) -> dict:
     each worker prints its own."""
     out = {
         "version": (_all(r"kvsize-start: vllm (\S+)", text) or [None])[0],
-        "runner": "v2" if "[model_runner.py" in text else "v1",
+        "runner": "v2" if re.search(r"\[(?:v1/worker/gpu/)?model_runner\.py:", text) else "v1",
         "model_loading_gib": _all(r"Model loading took ([\d.]+) GiB", text),
         "cuda_graph_gib": _all(r"Estimated CUDA graph memory: ([\d.]+) GiB total", text),
         "available_kv_gib": _all(r"Available KV cache memory: ([\d.]+) GiB", text),
         "kv_cache_tokens": [int(x.replace(",", "")) for x in _all(r"GPU KV cache size: ([\d,]+) tokens", text)],
         "max_concurrency": _all(r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x", text),
+        # DEBUG lines (the launcher sets VLLM_LOGGING_LEVEL=DEBUG): the profiling result and CUDA's total
+        "torch_peak_gib": _all(r"torch peak memory increase: ([\d.]+) ?GiB", text),
+        "non_torch_gib": _all(r"non-torch forward increase memory: ([\d.]+) ?GiB", text),
+        "cuda_total_gib": _all(r"init memory snapshot: .*?total_memory=([\d.]+)GiB", text),
     }
     return {k: v for k, v in out.items() if v not in ([], None)}
 

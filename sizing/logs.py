@@ -45,6 +45,10 @@ def _numbers(pattern: str, text: str) -> list[float]:
     return [float(m.replace(",", "")) for m in re.findall(pattern, text)]
 
 
+# The V2 model runner's source file as INFO ([model_runner.py:305]) and DEBUG ([v1/worker/gpu/model_runner.py:305])
+# lines name it; the V1 runner's is gpu_model_runner.py.
+_V2_RUNNER = re.compile(r"\[(?:v1/worker/gpu/)?model_runner\.py:")
+
 # vLLM's engine config line ("Initializing a V1 LLM engine (v0.22.1) with config: ...") states what the
 # engine resolved, defaults included; the "non-default args" dict states what the user set.
 _CONFIG_FIELDS = (
@@ -98,8 +102,8 @@ def _vllm(text: str) -> LoggedRun:
     if total_bytes is None:
         exact = _first(r"MemorySnapshot\(.*?total_memory=(\d+)", text, int)
         total_bytes = exact
-    runner = "v2" if ("Using V2 Model Runner" in text or "[model_runner.py" in text) else None
-    if runner is None and "[gpu_model_runner.py" in text:
+    runner = "v2" if ("Using V2 Model Runner" in text or _V2_RUNNER.search(text)) else None
+    if runner is None and "gpu_model_runner.py:" in text:
         runner = "v1"
     if runner:
         put("model_runner", runner, "log lines' source file")

@@ -34,6 +34,9 @@ class Printed(BaseModel):
     available_kv_gib: tuple[str, ...] = ()
     kv_cache_tokens: tuple[int, ...] = ()
     max_concurrency: tuple[str, ...] = ()
+    torch_peak_gib: tuple[str, ...] = ()  # DEBUG: the profiling run's torch peak increase
+    non_torch_gib: tuple[str, ...] = ()  # DEBUG: the non-torch increase
+    cuda_total_gib: tuple[str, ...] = ()  # DEBUG: CUDA's total at the init snapshot
 
 
 class Start(BaseModel):
@@ -112,6 +115,10 @@ def _terms(e, printed: Printed) -> tuple[TermCheck, ...]:
         rows.append(TermCheck("weights", b.weights_bytes / GiB, max(map(float, printed.model_loading_gib))))
     if printed.cuda_graph_gib:
         rows.append(TermCheck("cuda_graphs", b.cuda_graph_bytes / GiB, max(map(float, printed.cuda_graph_gib))))
+    if printed.torch_peak_gib:
+        rows.append(TermCheck("activation", b.activation_bytes / GiB, max(map(float, printed.torch_peak_gib))))
+    if printed.non_torch_gib:
+        rows.append(TermCheck("non_torch", b.non_torch_bytes / GiB, max(map(float, printed.non_torch_gib))))
     if printed.available_kv_gib:
         rows.append(TermCheck("kv_budget", budget / GiB, min(map(float, printed.available_kv_gib))))
     if printed.kv_cache_tokens:

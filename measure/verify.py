@@ -1,0 +1,136 @@
+"""`kvsize verify`: start the real vLLM on this machine's GPU with dummy weights for the user's config
+and settings, and hold kvsize's prediction against the lines vLLM prints, term by term.
+
+The report keeps the whole log and the config, so `kvsize validate` re-checks it without a GPU:
+it reads the log again, predicts again with today's rules, and fails where the KV budget or the
+token count is more than 1% off (or the stored figures are not what the log says).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from sizing.errors import KvsizeError
+from sizing.units import GiB
+
+VERIFY_SCHEMA = "kvsize.verify/1"
+TOLERANCE = 0.01  # the real-engine goal: KV budget and tokens within 1%
+
+
+def engine_args(scenario) -> dict:
+    """The scenario's settings under vLLM's EngineArgs names (what a start passes to vLLM)."""
+    s = scenario
+    out: dict = {}
+    for field, name in (("max_model_len", "max_model_len"), ("tensor_parallel_size", "tensor_parallel_size"),
+                        ("pipeline_parallel_size", "pipeline_parallel_size"), ("block_size", "block_size"),
+                        ("memory_fraction", "gpu_memory_utilization"), ("max_num_seqs", "max_num_seqs"),
+                        ("max_num_batched_tokens", "max_num_batched_tokens"),
+                        ("kv_cache_memory_bytes", "kv_cache_memory_bytes")):
+        value = getattr(s, field)
+        if value is not None and not (field.endswith("parallel_size") and value == 1):
+            out[name] = value
+    if s.k_cache_dtype not in ("auto", None):
+        out["kv_cache_dtype"] = s.k_cache_dtype
+    if s.cudagraph_mode == "NONE":
+        out["enforce_eager"] = True
+    elif s.cudagraph_mode is not None:
+        out["compilation_config"] = {"cudagraph_mode": s.cudagraph_mode}
+    return out
+
+
+def bundled_gpu(name: str, nvml_mib: int) -> str:
+    """The bundled GPU profile nvidia-smi describes (its total in MiB and its model in the name)."""
+    from sizing.profiles import gpu_ids, gpu_profile
+
+    for key in gpu_ids():
+        g = gpu_profile(key)
+        if g.nvml_memory_mib == nvml_mib and any(tok in name for tok in g.name.split() if tok[:1] in "HABL"):
+            return key
+    raise KvsizeError(f"this GPU ({name}, {nvml_mib} MiB) matches no bundled GPU profile (kvsize gpus)")
+
+
+def run_verify(scenario, config: dict, out: Path, usage_context: str = "serve", vllm_path: str | None = None,
+               timeout_s: float = 420) -> int:
+    from measure.vllm_start import StartSpec, gpu_inventory, run_starts
+
+    if shutil.which("nvidia-smi") is None:
+        raise KvsizeError("kvsize verify starts vLLM on an NVIDIA GPU: nvidia-smi is not on this machine")
+    if vllm_path is None and importlib.util.find_spec("vllm") is None:
+        raise KvsizeError("kvsize verify needs vLLM installed in this Python (pip install vllm), or --vllm-path")
+    gpus = gpu_inventory()
+    args = engine_args(scenario)
+    needed = int(args.get("tensor_parallel_size", 1)) * int(args.get("pipeline_parallel_size", 1))
+    if needed > len(gpus):
+        raise KvsizeError(f"the settings need {needed} GPUs; this machine has {len(gpus)}")
+    gpu = bundled_gpu(gpus[0]["name"], gpus[0]["nvml_total_mib"])
+    with tempfile.TemporaryDirectory(prefix="kvsize-verify-") as work:
+        config_path = Path(work) / "model.json"
+        config_path.write_text(json.dumps(config))
+        spec = StartSpec("verify", str(config_path), args, usage_context, "site" if vllm_path else None)
+        (result,) = run_starts([spec], Path(work) / "logs", timeout_s + 60, [g["index"] for g in gpus][:needed],
+                               {"site": vllm_path} if vllm_path else {}, start_cost_s=0, timeout_s=timeout_s)
+        log = (Path(work) / "logs" / "verify.log").read_text(errors="replace")
+    report = {"schema": VERIFY_SCHEMA, "device": {"name": gpus[0]["name"], "nvml_total_mib": gpus[0]["nvml_total_mib"],
+                                                  "count": len(gpus)},
+              "gpu": gpu, "status": result.status, "usage_context": usage_context, "args": args,
+              "model_name": scenario.model_name, "config": config, "log": log}
+    if result.status != "sized":
+        _write(out, report)
+        raise KvsizeError(f"vLLM did not size its KV cache ({result.status}); its log is in {out}")
+    report["checks"] = verify_checks(report)
+    _write(out, report)
+    for line in render(report):
+        print(line)
+    return 1 if problems(report) else 0
+
+
+def _write(path: Path, report: dict) -> None:
+    tmp = path.with_name(f".{path.name}.part")
+    tmp.write_text(json.dumps(report, indent=1) + "\n")
+    tmp.replace(path)
+
+
+def verify_checks(report: dict) -> list[dict]:
+    """Predicted against printed, per term, from the report's log and config alone."""
+    from sizing.logs import compare_log, log_scenario, read_log
+    from sizing.profiles import gpu_profile
+    from sizing.shape import resolve_shape
+
+    run = read_log(report["log"])
+    shape = resolve_shape(report["config"])
+    scenario, _ = log_scenario(run, report.get("model_name") or "model", shape, gpu_profile(report["gpu"]))
+    result = compare_log(run, scenario)
+    return [{"term": t, "predicted": p, "printed": lg} for t, p, lg in result.rows if lg is not None]
+
+
+def problems(report: dict) -> list[str]:
+    """Every failed check of a verify report: recomputed from its log, and held to what it stores."""
+    out = []
+    fresh = {c["term"]: c for c in verify_checks(report)}
+    stored = {c["term"]: c for c in report.get("checks", [])}
+    for term, c in fresh.items():
+        if term in stored and stored[term]["printed"] != c["printed"]:
+            out.append(f"{term}: the report stores {stored[term]['printed']} as printed, its log says {c['printed']}")
+    for term in ("kv_budget_bytes", "max_tokens"):
+        c = fresh.get(term)
+        if c is None:
+            continue
+        error = c["predicted"] / c["printed"] - 1 if c["printed"] else 0
+        if abs(error) > TOLERANCE:
+            out.append(f"{term}: predicted {c['predicted']:,}, vLLM printed {c['printed']:,} ({100 * error:+.2f}%)")
+    return out
+
+
+def render(report: dict) -> list[str]:
+    lines = [f"vLLM on {report['device']['name']} ({report['gpu']}), settings {report['args']}"]
+    for c in report["checks"]:
+        fmt = (lambda v: f"{v / GiB:,.2f} GiB") if c["term"].endswith("_bytes") else (lambda v: f"{v:,}")
+        error = c["predicted"] / c["printed"] - 1 if c["printed"] else 0
+        lines.append(f"  {c['term']:<24}{fmt(c['predicted']):>16}{fmt(c['printed']):>16}{100 * error:>+9.2f}%")
+    bad = problems(report)
+    lines.append("  agrees within 1%" if not bad else "  DISAGREES: " + "; ".join(bad))
+    return lines
