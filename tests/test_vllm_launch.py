@@ -1,0 +1,143 @@
+"""vLLM's own settings under vLLM's names (a serve command, an LLM() call, a log's non-default args),
+the release comparison, and kvsize verify's harness (with a stand-in vLLM and nvidia-smi: CPU only)."""
+
+import json
+import os
+import stat
+
+import pytest
+
+from app.cli import main
+from sizing.errors import KvsizeError
+from sizing.starts import CORPUS, load_corpus
+from sizing.units import GiB, parse_size
+from sizing.vllm_args import human_int, read_command, read_engine_args, read_llm_call
+
+LLAMA = str(CORPUS / "configs" / "llama-3.1-8b.json")
+
+
+def test_serve_command_reads_the_settings_that_move_memory():
+    s = read_command("vllm serve meta-llama/Llama-3.1-8B --max-model-len 32k --gpu-memory-utilization=0.95 "
+                     "-tp 2 --kv-cache-dtype fp8 --enforce-eager --port 8000 --enable-prefix-caching".split())
+    assert s.model == "meta-llama/Llama-3.1-8B" and s.usage_context == "serve"
+    # vLLM's human_readable_int: lower-case k is 1000, upper-case K is 1024
+    assert s.fields == {"max_model_len": 32000, "memory_fraction": 0.95, "tensor_parallel_size": 2,
+                        "k_cache_dtype": "fp8", "v_cache_dtype": "fp8", "cudagraph_mode": "NONE"}
+    assert set(s.ignored) == {"port", "enable_prefix_caching"}
+
+
+def test_llm_call_is_read_as_literals_only():
+    s = read_llm_call('LLM(model="org/m", max_model_len=32768, kv_cache_memory_bytes="8G", '
+                      'compilation_config={"cudagraph_mode": "piecewise", "max_cudagraph_capture_size": 256})')
+    assert s.usage_context == "llm"
+    assert s.fields["kv_cache_memory_bytes"] == 8 * 2**30  # upper-case G is binary in vLLM
+    assert s.fields["cudagraph_mode"] == "PIECEWISE" and s.fields["max_cudagraph_capture_size"] == 256
+    with pytest.raises(KvsizeError, match="literal"):
+        read_llm_call("LLM(model=open('x').read())")
+    with pytest.raises(KvsizeError, match="by name"):
+        read_llm_call("LLM(**cfg)")
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"gpu_memory_utilization": 1.5}, "--gpu-memory-utilization must be a fraction"),
+    ({"max_model_len": "32.5K"}, "--max-model-len must be a whole number"),
+    ({"compilation_config": {"cudagraph_mode": "SOMETIMES"}}, "cudagraph_mode must be one of"),
+    ({"tensor_parallel_size": 0}, "--tensor-parallel-size must be greater than zero"),
+])
+def test_bad_engine_args_name_the_field(args, message):
+    with pytest.raises(KvsizeError, match=message):
+        read_engine_args(args)
+
+
+def test_settings_kvsize_does_not_model_are_named_not_guessed():
+    s = read_engine_args({"cpu_offload_gb": 10, "speculative_config": {"method": "ngram"}, "seed": 1})
+    assert set(s.not_modelled) == {"cpu_offload_gb", "speculative_config"} and s.ignored == ("seed",)
+
+
+def test_human_int_follows_vllm():
+    assert human_int("25.6k", "x") == 25600 and human_int("2K", "x") == 2048 and human_int(-1, "x") == -1
+
+
+def test_sizes_as_engines_print_them_round_down_with_a_note():
+    value, note = parse_size("23.47GiB", "--gpu-memory")
+    assert value == int(23.47 * GiB) // 1 and value < 23.47 * GiB < value + 1
+    assert "rounded down" in note
+    with pytest.raises(KvsizeError, match="give e.g. 0.1GiB"):
+        parse_size("0.1", "--gpu-memory")  # a fraction of a byte without a unit is a typo, not a size
+
+
+def test_estimate_takes_a_vllm_command_and_matches_its_start(capsys):
+    # the H200 start of 0.22.1 with LLM() defaults (tests/fixtures/vllm-starts: 110.94 GiB, 908,768 tokens)
+    start = next(s for s in load_corpus() if s.id == "h200-0.22.1-llama-3.1-8b-llm")
+    code = main(["estimate", "--gpu", "h200", "--engine", "vllm@0.22.1", "--format", "json", "--",
+                 f"LLM(model='{LLAMA}', max_model_len=8192)"])
+    record = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert abs(record["max_tokens"] / start.printed.kv_cache_tokens[0] - 1) < 0.01
+    assert record["model_runner"] == "v1"
+
+
+def test_enforce_eager_plans_no_cuda_graphs(capsys):
+    assert main(["estimate", "--model", LLAMA, "--gpu", "h200", "--engine", "vllm@0.22.1", "--enforce-eager",
+                 "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["breakdown"]["cuda_graph_bytes"] == 0
+    assert main(["estimate", "--model", LLAMA, "--cuda-graph-memory", "0", "--format", "json"]) == 0
+
+
+def test_release_comparison_names_the_mechanisms(capsys):
+    mistral = str(CORPUS / "configs" / "mistral-7b-v0.1.json")
+    assert main(["estimate", "--model", mistral, "--gpu", "h200", "--engine", "vllm@0.22.1", "--vs", "vllm@0.26.0",
+                 "--max-model-len", "32768", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {r["term"]: r for r in out["rows"]}
+    # the real starts printed 2,475,283 (0.22.1) and 1,492,542 (0.26.0) tokens: the drop is the in-flight batch
+    assert rows["gpu_kv_cache_size_tokens"]["vllm@0.22.1"] > 1.6 * rows["gpu_kv_cache_size_tokens"]["vllm@0.26.0"]
+    assert any("2 batches in flight" in c for c in out["changes"])
+    assert any("model runner changes from V1 to V2" in c for c in out["changes"])
+
+
+@pytest.fixture
+def fake_gpu(tmp_path, monkeypatch):
+    """A stand-in nvidia-smi and a stand-in vLLM that print an H200 start's lines (copied from its log)."""
+    start = next(s for s in load_corpus() if s.id == "h200-0.26.0-llama-3.1-8b")
+    log = (CORPUS / start.log).read_text()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text('#!/bin/sh\ncase "$*" in *memory.used*) echo "0, 0";; *) echo "0, NVIDIA H200, 143771";; esac\n')
+    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    pkg = tmp_path / "site" / "vllm"
+    for sub in ("engine", "usage", "v1/engine"):
+        (pkg / sub).mkdir(parents=True, exist_ok=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "v1" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("__version__ = '0.26.0'\n")
+    (pkg / "engine" / "arg_utils.py").write_text("class EngineArgs:\n    def __init__(self, **kw): pass\n")
+    (pkg / "usage" / "usage_lib.py").write_text("class UsageContext:\n    OPENAI_API_SERVER = 1\n")
+    (pkg / "v1" / "engine" / "llm_engine.py").write_text(
+        "import sys\nclass LLMEngine:\n    @classmethod\n    def from_engine_args(cls, a, usage_context=None):\n"
+        f"        sys.stdout.write({log!r})\n        sys.stdout.flush()\n")
+    return tmp_path / "site"
+
+
+def test_verify_starts_vllm_and_writes_a_report_validate_rechecks(fake_gpu, tmp_path, capsys):
+    out = tmp_path / "verify.json"
+    code = main(["verify", "--model", LLAMA, "--engine", "vllm@0.26.0", "--max-model-len", "8192",
+                 "--vllm-path", str(fake_gpu), "--out", str(out)])
+    assert code == 0, capsys.readouterr()
+    report = json.loads(out.read_text())
+    assert report["gpu"] == "h200" and "Available KV cache memory" in report["log"]
+    assert main(["validate", str(out)]) == 0
+    # a stored figure that is not what the log says is caught
+    for check in report["checks"]:
+        if check["term"] == "max_tokens":
+            check["printed"] = int(check["printed"] * 1.1)
+    out.write_text(json.dumps(report))
+    assert main(["validate", str(out)]) == 1
+
+
+def test_verify_refuses_without_a_gpu(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert main(["verify", "--model", LLAMA, "--out", str(tmp_path / "v.json")]) == 2
+    assert "nvidia-smi" in capsys.readouterr().err
