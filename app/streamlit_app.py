@@ -355,7 +355,52 @@ def report_points(data) -> pd.DataFrame:
     return df
 
 
+@st.cache_data(show_spinner=False)
+def _accuracy() -> pd.DataFrame:
+    from dataclasses import asdict
+
+    from sizing.starts import accuracy_rows
+
+    return pd.DataFrame([asdict(r) for r in accuracy_rows()])
+
+
+def real_engine_section() -> None:
+    """kvsize against the real vLLM starts kept in tests/fixtures/vllm-starts (as docs/accuracy.md)."""
+    st.subheader("Against the real vLLM")
+    df = _accuracy()
+    if df.empty:
+        st.info("no real vLLM start is kept in this checkout")
+        return
+    within = ((df["kv_budget_error"].abs().fillna(0) < 0.01) & (df["kv_tokens_error"].abs().fillna(0) < 0.01)).sum()
+    tokens = df["kv_tokens_error"].dropna()
+    cols = st.columns(3)
+    cols[0].metric("Predictions within 1% of vLLM", f"{within} of {len(df)}")
+    cols[1].metric("Median |token error|", f"{100 * tokens.abs().median():.2f}%")
+    cols[2].metric("Worst token error (signed)", f"{100 * tokens.loc[tokens.abs().idxmax()]:+.2f}%")
+    st.caption(f"{df['id'].nunique()} starts of vLLM with dummy weights ({', '.join(sorted(df['release'].unique()))}; "
+               f"{', '.join(sorted(df['gpu'].unique()))}), each predicted by `kvsize estimate` from its settings and "
+               "by `kvsize check-log` from its log. Above zero promises KV memory vLLM does not give.")
+    group = st.selectbox("Group by", ["family", "release", "gpu", "tp", "by"], key="accuracy_group")
+    fig = go.Figure()
+    for name, part in df.groupby(group):
+        fig.add_box(y=100 * part["kv_tokens_error"], name=str(name), boxpoints="all", text=part["id"],
+                    hovertemplate="%{text}<br>%{y:+.2f}%<extra></extra>")
+    fig.add_hline(y=1, line_dash="dash", line_color="gray")
+    fig.add_hline(y=-1, line_dash="dash", line_color="gray")
+    fig.update_layout(yaxis_title="GPU KV cache size: predicted / printed − 1 (%)", showlegend=False,
+                      title="Token error per start (dashed: ±1%)")
+    _chart(fig, "accuracy_chart")
+    table = df.assign(kv_budget_error=100 * df["kv_budget_error"], kv_tokens_error=100 * df["kv_tokens_error"])
+    table = table.rename(columns={"kv_budget_error": "KV budget error (%)", "kv_tokens_error": "token error (%)",
+                                  "graphs_error_gib": "CUDA graphs: predicted − printed (GiB)",
+                                  "weights_error_gib": "weights: predicted − printed (GiB)"})
+    st.dataframe(table, key="accuracy_table")
+    _downloads(table, fig, "accuracy")
+
+
 def page_validation() -> None:
+    real_engine_section()
+    st.subheader("Measurement reports")
     reports = sorted((ROOT / "measure" / "reports").glob("*.json"))
     names = [p.name for p in reports]
     choice = st.selectbox("Bundled report", names, key="report_choice") if names else None

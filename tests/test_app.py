@@ -403,3 +403,18 @@ def test_mtp_layers_widget():
     at.selectbox(key="model").set_value("llama-3.1-8b")
     at.run()
     assert any("'MTP layers for speculative decoding' 1: config.json gives no MTP layers" in e.value for e in at.error)
+
+
+def test_validation_page_holds_kvsize_to_the_real_engine():
+    from sizing.starts import load_corpus
+
+    at = _app("Validation")
+    assert not at.exception
+    sized = sum(1 for s in load_corpus() if s.status == "sized")
+    metric = next(m for m in at.metric if m.label == "Predictions within 1% of vLLM")
+    assert metric.value.endswith(f"of {2 * sized}")  # each start by estimate and by check-log
+    table = next(d for d in at.dataframe if "token error (%)" in d.value.columns).value
+    assert len(table) == 2 * sized and table["token error (%)"].abs().max() < 1
+    at.selectbox(key="accuracy_group").set_value("release")
+    at.run()
+    assert not at.exception
