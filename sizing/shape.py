@@ -202,7 +202,9 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
 def parse_config_text(data: bytes | str, where: str = "config.json") -> dict[str, Any]:
     data = limited_text(data, MAX_CONFIG_BYTES, where, "a config.json")
     try:
-        config = json.loads(data, parse_constant=_reject_constant)
+        # Infinity and NaN are read as Python's json writes them (NVIDIA's Mamba hybrids publish
+        # "time_step_limit": [0.0, Infinity]); a field kvsize uses is checked where it is used.
+        config = json.loads(data)
     except json.JSONDecodeError as e:
         raise KvsizeError(f"{where} is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
     except RecursionError:
@@ -294,6 +296,8 @@ class _Fields:
 
 
 def _as_int(value: Any, name: str, minimum: int = 0) -> int:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise KvsizeError(f"config.json field {name!r} must be a finite integer, got {value}")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
         raise KvsizeError(f"config.json field {name!r} must be an integer, got {value!r}")
     if value < minimum:
@@ -306,10 +310,6 @@ def _dtype_name(value: Any) -> str | None:
         return None
     text = str(value).removeprefix("torch.")
     return DTYPE_NAMES.get(text)
-
-
-def _reject_constant(name: str) -> Any:
-    raise KvsizeError(f"config.json holds {name}, which is not a JSON number; give a finite number")
 
 
 # No published model comes near these; larger values are typos or hostile files (and would make
@@ -349,8 +349,13 @@ def resolve_shape(raw: dict[str, Any]) -> ModelShape:
     notes: list[str] = []
 
     model_type = str(raw.get("model_type") or "unknown")
-    for names in (("num_hidden_layers", "n_layer", "num_layers", "n_layers"), ("hidden_size", "n_embd", "d_model", "dim")):
-        _require_in_json(raw_text, raw, *names)
+    if parsed is None:
+        # Without a transformers class there are no defaults: the core fields must be in the file.
+        # With one, its defaults are the model's at every level (llava's text_config names llama and
+        # leaves the rest to LlamaConfig), as transformers and vLLM build it.
+        for names in (("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
+                      ("hidden_size", "n_embd", "d_model", "dim")):
+            _require_in_json(raw_text, raw, *names)
     num_layers = _within_limit(f.need_int("num_hidden_layers", "n_layer", "num_layers", "n_layers"), "num_hidden_layers")
     hidden = _within_limit(f.need_int("hidden_size", "n_embd", "d_model", "dim"), "hidden_size")
     heads = _within_limit(f.need_int("num_attention_heads", "n_head", "num_heads", "n_heads"), "num_attention_heads")

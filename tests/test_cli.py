@@ -77,11 +77,12 @@ def test_bad_input_one_line_exit_2(capsys, argv, needle):
     ('{"model_type": "mystery", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,'
      ' "vocab_size": 10, "num_key_value_heads": 8}', "exceeds num_attention_heads"),
     # bad or hostile inputs a planner's config.json can carry: one line each, never a traceback
-    ('{"model_type": "llama", "num_hidden_layers": NaN, "hidden_size": 64}', "holds NaN"),
-    ('{"model_type": "llama", "rope_theta": Infinity, "num_hidden_layers": 2, "hidden_size": 64}', "holds Infinity"),
+    # a value kvsize uses is checked where it is used: the field and what is allowed
+    ('{"model_type": "mystery", "num_hidden_layers": NaN, "hidden_size": 64, "num_attention_heads": 4,'
+     ' "vocab_size": 10}', "'num_hidden_layers' must be a finite integer, got nan"),
     ("[" * 100_000 + "]" * 100_000, "nests arrays or objects too deeply"),
-    ('{"model_type": "llama", "hidden_size": 4096}', "missing 'num_hidden_layers'"),
-    ('{"model_type": "llama", "num_hidden_layers": 32}', "missing 'hidden_size'"),
+    ('{"model_type": "mystery", "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 10}',
+     "missing 'hidden_size'"),
     ('{"model_type": "mystery", "num_hidden_layers": 1000000000000, "hidden_size": 64, "num_attention_heads": 4,'
      ' "vocab_size": 10}', "accepts at most 4,096"),
     ('{"model_type": "mystery", "num_hidden_layers": 2, "hidden_size": 4096, "num_attention_heads": 32,'
@@ -92,6 +93,33 @@ def test_malformed_configs(capsys, tmp_path, content, needle):
     path.write_text(content)
     assert run("estimate", "--model", str(path)) == 2
     assert needle in capsys.readouterr().err
+
+
+def test_values_kvsize_does_not_use_never_block_a_config(capsys, tmp_path):
+    # NVIDIA's Mamba hybrids publish "time_step_limit": [0.0, Infinity] (Nemotron-H-56B-Base-8K), which
+    # Python's json writes and transformers and vLLM read; kvsize does not use it
+    config = json.loads((CONFIGS / "nemotron-h-8b-base-8k.json").read_text())["config"]
+    text = json.dumps(config)[:-1] + ', "time_step_limit": [0.0, Infinity], "rope_theta": NaN}'
+    path = tmp_path / "config.json"
+    path.write_text(text)
+    assert run("estimate", "--model", str(path), "--format", "json") == 0
+
+
+def test_nested_configs_take_their_class_defaults(capsys, tmp_path):
+    # llava-1.5-7b-hf's text_config names llama and leaves layers, width and heads to LlamaConfig's
+    # defaults (32 layers, 4096 hidden, 32 heads), as transformers and vLLM build it
+    llava = {"architectures": ["LlavaForConditionalGeneration"], "model_type": "llava", "torch_dtype": "float16",
+             "text_config": {"architectures": ["LlamaForCausalLM"], "max_position_embeddings": 4096,
+                             "model_type": "llama", "rms_norm_eps": 1e-05, "torch_dtype": "float16",
+                             "vocab_size": 32064},
+             "vision_config": {"hidden_size": 1024, "image_size": 336, "intermediate_size": 4096,
+                               "model_type": "clip_vision_model", "num_attention_heads": 16,
+                               "num_hidden_layers": 24, "patch_size": 14, "projection_dim": 768}}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(llava))
+    assert run("estimate", "--model", str(path), "--max-model-len", "4096", "--format", "json") == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["kv_bytes_per_token"] == 2 * 32 * 32 * 128 * 2
 
 
 def test_option_abbreviations_are_refused(capsys):
