@@ -243,7 +243,9 @@ def _transformers_config(raw: dict[str, Any]) -> Any | None:
     try:
         return CONFIG_MAPPING[model_type].from_dict(dict(raw))
     except Exception as e:  # transformers validates values; surface its message as ours
-        raise KvsizeError(f"config.json ({model_type}) rejected by its transformers config class: {e}") from None
+        reason = " ".join(str(e).split())  # one line: transformers' validation messages span several
+        raise KvsizeError(f"config.json ({model_type}) rejected by its transformers config class: "
+                          f"{reason[:300]}") from None
 
 
 def _lookup(source: Any, name: str) -> tuple[bool, Any]:
@@ -324,6 +326,11 @@ def _within_limit(value: int, name: str) -> int:
     return value
 
 
+# Where multimodal configs keep their language model: transformers' text_config, DeepSeek-VL2's and
+# Janus's language_config, InternVL's llm_config.
+NESTED_TEXT_KEYS = ("text_config", "language_config", "llm_config")
+
+
 def _require_in_json(raw_text: dict, raw: dict, *names: str) -> None:
     """A core field must be in the file itself: transformers' class defaults describe some other model."""
     if not any(name in source for source in (raw_text, raw) for name in names):
@@ -335,10 +342,30 @@ def resolve_shape(raw: dict[str, Any]) -> ModelShape:
     """The shape of the model a config.json describes."""
     if not isinstance(raw, dict):
         raise KvsizeError("config.json must hold a JSON object")
-    if "text_config" in raw and not isinstance(raw["text_config"], dict):
-        raise KvsizeError("config.json field 'text_config' must be an object")
-    parsed = _transformers_config(raw)
-    raw_text = raw.get("text_config") or raw
+    for key in NESTED_TEXT_KEYS:
+        if key in raw and raw[key] is not None and not isinstance(raw[key], dict):
+            raise KvsizeError(f"config.json field {key!r} must be an object")
+    raw_text = next((raw[k] for k in NESTED_TEXT_KEYS if isinstance(raw.get(k), dict) and raw[k]), raw)
+    rejected = None
+    try:
+        parsed = _transformers_config(raw)
+        if parsed is None and raw_text is not raw:
+            # an outer model_type transformers does not know (Janus's multi_modality) around a language
+            # model it does (llama): the language model's class gives its defaults
+            parsed = _transformers_config(raw_text)
+    except KvsizeError as e:
+        # transformers' class refuses a value (DeepSeek-VL2's kv_lora_rank null beside use_mla false,
+        # which vLLM reads): kvsize reads the file alone and checks each field it uses where it uses it
+        parsed, rejected = None, str(e)
+    if rejected is not None:
+        try:
+            return _resolve(raw, raw_text, None, rejected)
+        except KvsizeError as e:
+            raise KvsizeError(f"{e} ({rejected})") from None
+    return _resolve(raw, raw_text, parsed, None)
+
+
+def _resolve(raw: dict[str, Any], raw_text: dict[str, Any], parsed: Any, rejected: str | None) -> ModelShape:
     if parsed is not None:
         text = parsed.get_text_config(decoder=True) if hasattr(parsed, "get_text_config") else parsed
         f = _Fields(text, raw_text, parsed, raw)
@@ -346,7 +373,7 @@ def resolve_shape(raw: dict[str, Any]) -> ModelShape:
     else:
         f = _Fields(raw_text, raw)
         parsed_with = "raw JSON"
-    notes: list[str] = []
+    notes: list[str] = [f"{rejected}: read from the file alone"] if rejected else []
 
     model_type = str(raw.get("model_type") or "unknown")
     if parsed is None:
@@ -354,10 +381,10 @@ def resolve_shape(raw: dict[str, Any]) -> ModelShape:
         # With one, its defaults are the model's at every level (llava's text_config names llama and
         # leaves the rest to LlamaConfig), as transformers and vLLM build it.
         for names in (("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
-                      ("hidden_size", "n_embd", "d_model", "dim")):
+                      ("hidden_size", "n_embd", "n_embed", "d_model", "dim")):
             _require_in_json(raw_text, raw, *names)
     num_layers = _within_limit(f.need_int("num_hidden_layers", "n_layer", "num_layers", "n_layers"), "num_hidden_layers")
-    hidden = _within_limit(f.need_int("hidden_size", "n_embd", "d_model", "dim"), "hidden_size")
+    hidden = _within_limit(f.need_int("hidden_size", "n_embd", "n_embed", "d_model", "dim"), "hidden_size")
     heads = _within_limit(f.need_int("num_attention_heads", "n_head", "num_heads", "n_heads"), "num_attention_heads")
 
     nas = _nas_blocks(f, num_layers, heads, hidden)
@@ -653,8 +680,10 @@ def _layer_geometry(f: _Fields, kinds: list[str], kv_heads: int, head_dim: int,
     """Per-layer (KV heads, K width, V width) where layers differ; empty tuples where they do not."""
     v_dim = f.get("v_head_dim")
     swa_heads, swa_dim, swa_v = (f.get("swa_num_key_value_heads"), f.get("swa_head_dim"), f.get("swa_v_head_dim"))
-    if f.get("kv_lora_rank") is not None:
-        v_dim = None  # MLA's v_head_dim is the output width, not a cache width
+    if f.get("kv_lora_rank") is not None or f.get("use_mla") is False:
+        # MLA's v_head_dim is the output width, not a cache width; with use_mla false (DeepSeek-VL2's
+        # language model) the MLA fields are unused (0) and attention is multi-head of head_dim
+        v_dim = None
     full_v = _as_int(v_dim, "v_head_dim", 1) if v_dim is not None else head_dim
     heads = [kv_heads] * len(kinds)
     dims = [head_dim] * len(kinds)
