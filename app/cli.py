@@ -430,8 +430,12 @@ def _check_out(path: Path) -> Path:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
+    given = path
     path = _check_out(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:100]}.", suffix=".part")
+    except OSError as e:
+        raise KvsizeError(f"--out {given}: cannot write there ({e.strerror or e})") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -440,6 +444,9 @@ def _atomic_write(path: Path, data: bytes) -> None:
         mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~umask  # a replaced file keeps its mode
         os.chmod(tmp, mode)
         os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise KvsizeError(f"--out {given}: cannot write there ({e.strerror or e})") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

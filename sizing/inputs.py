@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 
 from .errors import KvsizeError
@@ -13,11 +14,25 @@ def _too_big(where: str, size: int, limit: int, what: str) -> KvsizeError:
 
 
 def read_limited(path: Path, limit: int, option: str, what: str) -> bytes:
-    """The bytes of `path`, refused (naming `option`) before reading when over `limit`."""
-    size = path.stat().st_size
-    if size > limit:
-        raise _too_big(f"{option}: {path}", size, limit, what)
-    return path.read_bytes()
+    """The bytes of the regular file `path`, at most `limit` of them: a device, a pipe or a folder is
+    refused (naming `option`) before anything is read, and a file that grows past the limit while
+    it is read is refused too (/dev/zero reports no size; a FIFO would block)."""
+    try:
+        info = path.stat()
+    except OSError as e:
+        raise KvsizeError(f"{option}: cannot read {path} ({e.strerror or e})") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise KvsizeError(f"{option}: {path} is not a regular file; give {what}")
+    if info.st_size > limit:
+        raise _too_big(f"{option}: {path}", info.st_size, limit, what)
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as e:
+        raise KvsizeError(f"{option}: cannot read {path} ({e.strerror or e})") from None
+    if len(data) > limit:
+        raise _too_big(f"{option}: {path}", len(data), limit, what)
+    return data
 
 
 def limited_text(data: bytes | str, limit: int, where: str, what: str) -> str:

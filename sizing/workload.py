@@ -279,6 +279,15 @@ class _UniqueKeyLoader:
             import yaml
 
             class Loader(yaml.SafeLoader):
+                def compose_node(self, parent, index):
+                    # An alias repeats a node by reference: nine of them nested nine deep make 9^9
+                    # values for the checks after (a "billion laughs"). A workload needs none.
+                    if self.check_event(yaml.events.AliasEvent):
+                        event = self.peek_event()
+                        raise KvsizeError(f"line {event.start_mark.line + 1}: YAML aliases (*name) are not "
+                                          "accepted in a workload; write the values out")
+                    return super().compose_node(parent, index)
+
                 def construct_mapping(self, node, deep=False):
                     keys = [self.construct_object(k, deep=deep) for k, _ in node.value]
                     for key in keys:
@@ -286,5 +295,17 @@ class _UniqueKeyLoader:
                             raise KvsizeError(f"duplicate key {key!r}")
                     return super().construct_mapping(node, deep=deep)
 
+            # Values JSON holds only: a date-like scalar (name: 2024-01-01) stays text, and the tags
+            # that build other types (!!binary, !!set, !!omap, !!timestamp) are refused by name.
+            Loader.yaml_implicit_resolvers = {
+                first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+                for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+            for tag in ("binary", "set", "omap", "pairs", "timestamp"):
+                Loader.add_constructor(f"tag:yaml.org,2002:{tag}", _refuse_tag)
             cls._loader = Loader
         return cls._loader
+
+
+def _refuse_tag(loader, node):
+    raise KvsizeError(f"line {node.start_mark.line + 1}: the YAML tag {node.tag.rsplit(':', 1)[-1]!r} makes a "
+                      "value a workload cannot hold; give plain text, numbers, lists and mappings")
