@@ -29,12 +29,25 @@ class LoggedRun:
     sources: dict = field(default_factory=dict)  # setting -> the line it was read from
 
 
+_NUMBER = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?")
+MAX_FIGURE_DIGITS = 20  # no engine prints a figure longer; a longer one is a broken or hostile log
+
+
+def _cast(raw: str, cast, line: str):
+    """A figure as the engine prints it (thousands separators allowed), or one line naming it."""
+    if not _NUMBER.fullmatch(raw) or len(raw.replace(",", "")) > MAX_FIGURE_DIGITS or (
+            cast is int and "." in raw):
+        raise KvsizeError(f"the log line {line.strip()[:100]!r} holds {raw[:40]!r}, which is not a "
+                          f"{'whole number' if cast is int else 'number'} kvsize can read")
+    return cast(raw.replace(",", ""))
+
+
 def _first(pattern: str, text: str, cast=str):
     m = re.search(pattern, text)
     if not m:
         return None
     # thousands separators only inside numbers: a captured dict or name keeps its commas
-    return m.group(1) if cast is str else cast(m.group(1).replace(",", ""))
+    return m.group(1) if cast is str else _cast(m.group(1), cast, m.group(0))
 
 
 def _gib(value: float | None) -> int | None:
@@ -42,7 +55,15 @@ def _gib(value: float | None) -> int | None:
 
 
 def _numbers(pattern: str, text: str) -> list[float]:
-    return [float(m.replace(",", "")) for m in re.findall(pattern, text)]
+    return [_cast(m.group(1), float, m.group(0)) for m in re.finditer(pattern, text)]
+
+
+# A log line longer than this is no engine's: matching stops there, so a hostile line cannot make
+# the patterns' scans quadratic.
+MAX_LINE_CHARS = 64 * 1024
+# vLLM's KV lines and the figure each must carry: a line without a readable figure is refused.
+_VLLM_FIGURE_LINES = (("Available KV cache memory:", "kv_budget_bytes"), ("GPU KV cache size:", "max_tokens"),
+                      ("Model loading took", "weights_bytes"), ("Estimated CUDA graph memory:", "cuda_graph_bytes"))
 
 
 # The V2 model runner's source file as INFO ([model_runner.py:305]) and DEBUG ([v1/worker/gpu/model_runner.py:305])
@@ -126,7 +147,13 @@ def _vllm(text: str) -> LoggedRun:
         "max_tokens": _first(r"GPU KV cache size: ([\d,]+) tokens", text, int),
         "max_concurrency_ratio": _first(r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x", text, float),
     }
-    return LoggedRun("vllm", version, model, settings, {k: v for k, v in f.items() if v is not None}, sources)
+    figures = {k: v for k, v in f.items() if v is not None}
+    for marker, key in _VLLM_FIGURE_LINES:
+        if marker in text and key not in figures:
+            line = next(ln for ln in text.splitlines() if marker in ln)
+            raise KvsizeError(f"the log line {line.strip()[:100]!r} holds no figure kvsize can read "
+                              "(a cut-off, negative or non-numeric value)")
+    return LoggedRun("vllm", version, model, settings, figures, sources)
 
 
 def _sglang(text: str) -> LoggedRun:
@@ -175,6 +202,8 @@ def _trtllm(text: str) -> LoggedRun:
 
 def read_log(text: str) -> LoggedRun:
     """The run a startup log describes; a log of no known engine, or with no KV figure, is refused."""
+    if any(len(line) > MAX_LINE_CHARS for line in text.splitlines()):
+        text = "\n".join(line[:MAX_LINE_CHARS] for line in text.splitlines())
     if ("Available KV cache memory" in text or "GPU KV cache size" in text
             or "the rest of the memory reserved for KV Cache" in text):
         run = _vllm(text)

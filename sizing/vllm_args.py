@@ -155,7 +155,7 @@ def read_engine_args(args: dict, usage_context: str = "serve", from_log: bool = 
     model = None
     for raw_key, value in args.items():
         key = _name(str(raw_key))
-        name = f"--{key.replace('_', '-')}"
+        name = f"the log's {key}" if from_log else f"--{key.replace('_', '-')}"
         if key == "model":
             model = str(value)
         elif key == "max_model_len":
@@ -290,9 +290,15 @@ def _literal_node(node, name: str):
 
 
 def read_logged_args(text: str) -> dict:
-    """The dict a log's "non-default args: {...}" line prints (a Python literal); {} when it is not one."""
+    """The dict a log's "non-default args: {...}" line prints (a Python literal), refused in one line
+    when it is not one: settings read wrong would give a confident answer for another run."""
+    if not text:
+        return {}
     try:
         value = ast.literal_eval(text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return {}
-    return value if isinstance(value, dict) else {}
+    except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError) as e:
+        raise KvsizeError(f"the log's 'non-default args' line is not a readable dict ({type(e).__name__}: "
+                          f"{str(e)[:80]}); fix the line or remove it and give the settings as options") from None
+    if not isinstance(value, dict):
+        raise KvsizeError(f"the log's 'non-default args' line holds a {type(value).__name__}, not a dict")
+    return value

@@ -46,3 +46,37 @@ def test_an_unwritable_out_names_the_path_given(capsys):
     assert main(["estimate", "--model", "llama-3.1-8b", "--out", "/proc/x.json"]) == 2
     err = capsys.readouterr().err
     assert "--out /proc/x.json" in err and ".part" not in err
+
+
+LOG = ROOT / "tests" / "fixtures" / "vllm-starts" / "logs" / "h200-0.22.1-llama-2-7b.log"
+CONFIG = ROOT / "tests" / "fixtures" / "vllm-starts" / "configs" / "llama-2-7b.json"
+
+
+@pytest.mark.parametrize("old, new, needle", [
+    ("Available KV cache memory: 55.84 GiB", "Available KV cache memory: 1.2.3 GiB", "'1.2.3', which is not a number"),
+    ("GPU KV cache size: 114,352 tokens", "GPU KV cache size: ,,, tokens", "not a whole number"),
+    ("Available KV cache memory: 55.84", "Available KV cache memory: -55.84", "holds no figure"),
+    ("Available KV cache memory: 55.84 GiB", "Available KV cache memory: nan GiB", "holds no figure"),
+    ("Available KV cache memory: 55.84 GiB", "Available KV cache memory: ", "holds no figure"),
+    ("GPU KV cache size: 114,352", "GPU KV cache size: " + "9" * 400, "not a whole number"),
+    ("'gpu_memory_utilization': 0.5", "'gpu_memory_utilization': None", "the log's gpu_memory_utilization"),
+    ("'gpu_memory_utilization': 0.5", "'gpu_memory_utilization': {1, 2}", "the log's gpu_memory_utilization"),
+    ("'max_model_len': 4096", "'max_model_len': " + "9" * 5000, "not a readable dict"),
+])
+def test_a_misread_log_figure_is_refused_not_guessed(tmp_path, capsys, old, new, needle):
+    # a real start's log (vLLM 0.22.1 on an H200, tests/fixtures/vllm-starts) with one figure broken
+    text = LOG.read_text()
+    assert old in text
+    path = tmp_path / "broken.log"
+    path.write_text(text.replace(old, new, 1))
+    assert main(["check-log", str(path), "--model", str(CONFIG), "--gpu", "h200"]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err and err.count("\n") == 1
+
+
+def test_a_megabyte_line_does_not_slow_the_reading(tmp_path, capsys):
+    # patterns stop at 64 KiB a line: a hostile 1.1 MB line is read in linear time (the benchmark of
+    # this case took over 20 s before); the figures of the real lines still come out
+    path = tmp_path / "long.log"
+    path.write_text(LOG.read_text() + "\n" + "x" * 1_100_000 + "Load weight end. " * 1000 + "\n")
+    assert main(["check-log", str(path), "--model", str(CONFIG), "--gpu", "h200", "--format", "json"]) == 0
