@@ -716,7 +716,10 @@ ENGINES: dict[str, Engine] = {
 def get_engine(name: str) -> Engine:
     """`vllm` (its newest release's rules) or `vllm@0.19` (the rules of the range holding 0.19)."""
     text = str(name).strip()
-    base, _, version = text.partition("@")
+    base, at, version = text.partition("@")
+    if at and not version.strip():
+        raise KvsizeError(f"--engine {text}: give a version after '@' (e.g. {base}@0.22.1), or no '@' for the "
+                          "newest rules")
     key = base.lower().replace("-", "").replace("_", "").replace(".", "")
     key = {"tensorrtllm": "trtllm", "llamacpp": "llamacpp", "trt": "trtllm"}.get(key, key)
     if key not in ENGINES:

@@ -247,14 +247,18 @@ def _log_gpu(run: LoggedRun, gpu):
 
 
 def _log_engine(run: LoggedRun) -> str:
-    """The engine rules for the logged version; a version kvsize keeps no rules for gets the newest."""
+    """The engine rules for the logged version, refused where kvsize keeps none for it."""
     from .engines import get_engine
 
-    engine = f"{run.engine}@{run.version}" if run.version else run.engine
+    if not run.version:
+        return run.engine
+    engine = f"{run.engine}@{run.version}"
     try:
         get_engine(engine)
-    except KvsizeError:
-        return run.engine
+    except KvsizeError as e:
+        # another release's rules would be a guess: say which ranges kvsize knows and how to choose one
+        raise KvsizeError(f"the log is of {run.engine} {run.version}: {str(e).split(': ', 1)[-1]}; give "
+                          "--engine-version to predict it with the rules of a release kvsize knows") from None
     return engine
 
 

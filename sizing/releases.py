@@ -303,9 +303,12 @@ class Release(_Strict):
 
 def version_key(text: str) -> tuple[int, ...]:
     """The numeric release (0.4.7.post1 -> (0, 4, 7); 0.19.0+cu128 -> (0, 19, 0); llama.cpp b6000 -> (6000,))."""
-    m = re.fullmatch(r"[vb]?(\d+(?:\.\d+){0,3})(?:[.+-]?(?:post|rc|dev|a|b)\d*)*(?:\+[\w.]+)?", str(text).strip())
-    if m is None:
-        raise KvsizeError(f"engine version {text!r} must look like 0.19 or 0.19.1 (post, rc and +local tags allowed)")
+    text = str(text).strip()
+    m = re.fullmatch(r"[vb]?(\d{1,9}(?:\.\d{1,9}){0,3})(?:[.+-]?(?:post|rc|dev|a|b)\d{0,9})*(?:\+[\w.]{1,64})?",
+                     text[:200])
+    if m is None or len(text) > 200:
+        raise KvsizeError(f"engine version {text[:40]!r} must look like 0.19 or 0.19.1 (post, rc and +local tags "
+                          "allowed; at most 9 digits a part)")
     return tuple(int(p) for p in m.group(1).split("."))
 
 

@@ -218,11 +218,13 @@ def _disaggregated(base: Scenario, decode: Candidate, prefill_candidate: Candida
     decode_replicas, itl = hi, model.step_at(hi).seconds
     output = workload.mean("output_tokens")
     # The fewest prefill replicas whose TTFT (with its queue) meets the target: λ depends on TTFT.
-    for prefill_replicas in range(1, workload.peak_concurrency + 1):
+    # More replicas never raise a replica's load or the queue, so the first that meets it is found by
+    # bisection (a peak of millions of requests costs some twenty evaluations, not millions).
+    def prefill_at(replicas: int) -> tuple[float, float, float, bool]:
         ttft, rate, busy = p + move, 0.0, 0.0
         for _ in range(FIXED_POINT_ROUNDS):
             rate = workload.peak_concurrency / (ttft + output * itl)
-            new_busy = rate * p / prefill_replicas
+            new_busy = rate * p / replicas
             done = abs(new_busy - busy) <= 1e-13
             busy = new_busy
             if busy >= MAX_PREFILL_BUSY:
@@ -230,16 +232,26 @@ def _disaggregated(base: Scenario, decode: Candidate, prefill_candidate: Candida
             ttft = p + _mdl_wait(busy, p) + move
             if done:
                 break
-        if busy < MAX_PREFILL_BUSY and targets.met(ttft, itl):
-            gpus = decode_replicas * decode.tensor_parallel_size + prefill_replicas * prefill_candidate.tensor_parallel_size
-            cost = (decode_replicas * decode.tensor_parallel_size * decode.gpu.usd_per_hour
-                    + prefill_replicas * prefill_candidate.tensor_parallel_size * prefill_candidate.gpu.usd_per_hour)
-            return Design("disaggregated", decode, decode_replicas, prefill_candidate, prefill_replicas, gpus, cost,
-                          itl, ttft, move, rate, rate * output, True,
-                          f"P:D = {prefill_replicas}:{decode_replicas} replicas, prefill busy {busy:.0%}, "
-                          f"KV {move * 1e3:.1f} ms per request over the P/D link")
-        if busy < MAX_PREFILL_BUSY and p + move > (targets.ttft_seconds or math.inf):
-            break  # no number of prefill replicas brings TTFT under the target
+        return ttft, rate, busy, busy < MAX_PREFILL_BUSY and targets.met(ttft, itl)
+
+    most_prefill = workload.peak_concurrency
+    if prefill_at(most_prefill)[3]:
+        lo, hi = 0, most_prefill
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if prefill_at(mid)[3]:
+                hi = mid
+            else:
+                lo = mid
+        prefill_replicas = hi
+        ttft, rate, busy, _ = prefill_at(prefill_replicas)
+        gpus = decode_replicas * decode.tensor_parallel_size + prefill_replicas * prefill_candidate.tensor_parallel_size
+        cost = (decode_replicas * decode.tensor_parallel_size * decode.gpu.usd_per_hour
+                + prefill_replicas * prefill_candidate.tensor_parallel_size * prefill_candidate.gpu.usd_per_hour)
+        return Design("disaggregated", decode, decode_replicas, prefill_candidate, prefill_replicas, gpus, cost,
+                      itl, ttft, move, rate, rate * output, True,
+                      f"P:D = {prefill_replicas}:{decode_replicas} replicas, prefill busy {busy:.0%}, "
+                      f"KV {move * 1e3:.1f} ms per request over the P/D link")
     return _failed("disaggregated", decode, prefill_candidate,
                    f"misses the TTFT target: prefill {p * 1e3:.0f} ms + KV transfer {move * 1e3:.1f} ms")
 

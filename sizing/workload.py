@@ -8,6 +8,7 @@ uses the mean length during decode (mean prompt + half the output).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,11 @@ from .inputs import limited_text, read_limited
 
 MAX_WORKLOAD_BYTES = 1024 * 1024
 MAX_NESTING = 32  # a workload is 3 levels deep; deeper files are refused before anything walks them
+# Beyond what kvsize plans (every count stays an exact integer below them): 10 million requests in flight,
+# 16 Mi tokens a request.
+MAX_PEAK = 10**7
+MAX_TOKENS = 1 << 24
+MAX_NUMBER_DIGITS = 30  # a number written longer than this is no workload's
 # Numbers must be numbers (not "55" or true) and finite; validated in JSON mode so lists fill tuples.
 _STRICT = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 SHARE_TOLERANCE_PERCENT = 0.01
@@ -27,10 +33,10 @@ class Bucket(BaseModel):
     model_config = _STRICT
 
     name: str | None = None
-    max_context_tokens: int = Field(gt=0, description="longest prompt + output in this bucket")
+    max_context_tokens: int = Field(gt=0, le=MAX_TOKENS, description="longest prompt + output in this bucket")
     share_percent: float = Field(gt=0, le=100, description="share of requests")
-    output_tokens: int = Field(gt=0, description="mean output tokens per request")
-    prompt_tokens: int | None = Field(default=None, gt=0,
+    output_tokens: int = Field(gt=0, le=MAX_TOKENS, description="mean output tokens per request")
+    prompt_tokens: int | None = Field(default=None, gt=0, le=MAX_TOKENS,
                                       description="mean prompt tokens; default max_context_tokens - output_tokens")
 
     @model_validator(mode="after")
@@ -61,8 +67,8 @@ class Percentile(BaseModel):
     model_config = _STRICT
 
     percentile: float = Field(gt=0, le=100)
-    context_tokens: int = Field(gt=0)
-    output_tokens: int = Field(gt=0)
+    context_tokens: int = Field(gt=0, le=MAX_TOKENS)
+    output_tokens: int = Field(gt=0, le=MAX_TOKENS)
 
 
 class DraftModel(BaseModel):
@@ -94,7 +100,7 @@ class Sessions(BaseModel):
     name: str | None = None
     share_percent: float = Field(gt=0, le=100, description="share of requests that reuse a prefix of this kind")
     sessions: int = Field(gt=0, le=10**9, description="distinct prefixes alive at once (users, conversations, documents)")
-    reused_tokens: int = Field(gt=0, description="tokens of the prefix a returning request finds cached")
+    reused_tokens: int = Field(gt=0, le=MAX_TOKENS, description="tokens of the prefix a returning request finds cached")
     reuse_interval_s: float = Field(gt=0, description="mean seconds between two requests of one session")
 
     @property
@@ -106,7 +112,7 @@ class Workload(BaseModel):
     model_config = _STRICT
 
     name: str = "workload"
-    peak_concurrency: int = Field(gt=0, description="requests in flight at the peak")
+    peak_concurrency: int = Field(gt=0, le=MAX_PEAK, description="requests in flight at the peak")
     buckets: tuple[Bucket, ...] | None = None
     percentiles: tuple[Percentile, ...] | None = None
     prefix_cache_share: float = Field(default=0.0, ge=0, lt=1,
@@ -248,6 +254,11 @@ def read_workload(path: str | Path) -> Workload:
 def parse_workload_text(data: bytes | str, where: str = "workload") -> Workload:
     data = limited_text(data, MAX_WORKLOAD_BYTES, where, "a workload file")
     _depth_before_parsing(data, where)
+    long_number = re.search(r"\d{%d,}" % (MAX_NUMBER_DIGITS + 1), data)
+    if long_number:
+        line = data.count("\n", 0, long_number.start()) + 1
+        raise KvsizeError(f"{where}: line {line} holds a number of {len(long_number.group()):,} digits; kvsize plans "
+                          f"up to {MAX_PEAK:,} requests in flight and {MAX_TOKENS:,} tokens a request")
     stripped = data.lstrip()
     if stripped.startswith("{"):
         try:

@@ -80,3 +80,39 @@ def test_a_megabyte_line_does_not_slow_the_reading(tmp_path, capsys):
     path = tmp_path / "long.log"
     path.write_text(LOG.read_text() + "\n" + "x" * 1_100_000 + "Load weight end. " * 1000 + "\n")
     assert main(["check-log", str(path), "--model", str(CONFIG), "--gpu", "h200", "--format", "json"]) == 0
+
+
+@pytest.mark.parametrize("engine, needle", [
+    ("vllm@", "give a version after '@'"),
+    ("vllm@" + "9" * 5000, "must look like 0.19"),
+])
+def test_engine_versions_are_checked_by_meaning(capsys, engine, needle):
+    assert main(["estimate", "--model", "llama-3.1-8b", "--engine", engine]) == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_a_log_of_a_release_without_rules_is_not_predicted_with_another(capsys):
+    assert main(["check-log", str(LOG), "--model", str(CONFIG), "--gpu", "h200", "--engine-version", "0.0.0"]) == 2
+    assert "give --engine-version" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("old, new", [("peak_concurrency: 400", "peak_concurrency: " + "9" * 5000),
+                                      ("peak_concurrency: 400", "peak_concurrency: " + "1" + "0" * 30),
+                                      ("peak_concurrency: 400", "peak_concurrency: 20000000"),
+                                      ("max_context_tokens: 8192", "max_context_tokens: 99999999")])
+def test_counts_beyond_what_kvsize_plans_are_refused(tmp_path, capsys, old, new):
+    path = tmp_path / "big.yaml"
+    path.write_text(WORKLOAD.replace(old, new, 1))
+    assert main(["plan", "--workload", str(path), "--model", "llama-3.1-8b"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kvsize: error:") and "Traceback" not in err
+
+
+def test_a_peak_of_millions_with_latency_targets_is_planned_by_bisection(tmp_path):
+    # the prefill replica count was searched one by one up to the peak: 10 million never finished
+    path = tmp_path / "huge.yaml"
+    path.write_text("peak_concurrency: 10000000\nitl_target_ms: 50\nttft_target_ms: 2000\nbuckets:\n"
+                    "  - {max_context_tokens: 4096, share_percent: 100, output_tokens: 100}\n")
+    out = tmp_path / "plan.json"
+    assert main(["plan", "--workload", str(path), "--model", "llama-3.1-8b", "--gpus", "h100-sxm", "--formats",
+                 "auto", "--tp", "1", "--out", str(out)]) == 0
