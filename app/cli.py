@@ -407,14 +407,28 @@ def _emit(text: str, out: str | None, fmt: str | None = None) -> None:
     _atomic_write(Path(out), text.encode())
 
 
-def _checked_outs(paths: list[str]) -> list[Path]:
-    """Repeatable --out files: each a .csv, .xlsx or .json that can be written, or none is written."""
+def _checked_outs(paths: list[str], inputs: list[str | None] = ()) -> list[Path]:
+    """Repeatable --out files: each a .csv, .xlsx or .json that can be written and is no input of the
+    run, or none is written."""
     outs = [Path(o) for o in paths]
+    _not_inputs(outs, list(inputs))
     for out in outs:
         if out.suffix.lower() not in (".csv", ".xlsx", ".json"):
             raise KvsizeError(f"--out must end in .csv, .xlsx or .json, got {out.name!r}")
         _check_out(out)
     return outs
+
+
+def _not_inputs(outs: list[Path], inputs: list[str | None]) -> None:
+    """An output never overwrites a file the same run reads."""
+    for out in outs:
+        for given in filter(None, inputs):
+            try:
+                same = Path(given).resolve() == out.resolve()
+            except OSError:
+                same = False
+            if same:
+                raise KvsizeError(f"--out {out} is the input file {given}; write the output elsewhere")
 
 
 def _check_out(path: Path) -> Path:
@@ -737,6 +751,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         contexts=[_tokens_or_error(c) for c in args.contexts],
         tensor_parallel_sizes=[_int_or_error(t, "--tp") for t in args.tp],
     )
+    from sizing.sweep import MAX_SWEEP_ROWS, XLSX_MAX_ROWS
+
+    size = grid.size
+    limit = XLSX_MAX_ROWS if kind == ".xlsx" else MAX_SWEEP_ROWS
+    if size > limit:
+        raise KvsizeError(f"the grid has {size:,} scenarios; a sweep writes at most {limit:,} rows"
+                          + (" to an .xlsx sheet (use .csv)" if kind == ".xlsx" else "") + "; sweep fewer values")
     base = scenario_from_args(args, args.models[0], args.gpus[0], "ideal", 1, None, "auto", "auto")
     from sizing.profiles import load_model
 
@@ -869,7 +890,7 @@ def cmd_tiers(args: argparse.Namespace) -> int:
     from sizing.tiers import engine_offload_options, tiers_for
     from sizing.workload import read_workload
 
-    outs = _checked_outs(args.out)
+    outs = _checked_outs(args.out, [getattr(args, "workload", None), getattr(args, "model", None)])
     workload = read_workload(args.workload)
     scenario = scenario_from_args(args, args.model, args.gpu, args.engine, args.tensor_parallel_size,
                                   args.max_model_len, args.kv_cache_dtype, args.kv_cache_dtype)
@@ -877,6 +898,8 @@ def cmd_tiers(args: argparse.Namespace) -> int:
     links = {"host": args.host_link, "disk": args.disk_link, "remote": args.remote_link}
     e, plan = tiers_for(scenario, workload, sizes, links, args.session_tokens,
                         DEFAULT_MFU if args.mfu is None else args.mfu)
+    for w in e.warnings:  # the same warnings estimate gives (a format the GPU cannot run, ...)
+        print(f"kvsize: warning: {w}", file=sys.stderr)
     record = tiers_record(e, plan, workload, engine_offload_options(e.engine.name, sizes.get("host", 0),
                                                                     scenario.tensor_parallel_size))
     tier_rows = record["tiers"]
@@ -1066,7 +1089,7 @@ def _hf_id(model: str) -> str:
 def cmd_plan(args: argparse.Namespace) -> int:
     from sizing.fleet import PLAN_SCHEMA, bucket_rows, candidate_rows, cost_rows, plan_serve_command, plan_summary
 
-    outs = _checked_outs(args.out)
+    outs = _checked_outs(args.out, [getattr(args, "workload", None), getattr(args, "model", None)])
     plan, base, rules, notes = plan_from_args(args)
     designs = designs_from_args(args, plan, base)
     cheapest = plan.cheapest
@@ -1131,6 +1154,10 @@ def designs_from_args(args: argparse.Namespace, plan, base) -> dict | None:
     targets = Targets(w.ttft_target_ms / 1000 if w.ttft_target_ms else None,
                       w.itl_target_ms / 1000 if w.itl_target_ms else None)
     link, shared, same_host = pd_link(args.pd_link)
+    from sizing.tiers import check_tier_links
+
+    check_tier_links({"host": args.host_memory or 0, "disk": args.disk or 0},
+                     {"host": args.host_link, "disk": args.disk_link})
     formats = list(dict.fromkeys(get_format(f, base.shape.serving_dtype, option="--formats").name for f in args.formats))
     tps = [_int_or_error(t, "--tp") for t in args.tp]
     candidates = build_candidates(args.gpus, formats, tps, _prices(args.price), args.engine)

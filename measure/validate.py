@@ -277,9 +277,34 @@ def read_report(path: str) -> dict:
     if len(data) > MAX_REPORT_BYTES:
         raise KvsizeError(f"report {path} is over {MAX_REPORT_BYTES // 2**20} MiB; a measurement report is far smaller")
     try:
-        return json.loads(data)
+        report = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
         raise KvsizeError(f"cannot read report {path}: not JSON ({e})") from None
+    if _depth(report) > MAX_REPORT_DEPTH:
+        raise KvsizeError(f"report {path} nests more than {MAX_REPORT_DEPTH} levels; a measurement report is far "
+                          "flatter")
+    return report
+
+
+MAX_REPORT_DEPTH = 32  # reports are 5 levels deep; deeper ones are refused before anything walks them
+
+
+def _depth(value) -> int:
+    """How deeply lists and objects nest, counted without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, level)
+            if deepest > MAX_REPORT_DEPTH:
+                return deepest
+            stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+# The problems `checked` finds in a report that is not one, as against a figure that disagrees.
+MALFORMED_PREFIXES = ("not a kvsize measurement report", "non-finite number at", "the report has no device",
+                      "the report holds no points", "a point lacks the field", "a point holds a value of the wrong kind")
 
 
 def checked(report, tolerance: float | None) -> list[str]:
@@ -304,11 +329,15 @@ def checked(report, tolerance: float | None) -> list[str]:
 
 
 def validate_files(paths: list[str], tolerance: float | None = None) -> int:
+    """0 when every report agrees, 1 when a check fails; a report that is not one (malformed, a field
+    missing or of the wrong kind) is refused in one line (exit 2)."""
     from .verify import VERIFY_SCHEMA, problems
 
     failed = 0
     for path in paths:
         report = read_report(path)
+        if not isinstance(report, dict):
+            raise KvsizeError(f"{path}: not a kvsize measurement report: a JSON {type(report).__name__}, expected an object")
         if isinstance(report, dict) and report.get("schema") == VERIFY_SCHEMA:
             try:
                 bad = problems(report)
@@ -322,6 +351,9 @@ def validate_files(paths: list[str], tolerance: float | None = None) -> int:
                 print(f"{path}: the real vLLM start agrees within 1% ({report['device']['name']})")
             continue
         problems = checked(report, tolerance)
+        malformed = [p for p in problems if p.startswith(MALFORMED_PREFIXES)]
+        if malformed:
+            raise KvsizeError(f"{path}: {malformed[0]}")
         points = sum(len(report.get(k, [])) for k in POINT_SECTIONS) if isinstance(report, dict) else 0
         if problems:
             failed += 1

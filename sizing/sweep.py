@@ -16,6 +16,12 @@ from .speed import DecodeEfficiency, decode_step
 from .units import GiB
 
 
+# A grid larger than this is a typo (a comma list pasted twice, a range written out): two million rows
+# take about half a minute and an 18 MB CSV per 100,000 rows.
+MAX_SWEEP_ROWS = 2_000_000
+XLSX_MAX_ROWS = 1_048_575  # Excel's sheet, less its header row
+
+
 @dataclass(frozen=True)
 class SweepGrid:
     models: list[str]

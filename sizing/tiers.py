@@ -293,11 +293,26 @@ def link_fit(key: str) -> LinkFit:
     return LinkFit(p.latency_us * 1e-6, p.per_transfer_us * 1e-6, p.bandwidth_gb_s * 1e9, f"{key}: {p.source}")
 
 
+def check_tier_links(sizes: dict[str, int], links: dict[str, str]) -> None:
+    """Each tier's link is of that tier's kind (a host link for host memory, a drive for the disk, a
+    network for the remote store): an NVLink peer link is no way to host memory."""
+    from .profiles import link_ids, link_profile
+
+    for kind, key in links.items():
+        if kind in TIER_KINDS and (sizes.get(kind) or kind == "host"):
+            profile = link_profile(key, f"--{kind}-link")
+            if profile.kind != kind:
+                fitting = [k for k in link_ids() if link_profile(k).kind == kind]
+                raise KvsizeError(f"--{kind}-link {key} is a {profile.kind} link; the {kind} tier needs a {kind} link: "
+                                  f"{', '.join(fitting)}")
+
+
 def build_tiers(sizes: dict[str, int], links: dict[str, str]) -> list[Tier]:
     """Tiers of the given byte sizes (per replica), each over its link; a drive's and a remote store's
     blocks pass through host memory on their way to HBM, so their path includes the host link."""
     from .profiles import link_profile
 
+    check_tier_links(sizes, links)
     host_key = links.get("host", DEFAULT_TIER_LINKS["host"])
     out = []
     for kind in TIER_KINDS:

@@ -229,7 +229,7 @@ def test_sizes_are_exact_integers():
 def test_validate_refuses_a_report_that_is_not_an_object(tmp_path, capsys, content):
     path = tmp_path / "r.json"
     path.write_text(content)
-    assert run("validate", str(path)) == 1  # the gate fails, naming why
+    assert run("validate", str(path)) == 2  # malformed input is a usage error (exit 2), one line naming why
     assert "not a kvsize measurement report" in capsys.readouterr().err
 
 

@@ -116,3 +116,37 @@ def test_a_peak_of_millions_with_latency_targets_is_planned_by_bisection(tmp_pat
     out = tmp_path / "plan.json"
     assert main(["plan", "--workload", str(path), "--model", "llama-3.1-8b", "--gpus", "h100-sxm", "--formats",
                  "auto", "--tp", "1", "--out", str(out)]) == 0
+
+
+def test_validate_refuses_malformed_reports_with_exit_2(tmp_path, capsys):
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"schema": "kvsize.measure/1", "device": {"name": "x"}, "capacity": ' + "[" * 960 + "]" * 960 + "}")
+    assert main(["validate", str(deep)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kvsize: error:") and ("nests more than" in err or "recursion" in err)
+
+
+def test_outputs_never_overwrite_an_input(tmp_path, capsys):
+    import yaml
+
+    workload = tmp_path / "w.json"
+    workload.write_text(__import__("json").dumps(yaml.safe_load(WORKLOAD)))
+    before = workload.read_text()
+    assert main(["plan", "--workload", str(workload), "--model", "llama-3.1-8b", "--out", str(workload)]) == 2
+    assert "is the input file" in capsys.readouterr().err and workload.read_text() == before
+
+
+@pytest.mark.parametrize("option, link, needle", [("--host-link", "nvlink4-peer", "is a peer link"),
+                                                  ("--disk-link", "pcie5-x16", "is a host link")])
+def test_tier_links_are_checked_by_kind(capsys, option, link, needle):
+    extra = ["--disk", "1TB"] if option == "--disk-link" else ["--host-memory", "100GiB"]
+    assert main(["tiers", "--workload", str(ROOT / "examples" / "multi-turn-chat.yaml"), "--model", "llama-3.1-8b",
+                 *extra, option, link]) == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_a_sweep_too_large_to_write_is_refused_before_it_runs(capsys, tmp_path):
+    contexts = ",".join(str(1000 + i) for i in range(20000))
+    assert main(["sweep", "--models", "llama-3.1-8b,qwen3-8b", "--contexts", contexts, "--tp", "1,2,4,8",
+                 "--formats", "auto,fp8,nvfp4,int8", "--gpus", "h100-sxm,h200,l40s", "--out", str(tmp_path / "s.xlsx")]) == 2
+    assert "at most 1,048,575 rows to an .xlsx sheet" in capsys.readouterr().err
