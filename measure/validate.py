@@ -109,7 +109,20 @@ def _check_capacity(p: dict, tolerance: float | None) -> list[str]:
     if (available, again.num_blocks) != (d["kv_budget_bytes"], d["num_blocks"]):
         problems.append(f"{where}: the derived pool ({d['kv_budget_bytes']} B, {d['num_blocks']} blocks) does not "
                         f"follow from the measured figures ({available} B, {again.num_blocks} blocks)")
+    # every derived figure follows exactly from the measured ones
+    for name, want, got in (("block_bytes", d["block_bytes"], again.block_bytes),
+                            ("kv_cache_tokens", d["kv_cache_tokens"], again.max_tokens)):
+        if want != got:
+            problems.append(f"{where}: derived {name} {want} does not follow from the measured figures ({got})")
     predicted = predict_capacity(*args)
+    # a stored prediction is today's within the prediction tolerance (sizing may have moved since; the
+    # activation term is left out: the real-engine starts revise it, and the pool it leaves is checked)
+    stored = p.get("predicted", {})
+    for name, got in (("weights_bytes", predicted.breakdown.weights_bytes), ("num_blocks", predicted.num_blocks),
+                      ("kv_budget_bytes", predicted.kv_budget_bytes)):
+        tol = TOLERANCES["num_blocks"] if tolerance is None else tolerance
+        if name in stored and _rel(stored[name], got) > tol:
+            problems.append(f"{where}: the stored prediction {name} {stored[name]} is not kvsize's ({got})")
     for name, want, got in (("weights_bytes", m["weights_bytes"], predicted.breakdown.weights_bytes),
                             ("num_blocks", d["num_blocks"], predicted.num_blocks)):
         tol = TOLERANCES[name] if tolerance is None else tolerance

@@ -282,7 +282,11 @@ def _capacity_report():
     (lambda r: r["capacity"][0].pop("measured"), "a point lacks the field 'measured'"),
     (lambda r: r["capacity"][0]["measured"].update(weights_bytes="16 GB"), "wrong kind"),
     (lambda r: r["allocation"][0].update(kv_cache_dtype="fp9"), "unknown KV cache format 'fp9'"),
-    (lambda r: r["capacity"][0]["predicted"].update(num_blocks=1), None),  # stored predictions are recomputed
+    (lambda r: r["capacity"][0]["predicted"].update(num_blocks=1), "stored prediction num_blocks"),
+    (lambda r: r["capacity"][0]["derived"].update(block_bytes=r["capacity"][0]["derived"]["block_bytes"] * 11 // 10),
+     "derived block_bytes"),
+    (lambda r: r["capacity"][0]["derived"].update(
+        kv_cache_tokens=r["capacity"][0]["derived"]["kv_cache_tokens"] * 11 // 10), "derived kv_cache_tokens"),
 ])
 def test_validate_rejects_malformed_reports_in_one_line(tmp_path, capsys, change, needle):
     report = _capacity_report()
