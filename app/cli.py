@@ -14,6 +14,8 @@ from pathlib import Path
 from sizing.errors import KvsizeError
 from sizing.units import GiB, parse_size
 
+INTERNAL_ERROR = 3  # exit status of an exception kvsize did not turn into a one-line error (0 done, 1 a check
+# or target not met, 2 bad input or usage)
 FRACTION_OPTIONS = {
     "gpu_memory_utilization": ("vllm", "--gpu-memory-utilization"),
     "mem_fraction_static": ("sglang", "--mem-fraction-static"),
@@ -346,6 +348,12 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"kvsize: error: {e}", file=sys.stderr)
         return 2
+    except Exception as e:  # noqa: BLE001 - an escaped exception is a kvsize bug, never a silent success
+        if show_traceback:
+            raise
+        print(f"kvsize: internal error: {type(e).__name__}: {str(e)[:200]} (a bug in kvsize: please report it with "
+              "the command line; --traceback shows where)", file=sys.stderr)
+        return INTERNAL_ERROR
 
 
 # -- scenario building -----------------------------------------------------------------

@@ -7,7 +7,14 @@ from collections.abc import Iterable
 
 
 class KvsizeError(ValueError):
-    """A problem with the user's input or plan, phrased for the user."""
+    """A problem with the user's input or plan, phrased for the user: always one line (a value quoted
+    from the input with line breaks in it keeps them escaped)."""
+
+    def __init__(self, message: object = "", *args: object) -> None:
+        text = str(message)
+        if "\n" in text or "\r" in text:
+            text = text.replace("\r", "\\r").replace("\n", "\\n")
+        super().__init__(text, *args)
 
 
 def unknown(kind: str, name: str, choices: Iterable[str], option: str | None = None) -> KvsizeError:

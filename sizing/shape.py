@@ -794,7 +794,7 @@ def _layer_kinds(f: _Fields, num_layers: int) -> tuple[list[str], list[str] | No
             )
         kinds = []
         for entry in layer_types:
-            if entry not in table:
+            if not isinstance(entry, str) or entry not in table:
                 raise KvsizeError(f"config.json: unknown layer type {entry!r}; known: {', '.join(sorted(table))}")
             kinds.append(table[entry])
         blocks = None
