@@ -1139,7 +1139,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if designs is not None and not designs["met"]:
         print("kvsize: error: no design meets the latency targets; loosen --ttft-ms or --itl-ms, or add faster "
               "GPUs or larger TP sizes (the designs table gives each one's reason)", file=sys.stderr)
-        return 2
+        return 1  # a target not met, as against bad input (2)
     if cheapest is None:
         reasons = list(dict.fromkeys(r["reason"].removeprefix("n/a: ") for r in rows if r.get("reason")))
         more = f" (and {len(reasons) - 3} more, in the table above)" if len(reasons) > 3 else ""
