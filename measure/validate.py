@@ -281,14 +281,12 @@ def _non_finite(value, where: str = "") -> list[str]:
 
 
 def read_report(path: str) -> dict:
-    """A report file, read with a size limit (a device or pipe is refused, not read forever)."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_REPORT_BYTES + 1)
-    except OSError as e:
-        raise KvsizeError(f"cannot read report {path}: {e}") from None
-    if len(data) > MAX_REPORT_BYTES:
-        raise KvsizeError(f"report {path} is over {MAX_REPORT_BYTES // 2**20} MiB; a measurement report is far smaller")
+    """A report file through the one bounded reader (a device or pipe is refused, not read forever)."""
+    from pathlib import Path
+
+    from sizing.inputs import read_limited
+
+    data = read_limited(Path(path), MAX_REPORT_BYTES, "REPORT", "a kvsize report (JSON)")
     try:
         report = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:

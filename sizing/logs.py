@@ -282,6 +282,8 @@ def log_scenario(run: LoggedRun, model_name: str, shape, gpu=None, weights_dtype
             args.pop("dtype")  # the engine's resolution of auto, not a choice of the user's
         settings = read_engine_args(args, from_log=True)
         fields = dict(settings.fields)
+        if str(run.settings.get("quantization", "")).lower() == "fp8" and shape.weights_quantization is None:
+            fields["weights_dtype"] = "fp8"  # online fp8 of a 16-bit checkpoint (an fp8 checkpoint names its own)
         if run.settings.get("cudagraph_mode"):
             fields["cudagraph_mode"] = run.settings["cudagraph_mode"]
         ignored, not_modelled = settings.ignored, settings.not_modelled
@@ -304,8 +306,10 @@ def log_scenario(run: LoggedRun, model_name: str, shape, gpu=None, weights_dtype
         if "kv_cache_dtype" in st:
             fields["k_cache_dtype"] = fields["v_cache_dtype"] = st["kv_cache_dtype"]
             read["kv_cache_dtype"] = (st["kv_cache_dtype"], "the log")
-    scenario = Scenario(model_name, shape, g.name, run.figures.get("total_bytes", g.memory_bytes), engine=_log_engine(run),
-                        weights_dtype=weights_dtype, gpu_multiprocessors=g.multiprocessors,
+    if weights_dtype != "auto" or "weights_dtype" not in fields:
+        fields["weights_dtype"] = weights_dtype  # --weights-dtype, where given, says what the checkpoint stores
+    scenario = Scenario(model_name, shape, g.name, run.figures.get("total_bytes", g.memory_bytes),
+                        engine=_log_engine(run), gpu_multiprocessors=g.multiprocessors,
                         gpu_nvml_mib=g.nvml_memory_mib, gpu_architecture=g.architecture, **fields)
     return scenario, LogSettings(read, assumed, ignored, not_modelled)
 

@@ -36,21 +36,14 @@ def test_every_start_keeps_its_log_and_config(start):
         assert start.reason, "a start that did not size says why"
 
 
+@pytest.mark.parametrize("check", [check_start, check_start_log], ids=["estimate", "check-log"])
 @pytest.mark.parametrize("start", SIZED, ids=[s.id for s in SIZED])
-def test_estimate_within_one_percent_of_the_real_engine(start):
-    check = check_start(start)
-    assert check.runner == start.printed.runner, "the model runner vLLM chose"
+def test_within_one_percent_of_the_real_engine(start, check):
+    # estimate from the start's settings, and check-log from its log alone (the GPU given)
+    result = check(start)
+    assert result.runner == start.printed.runner, "the model runner vLLM chose"
     for term in ("kv_budget", "kv_tokens"):
-        t = check.term(term)
-        if t is not None:
-            assert abs(t.error) < 0.01, f"{term}: predicted {t.predicted:,.2f}, vLLM printed {t.printed:,.2f}"
-
-
-@pytest.mark.parametrize("start", SIZED, ids=[s.id for s in SIZED])
-def test_check_log_within_one_percent_of_the_real_engine(start):
-    check = check_start_log(start)
-    for term in ("kv_budget", "kv_tokens"):
-        t = check.term(term)
+        t = result.term(term)
         if t is not None:
             assert abs(t.error) < 0.01, f"{term}: predicted {t.predicted:,.2f}, vLLM printed {t.printed:,.2f}"
 
