@@ -291,6 +291,8 @@ def read_report(path: str) -> dict:
         report = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
         raise KvsizeError(f"cannot read report {path}: not JSON ({e})") from None
+    except ValueError:  # Python refuses integers of more than 4,300 digits
+        raise KvsizeError(f"report {path} holds a number too long to be a measurement") from None
     if _depth(report) > MAX_REPORT_DEPTH:
         raise KvsizeError(f"report {path} nests more than {MAX_REPORT_DEPTH} levels; a measurement report is far "
                           "flatter")
@@ -311,6 +313,28 @@ def _depth(value) -> int:
                 return deepest
             stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
     return deepest
+
+
+# Fields of a point that name what was measured: never null in a report kvsize wrote.
+NON_NULL_FIELDS = frozenset({"model", "kv_cache_dtype", "format", "kernel", "direction", "gpu"})
+
+
+def _first_null(value, fields: frozenset[str], where: str = "") -> str | None:
+    """The path of the first null among `fields` in the report, or None."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            path = f"{where}.{key}" if where else str(key)
+            if item is None and key in fields:
+                return path
+            found = _first_null(item, fields, path)
+            if found:
+                return found
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            found = _first_null(item, fields, f"{where}[{i}]")
+            if found:
+                return found
+    return None
 
 
 # The problems `checked` finds in a report that is not one, as against a figure that disagrees.
@@ -336,6 +360,9 @@ def checked(report, tolerance: float | None) -> list[str]:
     except KeyError as e:
         return [f"a point lacks the field {e.args[0]!r}"]
     except (TypeError, ValueError, AttributeError) as e:
+        where = _first_null(report, NON_NULL_FIELDS)
+        if where:
+            return [f"a point holds a value of the wrong kind ({where} is null; it names what was measured)"]
         return [f"a point holds a value of the wrong kind ({e})"]
 
 

@@ -150,3 +150,18 @@ def test_a_sweep_too_large_to_write_is_refused_before_it_runs(capsys, tmp_path):
     assert main(["sweep", "--models", "llama-3.1-8b,qwen3-8b", "--contexts", contexts, "--tp", "1,2,4,8",
                  "--formats", "auto,fp8,nvfp4,int8", "--gpus", "h100-sxm,h200,l40s", "--out", str(tmp_path / "s.xlsx")]) == 2
     assert "at most 1,048,575 rows to an .xlsx sheet" in capsys.readouterr().err
+
+
+def test_validate_names_what_is_wrong_in_a_report(tmp_path, capsys):
+    import json
+
+    report = json.loads((ROOT / "measure" / "reports" / "h100-capacity.json").read_text())
+    report["capacity"][0]["kv_cache_dtype"] = None
+    null = tmp_path / "null.json"
+    null.write_text(json.dumps(report))
+    assert main(["validate", str(null)]) == 2
+    assert "capacity[0].kv_cache_dtype is null" in capsys.readouterr().err
+    huge = tmp_path / "huge.json"
+    huge.write_text('{"schema": "kvsize.measure/1", "total": ' + "9" * 5000 + "}")
+    assert main(["validate", str(huge)]) == 2
+    assert "a number too long" in capsys.readouterr().err
