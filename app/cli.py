@@ -452,26 +452,38 @@ def _check_out(path: Path) -> Path:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    given = path
-    path = _check_out(path)
+    _write_all([(path, data)])
+
+
+def _write_all(files: list[tuple[Path, bytes]]) -> None:
+    """Every output written whole or none at all: each to a temporary file beside its target, and only
+    when all are written are they renamed into place (a failure removes the temporary files)."""
+    staged: list[tuple[str, Path, Path]] = []
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:100]}.", suffix=".part")
-    except OSError as e:
-        raise KvsizeError(f"--out {given}: cannot write there ({e.strerror or e})") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~umask  # a replaced file keeps its mode
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except OSError as e:
-        Path(tmp).unlink(missing_ok=True)
-        raise KvsizeError(f"--out {given}: cannot write there ({e.strerror or e})") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        for given, data in files:
+            path = _check_out(given)
+            try:
+                fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:100]}.", suffix=".part")
+            except OSError as e:
+                raise KvsizeError(f"--out {given}: cannot write there ({e.strerror or e})") from None
+            staged.append((tmp, path, given))
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                umask = os.umask(0)
+                os.umask(umask)
+                mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~umask  # a replaced file keeps its mode
+                os.chmod(tmp, mode)
+            except OSError as e:
+                raise KvsizeError(f"--out {given}: cannot write there ({e.strerror or e})") from None
+        for tmp, path, given in staged:
+            try:
+                os.replace(tmp, path)
+            except OSError as e:
+                raise KvsizeError(f"--out {given}: cannot write there ({e.strerror or e})") from None
+    finally:
+        for tmp, _, _ in staged:
+            Path(tmp).unlink(missing_ok=True)
 
 
 def _gib(n: int) -> str:
@@ -913,19 +925,21 @@ def cmd_tiers(args: argparse.Namespace) -> int:
     tier_rows = record["tiers"]
     reuse_rows = [dict({k: v for k, v in r.items() if k != "hit_by_tier"},
                        **{f"hit_{k}": v for k, v in r["hit_by_tier"].items()}) for r in record["reuse"]]
+    pending = []
     for out in outs:
         kind = out.suffix.lower()
         if kind == ".json":
-            _atomic_write(out, (json.dumps(record, indent=2) + "\n").encode())
+            pending.append((out, (json.dumps(record, indent=2) + "\n").encode()))
         elif kind == ".csv":
             if not tier_rows:
                 raise KvsizeError("--out .csv holds the tiers, and none was given (--host-memory, --disk, --remote)")
-            _atomic_write(out, _csv_text(tier_rows).encode())
+            pending.append((out, _csv_text(tier_rows).encode()))
         else:
             from app.spreadsheet import xlsx_bytes
 
             summary = [dict(item=k, value=v, note="") for k, v in record.items() if not isinstance(v, (list, dict))]
-            _atomic_write(out, xlsx_bytes({"summary": summary, "tiers": tier_rows, "reuse": reuse_rows}))
+            pending.append((out, xlsx_bytes({"summary": summary, "tiers": tier_rows, "reuse": reuse_rows})))
+    _write_all(pending)
     if args.format == "json":
         sys.stdout.write(json.dumps(record, indent=2) + "\n")
     else:
@@ -1109,10 +1123,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     quality = [dict(format=n.format, published=n.published, source=n.source,
                     measured_attention_error=n.measured_attention_error, measured_where=n.measured_where)
                for n in notes]
+    pending = []
     for out in outs:
         kind = out.suffix.lower()
         if kind == ".csv":
-            _atomic_write(out, _csv_text(rows).encode())
+            pending.append((out, _csv_text(rows).encode()))
         elif kind == ".json":
             record = dict(schema=PLAN_SCHEMA, model=plan.model_name, engine=plan.engine,
                           workload=plan.workload.model_dump(mode="json"), efficiency_source=plan.efficiency.source,
@@ -1121,7 +1136,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             if designs is not None:
                 record["designs"], record["frontier"] = designs["rows"], designs["frontier"]
                 record["design_serve_commands"] = designs["serve"]
-            _atomic_write(out, (json.dumps(record, indent=2) + "\n").encode())
+            pending.append((out, (json.dumps(record, indent=2) + "\n").encode()))
         else:
             from app.spreadsheet import xlsx_bytes
 
@@ -1130,7 +1145,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
                       "quality": quality}
             if designs is not None:
                 sheets |= {"designs": designs["rows"], "frontier": designs["frontier"]}
-            _atomic_write(out, xlsx_bytes(sheets))
+            pending.append((out, xlsx_bytes(sheets)))
+    _write_all(pending)
     sys.stdout.write(render_plan(plan, rows, rules, notes, serve, args.top))
     if designs is not None:
         sys.stdout.write(designs["text"])

@@ -165,3 +165,12 @@ def test_validate_names_what_is_wrong_in_a_report(tmp_path, capsys):
     huge.write_text('{"schema": "kvsize.measure/1", "total": ' + "9" * 5000 + "}")
     assert main(["validate", str(huge)]) == 2
     assert "a number too long" in capsys.readouterr().err
+
+
+def test_several_outputs_are_written_all_or_none(tmp_path, capsys):
+    # the second output cannot be written: the first must not be left behind either
+    first = tmp_path / "tiers.json"
+    assert main(["tiers", "--workload", str(ROOT / "examples" / "multi-turn-chat.yaml"), "--model", "llama-3.1-8b",
+                 "--out", str(first), "--out", "/proc/tiers.xlsx"]) == 2
+    assert not first.exists() and not list(tmp_path.glob(".*.part"))
+    assert "--out /proc/tiers.xlsx" in capsys.readouterr().err
