@@ -1,0 +1,1 @@
+"""One module per `kvsize` command: each has add_parser(sub) and run(args)."""

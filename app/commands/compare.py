@@ -1,0 +1,59 @@
+"""`kvsize compare`: every KV format for one scenario."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from sizing.errors import KvsizeError
+
+from app.options import _add_scenario_options, _warn_beyond_positions, scenario_from_args
+from app.output import _csv_text, _emit
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("compare", help="every KV format for one scenario")
+    _add_scenario_options(p)
+    p.add_argument("--format", choices=["table", "json", "csv"], default="table", help="output form (default table)")
+    p.add_argument("--out", default=None)
+    p.set_defaults(run=run)
+
+
+def compare_rows(args: argparse.Namespace) -> list[dict]:
+    from sizing.formats import FORMAT_NAMES
+    from sizing.plan import compare
+
+    base = scenario_from_args(args, args.model, args.gpu, "ideal", args.tensor_parallel_size,
+                              args.max_model_len, "auto", "auto")
+    from sizing.engines import get_engine
+    from sizing.plan import check_tensor_parallel
+
+    check_tensor_parallel(base.shape, base.tensor_parallel_size, get_engine(args.engine))
+    rows = compare(base, args.engine, FORMAT_NAMES)
+    if args.max_model_len:
+        _warn_beyond_positions(args.model, base.shape, [args.max_model_len])
+    if rows and all(r["status"].startswith("n/a: ") for r in rows):
+        from collections import Counter
+
+        # nothing to compare: say once why most rows could not be sized
+        raise KvsizeError(Counter(r["status"] for r in rows).most_common(1)[0][0].removeprefix("n/a: "))
+    return rows
+
+
+def run(args: argparse.Namespace) -> int:
+    rows = compare_rows(args)
+    if args.format == "json":
+        _emit(json.dumps(rows, indent=2) + "\n", args.out, "json")
+    elif args.format == "csv":
+        _emit(_csv_text(rows), args.out, "csv")
+    else:
+        head = f"{'format':<22}{'engine':<10}{'bytes/token':>13}{'metadata':>10}{'vs bf16':>9}" \
+               f"{'max tokens':>14}{'max conc.':>11}  status"
+        lines = [head]
+        for r in rows:
+            lines.append(
+                f"{r['format']:<22}{r['engine']:<10}{r['kv_bytes_per_token']:>13,}{r['kv_metadata_bytes_per_token']:>10,}"
+                f"{r['ratio_to_bf16']:>9.3f}{r['max_tokens']:>14,}{r['max_concurrency']:>11,}  {r['status']}"
+            )
+        _emit("\n".join(lines) + "\n", args.out)
+    return 0

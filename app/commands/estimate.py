@@ -1,0 +1,105 @@
+"""`kvsize estimate`: one scenario, or one scenario release by release (--vs)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from sizing.errors import KvsizeError
+from sizing.units import GiB
+
+from app.options import _add_scenario_options, _read_launch, scenario_from_args
+from app.output import _csv_text, _emit, _flat, render_table
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("estimate", help="one scenario",
+                       epilog="A vLLM launch may follow '--' as it is: kvsize estimate --gpu h100-sxm -- vllm serve "
+                              "MODEL --max-model-len 32768 --enforce-eager, or -- 'LLM(model=\"MODEL\", "
+                              "max_model_len=32768)'; its settings are read under vLLM's names.")
+    _add_scenario_options(p, model_required=False)
+    p.add_argument("--vs", action="append", default=[], metavar="ENGINE",
+                   help="the same scenario under another release, side by side (repeatable): --engine vllm@0.25.1 "
+                        "--vs vllm@0.26.0 shows each term's change and the mechanism behind it")
+    p.add_argument("launch", nargs="*", help=argparse.SUPPRESS)
+    p.add_argument("--kv-cache-dtype", default="auto",
+                   help="KV format, as the engine spells it: auto, fp8, nvfp4, q8_0, ... (kvsize formats)")
+    p.add_argument("--k-cache-dtype", default=None, help="K's format where it differs from V's")
+    p.add_argument("--v-cache-dtype", default=None, help="V's format where it differs from K's")
+    p.add_argument("--format", choices=["table", "json", "csv"], default="table", help="output form (default table)")
+    p.add_argument("--out", default=None, help="write to this file instead of standard output")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from sizing.plan import estimate, to_record
+
+    k = args.k_cache_dtype or args.kv_cache_dtype
+    v = args.v_cache_dtype or args.kv_cache_dtype
+    launch = _read_launch(args) if args.launch else None
+    if args.model is None:
+        raise KvsizeError("--model is required (or a vllm launch command after '--' that names the model)")
+    scenario = scenario_from_args(args, args.model, args.gpu, args.engine, args.tensor_parallel_size,
+                                  args.max_model_len, k, v)
+    if launch is not None:
+        scenario = scenario.evolve(usage_context=launch.usage_context, **launch.fields)
+    if args.vs:
+        return _print_release_comparison(scenario, [args.engine, *args.vs], args.format, args.out)
+    result = estimate(scenario)
+    record = to_record(result)
+    if not result.fits:
+        raise KvsizeError(result.fit_message)
+    for w in result.warnings:
+        print(f"kvsize: warning: {w}", file=sys.stderr)
+    if args.format == "json":
+        _emit(json.dumps(record, indent=2) + "\n", args.out, "json")
+    elif args.format == "csv":
+        _emit(_csv_text([_flat(record)]), args.out, "csv")
+    else:
+        _emit(render_table(record), args.out)
+    return 0
+
+
+def _print_release_comparison(scenario, engines: list[str], fmt: str, out: str | None) -> int:
+    from sizing.upgrade import compare_releases
+
+    result = compare_releases(scenario, engines)
+    rows = []
+    for label, value in (
+        ("rules", lambda c: c.rules), ("model runner", lambda c: c.estimate.model_runner.upper()),
+        ("weights_bytes", lambda c: c.estimate.breakdown.weights_bytes),
+        ("activation_bytes", lambda c: c.estimate.breakdown.activation_bytes),
+        ("non_torch_bytes", lambda c: c.estimate.breakdown.non_torch_bytes),
+        ("cuda_graph_bytes", lambda c: c.estimate.breakdown.cuda_graph_bytes),
+        ("kv_budget_bytes", lambda c: c.estimate.first_stage_kv_budget_bytes or c.estimate.kv_budget_bytes),
+        ("block_size", lambda c: c.estimate.block_size), ("num_blocks", lambda c: c.estimate.num_blocks),
+        ("gpu_kv_cache_size_tokens", lambda c: c.estimate.max_tokens),
+        ("pool_tokens_per_group", lambda c: c.pool_tokens),
+        ("max_concurrency_ratio", lambda c: round(c.estimate.max_concurrency_ratio, 2)),
+    ):
+        rows.append({"term": label, **{c.engine: value(c) for c in result.columns}})
+    if fmt == "json":
+        _emit(json.dumps({"releases": [c.engine for c in result.columns], "rows": rows,
+                          "changes": list(result.changes)}, indent=2) + "\n", out, "json")
+        return 0
+    if fmt == "csv":
+        _emit(_csv_text(rows), out, "csv")
+        return 0
+    width = max(22, *(len(c.engine) + 2 for c in result.columns))
+    lines = [f"{scenario.model_name} on {scenario.gpu_name}, release by release", ""]
+    lines.append(f"  {'':<26}" + "".join(f"{c.engine:>{width}}" for c in result.columns))
+    for row in rows[1:]:
+        cells = []
+        for c in result.columns:
+            v = row[c.engine]
+            cells.append(f"{v / GiB:,.2f} GiB" if row["term"].endswith("_bytes") else
+                         (f"{v:,}" if isinstance(v, int) else str(v)))
+        lines.append(f"  {row['term']:<26}" + "".join(f"{cell:>{width}}" for cell in cells))
+    lines += ["", "  gpu_kv_cache_size_tokens is vLLM's \"GPU KV cache size\" line (0.21+: max concurrency x max_model_len);",
+              "  pool_tokens_per_group is what the pool holds (blocks x block size per layer group).", ""]
+    lines += [f"  rules: {c.engine} follows {c.rules}" for c in result.columns]
+    lines += ["", "What changes:"] + [f"  - {change}" for change in result.changes or ("nothing in the rules kvsize "
+                                                                                     "models for this scenario",)]
+    _emit("\n".join(lines) + "\n", out)
+    return 0

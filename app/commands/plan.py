@@ -1,0 +1,240 @@
+"""`kvsize plan`: a fleet for a workload: GPUs, KV format, TP, speed, cost, serve command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from sizing.errors import KvsizeError
+
+from app.commands.plan_designs import _hf_id, _prices, designs_from_args
+from app.options import (_add_scenario_options, _int_or_error, _list, _positive_float, _positive_int, _size,
+                         _warn_beyond_positions, scenario_from_args)
+from app.output import _checked_outs, _csv_text, _write_all
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("plan", help="a fleet for a workload: GPUs, KV format, TP, speed, cost, serve command")
+    p.add_argument("--workload", required=True, help="workload file (.yaml, .yml or .json)")
+    p.add_argument("--model", required=True, help="bundled profile id, a config.json, or a folder holding one")
+    p.add_argument("--gpus", type=_list, default=["h100-sxm", "h200"],
+                   help="comma-separated GPU ids to choose from (default h100-sxm,h200)")
+    p.add_argument("--engine", default="vllm", help="vllm, sglang, trtllm, lmdeploy, llamacpp or ideal")
+    p.add_argument("--formats", type=_list, default=["auto", "fp8_e4m3", "nvfp4"],
+                   help="comma-separated KV formats to choose from (default auto,fp8_e4m3,nvfp4)")
+    p.add_argument("--tp", type=_list, default=["1", "2", "4", "8"],
+                   help="comma-separated TP sizes to choose from (default 1,2,4,8)")
+    p.add_argument("--price", default=None, help="USD per GPU-hour overrides, e.g. 'h100-sxm=2.1,h200=3.2'")
+    p.add_argument("--kv-efficiency", default=None,
+                   help="bandwidth efficiencies, e.g. 'fp8_e4m3=0.7,default=0.75,weights=0.8,mfu=0.5'")
+    p.add_argument("--efficiency-report", default=None,
+                   help="measurement report whose decode_efficiency replaces the assumed efficiencies")
+    p.add_argument("--quality-report", default=None, help="measurement report whose attention errors to show")
+    p.add_argument("--out", action="append", default=[], help="write .csv, .xlsx or .json (repeatable)")
+    p.add_argument("--top", type=_positive_int, default=12, help="candidates shown in the summary")
+    p.add_argument("--itl-target-ms", "--itl-ms", dest="itl_target_ms", type=_positive_float, default=None,
+                   help="inter-token latency each replica must keep at the peak (overrides the workload's)")
+    p.add_argument("--ttft-ms", type=_positive_float, default=None,
+                   help="mean time to first token at the peak (overrides the workload's ttft_target_ms); with a "
+                        "TTFT or ITL target, plan also searches aggregated and disaggregated designs")
+    p.add_argument("--host-memory", type=_size, default=None,
+                   help="host DRAM for KV per replica (an offload tier; with the workload's sessions and a target, "
+                        "the designs are searched with and without it)")
+    p.add_argument("--disk", type=_size, default=None, help="local NVMe for KV per replica (a tier below host memory)")
+    p.add_argument("--host-link", default="pcie5-x16", help="link of the host tier (kvsize links; default pcie5-x16)")
+    p.add_argument("--disk-link", default="nvme-gen4", help="link of the disk tier (kvsize links; default nvme-gen4)")
+    p.add_argument("--pd-link", default="nvlink4-peer",
+                   help="link a disaggregated design ships KV over (kvsize links), or none (default nvlink4-peer: "
+                        "prefill and decode GPUs in one host)")
+    _add_scenario_options(p, single=False)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from sizing.fleet import PLAN_SCHEMA, bucket_rows, candidate_rows, cost_rows, plan_serve_command, plan_summary
+
+    outs = _checked_outs(args.out, [getattr(args, "workload", None), getattr(args, "model", None)])
+    plan, base, rules, notes = plan_from_args(args)
+    designs = designs_from_args(args, plan, base)
+    cheapest = plan.cheapest
+    serve = plan_serve_command(plan, base, cheapest, _hf_id(args.model)) if cheapest else None
+    rows, pools, costs = candidate_rows(plan), bucket_rows(plan), cost_rows(plan)
+    guidance = [dict(rule=r.rule.name, above_tokens=r.rule.above_tokens, share_percent=round(r.share_percent, 2),
+                     threshold_percent=r.rule.min_share_percent, fires=r.fires, explanation=r.explanation)
+                for r in rules]
+    quality = [dict(format=n.format, published=n.published, source=n.source,
+                    measured_attention_error=n.measured_attention_error, measured_where=n.measured_where)
+               for n in notes]
+    pending = []
+    for out in outs:
+        kind = out.suffix.lower()
+        if kind == ".csv":
+            pending.append((out, _csv_text(rows).encode()))
+        elif kind == ".json":
+            record = dict(schema=PLAN_SCHEMA, model=plan.model_name, engine=plan.engine,
+                          workload=plan.workload.model_dump(mode="json"), efficiency_source=plan.efficiency.source,
+                          cheapest=_cheapest_key(cheapest), serve_command=serve.command if serve else None,
+                          candidates=rows, pools=pools, cost=costs, guidance=guidance, quality=quality)
+            if designs is not None:
+                record["designs"], record["frontier"] = designs["rows"], designs["frontier"]
+                record["design_serve_commands"] = designs["serve"]
+            pending.append((out, (json.dumps(record, indent=2) + "\n").encode()))
+        else:
+            from app.spreadsheet import xlsx_bytes
+
+            summary = plan_summary(plan, serve.command if serve else None, [r.explanation for r in rules if r.fires])
+            sheets = {"summary": summary, "candidates": rows, "pools": pools, "cost": costs, "guidance": guidance,
+                      "quality": quality}
+            if designs is not None:
+                sheets |= {"designs": designs["rows"], "frontier": designs["frontier"]}
+            pending.append((out, xlsx_bytes(sheets)))
+    _write_all(pending)
+    sys.stdout.write(render_plan(plan, rows, rules, notes, serve, args.top))
+    if designs is not None:
+        sys.stdout.write(designs["text"])
+    for out in outs:
+        print(f"kvsize: wrote {out}", file=sys.stderr)
+    if designs is not None and not designs["met"]:
+        print("kvsize: error: no design meets the latency targets; loosen --ttft-ms or --itl-ms, or add faster "
+              "GPUs or larger TP sizes (the designs table gives each one's reason)", file=sys.stderr)
+        return 1  # a target not met, as against bad input (2)
+    if cheapest is None:
+        reasons = list(dict.fromkeys(r["reason"].removeprefix("n/a: ") for r in rows if r.get("reason")))
+        more = f" (and {len(reasons) - 3} more, in the table above)" if len(reasons) > 3 else ""
+        print("kvsize: error: no candidate serves the workload: " + "; ".join(reasons[:3]) + more, file=sys.stderr)
+        return 2
+    return 0
+
+
+def plan_from_args(args: argparse.Namespace):
+    """(fleet plan, base scenario, guidance, quality notes, serve command of the cheapest)."""
+    from sizing.fleet import build_candidates, load_draft, plan_fleet, unconfirmed_pairs, unsupported_pairs
+    from sizing.formats import get_format
+    from sizing.guidance import evaluate_rules, quality_notes
+    from sizing.profiles import measured_efficiency
+    from sizing.speed import efficiency_from_report, parse_efficiency_overrides
+    from sizing.workload import read_workload
+
+    if args.pipeline_parallel_size != 1:
+        raise KvsizeError("plan sizes replicas of TP GPUs; --pipeline-parallel-size is not supported here")
+    if args.concurrency != 1:
+        raise KvsizeError("plan takes the peak from the workload's peak_concurrency; drop --concurrency")
+    workload = read_workload(args.workload)
+    if args.itl_target_ms is not None:
+        workload = workload.model_copy(update={"itl_target_ms": args.itl_target_ms})
+    if args.ttft_ms is not None:
+        workload = workload.model_copy(update={"ttft_target_ms": args.ttft_ms})
+    base = scenario_from_args(args, args.model, args.gpus[0], args.engine, 1, None, "auto", "auto")
+    efficiency = measured_efficiency()
+    if args.efficiency_report:
+        efficiency = efficiency_from_report(_read_report(args.efficiency_report, "--efficiency-report"),
+                                            Path(args.efficiency_report).name)
+    efficiency = parse_efficiency_overrides(args.kv_efficiency, efficiency)
+    tps = [_int_or_error(t, "--tp") for t in args.tp]
+    _some_tp_splits_the_heads(base, tps, args.engine)
+    _warn_beyond_positions(args.model, base.shape, [b.max_context_tokens for b in workload.mix()])
+    formats = [get_format(f, base.shape.serving_dtype, option="--formats").name for f in args.formats]
+    distinct = list(dict.fromkeys(formats))
+    candidates = build_candidates(args.gpus, distinct, tps, _prices(args.price), args.engine)
+    for gpu, fmt, why in unsupported_pairs(args.gpus, distinct, args.engine):
+        print(f"kvsize: warning: {fmt} left out on {gpu}: {why}", file=sys.stderr)
+    unconfirmed = unconfirmed_pairs(args.gpus, distinct, args.engine)
+    if unconfirmed:
+        print("kvsize: note: no engine source confirms " + ", ".join(f"{f} on {g}" for g, f in unconfirmed)
+              + f" with {args.engine} (kvsize support)", file=sys.stderr)
+    plan = plan_fleet(base, candidates, workload, efficiency, load_draft(workload))
+    report = _read_report(args.quality_report, "--quality-report") if args.quality_report else None
+    notes = quality_notes(formats, base.shape.serving_dtype, report,
+                          Path(args.quality_report).name if args.quality_report else None)
+    return plan, base, evaluate_rules(workload), notes
+
+
+def _read_report(path: str, option: str) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise KvsizeError(f"{option}: {p} is not a file")
+    try:
+        report = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise KvsizeError(f"{option}: {p} is not a JSON measurement report ({e})") from None
+    if not isinstance(report, dict):
+        raise KvsizeError(f"{option}: {p} holds a JSON {type(report).__name__}, not a measurement report (an object)")
+    return report
+
+
+def _some_tp_splits_the_heads(base, tps: list[int], engine: str) -> None:
+    """Refuse up front when no --tp can split the model: no candidate could be sized."""
+    from sizing.engines import get_engine
+    from sizing.plan import check_tensor_parallel
+
+    errors = []
+    for tp in tps:
+        try:
+            check_tensor_parallel(base.shape, tp, get_engine(engine))
+            return
+        except KvsizeError as e:
+            errors.append(e)
+    if errors:
+        raise errors[0]
+
+
+def _cheapest_key(p) -> dict | None:
+    if p is None:
+        return None
+    return dict(gpu=p.candidate.gpu.id, kv_format=p.candidate.kv_format,
+                tensor_parallel_size=p.candidate.tensor_parallel_size, gpus=p.gpus)
+
+
+def render_plan(plan, rows: list[dict], rules, notes, serve, top: int) -> str:
+    from sizing.fleet import HOURS_PER_MONTH
+
+    w = plan.workload
+    lines = [f"Fleet plan: {plan.model_name} on {plan.engine}, workload {w.name!r}: peak {w.peak_concurrency:,} "
+             f"concurrent requests, prefix cache share {w.prefix_cache_share:.0%}"]
+    lines.append("  mix: " + ", ".join(f"{b.label} tokens {b.share_percent:g}% of requests (out {b.output_tokens:,})"
+                                        for b in w.mix()))
+    lines.append("")
+    head = (f"{'gpu':<11}{'kv format':<20}{'tp':>3}{'gpus':>6}{'req/repl':>9}{'split':>7}{'ITL ms':>9}"
+            f"{'tok/s/GPU':>11}{'$/h':>9}{'$/M tok':>9}{'vs bf16':>9}")
+    lines.append(head)
+    fitting = [r for r in rows if r["fits"]]  # candidate_rows ranks them: cheapest first
+    for r in fitting[:top]:
+        saving = f"{-r['savings_vs_bf16_percent']:+.0f}%" if r["savings_vs_bf16_percent"] is not None else "-"
+        lines.append(f"{r['gpu']:<11}{r['kv_format']:<20}{r['tensor_parallel_size']:>3}{r['gpus']:>6}"
+                     f"{r['requests_per_replica']:>9}{r['gpus_per_bucket_pools']:>7}{r['itl_ms']:>9.2f}"
+                     f"{r['tokens_per_s_per_gpu']:>11,.0f}{r['fleet_usd_per_hour']:>9.2f}"
+                     f"{r['usd_per_million_output_tokens']:>9.3f}{saving:>9}")
+    refused = [r for r in rows if not r["fits"]]
+    if refused:
+        lines.append(f"  ({len(refused)} candidate(s) do not fit or cannot run; see --out for reasons, e.g. "
+                     f"{refused[0]['gpu']} {refused[0]['kv_format']} TP {refused[0]['tensor_parallel_size']}: "
+                     f"{refused[0]['reason']})")
+    target = f"ITL target {w.itl_target_ms:g} ms" if w.itl_target_ms else "no ITL target (--itl-target-ms)"
+    lines.append("  gpus: one shared pool; split: one pool per length bucket (capacity only); ITL at the peak batch "
+                 f"per replica; cheapest = lowest fleet $/h that holds the peak, {target}; "
+                 f"efficiency: {plan.efficiency.source}")
+    lines.append("")
+    best = plan.cheapest
+    if best:
+        c = best.candidate
+        lines.append(f"Cheapest: {best.gpus} × {c.gpu.name} ({c.kv_format} KV, TP {c.tensor_parallel_size}) — "
+                     f"{best.reason}; ${best.usd_per_hour:,.2f}/h (${best.usd_per_hour * HOURS_PER_MONTH:,.0f} a month of "
+                     f"{HOURS_PER_MONTH} h) at ${c.gpu.usd_per_hour:g}/GPU-h ({c.gpu.price_source})")
+    else:
+        lines.append("No candidate fits: try larger TP, more memory per GPU, or a smaller KV format.")
+    lines.append("")
+    lines.append("Guidance:")
+    lines += [f"  - {r.explanation}" for r in rules]
+    lines.append("Quality notes:")
+    for n in notes:
+        measured = (f"; measured attention error {n.measured_attention_error:.1%} ({n.measured_where})"
+                    if n.measured_attention_error is not None else "")
+        lines.append(f"  - {n.format}: {n.published} [{n.source}]{measured}")
+    if serve:
+        lines.append("")
+        lines.append(f"Serve ({serve.engine}; {serve.note}):" if serve.command else f"Serve: {serve.note}")
+        if serve.command:
+            lines.append(f"  {serve.command}")
+    return "\n".join(lines) + "\n"
