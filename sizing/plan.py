@@ -426,6 +426,8 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
     shape, k_name, v_name, built_notes = engine.build_model(s.shape, k_name, v_name)
     notes = (*shape.notes, *built_notes, *_format_warnings(engine, s.gpu_architecture, k_name, v_name,
                                                             shape.serving_dtype))
+    if engine.release is not None and engine.release.unconfirmed:
+        notes += (f"{engine.release.name} rules: {engine.release.unconfirmed}",)
     fraction = s.memory_fraction if s.memory_fraction is not None else engine.default_fraction(
         s.nvml_mib, tp, s.pipeline_parallel_size)
     layout = _layout(shape, k_name, v_name, tp, stage, engine.layer_overrides(shape, k_name, s.layer_kv_dtype),

@@ -249,6 +249,9 @@ class Release(_Strict):
     # (DeepSeek-V4). A family not listed gets block_size_default; a release without "compressed_mla"
     # is not modelled for DeepSeek-V4.
     attention_block_sizes: dict[Literal["sparse_mla", "compressed_mla"], int] = Field(default_factory=dict)
+    # What no real start of this range confirms, said with every estimate that follows it (the costly
+    # direction is a plan that promises memory the engine does not give)
+    unconfirmed: str = ""
     sources: dict[str, str]
 
     def __hash__(self) -> int:  # estimates cache on the engine; one file per (engine, release)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from sizing.errors import KvsizeError
 from sizing.units import GiB
 
 from app.options import _add_scenario_options, _read_launch, scenario_from_args
-from app.output import _csv_text, _emit, _flat, render_table
+from app.output import _check_out, _csv_text, _emit, _flat, render_table
 
 
 def add_parser(sub) -> None:
@@ -35,6 +36,8 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from sizing.plan import estimate, to_record
 
+    if args.out is not None:
+        _check_out(Path(args.out))  # refused before anything is computed or printed
     k = args.k_cache_dtype or args.kv_cache_dtype
     v = args.v_cache_dtype or args.kv_cache_dtype
     launch = _read_launch(args) if args.launch else None
