@@ -254,7 +254,8 @@ def read_workload(path: str | Path) -> Workload:
 def parse_workload_text(data: bytes | str, where: str = "workload") -> Workload:
     data = limited_text(data, MAX_WORKLOAD_BYTES, where, "a workload file")
     _depth_before_parsing(data, where)
-    long_number = re.search(r"\d{%d,}" % (MAX_NUMBER_DIGITS + 1), data)
+    # a standalone number (not digits inside a name) longer than any count kvsize plans
+    long_number = re.search(r"(?<![\w.-])-?\d{%d,}(?![\w-])" % (MAX_NUMBER_DIGITS + 1), data)
     if long_number:
         line = data.count("\n", 0, long_number.start()) + 1
         raise KvsizeError(f"{where}: line {line} holds a number of {len(long_number.group()):,} digits; kvsize plans "
