@@ -1,0 +1,119 @@
+"""`kvsize watch`: a running vLLM server's /metrics (a URL, or a saved scrape) against the plan."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from sizing.errors import KvsizeError
+
+from app.options import _add_scenario_options, _positive_int, scenario_from_args
+from app.output import _check_out, _csv_text, _emit
+
+MAX_SCRAPES = 1000
+
+
+def _interval(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds such as 10, got {text!r}") from None
+    if not 1 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"must be between 1 and 3600 seconds, got {text!r}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction such as 0.4, got {text!r}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text!r}")
+    return value
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("watch", help="hold a running vLLM server's /metrics against the plan, figure by figure")
+    p.add_argument("source", help="the server's metrics URL (http://host:8000/metrics) or a saved /metrics text")
+    _add_scenario_options(p)
+    p.add_argument("--kv-cache-dtype", default="auto", help="the KV format the plan chose (default auto)")
+    p.add_argument("--hit-rate", type=_fraction, default=None,
+                   help="the prefix-cache hit rate the plan's tiers assumed (kvsize tiers), e.g. 0.4")
+    p.add_argument("--interval", type=_interval, default=10.0, help="seconds between scrapes of a URL (default 10)")
+    p.add_argument("--count", type=_positive_int, default=1,
+                   help=f"scrapes of a URL (default 1; at most {MAX_SCRAPES}); counters are read between scrapes")
+    p.add_argument("--format", choices=["table", "csv", "json"], default="table", help="output form (default table)")
+    p.add_argument("--out", default=None, help="write to this file instead of standard output")
+    p.set_defaults(run=run)
+
+
+def _scrape(source: str) -> str:
+    from sizing.inputs import read_limited
+    from sizing.metrics import MAX_METRICS_BYTES
+
+    if source.startswith(("http://", "https://")):
+        import urllib.error
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(source, timeout=10) as response:  # noqa: S310 - the user's own server
+                data = response.read(MAX_METRICS_BYTES + 1)
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            raise KvsizeError(f"cannot read {source}: {getattr(e, 'reason', e)}") from None
+        if len(data) > MAX_METRICS_BYTES:
+            raise KvsizeError(f"{source} sent more than {MAX_METRICS_BYTES:,} bytes; a /metrics scrape is far smaller")
+    else:
+        data = read_limited(Path(source), MAX_METRICS_BYTES, "SOURCE", "a saved /metrics text")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise KvsizeError(f"{source} is not UTF-8 text; expected a /metrics scrape") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    from sizing.metrics import read_metrics, watch
+    from sizing.plan import estimate
+
+    if args.count > MAX_SCRAPES:
+        raise KvsizeError(f"--count {args.count}: at most {MAX_SCRAPES} scrapes")
+    if args.count > 1 and not args.source.startswith(("http://", "https://")):
+        raise KvsizeError("--count above 1 needs a URL: a saved text does not change between scrapes")
+    if args.out is not None:
+        _check_out(Path(args.out))
+    scenario = scenario_from_args(args, args.model, args.gpu, args.engine, args.tensor_parallel_size,
+                                  args.max_model_len, args.kv_cache_dtype, args.kv_cache_dtype)
+    e = estimate(scenario)
+    rows, previous, outside = [], None, False
+    for n in range(args.count):
+        if n:
+            time.sleep(args.interval)
+        metrics = read_metrics(_scrape(args.source))
+        for line in watch(metrics, e, scenario.concurrency, args.hit_rate, previous):
+            rows.append({"scrape": n + 1, **asdict(line)})
+            outside |= line.inside is False
+        previous = metrics
+    if args.format == "json":
+        _emit(json.dumps({"source": args.source, "plan": {"num_blocks": e.num_blocks, "block_size": e.block_size,
+                                                          "kv_format": e.k_format, "concurrency": scenario.concurrency,
+                                                          "max_model_len": e.max_model_len},
+                          "figures": rows}, indent=2) + "\n", args.out, "json")
+    elif args.format == "csv":
+        _emit(_csv_text(rows), args.out, "csv")
+    else:
+        lines = [f"{args.source} against the plan ({e.engine.label}; {e.num_blocks:,} blocks of {e.block_size} tokens, "
+                 f"{scenario.concurrency} requests at {e.max_model_len:,} tokens)"]
+        for r in rows:
+            mark = {True: "inside the plan", False: "OUTSIDE the plan", None: "no planned figure"}[r["inside"]]
+            lines.append(f"  [{r['scrape']}] {r['figure']:<22} {r['engine']:<34} planned {r['planned']:<40} {mark}")
+            if r["inside"] is False:
+                lines.append(f"      → {r['advice']}")
+        _emit("\n".join(lines) + "\n", args.out)
+    if outside:
+        print("kvsize: the deployment is outside the plan on at least one figure (see above)", file=sys.stderr)
+        return 1
+    return 0

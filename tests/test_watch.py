@@ -1,0 +1,97 @@
+"""kvsize watch: a vLLM server's /metrics held against the plan, from a saved text and from a live
+local HTTP server. The text is constructed from vLLM 0.26's metric definitions with the block count
+of a real start (tests/fixtures/metrics/vllm-0.26-constructed.txt says how)."""
+
+import http.server
+import json
+import threading
+
+import pytest
+
+from app.cli import main
+from sizing.errors import KvsizeError
+from sizing.metrics import read_metrics
+from conftest import ROOT
+
+TEXT = (ROOT / "tests" / "fixtures" / "metrics" / "vllm-0.26-constructed.txt").read_text()
+CONFIG = str(ROOT / "tests" / "fixtures" / "vllm-starts" / "configs" / "llama-3.1-8b.json")
+PLAN = ["--model", CONFIG, "--gpu", "h200", "--engine", "vllm@0.26.0", "--max-model-len", "8192",
+        "--concurrency", "16"]
+
+
+def test_reads_vllms_figures():
+    m = read_metrics(TEXT)
+    assert (m.num_gpu_blocks, m.block_size, m.cache_dtype, m.gpu_memory_utilization) == (57489, 16, "auto", 0.92)
+    assert (m.running, m.waiting, m.preemptions, m.engines) == (12, 0, 0.0, 1)
+    assert m.kv_cache_usage == pytest.approx(0.4187) and m.prefix_hit_rate == pytest.approx(40960 / 98304)
+
+
+def test_a_deployment_inside_the_plan(tmp_path, capsys):
+    path = tmp_path / "metrics.txt"
+    path.write_text(TEXT)
+    assert main(["watch", str(path), *PLAN, "--format", "json"]) == 0
+    figures = {f["figure"]: f for f in json.loads(capsys.readouterr().out)["figures"]}
+    # the start printed 919,824 tokens (57,489 blocks); kvsize plans the pool within 0.01% of it
+    assert figures["KV blocks"]["inside"] and figures["KV dtype"]["inside"]
+
+
+@pytest.mark.parametrize("old, new, figure", [
+    ("vllm:num_requests_waiting{engine=\"0\",model_name=\"meta-llama/Llama-3.1-8B\"} 0.0",
+     "vllm:num_requests_waiting{engine=\"0\",model_name=\"meta-llama/Llama-3.1-8B\"} 7.0", "requests waiting"),
+    ('cache_dtype="auto"', 'cache_dtype="fp8_e5m2"', None),  # fp8 where the plan has bf16
+    ('num_gpu_blocks="57489"', 'num_gpu_blocks="41000"', "KV blocks"),
+    ("vllm:num_preemptions_total{engine=\"0\",model_name=\"meta-llama/Llama-3.1-8B\"} 0.0",
+     "vllm:num_preemptions_total{engine=\"0\",model_name=\"meta-llama/Llama-3.1-8B\"} 3.0", "preemptions"),
+])
+def test_a_deployment_outside_the_plan_says_what_to_change(tmp_path, capsys, old, new, figure):
+    path = tmp_path / "metrics.txt"
+    assert old in TEXT
+    path.write_text(TEXT.replace(old, new))
+    assert main(["watch", str(path), *PLAN]) == 1
+    out = capsys.readouterr().out
+    assert "OUTSIDE the plan" in out and "→" in out
+    if figure:
+        assert any(figure in line and "OUTSIDE" in line for line in out.splitlines())
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("# nothing\nprocess_cpu_seconds_total 1.0\n", "holds no vllm: metric"),
+    ('vllm:num_requests_running{engine="0"} -3\n', "a count of zero or more"),
+    ('vllm:cache_config_info{num_gpu_blocks="12.5"} 1\n', "not a whole number"),
+])
+def test_bad_scrapes_are_refused_in_one_line(text, needle):
+    with pytest.raises(KvsizeError, match=needle):
+        read_metrics(text)
+
+
+def test_a_live_server_is_scraped_and_counters_read_between_scrapes(capsys):
+    scrapes = [TEXT, TEXT.replace("vllm:num_preemptions_total{engine=\"0\",model_name=\"meta-llama/Llama-3.1-8B\"} 0.0",
+                                  "vllm:num_preemptions_total{engine=\"0\",model_name=\"meta-llama/Llama-3.1-8B\"} 2.0")]
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            body = scrapes.pop(0).encode() if scrapes else b""
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        code = main(["watch", url, *PLAN, "--count", "2", "--interval", "1", "--format", "json"])
+    finally:
+        server.shutdown()
+    rows = json.loads(capsys.readouterr().out)["figures"]
+    preempted = [r for r in rows if r["figure"] == "preemptions"]
+    assert code == 1 and [r["inside"] for r in preempted] == [True, False]
+    assert preempted[1]["engine"] == "2 since the last scrape"
+
+
+def test_an_unreachable_server_is_one_line(capsys):
+    assert main(["watch", "http://127.0.0.1:9/metrics", *PLAN]) == 2
+    assert "cannot read http://127.0.0.1:9/metrics" in capsys.readouterr().err
