@@ -1,0 +1,37 @@
+"""Compare formats: every KV cache format for the sidebar's scenario."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from app.ui import _chart, _downloads
+from sizing.formats import FORMAT_NAMES
+from sizing.plan import Scenario, compare
+
+
+def page_compare(s: Scenario) -> None:
+    # The sidebar's concurrency and context, as on Plan: "fits" means the same on both pages.
+    rows = compare(s, s.engine, FORMAT_NAMES)
+    df = pd.DataFrame(rows)
+    st.caption(f"Each format at {s.concurrency:,} requests of {s.max_model_len:,} tokens on {s.gpu_name}; formats "
+               f"{s.engine} lacks are sized by the ideal engine and say so.")
+    fig = go.Figure()
+    for fits, name, color in ((True, "fits", "#54A24B"), (False, "does not fit or n/a", "#BAB0AC")):
+        part = df[df["fits"] == fits]
+        fig.add_bar(name=name, x=part["format"], y=part["max_concurrency"], marker_color=color,
+                    customdata=part[["kv_bytes_per_token", "capacity_vs_bf16"]],
+                    hovertemplate="%{x}: %{y:,} requests, %{customdata[0]:,} B/token, "
+                                  "%{customdata[1]:.2f}× bf16's capacity<extra></extra>")
+    fig.add_scatter(x=list(df["format"]), y=[s.concurrency] * len(df), mode="lines", name="your concurrency",
+                    line=dict(dash="dot", color="black", width=1))
+    fig.update_layout(yaxis_title=f"max concurrent requests of {s.max_model_len:,} tokens", xaxis_tickangle=-35,
+                      title=f"Capacity by KV format: {s.model_name} on {s.gpu_name}, {s.engine}")
+    _chart(fig, "compare_chart")
+    st.dataframe(df[["format", "engine", "status", "max_concurrency", "capacity_vs_bf16", "kv_bytes_per_token",
+                     "ratio_to_bf16", "max_tokens", "quality", "quality_source"]], key="compare_table", hide_index=True,
+                 column_config={"ratio_to_bf16": st.column_config.NumberColumn("bytes vs bf16", format="%.3f×"),
+                                "capacity_vs_bf16": st.column_config.NumberColumn("capacity vs bf16",
+                                                                                  format="%.2f×")})
+    _downloads(df, fig, "formats")

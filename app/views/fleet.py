@@ -1,0 +1,169 @@
+"""Fleet: the cheapest fleet for a workload over GPUs, KV formats and TP sizes; its latency
+designs and ITL chart are in app/views/fleet_designs.py."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from app.ui import UPLOADED_MODEL, _chart, _downloads, _gpu_choices
+from app.views.fleet_designs import _itl_chart, page_designs
+from sizing.errors import KvsizeError
+from sizing.formats import FORMAT_NAMES
+from sizing.plan import Scenario, beyond_positions_warning
+from sizing.profiles import gpu_profile, model_profile
+
+COST_CHART_BARS = 15  # more bars than this cannot be read; the table holds every candidate
+
+DEFAULT_BUCKETS = [
+    {"max_context_tokens": 8192, "share_percent": 55.0, "output_tokens": 512},
+    {"max_context_tokens": 16384, "share_percent": 25.0, "output_tokens": 512},
+    {"max_context_tokens": 32768, "share_percent": 15.0, "output_tokens": 1024},
+    {"max_context_tokens": 131072, "share_percent": 5.0, "output_tokens": 1024},
+]
+
+
+def read_workload_widgets():
+    """The workload from an uploaded file, else from the table editor; errors via st.error."""
+    from sizing.workload import parse_workload, parse_workload_text
+
+    upload = st.file_uploader("Workload file (.yaml/.json, as for `kvsize plan --workload`)",
+                              type=["yaml", "yml", "json"], key="workload_upload", max_upload_size=1)
+    if upload is not None:
+        workload = parse_workload_text(upload.getvalue(), upload.name)
+        target = f"ITL target {workload.itl_target_ms:g} ms" if workload.itl_target_ms else "no ITL target"
+        st.caption(f"Workload {workload.name!r} from {upload.name}: peak {workload.peak_concurrency:,} concurrent "
+                   f"requests, {target}, prefix cache share {workload.prefix_cache_share:.0%}")
+        st.dataframe(pd.DataFrame([dict(bucket=b.label, max_context_tokens=b.max_context_tokens,
+                                        share_of_requests_percent=b.share_percent, output_tokens=b.output_tokens)
+                                   for b in workload.mix()]), hide_index=True, key="workload_shown")
+        return workload
+    c = st.columns(3)
+    peak = c[0].number_input("Peak concurrent requests", 1, 10_000_000, 400, key="peak_concurrency")
+    prefix = c[1].slider("Share of prompt tokens from a shared prefix", 0.0, 0.95, 0.0, 0.05, key="prefix_share")
+    itl = c[2].number_input("Inter-token latency target (ms, 0 = none)", 0.0, 10_000.0, 50.0, 5.0, key="itl_target",
+                            help="each replica keeps its decode step under this at the peak; more replicas if needed")
+    table = st.data_editor(pd.DataFrame(DEFAULT_BUCKETS), num_rows="dynamic", key="buckets",
+                           column_config={
+                               "max_context_tokens": st.column_config.NumberColumn("≤ context (tokens)", step=1),
+                               "share_percent": st.column_config.NumberColumn("share of requests (%)"),
+                               "output_tokens": st.column_config.NumberColumn("mean output (tokens)", step=1)})
+    buckets = [{k: (float(v) if k == "share_percent" else int(v)) for k, v in row.items() if pd.notna(v)}
+               for row in table.to_dict("records")]
+    return parse_workload({"peak_concurrency": int(peak), "prefix_cache_share": float(prefix), "buckets": buckets,
+                           "itl_target_ms": float(itl) or None}, "workload table")
+
+
+def page_fleet(s: Scenario) -> None:
+    from app.spreadsheet import xlsx_bytes
+    from sizing.fleet import (HOURS_PER_MONTH, bucket_rows, build_candidates, candidate_rows, cost_rows, plan_fleet,
+                              plan_serve_command, plan_summary, unconfirmed_pairs, unsupported_pairs)
+    from sizing.guidance import evaluate_rules, quality_notes
+
+    st.caption(f"{s.model_name} on {s.engine}; the sidebar's engine settings apply. KV is charged at each bucket's "
+               "longest request; speed at the peak batch per replica (docs/formulas.md, 'Fleet' and 'Speed').")
+    try:
+        workload = read_workload_widgets()
+    except KvsizeError as e:
+        st.error(str(e))
+        return
+    beyond = beyond_positions_warning(s.model_name, s.shape, [b.max_context_tokens for b in workload.mix()])
+    if beyond:
+        st.warning(beyond)
+    c = st.columns(3)
+    gpus = c[0].multiselect("GPUs", _gpu_choices(), default=["h100-sxm", "h200"], key="fleet_gpus")
+    formats = c[1].multiselect("KV formats", ["auto", *FORMAT_NAMES], default=["auto", "fp8_e4m3", "nvfp4"],
+                               key="fleet_formats")
+    tps = c[2].multiselect("TP sizes", [1, 2, 4, 8], default=[1, 2, 4], key="fleet_tp")
+    if not (gpus and formats and tps):
+        st.error("choose at least one GPU, one KV format and one TP size")
+        return
+    prices = {}
+    with st.expander("Prices (USD per GPU-hour)"):
+        cols = st.columns(min(4, len(gpus)))
+        for i, gpu in enumerate(gpus):
+            profile = gpu_profile(gpu)
+            prices[gpu] = cols[i % len(cols)].number_input(
+                gpu, 0.01, 1000.0, float(profile.price_usd_per_hour), 0.01, key=f"price_{gpu}",
+                help=f"indicative: {profile.price_source} ({profile.price_date}); your own rate gives your costs")
+    try:
+        plan = plan_fleet(replace(s, pipeline_parallel_size=1),
+                          build_candidates(gpus, formats, tps, prices, engine=s.engine), workload)
+    except KvsizeError as e:
+        st.error(str(e))
+        return
+    for gpu, fmt, why in unsupported_pairs(gpus, formats, s.engine):
+        st.info(f"{fmt} left out on {gpu}: {why}")
+    unconfirmed = unconfirmed_pairs(gpus, formats, s.engine)
+    if unconfirmed:
+        st.caption("No engine source confirms " + ", ".join(f"{f} on {g}" for g, f in unconfirmed) + ".")
+    rows = candidate_rows(plan)
+    best = plan.cheapest
+    if best is None:
+        st.error("no candidate fits: try a larger TP, a GPU with more memory, or a smaller KV format")
+    else:
+        b = best.candidate
+        m = st.columns([3, 3, 2, 3, 3])
+        m[0].metric("Cheapest fleet", f"{best.gpus} × {b.gpu.id}", help=best.reason)
+        m[1].metric("KV format", b.kv_format)
+        m[2].metric("TP", f"{b.tensor_parallel_size}")
+        m[3].metric("Fleet cost", f"${best.usd_per_hour:,.2f}/h",
+                    help=f"${b.gpu.usd_per_hour:g} per GPU-hour ({b.gpu.price_source}); "
+                         f"${best.usd_per_hour * HOURS_PER_MONTH:,.0f} a month of {HOURS_PER_MONTH} h")
+        m[4].metric("Cost per million output tokens", f"${best.usd_per_million_output_tokens:,.3f}",
+                    help=f"ITL {best.itl_seconds * 1000:.1f} ms at {best.decode_batch:.0f} requests per replica")
+        st.caption(f"${best.usd_per_hour * HOURS_PER_MONTH:,.0f} a month ({HOURS_PER_MONTH} h) · {best.reason}")
+    df = pd.DataFrame(rows)  # ranked: the recommendation first
+    fitting = df[df["fits"]].head(COST_CHART_BARS)
+    fig = go.Figure()
+    if not fitting.empty:
+        labels = fitting["gpu"] + " TP" + fitting["tensor_parallel_size"].astype(str) + " " + fitting["kv_format"]
+        for fmt in fitting["kv_format"].unique():
+            part = fitting["kv_format"] == fmt
+            fig.add_bar(name=fmt, y=labels[part], x=fitting["fleet_usd_per_hour"][part], orientation="h",
+                        text=fitting["gpus"][part].astype(str) + " GPUs", textposition="auto",
+                        hovertemplate="%{y}: $%{x:,.2f}/h, %{text}<extra></extra>")
+        more = len(df[df["fits"]]) - len(fitting)
+        fig.update_layout(barmode="overlay", xaxis_title="fleet cost (USD per hour)",
+                          yaxis=dict(categoryorder="array", categoryarray=list(labels)[::-1], title=""),
+                          height=max(300, 28 * len(fitting) + 120),
+                          title=f"Fleet cost for a peak of {workload.peak_concurrency:,} requests, cheapest at the top"
+                                + (f" ({more} dearer candidates in the table)" if more > 0 else ""))
+        _chart(fig, "fleet_cost_chart")
+    st.dataframe(df, hide_index=True, key="fleet_table")
+    pools, costs = bucket_rows(plan), cost_rows(plan)
+    _downloads(df, fig if not fitting.empty else None, "fleet")
+    serve = None
+    if best is not None:
+        uploaded = st.session_state.get("upload") is not None
+        # An upload names no checkpoint: the command says where the user's own goes.
+        serve = plan_serve_command(plan, s, best,
+                                   UPLOADED_MODEL if uploaded else model_profile(st.session_state["model"]).hf_id)
+    fired = [r.explanation for r in evaluate_rules(workload) if r.fires]
+    st.download_button("Whole plan (XLSX: summary, candidates, pools, cost)",
+                       lambda: xlsx_bytes({"summary": plan_summary(plan, serve.command if serve else None, fired),
+                                           "candidates": rows, "pools": pools, "cost": costs}),
+                       "fleet-plan.xlsx", key="fleet_plan_xlsx")
+    if best is not None:
+        _itl_chart(plan, s, best, formats)
+        st.subheader("Serve the cheapest plan")
+        if serve.command:
+            st.code(serve.command, language="bash", wrap_lines=True)
+        st.caption(serve.note)
+        if uploaded:
+            st.caption(f"{UPLOADED_MODEL}: the folder holding the uploaded config.json and its weights, or its "
+                       "Hugging Face id.")
+        st.subheader("Pools of the cheapest candidate")
+        st.dataframe(pd.DataFrame([r for r in pools if r["gpu"] == b.gpu.id and r["kv_format"] == b.kv_format
+                                   and r["tensor_parallel_size"] == b.tensor_parallel_size]), key="fleet_pools")
+    page_designs(s, workload, gpus, formats, tps, prices, plan)
+    st.subheader("Guidance")
+    for r in evaluate_rules(workload):
+        (st.success if r.fires else st.info)(r.explanation)
+    st.subheader("Quality notes")
+    st.dataframe(pd.DataFrame([n.__dict__ for n in quality_notes(formats, s.shape.serving_dtype)]),
+                 key="fleet_quality")
+    st.caption(f"Efficiency: {plan.efficiency.source}")

@@ -1,0 +1,125 @@
+"""Fleet, continued: aggregated against disaggregated designs for latency targets, and the
+inter-token latency chart of the cheapest plan."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from app.ui import _chart, in_widget_terms
+from sizing.errors import KvsizeError
+from sizing.plan import Scenario, estimate
+from sizing.units import GiB
+
+
+def page_designs(s: Scenario, workload, gpus: list[str], formats: list[str], tps: list[int], prices: dict,
+                 plan) -> None:
+    """Aggregated and disaggregated designs against TTFT and ITL targets, and their frontier."""
+    from app.spreadsheet import xlsx_bytes
+    from sizing.fleet import build_candidates
+    from sizing.profiles import link_ids
+    from sizing.slo import Targets, TierOption, cheapest, design_row, frontier, pd_link, ranked, search_designs
+
+    st.subheader("Latency targets: aggregated or disaggregated")
+    c = st.columns(3)
+    ttft = c[0].number_input("TTFT target (ms, 0 = none)", 0.0, 600_000.0,
+                             float(workload.ttft_target_ms or 0.0), 100.0, key="ttft_target",
+                             help="mean time to first token at the peak; with a target, designs are searched")
+    links = ["none", *link_ids()]
+    link_choice = c[1].selectbox("P/D link", links, index=links.index("nvlink4-peer"), key="pd_link",
+                             help="what a disaggregated design ships each request's KV over (kvsize links)")
+    host_gib = c[2].number_input("Host memory tier per replica (GiB, 0 = none)", 0, 1 << 20, 0, 64, key="host_tier_gib",
+                                 help="prefixes the workload's sessions find there are reloaded, not prefilled")
+    if not ttft and not workload.itl_target_ms:
+        st.caption("Give a TTFT or ITL target to compare aggregated with disaggregated designs.")
+        return
+    targets = Targets(ttft / 1000 if ttft else None, workload.itl_target_ms / 1000 if workload.itl_target_ms else None)
+    tiers = TierOption({"host": host_gib * GiB}, {"host": "pcie5-x16"}) if host_gib else None
+    try:
+        link, shared, same_host = pd_link(link_choice, "P/D link")
+        designs = search_designs(replace(s, pipeline_parallel_size=1),
+                                 build_candidates(gpus, formats, tps, prices, engine=s.engine), workload,
+                                 plan.efficiency, targets, link, shared, same_host=same_host, tiers=tiers)
+    except KvsizeError as e:
+        st.error(in_widget_terms(str(e)))
+        return
+    best = cheapest(designs)
+    agg = cheapest([d for d in designs if d.kind == "aggregated"])
+    dis = cheapest([d for d in designs if d.kind == "disaggregated"])
+    m = st.columns(3)
+    for col, name, d in ((m[0], "Cheapest aggregated", agg), (m[1], "Cheapest disaggregated", dis)):
+        col.metric(name, f"{d.gpus} GPUs, ${d.usd_per_hour:,.2f}/h" if d else "none meets the targets",
+                   help=(f"{d.layout}; TTFT {d.ttft_seconds * 1e3:,.0f} ms, ITL {d.itl_seconds * 1e3:.1f} ms; "
+                         f"{d.reason}") if d else None)
+    if agg and dis:
+        m[2].metric("Disaggregated against aggregated",
+                    f"{dis.gpus - agg.gpus:+d} GPUs, {dis.usd_per_hour - agg.usd_per_hour:+,.2f} $/h",
+                    help="the cheapest disaggregated design less the cheapest aggregated one")
+    if best is not None:
+        st.caption(f"Chosen (cheapest per hour at the peak): {best.label}. The frontier is cost per token: faster "
+                   "designs serve more requests at the same concurrency, so they can cost less per token while "
+                   "costing more per hour.")
+    front = frontier(designs)
+    fig = go.Figure()
+    for kind, color in (("aggregated", "#4C78A8"), ("disaggregated", "#F58518")):
+        part = [d for d in front if d.kind == kind]
+        fig.add_scatter(x=[d.itl_seconds * 1e3 for d in part], y=[d.usd_per_million_output_tokens for d in part],
+                        mode="markers", name=f"{kind} (frontier)", marker=dict(color=color, size=11),
+                        text=[f"{d.layout}<br>TTFT {d.ttft_seconds * 1e3:,.0f} ms, {d.gpus} GPUs" for d in part],
+                        hovertemplate="%{text}<br>ITL %{x:.1f} ms, $%{y:.3f}/M tok<extra></extra>")
+    if best is not None:
+        fig.add_scatter(x=[best.itl_seconds * 1e3], y=[best.usd_per_million_output_tokens], mode="markers",
+                        name="chosen", marker=dict(symbol="star", size=18, color="crimson"),
+                        hovertemplate=f"chosen: {best.label}<extra></extra>")
+    if targets.itl_seconds:
+        ys = [d.usd_per_million_output_tokens for d in front] or [0, 1]
+        fig.add_scatter(x=[targets.itl_seconds * 1e3] * 2, y=[min(ys) * 0.95, max(ys) * 1.05], mode="lines",
+                        name="ITL target", line=dict(dash="dash", color="crimson", width=1))
+    fig.update_layout(xaxis_title="inter-token latency at the peak (ms)",
+                      yaxis_title="USD per million output tokens", height=420,
+                      title="Designs that meet the targets: cost per token against ITL (hover: TTFT, GPUs)")
+    _chart(fig, "frontier_chart")
+    rows = [design_row(d) for d in ranked(designs)]
+    st.dataframe(pd.DataFrame(rows), hide_index=True, key="designs_table")
+    st.download_button("Designs (XLSX: designs, frontier)",
+                       lambda: xlsx_bytes({"designs": rows, "frontier": [design_row(d) for d in front]}),
+                       "designs.xlsx", key="designs_xlsx")
+
+
+def _itl_chart(plan, s: Scenario, best, formats: list[str]) -> None:
+    """Inter-token latency against context at the cheapest plan's batch, one line per format."""
+    from sizing.memory import resolve_weights_dtype
+    from sizing.speed import decode_step
+
+    c = best.candidate
+    batch = max(1, round(best.decode_batch))
+    contexts = [2**i for i in range(10, 18)]
+    fig, rows = go.Figure(), []
+    for fmt in formats:
+        try:
+            e = estimate(replace(s, k_cache_dtype=fmt, v_cache_dtype=fmt, tensor_parallel_size=c.tensor_parallel_size,
+                                 pipeline_parallel_size=1, gpu_name=c.gpu.name, gpu_memory_bytes=c.gpu.memory_bytes,
+                                 max_model_len=contexts[-1]))
+        except KvsizeError:
+            continue
+        ys = []
+        for ctx in contexts:
+            step = decode_step(s.shape, e.layout, resolve_weights_dtype(s.weights_dtype, s.shape),
+                               c.tensor_parallel_size, [(batch, ctx)], c.gpu.hbm_bandwidth_gb_s, plan.efficiency,
+                               e.k_format)
+            ys.append(step.seconds * 1000)
+            rows.append(dict(format=e.k_format, context_tokens=ctx, batch=batch, itl_ms=ys[-1]))
+        fig.add_scatter(x=contexts, y=ys, mode="lines+markers", name=e.k_format,
+                        hovertemplate="%{x:,} tokens: %{y:.2f} ms<extra>" + e.k_format + "</extra>")
+    target = plan.workload.itl_target_ms
+    if target:
+        fig.add_scatter(x=[contexts[0], contexts[-1]], y=[target, target], mode="lines", name=f"ITL target {target:g} ms",
+                        line=dict(dash="dash", color="crimson", width=1),
+                        hovertemplate=f"ITL target: {target:g} ms<extra></extra>")
+    fig.update_layout(xaxis_title="context per request (tokens)", yaxis_title="inter-token latency (ms)",
+                      title=f"Decode step vs context: {batch} requests on {c.gpu.id} TP {c.tensor_parallel_size} "
+                            "(slope ∝ KV bytes per token)")
+    _chart(fig, "itl_chart")

@@ -1,0 +1,37 @@
+"""Plan: the sidebar's scenario sized, its memory per GPU and the engine's startup log lines."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from app.ui import _chart, _downloads, breakdown_figure, in_widget_terms
+from sizing.plan import Estimate, Scenario, to_record
+
+HIDDEN = ("schema",)  # the record's format tag: for programs reading the JSON, not for the page
+
+
+def page_plan(s: Scenario, e: Estimate | None, error: str | None) -> None:
+    if e is None:
+        st.error(error)
+        return
+    r = to_record(e)
+    c = st.columns(4)
+    c[0].metric("Max concurrency (requests)", f"{r['max_concurrency']:,}",
+                help=f"requests of {r['max_model_len']:,} tokens")
+    c[1].metric("Max context (tokens)", f"{r['max_context_at_concurrency']:,}", help=f"at {s.concurrency} requests")
+    c[2].metric("KV bytes per token (bytes)", f"{r['kv_bytes_per_token']:,}", help="per GPU, metadata included")
+    c[3].metric("Max tokens in cache (tokens)", f"{r['max_tokens']:,}", help="what the engine's startup log reports")
+    (st.success if e.fits else st.error)(in_widget_terms(e.fit_message))
+    for w in e.warnings:
+        st.warning(in_widget_terms(w))
+    fig = breakdown_figure(r)
+    _chart(fig, "breakdown_chart")
+    df = pd.DataFrame([{k: v for k, v in r.items() if k != "breakdown"} | r["breakdown"]])  # downloaded whole
+    # On screen the schema tag is left off, and the log lines are shown as the engine prints them, not as a list.
+    shown = df.drop(columns=[*HIDDEN, "engine_log_lines"])
+    st.dataframe(shown.T.rename(columns={0: "value"}).astype(str), key="plan_table")
+    if r["engine_log_lines"]:
+        st.caption(f"What {r['engine']} prints at startup for this plan:")
+        st.code("\n".join(r["engine_log_lines"]), language=None)
+    _downloads(df, fig, "plan")
