@@ -418,3 +418,14 @@ def test_validation_page_holds_kvsize_to_the_real_engine():
     at.selectbox(key="accuracy_group").set_value("release")
     at.run()
     assert not at.exception
+
+
+def test_plan_page_shows_the_engines_lines_as_it_prints_them():
+    at = _app("Plan")
+    assert not at.exception
+    code = [c.value for c in at.code]
+    assert any("Available KV cache memory:" in c and "GPU KV cache size:" in c for c in code)
+    table = next(d for d in at.dataframe if "kv_bytes_per_token" in d.value.columns or "kv_bytes_per_token" in
+                 d.value.index)
+    shown = set(table.value.columns) | set(map(str, table.value.index))
+    assert "schema" not in shown and "engine_log_lines" not in shown
