@@ -70,3 +70,14 @@ def test_moe_layer_freq_as_a_per_layer_list():
     assert moe == [i for i, x in enumerate(flags) if x]
     with pytest.raises(Exception, match="moe_layer_freq"):
         resolve_shape(dict(raw, moe_layer_freq=flags[:-1]))
+
+
+def test_release_files_are_named_by_the_range_they_cover():
+    import json
+
+    from sizing.releases import ENGINES_DIR
+
+    for path in ENGINES_DIR.glob("*.json"):
+        d = json.loads(path.read_text())
+        first, last = d["first_version"], d["last_version"]
+        assert path.name == f"{d['engine']}-{first if first == last else f'{first}-{last}'}.json"
