@@ -515,3 +515,38 @@ def plan_serve_command(plan: FleetPlan, base: Scenario, chosen: CandidatePlan, m
         cache_tokens=chosen.cache_tokens,
     )
     return serve_command(plan.engine, settings)
+
+
+def guidance_rows(rules) -> list[dict]:
+    """The guidance rules as rows of plain values (the plan's JSON and XLSX)."""
+    return [dict(rule=r.rule.name, above_tokens=r.rule.above_tokens, share_percent=round(r.share_percent, 2),
+                 threshold_percent=r.rule.min_share_percent, fires=r.fires, explanation=r.explanation)
+            for r in rules]
+
+
+def quality_rows(notes) -> list[dict]:
+    """The formats' quality notes as rows of plain values."""
+    return [dict(format=n.format, published=n.published, source=n.source,
+                 measured_attention_error=n.measured_attention_error, measured_where=n.measured_where)
+            for n in notes]
+
+
+def cheapest_key(p) -> dict | None:
+    """The chosen candidate, as the plan's JSON names it."""
+    if p is None:
+        return None
+    return dict(gpu=p.candidate.gpu.id, kv_format=p.candidate.kv_format,
+                tensor_parallel_size=p.candidate.tensor_parallel_size, gpus=p.gpus)
+
+
+def plan_record(plan, serve, rules, notes, designs: dict | None = None) -> dict:
+    """The plan as plain values: what `kvsize plan --out plan.json` writes (the front ends only render it)."""
+    record = dict(schema=PLAN_SCHEMA, model=plan.model_name, engine=plan.engine,
+                  workload=plan.workload.model_dump(mode="json"), efficiency_source=plan.efficiency.source,
+                  cheapest=cheapest_key(plan.cheapest), serve_command=serve.command if serve else None,
+                  candidates=candidate_rows(plan), pools=bucket_rows(plan), cost=cost_rows(plan),
+                  guidance=guidance_rows(rules), quality=quality_rows(notes))
+    if designs is not None:
+        record["designs"], record["frontier"] = designs["rows"], designs["frontier"]
+        record["design_serve_commands"] = designs["serve"]
+    return record

@@ -53,40 +53,28 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sizing.fleet import PLAN_SCHEMA, bucket_rows, candidate_rows, cost_rows, plan_serve_command, plan_summary
+    from sizing.fleet import plan_record, plan_serve_command, plan_summary
 
     outs = _checked_outs(args.out, [getattr(args, "workload", None), getattr(args, "model", None)])
     plan, base, rules, notes = plan_from_args(args)
     designs = designs_from_args(args, plan, base)
     cheapest = plan.cheapest
     serve = plan_serve_command(plan, base, cheapest, _hf_id(args.model)) if cheapest else None
-    rows, pools, costs = candidate_rows(plan), bucket_rows(plan), cost_rows(plan)
-    guidance = [dict(rule=r.rule.name, above_tokens=r.rule.above_tokens, share_percent=round(r.share_percent, 2),
-                     threshold_percent=r.rule.min_share_percent, fires=r.fires, explanation=r.explanation)
-                for r in rules]
-    quality = [dict(format=n.format, published=n.published, source=n.source,
-                    measured_attention_error=n.measured_attention_error, measured_where=n.measured_where)
-               for n in notes]
+    record = plan_record(plan, serve, rules, notes, designs)
+    rows = record["candidates"]
     pending = []
     for out in outs:
         kind = out.suffix.lower()
         if kind == ".csv":
             pending.append((out, _csv_text(rows).encode()))
         elif kind == ".json":
-            record = dict(schema=PLAN_SCHEMA, model=plan.model_name, engine=plan.engine,
-                          workload=plan.workload.model_dump(mode="json"), efficiency_source=plan.efficiency.source,
-                          cheapest=_cheapest_key(cheapest), serve_command=serve.command if serve else None,
-                          candidates=rows, pools=pools, cost=costs, guidance=guidance, quality=quality)
-            if designs is not None:
-                record["designs"], record["frontier"] = designs["rows"], designs["frontier"]
-                record["design_serve_commands"] = designs["serve"]
             pending.append((out, (json.dumps(record, indent=2) + "\n").encode()))
         else:
             from app.spreadsheet import xlsx_bytes
 
             summary = plan_summary(plan, serve.command if serve else None, [r.explanation for r in rules if r.fires])
-            sheets = {"summary": summary, "candidates": rows, "pools": pools, "cost": costs, "guidance": guidance,
-                      "quality": quality}
+            sheets = {"summary": summary, "candidates": rows, "pools": record["pools"], "cost": record["cost"],
+                      "guidance": record["guidance"], "quality": record["quality"]}
             if designs is not None:
                 sheets |= {"designs": designs["rows"], "frontier": designs["frontier"]}
             pending.append((out, xlsx_bytes(sheets)))
@@ -178,13 +166,6 @@ def _some_tp_splits_the_heads(base, tps: list[int], engine: str) -> None:
             errors.append(e)
     if errors:
         raise errors[0]
-
-
-def _cheapest_key(p) -> dict | None:
-    if p is None:
-        return None
-    return dict(gpu=p.candidate.gpu.id, kv_format=p.candidate.kv_format,
-                tensor_parallel_size=p.candidate.tensor_parallel_size, gpus=p.gpus)
 
 
 def render_plan(plan, rows: list[dict], rules, notes, serve, top: int) -> str:
