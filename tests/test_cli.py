@@ -372,3 +372,26 @@ def test_deepseek_v4_estimate_names_vllm_record(capsys):
                "--weights-dtype", "fp8", "--max-model-len", "131072", "--format", "json") == 0
     out = json.loads(capsys.readouterr().out)
     assert out["k_cache_dtype"] == "fp8_ds_mla_v4" and out["block_size"] == 256
+
+
+def test_one_set_of_exit_statuses(tmp_path, capsys, monkeypatch):
+    # 0 done; 1 a check or target not met; 2 bad input or usage; 3 an exception kvsize did not turn into
+    # a one-line error (a bug: said so, never a silent success)
+    import app.commands.estimate as estimate_command
+
+    assert run("estimate", "--model", "llama-3.1-8b") == 0
+    report = _capacity_report()
+    report["capacity"][0]["derived"]["num_blocks"] += 5000
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(report))
+    assert run("validate", str(path)) == 1
+    assert run("estimate", "--model", "no-such-model") == 2
+    capsys.readouterr()
+
+    def broken(args):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(estimate_command, "run", broken)
+    assert run("estimate", "--model", "llama-3.1-8b") == 3
+    err = capsys.readouterr().err
+    assert err.startswith("kvsize: internal error: RuntimeError: boom") and err.count("\n") == 1
