@@ -8,6 +8,7 @@ import json
 import platform
 import sys
 import time
+from pathlib import Path
 
 from sizing.errors import KvsizeError
 from sizing.layers import build_layout
@@ -176,8 +177,7 @@ def measure_capacity(gpu: Gpu, model: str, layers: int | None, util: float, mnbt
     total = torch.cuda.get_device_properties(0).total_memory
     a0 = torch.cuda.memory_allocated()
     n0 = gpu.used_bytes()
-    with torch.device("meta"):
-        hf = AutoModelForCausalLM.from_config(hf_config, dtype=torch.bfloat16, attn_implementation="sdpa")
+    hf, attention = build_replica(hf_config)
     hf = hf.to_empty(device="cuda")
     hf.tie_weights()  # to_empty gives every parameter its own storage; the model shares some (lm_head)
     with torch.no_grad():
@@ -222,6 +222,9 @@ def measure_capacity(gpu: Gpu, model: str, layers: int | None, util: float, mnbt
             model=model, layers=layers, kv_cache_dtype=fmt, gpu_memory_utilization=util,
             max_num_batched_tokens=mnbt, block_size=block_size, total_bytes=total,
             measured=dict(weights_bytes=weights, activation_bytes=activation, non_torch_bytes=non_torch),
+            # the activation is the replica's: transformers' forward pass with this attention, not vLLM's
+            # profiling run (the real-engine starts in tests/fixtures/vllm-starts judge vLLM's)
+            activation_source=f"transformers forward ({attention} attention), not vLLM's profile run",
             derived=dict(kv_budget_bytes=available, num_blocks=blocks, block_bytes=derived.block_bytes,
                          kv_cache_tokens=derived.max_tokens),
             predicted=dict(weights_bytes=predicted.breakdown.weights_bytes,
@@ -281,10 +284,37 @@ def run_measurement(args) -> int:
             gpu.settle()
             report.setdefault("skipped", []).append(dict(kind=kind, item=a, reason=f"{type(e).__name__}: {e}"))
     report["seconds"] = round(time.time() - started, 1)
-    with open(args.out, "w") as f:
-        json.dump(report, f, indent=1)
+    out = Path(args.out)
+    tmp = out.with_name(f".{out.name}.part")
+    tmp.write_text(json.dumps(report, indent=1))
+    tmp.replace(out)
     print(f"kvsize: wrote {args.out}", file=sys.stderr)
+    skipped = report.get("skipped", [])
+    for s in skipped:
+        print(f"kvsize: warning: not measured: {s.get('kind', 'capacity')} {s.get('item') or s.get('model')} "
+              f"{s.get('kv_cache_dtype', '')}: {s.get('reason') or s.get('skipped')}", file=sys.stderr)
+    if skipped:
+        print(f"kvsize: {len(skipped)} requested point(s) were not measured (the report's 'skipped' says why)",
+              file=sys.stderr)
+        return 1
     return 0
+
+
+def build_replica(hf_config):
+    """The model transformers builds for the config, on the meta device: with SDPA attention where the
+    class offers it, else its eager attention (gpt-oss offers no SDPA); returns it and the implementation."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    for attention in ("sdpa", "eager"):
+        try:
+            with torch.device("meta"):
+                return AutoModelForCausalLM.from_config(hf_config, dtype=torch.bfloat16,
+                                                        attn_implementation=attention), attention
+        except ValueError as e:
+            if "does not support" not in str(e) or attention == "eager":
+                raise
+    raise AssertionError("unreachable")
 
 
 def _model_and_layers(spec: str, default_layers: int | None) -> tuple[str, int | None]:

@@ -398,5 +398,11 @@ def validate_files(paths: list[str], tolerance: float | None = None) -> int:
             for line in problems:
                 print(f"{path}: {line}", file=sys.stderr)
         else:
-            print(f"{path}: {points} points agree ({report['device']['name']})")
+            skipped = report.get("skipped") or []
+            if skipped:
+                failed += 1
+                print(f"{path}: {points} points agree ({report['device']['name']}); {len(skipped)} requested "
+                      f"point(s) were not measured (the report's 'skipped' says why)", file=sys.stderr)
+            else:
+                print(f"{path}: {points} points agree ({report['device']['name']})")
     return 1 if failed else 0

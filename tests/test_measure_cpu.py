@@ -189,3 +189,31 @@ def test_efficiency_profile_takes_each_format_from_the_report_named_for_it(capsy
         efficiency_profile([("later.json", report(0.8, 0.5))], [{"kivi4"}])
     assert main([str(ROOT / "measure" / "reports" / "h200-decode-kernels-kivi-window.json") + ":nvfp4"]) == 2
     assert "has no fitted nvfp4" in capsys.readouterr().err
+
+
+def test_the_replica_falls_back_to_eager_attention_where_sdpa_is_not_offered():
+    # gpt-oss's transformers class offers no SDPA: the harness builds its eager attention instead of
+    # skipping the model (built on the meta device: no GPU, no memory)
+    from transformers import AutoConfig
+
+    from measure.run import build_replica, model_shape
+
+    for name, expected in (("gpt-oss-20b", "eager"), ("llama-3.1-8b", "sdpa")):
+        config, _ = model_shape(name, 2)
+        hf_config = AutoConfig.for_model(**{k: v for k, v in config.items() if k != "quantization_config"})
+        _, attention = build_replica(hf_config)
+        assert attention == expected, name
+
+
+def test_validate_counts_points_that_were_not_measured(tmp_path, capsys):
+    import json
+
+    from app.cli import main
+    from conftest import ROOT
+
+    report = json.loads((ROOT / "measure" / "reports" / "h100-capacity.json").read_text())
+    report["skipped"] = [dict(kind="capacity", item=["gpt-oss-20b", 2], reason="ValueError: no SDPA")]
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(report))
+    assert main(["validate", str(path)]) == 1
+    assert "1 requested point(s) were not measured" in capsys.readouterr().err
