@@ -143,6 +143,9 @@ def render_table(record: dict) -> str:
     ]
     for key, value in b.items():
         lines.append(f"    {key.removesuffix('_bytes'):<24}{value:>18,} B  {_gib(value):>14}")
+    if record.get("tensor_parallel_notes"):
+        lines.append(f"  per GPU at TP {record['tensor_parallel_size']}:")
+        lines.extend(f"    {note}" for note in record["tensor_parallel_notes"])
     if record["engine_log_lines"]:
         lines.append(f"  {record['engine']} will print:")
         lines.extend(f"    {line}" for line in record["engine_log_lines"])

@@ -649,6 +649,31 @@ def _fit_message(s: Scenario, engine: Engine, budget: Budget, pool: Pool, kv_bud
 ESTIMATE_SCHEMA = "kvsize.estimate/1"
 
 
+def tensor_parallel_notes(e: Estimate) -> tuple[str, ...]:
+    """What changes per GPU at this TP size, term by term (docs/formulas.md, 'Engine releases'): each
+    GPU's share of the weights and the KV heads, and the terms that do not shrink or that grow."""
+    s = e.scenario
+    tp = s.tensor_parallel_size
+    if tp == 1:
+        return ()
+    shape = s.shape
+    gib = e.breakdown.non_torch_bytes / GiB
+    notes = [f"weights: each GPU holds 1/{tp} of the layers, embeddings and head "
+             f"({e.breakdown.weights_bytes / GiB:.2f} GiB here)"]
+    if shape.is_mla:
+        notes.append("KV: the MLA latent is not split by TP: every GPU holds all of it, so KV per GPU does not "
+                      "shrink")
+    elif shape.num_kv_heads < tp:
+        notes.append(f"KV: {shape.num_kv_heads} KV heads over {tp} GPUs: each holds one, replicated, so KV per GPU "
+                     f"stops shrinking at TP {shape.num_kv_heads}")
+    else:
+        notes.append(f"KV: each GPU holds {e.kv_heads_per_gpu} of {shape.num_kv_heads} KV heads")
+    notes.append("activation: the MLP's share shrinks with TP; the sampler's logits are all-gathered and do not")
+    notes.append(f"non-torch: NCCL's and the custom all-reduce's buffers come with TP ({gib:.2f} GiB per GPU "
+                 f"under {e.engine.label.split(':')[0]})")
+    return tuple(notes)
+
+
 def graphs_subtracted(e: Estimate) -> bool:
     """Whether the engine takes its CUDA-graph estimate out of the KV budget for this model."""
     release = e.engine.release
@@ -699,6 +724,7 @@ def to_record(e: Estimate) -> dict:
         "engine_release": e.engine.release.name if e.engine.release else None,
         "engine_rules": e.engine.label,
         "engine_log_lines": list(engine_log_lines(e)),
+        "tensor_parallel_notes": list(tensor_parallel_notes(e)),
         "k_cache_dtype": e.k_format,
         "v_cache_dtype": e.v_format,
         "weights_dtype": e.weights_format,

@@ -173,3 +173,21 @@ def test_a_scenarios_cached_hash_follows_its_fields():
     assert pickle.loads(pickle.dumps(s)) == s
     with pytest.raises(TypeError, match="no field max_len"):
         s.evolve(max_len=1)
+
+
+def test_per_gpu_notes_say_what_changes_with_tensor_parallelism():
+    from sizing.plan import Scenario, estimate, tensor_parallel_notes
+    from sizing.profiles import gpu_profile, load_model
+
+    g = gpu_profile("h200")
+
+    def notes(model, tp):
+        name, shape = load_model(model)
+        return " | ".join(tensor_parallel_notes(estimate(Scenario(name, shape, g.name, g.memory_bytes,
+                                                                  engine="vllm@0.22", tensor_parallel_size=tp))))
+
+    assert notes("llama-3.1-70b", 1) == ""
+    assert "each GPU holds 2 of 8 KV heads" in notes("llama-3.1-70b", 4)
+    assert "MLA latent is not split" in notes("deepseek-v2", 8)
+    # Qwen3-Next: 16 heads, 2 KV heads (profiles/models/qwen3-next-80b-a3b-thinking.json): replicated at TP 4
+    assert "2 KV heads over 4 GPUs: each holds one, replicated" in notes("qwen3-next-80b-a3b-thinking", 4)
