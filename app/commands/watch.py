@@ -11,29 +11,16 @@ from pathlib import Path
 
 from sizing.errors import KvsizeError
 
-from app.options import _add_scenario_options, _positive_int, scenario_from_args
+from app.options import _add_scenario_options, _fraction, _positive_float, _positive_int, scenario_from_args
 from app.output import _check_out, _csv_text, _emit
 
 MAX_SCRAPES = 1000
 
 
 def _interval(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds such as 10, got {text!r}") from None
+    value = _positive_float(text)
     if not 1 <= value <= 3600:
         raise argparse.ArgumentTypeError(f"must be between 1 and 3600 seconds, got {text!r}")
-    return value
-
-
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a fraction such as 0.4, got {text!r}") from None
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text!r}")
     return value
 
 
