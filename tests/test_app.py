@@ -429,3 +429,14 @@ def test_plan_page_shows_the_engines_lines_as_it_prints_them():
                  d.value.index)
     shown = set(table.value.columns) | set(map(str, table.value.index))
     assert "schema" not in shown and "engine_log_lines" not in shown
+
+
+def test_fleet_page_holds_a_saved_scrape_against_the_cheapest_plan():
+    text = (ROOT / "tests" / "fixtures" / "metrics" / "vllm-0.26-constructed.txt").read_bytes()
+    at = _app("Fleet")
+    _upload(at, "fleet_metrics_upload", "metrics.txt", text)
+    assert not at.exception
+    table = next(d for d in at.dataframe if "advice" in d.value.columns).value
+    assert {"KV blocks", "KV dtype", "requests waiting", "preemptions"} <= set(table["figure"])
+    _upload(at, "fleet_metrics_upload", "metrics.txt", b"process_cpu_seconds_total 1.0\n")
+    assert any("holds no vllm: metric" in e.value for e in at.error)

@@ -159,6 +159,7 @@ def page_fleet(s: Scenario) -> None:
         st.subheader("Pools of the cheapest candidate")
         st.dataframe(pd.DataFrame([r for r in pools if r["gpu"] == b.gpu.id and r["kv_format"] == b.kv_format
                                    and r["tensor_parallel_size"] == b.tensor_parallel_size]), key="fleet_pools")
+        watch_panel(s, best)
     page_designs(s, workload, gpus, formats, tps, prices, plan)
     st.subheader("Guidance")
     for r in evaluate_rules(workload):
@@ -167,3 +168,39 @@ def page_fleet(s: Scenario) -> None:
     st.dataframe(pd.DataFrame([n.__dict__ for n in quality_notes(formats, s.shape.serving_dtype)]),
                  key="fleet_quality")
     st.caption(f"Efficiency: {plan.efficiency.source}")
+
+
+def watch_panel(s: Scenario, best) -> None:
+    """The running engine held against the cheapest plan: a saved /metrics scrape of one replica, figure by
+    figure (sizing/metrics.py, as `kvsize watch`)."""
+    from sizing.errors import KvsizeError
+    from sizing.metrics import MAX_METRICS_BYTES, read_metrics, watch
+    from sizing.plan import estimate
+
+    st.subheader("Hold a running replica against this plan")
+    upload = st.file_uploader("A saved /metrics scrape of one replica (curl http://host:8000/metrics > metrics.txt)",
+                              type=["txt", "prom"], key="fleet_metrics_upload",
+                              max_upload_size=MAX_METRICS_BYTES // 2**20)
+    if upload is None:
+        st.caption("kvsize watch does the same from the command line, against the server's URL, scrape by scrape.")
+        return
+    b, pool = best.candidate, best.shared
+    try:
+        text = upload.getvalue().decode("utf-8")
+        replica = estimate(b.gpu.scenario(s, engine=best.engine, k_cache_dtype=b.kv_format, v_cache_dtype=b.kv_format,
+                                          tensor_parallel_size=b.tensor_parallel_size,
+                                          max_model_len=pool.max_model_len if pool else s.max_model_len))
+        lines = watch(read_metrics(text), replica, pool.requests_per_replica if pool else s.concurrency)
+    except UnicodeDecodeError:
+        st.error("the scrape is not UTF-8 text")
+        return
+    except KvsizeError as e:
+        st.error(str(e))
+        return
+    table = pd.DataFrame([line.__dict__ for line in lines])
+    outside = table[table["inside"] == False]  # noqa: E712 - None means nothing to hold it against
+    (st.error if len(outside) else st.success)(
+        f"{len(outside)} of {len(table)} figures outside the plan" if len(outside) else "every figure inside the plan")
+    for _, row in outside.iterrows():
+        st.warning(f"{row['figure']}: {row['advice']}")
+    st.dataframe(table, hide_index=True, key="fleet_watch_table")
