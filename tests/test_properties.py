@@ -14,7 +14,9 @@ from sizing.units import parse_size
 from sizing.vllm_args import read_command, read_engine_args, read_logged_args
 from sizing.workload import parse_workload_text
 
-FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# derandomize: CI runs the same examples each time (a red CI must mean a change broke something);
+# raise KVSIZE_PROPERTY_EXAMPLES and drop derandomize locally to search further
+FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 
 # JSON-like values of every kind, to put where a reader expects one kind
 values = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=True)
@@ -97,7 +99,7 @@ def test_any_size_and_version_is_read_or_refused(text):
     _only_kvsize_errors(version_key, text)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40, deadline=None, derandomize=True)
 @given(st.sampled_from(["--max-model-len", "--gpu-memory", "--gpu-memory-utilization", "--block-size",
                         "--kv-cache-dtype", "--engine", "--tensor-parallel-size", "--concurrency",
                         "--max-num-seqs", "--kv-cache-memory", "--weights-dtype", "--layer-kv-dtype"]),
@@ -111,7 +113,8 @@ OPTION_VALUES = st.text(max_size=10) | st.sampled_from(["0", "-1", "1", "1.5", "
                                                        "auto", "fp8", "nvfp4", "vllm@0.22", "sglang", "h200", "9" * 50])
 
 
-@settings(max_examples=int(__import__("os").environ.get("KVSIZE_PROPERTY_EXAMPLES", 60)), deadline=None)
+@settings(max_examples=int(__import__("os").environ.get("KVSIZE_PROPERTY_EXAMPLES", 60)), deadline=None,
+          derandomize=True)
 @given(st.sampled_from(["estimate", "compare", "tiers"]),
        st.dictionaries(st.sampled_from(["--max-model-len", "--gpu", "--engine", "--gpu-memory", "--concurrency",
                                         "--kv-cache-dtype", "--block-size", "--tensor-parallel-size",
