@@ -236,6 +236,16 @@ def _check_kernels(report: dict, tolerance: float | None) -> list[str]:
         bound = 5 * ERROR_BOUNDS[p["format"]] if tolerance is None else tolerance
         if p.get("attention_rel_error") is not None and p["attention_rel_error"] > bound:
             problems.append(f"{where}: attention error {p['attention_rel_error']:.4f} > bound {bound}")
+        # figures derived from the measured time follow from it exactly (a time changed alone is caught)
+        if p.get("achieved_gb_s") is not None and p.get("median_ms"):
+            achieved = p["bytes_read"] / (p["median_ms"] / 1e3) / 1e9
+            if _rel(p["achieved_gb_s"], achieved) > 1e-6:
+                problems.append(f"{where}: achieved {p['achieved_gb_s']:.2f} GB/s does not follow from "
+                                f"{p['bytes_read']} B in {p['median_ms']} ms ({achieved:.2f} GB/s)")
+            copy = report.get("copy_bandwidth_gb_s")
+            if copy and p.get("pct_of_copy") is not None and _rel(p["pct_of_copy"], 100 * achieved / copy) > 1e-6:
+                problems.append(f"{where}: {p['pct_of_copy']:.2f}% of the copy bandwidth does not follow from the "
+                                f"measured time ({100 * achieved / copy:.2f}%)")
         plain_grid = p["head_dim"] == 128 and p["kv_heads"] == 8 and not p.get("window") and not p.get("mla")
         if plain_grid:
             options = FormatOptions(kivi_group=p["block_size"], kivi_residual=KIVI_RESIDUAL)

@@ -174,3 +174,15 @@ def test_several_outputs_are_written_all_or_none(tmp_path, capsys):
                  "--out", str(first), "--out", "/proc/tiers.xlsx"]) == 2
     assert not first.exists() and not list(tmp_path.glob(".*.part"))
     assert "--out /proc/tiers.xlsx" in capsys.readouterr().err
+
+
+def test_a_decode_time_changed_alone_is_caught(tmp_path, capsys):
+    # one kernel point's median time raised 10%: the achieved bandwidth stored beside it no longer follows
+    import json
+
+    report = json.loads((ROOT / "measure" / "reports" / "h200-decode-kernels.json").read_text())
+    report["kernels"][0]["median_ms"] *= 1.1
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(report))
+    assert main(["validate", str(path)]) == 1
+    assert "does not follow from" in capsys.readouterr().err
