@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import KvsizeError
 from .plan import Scenario, estimate
 from .profiles import gpu_profile, load_model
 from .units import GiB
@@ -28,10 +29,25 @@ class LogRowCheck:
         return self.predicted_tokens / self.logged_tokens - 1
 
 
+def _row_gpu(row: dict):
+    """The bundled GPU the row ran on: the one whose model its name gives and whose CUDA total is the
+    one the engine logged (an H100's SXM, PCIe and NVL parts differ), never a guess."""
+    from .profiles import gpu_ids
+
+    total = row.get("total_memory_gib")
+    for key in gpu_ids():
+        g = gpu_profile(key)
+        # torch's device name begins the profile's name ("NVIDIA H100 80GB HBM3" of "... HBM3 (SXM)"); the
+        # logged total is printed to two decimals
+        if g.name.startswith(row["gpu"]) and total is not None and abs(g.memory_bytes / GiB - total) <= 0.02:
+            return g
+    raise KvsizeError(f"the row's GPU {row['gpu']!r} with {total} GiB matches no bundled GPU profile")
+
+
 def row_scenario(row: dict, configs: Path) -> Scenario:
     """The logged run as a scenario: its config, GPU total, release and settings."""
     name, shape = load_model(str(configs / Path(row["config"]).name))
-    gpu = gpu_profile("h100-sxm") if "H100" in row["gpu"] else gpu_profile(row["gpu"])
+    gpu = _row_gpu(row)
     fp32 = row["kv_cache_dtype"] == "fp32"  # the run served the model with --dtype float32
     kv = "auto" if fp32 else row["kv_cache_dtype"]
     return Scenario(

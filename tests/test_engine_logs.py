@@ -194,3 +194,14 @@ def test_vllm_builds_mistral_7b_v01_with_full_attention():
     assert abs(e.max_concurrency_ratio - ref["max_concurrency"]) < 1e-9
     ideal = estimate(Scenario(name, shape, "H200", 150_109_880_320, engine="ideal", kv_cache_memory_bytes=10 * GiB))
     assert ideal.kv_bytes_per_sequence < e.kv_bytes_per_sequence  # the windowed cache, as transformers masks it
+
+
+def test_a_logged_gpu_is_matched_by_its_name_and_total_never_guessed():
+    from sizing.errors import KvsizeError
+    from sizing.logcheck import _row_gpu
+
+    row = dict(ROWS[0])
+    assert _row_gpu(row).name == "NVIDIA H100 80GB HBM3 (SXM)"  # not the PCIe part, which has the same total
+    row["total_memory_gib"] = 93.1  # an H100 NVL's total: not the 80 GB part
+    with pytest.raises(KvsizeError, match="matches no bundled GPU"):
+        _row_gpu(row)
