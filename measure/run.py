@@ -16,6 +16,8 @@ from sizing.plan import Scenario, estimate
 from sizing.profiles import model_profile
 from sizing.shape import ModelShape, resolve_shape
 
+from .report_io import write_report
+
 REPORT_SCHEMA = "kvsize.measure/1"
 # Capacity records name what was read from the GPU ("measured") apart from what follows from it by
 # vLLM's rule and kvsize's pool ("derived"); version 2 adds formats, tied weights and the 2% boundary.
@@ -284,10 +286,7 @@ def run_measurement(args) -> int:
             gpu.settle()
             report.setdefault("skipped", []).append(dict(kind=kind, item=a, reason=f"{type(e).__name__}: {e}"))
     report["seconds"] = round(time.time() - started, 1)
-    out = Path(args.out)
-    tmp = out.with_name(f".{out.name}.part")
-    tmp.write_text(json.dumps(report, indent=1))
-    tmp.replace(out)
+    write_report(Path(args.out), report)
     print(f"kvsize: wrote {args.out}", file=sys.stderr)
     skipped = report.get("skipped", [])
     for s in skipped:

@@ -17,6 +17,8 @@ from pathlib import Path
 from sizing.errors import KvsizeError
 from sizing.units import GiB
 
+from .report_io import write_report
+
 VERIFY_SCHEMA = "kvsize.verify/1"
 TOLERANCE = 0.01  # the real-engine goal: KV budget and tokens within 1%
 
@@ -43,13 +45,12 @@ def engine_args(scenario) -> dict:
 
 
 def bundled_gpu(name: str, nvml_mib: int) -> str:
-    """The bundled GPU profile nvidia-smi describes (its total in MiB and its model in the name)."""
-    from sizing.profiles import gpu_ids, gpu_profile
+    """The bundled GPU profile nvidia-smi describes (its name and its total in MiB)."""
+    from sizing.profiles import matching_gpus
 
-    for key in gpu_ids():
-        g = gpu_profile(key)
-        if g.nvml_memory_mib == nvml_mib and any(tok in name for tok in g.name.split() if tok[:1] in "HABL"):
-            return key
+    found = matching_gpus(name=name, nvml_mib=nvml_mib)
+    if found:
+        return found[0]
     raise KvsizeError(f"this GPU ({name}, {nvml_mib} MiB) matches no bundled GPU profile (kvsize gpus)")
 
 
@@ -79,19 +80,13 @@ def run_verify(scenario, config: dict, out: Path, usage_context: str = "serve", 
               "gpu": gpu, "status": result.status, "usage_context": usage_context, "args": args,
               "model_name": scenario.model_name, "config": config, "log": log}
     if result.status != "sized":
-        _write(out, report)
+        write_report(out, report)
         raise KvsizeError(f"vLLM did not size its KV cache ({result.status}); its log is in {out}")
     report["checks"] = verify_checks(report)
-    _write(out, report)
+    write_report(out, report)
     for line in render(report):
         print(line)
     return 1 if problems(report) else 0
-
-
-def _write(path: Path, report: dict) -> None:
-    tmp = path.with_name(f".{path.name}.part")
-    tmp.write_text(json.dumps(report, indent=1) + "\n")
-    tmp.replace(path)
 
 
 def verify_checks(report: dict) -> list[dict]:

@@ -32,15 +32,14 @@ class LogRowCheck:
 def _row_gpu(row: dict):
     """The bundled GPU the row ran on: the one whose model its name gives and whose CUDA total is the
     one the engine logged (an H100's SXM, PCIe and NVL parts differ), never a guess."""
-    from .profiles import gpu_ids
+    from .profiles import matching_gpus
 
     total = row.get("total_memory_gib")
-    for key in gpu_ids():
-        g = gpu_profile(key)
-        # torch's device name begins the profile's name ("NVIDIA H100 80GB HBM3" of "... HBM3 (SXM)"); the
-        # logged total is printed to two decimals
-        if g.name.startswith(row["gpu"]) and total is not None and abs(g.memory_bytes / GiB - total) <= 0.02:
-            return g
+    # the logged total is printed to two decimals
+    found = matching_gpus(name=row["gpu"], total_bytes=round(total * GiB), total_slack_bytes=GiB // 50) \
+        if total is not None else []
+    if found:
+        return gpu_profile(found[0])
     raise KvsizeError(f"the row's GPU {row['gpu']!r} with {total} GiB matches no bundled GPU profile")
 
 

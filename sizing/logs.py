@@ -230,16 +230,15 @@ class LogSettings:
 
 def _log_gpu(run: LoggedRun, gpu):
     """The GPU the log ran on: the one given, else the bundled GPU whose CUDA total the log prints."""
-    from .profiles import gpu_ids, gpu_profile
+    from .profiles import gpu_profile, matching_gpus
 
     if gpu is not None:
         return gpu, "given (--gpu)"
     total = run.figures.get("total_bytes")
     if total is not None:
-        for key in gpu_ids():
-            g = gpu_profile(key)
-            if abs(g.memory_bytes - total) <= 0.005 * g.memory_bytes:
-                return g, f"the log's total ({total / GiB:.2f} GiB)"
+        found = matching_gpus(total_bytes=total, total_slack_bytes=total // 200)  # 0.5%: printed to 0.01 GiB
+        if found:
+            return gpu_profile(found[0]), f"the log's total ({total / GiB:.2f} GiB)"
         raise KvsizeError(f"the log's GPU total {total / GiB:.2f} GiB matches no bundled GPU; give --gpu "
                           "(kvsize gpus lists them)")
     raise KvsizeError("the log does not say which GPU it ran on (vLLM 0.21 and later print no total at INFO "

@@ -146,6 +146,24 @@ def model_profile(key: str) -> ModelProfile:
     return _load("models", lookup[key.lower()], ModelProfile)
 
 
+def matching_gpus(name: str | None = None, total_bytes: int | None = None, total_slack_bytes: int = 0,
+                  nvml_mib: int | None = None) -> list[str]:
+    """The bundled GPUs a device's own report describes, in id order: the device name the profile's name
+    begins with ("NVIDIA H100 80GB HBM3" of "... HBM3 (SXM)"), CUDA's total within a slack (engines
+    print it rounded), nvidia-smi's total in MiB; each criterion where given."""
+    out = []
+    for key in gpu_ids():
+        g = gpu_profile(key)
+        if name is not None and not g.name.startswith(name):
+            continue
+        if total_bytes is not None and abs(g.memory_bytes - total_bytes) > total_slack_bytes:
+            continue
+        if nvml_mib is not None and g.nvml_memory_mib != nvml_mib:
+            continue
+        out.append(key)
+    return out
+
+
 @cache
 def gpu_profile(key: str) -> GpuProfile:
     lookup = {k.lower(): k for k in gpu_ids()}
