@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import gc
-import json
 import platform
 import sys
 import time
@@ -168,7 +167,7 @@ def measure_capacity(gpu: Gpu, model: str, layers: int | None, util: float, mnbt
     boundary is then tried under vLLM's limit (torch may hold utilization x total minus non-torch):
     the derived pool plus a forward pass must fit, and a pool 2% larger must not."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig
 
     config, shape = model_shape(model, layers)
     hf_config_dict = {k: v for k, v in config.items() if k != "quantization_config"}

@@ -7,7 +7,6 @@ release rules of that version and returns the two side by side, term by term.
 
 from __future__ import annotations
 
-import ast
 import re
 from dataclasses import dataclass, field, replace
 

@@ -16,20 +16,6 @@ from dataclasses import dataclass, field
 
 from .errors import KvsizeError
 
-# EngineArgs fields that leave GPU memory as it is (logging, serving, tokenizer and sampling options).
-NO_MEMORY_EFFECT = frozenset({
-    "host", "port", "served_model_name", "tokenizer", "tokenizer_mode", "trust_remote_code", "seed",
-    "disable_log_stats", "disable_log_requests", "enable_log_requests", "api_key", "uvicorn_log_level",
-    "enable_prefix_caching", "no_enable_prefix_caching", "enable_chunked_prefill", "download_dir",
-    "load_format", "skip_tokenizer_init", "revision", "code_revision", "tokenizer_revision",
-    "enable_auto_tool_choice", "tool_call_parser", "reasoning_parser", "chat_template", "response_role",
-    "generation_config", "max_logprobs", "disable_custom_all_reduce", "distributed_executor_backend",
-    "async_scheduling", "no_async_scheduling", "calculate_kv_scales", "data_parallel_size",
-    "enable_expert_parallel", "model_tag", "config", "hf_overrides", "override_generation_config",
-    "disable_frontend_multiprocessing", "middleware", "allowed_origins", "ssl_keyfile", "ssl_certfile",
-    "root_path", "swap_space", "worker_cls", "scheduling_policy", "prefix_caching_hash_algo",
-    "enable_sleep_mode", "ignore_patterns", "model_impl", "show_hidden_metrics_for_version",
-})
 # Fields that move memory in ways kvsize does not model; their presence is reported, never guessed.
 NOT_MODELLED = frozenset({
     "cpu_offload_gb", "speculative_config", "lora_modules", "enable_lora", "max_lora_rank", "max_loras",
@@ -194,7 +180,7 @@ def read_engine_args(args: dict, usage_context: str = "serve", from_log: bool = 
             if value not in (None, False, 0, {}, []):
                 not_modelled.append(key)
             continue
-        else:  # NO_MEMORY_EFFECT, or a field kvsize does not know: neither changes a figure
+        else:  # logging, serving, tokenizer and sampling options, or a field kvsize does not know: no figure moves
             ignored.append(key)
             continue
         if key != "model":
@@ -236,7 +222,7 @@ def read_command(argv: list[str]) -> VllmSettings:
                 args[key] = inline
                 i += 1
             elif key in BOOLEAN_FLAGS or i + 1 == len(words) or words[i + 1].startswith("--"):
-                if key.startswith("no_") and key[3:] in BOOLEAN_FLAGS | {"enforce_eager"}:
+                if key.startswith("no_") and key[3:] in BOOLEAN_FLAGS:
                     args[key[3:]] = False
                 else:
                     args[key] = True
