@@ -55,14 +55,29 @@ class StartResult:
 
 
 def gpu_inventory() -> list[dict]:
-    """nvidia-smi's view of each GPU: index, name, NVML total (MiB)."""
-    out = subprocess.run(["nvidia-smi", "--query-gpu=index,name,memory.total", "--format=csv,noheader,nounits"],
+    """nvidia-smi's view of each GPU: index, name, NVML total (MiB); only those CUDA_VISIBLE_DEVICES names
+    (by index or UUID) where it is set, so starts stay off GPUs another job holds."""
+    out = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,name,memory.total", "--format=csv,noheader,nounits"],
                          capture_output=True, text=True, check=True).stdout
     rows = []
     for line in out.strip().splitlines():
-        index, name, total = (part.strip() for part in line.split(","))
-        rows.append({"index": int(index), "name": name, "nvml_total_mib": int(total)})
-    return rows
+        index, uuid, name, total = (part.strip() for part in line.split(","))
+        rows.append({"index": int(index), "uuid": uuid, "name": name, "nvml_total_mib": int(total)})
+    return visible(rows, os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def visible(rows: list[dict], setting: str | None) -> list[dict]:
+    """The GPUs CUDA_VISIBLE_DEVICES lets a process use, in its order (CUDA stops at the first entry it cannot
+    match, so does this)."""
+    if setting is None:
+        return rows
+    chosen = []
+    for entry in (e.strip() for e in setting.split(",")):
+        match = [r for r in rows if entry == str(r["index"]) or (entry.startswith("GPU-") and r["uuid"].startswith(entry))]
+        if not match:
+            break
+        chosen.append(match[0])
+    return chosen
 
 
 def _used_mib(gpu_ids: list[int]) -> int:
@@ -145,13 +160,15 @@ def run_starts(specs: list[StartSpec], log_dir: Path, deadline_s: float, gpu_ids
     end = time.time() + deadline_s
     pending, running, results = list(specs), [], []
     free = list(gpu_ids)
-    port = 29000
+    launched = 0
     while pending or running:
         for spec in list(pending):
             if spec.gpus <= len(free) and end - time.time() > start_cost_s:
                 take, free = free[:spec.gpus], free[spec.gpus:]
                 pending.remove(spec)
-                port += 100
+                # ports keyed by the first GPU, so launchers on disjoint GPUs of one host never share one
+                port = 20000 + 1000 * take[0] + 100 * (launched % 10)
+                launched += 1
                 running.append(Running(spec, take, log_dir / f"{spec.id}.log", models, port, sitedirs))
                 print(f"== start {spec.id} on GPU {take}", flush=True)
         if not running:
@@ -184,6 +201,9 @@ def main(argv: list[str]) -> int:
     sitedirs = dict(a.split("=", 1) for a in argv[4:])
     specs = [StartSpec(**row) for row in json.loads(plan.read_text())]
     gpus = gpu_inventory()
+    if not gpus:
+        print("no GPU to start on: nvidia-smi lists none that CUDA_VISIBLE_DEVICES lets this process use", flush=True)
+        return 2
     results = run_starts(specs, out / "logs", deadline, [g["index"] for g in gpus], sitedirs)
     by_id = {s.id: s for s in specs}
     with open(out / "starts.jsonl", "w") as f:

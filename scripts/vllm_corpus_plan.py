@@ -1,6 +1,6 @@
 """Write the plans of real vLLM starts that make tests/fixtures/vllm-starts (one JSON list a machine).
 
-usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu > plan.json
+usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s > plan.json
 Every start is an EngineArgs dict on a config in tests/fixtures/vllm-starts/configs/, in vLLM's
 `vllm serve` usage context unless it says `llm`. Starts whose config is not there are left out.
 """
@@ -98,8 +98,43 @@ def one_gpu():
     ]
 
 
+def four_h100s():
+    """The third batch, on four H100s: tensor parallel 4 first (while all four GPUs are free), then 2, then one GPU."""
+    r22, r26 = "0.22.1", "0.26.0"
+    return [
+        start(r26, "llama-3.1-70b", "tp4", tensor_parallel_size=4, max_model_len=32768),
+        # 2 KV heads over 4 ranks: vLLM replicates each head on two ranks
+        start(r26, "qwen2.5-1.5b", "tp4-fp8", tensor_parallel_size=4, kv_cache_dtype="fp8", max_model_len=32768),
+        start(r22, "deepseek-v2-lite", "tp4", tensor_parallel_size=4, max_model_len=32768),
+        start(r22, "qwen2.5-1.5b", "tp2", tensor_parallel_size=2, max_model_len=32768),
+        start(r26, "mixtral-8x7b-v0.1", "tp2", tensor_parallel_size=2),
+        start(r26, "gemma-3-27b-it", max_model_len=8192),
+        start(r26, "qwen3-8b", "fp8", kv_cache_dtype="fp8", max_model_len=32768),
+        start(r26, "glm-4.7-flash", max_model_len=16384),
+        start(r22, "nemotron-h-8b-base-8k", "u80", gpu_memory_utilization=0.8),
+        start(r26, "falcon-7b", max_model_len=2048),
+    ]
+
+
+def two_h100s():
+    """The fourth batch, on two of the four H100s (the other two serve and verify): TP 2, then one GPU."""
+    r22, r26 = "0.22.1", "0.26.0"
+    return [
+        start(r26, "qwen3-30b-a3b", "tp2-fp8", tensor_parallel_size=2, kv_cache_dtype="fp8", max_model_len=32768),
+        start(r22, "llama-3.1-8b", "tp2-u80", tensor_parallel_size=2, gpu_memory_utilization=0.8),
+        start(r26, "deepseek-v2-lite", "tp2-llm", context="llm", tensor_parallel_size=2, max_model_len=32768),
+        start(r26, "phi-3-mini-128k-instruct", "u95", max_model_len=131072, gpu_memory_utilization=0.95),
+        start(r26, "gpt-oss-20b", max_model_len=32768),
+        start(r22, "mistral-nemo-instruct-2407", max_model_len=32768),
+        start(r26, "llama-2-7b", "eager", max_model_len=4096, enforce_eager=True),
+        start(r26, "qwen2.5-1.5b", "llm-bs32", context="llm", block_size=32, max_num_seqs=128),
+        start(r26, "minicpm3-4b", max_model_len=16384),
+        start(r26, "gemma-2-9b", max_model_len=4096),
+    ]
+
+
 if __name__ == "__main__":
-    plan = {"four-gpus": four_gpus, "one-gpu": one_gpu}[sys.argv[1]]()
+    plan = {"four-gpus": four_gpus, "one-gpu": one_gpu, "four-h100s": four_h100s, "two-h100s": two_h100s}[sys.argv[1]]()
     plan = [s for s in plan if (CONFIGS / Path(s["config"]).name).exists()]
     json.dump(plan, sys.stdout, indent=1)
     print()
