@@ -1,14 +1,20 @@
 """Fit the per-release constants of vLLM's CUDA-graph estimate to the corpus of real starts.
 
-usage: python scripts/fit_vllm_terms.py [--release 0.22]
-The estimate is linear in its four constants (sizing/memory.py cuda_graph_estimate), so each start's
-features are the estimate with one constant at 1 and the others at 0; least squares over every
-start that printed "Estimated CUDA graph memory" gives the constants, printed with each start's
-residual. The constants go into profiles/engines/vllm-*.json by hand, with this fit as their source.
+usage: python scripts/fit_vllm_terms.py
+vLLM's profile_cudagraph_memory logs, at DEBUG, each mode's first capture and per-graph figure
+("Estimated PIECEWISE CUDA graph memory: 134.00 MiB first-capture + (51-1) x 4.00 MiB per-graph").
+The starts of tests/fixtures/vllm-starts that ran at DEBUG give those figures, so each part of the
+estimate (sizing/memory.py cuda_graph_estimate) is fitted to vLLM's own figure for it by least squares:
+  the first PIECEWISE capture: first_capture_bytes + activation_copies x (largest size x 2 x MLP width x dtype);
+  the further graphs: per_graph_layer_bytes (or per_graph_mla_layer_bytes) x layers x further graphs.
+The first FULL capture (the split-KV accumulators) is printed beside its prediction, not fitted: its
+constants are vLLM's (32 splits for CUDA graphs), the base the page the capture rounds to.
+The constants go into profiles/engines/vllm-*.json by hand, with this fit as their source.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -16,49 +22,65 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sizing.memory import cuda_graph_estimate  # noqa: E402
+from sizing.engines import get_engine  # noqa: E402
+from sizing.memory import (DTYPE_BYTES, cudagraph_capture_sizes, mlp_width_values,  # noqa: E402
+                           split_kv_accumulator_bytes)
 from sizing.plan import with_engine_defaults  # noqa: E402
-from sizing.releases import CudaGraphEstimateModel  # noqa: E402
-from sizing.starts import load_corpus, start_scenario  # noqa: E402
+from sizing.starts import CORPUS, load_corpus, start_scenario  # noqa: E402
 from sizing.units import MiB  # noqa: E402
 
-CONSTANTS = ("first_capture_bytes", "activation_copies", "per_graph_layer_bytes", "per_graph_mla_layer_bytes")
+# rank 0's lines only (every rank prints the same figures)
+MODE_LINE = re.compile(r"^\((?:EngineCore|Worker_TP0)[^)]*\).*Estimated (PIECEWISE|FULL) CUDA graph memory: "
+                       r"([\d.]+) MiB first-capture \+ \((\d+)-1\) × ([\d.]+) MiB per-graph")
 
 
-def features(scenario, base: CudaGraphEstimateModel) -> list[float]:
-    s = with_engine_defaults(scenario)
-    out = []
-    for name in CONSTANTS:
-        unit = base.model_copy(update={c: (1 if c == name else 0) for c in CONSTANTS})
-        out.append(cuda_graph_estimate(s.shape, unit, s.cudagraph_mode or "FULL_AND_PIECEWISE", s.tensor_parallel_size,
-                                       range(s.shape.num_layers), s.max_num_seqs, s.max_num_batched_tokens,
-                                       s.cudagraph_capture_sizes, s.max_cudagraph_capture_size))
-    return out
+def printed_modes(log: str) -> dict[str, tuple[float, int, float]]:
+    """mode -> (first capture MiB, graphs, per-graph MiB) as vLLM logged them."""
+    modes: dict[str, tuple[float, int, float]] = {}
+    for line in log.splitlines():
+        m = MODE_LINE.search(line)
+        if m and m.group(1) not in modes:
+            modes[m.group(1)] = (float(m.group(2)), int(m.group(3)), float(m.group(4)))
+    return modes
 
 
 def main() -> int:
-    from sizing.engines import get_engine
-
-    rows, targets, names = [], [], []
-    base = None
+    first, further, full = [], [], []
     for start in load_corpus():
-        printed = start.printed.cuda_graph_gib
-        if start.status != "sized" or not printed:
+        if start.status != "sized":
             continue
-        scenario = start_scenario(start)
-        model = get_engine(scenario.engine).release.cuda_graph_estimate
-        if model is None:
+        modes = printed_modes((CORPUS / start.log).read_text(errors="replace"))
+        if not modes:
             continue
-        base = base or model
-        rows.append(features(scenario, model))
-        targets.append(max(float(x) for x in printed) * 1024 * MiB)
-        names.append(start.id)
-    x, y = np.array(rows, float), np.array(targets, float)
-    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
-    for name, value in zip(CONSTANTS, coef):
-        print(f"{name:28} {value:,.3f}")
-    for name, row, target in zip(names, x, y):
-        print(f"  {name:58} printed {target / MiB:7.0f} MiB  fit {row @ coef / MiB:7.0f}  {(row @ coef - target) / MiB:+5.0f}")
+        s = with_engine_defaults(start_scenario(start))
+        shape, tp = s.shape, s.tensor_parallel_size
+        model = get_engine(s.engine).release.cuda_graph_estimate
+        sizes = s.cudagraph_capture_sizes or cudagraph_capture_sizes(
+            s.max_num_seqs, s.max_num_batched_tokens, model, shape.model_type, s.max_cudagraph_capture_size)
+        layers = range(shape.num_layers)
+        splitting = sum(1 for i in layers if shape.layer_kinds[i] != "none")
+        mla = shape.mla_latent_dim is not None
+        if "PIECEWISE" in modes:
+            activation = max(sizes) * 2 * mlp_width_values(shape, layers, tp) * DTYPE_BYTES[shape.serving_dtype]
+            first.append((start.id, [1.0, activation], modes["PIECEWISE"][0] * MiB))
+        if "FULL" in modes:
+            largest_full = max(x for x in sizes if x <= s.max_num_seqs)
+            predicted = model.full_first_capture_bytes + split_kv_accumulator_bytes(shape, model, tp, largest_full)
+            full.append((start.id, predicted, modes["FULL"][0] * MiB))
+        graphs = sum(n - 1 for _, n, _ in modes.values())
+        row = [0.0, graphs * splitting] if mla else [graphs * splitting, 0.0]
+        further.append((start.id, row, sum((n - 1) * per * MiB for _, n, per in modes.values())))
+    for title, names, rows in (("first PIECEWISE capture", ("first_capture_bytes", "activation_copies"), first),
+                               ("further graphs", ("per_graph_layer_bytes", "per_graph_mla_layer_bytes"), further)):
+        x = np.array([r[1] for r in rows], float)
+        y = np.array([r[2] for r in rows], float)
+        coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+        print(f"{title} ({len(rows)} starts): " + ", ".join(f"{n} {v:,.3f}" for n, v in zip(names, coef)))
+        for (name, _, target), row in zip(rows, x):
+            print(f"  {name:52} printed {target / MiB:7.1f} MiB  fit {row @ coef / MiB:7.1f}")
+    print(f"first FULL capture ({len(full)} starts), predicted from vLLM's split count:")
+    for name, predicted, target in full:
+        print(f"  {name:52} printed {target / MiB:7.1f} MiB  predicted {predicted / MiB:7.1f}")
     return 0
 
 

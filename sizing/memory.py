@@ -99,19 +99,23 @@ class ActivationEstimate:
     stage_buffer_bytes: int  # buffers the profiling run allocates and keeps (pipeline stages after the first)
     workspace_bytes: int  # allocated by the run's first matmul and kept
     moe_workspace_bytes: int = 0  # the fused-MoE experts' workspace, kept by vLLM's workspace manager
+    # the forward through the layers before the first MoE layer, which runs before that workspace exists
+    forward_before_moe_bytes: int = 0
 
     @property
     def peak_bytes(self) -> int:
-        return (self.workspace_bytes + self.moe_workspace_bytes + self.stage_buffer_bytes
-                + max(self.forward_bytes, self.sampler_bytes))
+        return (self.workspace_bytes + self.stage_buffer_bytes
+                + max(self.moe_workspace_bytes + max(self.forward_bytes, self.sampler_bytes),
+                      self.forward_before_moe_bytes))
 
 
 def mlp_width(shape: ModelShape, layers: range, tp: int, routed: bool = True) -> float:
     """The widest feed-forward activation of the stage's layers per GPU, in gated-MLP units
-    (a gated MLP of width I keeps 2I + I alive, an ungated one I + I: two thirds of it); an MoE
+    (a gated MLP of width I keeps 2I + I alive; an ungated one half of that, as measured on Falcon-7B's
+    profiling peak, vLLM 0.26.0, tests/fixtures/vllm-starts); an MoE
     layer counts its shared experts and, with `routed`, its top-k experts' width."""
     matrices = 3 if shape.gated_mlp else 2
-    scale = 1.0 if shape.gated_mlp else 2 / 3
+    scale = 1.0 if shape.gated_mlp else 1 / 2
     widest = 0.0
     for i in layers:
         p = shape.layer_params[i]
@@ -137,17 +141,31 @@ def profiling_peak(shape: ModelShape, run: ProfilingRunModel, tokens: int, rows:
     dt = DTYPE_BYTES[shape.serving_dtype]
     h = shape.hidden_size
     moe = moe_workspace_bytes(shape, tokens, tp) if run.moe_workspace else 0
-    # the routed experts' activations live in the fused-MoE workspace, counted once below
-    width = mlp_width(shape, layers, tp, routed=not moe)
-    forward = int(tokens * dt * (run.forward_hidden_copies * h + run.forward_mlp_copies * width))
+    before = range(0)
+    if moe:
+        # the routed experts' activations live in the fused-MoE workspace, counted once below; the dense
+        # layers before the first MoE layer (DeepSeek's first_k_dense_replace) run before it is allocated
+        first_moe = next((i for i in layers if shape.layer_params[i].experts), layers.start)
+        before, layers = range(layers.start, first_moe), range(first_moe, layers.stop)
+
+    def forward_bytes(span: range, routed: bool) -> int:
+        if not span:
+            return 0
+        width = mlp_width(shape, span, tp, routed=routed)
+        return int(tokens * dt * (run.forward_hidden_copies * h + run.forward_mlp_copies * width))
+
+    forward = forward_bytes(layers, routed=not moe)
     sampler = 0
     if last_stage:
         vocab = shape.vocab_size
         per_logit = dt + run.sampler_extra_bytes_per_logit - (run.sampler_upcast_bytes_per_logit if dt == 4 else 0)
+        if tp > 1 and run.tensor_parallel_sampler_bytes_per_logit is not None:
+            per_logit = run.tensor_parallel_sampler_bytes_per_logit + dt / tp
         topk = min(multiprocessors, rows) * vocab * 4 if run.topk_buffer and rows >= 8 else 0
-        sampler = rows * vocab * per_logit + topk + tokens * h * dt + 2 * rows * h * dt
+        sampler = int(rows * vocab * per_logit) + topk + tokens * h * dt + 2 * rows * h * dt
     stage_buffers = 0 if first_stage else 2 * tokens * h * dt
-    return ActivationEstimate(tokens, rows, forward, sampler, stage_buffers, run.workspace_bytes, moe)
+    return ActivationEstimate(tokens, rows, forward, sampler, stage_buffers, run.workspace_bytes, moe,
+                              forward_bytes(before, routed=False))
 
 
 # Checkpoint formats whose MoE runs on a monolithic kernel that keeps no workspace of the manager's
@@ -161,6 +179,8 @@ def moe_workspace_bytes(shape: ModelShape, tokens: int, tp: int) -> int:
     the model dtype, per GPU (the expert width is split over TP ranks)."""
     if not shape.num_experts or (shape.weights_quantization or "") in MONOLITHIC_MOE_QUANTIZATION:
         return 0
+    if not any(p.experts for p in shape.layer_params):
+        return 0  # expert fields in a config whose layers hold no experts (Nemotron-H's n_routed_experts)
     h = shape.hidden_size
     width = cdiv(shape.moe_intermediate_size, tp)
     gate_up = 2 * width if shape.gated_mlp else width
@@ -201,11 +221,28 @@ def cuda_graph_estimate(shape: ModelShape, model: CudaGraphEstimateModel, mode: 
     mla = shape.mla_latent_dim is not None
     splitting = sum(1 for i in layers if shape.layer_kinds[i] != "none")
     per_graph = splitting * (model.per_graph_mla_layer_bytes if mla else model.per_graph_layer_bytes)
-    first = model.first_capture_bytes + int(model.activation_copies * max(piecewise if counts[0] else full)
-                                            * 2 * mlp_width_values(shape, layers, tp) * DTYPE_BYTES[shape.serving_dtype])
+    first_piecewise = model.first_capture_bytes + int(model.activation_copies * max(piecewise) * 2
+                                                      * mlp_width_values(shape, layers, tp)
+                                                      * DTYPE_BYTES[shape.serving_dtype])
+    first_full = model.full_first_capture_bytes + split_kv_accumulator_bytes(shape, model, tp, max(full)) if full else 0
+    first = max(first_piecewise if counts[0] else 0, first_full if counts[1] else 0)
     return first + further * per_graph
+
+
+def split_kv_accumulator_bytes(shape: ModelShape, model: CudaGraphEstimateModel, tp: int, batch: int) -> int:
+    """The decode attention kernel's fp32 split-KV partial outputs for a FULL graph of `batch` requests
+    (FlashAttention 3 and FlashMLA size them for the most splits a graph may use): splits x batch x query
+    heads per rank x value width (MLA: the absorbed kernel outputs the latent, kv_lora_rank wide: the
+    cached latent less its rotary part)."""
+    if shape.model_type in model.unsplit_model_types:
+        return 0
+    heads = max(1, shape.num_attention_heads // tp)
+    if shape.mla_latent_dim is not None:
+        return model.mla_attention_splits * batch * heads * (shape.mla_latent_dim - shape.rotary_dim) * 4
+    width = max(shape.layer_v_head_dims or (shape.head_dim,))
+    return model.attention_splits * batch * heads * width * 4
 
 
 def mlp_width_values(shape: ModelShape, layers: range, tp: int) -> float:
     """The widest MLP intermediate per token on one GPU: intermediate_size, or top-k experts' widths."""
-    return mlp_width(shape, layers, tp) * (1.0 if shape.gated_mlp else 1.5)
+    return mlp_width(shape, layers, tp) * (1.0 if shape.gated_mlp else 2.0)

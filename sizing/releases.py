@@ -49,6 +49,9 @@ class ProfilingRunModel(_Strict):
     forward_mlp_copies: float = Field(ge=0)
     sampler_extra_bytes_per_logit: int = Field(ge=0)  # beyond the model-dtype logits
     sampler_upcast_bytes_per_logit: int = Field(ge=0)  # the fp32 copy, absent when the model runs in fp32
+    # At TP > 1, bytes per logit at the sampler's peak beside the rank's own model-dtype shard of the
+    # logits (dtype / TP); None: as at TP 1
+    tensor_parallel_sampler_bytes_per_logit: float | None = Field(default=None, ge=0)
     topk_buffer: bool  # Triton top-k/top-p keeps min(SMs, rows) x vocab fp32
     workspace_bytes: int = Field(ge=0)  # allocated by the first matmul of the run (cuBLAS workspace)
     # The fused-MoE workspace the Triton experts take from vLLM's workspace manager and keep
@@ -89,17 +92,25 @@ class ModelRunnerRule(_Strict):
 
 class CudaGraphEstimateModel(_Strict):
     """vLLM's "Estimated CUDA graph memory" (gpu_model_runner.py profile_cudagraph_memory): it captures
-    the two largest sizes of each mode, takes the first capture whole and extrapolates the second to
-    the other sizes. In config quantities (docs/formulas.md, 'CUDA graphs'): the first capture holds
-    `activation_copies` copies of the largest size's MLP gate/up output plus `first_capture_bytes`;
-    each further graph holds driver memory per layer that splits the graph (attention, Mamba), MLA
-    layers more for their longer decode kernels."""
+    the two largest sizes of each mode, takes the largest first capture whole and extrapolates each
+    mode's second capture to its other sizes. In config quantities (docs/formulas.md, 'CUDA graphs'):
+    the first PIECEWISE capture holds `activation_copies` copies of the largest size's MLP gate/up output
+    plus `first_capture_bytes`; the first FULL capture holds the attention kernel's split-KV fp32
+    accumulators (`attention_splits` splits x batch x heads per rank x value width; MLA's latent width
+    with `mla_attention_splits`) plus `full_first_capture_bytes`; each further graph holds driver memory
+    per layer that splits the graph (attention, Mamba)."""
 
     max_capture_size: int = Field(gt=0)  # the largest size before max_num_seqs and batched tokens cap it
     capture_sizes_per_seq: int = Field(gt=0)  # the largest size is at most this x max_num_seqs
     max_capture_size_by_model_type: dict[str, int] = Field(default_factory=dict)  # model files that raise it
     first_capture_bytes: int = Field(ge=0)
     activation_copies: float = Field(ge=0)
+    full_first_capture_bytes: int = Field(ge=0)
+    attention_splits: int = Field(ge=0)
+    mla_attention_splits: int = Field(ge=0)
+    # model types whose decode attention runs unsplit in a FULL graph (gpt-oss's attention sinks), so its
+    # first FULL capture holds no accumulators
+    unsplit_model_types: frozenset[str] = frozenset()
     per_graph_layer_bytes: int = Field(ge=0)
     per_graph_mla_layer_bytes: int = Field(ge=0)
 

@@ -104,7 +104,7 @@ def fake_gpu(tmp_path, monkeypatch):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     smi = bin_dir / "nvidia-smi"
-    smi.write_text('#!/bin/sh\ncase "$*" in *memory.used*) echo "0, 0";; *) echo "0, NVIDIA H200, 143771";; esac\n')
+    smi.write_text('#!/bin/sh\ncase "$*" in *memory.used*) echo "0, 0";; *) echo "0, GPU-5e1c6a2f-0d3b-4c44-9a51-1f0e3d2b7a10, NVIDIA H200, 143771";; esac\n')
     smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     pkg = tmp_path / "site" / "vllm"
