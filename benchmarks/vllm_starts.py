@@ -18,7 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sizing.starts import accuracy_rows, load_corpus, summarize  # noqa: E402
+from sizing.profiles import load_model  # noqa: E402
+from sizing.starts import CORPUS, accuracy_rows, check_start, load_corpus, summarize  # noqa: E402
 
 
 def _pct(x: float | None) -> str:
@@ -63,6 +64,7 @@ def report() -> str:
         for s in summarize(rows, key):
             lines.append(f"| {s.group} | {s.starts} | {s.within_1pct} | {100 * s.median_abs:.2f}% | {_pct(s.worst)} | {s.over} |")
         lines.append("")
+    lines += tensor_parallel_section(starts)
     lines += ["## Every start", "",
               "Graph and weight columns: predicted − printed, GiB (vLLM prints two decimals).", "",
               "| start | family | by | KV budget | tokens | CUDA graphs (GiB) | weights (GiB) | runner |",
@@ -74,6 +76,36 @@ def report() -> str:
     for s in failed:
         lines.append(f"| {s.id} | {(s.reason or '').replace('|', '/')[:200]} |")
     return "\n".join(lines) + "\n"
+
+
+def _term(check, name: str) -> str:
+    t = check.term(name)
+    return "-" if t is None or t.printed is None else f"{t.predicted:.2f} / {t.printed:.2f}"
+
+
+def tensor_parallel_section(starts) -> list[str]:
+    """Each TP start rank by rank: vLLM prints every term once per worker, and the smallest pool governs."""
+    lines = ["## Tensor parallel, per rank", "",
+             "Every rank of a TP start prints its own lines; the table gives kvsize's figure for one rank against",
+             "the smallest a rank printed (GiB, predicted / printed; '-' where the log does not print the term:",
+             "activation and non-torch are DEBUG lines, the graph estimate is the V1 runner's).", "",
+             "| start | KV heads per rank | Available KV lines | weights | activation | non-torch | CUDA graphs | KV budget |",
+             "|---|---|---|---:|---:|---:|---:|---:|"]
+    for start in starts:
+        tp = int(start.args.get("tensor_parallel_size", 1))
+        if start.status != "sized" or tp == 1:
+            continue
+        _, shape = load_model(str(CORPUS / start.config))
+        heads = shape.num_kv_heads / tp
+        per_rank = (f"{shape.num_kv_heads} / {tp} = {heads:g}" if shape.mla_latent_dim is None and heads >= 1
+                    else f"1 ({shape.num_kv_heads} heads replicated over {tp} ranks)" if shape.mla_latent_dim is None
+                    else "MLA latent, whole on every rank")
+        printed = start.printed.available_kv_gib
+        agree = f"{len(printed)} line{'s' if len(printed) > 1 else ''}, " + ("one value" if len(set(printed)) == 1 else "differ")
+        check = check_start(start)
+        lines.append(f"| {start.id} | {per_rank} | {agree} | {_term(check, 'weights')} | {_term(check, 'activation')} | "
+                     f"{_term(check, 'non_torch')} | {_term(check, 'cuda_graphs')} | {_term(check, 'kv_budget')} |")
+    return lines + [""]
 
 
 def main(argv: list[str]) -> int:

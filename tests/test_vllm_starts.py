@@ -17,8 +17,12 @@ SIZED = [s for s in STARTS if s.status == "sized"]
 
 def test_the_corpus_is_broad():
     # the real-engine issue asks for starts over many architectures, releases, both GPUs and TP > 1
-    assert len(SIZED) >= 35
-    assert len({s.config for s in SIZED}) >= 18
+    assert len(SIZED) >= 60
+    assert len({s.config for s in SIZED}) >= 20
+    # the TP issue asks for at least 12 starts at TP 2 and 4, one with fewer KV heads than ranks
+    tp = [s for s in SIZED if s.args.get("tensor_parallel_size", 1) > 1]
+    assert len(tp) >= 12 and {s.args["tensor_parallel_size"] for s in tp} >= {2, 4}
+    assert any(s.config.endswith("qwen2.5-1.5b.json") and s.args["tensor_parallel_size"] == 4 for s in tp)
     assert {s.release for s in SIZED} >= {"0.20.0", "0.22.1", "0.26.0"}
     assert {s.gpu for s in SIZED} >= {"h100-sxm", "h200"}
     assert any(s.args.get("tensor_parallel_size", 1) == 4 for s in SIZED)
@@ -119,3 +123,14 @@ def test_manifest_rejects_unknown_fields(tmp_path):
     (tmp_path / "manifest.jsonl").write_text(json.dumps(row) + "\n")
     with pytest.raises(KvsizeError, match="line 1"):
         load_corpus(tmp_path)
+
+
+def test_the_accuracy_page_is_generated_from_the_corpus():
+    # docs/accuracy.md is what benchmarks/vllm_starts.py prints from the committed starts, to the byte
+    import importlib.util
+
+    path = CORPUS.parents[2] / "benchmarks" / "vllm_starts.py"
+    spec = importlib.util.spec_from_file_location("vllm_starts_benchmark", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert (CORPUS.parents[2] / "docs" / "accuracy.md").read_text() == bench.report()
