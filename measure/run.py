@@ -45,6 +45,73 @@ def model_shape(model: str, layers: int | None) -> tuple[dict, ModelShape]:
     return config, resolve_shape(config)
 
 
+def nvml_handle(pynvml, torch):
+    """NVML's handle for the GPU torch is using. NVML numbers every GPU of the host, CUDA only those
+    CUDA_VISIBLE_DEVICES names, so the two indices differ whenever it names others: the device is
+    found by its UUID (or PCI address), and by index only where CUDA sees every GPU."""
+    import os
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    uuid = getattr(props, "uuid", None)
+    if uuid is not None:
+        text = str(uuid)
+        return pynvml.nvmlDeviceGetHandleByUUID(text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}")
+    if getattr(props, "pci_bus_id", None) is not None:
+        return pynvml.nvmlDeviceGetHandleByPciBusId(
+            f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0")
+    if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
+        raise KvsizeError("cannot tell which NVML device is torch's: CUDA_VISIBLE_DEVICES is set and torch "
+                          "reports neither the GPU's UUID nor its PCI address")
+    return pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+
+
+def non_torch_bytes(used: int | None, reserved: int, other_processes: int) -> int:
+    """The memory this process holds outside torch: NVML's used minus torch's segments minus the other
+    processes on the GPU. Without NVML, or below zero (NVML read another GPU, or counted this process
+    among the others), there is no reading, and the capacity point is not measured."""
+    if used is None:
+        raise KvsizeError("the memory outside torch is read through NVML (pip install nvidia-ml-py), which "
+                          "this process cannot reach")
+    value = used - reserved - other_processes
+    if value < 0:
+        raise KvsizeError(f"NVML's reading leaves {value} B outside torch (used {used} B, torch's segments "
+                          f"{reserved} B, other processes {other_processes} B): NVML did not read this process's GPU")
+    return value
+
+
+def _longrope_with_factor(level: dict) -> None:
+    """transformers' rope scaling (the newer rope_parameters or the file's rope_scaling; one dict, or one
+    per layer type; the kind under rope_type or type): a longrope entry without 'factor' gets the one
+    transformers derives for it (modeling_rope_utils._compute_longrope_parameters: max_position_embeddings
+    over the pretraining length, the config's own original_max_position_embeddings first, as
+    standardize_rope_params takes it), which vLLM's longrope derives too. Some transformers 5 classes
+    read the key unconditionally (MiniCPM3's attention: rope_parameters["factor"] for any type but
+    default), so a config without it fails there with KeyError: 'factor'."""
+    for key in ("rope_parameters", "rope_scaling"):
+        params = level.get(key)
+        if not isinstance(params, dict) or not params:
+            continue
+        nested = all(isinstance(v, dict) for v in params.values())
+        for entry in params.values() if nested else [params]:
+            if entry.get("rope_type", entry.get("type")) != "longrope" or entry.get("factor") is not None:
+                continue
+            longest = level.get("max_position_embeddings")
+            original = level.get("original_max_position_embeddings") or entry.get(
+                "original_max_position_embeddings") or longest
+            if isinstance(longest, int) and isinstance(original, int) and original > 0:
+                entry["factor"] = longest / original
+
+
+def replica_config(config: dict) -> dict:
+    """The config transformers builds the replica from: the file's, without its quantization (the
+    replica holds bf16 weights), with rope scaling read as transformers and vLLM read it."""
+    out = copy.deepcopy({k: v for k, v in config.items() if k != "quantization_config"})
+    _longrope_with_factor(out)
+    if isinstance(out.get("text_config"), dict):
+        _longrope_with_factor(out["text_config"])
+    return out
+
+
 class Gpu:
     def __init__(self) -> None:
         import torch
@@ -57,9 +124,9 @@ class Gpu:
             import pynvml
 
             pynvml.nvmlInit()
+            self.handle = nvml_handle(pynvml, torch)
             self.nvml = pynvml
-            self.handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
-        except Exception:  # NVML missing: report torch figures only
+        except Exception:  # NVML missing, or no NVML device is torch's: report torch figures only
             self.nvml = None
 
     def used_bytes(self) -> int | None:
@@ -170,10 +237,7 @@ def measure_capacity(gpu: Gpu, model: str, layers: int | None, util: float, mnbt
     from transformers import AutoConfig
 
     config, shape = model_shape(model, layers)
-    hf_config_dict = {k: v for k, v in config.items() if k != "quantization_config"}
-    if isinstance(hf_config_dict.get("text_config"), dict):
-        hf_config_dict["text_config"] = dict(hf_config_dict["text_config"])
-    hf_config = AutoConfig.for_model(**hf_config_dict)
+    hf_config = AutoConfig.for_model(**replica_config(config))
     gpu.settle()
     total = torch.cuda.get_device_properties(0).total_memory
     a0 = torch.cuda.memory_allocated()
@@ -203,8 +267,7 @@ def measure_capacity(gpu: Gpu, model: str, layers: int | None, util: float, mnbt
     forward()
     activation = torch.cuda.max_memory_allocated() - weights
     gpu.settle()
-    used = gpu.used_bytes()
-    non_torch = (used - torch.cuda.memory_reserved() - gpu.other_processes_bytes()) if used is not None else 0
+    non_torch = non_torch_bytes(gpu.used_bytes(), torch.cuda.memory_reserved(), gpu.other_processes_bytes())
     limit = int(total * util) - non_torch
     available = limit - weights - activation
     records = []

@@ -51,12 +51,12 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
     import torch.nn.functional as F
 
-    from .run import model_shape, pool_tensors, predict_capacity
+    from .run import model_shape, nvml_handle, pool_tensors, predict_capacity
 
     rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local)
     pynvml.nvmlInit()
-    handle = pynvml.nvmlDeviceGetHandleByIndex(local)
+    handle = nvml_handle(pynvml, torch)  # CUDA's index `local` is NVML's only where CUDA sees every GPU
 
     def non_torch() -> int:
         torch.cuda.synchronize()

@@ -59,8 +59,10 @@ def _block_bytes(model: str, fmt: str, block_size: int) -> tuple[int, int]:
 def _device(torch) -> dict:
     import pynvml
 
+    from .run import nvml_handle
+
     pynvml.nvmlInit()
-    handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+    handle = nvml_handle(pynvml, torch)
     link = {}
     try:
         link = {"pcie_generation": pynvml.nvmlDeviceGetCurrPcieLinkGeneration(handle),

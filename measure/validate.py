@@ -29,7 +29,7 @@ def check_report(report: dict, tolerance: float | None = None) -> list[str]:
         raise KvsizeError(f"not a kvsize measurement report: a JSON {type(report).__name__}, expected an object")
     if report.get("schema") != REPORT_SCHEMA:
         raise KvsizeError(f"not a kvsize measurement report (schema {report.get('schema')!r}, expected {REPORT_SCHEMA})")
-    problems = []
+    problems = _check_evidence(report)
     for p in report.get("allocation", []):
         from .tensors_math import layout_bytes
 
@@ -53,6 +53,74 @@ def check_report(report: dict, tolerance: float | None = None) -> list[str]:
                             f"{p['attention_rel_error']:.4f} > bound {bound}")
     problems += _check_kernels(report, tolerance)
     problems += _check_transfers(report, tolerance)
+    return problems
+
+
+# The caching allocator takes memory from CUDA in whole segments of 2 MiB pages, and NVML counts them.
+SEGMENT_BYTES = 2 * 2**20
+
+
+def _check_evidence(report: dict) -> list[str]:
+    """A report of allocation or capacity points (measure/run.py) holds what only a real NVIDIA GPU
+    gives: a device kvsize bundles, named by the driver, its CUDA and NVML totals those of that GPU,
+    and beside each figure the torch and NVML readings it came from. One line for each that is missing
+    or could not have been read: a report computed without a GPU, or with NVML reading another GPU
+    than torch's, is rejected however well its figures agree."""
+    from sizing.profiles import gpu_profile, matching_gpus
+
+    if not (report.get("allocation") or report.get("capacity")):
+        return []
+    device = report.get("device") if isinstance(report.get("device"), dict) else {}
+    name, total, nvml_total = device.get("name"), device.get("total_bytes"), device.get("nvml_total_bytes")
+    gpus = [gpu_profile(g) for g in matching_gpus(name=name)] if isinstance(name, str) and \
+        name.startswith("NVIDIA ") else []
+    problems = []
+    if not gpus:
+        problems.append(f"device {name!r} is no NVIDIA GPU kvsize bundles (kvsize gpus): the report was not "
+                        "measured on one")
+    if not (isinstance(device.get("driver"), str) and device["driver"]) or not isinstance(nvml_total, int):
+        problems.append(f"device {name!r} has no NVIDIA driver version or NVML total: nothing was read through NVML")
+    if gpus and not any(g.memory_bytes == total for g in gpus):
+        problems.append(f"device {name!r}: CUDA's total {total} B is not the bundled GPU's "
+                        f"({', '.join(f'{g.name} {g.memory_bytes} B' for g in gpus)})")
+    if gpus and isinstance(nvml_total, int) and not any(g.nvml_memory_mib * 2**20 == nvml_total for g in gpus):
+        problems.append(f"device {name!r}: NVML's total {nvml_total} B is not the bundled GPU's "
+                        f"({', '.join(f'{g.name} {g.nvml_memory_mib} MiB' for g in gpus)})")
+    for p in report.get("allocation", []):
+        where = f"allocation {p['model']} {p['kv_cache_dtype']}"
+        allocated, reserved, nvml = p.get("allocated_delta_bytes"), p.get("reserved_delta_bytes"), \
+            p.get("nvml_delta_bytes")
+        if not (isinstance(allocated, int) and isinstance(reserved, int)) or allocated < p["storage_bytes"] or \
+                reserved % SEGMENT_BYTES:
+            problems.append(f"{where}: no torch allocator reading (allocated {allocated} B, reserved {reserved} B "
+                            f"for {p['storage_bytes']} B of tensors in whole {SEGMENT_BYTES} B segments)")
+        elif not isinstance(nvml, int) or abs(nvml - reserved) > SEGMENT_BYTES:
+            problems.append(f"{where}: NVML saw {nvml} B taken while torch reserved {reserved} B: NVML read "
+                            "another GPU, or none")
+    for p in report.get("capacity", []):
+        where = f"capacity {p['model']} ({p.get('layers') or 'all'} layers) {p['kv_cache_dtype']}"
+        m, b = p["measured"], p["boundary"]
+        if p["total_bytes"] != total:
+            problems.append(f"{where}: sized for a total of {p['total_bytes']} B on a device of {total} B")
+        if not isinstance(p.get("nvml_before_bytes"), int) or p["nvml_before_bytes"] <= 0:
+            problems.append(f"{where}: no NVML reading before the replica was built")
+        if m["non_torch_bytes"] <= 0:
+            problems.append(f"{where}: {m['non_torch_bytes']} B outside torch, where a CUDA context alone holds "
+                            "hundreds of MiB: NVML read another GPU, or none")
+        if not isinstance(b.get("peak_reserved_bytes"), int) or b["peak_reserved_bytes"] % SEGMENT_BYTES or \
+                b["peak_reserved_bytes"] < b["peak_allocated_bytes"]:
+            problems.append(f"{where}: torch's reserved peak {b.get('peak_reserved_bytes')} B is not whole "
+                            f"{SEGMENT_BYTES} B segments holding the allocated peak {b['peak_allocated_bytes']} B")
+        _, shape = model_shape(p["model"], p.get("layers"))
+        today = predict_capacity(p["model"], shape, p["total_bytes"], p["gpu_memory_utilization"],
+                                 p["max_num_batched_tokens"], p["block_size"], p["kv_cache_dtype"],
+                                 m["non_torch_bytes"]).breakdown
+        stored = p.get("predicted", {})
+        measured = (m["weights_bytes"], m["activation_bytes"])
+        if measured in ((today.weights_bytes, today.activation_bytes),
+                        (stored.get("weights_bytes"), stored.get("activation_bytes"))):
+            problems.append(f"{where}: the measured weights and activation are kvsize's prediction to the byte: "
+                            "written, not read from a GPU")
     return problems
 
 
@@ -379,7 +447,8 @@ def checked(report, tolerance: float | None) -> list[str]:
 def validate_files(paths: list[str], tolerance: float | None = None) -> int:
     """0 when every report agrees, 1 when a check fails; a report that is not one (malformed, a field
     missing or of the wrong kind) is refused in one line (exit 2)."""
-    from .verify import VERIFY_SCHEMA, problems
+    from .verify import VERIFY_SCHEMA
+    from .verify import problems as verify_problems
 
     failed = 0
     for path in paths:
@@ -388,7 +457,7 @@ def validate_files(paths: list[str], tolerance: float | None = None) -> int:
             raise KvsizeError(f"{path}: not a kvsize measurement report: a JSON {type(report).__name__}, expected an object")
         if isinstance(report, dict) and report.get("schema") == VERIFY_SCHEMA:
             try:
-                bad = problems(report)
+                bad = verify_problems(report)
             except (KeyError, TypeError, ValueError) as e:
                 bad = [f"a malformed verify report ({e!r})"]
             for line in bad:

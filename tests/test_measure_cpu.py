@@ -44,7 +44,10 @@ def test_quantize_dequantize_within_bound(fmt):
 
 @pytest.mark.parametrize("path", REPORTS, ids=lambda p: p.name)
 def test_committed_reports_validate(path):
-    assert check_report(json.loads(path.read_text())) == []
+    from measure.verify import VERIFY_SCHEMA, problems
+
+    report = json.loads(path.read_text())
+    assert (problems(report) if report.get("schema") == VERIFY_SCHEMA else check_report(report)) == []
 
 
 CAPACITY_REPORTS = [p for p in REPORTS if any(json.loads(p.read_text()).get(k) for k in ("capacity", "tensor_parallel"))]
@@ -219,3 +222,177 @@ def test_validate_counts_points_that_were_not_measured(tmp_path, capsys):
     path.write_text(json.dumps(report))
     assert main(["validate", str(path)]) == 1
     assert "1 requested point(s) were not measured" in capsys.readouterr().err
+
+
+def test_the_minicpm3_replica_builds_with_its_longrope_scaling(monkeypatch):
+    # MiniCPM3's rope scaling is longrope: short and long factor lists, no 'factor'. transformers 5.17
+    # (vLLM 0.26's environment) builds MiniCPM3's attention reading rope_parameters["factor"] for any
+    # rope type but default, so the replica of the file's config failed there with KeyError: 'factor'
+    # (newer releases read it only with mscale_all_dim). The harness hands transformers the factor
+    # transformers and vLLM derive for longrope (max_position_embeddings over the pretraining length).
+    modeling = pytest.importorskip("transformers.models.minicpm3.modeling_minicpm3")
+    from transformers import AutoConfig
+
+    from measure.run import build_replica, replica_config
+
+    def yarn_apply_mscale_of_5_17(rope_parameters, scaling):
+        if rope_parameters.get("rope_type", "default") != "default":
+            mscale_all_dim = rope_parameters.get("mscale_all_dim", 0)
+            scaling_factor = rope_parameters["factor"]
+            if mscale_all_dim:
+                mscale = modeling.yarn_get_mscale(scaling_factor, mscale_all_dim)
+                scaling = scaling * mscale * mscale
+        return scaling
+
+    monkeypatch.setattr(modeling, "yarn_apply_mscale", yarn_apply_mscale_of_5_17)
+    config, _ = model_shape("minicpm3-4b", 2)
+    with pytest.raises(KeyError, match="factor"):  # the failure of the GPU run, reproduced
+        build_replica(AutoConfig.for_model(**{k: v for k, v in copy.deepcopy(config).items()
+                                              if k != "quantization_config"}))
+    hf_config = AutoConfig.for_model(**replica_config(config))
+    model, attention = build_replica(hf_config)
+    assert attention == "sdpa" and "factor" not in config["rope_scaling"]  # the bundled config is not changed
+    assert hf_config.rope_parameters["rope_type"] == "longrope" and hf_config.rope_parameters["factor"] == 1.0
+    # as vLLM builds it: softmax scale qk_head_dim ** -0.5 (no mscale), longrope's cos/sin unscaled at 32K of 32K
+    assert model.model.layers[0].self_attn.scaling == (config["qk_nope_head_dim"] + config["qk_rope_head_dim"]) ** -0.5
+    assert model.model.rotary_emb.attention_scaling == 1.0
+
+
+LONGROPE = {"short_factor": [1.0] * 16, "long_factor": [2.0] * 16}
+
+
+@pytest.mark.parametrize("config, factors", [
+    # the file's rope_scaling with the old 'type' key; the pretraining length inside it
+    ({"max_position_embeddings": 131072, "rope_scaling": {"type": "longrope", **LONGROPE,
+                                                          "original_max_position_embeddings": 4096}}, [32.0]),
+    # the config's own original_max_position_embeddings comes first (Phi-3, as standardize_rope_params takes it)
+    ({"max_position_embeddings": 131072, "original_max_position_embeddings": 8192,
+      "rope_scaling": {"rope_type": "longrope", **LONGROPE, "original_max_position_embeddings": 4096}}, [16.0]),
+    # transformers 5's rope_parameters, one dict per layer type
+    ({"max_position_embeddings": 65536, "rope_parameters": {
+        "full_attention": {"rope_type": "longrope", **LONGROPE, "original_max_position_embeddings": 32768},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}}, [2.0]),
+    # a multimodal config's text model
+    ({"text_config": {"max_position_embeddings": 32768, "rope_parameters": {"rope_type": "longrope", **LONGROPE}}},
+     [1.0]),
+    # a factor the file gives is kept; other kinds are left alone
+    ({"max_position_embeddings": 131072, "rope_scaling": {"type": "longrope", **LONGROPE, "factor": 4.0,
+                                                          "original_max_position_embeddings": 4096}}, [4.0]),
+    ({"max_position_embeddings": 131072, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, [4.0]),
+    ({"max_position_embeddings": 131072, "rope_scaling": {"rope_type": "llama3", "low_freq_factor": 1.0}}, [None]),
+])
+def test_the_replica_config_reads_rope_scaling_as_transformers_does(config, factors):
+    from measure.run import replica_config
+
+    before = copy.deepcopy(config)
+    out = replica_config({**config, "quantization_config": {"quant_method": "mxfp4"}})
+    assert config == before and "quantization_config" not in out
+    level = out.get("text_config", out)
+    params = level.get("rope_parameters") or level.get("rope_scaling")
+    entries = [v for v in params.values() if isinstance(v, dict)] or [params]
+    assert [e.get("factor") for e in entries if e.get("rope_type", e.get("type")) != "default"] == factors
+
+
+class _FakeNvml:
+    def __init__(self):
+        self.asked = []
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        self.asked.append(("uuid", uuid))
+        return uuid
+
+    def nvmlDeviceGetHandleByPciBusId(self, bus):
+        self.asked.append(("pci", bus))
+        return bus
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        self.asked.append(("index", index))
+        return index
+
+
+def _fake_torch(**props):
+    from types import SimpleNamespace
+
+    cuda = SimpleNamespace(current_device=lambda: 0, get_device_properties=lambda i: SimpleNamespace(**props))
+    return SimpleNamespace(cuda=cuda)
+
+
+def test_nvml_reads_the_gpu_torch_uses_not_the_one_of_its_index(monkeypatch):
+    # With CUDA_VISIBLE_DEVICES=2, torch's device 0 is the host's GPU 2 and NVML's index 0 its GPU 0: an H200
+    # run read GPU 0 (another process's 33 GB) and wrote -8.3 GB outside torch and 0 B taken by a 40 MiB pool
+    from measure.run import non_torch_bytes, nvml_handle
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
+    nvml = _FakeNvml()
+    assert nvml_handle(nvml, _fake_torch(uuid="58f3ac3e-0d4b-11f0-8c1b-0242ac120002")) == \
+        "GPU-58f3ac3e-0d4b-11f0-8c1b-0242ac120002"
+    assert nvml_handle(nvml, _fake_torch(pci_bus_id=0x19, pci_device_id=0, pci_domain_id=0)) == "00000000:19:00.0"
+    with pytest.raises(KvsizeError, match="which NVML device is torch's"):
+        nvml_handle(nvml, _fake_torch())
+    assert ("index", 0) not in nvml.asked
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert nvml_handle(nvml, _fake_torch()) == 0  # CUDA sees every GPU: the indices agree
+    assert non_torch_bytes(35_000_000_000, 9_000_000_000, 24_500_000_000) == 1_500_000_000
+    with pytest.raises(KvsizeError, match="did not read this process's GPU"):
+        non_torch_bytes(33_965_408_256, 9_000_000_000, 33_311_162_368)
+    with pytest.raises(KvsizeError, match="through NVML"):
+        non_torch_bytes(None, 9_000_000_000, 0)
+
+
+def _report(name):
+    return json.loads((ROOT / "measure" / "reports" / name).read_text())
+
+
+def _without_a_gpu(report):
+    # what a report computed on a CPU would hold: no NVIDIA device, no NVML, kvsize's predictions as readings
+    report["device"] = {"name": "cpu", "total_bytes": report["device"]["total_bytes"], "torch": "2.11.0+cpu"}
+    for p in report["allocation"]:
+        p.update(allocated_delta_bytes=p["storage_bytes"], reserved_delta_bytes=p["storage_bytes"],
+                 nvml_delta_bytes=None)
+    for p in report["capacity"]:
+        p["measured"].update(weights_bytes=p["predicted"]["weights_bytes"],
+                             activation_bytes=p["predicted"]["activation_bytes"])
+        p["nvml_before_bytes"] = None
+
+
+@pytest.mark.parametrize("change, needle", [
+    (_without_a_gpu, "is no NVIDIA GPU kvsize bundles"),
+    (_without_a_gpu, "no NVML reading before the replica was built"),
+    (_without_a_gpu, "are kvsize's prediction to the byte"),
+    (lambda r: r["device"].update(name="NVIDIA GeForce GTX 1080"), "is no NVIDIA GPU kvsize bundles"),
+    (lambda r: r["device"].pop("driver"), "has no NVIDIA driver version or NVML total"),
+    (lambda r: r["device"].update(nvml_total_bytes=None), "has no NVIDIA driver version or NVML total"),
+    (lambda r: r["device"].update(total_bytes=85017493504), "CUDA's total 85017493504 B is not the bundled GPU's"),
+    (lambda r: r["device"].update(nvml_total_bytes=150754820096 + 2**20), "NVML's total"),
+    (lambda r: r["capacity"][0].update(total_bytes=r["capacity"][0]["total_bytes"] - 2**30), "sized for a total"),
+    # NVML read another GPU than torch's: nothing taken for the pool, less than nothing outside torch
+    (lambda r: r["allocation"][0].update(nvml_delta_bytes=0), "NVML saw 0 B taken while torch reserved"),
+    (lambda r: r["allocation"][0].update(nvml_delta_bytes=None), "NVML saw None B taken"),
+    (lambda r: r["capacity"][0]["measured"].update(non_torch_bytes=-8332050432), "B outside torch"),
+    (lambda r: r["capacity"][0]["measured"].update(non_torch_bytes=0), "0 B outside torch"),
+    (lambda r: r["allocation"][0].update(reserved_delta_bytes=r["allocation"][0]["reserved_delta_bytes"] + 512),
+     "no torch allocator reading"),
+    (lambda r: r["allocation"][0].pop("allocated_delta_bytes"), "no torch allocator reading"),
+    (lambda r: r["capacity"][0]["boundary"].pop("peak_reserved_bytes"), "reserved peak None B"),
+    (lambda r: r["capacity"][0].pop("nvml_before_bytes"), "no NVML reading before the replica was built"),
+    (lambda r: r["capacity"][0]["measured"].update(weights_bytes=r["capacity"][0]["predicted"]["weights_bytes"],
+                                                   activation_bytes=r["capacity"][0]["predicted"]["activation_bytes"]),
+     "are kvsize's prediction to the byte"),
+])
+def test_validate_rejects_a_report_not_read_from_a_gpu(change, needle):
+    report = _report("h200-capacity.json")
+    assert check_report(report) == []
+    change(report)
+    assert any(needle in line for line in check_report(report)), check_report(report)
+
+
+def test_a_report_computed_without_a_gpu_fails_kvsize_validate(tmp_path, capsys):
+    from app.cli import main
+
+    report = _report("h100-capacity.json")
+    _without_a_gpu(report)
+    path = tmp_path / "cpu.json"
+    path.write_text(json.dumps(report))
+    assert main(["validate", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "device 'cpu' is no NVIDIA GPU" in err and "Traceback" not in err
