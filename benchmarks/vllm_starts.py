@@ -11,6 +11,7 @@ the KV budget and tokens both ways, median 0.3% or less.
 
 from __future__ import annotations
 
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -65,6 +66,7 @@ def report() -> str:
             lines.append(f"| {s.group} | {s.starts} | {s.within_1pct} | {100 * s.median_abs:.2f}% | {_pct(s.worst)} | {s.over} |")
         lines.append("")
     lines += tensor_parallel_section(starts)
+    lines += servers_section()
     lines += ["## Every start", "",
               "Graph and weight columns: predicted − printed, GiB (vLLM prints two decimals).", "",
               "| start | family | by | KV budget | tokens | CUDA graphs (GiB) | weights (GiB) | runner |",
@@ -105,6 +107,37 @@ def tensor_parallel_section(starts) -> list[str]:
         check = check_start(start)
         lines.append(f"| {start.id} | {per_rank} | {agree} | {_term(check, 'weights')} | {_term(check, 'activation')} | "
                      f"{_term(check, 'non_torch')} | {_term(check, 'cuda_graphs')} | {_term(check, 'kv_budget')} |")
+    return lines + [""]
+
+
+# The `vllm serve` logs beside the /metrics scrapes in tests/fixtures/metrics: (log, config, GPU)
+SERVERS = (("vllm-0.26.0-h200-llama-3.1-8b-serve.log", "llama-3.1-8b.json", "h200"),
+           ("vllm-0.26.0-h200-qwen3-8b-fp8-serve.log", "qwen3-8b.json", "h200"))
+
+
+def servers_section() -> list[str]:
+    """check-log on the servers started for `kvsize watch`: at utilization 0.16 the KV budget is some 6 GiB, so an
+    activation error of 0.1 GiB is a percent or more of it."""
+    from sizing.logs import log_scenario, read_log
+    from sizing.plan import estimate
+    from sizing.profiles import gpu_profile
+
+    lines = ["## Servers under load (tests/fixtures/metrics)", "",
+             "`kvsize check-log` on the logs of the two `vllm serve` starts whose /metrics `kvsize watch` is tested on",
+             "(utilization 0.16, so the pool is a few GiB and every term weighs more).", "",
+             "| server log | KV budget (GiB) | tokens | activation (GiB) |", "|---|---:|---:|---:|"]
+    for log_name, config, gpu in SERVERS:
+        text = (ROOT / "tests" / "fixtures" / "metrics" / log_name).read_text(errors="replace")
+        run = read_log(text)
+        name, shape = load_model(str(CORPUS / "configs" / config))
+        e = estimate(log_scenario(run, name, shape, gpu_profile(gpu))[0])
+        printed_kv = float(re.search(r"Available KV cache memory: ([\d.]+) GiB", text).group(1))
+        printed_tokens = int(re.search(r"GPU KV cache size: ([\d,]+) tokens", text).group(1).replace(",", ""))
+        peak = re.search(r"([\d.]+) GiB for peak activation", text)
+        budget = e.kv_budget_bytes / 2**30
+        lines.append(f"| {log_name} | {budget:.2f} / {printed_kv:.2f} ({_pct(budget / printed_kv - 1)}) | "
+                     f"{e.max_tokens:,} / {printed_tokens:,} ({_pct(e.max_tokens / printed_tokens - 1)}) | "
+                     f"{e.breakdown.activation_bytes / 2**30:.2f} / {peak.group(1) if peak else '-'} |")
     return lines + [""]
 
 
