@@ -141,3 +141,13 @@ def test_verify_refuses_without_a_gpu(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("PATH", str(tmp_path))
     assert main(["verify", "--model", LLAMA, "--out", str(tmp_path / "v.json")]) == 2
     assert "nvidia-smi" in capsys.readouterr().err
+
+
+def test_the_readme_shows_the_committed_verify_report():
+    # the README's kvsize verify output is the render of measure/reports/h200-verify-qwen3-8b-fp8.json
+    from measure.verify import render
+
+    root = CORPUS.parents[2]
+    report = json.loads((root / "measure" / "reports" / "h200-verify-qwen3-8b-fp8.json").read_text())
+    block = "\n".join(render(report))
+    assert block in (root / "README.md").read_text()

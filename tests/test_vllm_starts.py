@@ -146,3 +146,35 @@ def test_the_accuracy_page_is_generated_from_the_corpus():
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     assert (CORPUS.parents[2] / "docs" / "accuracy.md").read_text() == bench.report()
+
+
+def test_the_readme_quotes_the_accuracy_page():
+    # README's "Held to the real engine" figures are the benchmark's summary (docs/accuracy.md)
+    import re
+
+    root = CORPUS.parents[2]
+    readme = (root / "README.md").read_text()
+    page = (root / "docs" / "accuracy.md").read_text()
+    within = re.search(r"Within 1% on both .*?: (\d+) of (\d+)", page).groups()
+    assert f"{within[0]} of {within[1]} predictions within 1%" in readme
+    budget = re.search(r"KV budget: median \|error\| ([\d.]+)%", page).group(1)
+    worst = max(float(x) for x in re.findall(r"worst ([\d.]+)%", page.split("### By release")[0]))
+    assert f"median {budget}%, worst +{worst:.2f}%" in readme
+    sized = sum(1 for s in STARTS if s.status == "sized")
+    assert f"{len(STARTS)} real starts ({sized} sized)" in readme
+    assert f"{len({s.config for s in SIZED})} configs" in readme
+    tp = sum(1 for s in SIZED if s.args.get("tensor_parallel_size", 1) > 1)
+    assert f"{tp} starts at TP 2 and 4" in readme
+
+
+def test_every_config_a_start_ran_cites_its_source():
+    # configs/SOURCES.md: each config equals the cited fixture or profile field for field
+    import re
+
+    root = CORPUS.parents[2]
+    rows = dict(re.findall(r"^\| (\S+\.json) \| (\S+) \| .+ \|$", (CORPUS / "configs" / "SOURCES.md").read_text(), re.M))
+    for config in sorted((CORPUS / "configs").glob("*.json")):
+        assert config.name in rows, config.name
+        cited = json.loads((root / rows[config.name]).read_text())
+        expected = cited["config"] if rows[config.name].startswith("profiles/") else cited
+        assert json.loads(config.read_text()) == expected, config.name
