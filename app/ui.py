@@ -149,3 +149,13 @@ def _tokens_label(n: int) -> str:
 def _fmt_bytes(x) -> str:
     """An exact per-token byte count: integer where it is one, else the fraction (e.g. 17/32 of q8_0)."""
     return f"{x.numerator:,}" if x.denominator == 1 else f"{float(x):,.4f} ({x.numerator}/{x.denominator})"
+
+
+def tensor_parallel_section(e) -> None:
+    """What each GPU holds at the chosen TP size, term by term, and which terms grow with TP (sizing's notes)."""
+    from sizing.plan import tensor_parallel_notes
+
+    notes = tensor_parallel_notes(e)
+    if notes:
+        st.caption(f"Per GPU at TP {e.scenario.tensor_parallel_size}: every figure above is one GPU's.")
+        st.markdown("\n".join(f"- {n}" for n in notes))

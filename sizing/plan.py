@@ -668,7 +668,14 @@ def tensor_parallel_notes(e: Estimate) -> tuple[str, ...]:
                      f"stops shrinking at TP {shape.num_kv_heads}")
     else:
         notes.append(f"KV: each GPU holds {e.kv_heads_per_gpu} of {shape.num_kv_heads} KV heads")
-    notes.append("activation: the MLP's share shrinks with TP; the sampler's logits are all-gathered and do not")
+    if e.model_runner == "v2":
+        notes.append("activation: the MLP's share shrinks with TP; the V2 sampler holds the all-gathered logits in "
+                     "fp32 beside this GPU's shard")
+    else:
+        notes.append("activation: the MLP's share shrinks with TP; the sampler's logits are all-gathered and do not")
+    if e.breakdown.cuda_graph_bytes:
+        notes.append("CUDA graphs: the decode kernel's split-KV accumulators hold this GPU's query heads, so they "
+                     "shrink with TP; the per-graph memory does not")
     notes.append(f"non-torch: NCCL's and the custom all-reduce's buffers come with TP ({gib:.2f} GiB per GPU "
                  f"under {e.engine.label.split(':')[0]})")
     return tuple(notes)

@@ -440,3 +440,16 @@ def test_fleet_page_holds_a_saved_scrape_against_the_cheapest_plan():
     assert {"KV blocks", "KV dtype", "requests waiting", "preemptions"} <= set(table["figure"])
     _upload(at, "fleet_metrics_upload", "metrics.txt", b"process_cpu_seconds_total 1.0\n")
     assert any("holds no vllm: metric" in e.value for e in at.error)
+
+
+def test_plan_page_says_what_each_gpu_holds_at_tp():
+    # Llama-3.1-8B config.json: 8 KV heads, so TP 2 puts 4 on each GPU; at TP 1 no per-GPU notes are drawn
+    at = _app()
+    assert not any("Per GPU at TP" in c.value for c in at.caption)
+    at.number_input(key="tp").set_value(2)
+    at.run()
+    assert not at.exception
+    assert any(c.value.startswith("Per GPU at TP 2") for c in at.caption)
+    notes = "\n".join(m.value for m in at.markdown)
+    assert "KV: each GPU holds 4 of 8 KV heads" in notes
+    assert "non-torch: NCCL's" in notes

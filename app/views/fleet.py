@@ -9,7 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from app.ui import UPLOADED_MODEL, _chart, _downloads, _gpu_choices
+from app.ui import UPLOADED_MODEL, _chart, _downloads, _gpu_choices, tensor_parallel_section
 from app.views.fleet_designs import _itl_chart, page_designs
 from sizing.errors import KvsizeError
 from sizing.formats import FORMAT_NAMES
@@ -159,6 +159,8 @@ def page_fleet(s: Scenario) -> None:
         st.subheader("Pools of the cheapest candidate")
         st.dataframe(pd.DataFrame([r for r in pools if r["gpu"] == b.gpu.id and r["kv_format"] == b.kv_format
                                    and r["tensor_parallel_size"] == b.tensor_parallel_size]), key="fleet_pools")
+        if b.tensor_parallel_size > 1:
+            tensor_parallel_section(replica_estimate(s, best))
         watch_panel(s, best)
     page_designs(s, workload, gpus, formats, tps, prices, plan)
     st.subheader("Guidance")
@@ -170,12 +172,21 @@ def page_fleet(s: Scenario) -> None:
     st.caption(f"Efficiency: {plan.efficiency.source}")
 
 
+def replica_estimate(s: Scenario, best):
+    """One replica of the cheapest design, sized as a plan (its GPU, format, TP and the pool's length)."""
+    from sizing.plan import estimate
+
+    b, pool = best.candidate, best.shared
+    return estimate(b.gpu.scenario(s, engine=best.engine, k_cache_dtype=b.kv_format, v_cache_dtype=b.kv_format,
+                                   tensor_parallel_size=b.tensor_parallel_size,
+                                   max_model_len=pool.max_model_len if pool else s.max_model_len))
+
+
 def watch_panel(s: Scenario, best) -> None:
     """The running engine held against the cheapest plan: a saved /metrics scrape of one replica, figure by
     figure (sizing/metrics.py, as `kvsize watch`)."""
     from sizing.errors import KvsizeError
     from sizing.metrics import MAX_METRICS_BYTES, read_metrics, watch
-    from sizing.plan import estimate
 
     st.subheader("Hold a running replica against this plan")
     upload = st.file_uploader("A saved /metrics scrape of one replica (curl http://host:8000/metrics > metrics.txt)",
@@ -187,9 +198,7 @@ def watch_panel(s: Scenario, best) -> None:
     b, pool = best.candidate, best.shared
     try:
         text = upload.getvalue().decode("utf-8")
-        replica = estimate(b.gpu.scenario(s, engine=best.engine, k_cache_dtype=b.kv_format, v_cache_dtype=b.kv_format,
-                                          tensor_parallel_size=b.tensor_parallel_size,
-                                          max_model_len=pool.max_model_len if pool else s.max_model_len))
+        replica = replica_estimate(s, best)
         lines = watch(read_metrics(text), replica, pool.requests_per_replica if pool else s.concurrency)
     except UnicodeDecodeError:
         st.error("the scrape is not UTF-8 text")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app.ui import _chart, _downloads, breakdown_figure, in_widget_terms
+from app.ui import _chart, _downloads, breakdown_figure, in_widget_terms, tensor_parallel_section
 from sizing.plan import Estimate, Scenario, to_record
 
 HIDDEN = ("schema",)  # the record's format tag: for programs reading the JSON, not for the page
@@ -29,8 +29,9 @@ def page_plan(s: Scenario, e: Estimate | None, error: str | None) -> None:
     _chart(fig, "breakdown_chart")
     df = pd.DataFrame([{k: v for k, v in r.items() if k != "breakdown"} | r["breakdown"]])  # downloaded whole
     # On screen the schema tag is left off, and the log lines are shown as the engine prints them, not as a list.
-    shown = df.drop(columns=[*HIDDEN, "engine_log_lines"])
+    shown = df.drop(columns=[*HIDDEN, "engine_log_lines", "tensor_parallel_notes"], errors="ignore")
     st.dataframe(shown.T.rename(columns={0: "value"}).astype(str), key="plan_table")
+    tensor_parallel_section(e)
     if r["engine_log_lines"]:
         st.caption(f"What {r['engine']} prints at startup for this plan:")
         st.code("\n".join(r["engine_log_lines"]), language=None)
