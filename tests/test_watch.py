@@ -2,16 +2,14 @@
 local HTTP server. The text is constructed from vLLM 0.26's metric definitions with the block count
 of a real start (tests/fixtures/metrics/vllm-0.26-constructed.txt says how)."""
 
-import http.server
 import json
-import threading
 
 import pytest
 
 from app.cli import main
 from sizing.errors import KvsizeError
 from sizing.metrics import read_metrics
-from conftest import ROOT
+from conftest import ROOT, serve_scrapes
 
 TEXT = (ROOT / "tests" / "fixtures" / "metrics" / "vllm-0.26-constructed.txt").read_text()
 CONFIG = str(ROOT / "tests" / "fixtures" / "vllm-starts" / "configs" / "llama-3.1-8b.json")
@@ -68,19 +66,7 @@ def test_a_live_server_is_scraped_and_counters_read_between_scrapes(capsys):
     scrapes = [TEXT, TEXT.replace("vllm:num_preemptions_total{engine=\"0\",model_name=\"meta-llama/Llama-3.1-8B\"} 0.0",
                                   "vllm:num_preemptions_total{engine=\"0\",model_name=\"meta-llama/Llama-3.1-8B\"} 2.0")]
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - http.server's name
-            body = scrapes.pop(0).encode() if scrapes else b""
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve_scrapes([t.encode() for t in scrapes])
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
         code = main(["watch", url, *PLAN, "--count", "2", "--interval", "1", "--format", "json"])

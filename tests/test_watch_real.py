@@ -2,19 +2,17 @@
 one H200 under a load that fills its KV cache (tests/fixtures/metrics/README.md gives the settings and the
 load), read from the saved texts and from a live local HTTP server serving them."""
 
-import http.server
 import io
 import json
 import re
 import shlex
 import tarfile
-import threading
 
 import pytest
 
 from app.cli import main
 from sizing.metrics import read_metrics
-from conftest import ROOT
+from conftest import ROOT, serve_scrapes
 
 FIXTURES = ROOT / "tests" / "fixtures" / "metrics"
 CONFIGS = ROOT / "tests" / "fixtures" / "vllm-starts" / "configs"
@@ -164,28 +162,9 @@ def test_kvsize_predicts_the_engines_pool_within_1_percent(start, capsys):
     assert abs(blocks / predicted(start, capsys)["num_blocks"] - 1) <= 0.01
 
 
-def serve(scrapes: list[bytes]):
-    """A local HTTP server on 127.0.0.1 (a free port) answering each GET with the next scrape."""
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - http.server's name
-            body = scrapes.pop(0) if scrapes else b""
-            self.send_response(200 if self.path == "/metrics" else 404)
-            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
 def test_a_live_server_through_a_load_counters_read_between_scrapes(capsys):
     # idle, busy and after, served in turn as the real server answered them
-    server = serve([(FIXTURES / f"{LLAMA}-{k}.txt").read_bytes() for k in ("idle", "busy", "after")])
+    server = serve_scrapes([(FIXTURES / f"{LLAMA}-{k}.txt").read_bytes() for k in ("idle", "busy", "after")])
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
         code, out = watch_json(capsys, url, LLAMA, 12, "--count", "3", "--interval", "1")
@@ -207,7 +186,7 @@ def test_a_live_server_through_a_load_counters_read_between_scrapes(capsys):
 
 
 def test_a_live_fp8_server_in_the_table_form(capsys):
-    server = serve([(FIXTURES / f"{QWEN}-busy.txt").read_bytes()])
+    server = serve_scrapes([(FIXTURES / f"{QWEN}-busy.txt").read_bytes()])
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
         code = main(["watch", url, *START[QWEN], "--concurrency", "96"])
