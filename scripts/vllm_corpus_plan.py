@@ -1,6 +1,6 @@
 """Write the plans of real vLLM starts that make tests/fixtures/vllm-starts (one JSON list a machine).
 
-usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s > plan.json
+usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200 > plan.json
 Every start is an EngineArgs dict on a config in tests/fixtures/vllm-starts/configs/, in vLLM's
 `vllm serve` usage context unless it says `llm`. Starts whose config is not there are left out.
 """
@@ -99,7 +99,8 @@ def one_gpu():
 
 
 def four_h100s():
-    """The third batch, on four H100s: tensor parallel 4 first (while all four GPUs are free), then 2, then one GPU."""
+    """The third batch, for four GPUs of one host (four H200s ran it): tensor parallel 4 first (while all four
+    GPUs are free), then 2, then one GPU."""
     r22, r26 = "0.22.1", "0.26.0"
     return [
         start(r26, "llama-3.1-70b", "tp4", tensor_parallel_size=4, max_model_len=32768),
@@ -110,14 +111,14 @@ def four_h100s():
         start(r26, "mixtral-8x7b-v0.1", "tp2", tensor_parallel_size=2),
         start(r26, "gemma-3-27b-it", max_model_len=8192),
         start(r26, "qwen3-8b", "fp8", kv_cache_dtype="fp8", max_model_len=32768),
-        start(r26, "glm-4.7-flash", max_model_len=16384),
+        start(r26, "glm-4.7-flash", "u70", max_model_len=16384, gpu_memory_utilization=0.7),
         start(r22, "nemotron-h-8b-base-8k", "u80", gpu_memory_utilization=0.8),
         start(r26, "falcon-7b", max_model_len=2048),
     ]
 
 
 def two_h100s():
-    """The fourth batch, on two of the four H100s (the other two serve and verify): TP 2, then one GPU."""
+    """The fourth batch, on two of the four GPUs (the other two serve and verify): TP 2, then one GPU."""
     r22, r26 = "0.22.1", "0.26.0"
     return [
         start(r26, "qwen3-30b-a3b", "tp2-fp8", tensor_parallel_size=2, kv_cache_dtype="fp8", max_model_len=32768),
@@ -129,12 +130,29 @@ def two_h100s():
         start(r26, "llama-2-7b", "eager", max_model_len=4096, enforce_eager=True),
         start(r26, "qwen2.5-1.5b", "llm-bs32", context="llm", block_size=32, max_num_seqs=128),
         start(r26, "minicpm3-4b", max_model_len=16384),
-        start(r26, "gemma-2-9b", max_model_len=4096),
+        start(r26, "gemma-2-9b", "seqs32-u85", max_model_len=4096, max_num_seqs=32, gpu_memory_utilization=0.85),
+    ]
+
+
+def one_h200():
+    """The fifth batch, one H200: fewer sequences (which of the V2 runner's forward and sampler peaks) and
+    architectures not yet started."""
+    r26 = "0.26.0"
+    return [
+        start(r26, "qwen3-8b", "seqs128", max_num_seqs=128),
+        start(r26, "qwen3-8b", "fp8-seqs128", max_num_seqs=128, kv_cache_dtype="fp8"),
+        start(r26, "llama-3.1-8b", "fp8-seqs64", max_model_len=4096, max_num_seqs=64, kv_cache_dtype="fp8"),
+        start(r26, "qwen2.5-7b-instruct", "seqs128", max_num_seqs=128),
+        start(r26, "gemma-3-1b-it", max_model_len=32768),
+        start(r26, "stablelm-3b-4e1t", max_model_len=4096),
+        start(r26, "gemma-7b", max_model_len=8192),
+        start(r26, "mimo-7b-base", max_model_len=32768),
     ]
 
 
 if __name__ == "__main__":
-    plan = {"four-gpus": four_gpus, "one-gpu": one_gpu, "four-h100s": four_h100s, "two-h100s": two_h100s}[sys.argv[1]]()
+    plan = {"four-gpus": four_gpus, "one-gpu": one_gpu, "four-h100s": four_h100s, "two-h100s": two_h100s,
+            "one-h200": one_h200}[sys.argv[1]]()
     plan = [s for s in plan if (CONFIGS / Path(s["config"]).name).exists()]
     json.dump(plan, sys.stdout, indent=1)
     print()

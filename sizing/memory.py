@@ -159,8 +159,10 @@ def profiling_peak(shape: ModelShape, run: ProfilingRunModel, tokens: int, rows:
     if last_stage:
         vocab = shape.vocab_size
         per_logit = dt + run.sampler_extra_bytes_per_logit - (run.sampler_upcast_bytes_per_logit if dt == 4 else 0)
-        if tp > 1 and run.tensor_parallel_sampler_bytes_per_logit is not None:
-            per_logit = run.tensor_parallel_sampler_bytes_per_logit + dt / tp
+        if tp > 1 and run.tensor_parallel_logit_copies is not None:
+            per_logit = run.tensor_parallel_logit_copies * dt + dt / tp
+        if shape.logit_softcap:
+            per_logit = max(per_logit, 2 * dt)  # the capped copy beside the logits it is computed from
         topk = min(multiprocessors, rows) * vocab * 4 if run.topk_buffer and rows >= 8 else 0
         sampler = int(rows * vocab * per_logit) + topk + tokens * h * dt + 2 * rows * h * dt
     stage_buffers = 0 if first_stage else 2 * tokens * h * dt

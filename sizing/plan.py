@@ -443,6 +443,11 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
     runner = model_runner(engine, shape)
     if runner == "v2" and rules.activation_v2 is not None:
         run = rules.activation_v2
+    above = dict(run.forward_above_model)
+    if shape.model_type in above:
+        notes += (f"activation: {engine.release.name}'s profiling forward of {shape.model_type} models ran above "
+                  f"kvsize's model ({above[shape.model_type]}): the KV pool may be that much smaller; kvsize "
+                  "verify measures it",)
     rows = min(s.max_num_seqs, s.max_num_batched_tokens)
     act = _activation(shape, run, s.max_num_batched_tokens, rows, tp, stage, first, last,
                       s.gpu_multiprocessors or rows)

@@ -49,9 +49,12 @@ class ProfilingRunModel(_Strict):
     forward_mlp_copies: float = Field(ge=0)
     sampler_extra_bytes_per_logit: int = Field(ge=0)  # beyond the model-dtype logits
     sampler_upcast_bytes_per_logit: int = Field(ge=0)  # the fp32 copy, absent when the model runs in fp32
-    # At TP > 1, bytes per logit at the sampler's peak beside the rank's own model-dtype shard of the
-    # logits (dtype / TP); None: as at TP 1
-    tensor_parallel_sampler_bytes_per_logit: float | None = Field(default=None, ge=0)
+    # At TP > 1, model-dtype copies of the full logits at the sampler's peak (the all-gather's output and
+    # the rows put back together) beside the rank's own shard (dtype / TP); None: as at TP 1
+    tensor_parallel_logit_copies: float | None = Field(default=None, ge=0)
+    # model types whose profiling forward vLLM measured above this model, with the evidence (shown as a
+    # warning: the term is uncertain there, and kvsize says so rather than lean either way)
+    forward_above_model: tuple[tuple[str, str], ...] = ()  # (model_type, evidence)
     topk_buffer: bool  # Triton top-k/top-p keeps min(SMs, rows) x vocab fp32
     workspace_bytes: int = Field(ge=0)  # allocated by the first matmul of the run (cuBLAS workspace)
     # The fused-MoE workspace the Triton experts take from vLLM's workspace manager and keep

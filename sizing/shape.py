@@ -123,6 +123,9 @@ class ModelShape:
     # Multi-token-prediction layers the checkpoint carries beside its decoder (num_nextn_predict_layers,
     # mtp_num_hidden_layers): speculative decoding with them adds their KV and weights (with_mtp_layers).
     mtp_layers: int = 0
+    # final_logit_softcapping (Gemma-2): vLLM's LogitsProcessor caps the logits out of place, so two
+    # model-dtype copies of them are live at once
+    logit_softcap: bool = False
     rope_scalings: tuple[tuple[str, float | None, int | None], ...] = ()
     original_max_position_embeddings: int | None = None
     # DeepSeek-V4's compress ratio per layer (compress_ratios, or transformers' compress_rates by layer type):
@@ -295,6 +298,15 @@ class _Fields:
         if value is None:
             raise KvsizeError(f"config.json is missing {names[0]!r} (also looked for {', '.join(names[1:]) or 'nothing else'})")
         return _as_int(value, names[0], minimum)
+
+
+def _logit_softcap(value: Any) -> bool:
+    """Whether the config caps its final logits (null or 0: no cap)."""
+    if value is None:
+        return False
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise KvsizeError(f"config.json field 'final_logit_softcapping' must be a positive number or null, got {value!r}")
+    return value > 0
 
 
 def _as_int(value: Any, name: str, minimum: int = 0) -> int:
@@ -520,6 +532,7 @@ def _resolve(raw: dict[str, Any], raw_text: dict[str, Any], parsed: Any, rejecte
         recurrent_conv_elements=conv_elements,
         recurrent_state_dtype=state_dtype,
         vocab_size=vocab,
+        logit_softcap=_logit_softcap(f.get("final_logit_softcapping", default=None)),
         max_position_embeddings=max_pos,
         tie_word_embeddings=tied,
         intermediate_size=intermediate,

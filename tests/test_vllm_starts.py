@@ -107,9 +107,9 @@ def test_check_log_cli_names_what_it_read_and_what_it_assumed(capsys):
 QWEN3_V2_FORWARD = (
     "Qwen3-8B's forward on the V2 runner (0.26.0) peaks at 1.29 GiB at 8,192 tokens whatever max_num_seqs "
     "(1,024, 128) and KV dtype (bf16, fp8), some 0.4 GiB above kvsize's forward model (3.8 MLP copies), while "
-    "Llama-3.1-8B, Qwen2.5-7B, Qwen2.5-1.5B, Phi-3, Llama-2 and Falcon on the same runner are within 0.12 GiB "
-    "of it; at 1,024 sequences the sampler term hides the gap")
-KNOWN_ACTIVATION_GAPS = {"h200-0.26.0-qwen3-8b-seqs128": QWEN3_V2_FORWARD,
+    "Llama-3.1-8B, Qwen2.5-7B, Qwen2.5-1.5B, Phi-3, Llama-2, Falcon, Gemma-7B and StableLM on the same runner are "
+    "within 0.12 GiB of it; kvsize's estimate says so in a warning")
+KNOWN_ACTIVATION_GAPS = {"h200-0.26.0-qwen3-8b-fp8": QWEN3_V2_FORWARD, "h200-0.26.0-qwen3-8b-seqs128": QWEN3_V2_FORWARD,
                          "h200-0.26.0-qwen3-8b-fp8-seqs128": QWEN3_V2_FORWARD}
 
 
@@ -178,3 +178,14 @@ def test_every_config_a_start_ran_cites_its_source():
         cited = json.loads((root / rows[config.name]).read_text())
         expected = cited["config"] if rows[config.name].startswith("profiles/") else cited
         assert json.loads(config.read_text()) == expected, config.name
+
+
+def test_an_open_residual_is_said_in_the_estimate():
+    # the Qwen3 V2 forward gap (KNOWN_ACTIVATION_GAPS) reaches the user as a warning, not as a silent figure
+    from sizing.plan import estimate
+
+    start = next(s for s in SIZED if s.id == "h200-0.26.0-qwen3-8b-seqs128")
+    warnings = estimate(start_scenario(start)).warnings
+    assert any("profiling forward of qwen3 models ran above" in w for w in warnings)
+    llama = next(s for s in SIZED if s.id == "h200-0.26.0-llama-3.1-8b")
+    assert not any("profiling forward" in w for w in estimate(start_scenario(llama)).warnings)
