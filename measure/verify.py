@@ -110,6 +110,10 @@ def problems(report: dict) -> list[str]:
     for term, c in fresh.items():
         if term in stored and stored[term]["printed"] != c["printed"]:
             out.append(f"{term}: the report stores {stored[term]['printed']} as printed, its log says {c['printed']}")
+        # the predictions are derived from the log and config, so they are held exactly to kvsize's rules
+        if term in stored and stored[term]["predicted"] != c["predicted"]:
+            out.append(f"{term}: the report stores {stored[term]['predicted']} as predicted, kvsize predicts "
+                       f"{c['predicted']} from its log (python scripts/refresh_verify_reports.py REPORT)")
     for term in ("kv_budget_bytes", "max_tokens"):
         c = fresh.get(term)
         if c is None:

@@ -151,3 +151,18 @@ def test_the_readme_shows_the_committed_verify_report():
     report = json.loads((root / "measure" / "reports" / "h200-verify-qwen3-8b-fp8.json").read_text())
     block = "\n".join(render(report))
     assert block in (root / "README.md").read_text()
+
+
+@pytest.mark.parametrize("field", ["printed", "predicted"])
+def test_a_verify_report_with_a_figure_raised_10_percent_is_rejected(field):
+    # the committed verify report: what vLLM printed is re-read from its log, kvsize's prediction recomputed
+    from measure.verify import problems
+
+    root = CORPUS.parents[2]
+    report = json.loads((root / "measure" / "reports" / "h200-verify-qwen3-8b-fp8.json").read_text())
+    assert problems(report) == []
+    for check in report["checks"]:
+        bad = json.loads(json.dumps(report))
+        term = next(c for c in bad["checks"] if c["term"] == check["term"])
+        term[field] = type(term[field])(term[field] * 1.1)
+        assert any(check["term"] in p for p in problems(bad)), check["term"]
