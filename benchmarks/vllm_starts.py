@@ -88,10 +88,11 @@ def _term(check, name: str) -> str:
 def tensor_parallel_section(starts) -> list[str]:
     """Each TP start rank by rank: vLLM prints every term once per worker, and the smallest pool governs."""
     lines = ["## Tensor parallel, per rank", "",
-             "Every rank of a TP start prints its own lines; the table gives kvsize's figure for one rank against",
-             "the smallest a rank printed (GiB, predicted / printed; '-' where the log does not print the term:",
-             "activation and non-torch are DEBUG lines, the graph estimate is the V1 runner's).", "",
-             "| start | KV heads per rank | Available KV lines | weights | activation | non-torch | CUDA graphs | KV budget |",
+             "The workers of a TP start print their own weights, profiling (DEBUG) and graph lines, rank 0 the KV",
+             "budget; the table gives kvsize's figure for one rank against the largest term and the smallest budget",
+             "a rank printed (GiB, predicted / printed; '-' where the log does not print the term: activation and",
+             "non-torch are DEBUG lines, the graph estimate is the V1 runner's).", "",
+             "| start | KV heads per rank | workers' lines | weights | activation | non-torch | CUDA graphs | KV budget |",
              "|---|---|---|---:|---:|---:|---:|---:|"]
     for start in starts:
         tp = int(start.args.get("tensor_parallel_size", 1))
@@ -102,8 +103,11 @@ def tensor_parallel_section(starts) -> list[str]:
         per_rank = (f"{shape.num_kv_heads} / {tp} = {heads:g}" if shape.mla_latent_dim is None and heads >= 1
                     else f"1 ({shape.num_kv_heads} heads replicated over {tp} ranks)" if shape.mla_latent_dim is None
                     else "MLA latent, whole on every rank")
-        printed = start.printed.available_kv_gib
-        agree = f"{len(printed)} line{'s' if len(printed) > 1 else ''}, " + ("one value" if len(set(printed)) == 1 else "differ")
+        p = start.printed
+        rank_lines = [v for v in (p.model_loading_gib, p.torch_peak_gib, p.non_torch_gib, p.cuda_graph_gib) if len(v) > 1]
+        ranks = max((len(v) for v in rank_lines), default=1)
+        agree = ("rank 0 only" if ranks == 1 else
+                 f"{ranks} ranks, " + ("the same" if all(len(set(v)) == 1 for v in rank_lines) else "they differ"))
         check = check_start(start)
         lines.append(f"| {start.id} | {per_rank} | {agree} | {_term(check, 'weights')} | {_term(check, 'activation')} | "
                      f"{_term(check, 'non_torch')} | {_term(check, 'cuda_graphs')} | {_term(check, 'kv_budget')} |")

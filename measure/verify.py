@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -74,7 +75,8 @@ def run_verify(scenario, config: dict, out: Path, usage_context: str = "serve", 
         spec = StartSpec("verify", str(config_path), args, usage_context, "site" if vllm_path else None)
         (result,) = run_starts([spec], Path(work) / "logs", timeout_s + 60, [g["index"] for g in gpus][:needed],
                                {"site": vllm_path} if vllm_path else {}, start_cost_s=0, timeout_s=timeout_s)
-        log = (Path(work) / "logs" / "verify.log").read_text(errors="replace")
+        log = scrub_log((Path(work) / "logs" / "verify.log").read_text(errors="replace"),
+                        {str(config_path.parent): "<model dir>", **({vllm_path: "<vllm>"} if vllm_path else {})})
     report = {"schema": VERIFY_SCHEMA, "device": {"name": gpus[0]["name"], "nvml_total_mib": gpus[0]["nvml_total_mib"],
                                                   "count": len(gpus)},
               "gpu": gpu, "status": result.status, "usage_context": usage_context, "args": args,
@@ -87,6 +89,17 @@ def run_verify(scenario, config: dict, out: Path, usage_context: str = "serve", 
     for line in render(report):
         print(line)
     return 1 if problems(report) else 0
+
+
+def scrub_log(log: str, known: dict[str, str]) -> str:
+    """The log as a report keeps it: this machine's folders (the start's own, vLLM's, the temporary and
+    home folders) named by what they are, so a committed report carries no machine's paths. The figures
+    and settings kvsize reads are untouched."""
+    for path, name in sorted(known.items(), key=lambda kv: -len(kv[0])):
+        log = log.replace(path.rstrip("/"), name)
+    log = re.sub(re.escape(tempfile.gettempdir().rstrip("/")) + r"/[^\s'\",)\]]*", "<tmp>", log)
+    home = str(Path.home())
+    return log.replace(home + "/", "~/") if home not in ("/", "") else log
 
 
 def verify_checks(report: dict) -> list[dict]:

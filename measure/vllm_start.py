@@ -26,6 +26,8 @@ SIZED = re.compile(r"Maximum concurrency for [\d,]+ tokens per request")
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
             "VLLM_USE_FLASHINFER_SAMPLER": "0", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
             "PYTHONUNBUFFERED": "1",
+            # CUDA numbers GPUs as nvidia-smi does, so the indices a start is given are the GPUs it gets
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
             # the profiling result (weights, torch peak, non-torch increase) is logged at DEBUG only
             "VLLM_LOGGING_LEVEL": "DEBUG"}
 MEMORY_LINES = re.compile(r"non-default args|Model loading took|Estimated CUDA graph|Available KV cache memory|"

@@ -8,7 +8,7 @@ estimate (sizing/memory.py cuda_graph_estimate) is fitted to vLLM's own figure f
   the first PIECEWISE capture: first_capture_bytes + activation_copies x (largest size x 2 x MLP width x dtype);
   the further graphs: per_graph_layer_bytes (or per_graph_mla_layer_bytes) x layers x further graphs.
 The first FULL capture (the split-KV accumulators) is printed beside its prediction, not fitted: its
-constants are vLLM's (32 splits for CUDA graphs), the base the page the capture rounds to.
+constants are vLLM's (32 splits for CUDA graphs) plus a 2 MiB base, the page the capture rounds to.
 The constants go into profiles/engines/vllm-*.json by hand, with this fit as their source.
 """
 

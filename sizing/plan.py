@@ -674,8 +674,8 @@ def tensor_parallel_notes(e: Estimate) -> tuple[str, ...]:
     else:
         notes.append(f"KV: each GPU holds {e.kv_heads_per_gpu} of {shape.num_kv_heads} KV heads")
     if e.model_runner == "v2":
-        notes.append("activation: the MLP's share shrinks with TP; the V2 sampler holds the all-gathered logits in "
-                     "fp32 beside this GPU's shard")
+        notes.append("activation: the MLP's share shrinks with TP; the V2 sampler holds two model-dtype copies of "
+                     "the all-gathered logits beside this GPU's shard, so it grows a little with TP")
     else:
         notes.append("activation: the MLP's share shrinks with TP; the sampler's logits are all-gathered and do not")
     if e.breakdown.cuda_graph_bytes:

@@ -14,7 +14,7 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import KvsizeError
 
@@ -61,6 +61,13 @@ class ProfilingRunModel(_Strict):
     # (modular_kernel.py _allocate_buffers; experts/triton_moe.py workspace_shapes)
     moe_workspace: bool = False
 
+    @model_validator(mode="after")
+    def _upcast_within_extra(self):
+        # the fp32 copy an fp32 model does not need is one of the extra bytes; it cannot exceed them
+        if self.sampler_upcast_bytes_per_logit > self.sampler_extra_bytes_per_logit:
+            raise ValueError("sampler_upcast_bytes_per_logit must not exceed sampler_extra_bytes_per_logit")
+        return self
+
 
 class NonTorchModel(_Strict):
     single_gpu_bytes: int = Field(ge=0)
@@ -101,7 +108,7 @@ class CudaGraphEstimateModel(_Strict):
     plus `first_capture_bytes`; the first FULL capture holds the attention kernel's split-KV fp32
     accumulators (`attention_splits` splits x batch x heads per rank x value width; MLA's latent width
     with `mla_attention_splits`) plus `full_first_capture_bytes`; each further graph holds driver memory
-    per layer that splits the graph (attention, Mamba)."""
+    per layer that splits the graph (attention, Mamba; MLA layers `per_graph_mla_layer_bytes`)."""
 
     max_capture_size: int = Field(gt=0)  # the largest size before max_num_seqs and batched tokens cap it
     capture_sizes_per_seq: int = Field(gt=0)  # the largest size is at most this x max_num_seqs

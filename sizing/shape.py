@@ -305,7 +305,7 @@ def _logit_softcap(value: Any) -> bool:
     if value is None:
         return False
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise KvsizeError(f"config.json field 'final_logit_softcapping' must be a positive number or null, got {value!r}")
+        raise KvsizeError(f"config.json field 'final_logit_softcapping' must be a number of 0 or more (0 or null: no cap), got {value!r}")
     return value > 0
 
 

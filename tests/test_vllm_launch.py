@@ -107,6 +107,7 @@ def fake_gpu(tmp_path, monkeypatch):
     smi.write_text('#!/bin/sh\ncase "$*" in *memory.used*) echo "0, 0";; *) echo "0, GPU-5e1c6a2f-0d3b-4c44-9a51-1f0e3d2b7a10, NVIDIA H200, 143771";; esac\n')
     smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)  # the stand-in has one GPU, index 0
     pkg = tmp_path / "site" / "vllm"
     for sub in ("engine", "usage", "v1/engine"):
         (pkg / sub).mkdir(parents=True, exist_ok=True)
@@ -128,6 +129,12 @@ def test_verify_starts_vllm_and_writes_a_report_validate_rechecks(fake_gpu, tmp_
     assert code == 0, capsys.readouterr()
     report = json.loads(out.read_text())
     assert report["gpu"] == "h200" and "Available KV cache memory" in report["log"]
+    # the report keeps no machine's folders: the stand-in log names temporary model folders, the vLLM
+    # folder is this test's own
+    import tempfile
+
+    assert tempfile.gettempdir().rstrip("/") + "/" not in report["log"] and str(fake_gpu) not in report["log"]
+    assert "<tmp>" in report["log"]
     assert main(["validate", str(out)]) == 0
     # a stored figure that is not what the log says is caught
     for check in report["checks"]:

@@ -160,7 +160,10 @@ def page_fleet(s: Scenario) -> None:
         st.dataframe(pd.DataFrame([r for r in pools if r["gpu"] == b.gpu.id and r["kv_format"] == b.kv_format
                                    and r["tensor_parallel_size"] == b.tensor_parallel_size]), key="fleet_pools")
         if b.tensor_parallel_size > 1:
-            tensor_parallel_section(replica_estimate(s, best))
+            try:
+                tensor_parallel_section(replica_estimate(s, best))
+            except KvsizeError as e:
+                st.error(str(e))
         watch_panel(s, best)
     page_designs(s, workload, gpus, formats, tps, prices, plan)
     st.subheader("Guidance")
