@@ -9,6 +9,7 @@ from fractions import Fraction
 
 from sizing.errors import KvsizeError
 from sizing.units import parse_size
+from sizing.vllm_args import CUDAGRAPH_MODES
 
 FRACTION_OPTIONS = {
     "gpu_memory_utilization": ("vllm", "--gpu-memory-utilization"),
@@ -133,7 +134,7 @@ def _add_scenario_options(p: argparse.ArgumentParser, single: bool = True, model
     p.add_argument("--enforce-eager", action="store_true",
                    help="vLLM --enforce-eager: no CUDA graphs, so no graph memory is profiled or captured")
     p.add_argument("--cudagraph-mode", default=None, type=str.upper,
-                   choices=["NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"],
+                   choices=CUDAGRAPH_MODES,
                    help="vLLM compilation_config cudagraph_mode (default: the release's, FULL_AND_PIECEWISE)")
     p.add_argument("--usage-context", choices=["serve", "llm"], default="serve",
                    help="how vLLM is started, which sets its batch defaults: serve (vllm serve, default) or llm "
@@ -185,6 +186,19 @@ def scenario_from_args(args: argparse.Namespace, model: str, gpu: str, engine: s
         format_options=FormatOptions(args.kivi_group, args.kivi_residual,
                                      Fraction(args.kvquant_outliers).limit_denominator(10**6)),
     )
+
+
+def launch_scenario(args: argparse.Namespace, k_cache_dtype: str, v_cache_dtype: str):
+    """The options' scenario, with a vLLM launch command after '--' read under vLLM's names (which may name
+    the model)."""
+    launch = _read_launch(args) if args.launch else None
+    if args.model is None:
+        raise KvsizeError("--model is required (or a vllm launch command after '--' that names the model)")
+    scenario = scenario_from_args(args, args.model, args.gpu, args.engine, args.tensor_parallel_size,
+                                  args.max_model_len, k_cache_dtype, v_cache_dtype)
+    if launch is not None:
+        scenario = scenario.evolve(usage_context=launch.usage_context, **launch.fields)
+    return scenario
 
 
 def _read_launch(args: argparse.Namespace):

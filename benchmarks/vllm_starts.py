@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from sizing.profiles import load_model  # noqa: E402
+from sizing.units import GiB  # noqa: E402
 from sizing.starts import CORPUS, accuracy_rows, check_start, load_corpus, summarize  # noqa: E402
 
 
@@ -37,7 +38,7 @@ def report() -> str:
     failed = [s for s in starts if s.status != "sized"]
     tokens = [abs(r.kv_tokens_error) for r in rows if r.kv_tokens_error is not None]
     budgets = [abs(r.kv_budget_error) for r in rows if r.kv_budget_error is not None]
-    within = sum(1 for r in rows if all(abs(e) < 0.01 for e in (r.kv_budget_error, r.kv_tokens_error) if e is not None))
+    within = summarize(rows, lambda r: "all")[0].within_1pct
     lines = [
         "# Accuracy against the real engine",
         "",
@@ -135,13 +136,13 @@ def servers_section() -> list[str]:
         run = read_log(text)
         name, shape = load_model(str(CORPUS / "configs" / config))
         e = estimate(log_scenario(run, name, shape, gpu_profile(gpu))[0])
-        printed_kv = float(re.search(r"Available KV cache memory: ([\d.]+) GiB", text).group(1))
-        printed_tokens = int(re.search(r"GPU KV cache size: ([\d,]+) tokens", text).group(1).replace(",", ""))
+        budget, printed_kv = e.printed_kv_budget_bytes, run.figures["kv_budget_bytes"]
+        tokens, printed_tokens = e.max_tokens, run.figures["max_tokens"]
+        # check-log reads no activation from an INFO log; vLLM 0.26's memory summary line states it
         peak = re.search(r"([\d.]+) GiB for peak activation", text)
-        budget = e.kv_budget_bytes / 2**30
-        lines.append(f"| {log_name} | {budget:.2f} / {printed_kv:.2f} ({_pct(budget / printed_kv - 1)}) | "
-                     f"{e.max_tokens:,} / {printed_tokens:,} ({_pct(e.max_tokens / printed_tokens - 1)}) | "
-                     f"{e.breakdown.activation_bytes / 2**30:.2f} / {peak.group(1) if peak else '-'} |")
+        lines.append(f"| {log_name} | {budget / GiB:.2f} / {printed_kv / GiB:.2f} ({_pct(budget / printed_kv - 1)}) | "
+                     f"{tokens:,} / {printed_tokens:,} ({_pct(tokens / printed_tokens - 1)}) | "
+                     f"{e.breakdown.activation_bytes / GiB:.2f} / {peak.group(1) if peak else '-'} |")
     return lines + [""]
 
 
@@ -151,8 +152,11 @@ def main(argv: list[str]) -> int:
     if "--write" in argv:
         out = ROOT / "docs" / "accuracy.md"
         tmp = out.with_suffix(".md.part")
-        tmp.write_text(text)
-        tmp.replace(out)
+        try:
+            tmp.write_text(text)
+            tmp.replace(out)
+        finally:
+            tmp.unlink(missing_ok=True)
         print(f"wrote {out}", file=sys.stderr)
     return 0
 

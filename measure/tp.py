@@ -13,9 +13,11 @@ multicast stays off (NCCL_NVLS_ENABLE=0).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
+from pathlib import Path
+
+from .report_io import write_report
 
 PAD = 64  # vLLM's VocabParallelEmbedding pads the vocabulary to a multiple of 64 per rank
 
@@ -168,8 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                                   nccl_nvls_enable=os.environ.get("NCCL_NVLS_ENABLE")),
                       started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                       tensor_parallel=[r for per_rank in gathered for r in per_rank])
-        with open(args.out, "w") as f:
-            json.dump(report, f, indent=1)
+        write_report(Path(args.out), report)
         print(f"wrote {args.out}", flush=True)
     dist.destroy_process_group()
     return 0

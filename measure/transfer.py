@@ -22,10 +22,12 @@ tokens, contiguous, as host-side KV stores keep it.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
+from pathlib import Path
+
+from .report_io import write_report
 
 FORMATS = ("bf16", "fp8_e4m3", "int8_per_token_head", "nvfp4")
 BLOCK_SIZES = (16, 32, 64, 128, 256)
@@ -200,8 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         device["peers"] = torch.cuda.device_count()
         device["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
     report = {"schema": REPORT_SCHEMA, "device": device, "method": __doc__, **sections}
-    with open(args.out, "w") as f:
-        json.dump(report, f, indent=1)
+    write_report(Path(args.out), report)
     return 0
 
 

@@ -444,34 +444,43 @@ def checked(report, tolerance: float | None) -> list[str]:
         return [f"a point holds a value of the wrong kind ({e})"]
 
 
+def report_problems(report: dict, tolerance: float | None = None) -> list[str]:
+    """Every failed check of a report of either kind: a kvsize verify report (a real vLLM start, re-read from
+    its log) or a measurement report (`checked`)."""
+    from .verify import VERIFY_SCHEMA
+    from .verify import problems as verify_problems
+
+    if report.get("schema") == VERIFY_SCHEMA:
+        try:
+            return verify_problems(report)
+        except (KeyError, TypeError, ValueError) as e:
+            return [f"a malformed verify report ({e!r})"]
+    return checked(report, tolerance)
+
+
 def validate_files(paths: list[str], tolerance: float | None = None) -> int:
     """0 when every report agrees, 1 when a check fails; a report that is not one (malformed, a field
     missing or of the wrong kind) is refused in one line (exit 2)."""
     from .verify import VERIFY_SCHEMA
-    from .verify import problems as verify_problems
 
     failed = 0
     for path in paths:
         report = read_report(path)
         if not isinstance(report, dict):
             raise KvsizeError(f"{path}: not a kvsize measurement report: a JSON {type(report).__name__}, expected an object")
-        if isinstance(report, dict) and report.get("schema") == VERIFY_SCHEMA:
-            try:
-                bad = verify_problems(report)
-            except (KeyError, TypeError, ValueError) as e:
-                bad = [f"a malformed verify report ({e!r})"]
-            for line in bad:
+        problems = report_problems(report, tolerance)
+        if report.get("schema") == VERIFY_SCHEMA:
+            for line in problems:
                 print(f"{path}: {line}", file=sys.stderr)
-            if bad:
+            if problems:
                 failed += 1
             else:
                 print(f"{path}: the real vLLM start agrees within 1% ({report['device']['name']})")
             continue
-        problems = checked(report, tolerance)
         malformed = [p for p in problems if p.startswith(MALFORMED_PREFIXES)]
         if malformed:
             raise KvsizeError(f"{path}: {malformed[0]}")
-        points = sum(len(report.get(k, [])) for k in POINT_SECTIONS) if isinstance(report, dict) else 0
+        points = sum(len(report.get(k, [])) for k in POINT_SECTIONS)
         if problems:
             failed += 1
             for line in problems:

@@ -86,9 +86,10 @@ def run_verify(scenario, config: dict, out: Path, usage_context: str = "serve", 
         raise KvsizeError(f"vLLM did not size its KV cache ({result.status}); its log is in {out}")
     report["checks"] = verify_checks(report)
     write_report(out, report)
-    for line in render(report):
+    bad = problems(report)
+    for line in render(report, bad):
         print(line)
-    return 1 if problems(report) else 0
+    return 1 if bad else 0
 
 
 def scrub_log(log: str, known: dict[str, str]) -> str:
@@ -137,12 +138,13 @@ def problems(report: dict) -> list[str]:
     return out
 
 
-def render(report: dict) -> list[str]:
+def render(report: dict, bad: list[str] | None = None) -> list[str]:
+    """The report as the terminal shows it; `bad`, its problems where the caller has them already."""
     lines = [f"vLLM on {report['device']['name']} ({report['gpu']}), settings {report['args']}"]
     for c in report["checks"]:
         fmt = (lambda v: f"{v / GiB:,.2f} GiB") if c["term"].endswith("_bytes") else (lambda v: f"{v:,}")
         error = c["predicted"] / c["printed"] - 1 if c["printed"] else 0
         lines.append(f"  {c['term']:<24}{fmt(c['predicted']):>16}{fmt(c['printed']):>16}{100 * error:>+9.2f}%")
-    bad = problems(report)
+    bad = problems(report) if bad is None else bad
     lines.append("  agrees within 1%" if not bad else "  DISAGREES: " + "; ".join(bad))
     return lines

@@ -156,9 +156,12 @@ def run_starts(specs: list[StartSpec], log_dir: Path, deadline_s: float, gpu_ids
                timeout_s: float = 300) -> list[StartResult]:
     """Run the starts over the GPUs, several at once where they fit, launching none that could not
     finish before the deadline (seconds from now)."""
-    sitedirs = sitedirs or {}
     log_dir.mkdir(parents=True, exist_ok=True)
-    models = Path(tempfile.mkdtemp(prefix="kvsize-models-"))
+    with tempfile.TemporaryDirectory(prefix="kvsize-models-") as models:
+        return _run(specs, log_dir, deadline_s, gpu_ids, sitedirs or {}, start_cost_s, grace_s, timeout_s, Path(models))
+
+
+def _run(specs, log_dir, deadline_s, gpu_ids, sitedirs, start_cost_s, grace_s, timeout_s, models) -> list[StartResult]:
     end = time.time() + deadline_s
     pending, running, results = list(specs), [], []
     free = list(gpu_ids)

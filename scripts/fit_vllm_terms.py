@@ -23,8 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sizing.engines import get_engine  # noqa: E402
-from sizing.memory import (DTYPE_BYTES, cudagraph_capture_sizes, mlp_width_values,  # noqa: E402
-                           split_kv_accumulator_bytes)
+from sizing.memory import DTYPE_BYTES, graph_captures, split_kv_accumulator_bytes  # noqa: E402
 from sizing.plan import with_engine_defaults  # noqa: E402
 from sizing.starts import CORPUS, load_corpus, start_scenario  # noqa: E402
 from sizing.units import MiB  # noqa: E402
@@ -55,20 +54,16 @@ def main() -> int:
         s = with_engine_defaults(start_scenario(start))
         shape, tp = s.shape, s.tensor_parallel_size
         model = get_engine(s.engine).release.cuda_graph_estimate
-        sizes = s.cudagraph_capture_sizes or cudagraph_capture_sizes(
-            s.max_num_seqs, s.max_num_batched_tokens, model, shape.model_type, s.max_cudagraph_capture_size)
-        layers = range(shape.num_layers)
-        splitting = sum(1 for i in layers if shape.layer_kinds[i] != "none")
-        mla = shape.mla_latent_dim is not None
+        c = graph_captures(shape, model, tp, range(shape.num_layers), s.max_num_seqs, s.max_num_batched_tokens,
+                           s.cudagraph_capture_sizes, s.max_cudagraph_capture_size)
         if "PIECEWISE" in modes:
-            activation = max(sizes) * 2 * mlp_width_values(shape, layers, tp) * DTYPE_BYTES[shape.serving_dtype]
+            activation = max(c.piecewise) * 2 * c.mlp_width_values * DTYPE_BYTES[shape.serving_dtype]
             first.append((start.id, [1.0, activation], modes["PIECEWISE"][0] * MiB))
         if "FULL" in modes:
-            largest_full = max(x for x in sizes if x <= s.max_num_seqs)
-            predicted = model.full_first_capture_bytes + split_kv_accumulator_bytes(shape, model, tp, largest_full)
+            predicted = model.full_first_capture_bytes + split_kv_accumulator_bytes(shape, model, tp, max(c.full))
             full.append((start.id, predicted, modes["FULL"][0] * MiB))
         graphs = sum(n - 1 for _, n, _ in modes.values())
-        row = [0.0, graphs * splitting] if mla else [graphs * splitting, 0.0]
+        row = [0.0, graphs * c.splitting_layers] if c.mla else [graphs * c.splitting_layers, 0.0]
         further.append((start.id, row, sum((n - 1) * per * MiB for _, n, per in modes.values())))
     for title, names, rows in (("first PIECEWISE capture", ("first_capture_bytes", "activation_copies"), first),
                                ("further graphs", ("per_graph_layer_bytes", "per_graph_mla_layer_bytes"), further)):

@@ -8,20 +8,20 @@ report is rewritten in place, atomically. kvsize validate holds them exactly.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from measure.report_io import write_report  # noqa: E402
+from measure.validate import read_report  # noqa: E402
 from measure.verify import VERIFY_SCHEMA, verify_checks  # noqa: E402
 
 
 def main(paths: list[str]) -> int:
     for name in paths:
         path = Path(name)
-        report = json.loads(path.read_text())
+        report = read_report(name)
         if report.get("schema") != VERIFY_SCHEMA:
             print(f"{path}: not a verify report; left as it is", file=sys.stderr)
             continue

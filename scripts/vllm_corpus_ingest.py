@@ -14,29 +14,27 @@ import shutil
 import sys
 from pathlib import Path
 
-CORPUS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "vllm-starts"
-GPU_KINDS = {"NVIDIA H100 80GB HBM3": "h100-sxm", "NVIDIA H200": "h200"}
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-
-def _all(pattern: str, text: str) -> list[str]:
-    return re.findall(pattern, text)
+from measure.verify import bundled_gpu  # noqa: E402
+from sizing.starts import CORPUS, load_corpus  # noqa: E402
 
 
 def printed(text: str) -> dict:
     """vLLM's memory lines as printed (numbers kept as the text shows them); one entry per rank where
     each worker prints its own."""
     out = {
-        "version": (_all(r"kvsize-start: vllm (\S+)", text) or [None])[0],
+        "version": (re.findall(r"kvsize-start: vllm (\S+)", text) or [None])[0],
         "runner": "v2" if re.search(r"\[(?:v1/worker/gpu/)?model_runner\.py:", text) else "v1",
-        "model_loading_gib": _all(r"Model loading took ([\d.]+) GiB", text),
-        "cuda_graph_gib": _all(r"Estimated CUDA graph memory: ([\d.]+) GiB total", text),
-        "available_kv_gib": _all(r"Available KV cache memory: ([\d.]+) GiB", text),
-        "kv_cache_tokens": [int(x.replace(",", "")) for x in _all(r"GPU KV cache size: ([\d,]+) tokens", text)],
-        "max_concurrency": _all(r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x", text),
+        "model_loading_gib": re.findall(r"Model loading took ([\d.]+) GiB", text),
+        "cuda_graph_gib": re.findall(r"Estimated CUDA graph memory: ([\d.]+) GiB total", text),
+        "available_kv_gib": re.findall(r"Available KV cache memory: ([\d.]+) GiB", text),
+        "kv_cache_tokens": [int(x.replace(",", "")) for x in re.findall(r"GPU KV cache size: ([\d,]+) tokens", text)],
+        "max_concurrency": re.findall(r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x", text),
         # DEBUG lines (the launcher sets VLLM_LOGGING_LEVEL=DEBUG): the profiling result and CUDA's total
-        "torch_peak_gib": _all(r"torch peak memory increase: ([\d.]+) ?GiB", text),
-        "non_torch_gib": _all(r"non-torch forward increase memory: ([\d.]+) ?GiB", text),
-        "cuda_total_gib": _all(r"init memory snapshot: .*?total_memory=([\d.]+)GiB", text),
+        "torch_peak_gib": re.findall(r"torch peak memory increase: ([\d.]+) ?GiB", text),
+        "non_torch_gib": re.findall(r"non-torch forward increase memory: ([\d.]+) ?GiB", text),
+        "cuda_total_gib": re.findall(r"init memory snapshot: .*?total_memory=([\d.]+)GiB", text),
     }
     return {k: v for k, v in out.items() if v not in ([], None)}
 
@@ -60,14 +58,14 @@ def main(argv: list[str]) -> int:
     starts, logs = Path(argv[1]), Path(argv[2])
     (CORPUS / "logs").mkdir(parents=True, exist_ok=True)
     manifest = CORPUS / "manifest.jsonl"
-    known = {json.loads(ln)["id"] for ln in manifest.read_text().splitlines()} if manifest.exists() else set()
+    known = {start.id for start in load_corpus()} if manifest.exists() else set()
     added = 0
     with open(manifest, "a") as out:
         for line in starts.read_text().splitlines():
             row = json.loads(line)
             if row["status"] == "not started":
                 continue
-            gpu = GPU_KINDS[row["gpu"]]
+            gpu = bundled_gpu(row["gpu"], row["nvml_total_mib"])
             sid = f"{gpu}-{row['id']}"
             if sid in known:
                 continue
@@ -85,8 +83,6 @@ def main(argv: list[str]) -> int:
             added += 1
     print(f"added {added} starts to {manifest}")
     return 0
-
-
 
 
 def refresh_reasons() -> None:

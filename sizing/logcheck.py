@@ -66,6 +66,6 @@ def check_rows(path: Path, configs: Path) -> list[LogRowCheck]:
             continue
         row = json.loads(line)
         e = estimate(row_scenario(row, configs))
-        budget = e.first_stage_kv_budget_bytes if e.first_stage_kv_budget_bytes is not None else e.kv_budget_bytes
+        budget = e.printed_kv_budget_bytes
         out.append(LogRowCheck(row["id"], budget, row["available_kv_gib"], e.max_tokens, row["kv_cache_tokens"]))
     return out

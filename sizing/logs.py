@@ -332,7 +332,7 @@ def compare_log(run: LoggedRun, scenario) -> LogComparison:
         scenario = replace(scenario, non_torch_bytes=scenario.gpu_memory_bytes - free)
     e = estimate(scenario)
     b = e.breakdown
-    budget = e.first_stage_kv_budget_bytes if e.first_stage_kv_budget_bytes is not None else e.kv_budget_bytes
+    budget = e.printed_kv_budget_bytes
     predicted = {
         "total_bytes": b.total_bytes, "weights_bytes": b.weights_bytes, "activation_bytes": b.activation_bytes,
         "non_torch_bytes": b.non_torch_bytes, "cuda_graph_bytes": b.cuda_graph_bytes, "kv_budget_bytes": budget,

@@ -109,13 +109,13 @@ class ActivationEstimate:
                       self.forward_before_moe_bytes))
 
 
-def mlp_width(shape: ModelShape, layers: range, tp: int, routed: bool = True) -> float:
+def mlp_width(shape: ModelShape, layers: range, tp: int, routed: bool = True, values: bool = False) -> float:
     """The widest feed-forward activation of the stage's layers per GPU, in gated-MLP units
     (a gated MLP of width I keeps 2I + I alive; an ungated one half of that, as measured on Falcon-7B's
-    profiling peak, vLLM 0.26.0, tests/fixtures/vllm-starts); an MoE
+    profiling peak, vLLM 0.26.0, tests/fixtures/vllm-starts), or with `values` the width I itself; an MoE
     layer counts its shared experts and, with `routed`, its top-k experts' width."""
     matrices = 3 if shape.gated_mlp else 2
-    scale = 1.0 if shape.gated_mlp else 1 / 2
+    scale = 1.0 if shape.gated_mlp or values else 1 / 2
     widest = 0.0
     for i in layers:
         p = shape.layer_params[i]
@@ -208,25 +208,43 @@ def cudagraph_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int, mode
     return tuple(sorted(x for x in sizes if x <= largest))
 
 
+@dataclass(frozen=True)
+class GraphCaptures:
+    """What vLLM captures for one GPU, in config quantities; the release's constants multiply these."""
+
+    piecewise: tuple[int, ...]  # PIECEWISE capture sizes
+    full: tuple[int, ...]  # FULL capture sizes (uniform decode batches: one token a request)
+    splitting_layers: int  # layers that split a graph (attention, Mamba)
+    mla: bool
+    mlp_width_values: float  # the widest MLP intermediate per token (mlp_width_values)
+
+
+def graph_captures(shape: ModelShape, model: CudaGraphEstimateModel, tp: int, layers: range, max_num_seqs: int,
+                   max_num_batched_tokens: int, sizes: tuple[int, ...] | None = None,
+                   largest: int | None = None) -> GraphCaptures:
+    piecewise = sizes or cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens, model, shape.model_type,
+                                                 largest)
+    return GraphCaptures(piecewise, tuple(x for x in piecewise if x <= max_num_seqs),
+                         sum(1 for i in layers if shape.layer_kinds[i] != "none"), shape.mla_latent_dim is not None,
+                         mlp_width_values(shape, layers, tp))
+
+
 def cuda_graph_estimate(shape: ModelShape, model: CudaGraphEstimateModel, mode: str, tp: int, layers: range,
                         max_num_seqs: int, max_num_batched_tokens: int, sizes: tuple[int, ...] | None = None,
                         largest: int | None = None) -> int:
     """What vLLM's profile_cudagraph_memory reports for one GPU (0 when no graph is captured)."""
     if mode == "NONE":
         return 0
-    piecewise = sizes or cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens, model, shape.model_type,
-                                                 largest)
-    full = tuple(x for x in piecewise if x <= max_num_seqs)  # uniform decode batches hold one token a request
-    counts = {"PIECEWISE": (len(piecewise), 0), "FULL": (0, len(full)), "FULL_DECODE_ONLY": (0, len(full)),
-              "FULL_AND_PIECEWISE": (len(piecewise), len(full))}[mode]
+    c = graph_captures(shape, model, tp, layers, max_num_seqs, max_num_batched_tokens, sizes, largest)
+    counts = {"PIECEWISE": (len(c.piecewise), 0), "FULL": (0, len(c.full)), "FULL_DECODE_ONLY": (0, len(c.full)),
+              "FULL_AND_PIECEWISE": (len(c.piecewise), len(c.full))}[mode]
     further = sum(max(0, n - 1) for n in counts)
-    mla = shape.mla_latent_dim is not None
-    splitting = sum(1 for i in layers if shape.layer_kinds[i] != "none")
-    per_graph = splitting * (model.per_graph_mla_layer_bytes if mla else model.per_graph_layer_bytes)
-    first_piecewise = model.first_capture_bytes + int(model.activation_copies * max(piecewise) * 2
-                                                      * mlp_width_values(shape, layers, tp)
-                                                      * DTYPE_BYTES[shape.serving_dtype])
-    first_full = model.full_first_capture_bytes + split_kv_accumulator_bytes(shape, model, tp, max(full)) if full else 0
+    per_graph = c.splitting_layers * (model.per_graph_mla_layer_bytes if c.mla else model.per_graph_layer_bytes)
+    # the first PIECEWISE capture holds copies of the largest size's MLP gate/up output
+    first_piecewise = model.first_capture_bytes + int(model.activation_copies * max(c.piecewise) * 2
+                                                      * c.mlp_width_values * DTYPE_BYTES[shape.serving_dtype])
+    first_full = (model.full_first_capture_bytes + split_kv_accumulator_bytes(shape, model, tp, max(c.full))
+                  if c.full else 0)
     first = max(first_piecewise if counts[0] else 0, first_full if counts[1] else 0)
     return first + further * per_graph
 
@@ -247,4 +265,4 @@ def split_kv_accumulator_bytes(shape: ModelShape, model: CudaGraphEstimateModel,
 
 def mlp_width_values(shape: ModelShape, layers: range, tp: int) -> float:
     """The widest MLP intermediate per token on one GPU: intermediate_size, or top-k experts' widths."""
-    return mlp_width(shape, layers, tp) * (1.0 if shape.gated_mlp else 2.0)
+    return mlp_width(shape, layers, tp, values=True)

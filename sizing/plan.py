@@ -186,6 +186,12 @@ class Estimate:
     model_runner: str = "v1"  # vLLM's model runner for this model ("v2" profiles no CUDA graphs before sizing)
 
     @property
+    def printed_kv_budget_bytes(self) -> int:
+        """The budget the engine's log prints: rank 0's with pipeline stages, else the pool's."""
+        first = self.first_stage_kv_budget_bytes
+        return first if first is not None else self.kv_budget_bytes
+
+    @property
     def kv_bytes_per_token(self) -> int:
         return self.kv_payload_bytes_per_token + self.kv_metadata_bytes_per_token
 
@@ -703,7 +709,7 @@ def engine_log_lines(e: Estimate) -> tuple[str, ...]:
     if e.kv_budget_bytes <= 0:
         return ()
     if name == "vllm":
-        budget = e.first_stage_kv_budget_bytes if e.first_stage_kv_budget_bytes is not None else e.kv_budget_bytes
+        budget = e.printed_kv_budget_bytes
         release = e.engine.release
         graphs = ()
         if release is not None and release.cuda_graph_estimate is not None and graphs_subtracted(e) \

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
@@ -71,13 +72,21 @@ def load_corpus(folder: Path = CORPUS) -> list[Start]:
     return out
 
 
+@lru_cache(maxsize=256)
+def _config_model(path: str):
+    """A start's config read once: many starts share one (the corpus holds 24 configs for 77 starts)."""
+    from .profiles import load_model
+
+    return load_model(path)
+
+
 def start_scenario(start: Start, folder: Path = CORPUS):
     """The start as a kvsize scenario: its config, GPU, release and EngineArgs under vLLM's names."""
     from .plan import Scenario
-    from .profiles import gpu_profile, load_model
+    from .profiles import gpu_profile
     from .vllm_args import read_engine_args
 
-    name, shape = load_model(str(folder / start.config))
+    name, shape = _config_model(str(folder / start.config))
     g = gpu_profile(start.gpu)
     settings = read_engine_args(start.args, start.context)
     return Scenario(name, shape, g.name, g.memory_bytes, engine=f"vllm@{start.release}",
@@ -109,7 +118,7 @@ class StartCheck:
 
 def _terms(e, printed: Printed) -> tuple[TermCheck, ...]:
     b = e.breakdown
-    budget = e.first_stage_kv_budget_bytes if e.first_stage_kv_budget_bytes is not None else e.kv_budget_bytes
+    budget = e.printed_kv_budget_bytes
     rows = []
     if printed.model_loading_gib:
         rows.append(TermCheck("weights", b.weights_bytes / GiB, max(map(float, printed.model_loading_gib))))
@@ -138,10 +147,10 @@ def check_start_log(start: Start, folder: Path = CORPUS) -> StartCheck:
     """check-log's reading of the start's log (settings from the log, the GPU given), against the same lines."""
     from .logs import log_scenario, read_log
     from .plan import estimate
-    from .profiles import gpu_profile, load_model
+    from .profiles import gpu_profile
 
     run = read_log((folder / start.log).read_text(errors="replace"))
-    name, shape = load_model(str(folder / start.config))
+    name, shape = _config_model(str(folder / start.config))
     scenario, _ = log_scenario(run, name, shape, gpu_profile(start.gpu))
     e = estimate(scenario)
     return StartCheck(start, "check-log", e.model_runner, _terms(e, start.printed))
@@ -178,13 +187,11 @@ class AccuracyRow:
 
 def accuracy_rows(starts: list[Start] | None = None, folder: Path = CORPUS) -> list[AccuracyRow]:
     """Every sized start checked both ways, as rows of signed errors."""
-    from .profiles import load_model
-
     rows = []
     for start in starts if starts is not None else load_corpus(folder):
         if start.status != "sized":
             continue
-        _, shape = load_model(str(folder / start.config))
+        _, shape = _config_model(str(folder / start.config))
         for check in (check_start(start, folder), check_start_log(start, folder)):
             budget, tokens = check.term("kv_budget"), check.term("kv_tokens")
             graphs, weights = check.term("cuda_graphs"), check.term("weights")

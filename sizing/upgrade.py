@@ -5,23 +5,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .engines import get_engine
 from .plan import Estimate, Scenario, estimate, graphs_subtracted
+from .units import GiB
 
 
 @dataclass(frozen=True)
 class ReleaseColumn:
     engine: str  # as asked, e.g. vllm@0.25.1
-    rules: str  # the release range followed
     estimate: Estimate
 
     @property
+    def rules(self) -> str:
+        """The release range followed."""
+        return self.estimate.engine.label
+
+    @property
     def pool_tokens(self) -> int:
-        """Tokens the pool holds per layer group (num_blocks × block_size ÷ groups): the cache itself,
+        """Tokens the pool holds per layer group (the pool's own count of its blocks): the cache itself,
         which vLLM 0.21+'s "GPU KV cache size" line (concurrency × max_model_len) is not."""
         e = self.estimate
-        groups = max(1, len(getattr(e.pool, "groups", ()) or ())) if e.pool is not None else 1
-        return e.num_blocks // groups * e.block_size if e.pool is not None and e.pool.paged else e.max_tokens
+        return e.pool.tokens(e.num_blocks) if e.pool is not None and e.pool.paged else e.max_tokens
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ def _mechanisms(a: Estimate, b: Estimate) -> list[str]:
     graphs_a, graphs_b = graphs_subtracted(a), graphs_subtracted(b)
     if graphs_a != graphs_b:
         out.append(f"{name}: the CUDA-graph estimate is {'now' if graphs_b else 'no longer'} subtracted from the KV "
-                   f"budget ({b.breakdown.cuda_graph_bytes / 2**30:.2f} GiB)")
+                   f"budget ({b.breakdown.cuda_graph_bytes / GiB:.2f} GiB)")
     if ra.memory_fraction_default != rb.memory_fraction_default and a.scenario.memory_fraction is None:
         out.append(f"{name}: the default --gpu-memory-utilization moves from {ra.memory_fraction_default} to "
                    f"{rb.memory_fraction_default}")
@@ -62,10 +65,10 @@ def _mechanisms(a: Estimate, b: Estimate) -> list[str]:
                    f"{'every layer' if rb.global_window_every_layer else 'no layer'} instead of "
                    f"{'every layer' if ra.global_window_every_layer else 'none'}")
     if a.activation is not None and b.activation is not None and a.activation.peak_bytes != b.activation.peak_bytes:
-        out.append(f"{name}: the profiling run's peak moves by {(b.activation.peak_bytes - a.activation.peak_bytes) / 2**30:+.2f} GiB")
+        out.append(f"{name}: the profiling run's peak moves by {(b.activation.peak_bytes - a.activation.peak_bytes) / GiB:+.2f} GiB")
     if a.breakdown.non_torch_bytes != b.breakdown.non_torch_bytes:
         out.append(f"{name}: memory outside torch moves by "
-                   f"{(b.breakdown.non_torch_bytes - a.breakdown.non_torch_bytes) / 2**30:+.2f} GiB")
+                   f"{(b.breakdown.non_torch_bytes - a.breakdown.non_torch_bytes) / GiB:+.2f} GiB")
     if (a.scenario.max_num_batched_tokens, a.scenario.max_num_seqs) != (b.scenario.max_num_batched_tokens,
                                                                          b.scenario.max_num_seqs):
         out.append(f"{name}: batch defaults move from {a.scenario.max_num_batched_tokens} tokens / "
@@ -77,9 +80,7 @@ def compare_releases(scenario: Scenario, engines: list[str]) -> ReleaseCompariso
     """The scenario estimated under each engine release (at least two), in the order given."""
     columns = []
     for name in engines:
-        engine = get_engine(name)
-        e = estimate(scenario.evolve(engine=name))
-        columns.append(ReleaseColumn(name, engine.label, e))
+        columns.append(ReleaseColumn(name, estimate(scenario.evolve(engine=name))))
     changes = []
     for left, right in zip(columns, columns[1:]):
         changes += _mechanisms(left.estimate, right.estimate)

@@ -254,6 +254,15 @@ def test_validation_page_says_what_each_report_proves():
     assert any("32 of 32 points agree" in s.value and "NVIDIA H100 80GB HBM3" in s.value for s in at.success)
 
 
+def test_validation_page_reads_the_bundled_verify_report():
+    # measure/reports/h200-verify-qwen3-8b-fp8.json: a real vLLM start, 7 checks, within 1% on the KV budget
+    at = _app("Validation")
+    at.selectbox(key="report_choice").set_value("h200-verify-qwen3-8b-fp8.json")
+    at.run()
+    assert not at.exception and not at.error
+    assert any("7 of 7 points agree" in s.value and "NVIDIA H200" in s.value for s in at.success)
+
+
 def test_an_unknown_model_in_the_url_is_reported():
     at = AppTest.from_file(APP, default_timeout=60)
     at.query_params["model"] = "nope"

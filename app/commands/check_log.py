@@ -6,9 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from sizing.units import GiB
-
 from app.options import _logged_model
+from app.output import _gib
 
 
 def add_parser(sub) -> None:
@@ -61,10 +60,8 @@ def run(args: argparse.Namespace) -> int:
         print("  warning: the log sets " + ", ".join(where.not_modelled) + ", which move memory kvsize does not model")
     print(f"  {'term':<22}{'predicted':>18}{'logged':>18}{'difference':>16}")
     for r in rows:
-        if r["term"].endswith("_bytes"):
-            fmt = lambda v: "-" if v is None else f"{v / GiB:,.2f} GiB"  # noqa: E731
-        else:
-            fmt = lambda v: "-" if v is None else f"{v:,}"  # noqa: E731
+        shown = _gib if r["term"].endswith("_bytes") else "{:,}".format
+        fmt = lambda v: "-" if v is None else shown(v)  # noqa: E731
         diff = "-" if r["difference_percent"] is None else f"{r['difference_percent']:+.2f}%"
         print(f"  {r['term']:<22}{fmt(r['predicted']):>18}{fmt(r['logged']):>18}{diff:>16}")
     print("  (the engine prints GiB to two decimals: ±0.005 GiB on every logged figure)")

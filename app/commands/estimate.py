@@ -8,10 +8,9 @@ import sys
 from pathlib import Path
 
 from sizing.errors import KvsizeError
-from sizing.units import GiB
 
-from app.options import _add_scenario_options, _read_launch, scenario_from_args
-from app.output import _check_out, _csv_text, _emit, _flat, render_table
+from app.options import _add_scenario_options, launch_scenario
+from app.output import _check_out, _csv_text, _emit, _flat, _gib, render_table
 
 
 def add_parser(sub) -> None:
@@ -40,13 +39,7 @@ def run(args: argparse.Namespace) -> int:
         _check_out(Path(args.out))  # refused before anything is computed or printed
     k = args.k_cache_dtype or args.kv_cache_dtype
     v = args.v_cache_dtype or args.kv_cache_dtype
-    launch = _read_launch(args) if args.launch else None
-    if args.model is None:
-        raise KvsizeError("--model is required (or a vllm launch command after '--' that names the model)")
-    scenario = scenario_from_args(args, args.model, args.gpu, args.engine, args.tensor_parallel_size,
-                                  args.max_model_len, k, v)
-    if launch is not None:
-        scenario = scenario.evolve(usage_context=launch.usage_context, **launch.fields)
+    scenario = launch_scenario(args, k, v)
     if args.vs:
         return _print_release_comparison(scenario, [args.engine, *args.vs], args.format, args.out)
     result = estimate(scenario)
@@ -75,7 +68,7 @@ def _print_release_comparison(scenario, engines: list[str], fmt: str, out: str |
         ("activation_bytes", lambda c: c.estimate.breakdown.activation_bytes),
         ("non_torch_bytes", lambda c: c.estimate.breakdown.non_torch_bytes),
         ("cuda_graph_bytes", lambda c: c.estimate.breakdown.cuda_graph_bytes),
-        ("kv_budget_bytes", lambda c: c.estimate.first_stage_kv_budget_bytes or c.estimate.kv_budget_bytes),
+        ("kv_budget_bytes", lambda c: c.estimate.printed_kv_budget_bytes),
         ("block_size", lambda c: c.estimate.block_size), ("num_blocks", lambda c: c.estimate.num_blocks),
         ("gpu_kv_cache_size_tokens", lambda c: c.estimate.max_tokens),
         ("pool_tokens_per_group", lambda c: c.pool_tokens),
@@ -96,7 +89,7 @@ def _print_release_comparison(scenario, engines: list[str], fmt: str, out: str |
         cells = []
         for c in result.columns:
             v = row[c.engine]
-            cells.append(f"{v / GiB:,.2f} GiB" if row["term"].endswith("_bytes") else
+            cells.append(_gib(v) if row["term"].endswith("_bytes") else
                          (f"{v:,}" if isinstance(v, int) else str(v)))
         lines.append(f"  {row['term']:<26}" + "".join(f"{cell:>{width}}" for cell in cells))
     lines += ["", "  gpu_kv_cache_size_tokens is vLLM's \"GPU KV cache size\" line (0.21+: max concurrency x max_model_len);",

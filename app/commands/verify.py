@@ -7,7 +7,7 @@ from pathlib import Path
 
 from sizing.errors import KvsizeError
 
-from app.options import _add_scenario_options, _positive_int, _read_launch, scenario_from_args
+from app.options import _add_scenario_options, _positive_int, launch_scenario
 from app.output import _check_out
 
 
@@ -20,23 +20,17 @@ def add_parser(sub) -> None:
     p.add_argument("--timeout", type=_positive_int, default=420, help="seconds a start may take (default 420)")
     p.add_argument("--out", required=True, help="the report (.json): the whole log, the config and the checks")
     p.add_argument("launch", nargs="*", help=argparse.SUPPRESS)
-    p.set_defaults(run=run, vs=[])
+    p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from measure.verify import run_verify
     from sizing.profiles import model_profile, read_config_file
 
-    launch = _read_launch(args) if args.launch else None
-    if args.model is None:
-        raise KvsizeError("--model is required (or a vllm launch command after '--' that names the model)")
+    scenario = launch_scenario(args, args.kv_cache_dtype, args.kv_cache_dtype)
     out = _check_out(Path(args.out))
     if out.suffix.lower() != ".json":
         raise KvsizeError(f"--out {out.name!r}: a verify report is JSON; name it {out.stem}.json")
-    scenario = scenario_from_args(args, args.model, args.gpu, args.engine, args.tensor_parallel_size,
-                                  args.max_model_len, args.kv_cache_dtype, args.kv_cache_dtype)
-    if launch is not None:
-        scenario = scenario.evolve(usage_context=launch.usage_context, **launch.fields)
     path = Path(args.model)
     config = read_config_file(path) if path.suffix == ".json" or path.is_dir() else model_profile(args.model).config
     return run_verify(scenario, config, out, scenario.usage_context, args.vllm_path, args.timeout)

@@ -188,7 +188,6 @@ def replica_estimate(s: Scenario, best):
 def watch_panel(s: Scenario, best) -> None:
     """The running engine held against the cheapest plan: a saved /metrics scrape of one replica, figure by
     figure (sizing/metrics.py, as `kvsize watch`)."""
-    from sizing.errors import KvsizeError
     from sizing.metrics import MAX_METRICS_BYTES, read_metrics, watch
 
     st.subheader("Hold a running replica against this plan")
@@ -198,7 +197,7 @@ def watch_panel(s: Scenario, best) -> None:
     if upload is None:
         st.caption("kvsize watch does the same from the command line, against the server's URL, scrape by scrape.")
         return
-    b, pool = best.candidate, best.shared
+    pool = best.shared
     try:
         text = upload.getvalue().decode("utf-8")
         replica = replica_estimate(s, best)

@@ -14,8 +14,21 @@ from sizing.errors import KvsizeError
 REPORT_SCHEMA = "kvsize.measure/1"  # measure/run.py writes it; the app reads reports without importing torch
 
 
+VERIFY_SCHEMA = "kvsize.verify/1"  # measure/verify.py: a real vLLM start, its log and kvsize's checks
+
+
 def report_points(data) -> pd.DataFrame:
-    """Predicted vs measured points of a measurement report; KvsizeError names what is missing."""
+    """Predicted vs measured points of a measurement report (a verify report: predicted vs what vLLM
+    printed); KvsizeError names what is missing."""
+    if isinstance(data, dict) and data.get("schema") == VERIFY_SCHEMA:
+        try:
+            points = [dict(kind=c["term"], point=data.get("model_name") or "model", predicted=c["predicted"],
+                           measured=c["printed"]) for c in data["checks"]]
+        except (KeyError, TypeError) as e:
+            raise KvsizeError(f"verify report check is missing field {e}") from None
+        df = pd.DataFrame(points, columns=["kind", "point", "predicted", "measured"])
+        df["error_%"] = 100 * (df["predicted"] - df["measured"]) / df["measured"].clip(lower=1)
+        return df
     if not isinstance(data, dict) or data.get("schema") != REPORT_SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise KvsizeError(f"not a kvsize measurement report: schema {found!r}, expected {REPORT_SCHEMA!r}")
@@ -27,24 +40,19 @@ def report_points(data) -> pd.DataFrame:
         for c in data.get("capacity", []):
             where = f"{c['model']} {c.get('kv_cache_dtype', '')}".strip()
             if "derived" in c:  # capacity_version 2: blocks follow from the readings (derived), not read
-                points.append(dict(kind="weights_bytes (measured)", point=where,
-                                   predicted=c["predicted"]["weights_bytes"], measured=c["measured"]["weights_bytes"]))
-                points.append(dict(kind="activation_bytes (measured)", point=where,
-                                   predicted=c["predicted"]["activation_bytes"],
-                                   measured=c["measured"]["activation_bytes"]))
-                points.append(dict(kind="num_blocks (derived)", point=where, predicted=c["predicted"]["num_blocks"],
-                                   measured=c["derived"]["num_blocks"]))
+                for key, source in (("weights_bytes", "measured"), ("activation_bytes", "measured"),
+                                    ("num_blocks", "derived")):
+                    points.append(dict(kind=f"{key} ({source})", point=where, predicted=c["predicted"][key],
+                                       measured=c[source][key]))
                 continue
             for key in ("weights_bytes", "num_blocks", "activation_bytes", "non_torch_bytes"):
                 points.append(dict(kind=key, point=c["model"], predicted=c["predicted"][key],
                                    measured=c["measured"][key]))
         for t in data.get("tensor_parallel", []):
             where = f"{t['model']} TP {t['tensor_parallel_size']} rank {t['rank']} {t['kv_cache_dtype']}"
-            points.append(dict(kind="weights_bytes per rank (measured)", point=where,
-                               predicted=t["predicted"]["weights_bytes"], measured=t["measured"]["weights_bytes"]))
-            points.append(dict(kind="KV page per layer per rank (measured)", point=where,
-                               predicted=t["predicted"]["kv_page_bytes_per_layer"],
-                               measured=t["measured"]["kv_page_bytes_per_layer"]))
+            for key, label in (("weights_bytes", "weights_bytes"), ("kv_page_bytes_per_layer", "KV page per layer")):
+                points.append(dict(kind=f"{label} per rank (measured)", point=where, predicted=t["predicted"][key],
+                                   measured=t["measured"][key]))
     except (KeyError, TypeError) as e:
         raise KvsizeError(f"measurement report point is missing field {e}") from None
     df = pd.DataFrame(points, columns=["kind", "point", "predicted", "measured"])
@@ -53,27 +61,28 @@ def report_points(data) -> pd.DataFrame:
 
 
 @st.cache_data(show_spinner=False)
-def _accuracy() -> pd.DataFrame:
+def _accuracy() -> tuple[pd.DataFrame, object]:
+    """Every start's rows and their summary over all of them (sizing/starts.py summarize)."""
     from dataclasses import asdict
 
-    from sizing.starts import accuracy_rows
+    from sizing.starts import accuracy_rows, summarize
 
-    return pd.DataFrame([asdict(r) for r in accuracy_rows()])
+    rows = accuracy_rows()
+    overall = summarize(rows, lambda r: "all")[0] if rows else None
+    return pd.DataFrame([asdict(r) for r in rows]), overall
 
 
 def real_engine_section() -> None:
     """kvsize against the real vLLM starts kept in tests/fixtures/vllm-starts (as docs/accuracy.md)."""
     st.subheader("Against the real vLLM")
-    df = _accuracy()
-    if df.empty:
+    df, overall = _accuracy()
+    if overall is None:
         st.info("no real vLLM start is kept in this checkout")
         return
-    within = ((df["kv_budget_error"].abs().fillna(0) < 0.01) & (df["kv_tokens_error"].abs().fillna(0) < 0.01)).sum()
-    tokens = df["kv_tokens_error"].dropna()
     cols = st.columns(3)
-    cols[0].metric("Predictions within 1% of vLLM", f"{within} of {len(df)}")
-    cols[1].metric("Median |token error|", f"{100 * tokens.abs().median():.2f}%")
-    cols[2].metric("Worst token error (signed)", f"{100 * tokens.loc[tokens.abs().idxmax()]:+.2f}%")
+    cols[0].metric("Predictions within 1% of vLLM", f"{overall.within_1pct} of {overall.starts}")
+    cols[1].metric("Median |token error|", f"{100 * overall.median_abs:.2f}%")
+    cols[2].metric("Worst token error (signed)", f"{100 * overall.worst:+.2f}%")
     st.caption(f"{df['id'].nunique()} starts of vLLM with dummy weights ({', '.join(sorted(df['release'].unique()))}; "
                f"{', '.join(sorted(df['gpu'].unique()))}), each predicted by `kvsize estimate` from its settings and "
                "by `kvsize check-log` from its log. Above zero promises KV memory vLLM does not give.")
@@ -115,13 +124,13 @@ def page_validation() -> None:
     except KvsizeError as e:
         st.error(str(e))
         return
-    from measure.validate import POINT_SECTIONS, checked
+    from measure.validate import POINT_SECTIONS, report_problems
 
     try:
-        problems = checked(data, None)
+        problems = report_problems(data, None)
     except KvsizeError as e:
         problems = [str(e)]
-    count = sum(len(data.get(k, [])) for k in POINT_SECTIONS)
+    count = len(df) if data.get("schema") == VERIFY_SCHEMA else sum(len(data.get(k, [])) for k in POINT_SECTIONS)
     gpu = data.get("device", {}).get("name", "?")
     if problems:
         st.error(f"{len(problems)} of the checks fail on this report ({gpu}): " + "; ".join(problems[:3]))
