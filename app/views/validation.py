@@ -134,6 +134,9 @@ def page_validation() -> None:
     gpu = data.get("device", {}).get("name", "?")
     if problems:
         st.error(f"{len(problems)} of the checks fail on this report ({gpu}): " + "; ".join(problems[:3]))
+    elif data.get("schema") == VERIFY_SCHEMA:
+        st.success(f"{count} of {count} points agree with today's kvsize (`kvsize validate`): predicted against what "
+                   f"a real vLLM start printed on {gpu}, re-read from the log the report keeps (`kvsize verify`).")
     else:
         st.success(f"{count} of {count} points agree with today's kvsize (`kvsize validate`), measured on {gpu}. "
                    "Measured: read from the GPU; derived: vLLM's rule and kvsize's pool applied to the readings. "
