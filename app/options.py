@@ -132,7 +132,15 @@ def _add_scenario_options(p: argparse.ArgumentParser, single: bool = True, model
                    help="override CUDA graph memory per GPU, 0 for none (default: vLLM's estimate from its capture "
                         "sizes, or the release's measured figure)")
     p.add_argument("--enforce-eager", action="store_true",
-                   help="vLLM --enforce-eager: no CUDA graphs, so no graph memory is profiled or captured")
+                   help="vLLM --enforce-eager: no torch.compile and no CUDA graphs, so no graph memory is profiled "
+                        "or captured")
+    p.add_argument("--compile-cache", choices=["cold", "warm"], default="cold",
+                   help="vLLM's torch.compile cache for this model and settings: cold (the first start, default) "
+                        "compiles and autotunes during profiling, holding a copy of the embedding; warm (a "
+                        "restart) loads the compiled graph and gets that memory as KV")
+    p.add_argument("--language-model-only", action="store_true",
+                   help="vLLM --language-model-only (or every --limit-mm-per-prompt 0): a multimodal model "
+                        "served text-only builds no vision tower")
     p.add_argument("--cudagraph-mode", default=None, type=str.upper,
                    choices=CUDAGRAPH_MODES,
                    help="vLLM compilation_config cudagraph_mode (default: the release's, FULL_AND_PIECEWISE)")
@@ -182,6 +190,8 @@ def scenario_from_args(args: argparse.Namespace, model: str, gpu: str, engine: s
         non_torch_bytes=args.non_torch_memory, cuda_graph_bytes=args.cuda_graph_memory,
         layer_kv_dtype=args.layer_kv_dtype, gpu_multiprocessors=gpu_row.multiprocessors, mtp_layers=args.mtp_layers,
         usage_context=args.usage_context, cudagraph_mode="NONE" if args.enforce_eager else args.cudagraph_mode,
+        torch_compile=not args.enforce_eager, compile_cache_hit=args.compile_cache == "warm",
+        language_model_only=args.language_model_only,
         gpu_nvml_mib=gpu_row.nvml_memory_mib if args.gpu_memory is None else None, gpu_architecture=gpu_row.architecture,
         format_options=FormatOptions(args.kivi_group, args.kivi_residual,
                                      Fraction(args.kvquant_outliers).limit_denominator(10**6)),

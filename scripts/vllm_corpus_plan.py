@@ -1,6 +1,6 @@
 """Write the plans of real vLLM starts that make tests/fixtures/vllm-starts (one JSON list a machine).
 
-usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200 > plan.json
+usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200|architectures > plan.json
 Every start is an EngineArgs dict on a config in tests/fixtures/vllm-starts/configs/, in vLLM's
 `vllm serve` usage context unless it says `llm`. Starts whose config is not there are left out.
 """
@@ -150,9 +150,28 @@ def one_h200():
     ]
 
 
+def architectures():
+    """The sixth batch, one H200: architectures not yet started (sliding+full OLMo 3, Phi MoE, Cohere, a Mamba
+    MoE hybrid, a gated-delta-net MoE hybrid) and multimodal models served text-only, where vLLM builds no
+    vision tower; then the KV dtype not yet started."""
+    r26 = "0.26.0"
+    return [
+        start(r26, "qwen3.5-35b-a3b", "text", language_model_only=True, max_model_len=32768),
+        start(r26, "gemma-3-27b-it", "text", language_model_only=True, max_model_len=8192),
+        start(r26, "olmo-3.1-32b-instruct", max_model_len=32768),
+        start(r26, "phi-3.5-moe-instruct", max_model_len=8192),
+        start(r26, "c4ai-command-r-v01", max_model_len=8192),
+        start(r26, "qwen3-vl-2b-instruct", "text", language_model_only=True, max_model_len=32768),
+        start(r26, "nemotron-3-nano-30b-a3b", max_model_len=32768),
+        start(r26, "llama-3.1-8b", "fp8e5m2", kv_cache_dtype="fp8_e5m2"),
+        start(r26, "qwen3.5-35b-a3b", "text-fp8", language_model_only=True, kv_cache_dtype="fp8", max_model_len=32768),
+        start(r26, "olmo-3.1-32b-instruct", "u60", max_model_len=65536, gpu_memory_utilization=0.6),
+    ]
+
+
 if __name__ == "__main__":
     plan = {"four-gpus": four_gpus, "one-gpu": one_gpu, "four-h100s": four_h100s, "two-h100s": two_h100s,
-            "one-h200": one_h200}[sys.argv[1]]()
+            "one-h200": one_h200, "architectures": architectures}[sys.argv[1]]()
     plan = [s for s in plan if (CONFIGS / Path(s["config"]).name).exists()]
     json.dump(plan, sys.stdout, indent=1)
     print()

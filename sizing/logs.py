@@ -80,6 +80,7 @@ _CONFIG_FIELDS = (
     ("quantization", r"quantization=(\w+)", str),
     ("enforce_eager", r"enforce_eager=(True|False)", str),
     ("cudagraph_mode", r"'cudagraph_mode': <CUDAGraphMode\.(\w+)", str),
+    ("compilation_mode", r"'mode': <CompilationMode\.(\w+)", str),
 )
 
 
@@ -107,6 +108,8 @@ def _vllm(text: str) -> LoggedRun:
     for key, value in args.items():
         if key not in ("model", "model_tag"):
             put(key, value, "non-default args")
+    if _first(r"(Directly load the compiled graph)", text):
+        put("compile_cache_hit", True, "compile cache line")
     tokens = _first(r"max_num_batched_tokens=(\d+)", text, int)
     if tokens is not None:
         put("max_num_batched_tokens", tokens, "chunked prefill line")
@@ -275,7 +278,8 @@ def log_scenario(run: LoggedRun, model_name: str, shape, gpu=None, weights_dtype
     not_modelled: tuple[str, ...] = ()
     fields: dict = {}
     if run.engine == "vllm":
-        args = {k: v for k, v in run.settings.items() if k not in ("model_runner", "cudagraph_mode")}
+        args = {k: v for k, v in run.settings.items()
+                if k not in ("model_runner", "cudagraph_mode", "compilation_mode", "compile_cache_hit")}
         if run.sources.get("dtype") == "engine config line" and DTYPE_NAMES.get(str(args.get("dtype"))) == shape.serving_dtype:
             args.pop("dtype")  # the engine's resolution of auto, not a choice of the user's
         settings = read_engine_args(args, from_log=True)
@@ -284,8 +288,12 @@ def log_scenario(run: LoggedRun, model_name: str, shape, gpu=None, weights_dtype
             fields["weights_dtype"] = "fp8"  # online fp8 of a 16-bit checkpoint (an fp8 checkpoint names its own)
         if run.settings.get("cudagraph_mode"):
             fields["cudagraph_mode"] = run.settings["cudagraph_mode"]
+        if run.settings.get("compilation_mode") == "NONE":
+            fields["torch_compile"] = False
+        if run.settings.get("compile_cache_hit"):
+            fields["compile_cache_hit"] = True
         ignored, not_modelled = settings.ignored, settings.not_modelled
-        for key in (*settings.used, "cudagraph_mode"):
+        for key in (*settings.used, "cudagraph_mode", "compilation_mode", "compile_cache_hit"):
             if key in run.settings:
                 read[key] = (run.settings[key], run.sources.get(key, "the log"))
         if "gpu_memory_utilization" not in run.settings and "kv_cache_memory_bytes" not in run.settings:

@@ -68,9 +68,11 @@ class WeightBytes:
 
 
 def weight_bytes(shape: ModelShape, fmt: WeightFormat, tp: int, layers: range, first_stage: bool,
-                 last_stage: bool) -> WeightBytes:
+                 last_stage: bool, vision: bool = True) -> WeightBytes:
     """Weights one GPU holds: its share (1/tp) of the stage's layers, embeddings on the first
-    stage, the lm_head on the last; norms, routers and embeddings stay in the model dtype."""
+    stage, the lm_head on the last; norms, routers and embeddings stay in the model dtype. A
+    multimodal model's vision encoder sits on the first stage unless it is served text-only
+    (`vision` False: vLLM's --language-model-only builds no tower)."""
     dense = DTYPE_BYTES[shape.serving_dtype]
     linear = WEIGHT_FORMATS[shape.serving_dtype] if fmt.experts_only else fmt
     layer_total = 0
@@ -83,7 +85,7 @@ def weight_bytes(shape: ModelShape, fmt: WeightFormat, tp: int, layers: range, f
     lm_head = cdiv(shape.lm_head_params, tp) * dense if last_stage else 0
     if shape.lm_head_params == 0 and last_stage and not first_stage:
         lm_head = cdiv(shape.embedding_params, tp) * dense  # a tied head still needs its copy on the last stage
-    vision = cdiv(shape.vision_params, tp) * dense if first_stage else 0
+    vision = cdiv(shape.vision_params, tp) * dense if first_stage and vision else 0
     return WeightBytes(embedding, lm_head, vision, layer_total, rotary_cache_bytes(shape) if len(layers) else 0)
 
 
@@ -101,12 +103,14 @@ class ActivationEstimate:
     moe_workspace_bytes: int = 0  # the fused-MoE experts' workspace, kept by vLLM's workspace manager
     # the forward through the layers before the first MoE layer, which runs before that workspace exists
     forward_before_moe_bytes: int = 0
+    # the compile-time autotuning's example arguments, live before the first matmul takes its workspace
+    compile_examples_bytes: int = 0
 
     @property
     def peak_bytes(self) -> int:
-        return (self.workspace_bytes + self.stage_buffer_bytes
-                + max(self.moe_workspace_bytes + max(self.forward_bytes, self.sampler_bytes),
-                      self.forward_before_moe_bytes))
+        run = self.workspace_bytes + max(self.moe_workspace_bytes + max(self.forward_bytes, self.sampler_bytes),
+                                         self.forward_before_moe_bytes)
+        return self.stage_buffer_bytes + max(run, self.compile_examples_bytes)
 
 
 def mlp_width(shape: ModelShape, layers: range, tp: int, routed: bool = True, values: bool = False) -> float:
@@ -128,15 +132,18 @@ def mlp_width(shape: ModelShape, layers: range, tp: int, routed: bool = True, va
 
 
 def profiling_peak(shape: ModelShape, run: ProfilingRunModel, tokens: int, rows: int, tp: int, layers: range,
-                   first_stage: bool, last_stage: bool, multiprocessors: int) -> ActivationEstimate:
+                   first_stage: bool, last_stage: bool, multiprocessors: int, compiled: bool = True) -> ActivationEstimate:
     """What the engine's profiling run holds at its peak on one GPU.
 
     Forward: `tokens` tokens through the stage's layers; hidden-size tensors (residual and normed
-    input) and the widest MLP activation, in copies the release's file gives. Sampler (last stage):
+    input), the attention's query-width tensors per GPU and the widest MLP activation, in copies the
+    release's file gives. Sampler (last stage):
     one row per dummy request; the logits in the model dtype (all-gathered: full vocabulary on every
     TP rank), the release's fp32 copies of them, a Triton top-k/top-p buffer of min(SMs, rows) rows,
     the forward's hidden states and the sampled rows' hidden states with their random stand-ins.
     Stages after the first keep their received hidden and residual buffers of `tokens` rows.
+    Compiled (torch.compile on), the first stage's compile autotunes the embedding-and-norm kernel on
+    example copies of its arguments: the embedding shard and the release's outputs of `tokens` rows.
     """
     dt = DTYPE_BYTES[shape.serving_dtype]
     h = shape.hidden_size
@@ -152,7 +159,9 @@ def profiling_peak(shape: ModelShape, run: ProfilingRunModel, tokens: int, rows:
         if not span:
             return 0
         width = mlp_width(shape, span, tp, routed=routed)
-        return int(tokens * dt * (run.forward_hidden_copies * h + run.forward_mlp_copies * width))
+        query = shape.num_attention_heads * shape.head_dim / tp
+        return int(tokens * dt * (run.forward_hidden_copies * h + run.forward_attention_copies * query
+                                  + run.forward_mlp_copies * width))
 
     forward = forward_bytes(layers, routed=not moe)
     sampler = 0
@@ -166,8 +175,11 @@ def profiling_peak(shape: ModelShape, run: ProfilingRunModel, tokens: int, rows:
         topk = min(multiprocessors, rows) * vocab * 4 if run.topk_buffer and rows >= 8 else 0
         sampler = int(rows * vocab * per_logit) + topk + tokens * h * dt + 2 * rows * h * dt
     stage_buffers = 0 if first_stage else 2 * tokens * h * dt
+    examples = 0
+    if compiled and first_stage and run.compile_example_outputs:
+        examples = cdiv(shape.embedding_params, tp) * dt + run.compile_example_outputs * tokens * h * dt
     return ActivationEstimate(tokens, rows, forward, sampler, stage_buffers, run.workspace_bytes, moe,
-                              forward_bytes(before, routed=False))
+                              forward_bytes(before, routed=False), examples)
 
 
 # Checkpoint formats whose MoE runs on a monolithic kernel that keeps no workspace of the manager's
@@ -191,8 +203,14 @@ def moe_workspace_bytes(shape: ModelShape, tokens: int, tp: int) -> int:
 
 
 def rotary_cache_bytes(shape: ModelShape) -> int:
-    """vLLM's rotary cos/sin cache (get_rope): max_position × rotary_dim in the model dtype, one per model."""
-    return shape.max_position_embeddings * shape.rotary_dim * DTYPE_BYTES[shape.serving_dtype]
+    """vLLM's rotary cos/sin caches (get_rope): max_position × rotary_dim in the model dtype, one per RoPE
+    the model builds (one per layer type where the config gives each its own: Gemma 3's local and global);
+    linear scaling caches max_position × factor positions (linear_scaling_rope.py)."""
+    positions = 0
+    for kind, factor, _ in shape.rope_scalings or (("default", None, None),):
+        scale = factor if kind == "linear" and factor and factor > 1 else 1
+        positions += int(shape.max_position_embeddings * scale)
+    return positions * shape.rotary_dim * DTYPE_BYTES[shape.serving_dtype]
 
 
 def cudagraph_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int, model: CudaGraphEstimateModel,

@@ -62,6 +62,15 @@ class Scenario:
     # vLLM's CUDA graphs: NONE (--enforce-eager), PIECEWISE, FULL, FULL_DECODE_ONLY or FULL_AND_PIECEWISE;
     # None: the release's default. Capture sizes as compilation_config gives them (None: vLLM's rule).
     cudagraph_mode: str | None = None
+    # torch.compile on (vLLM's default); off with --enforce-eager or compilation mode 0, where the profiling
+    # run's forward is eager and no compile-time autotuning holds example copies
+    torch_compile: bool = True
+    # the compiled graph loaded from vLLM's compile cache (a restart of the same model and settings): no
+    # compile runs, so no autotuning example copies (the first start compiles and holds them)
+    compile_cache_hit: bool = False
+    # a multimodal model served text-only (--language-model-only, or every --limit-mm-per-prompt 0):
+    # vLLM builds no vision tower
+    language_model_only: bool = False
     cudagraph_capture_sizes: tuple[int, ...] | None = None
     max_cudagraph_capture_size: int | None = None
 
@@ -258,13 +267,13 @@ def _pool(engine: Engine, layout: CacheLayout, block_size: int, mnbt: int, pp: i
 
 
 @lru_cache(maxsize=4096)
-def _weights(shape, wfmt, tp, stage, first, last) -> int:
-    return weight_bytes(shape, wfmt, tp, stage, first, last).total_bytes
+def _weights(shape, wfmt, tp, stage, first, last, vision=True) -> int:
+    return weight_bytes(shape, wfmt, tp, stage, first, last, vision).total_bytes
 
 
 @lru_cache(maxsize=4096)
-def _activation(shape, run, tokens, rows, tp, stage, first, last, sms) -> ActivationEstimate:
-    return profiling_peak(shape, run, tokens, rows, tp, stage, first, last, sms)
+def _activation(shape, run, tokens, rows, tp, stage, first, last, sms, compiled=True) -> ActivationEstimate:
+    return profiling_peak(shape, run, tokens, rows, tp, stage, first, last, sms, compiled)
 
 
 def profiling_model(engine: Engine):
@@ -444,7 +453,8 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
     wfmt = resolve_weights_dtype(s.weights_dtype, shape)
     first, last = index == 0, index == num_stages - 1
     # Per-tensor KV scales are attention-layer parameters, loaded with the weights.
-    weights = _weights(shape, wfmt, tp, stage, first, last) + layout.parameter_bytes() + s.extra_weights_bytes
+    weights = (_weights(shape, wfmt, tp, stage, first, last, not s.language_model_only) + layout.parameter_bytes()
+               + s.extra_weights_bytes)
     run, rules = profiling_model(engine)
     runner = model_runner(engine, shape)
     if runner == "v2" and rules.activation_v2 is not None:
@@ -456,9 +466,9 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
                   "verify measures it",)
     rows = min(s.max_num_seqs, s.max_num_batched_tokens)
     act = _activation(shape, run, s.max_num_batched_tokens, rows, tp, stage, first, last,
-                      s.gpu_multiprocessors or rows)
+                      s.gpu_multiprocessors or rows, s.torch_compile and not s.compile_cache_hit)
     non_torch = s.non_torch_bytes if s.non_torch_bytes is not None else rules.non_torch_bytes(
-        tp, s.pipeline_parallel_size)
+        tp, s.pipeline_parallel_size, runner)
     graphs = s.cuda_graph_bytes if s.cuda_graph_bytes is not None else _cuda_graph_bytes(s, engine, rules, shape,
                                                                                           stage)
     profiled = runner == "v1" or engine.release.model_runners.v2_profiles_cuda_graphs

@@ -47,6 +47,8 @@ class ProfilingRunModel(_Strict):
 
     forward_hidden_copies: float = Field(ge=0)
     forward_mlp_copies: float = Field(ge=0)
+    # copies of the attention's query width per GPU (heads / TP x head_dim): q and the attention's output
+    forward_attention_copies: float = Field(default=0, ge=0)
     sampler_extra_bytes_per_logit: int = Field(ge=0)  # beyond the model-dtype logits
     sampler_upcast_bytes_per_logit: int = Field(ge=0)  # the fp32 copy, absent when the model runs in fp32
     # At TP > 1, model-dtype copies of the full logits at the sampler's peak (the all-gather's output and
@@ -60,6 +62,10 @@ class ProfilingRunModel(_Strict):
     # The fused-MoE workspace the Triton experts take from vLLM's workspace manager and keep
     # (modular_kernel.py _allocate_buffers; experts/triton_moe.py workspace_shapes)
     moe_workspace: bool = False
+    # torch.compile's Inductor autotunes the first fused kernel (the embedding lookup with the first norm) at
+    # compile time on fresh example copies of its arguments: the embedding shard and this many outputs of
+    # tokens x hidden; 0 where the release's compile keeps none
+    compile_example_outputs: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
     def _upcast_within_extra(self):
@@ -71,6 +77,8 @@ class ProfilingRunModel(_Strict):
 
 class NonTorchModel(_Strict):
     single_gpu_bytes: int = Field(ge=0)
+    # on one GPU under the V2 model runner, where it differs from the V1 runner's (None: the same)
+    single_gpu_v2_bytes: int | None = Field(default=None, ge=0)
     pipeline_bytes: int = Field(ge=0)
     tensor_parallel_bytes: int = Field(ge=0)
     tensor_parallel_per_rank_bytes: int = Field(ge=0)
@@ -303,13 +311,15 @@ class Release(_Strict):
                 return row
         return self.batch_defaults[-1]
 
-    def non_torch_bytes(self, tp: int, pp: int) -> int:
+    def non_torch_bytes(self, tp: int, pp: int, runner: str = "v1") -> int:
         if self.non_torch is None:
-            return find_release("vllm", None).non_torch_bytes(tp, pp)
+            return find_release("vllm", None).non_torch_bytes(tp, pp, runner)
         n = self.non_torch
         if tp > 1:
             return n.tensor_parallel_bytes + tp * n.tensor_parallel_per_rank_bytes
-        return n.pipeline_bytes if pp > 1 else n.single_gpu_bytes
+        if pp > 1:
+            return n.pipeline_bytes
+        return n.single_gpu_v2_bytes if runner == "v2" and n.single_gpu_v2_bytes is not None else n.single_gpu_bytes
 
     def cuda_graph_bytes(self, tp: int) -> int:
         if self.cuda_graphs is None:

@@ -495,7 +495,7 @@ def _resolve(raw: dict[str, Any], raw_text: dict[str, Any], parsed: Any, rejecte
             if i in moe_layers:
                 experts = num_experts * (3 if gated else 2) * hidden * moe_inter
                 other += hidden * num_experts  # router
-                mlp = _shared_expert_params(f, hidden, moe_inter, intermediate)
+                mlp = _shared_expert_params(f, hidden, moe_inter, intermediate, 3 if gated else 2)
             else:
                 mlp = (3 if gated else 2) * hidden * _dense_intermediate(f, intermediate, num_experts)
         layer_params.append(LayerParams(attn, mlp, experts, other))
@@ -903,15 +903,16 @@ def _moe_layers(f: _Fields, num_layers: int, num_experts: int, blocks: list[str]
     }
 
 
-def _shared_expert_params(f: _Fields, hidden: int, moe_inter: int, intermediate: int) -> int:
+def _shared_expert_params(f: _Fields, hidden: int, moe_inter: int, intermediate: int, matrices: int) -> int:
+    """Shared experts: gated (3 matrices) or, like the routed experts of relu² MoEs (Nemotron 3), ungated (2)."""
     shared = f.get("shared_expert_intermediate_size", "moe_shared_expert_intermediate_size")
     if shared:
-        return 3 * hidden * int(shared) + hidden  # plus the shared-expert gate
+        return matrices * hidden * int(shared) + hidden  # plus the shared-expert gate
     n_shared = f.get("n_shared_experts")
     if n_shared:
-        return 3 * hidden * moe_inter * int(n_shared)
+        return matrices * hidden * moe_inter * int(n_shared)
     if f.get("interleave_moe_layer_step") is not None:  # Llama 4: one shared expert of intermediate_size
-        return 3 * hidden * intermediate
+        return matrices * hidden * intermediate
     return 0
 
 

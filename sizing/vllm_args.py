@@ -19,7 +19,7 @@ from .errors import KvsizeError
 # Fields that move memory in ways kvsize does not model; their presence is reported, never guessed.
 NOT_MODELLED = frozenset({
     "cpu_offload_gb", "speculative_config", "lora_modules", "enable_lora", "max_lora_rank", "max_loras",
-    "kv_transfer_config", "kv_offloading_size", "num_gpu_blocks_override", "enable_dbo", "limit_mm_per_prompt",
+    "kv_transfer_config", "kv_offloading_size", "num_gpu_blocks_override", "enable_dbo",
     "mm_processor_cache_gb", "decode_context_parallel_size", "prefill_context_parallel_size",
 })
 # Methods that name the checkpoint's own quantization_config, which the config already gives kvsize.
@@ -31,9 +31,11 @@ BOOLEAN_FLAGS = frozenset({"enforce_eager", "enable_prefix_caching", "no_enable_
                            "calculate_kv_scales", "enable_expert_parallel", "disable_custom_all_reduce",
                            "async_scheduling", "no_async_scheduling", "enable_auto_tool_choice",
                            "disable_log_requests", "enable_log_requests", "skip_tokenizer_init", "enable_lora",
-                           "enable_sleep_mode", "disable_frontend_multiprocessing", "enable_dbo"})
+                           "enable_sleep_mode", "disable_frontend_multiprocessing", "enable_dbo",
+                           "language_model_only"})
 SHORT_FLAGS = {"-tp": "tensor_parallel_size", "-pp": "pipeline_parallel_size", "-dp": "data_parallel_size",
                "-q": "quantization", "-cc": "compilation_config"}
+_ENUM_REPR = re.compile(r"<(\w{1,64})\.(\w{1,64}): [^<>]{0,200}>")
 _HUMAN_INT = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
 
 
@@ -102,11 +104,29 @@ def _flag(value, name: str) -> bool:
     raise KvsizeError(f"{name} must be true or false, got {value!r}")
 
 
+def _text_only(value, name: str) -> bool:
+    """Whether --limit-mm-per-prompt sets every modality to 0 items (vLLM then serves the model text-only)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise KvsizeError(f"{name} must be a JSON object such as '{{\"image\": 0}}', got {value!r}") from None
+    if not isinstance(value, dict) or not value:
+        raise KvsizeError(f"{name} must be a JSON object of modality counts such as {{\"image\": 0}}, got {value!r}")
+    counts = []
+    for modality, item in value.items():
+        count = item.get("count") if isinstance(item, dict) else item
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise KvsizeError(f"{name}.{modality} must be a whole number of items (0 or more), got {item!r}")
+        counts.append(count)
+    return not any(counts)
+
+
 def _compilation(value, name: str) -> dict:
     """The CUDA-graph part of --compilation-config (a dict, JSON text, or an optimization level)."""
     if isinstance(value, (int, str)) and re.fullmatch(r"\d", str(value).strip()):
         level = int(value)
-        return {"cudagraph_mode": "NONE"} if level == 0 else {}
+        return {"cudagraph_mode": "NONE", "torch_compile": False} if level == 0 else {}
     if isinstance(value, str):
         try:
             value = json.loads(value)
@@ -116,12 +136,22 @@ def _compilation(value, name: str) -> dict:
     if not isinstance(value, dict):
         raise KvsizeError(f"{name} must be a JSON object, got {value!r}")
     out: dict = {}
+    compile_mode = value.get("mode", value.get("level"))
+    if compile_mode is not None:
+        text = str(compile_mode).upper().removeprefix("COMPILATIONMODE.")
+        if text not in ("0", "1", "2", "3", "NONE", "STOCK_TORCH_COMPILE", "DYNAMO_TRACE_ONCE", "VLLM_COMPILE"):
+            raise KvsizeError(f"{name}.mode must be 0-3 or NONE, STOCK_TORCH_COMPILE, DYNAMO_TRACE_ONCE, "
+                              f"VLLM_COMPILE, got {compile_mode!r}")
+        if text in ("0", "NONE"):
+            out["torch_compile"] = False
     mode = value.get("cudagraph_mode")
     if mode is not None:
         mode = str(mode).upper().removeprefix("CUDAGRAPHMODE.")
         if mode not in CUDAGRAPH_MODES:
             raise KvsizeError(f"{name}.cudagraph_mode must be one of {', '.join(CUDAGRAPH_MODES)}, got {mode!r}")
         out["cudagraph_mode"] = mode
+    if out.get("torch_compile") is False and out.get("cudagraph_mode") not in ("FULL", "FULL_DECODE_ONLY"):
+        out["cudagraph_mode"] = "NONE"  # piecewise graphs need the compiled pieces (vllm/config/vllm.py)
     sizes = value.get("cudagraph_capture_sizes")
     if sizes is not None:
         if not isinstance(sizes, (list, tuple)) or not sizes:
@@ -158,8 +188,18 @@ def read_engine_args(args: dict, usage_context: str = "serve", from_log: bool = 
         elif key == "kv_cache_memory_bytes":
             fields["kv_cache_memory_bytes"] = _positive(value, name)
         elif key == "enforce_eager":
-            if _flag(value, name):
+            if _flag(value, name):  # no torch.compile and no CUDA graphs (vllm/config/vllm.py)
                 fields["cudagraph_mode"] = "NONE"
+                fields["torch_compile"] = False
+        elif key == "language_model_only":
+            if _flag(value, name):
+                fields["language_model_only"] = True
+        elif key == "limit_mm_per_prompt":
+            if _text_only(value, name):
+                fields["language_model_only"] = True  # vLLM builds no tower whose modalities are all 0
+            else:
+                not_modelled.append(key)  # the encoder's profiling run and cache: not modelled
+                continue
         elif key == "compilation_config":
             fields.update(_compilation(value, name))
         elif key == "dtype":
@@ -280,6 +320,8 @@ def read_logged_args(text: str) -> dict:
     when it is not one: settings read wrong would give a confident answer for another run."""
     if not text:
         return {}
+    # enum members print as <CompilationMode.NONE: 0> inside a config dict; read each as its name
+    text = _ENUM_REPR.sub(lambda m: repr(f"{m.group(1)}.{m.group(2)}"), text)
     try:
         value = ast.literal_eval(text)
     except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError) as e:

@@ -423,7 +423,11 @@ def test_validation_page_holds_kvsize_to_the_real_engine():
     metric = next(m for m in at.metric if m.label == "Predictions within 1% of vLLM")
     assert metric.value.endswith(f"of {2 * sized}")  # each start by estimate and by check-log
     table = next(d for d in at.dataframe if "token error (%)" in d.value.columns).value
-    assert len(table) == 2 * sized and table["token error (%)"].abs().max() < 1
+    assert len(table) == 2 * sized
+    # outside 1%: only the open residuals tests/test_vllm_starts.py marks as strict expected failures
+    # (KNOWN_BUDGET_GAPS), each by estimate and by check-log
+    outside = table[(table["token error (%)"].abs() >= 1) | (table["KV budget error (%)"].abs() >= 1)]
+    assert set(outside["id"]) == {"h200-0.26.0-nemotron-3-nano-30b-a3b", "h200-0.26.0-qwen3.5-35b-a3b-text-fp8"}
     at.selectbox(key="accuracy_group").set_value("release")
     at.run()
     assert not at.exception

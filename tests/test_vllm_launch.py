@@ -22,7 +22,8 @@ def test_serve_command_reads_the_settings_that_move_memory():
     assert s.model == "meta-llama/Llama-3.1-8B" and s.usage_context == "serve"
     # vLLM's human_readable_int: lower-case k is 1000, upper-case K is 1024
     assert s.fields == {"max_model_len": 32000, "memory_fraction": 0.95, "tensor_parallel_size": 2,
-                        "k_cache_dtype": "fp8", "v_cache_dtype": "fp8", "cudagraph_mode": "NONE"}
+                        "k_cache_dtype": "fp8", "v_cache_dtype": "fp8", "cudagraph_mode": "NONE",
+                        "torch_compile": False}  # --enforce-eager: no torch.compile either (vllm/config/vllm.py)
     assert set(s.ignored) == {"port", "enable_prefix_caching"}
 
 

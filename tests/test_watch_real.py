@@ -17,12 +17,14 @@ from conftest import ROOT, serve_scrapes
 FIXTURES = ROOT / "tests" / "fixtures" / "metrics"
 CONFIGS = ROOT / "tests" / "fixtures" / "vllm-starts" / "configs"
 
-# The settings of each start, as its server log's "non-default args" (line 7) prints them.
+# The settings of each start, as its server log's "non-default args" (line 7) prints them; the Llama server
+# loaded its compiled graph from vLLM's compile cache (-serve.log line 26), so it compiled nothing.
 LLAMA = "vllm-0.26.0-h200-llama-3.1-8b"
 QWEN = "vllm-0.26.0-h200-qwen3-8b-fp8"
 START = {
     LLAMA: ["--model", str(CONFIGS / "llama-3.1-8b.json"), "--gpu", "h200", "--engine", "vllm@0.26.0",
-            "--max-model-len", "4096", "--gpu-memory-utilization", "0.16", "--max-num-seqs", "64"],
+            "--max-model-len", "4096", "--gpu-memory-utilization", "0.16", "--max-num-seqs", "64",
+            "--compile-cache", "warm"],
     QWEN: ["--model", str(CONFIGS / "qwen3-8b.json"), "--gpu", "h200", "--engine", "vllm@0.26.0",
            "--max-model-len", "8192", "--gpu-memory-utilization", "0.16", "--max-num-seqs", "128",
            "--kv-cache-dtype", "fp8"],
@@ -150,12 +152,6 @@ def test_an_idle_server_is_inside_the_plan_but_for_the_pool(capsys):
         assert code == (0 if f["KV blocks"]["inside"] else 1)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "kvsize's pool for these starts is not within 1% of the engine's: Llama-3.1-8B 3,144 blocks predicted "
-    "against 3,207 (serve.log line 31; budget 6.14 against 6.26 GiB, line 30: peak activation 0.99 against "
-    "0.88 GiB and non-torch 0.25 against 0.22 GiB, line 38); Qwen3-8B fp8 5,446 against 5,088 (line 33; "
-    "budget 5.98 against 5.59 GiB, line 32: activation 0.87 against 1.29 GiB, line 40). Strict: it fails "
-    "once kvsize agrees, so this mark is removed then."))
 @pytest.mark.parametrize("start", [LLAMA, QWEN])
 def test_kvsize_predicts_the_engines_pool_within_1_percent(start, capsys):
     blocks = SCRAPES[start, "busy"][0][0]
