@@ -69,6 +69,12 @@ def read_scenario() -> Scenario | None:
                          key="fraction")
     headroom = sb.slider("Headroom (engines without their own fraction)", 0.0, 0.5,
                          _query("headroom", 0.10, float, 0.0, 0.5), 0.01, key="headroom")
+    text_only = sb.checkbox("Served text-only (vLLM --language-model-only)", value=False, key="language_model_only",
+                            help="a multimodal model without its vision tower: vLLM builds none when every "
+                                 "modality's limit is 0")
+    compile_cache = sb.radio("vLLM compile cache", ["cold", "warm"], horizontal=True, key="compile_cache",
+                             help="cold: a first start compiles during profiling and holds a copy of the embedding "
+                                  "for autotuning; warm: a restart loads the compiled graph and gets that as KV")
     st.query_params.update(model=model, gpu=gpu, engine=engine, k=k_fmt, v=st.session_state["v_format"], w=weights_dtype,
                            tp=str(tp), pp=str(pp),
                            ctx=str(context), conc=str(concurrency), util=str(fraction), headroom=str(headroom))
@@ -90,7 +96,8 @@ def read_scenario() -> Scenario | None:
             k_cache_dtype=k_fmt, v_cache_dtype=v_fmt, tensor_parallel_size=int(tp), pipeline_parallel_size=int(pp),
             max_model_len=int(context), concurrency=int(concurrency),
             memory_fraction=fraction if ENGINES[engine].fraction_option else None, headroom=headroom,
-            weights_dtype=weights_dtype, mtp_layers=int(mtp),
+            weights_dtype=weights_dtype, mtp_layers=int(mtp), language_model_only=bool(text_only),
+            compile_cache_hit=compile_cache == "warm",
         )
     except KvsizeError as e:
         st.error(in_widget_terms(str(e)))

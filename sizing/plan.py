@@ -464,6 +464,10 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
         notes += (f"activation: {engine.release.name}'s profiling forward of {shape.model_type} models ran above "
                   f"kvsize's model ({above[shape.model_type]}): the KV pool may be that much smaller; kvsize "
                   "verify measures it",)
+    if engine.name == "vllm" and shape.vision_params and not s.language_model_only and first:
+        notes += ("activation: vLLM also runs the vision encoder on its largest dummy images before sizing the KV "
+                  "cache, which kvsize does not model (its starts of multimodal models ran text-only): the pool "
+                  "may be smaller; --language-model-only serves the model without it, kvsize verify measures it",)
     rows = min(s.max_num_seqs, s.max_num_batched_tokens)
     act = _activation(shape, run, s.max_num_batched_tokens, rows, tp, stage, first, last,
                       s.gpu_multiprocessors or rows, s.torch_compile and not s.compile_cache_hit)

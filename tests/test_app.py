@@ -50,6 +50,24 @@ def test_plan_metrics_equal_sizing():
     assert e.kv_bytes_per_token == 73_728
 
 
+def test_text_only_and_compile_cache_widgets():
+    # Gemma-3-27B-it served text-only from a warm compile cache: no vision tower (profiles/models/gemma-3-27b-it.json
+    # vision_config) and no compile-time copy of its 262,208 x 5,376 embedding, so more tokens fit than cold
+    at = _app()
+    at.selectbox(key="model").set_value("gemma-3-27b-it")
+    at.selectbox(key="gpu").set_value("h200")
+    at.run()
+    cold = int(_metric(at, "Max tokens in cache").replace(",", ""))
+    at.checkbox(key="language_model_only").check()
+    at.radio(key="compile_cache").set_value("warm")
+    at.run()
+    assert not at.exception
+    e = estimate(scenario("gemma-3-27b-it", gpu="h200", max_model_len=32768, concurrency=8, memory_fraction=0.92,
+                          language_model_only=True, compile_cache_hit=True))
+    assert _metric(at, "Max tokens in cache") == f"{e.max_tokens:,}"
+    assert e.max_tokens > cold
+
+
 def test_plan_that_does_not_fit_shows_error():
     at = _app()
     at.selectbox(key="model").set_value("llama-3.1-70b")
