@@ -1,6 +1,6 @@
 """Write the plans of real vLLM starts that make tests/fixtures/vllm-starts (one JSON list a machine).
 
-usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200|architectures > plan.json
+usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200|architectures|checkpoints > plan.json
 Every start is an EngineArgs dict on a config in tests/fixtures/vllm-starts/configs/, in vLLM's
 `vllm serve` usage context unless it says `llm`. Starts whose config is not there are left out.
 """
@@ -169,9 +169,25 @@ def architectures():
     ]
 
 
+def checkpoints():
+    """The seventh batch, one H200: quantized checkpoints (fp8 blocks; compressed-tensors fp8 per channel on
+    Llama 4's chunked attention, served text-only), and Nemotron-3-Nano's profiling peak at half the tokens and
+    without torch.compile."""
+    r26 = "0.26.0"
+    return [
+        start(r26, "llama-4-scout-17b-16e-instruct-fp8-dynamic", "text", language_model_only=True,
+              max_model_len=32768),
+        start(r26, "qwen3-30b-a3b-fp8", max_model_len=32768),
+        start(r26, "qwen3-8b-fp8", "ckpt", max_model_len=32768),
+        start(r26, "nemotron-3-nano-30b-a3b", "bt4096", max_model_len=32768, max_num_batched_tokens=4096),
+        start(r26, "nemotron-3-nano-30b-a3b", "compile0", max_model_len=32768, compilation_config={"mode": 0}),
+    ]
+
+
 if __name__ == "__main__":
     plan = {"four-gpus": four_gpus, "one-gpu": one_gpu, "four-h100s": four_h100s, "two-h100s": two_h100s,
-            "one-h200": one_h200, "architectures": architectures}[sys.argv[1]]()
+            "one-h200": one_h200, "architectures": architectures,
+            "checkpoints": checkpoints}[sys.argv[1]]()
     plan = [s for s in plan if (CONFIGS / Path(s["config"]).name).exists()]
     json.dump(plan, sys.stdout, indent=1)
     print()

@@ -7,7 +7,7 @@ real GPU and the reports under measure/reports record how close they come.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .errors import unknown
 from .releases import CudaGraphEstimateModel, ProfilingRunModel
@@ -23,6 +23,7 @@ class WeightFormat:
     group: int
     experts_only: bool  # mxfp4 checkpoints keep attention and dense layers in the model dtype
     source: str
+    attention_in_model_dtype: bool = False  # the checkpoint leaves its attention projections unquantized
 
     def bytes_for(self, params: int) -> int:
         return cdiv(params * self.bits + cdiv(params, self.group) * self.scale_bits, 8)
@@ -34,6 +35,9 @@ WEIGHT_FORMATS = {
     "bf16": WeightFormat("bf16", 16, 0, 1, False, "bfloat16"),
     "fp8": WeightFormat("fp8", 8, 32, 128 * 128, False,
                         "fp8 e4m3 with one fp32 scale per 128x128 block (DeepSeek-V3 weight_block_size)"),
+    "fp8_channel": WeightFormat("fp8_channel", 8, 32, 4096, False,
+                                "fp8 e4m3 with one fp32 scale per output channel (compressed-tensors strategy "
+                                "'channel'): one per in_features weights, 4,096 taken (2,048-16,384: <0.1% of the bytes)"),
     "int8": WeightFormat("int8", 8, 16, 128, False, "int8 with an fp16 scale per 128 weights (W8A16 grouped)"),
     "int4": WeightFormat("int4", 4, 20, 128, False,
                          "int4 with an fp16 scale and a 4-bit zero point per 128 weights (GPTQ/AWQ layout)"),
@@ -46,12 +50,17 @@ _QUANT_METHODS = {"fp8": "fp8", "mxfp4": "mxfp4", "awq": "int4", "gptq": "int4",
 def resolve_weights_dtype(name: str, shape: ModelShape) -> WeightFormat:
     """`auto` follows the checkpoint's quantization_config, else the serving dtype."""
     key = str(name).strip().lower()
-    if key == "auto":
-        key = _QUANT_METHODS.get(shape.weights_quantization or "", None) or shape.serving_dtype
+    checkpoint = key == "auto"
+    if checkpoint:
+        key = (shape.weights_quantization_format or _QUANT_METHODS.get(shape.weights_quantization or "", None)
+               or shape.serving_dtype)
     key = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}.get(key, key)
     if key not in WEIGHT_FORMATS:
         raise unknown("weights dtype", name, [*WEIGHT_FORMATS, "auto"], "--weights-dtype")
-    return WEIGHT_FORMATS[key]
+    fmt = WEIGHT_FORMATS[key]
+    if checkpoint and shape.attention_unquantized:
+        fmt = replace(fmt, attention_in_model_dtype=True)
+    return fmt
 
 
 @dataclass(frozen=True)
@@ -76,9 +85,13 @@ def weight_bytes(shape: ModelShape, fmt: WeightFormat, tp: int, layers: range, f
     dense = DTYPE_BYTES[shape.serving_dtype]
     linear = WEIGHT_FORMATS[shape.serving_dtype] if fmt.experts_only else fmt
     layer_total = 0
+    attention = WEIGHT_FORMATS[shape.serving_dtype] if fmt.attention_in_model_dtype else linear
     for i in layers:
         p = shape.layer_params[i]
-        layer_total += linear.bytes_for(cdiv(p.attention + p.mlp, tp))
+        if attention is linear:
+            layer_total += linear.bytes_for(cdiv(p.attention + p.mlp, tp))
+        else:
+            layer_total += attention.bytes_for(cdiv(p.attention, tp)) + linear.bytes_for(cdiv(p.mlp, tp))
         layer_total += fmt.bytes_for(cdiv(p.experts, tp))
         layer_total += cdiv(p.other, tp) * dense
     embedding = cdiv(shape.embedding_params, tp) * dense if first_stage else 0
@@ -253,18 +266,24 @@ def cuda_graph_estimate(shape: ModelShape, model: CudaGraphEstimateModel, mode: 
     """What vLLM's profile_cudagraph_memory reports for one GPU (0 when no graph is captured)."""
     if mode == "NONE":
         return 0
+    if mode != "PIECEWISE" and model.piecewise_only_layer_kinds.intersection(shape.layer_kinds[i] for i in layers):
+        mode = "PIECEWISE"
     c = graph_captures(shape, model, tp, layers, max_num_seqs, max_num_batched_tokens, sizes, largest)
     counts = {"PIECEWISE": (len(c.piecewise), 0), "FULL": (0, len(c.full)), "FULL_DECODE_ONLY": (0, len(c.full)),
               "FULL_AND_PIECEWISE": (len(c.piecewise), len(c.full))}[mode]
-    further = sum(max(0, n - 1) for n in counts)
     per_graph = c.splitting_layers * (model.per_graph_mla_layer_bytes if c.mla else model.per_graph_layer_bytes)
+    if model.full_per_graph_bytes:
+        further_graphs = (max(0, counts[0] - 1) * max(0, 2 * per_graph - model.full_per_graph_bytes)
+                          + max(0, counts[1] - 1) * model.full_per_graph_bytes)
+    else:
+        further_graphs = sum(max(0, n - 1) for n in counts) * per_graph
     # the first PIECEWISE capture holds copies of the largest size's MLP gate/up output
     first_piecewise = model.first_capture_bytes + int(model.activation_copies * max(c.piecewise) * 2
                                                       * c.mlp_width_values * DTYPE_BYTES[shape.serving_dtype])
     first_full = (model.full_first_capture_bytes + split_kv_accumulator_bytes(shape, model, tp, max(c.full))
                   if c.full else 0)
     first = max(first_piecewise if counts[0] else 0, first_full if counts[1] else 0)
-    return first + further * per_graph
+    return first + further_graphs
 
 
 def split_kv_accumulator_bytes(shape: ModelShape, model: CudaGraphEstimateModel, tp: int, batch: int) -> int:

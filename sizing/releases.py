@@ -129,6 +129,12 @@ class CudaGraphEstimateModel(_Strict):
     # model types whose decode attention runs unsplit in a FULL graph (gpt-oss's attention sinks), so its
     # first FULL capture holds no accumulators
     unsplit_model_types: frozenset[str] = frozenset()
+    # layer kinds whose attention backend captures no FULL graph (AttentionCGSupport.NEVER): a model with
+    # one runs FULL modes piecewise (vllm/config/compilation.py)
+    piecewise_only_layer_kinds: frozenset[str] = frozenset()
+    # what each further FULL graph holds; the per-layer figures below are the mean over both modes' further
+    # graphs (vLLM captures as many of each), so a PIECEWISE graph holds twice that less this (0: the same)
+    full_per_graph_bytes: int = Field(default=0, ge=0)
     per_graph_layer_bytes: int = Field(ge=0)
     per_graph_mla_layer_bytes: int = Field(ge=0)
 

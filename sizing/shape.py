@@ -95,6 +95,10 @@ class ModelShape:
     vision_params: int
     layer_params: tuple[LayerParams, ...]
     weights_quantization: str | None = None
+    # a compressed-tensors checkpoint's weight scheme as one of kvsize's weight formats (None: not one), and
+    # whether its attention projections are left in the model dtype (its `ignore` list names them)
+    weights_quantization_format: str | None = None
+    attention_unquantized: bool = False
     gated_mlp: bool = True
     rotary_dim: int = 0  # rotary embedding width (vLLM caches max_position x rotary_dim cos/sin values)
     recurrent_conv_elements: int = 0  # of recurrent_state_elements: the conv state, kept in the model dtype
@@ -503,6 +507,8 @@ def _resolve(raw: dict[str, Any], raw_text: dict[str, Any], parsed: Any, rejecte
     embedding = vocab * hidden
     quant = f.get("quantization_config")
     quant_method = quant.get("quant_method") if isinstance(quant, dict) else None
+    ct_format, ct_attention_unquantized = (_compressed_tensors_scheme(quant) if quant_method == "compressed-tensors"
+                                           else (None, False))
     vision = _vision_params(raw.get("vision_config"))
     return ModelShape(
         model_type=model_type,
@@ -544,6 +550,8 @@ def _resolve(raw: dict[str, Any], raw_text: dict[str, Any], parsed: Any, rejecte
         vision_params=vision,
         layer_params=tuple(layer_params),
         weights_quantization=str(quant_method) if quant_method else None,
+        weights_quantization_format=ct_format,
+        attention_unquantized=ct_attention_unquantized,
         gated_mlp=gated,
         rotary_dim=_rotary_dim(f, head_dim, mla_latent is not None),
         rope_scalings=_rope_scalings(f),
@@ -920,6 +928,35 @@ def _dense_intermediate(f: _Fields, intermediate: int, num_experts: int) -> int:
     if num_experts and f.get("intermediate_size_mlp") is not None:  # Llama 4's dense layers
         return int(f.get("intermediate_size_mlp"))
     return intermediate
+
+
+def _compressed_tensors_scheme(quant: dict) -> tuple[str | None, bool]:
+    """A compressed-tensors quantization_config as (weight format, attention left unquantized): the Linear
+    group's weights (float 8-bit per channel or per 128x128 block: fp8; int 8/4-bit: int8/int4), and whether
+    its `ignore` list keeps the attention projections out (RedHatAI's FP8-dynamic Llama 4: attention, routers
+    and lm_head in bf16)."""
+    groups = quant.get("config_groups")
+    if not isinstance(groups, dict):
+        return None, False
+    weights = None
+    for group in groups.values():
+        if isinstance(group, dict) and "Linear" in (group.get("targets") or []) and isinstance(group.get("weights"), dict):
+            weights = group["weights"]
+            break
+    if weights is None:
+        return None, False
+    bits, kind, strategy = weights.get("num_bits"), weights.get("type"), weights.get("strategy")
+    fmt = None
+    if kind == "float" and bits == 8:
+        fmt = "fp8" if strategy == "block" else "fp8_channel"
+    elif kind == "int" and bits == 8:
+        fmt = "int8"
+    elif kind == "int" and bits == 4:
+        fmt = "int4"
+    ignore = [str(x) for x in quant.get("ignore") or [] if isinstance(x, (str, int, float))]
+    attention = any(x.endswith(("self_attn.q_proj", "self_attn.qkv_proj")) or ("self_attn" in x and x.startswith("re:"))
+                    for x in ignore)
+    return fmt, attention
 
 
 def _vision_params(vision: Any) -> int:
