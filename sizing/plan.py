@@ -247,7 +247,11 @@ def _format_warnings(engine: Engine, architecture: str | None, k_name: str, v_na
     for name in dict.fromkeys((k_name, v_name)):
         fmt = get_format(name, dtype).name
         verdict = support(engine.name, fmt, architecture)
-        if verdict.status == "unsupported":
+        failed = engine.release.kv_formats_failed.get(fmt) if engine.release is not None else None
+        if failed:
+            out.append(f"{engine.release.name} failed to start with {fmt} KV on a real GPU ({failed}); choose "
+                       "another --kv-cache-dtype or check your build with kvsize verify")
+        elif verdict.status == "unsupported":
             out.append(f"{engine.name} does not run {fmt} KV on {architecture} GPUs ({verdict.source}); "
                        "choose another --kv-cache-dtype or GPU")
         elif verdict.status == "unconfirmed":

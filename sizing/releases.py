@@ -268,6 +268,8 @@ class Release(_Strict):
     # A global sliding_window with no layer_types (Mistral-7B-v0.1) windows every layer (0.21-0.26:
     # CacheConfig.sliding_window reaches each Attention) rather than none (0.33).
     global_window_every_layer: bool = False
+    # KV formats a real start of this release failed to run, with what failed (format -> evidence)
+    kv_formats_failed: dict[str, str] = Field(default_factory=dict)
     # model_types vLLM builds with an MLA cache; a config with kv_lora_rank whose model_type is not
     # listed is built with per-head K and V (None: not known for this release).
     mla_model_types: frozenset[str] | None = None

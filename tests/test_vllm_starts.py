@@ -217,3 +217,17 @@ def test_an_open_residual_is_said_in_the_estimate():
     assert any("profiling forward of nemotron_h models ran above" in w for w in warnings)
     llama = next(s for s in SIZED if s.id == "h200-0.26.0-llama-3.1-8b")
     assert not any("profiling forward" in w for w in estimate(start_scenario(llama)).warnings)
+
+
+def test_a_kv_format_a_real_start_failed_on_is_warned_of():
+    # h200-0.26.0-llama-3.1-8b-fp8e5m2 did not size (its reason in the manifest); 0.22.1 has no such start
+    from dataclasses import replace
+
+    from sizing.plan import estimate
+
+    failed = next(s for s in STARTS if s.id == "h200-0.26.0-llama-3.1-8b-fp8e5m2")
+    assert failed.status == "failed" and "TRITON_ATTN" in failed.reason
+    scenario = start_scenario(failed)
+    assert any("failed to start with fp8_e5m2 KV" in w for w in estimate(scenario).warnings)
+    older = replace(scenario, engine="vllm@0.22.1")
+    assert not any("failed to start" in w for w in estimate(older).warnings)
