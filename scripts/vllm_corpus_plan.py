@@ -1,6 +1,6 @@
 """Write the plans of real vLLM starts that make tests/fixtures/vllm-starts (one JSON list a machine).
 
-usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200|architectures|checkpoints > plan.json
+usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200|architectures|checkpoints|compile-cache > plan.json
 Every start is an EngineArgs dict on a config in tests/fixtures/vllm-starts/configs/, in vLLM's
 `vllm serve` usage context unless it says `llm`. Starts whose config is not there are left out.
 """
@@ -184,10 +184,22 @@ def checkpoints():
     ]
 
 
+def compile_cache():
+    """The eighth batch, one H200 (no H100 came): each start twice, the second loading the first's compiled
+    graph from vLLM's compile cache, so it runs no compile-time autotuning."""
+    r26 = "0.26.0"
+    return [
+        start(r26, "llama-3.1-8b", "cold"),
+        start(r26, "llama-3.1-8b", "warm"),
+        start(r26, "qwen3-8b", "cold", max_model_len=32768),
+        start(r26, "qwen3-8b", "warm", max_model_len=32768),
+    ]
+
+
 if __name__ == "__main__":
     plan = {"four-gpus": four_gpus, "one-gpu": one_gpu, "four-h100s": four_h100s, "two-h100s": two_h100s,
             "one-h200": one_h200, "architectures": architectures,
-            "checkpoints": checkpoints}[sys.argv[1]]()
+            "checkpoints": checkpoints, "compile-cache": compile_cache}[sys.argv[1]]()
     plan = [s for s in plan if (CONFIGS / Path(s["config"]).name).exists()]
     json.dump(plan, sys.stdout, indent=1)
     print()

@@ -108,7 +108,7 @@ def _vllm(text: str) -> LoggedRun:
     for key, value in args.items():
         if key not in ("model", "model_tag"):
             put(key, value, "non-default args")
-    if _first(r"(Directly load the compiled graph)", text):
+    if "Directly load the compiled graph" in text:
         put("compile_cache_hit", True, "compile cache line")
     tokens = _first(r"max_num_batched_tokens=(\d+)", text, int)
     if tokens is not None:

@@ -22,6 +22,7 @@ from .units import GiB
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "vllm-starts"
 MAX_MANIFEST_BYTES = 8 * 1024 * 1024
+COMPILE_CACHE_LINE = "Directly load the compiled graph"
 
 
 class Printed(BaseModel):
@@ -89,9 +90,13 @@ def start_scenario(start: Start, folder: Path = CORPUS):
     name, shape = _config_model(str(folder / start.config))
     g = gpu_profile(start.gpu)
     settings = read_engine_args(start.args, start.context)
+    # a start after one of the same model and settings on that machine loaded its compiled graph, as its log
+    # says: a condition of the start (kvsize estimate --compile-cache warm), not a setting
+    warm = COMPILE_CACHE_LINE in (folder / start.log).read_text(errors="replace")
     return Scenario(name, shape, g.name, g.memory_bytes, engine=f"vllm@{start.release}",
                     gpu_multiprocessors=g.multiprocessors, gpu_nvml_mib=g.nvml_memory_mib,
-                    gpu_architecture=g.architecture, usage_context=start.context, **settings.fields)
+                    gpu_architecture=g.architecture, usage_context=start.context, compile_cache_hit=warm,
+                    **settings.fields)
 
 
 @dataclass(frozen=True)
