@@ -42,6 +42,8 @@ def engine_args(scenario) -> dict:
         out["enforce_eager"] = True
     elif s.cudagraph_mode is not None:
         out["compilation_config"] = {"cudagraph_mode": s.cudagraph_mode}
+    if s.language_model_only:
+        out["language_model_only"] = True
     return out
 
 

@@ -174,3 +174,29 @@ def test_a_verify_report_with_a_figure_raised_10_percent_is_rejected(field):
         term = next(c for c in bad["checks"] if c["term"] == check["term"])
         term[field] = type(term[field])(term[field] * 1.1)
         assert any(check["term"] in p for p in problems(bad)), check["term"]
+
+
+def test_text_only_and_compilation_settings_are_read_and_passed_back():
+    # vLLM 0.26: --language-model-only, or every modality's --limit-mm-per-prompt at 0, builds no tower
+    # (interfaces.py _mark_tower_model); compilation mode 0 compiles nothing and captures no piecewise graphs
+    from measure.verify import engine_args
+    from sizing.plan import Scenario
+
+    assert read_engine_args({"language_model_only": True}).fields == {"language_model_only": True}
+    assert read_engine_args({"limit_mm_per_prompt": {"image": 0, "video": {"count": 0}}}).fields == {
+        "language_model_only": True}
+    some = read_engine_args({"limit_mm_per_prompt": '{"image": 2}'})
+    assert some.fields == {} and some.not_modelled == ("limit_mm_per_prompt",)
+    assert read_engine_args({"compilation_config": {"mode": 0}}).fields == {"torch_compile": False,
+                                                                           "cudagraph_mode": "NONE"}
+    assert read_engine_args({"compilation_config": '{"mode": "NONE", "cudagraph_mode": "FULL"}'}).fields == {
+        "torch_compile": False, "cudagraph_mode": "FULL"}
+    with pytest.raises(KvsizeError, match="limit-mm-per-prompt.image must be a whole number"):
+        read_engine_args({"limit_mm_per_prompt": {"image": -1}})
+    with pytest.raises(KvsizeError, match="mode must be 0-3"):
+        read_engine_args({"compilation_config": {"mode": "fast"}})
+    from sizing.profiles import load_model
+
+    name, shape = load_model("gemma-3-27b-it")
+    scenario = Scenario(name, shape, "H200", 150_109_880_320, language_model_only=True)
+    assert engine_args(scenario)["language_model_only"] is True
