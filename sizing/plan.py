@@ -480,6 +480,12 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
     graphs = s.cuda_graph_bytes if s.cuda_graph_bytes is not None else _cuda_graph_bytes(s, engine, rules, shape,
                                                                                           stage)
     profiled = runner == "v1" or engine.release.model_runners.v2_profiles_cuda_graphs
+    estimate_model = rules.cuda_graph_estimate
+    if (graphs and profiled and s.cuda_graph_bytes is None and estimate_model is not None
+            and estimate_model.fp8_kv_above_model and "fp8" in f"{k_name} {v_name}"):
+        notes += (f"cuda graphs: with an fp8 KV cache {engine.release.name} measured more per graph than kvsize's "
+                  f"estimate ({estimate_model.fp8_kv_above_model}): the KV pool may be that much smaller; "
+                  "kvsize verify measures it",)
     terms = MemoryTerms(s.gpu_memory_bytes, weights, act.peak_bytes, non_torch, graphs, profiled)
     budget = engine.budget(terms, fraction, s.headroom)
     if s.kv_cache_memory_bytes is not None:

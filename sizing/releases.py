@@ -135,6 +135,8 @@ class CudaGraphEstimateModel(_Strict):
     # what each further FULL graph holds; the per-layer figures below are the mean over both modes' further
     # graphs (vLLM captures as many of each), so a PIECEWISE graph holds twice that less this (0: the same)
     full_per_graph_bytes: int = Field(default=0, ge=0)
+    # evidence that vLLM measures more per graph with an fp8 KV cache than this model holds (None: none seen)
+    fp8_kv_above_model: str | None = None
     per_graph_layer_bytes: int = Field(ge=0)
     per_graph_mla_layer_bytes: int = Field(ge=0)
 

@@ -249,3 +249,15 @@ def test_a_warm_compile_cache_frees_the_autotuning_copies(model):
     assert reads == [False, True]
     a, b = check_start(cold).term("activation"), check_start(warm).term("activation")
     assert a.printed - b.printed > 0.2 and abs((a.predicted - b.predicted) - (a.printed - b.printed)) < 0.1
+
+
+def test_the_fp8_graph_residual_is_said_in_the_estimate():
+    # QWEN35_FP8_GRAPHS (KNOWN_BUDGET_GAPS) reaches the user as a warning on fp8 KV, not on the bf16 start
+    from sizing.plan import estimate
+
+    def warned(start_id):
+        start = next(s for s in SIZED if s.id == start_id)
+        return any("with an fp8 KV cache" in w for w in estimate(start_scenario(start)).warnings)
+
+    assert warned("h200-0.26.0-qwen3.5-35b-a3b-text-fp8")
+    assert not warned("h200-0.26.0-qwen3.5-35b-a3b-text")
