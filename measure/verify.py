@@ -38,10 +38,14 @@ def engine_args(scenario) -> dict:
             out[name] = value
     if s.k_cache_dtype not in ("auto", None):
         out["kv_cache_dtype"] = s.k_cache_dtype
-    if s.cudagraph_mode == "NONE":
-        out["enforce_eager"] = True
-    elif s.cudagraph_mode is not None:
-        out["compilation_config"] = {"cudagraph_mode": s.cudagraph_mode}
+    if s.cudagraph_mode == "NONE" and not s.torch_compile:
+        out["enforce_eager"] = True  # no torch.compile and no CUDA graphs
+    else:
+        compilation = {} if s.torch_compile else {"mode": 0}
+        if s.cudagraph_mode is not None:
+            compilation["cudagraph_mode"] = s.cudagraph_mode
+        if compilation:
+            out["compilation_config"] = compilation
     if s.language_model_only:
         out["language_model_only"] = True
     return out

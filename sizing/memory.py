@@ -7,6 +7,7 @@ real GPU and the reports under measure/reports record how close they come.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 from .errors import unknown
@@ -38,6 +39,10 @@ WEIGHT_FORMATS = {
     "fp8_channel": WeightFormat("fp8_channel", 8, 32, 4096, False,
                                 "fp8 e4m3 with one fp32 scale per output channel (compressed-tensors strategy "
                                 "'channel'): one per in_features weights, 4,096 taken (2,048-16,384: <0.1% of the bytes)"),
+    "fp8_tensor": WeightFormat("fp8_tensor", 8, 32, 1 << 24, False,
+                               "fp8 e4m3 with one fp32 scale per tensor (ModelOpt FP8): 1 per 2^24 weights taken"),
+    "nvfp4": WeightFormat("nvfp4", 4, 8, 16, False,
+                          "NVFP4: E2M1 values with an FP8 E4M3 scale per 16 (compressed-tensors float 4-bit, group 16)"),
     "int8": WeightFormat("int8", 8, 16, 128, False, "int8 with an fp16 scale per 128 weights (W8A16 grouped)"),
     "int4": WeightFormat("int4", 4, 20, 128, False,
                          "int4 with an fp16 scale and a 4-bit zero point per 128 weights (GPTQ/AWQ layout)"),
@@ -55,9 +60,17 @@ def resolve_weights_dtype(name: str, shape: ModelShape) -> WeightFormat:
         key = (shape.weights_quantization_format or _QUANT_METHODS.get(shape.weights_quantization or "", None)
                or shape.serving_dtype)
     key = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}.get(key, key)
+    grouped = re.fullmatch(r"int4_g(\d{1,4})(_sym)?", key) if checkpoint else None
+    if grouped:  # a checkpoint's int4 in its own groups: an fp16 scale each, and a 4-bit zero unless symmetric
+        size, symmetric = int(grouped.group(1)), bool(grouped.group(2))
+        return replace(WEIGHT_FORMATS["int4"], name=key, scale_bits=16 if symmetric else 20, group=size,
+                       source=f"int4 in groups of {size} with an fp16 scale" + ("" if symmetric else " and a 4-bit zero"),
+                       experts_only=shape.dense_mlp_unquantized, attention_in_model_dtype=shape.attention_unquantized)
     if key not in WEIGHT_FORMATS:
         raise unknown("weights dtype", name, [*WEIGHT_FORMATS, "auto"], "--weights-dtype")
     fmt = WEIGHT_FORMATS[key]
+    if checkpoint and shape.dense_mlp_unquantized:
+        fmt = replace(fmt, experts_only=True)
     if checkpoint and shape.attention_unquantized:
         fmt = replace(fmt, attention_in_model_dtype=True)
     return fmt

@@ -36,6 +36,8 @@ class ServeSettings:
     max_num_seqs: int
     cache_tokens: int  # tokens the replica's KV pool holds
     host_tier_bytes: int = 0  # host-memory KV tier per replica (engines configured by file read it here)
+    language_model_only: bool = False  # a multimodal model served text-only (vLLM builds no vision tower)
+    enforce_eager: bool = False  # planned without torch.compile and CUDA graphs
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,10 @@ def _vllm(s: ServeSettings, dtype: str, extra: tuple[str, ...] = ()) -> str:
             str(s.tensor_parallel_size), "--block-size", str(s.block_size), "--max-num-seqs", str(s.max_num_seqs)]
     if s.kv_format == "fp32":
         args += ["--dtype", "float32"]  # vLLM's KV follows the model dtype unless quantized
+    if s.language_model_only:
+        args.append("--language-model-only")
+    if s.enforce_eager:
+        args.append("--enforce-eager")
     return _join(args + list(extra))
 
 

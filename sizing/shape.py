@@ -13,6 +13,7 @@ import math
 
 import json
 import os
+import re
 import sys
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -99,6 +100,7 @@ class ModelShape:
     # whether its attention projections are left in the model dtype (its `ignore` list names them)
     weights_quantization_format: str | None = None
     attention_unquantized: bool = False
+    dense_mlp_unquantized: bool = False  # and its dense MLPs and shared experts (experts alone quantized)
     gated_mlp: bool = True
     rotary_dim: int = 0  # rotary embedding width (vLLM caches max_position x rotary_dim cos/sin values)
     recurrent_conv_elements: int = 0  # of recurrent_state_elements: the conv state, kept in the model dtype
@@ -507,8 +509,11 @@ def _resolve(raw: dict[str, Any], raw_text: dict[str, Any], parsed: Any, rejecte
     embedding = vocab * hidden
     quant = f.get("quantization_config")
     quant_method = quant.get("quant_method") if isinstance(quant, dict) else None
-    ct_format, ct_attention_unquantized = (_compressed_tensors_scheme(quant) if quant_method == "compressed-tensors"
-                                           else (None, False))
+    scheme = {"compressed-tensors": _compressed_tensors_scheme, "modelopt": _modelopt_scheme}.get(str(quant_method))
+    if scheme is None and quant_method is None and isinstance(quant, dict) and "quant_algo" in quant:
+        scheme = _modelopt_scheme  # ModelOpt's exports that name only their quant_algo
+    ct_format, ct_attention_unquantized, ct_mlp_unquantized = (scheme(quant, num_layers) if scheme
+                                                               else (None, False, False))
     vision = _vision_params(raw.get("vision_config"))
     return ModelShape(
         model_type=model_type,
@@ -552,6 +557,7 @@ def _resolve(raw: dict[str, Any], raw_text: dict[str, Any], parsed: Any, rejecte
         weights_quantization=str(quant_method) if quant_method else None,
         weights_quantization_format=ct_format,
         attention_unquantized=ct_attention_unquantized,
+        dense_mlp_unquantized=ct_mlp_unquantized,
         gated_mlp=gated,
         rotary_dim=_rotary_dim(f, head_dim, mla_latent is not None),
         rope_scalings=_rope_scalings(f),
@@ -930,33 +936,56 @@ def _dense_intermediate(f: _Fields, intermediate: int, num_experts: int) -> int:
     return intermediate
 
 
-def _compressed_tensors_scheme(quant: dict) -> tuple[str | None, bool]:
-    """A compressed-tensors quantization_config as (weight format, attention left unquantized): the Linear
-    group's weights (float 8-bit per channel or per 128x128 block: fp8; int 8/4-bit: int8/int4), and whether
-    its `ignore` list keeps the attention projections out (RedHatAI's FP8-dynamic Llama 4: attention, routers
-    and lm_head in bf16)."""
+def _compressed_tensors_scheme(quant: dict, num_layers: int) -> tuple[str | None, bool, bool]:
+    """A compressed-tensors quantization_config as (weight format, attention left unquantized, dense MLPs
+    and shared experts left unquantized): the Linear group's weights (float 8-bit per channel or per
+    128x128 block: fp8; float 4-bit in groups of 16: nvfp4; int 8-bit: int8; int 4-bit: int4 in its groups,
+    symmetric or not; other schemes: None, sized by --weights-dtype), and what its `ignore` list keeps out
+    for every language-model layer (RedHatAI's FP8-dynamic Llama 4: attention; Kimi-K2.5: attention, shared
+    experts and dense MLPs, by pattern)."""
     groups = quant.get("config_groups")
     if not isinstance(groups, dict):
-        return None, False
+        return None, False, False
     weights = None
     for group in groups.values():
-        if isinstance(group, dict) and "Linear" in (group.get("targets") or []) and isinstance(group.get("weights"), dict):
+        targets = group.get("targets") if isinstance(group, dict) else None
+        if isinstance(targets, list) and "Linear" in targets and isinstance(group.get("weights"), dict):
             weights = group["weights"]
             break
     if weights is None:
-        return None, False
-    bits, kind, strategy = weights.get("num_bits"), weights.get("type"), weights.get("strategy")
+        return None, False, False
+    bits, kind, strategy, size = (weights.get("num_bits"), weights.get("type"), weights.get("strategy"),
+                                  weights.get("group_size"))
     fmt = None
     if kind == "float" and bits == 8:
         fmt = "fp8" if strategy == "block" else "fp8_channel"
+    elif kind == "float" and bits == 4 and size == 16:
+        fmt = "nvfp4"
     elif kind == "int" and bits == 8:
         fmt = "int8"
-    elif kind == "int" and bits == 4:
-        fmt = "int4"
-    ignore = [str(x) for x in quant.get("ignore") or [] if isinstance(x, (str, int, float))]
-    attention = any(x.endswith(("self_attn.q_proj", "self_attn.qkv_proj")) or ("self_attn" in x and x.startswith("re:"))
-                    for x in ignore)
-    return fmt, attention
+    elif kind == "int" and bits == 4 and isinstance(size, int) and not isinstance(size, bool) and 0 < size <= 4096:
+        fmt = "int4" if size == 128 and not weights.get("symmetric") else f"int4_g{size}" + (
+            "_sym" if weights.get("symmetric") else "")
+    return (fmt, *_unquantized_modules(quant.get("ignore"), num_layers))
+
+
+def _modelopt_scheme(quant: dict, num_layers: int) -> tuple[str | None, bool, bool]:
+    """A ModelOpt quantization_config (NVIDIA's checkpoints): NVFP4 or per-tensor FP8 weights, with the
+    modules its `ignore` (or `exclude_modules`) list keeps in the model dtype; mixed precision: None."""
+    fmt = {"NVFP4": "nvfp4", "FP8": "fp8_tensor"}.get(str(quant.get("quant_algo")).upper())
+    return (fmt, *_unquantized_modules(quant.get("ignore", quant.get("exclude_modules")), num_layers))
+
+
+def _unquantized_modules(ignore: Any, num_layers: int) -> tuple[bool, bool]:
+    """Whether a quantized checkpoint's ignore list keeps every language-model layer's attention, and its
+    dense MLPs and shared experts, in the model dtype: by pattern (`re:.*self_attn.*`, `*self_attn*`) or
+    named for each layer (`model.layers.7.self_attn*`)."""
+    names = [x for x in ignore if isinstance(x, str) and "vision" not in x] if isinstance(ignore, list) else []
+    patterns = [x for x in names if x.startswith("re:") or not re.search(r"layers\.\d+", x)]
+    attention_layers = {m.group(1) for x in names if (m := re.search(r"layers\.(\d+)\.self_attn", x))}
+    attention = any("self_attn" in x for x in patterns) or len(attention_layers) >= num_layers
+    mlp = any("shared_experts" in x or "mlp" in x for x in patterns)
+    return attention, mlp
 
 
 def _vision_params(vision: Any) -> int:

@@ -376,7 +376,9 @@ def design_serve_commands(design: Design, base: Scenario, workload: Workload, mo
             model=model_id, kv_format=design.decode.kv_format, serving_dtype=base.shape.serving_dtype,
             tensor_parallel_size=tp, max_model_len=longest, memory_fraction=fraction,
             block_size=base.block_size or engine.block_size_default,
-            max_num_seqs=per_replica if role != "prefill" else (base.max_num_seqs or 256), cache_tokens=0)
+            max_num_seqs=per_replica if role != "prefill" else (base.max_num_seqs or 256), cache_tokens=0,
+            language_model_only=base.language_model_only,
+            enforce_eager=not base.torch_compile and base.cudagraph_mode == "NONE")
         command = serve_command(engine.name, settings, None if role == "replica" else role, host_tier_bytes)
         out.append((f"{role} × {replicas}", command))
     return out

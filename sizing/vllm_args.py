@@ -104,12 +104,18 @@ def _flag(value, name: str) -> bool:
     raise KvsizeError(f"{name} must be true or false, got {value!r}")
 
 
+# vLLM skips a model's tower only when every modality it takes is at 0, and an unlisted one stays at its
+# default of 999 (vllm/config/multimodal.py); kvsize does not know which a model takes, so both are needed
+TOWER_MODALITIES = ("image", "video")
+
+
 def _text_only(value, name: str) -> bool:
-    """Whether --limit-mm-per-prompt sets every modality to 0 items (vLLM then serves the model text-only)."""
+    """Whether --limit-mm-per-prompt sets image and video to 0 items (vLLM then serves the model text-only);
+    a limit that leaves either out, or above 0, keeps the tower (and its encoder profiling, not modelled)."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             raise KvsizeError(f"{name} must be a JSON object such as '{{\"image\": 0}}', got {value!r}") from None
     if not isinstance(value, dict) or not value:
         raise KvsizeError(f"{name} must be a JSON object of modality counts such as {{\"image\": 0}}, got {value!r}")
@@ -119,7 +125,7 @@ def _text_only(value, name: str) -> bool:
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise KvsizeError(f"{name}.{modality} must be a whole number of items (0 or more), got {item!r}")
         counts.append(count)
-    return not any(counts)
+    return not any(counts) and all(m in value for m in TOWER_MODALITIES)
 
 
 def _compilation(value, name: str) -> dict:
@@ -130,7 +136,7 @@ def _compilation(value, name: str) -> dict:
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             raise KvsizeError(f"{name} must be a JSON object such as '{{\"cudagraph_mode\": \"PIECEWISE\"}}', "
                               f"got {value!r}") from None
     if not isinstance(value, dict):

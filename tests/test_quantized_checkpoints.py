@@ -1,0 +1,73 @@
+"""Quantized checkpoints read from their published quantization_config (tests/fixtures/config-corpus, each
+file cited in its SOURCES.md): the weight format and the modules left in the model dtype."""
+
+import json
+
+import pytest
+
+from sizing.errors import KvsizeError
+from sizing.memory import resolve_weights_dtype, weight_bytes
+from sizing.profiles import load_model
+from sizing.units import GiB
+
+CORPUS = "tests/fixtures/config-corpus"
+
+
+def shape_of(name):
+    return load_model(f"{CORPUS}/{name}.json")[1]
+
+
+def test_compressed_tensors_fp8_per_channel_keeps_attention_in_bf16():
+    # RedHatAI's Llama 4 Scout FP8-dynamic: weights float 8-bit strategy "channel"; ignore names every layer's
+    # q/k/v/o projections, the routers and lm_head. vLLM 0.26.0 printed "Model loading took 107.68 GiB"
+    # (tests/fixtures/vllm-starts, h200-0.26.0-llama-4-scout-17b-16e-instruct-fp8-dynamic-text).
+    shape = shape_of("RedHatAI--Llama-4-Scout-17B-16E-Instruct-FP8-dynamic")
+    assert (shape.weights_quantization_format, shape.attention_unquantized) == ("fp8_channel", True)
+    fmt = resolve_weights_dtype("auto", shape)
+    assert fmt.attention_in_model_dtype and not fmt.experts_only
+
+
+def test_compressed_tensors_int4_in_groups_of_32_keeps_dense_mlps_in_bf16():
+    # Kimi-K2.5: int 4-bit, group_size 32, symmetric; ignore "re:.*self_attn.*", "re:.*shared_experts.*" and the
+    # dense MLPs by pattern: only the routed experts are int4, at 4 + 16/32 bits a weight
+    shape = shape_of("moonshotai--Kimi-K2.5")
+    assert shape.weights_quantization_format == "int4_g32_sym"
+    assert shape.attention_unquantized and shape.dense_mlp_unquantized
+    fmt = resolve_weights_dtype("auto", shape)
+    assert (fmt.bits, fmt.scale_bits, fmt.group, fmt.experts_only) == (4, 16, 32, True)
+    experts = sum(p.experts for p in shape.layer_params)
+    total = weight_bytes(shape, fmt, 1, range(shape.num_layers), True, True).total_bytes
+    assert total > experts * 4.5 / 8  # the experts' 4.5 bits, and everything else in bf16 on top
+    assert total / GiB < 600
+
+
+def test_modelopt_nvfp4():
+    # NVIDIA's NVFP4 exports: quant_method modelopt, quant_algo NVFP4 (4-bit values, an fp8 scale per 16)
+    shape = shape_of("nvidia--Kimi-K2.5-NVFP4")
+    assert shape.weights_quantization_format == "nvfp4" and shape.attention_unquantized
+    fmt = resolve_weights_dtype("auto", shape)
+    assert (fmt.bits, fmt.scale_bits, fmt.group) == (4, 8, 16)
+
+
+@pytest.mark.parametrize("quant", [
+    {"quant_method": "compressed-tensors", "config_groups": {"g": {"targets": 7, "weights": {"num_bits": 8}}}},
+    {"quant_method": "compressed-tensors", "config_groups": {"g": {"targets": ["Linear"],
+                                                                   "weights": {"num_bits": 8, "type": "float"}}},
+     "ignore": 5},
+    {"quant_method": "compressed-tensors", "config_groups": [1, 2]},
+    {"quant_method": "modelopt", "quant_algo": ["NVFP4"], "exclude_modules": "lm_head"},
+    {"quant_method": "compressed-tensors", "config_groups": {"g": {"targets": ["Linear"],
+                                                                   "weights": {"num_bits": 4, "type": "int",
+                                                                               "group_size": True}}}},
+])
+def test_odd_quantization_configs_are_sized_without_a_crash(tmp_path, quant):
+    # a value kvsize cannot read as a scheme leaves the checkpoint in its dtype (--weights-dtype overrides)
+    config = json.loads(open("profiles/models/llama-3.1-8b.json").read())["config"]
+    config["quantization_config"] = quant
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    try:
+        shape = load_model(str(path))[1]
+    except KvsizeError:
+        return
+    resolve_weights_dtype("auto", shape)
