@@ -25,6 +25,7 @@ class WeightFormat:
     experts_only: bool  # mxfp4 checkpoints keep attention and dense layers in the model dtype
     source: str
     attention_in_model_dtype: bool = False  # the checkpoint leaves its attention projections unquantized
+    attention_format: str | None = None  # a mixed-precision checkpoint's attention format (a WEIGHT_FORMATS key)
 
     def bytes_for(self, params: int) -> int:
         return cdiv(params * self.bits + cdiv(params, self.group) * self.scale_bits, 8)
@@ -73,6 +74,8 @@ def resolve_weights_dtype(name: str, shape: ModelShape) -> WeightFormat:
         fmt = replace(fmt, experts_only=True)
     if checkpoint and shape.attention_unquantized:
         fmt = replace(fmt, attention_in_model_dtype=True)
+    if checkpoint and shape.attention_quantization_format:
+        fmt = replace(fmt, attention_format=shape.attention_quantization_format)
     return fmt
 
 
@@ -98,7 +101,8 @@ def weight_bytes(shape: ModelShape, fmt: WeightFormat, tp: int, layers: range, f
     dense = DTYPE_BYTES[shape.serving_dtype]
     linear = WEIGHT_FORMATS[shape.serving_dtype] if fmt.experts_only else fmt
     layer_total = 0
-    attention = WEIGHT_FORMATS[shape.serving_dtype] if fmt.attention_in_model_dtype else linear
+    attention = (WEIGHT_FORMATS[fmt.attention_format] if fmt.attention_format
+                 else WEIGHT_FORMATS[shape.serving_dtype] if fmt.attention_in_model_dtype else linear)
     for i in layers:
         p = shape.layer_params[i]
         if attention is linear:

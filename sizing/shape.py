@@ -101,6 +101,7 @@ class ModelShape:
     weights_quantization_format: str | None = None
     attention_unquantized: bool = False
     dense_mlp_unquantized: bool = False  # and its dense MLPs and shared experts (experts alone quantized)
+    attention_quantization_format: str | None = None  # a mixed-precision checkpoint's attention format
     gated_mlp: bool = True
     rotary_dim: int = 0  # rotary embedding width (vLLM caches max_position x rotary_dim cos/sin values)
     recurrent_conv_elements: int = 0  # of recurrent_state_elements: the conv state, kept in the model dtype
@@ -558,6 +559,8 @@ def _resolve(raw: dict[str, Any], raw_text: dict[str, Any], parsed: Any, rejecte
         weights_quantization_format=ct_format,
         attention_unquantized=ct_attention_unquantized,
         dense_mlp_unquantized=ct_mlp_unquantized,
+        attention_quantization_format=(_modelopt_mixed(quant)[1] if scheme is _modelopt_scheme
+                                       and str(quant.get("quant_algo")).upper() == "MIXED_PRECISION" else None),
         gated_mlp=gated,
         rotary_dim=_rotary_dim(f, head_dim, mla_latent is not None),
         rope_scalings=_rope_scalings(f),
@@ -969,11 +972,36 @@ def _compressed_tensors_scheme(quant: dict, num_layers: int) -> tuple[str | None
     return (fmt, *_unquantized_modules(quant.get("ignore"), num_layers))
 
 
+_MODELOPT_FORMATS = {"NVFP4": "nvfp4", "W4A16_NVFP4": "nvfp4", "FP8": "fp8_tensor"}
+
+
 def _modelopt_scheme(quant: dict, num_layers: int) -> tuple[str | None, bool, bool]:
     """A ModelOpt quantization_config (NVIDIA's checkpoints): NVFP4 or per-tensor FP8 weights, with the
-    modules its `ignore` (or `exclude_modules`) list keeps in the model dtype; mixed precision: None."""
-    fmt = {"NVFP4": "nvfp4", "FP8": "fp8_tensor"}.get(str(quant.get("quant_algo")).upper())
-    return (fmt, *_unquantized_modules(quant.get("ignore", quant.get("exclude_modules")), num_layers))
+    modules its `ignore` (or `exclude_modules`) list keeps in the model dtype. Mixed precision is read by
+    _modelopt_attention_format and the experts' scheme here."""
+    algo = str(quant.get("quant_algo")).upper()
+    if algo == "MIXED_PRECISION":
+        experts, _ = _modelopt_mixed(quant)
+        return experts, False, False
+    return (_MODELOPT_FORMATS.get(algo), *_unquantized_modules(quant.get("ignore", quant.get("exclude_modules")),
+                                                               num_layers))
+
+
+def _modelopt_mixed(quant: dict) -> tuple[str | None, str | None]:
+    """ModelOpt MIXED_PRECISION: `quantized_layers` names each module's scheme; the (MLP and experts, attention)
+    formats, the most common scheme of each kind (Qwen3.6-35B-A3B-NVFP4: experts and shared experts NVFP4,
+    attention FP8); a kind no module names stays in the model dtype."""
+    layers = quant.get("quantized_layers")
+    if not isinstance(layers, dict):
+        return None, None
+    kinds: dict[str, list[str]] = {"mlp": [], "attention": []}
+    for name, scheme in layers.items():
+        fmt = _MODELOPT_FORMATS.get(str(scheme.get("quant_algo")).upper()) if isinstance(scheme, dict) else None
+        if fmt is None or not isinstance(name, str) or "vision" in name:
+            continue
+        kinds["attention" if "attn" in name else "mlp"].append(fmt)
+    common = {k: max(set(v), key=v.count) if v else None for k, v in kinds.items()}
+    return common["mlp"], common["attention"]
 
 
 def _unquantized_modules(ignore: Any, num_layers: int) -> tuple[bool, bool]:

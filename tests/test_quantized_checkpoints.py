@@ -71,3 +71,17 @@ def test_odd_quantization_configs_are_sized_without_a_crash(tmp_path, quant):
     except KvsizeError:
         return
     resolve_weights_dtype("auto", shape)
+
+
+def test_modelopt_mixed_precision_reads_each_kind_of_module():
+    # Qwen3.6-35B-A3B-NVFP4: quant_algo MIXED_PRECISION; quantized_layers names the experts and shared experts
+    # W4A16_NVFP4 (group 16) and the attention projections (linear_attn, self_attn) FP8
+    shape = shape_of("nvidia--Qwen3.6-35B-A3B-NVFP4")
+    assert (shape.weights_quantization_format, shape.attention_quantization_format) == ("nvfp4", "fp8_tensor")
+    fmt = resolve_weights_dtype("auto", shape)
+    assert fmt.name == "nvfp4" and fmt.attention_format == "fp8_tensor"
+    layers = range(shape.num_layers)
+    mixed = weight_bytes(shape, fmt, 1, layers, True, True).layers_bytes
+    # attention at 8 bits rather than 4.5: the layers weigh more than all-NVFP4 and less than all-FP8
+    assert weight_bytes(shape, resolve_weights_dtype("nvfp4", shape), 1, layers, True, True).layers_bytes < mixed
+    assert mixed < weight_bytes(shape, resolve_weights_dtype("fp8", shape), 1, layers, True, True).layers_bytes
