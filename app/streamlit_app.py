@@ -69,15 +69,18 @@ def read_scenario() -> Scenario | None:
                          key="fraction")
     headroom = sb.slider("Headroom (engines without their own fraction)", 0.0, 0.5,
                          _query("headroom", 0.10, float, 0.0, 0.5), 0.01, key="headroom")
-    text_only = sb.checkbox("Served text-only (vLLM --language-model-only)", value=False, key="language_model_only",
+    text_only = sb.checkbox("Served text-only (vLLM --language-model-only)", value=_query("textonly", "0") == "1",
+                            key="language_model_only",
                             help="a multimodal model without its vision tower: vLLM builds none when every "
                                  "modality's limit is 0")
     compile_cache = sb.radio("vLLM compile cache", ["cold", "warm"], horizontal=True, key="compile_cache",
+                             index=1 if _query("cc", "cold") == "warm" else 0,
                              help="cold: a first start compiles during profiling and holds a copy of the embedding "
                                   "for autotuning; warm: a restart loads the compiled graph and gets that as KV")
     st.query_params.update(model=model, gpu=gpu, engine=engine, k=k_fmt, v=st.session_state["v_format"], w=weights_dtype,
                            tp=str(tp), pp=str(pp),
-                           ctx=str(context), conc=str(concurrency), util=str(fraction), headroom=str(headroom))
+                           ctx=str(context), conc=str(concurrency), util=str(fraction), headroom=str(headroom),
+                           textonly="1" if text_only else "0", cc=compile_cache)
     try:
         for key, label in (("tp", "Tensor parallel size"), ("pp", "Pipeline parallel size"),
                            ("context", "Context"), ("concurrency", "Concurrent requests"),

@@ -256,12 +256,15 @@ def read_command(argv: list[str]) -> VllmSettings:
         if word.startswith("-") and not re.fullmatch(r"-\d+(\.\d+)?", word):
             flag, _, inline = word.partition("=")
             key = SHORT_FLAGS.get(flag) or _name(flag)
-            if key.startswith("compilation_config.") or key.startswith("cc."):
+            dotted = next((f for f in ("compilation_config", "cc", "limit_mm_per_prompt")
+                           if key.startswith(f + ".")), None)
+            if dotted:  # vLLM's dotted form of a dict setting: --limit-mm-per-prompt.image 0
+                field_name = "compilation_config" if dotted == "cc" else dotted
                 sub = key.split(".", 1)[1]
                 value = inline if inline else (words[i + 1] if i + 1 < len(words) else None)
-                args.setdefault("compilation_config", {})
-                if isinstance(args["compilation_config"], dict):
-                    args["compilation_config"][sub] = _literal(value)
+                args.setdefault(field_name, {})
+                if isinstance(args[field_name], dict):
+                    args[field_name][sub] = _literal(value)
                 i += 1 if inline else 2
                 continue
             if inline:

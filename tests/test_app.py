@@ -66,6 +66,7 @@ def test_text_only_and_compile_cache_widgets():
                           language_model_only=True, compile_cache_hit=True))
     assert _metric(at, "Max tokens in cache") == f"{e.max_tokens:,}"
     assert e.max_tokens > cold
+    assert (at.query_params["textonly"], at.query_params["cc"]) == ("1", "warm")  # a shared link keeps them
 
 
 def test_plan_that_does_not_fit_shows_error():

@@ -197,6 +197,8 @@ def test_text_only_and_compilation_settings_are_read_and_passed_back():
         read_engine_args({"compilation_config": {"mode": "fast"}})
     from sizing.profiles import load_model
 
+    dotted = read_command("vllm serve m --limit-mm-per-prompt.image 0 --limit-mm-per-prompt.video=0".split())
+    assert dotted.fields == {"language_model_only": True}
     name, shape = load_model("gemma-3-27b-it")
     scenario = Scenario(name, shape, "H200", 150_109_880_320, language_model_only=True)
     assert engine_args(scenario)["language_model_only"] is True
