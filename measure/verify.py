@@ -38,8 +38,8 @@ def engine_args(scenario) -> dict:
             out[name] = value
     if s.k_cache_dtype not in ("auto", None):
         out["kv_cache_dtype"] = s.k_cache_dtype
-    if s.cudagraph_mode == "NONE" and not s.torch_compile:
-        out["enforce_eager"] = True  # no torch.compile and no CUDA graphs
+    if s.enforce_eager:
+        out["enforce_eager"] = True
     else:
         compilation = {} if s.torch_compile else {"mode": 0}
         if s.cudagraph_mode is not None:

@@ -513,7 +513,7 @@ def plan_serve_command(plan: FleetPlan, base: Scenario, chosen: CandidatePlan, m
         memory_fraction=fraction, block_size=base.block_size or engine.block_size_default,
         max_num_seqs=chosen.shared.requests_per_replica if chosen.shared else (base.max_num_seqs or 256),
         cache_tokens=chosen.cache_tokens, language_model_only=base.language_model_only,
-        enforce_eager=not base.torch_compile and base.cudagraph_mode == "NONE",
+        enforce_eager=base.enforce_eager,
     )
     return serve_command(plan.engine, settings)
 

@@ -84,6 +84,12 @@ _CONFIG_FIELDS = (
 )
 
 
+# vLLM's line when a start loads its compiled graph from the compile cache (a restart: no compile runs)
+COMPILE_CACHE_LINE = "Directly load the compiled graph"
+# what a log states about how the engine ran, read here rather than as an EngineArgs field
+_ENGINE_STATE = ("cudagraph_mode", "compilation_mode", "compile_cache_hit")
+
+
 def _vllm(text: str) -> LoggedRun:
     version = (_first(r"LLM engine \(v(\d+\.\d+\.\d+[^)]*)\)", text) or _first(r"vLLM API server version (\d+\.\d+\.\d+\S*)", text)
                or _first(r"version (\d+\.\d+\.\d+)", text))
@@ -108,7 +114,7 @@ def _vllm(text: str) -> LoggedRun:
     for key, value in args.items():
         if key not in ("model", "model_tag"):
             put(key, value, "non-default args")
-    if "Directly load the compiled graph" in text:
+    if COMPILE_CACHE_LINE in text:
         put("compile_cache_hit", True, "compile cache line")
     tokens = _first(r"max_num_batched_tokens=(\d+)", text, int)
     if tokens is not None:
@@ -278,8 +284,7 @@ def log_scenario(run: LoggedRun, model_name: str, shape, gpu=None, weights_dtype
     not_modelled: tuple[str, ...] = ()
     fields: dict = {}
     if run.engine == "vllm":
-        args = {k: v for k, v in run.settings.items()
-                if k not in ("model_runner", "cudagraph_mode", "compilation_mode", "compile_cache_hit")}
+        args = {k: v for k, v in run.settings.items() if k != "model_runner" and k not in _ENGINE_STATE}
         if run.sources.get("dtype") == "engine config line" and DTYPE_NAMES.get(str(args.get("dtype"))) == shape.serving_dtype:
             args.pop("dtype")  # the engine's resolution of auto, not a choice of the user's
         settings = read_engine_args(args, from_log=True)
@@ -293,7 +298,7 @@ def log_scenario(run: LoggedRun, model_name: str, shape, gpu=None, weights_dtype
         if run.settings.get("compile_cache_hit"):
             fields["compile_cache_hit"] = True
         ignored, not_modelled = settings.ignored, settings.not_modelled
-        for key in (*settings.used, "cudagraph_mode", "compilation_mode", "compile_cache_hit"):
+        for key in (*settings.used, *_ENGINE_STATE):
             if key in run.settings:
                 read[key] = (run.settings[key], run.sources.get(key, "the log"))
         if "gpu_memory_utilization" not in run.settings and "kv_cache_memory_bytes" not in run.settings:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from .errors import unknown
 from .releases import CudaGraphEstimateModel, ProfilingRunModel
-from .shape import DTYPE_BYTES, ModelShape
+from .shape import DTYPE_BYTES, MODEL_DTYPE, ModelShape
 from .units import cdiv
 
 
@@ -24,8 +24,13 @@ class WeightFormat:
     group: int
     experts_only: bool  # mxfp4 checkpoints keep attention and dense layers in the model dtype
     source: str
-    attention_in_model_dtype: bool = False  # the checkpoint leaves its attention projections unquantized
-    attention_format: str | None = None  # a mixed-precision checkpoint's attention format (a WEIGHT_FORMATS key)
+    # the checkpoint's attention projections in another format: a WEIGHT_FORMATS key (FP8 in ModelOpt's mixed
+    # precision) or MODEL_DTYPE where they are left unquantized; None: the linear layers' format
+    attention_format: str | None = None
+
+    @property
+    def attention_in_model_dtype(self) -> bool:
+        return self.attention_format == MODEL_DTYPE
 
     def bytes_for(self, params: int) -> int:
         return cdiv(params * self.bits + cdiv(params, self.group) * self.scale_bits, 8)
@@ -56,27 +61,27 @@ _QUANT_METHODS = {"fp8": "fp8", "mxfp4": "mxfp4", "awq": "int4", "gptq": "int4",
 def resolve_weights_dtype(name: str, shape: ModelShape) -> WeightFormat:
     """`auto` follows the checkpoint's quantization_config, else the serving dtype."""
     key = str(name).strip().lower()
-    checkpoint = key == "auto"
-    if checkpoint:
-        key = (shape.weights_quantization_format or _QUANT_METHODS.get(shape.weights_quantization or "", None)
-               or shape.serving_dtype)
+    if key != "auto":
+        return _weight_format(key, name)
+    fmt = _weight_format(shape.weights_quantization_format or _QUANT_METHODS.get(shape.weights_quantization or "")
+                         or shape.serving_dtype, name)
+    if shape.dense_mlp_unquantized:
+        fmt = replace(fmt, experts_only=True)
+    if shape.attention_quantization_format:
+        fmt = replace(fmt, attention_format=shape.attention_quantization_format)
+    return fmt
+
+
+def _weight_format(key: str, name: str) -> WeightFormat:
     key = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}.get(key, key)
-    grouped = re.fullmatch(r"int4_g(\d{1,4})(_sym)?", key) if checkpoint else None
+    grouped = re.fullmatch(r"int4_g(\d{1,4})(_sym)?", key)
     if grouped:  # a checkpoint's int4 in its own groups: an fp16 scale each, and a 4-bit zero unless symmetric
         size, symmetric = int(grouped.group(1)), bool(grouped.group(2))
         return replace(WEIGHT_FORMATS["int4"], name=key, scale_bits=16 if symmetric else 20, group=size,
-                       source=f"int4 in groups of {size} with an fp16 scale" + ("" if symmetric else " and a 4-bit zero"),
-                       experts_only=shape.dense_mlp_unquantized, attention_in_model_dtype=shape.attention_unquantized)
+                       source=f"int4 in groups of {size} with an fp16 scale" + ("" if symmetric else " and a 4-bit zero"))
     if key not in WEIGHT_FORMATS:
         raise unknown("weights dtype", name, [*WEIGHT_FORMATS, "auto"], "--weights-dtype")
-    fmt = WEIGHT_FORMATS[key]
-    if checkpoint and shape.dense_mlp_unquantized:
-        fmt = replace(fmt, experts_only=True)
-    if checkpoint and shape.attention_unquantized:
-        fmt = replace(fmt, attention_in_model_dtype=True)
-    if checkpoint and shape.attention_quantization_format:
-        fmt = replace(fmt, attention_format=shape.attention_quantization_format)
-    return fmt
+    return WEIGHT_FORMATS[key]
 
 
 @dataclass(frozen=True)
@@ -101,8 +106,8 @@ def weight_bytes(shape: ModelShape, fmt: WeightFormat, tp: int, layers: range, f
     dense = DTYPE_BYTES[shape.serving_dtype]
     linear = WEIGHT_FORMATS[shape.serving_dtype] if fmt.experts_only else fmt
     layer_total = 0
-    attention = (WEIGHT_FORMATS[fmt.attention_format] if fmt.attention_format
-                 else WEIGHT_FORMATS[shape.serving_dtype] if fmt.attention_in_model_dtype else linear)
+    attention = (linear if fmt.attention_format is None else
+                 WEIGHT_FORMATS[shape.serving_dtype if fmt.attention_in_model_dtype else fmt.attention_format])
     for i in layers:
         p = shape.layer_params[i]
         if attention is linear:
@@ -277,14 +282,23 @@ def graph_captures(shape: ModelShape, model: CudaGraphEstimateModel, tp: int, la
                          mlp_width_values(shape, layers, tp))
 
 
+def uncompiled_cudagraph_mode(mode: str) -> str:
+    """The CUDA-graph mode vLLM keeps without torch.compile: piecewise graphs are the compiled pieces, so an
+    explicit FULL mode stays and the rest are turned off ("Cudagraph mode FULL_AND_PIECEWISE is not
+    compatible with compilation mode 0", vllm/config/vllm.py)."""
+    return mode if mode in ("FULL", "FULL_DECODE_ONLY") else "NONE"
+
+
 def cuda_graph_estimate(shape: ModelShape, model: CudaGraphEstimateModel, mode: str, tp: int, layers: range,
                         max_num_seqs: int, max_num_batched_tokens: int, sizes: tuple[int, ...] | None = None,
-                        largest: int | None = None) -> int:
+                        largest: int | None = None, compiled: bool = True) -> int:
     """What vLLM's profile_cudagraph_memory reports for one GPU (0 when no graph is captured)."""
+    if not compiled:
+        mode = uncompiled_cudagraph_mode(mode)
+    if mode != "NONE" and model.piecewise_only_layer_kinds.intersection(shape.layer_kinds[i] for i in layers):
+        mode = "PIECEWISE" if compiled else "NONE"  # the backend captures no FULL graph
     if mode == "NONE":
         return 0
-    if mode != "PIECEWISE" and model.piecewise_only_layer_kinds.intersection(shape.layer_kinds[i] for i in layers):
-        mode = "PIECEWISE"
     c = graph_captures(shape, model, tp, layers, max_num_seqs, max_num_batched_tokens, sizes, largest)
     counts = {"PIECEWISE": (len(c.piecewise), 0), "FULL": (0, len(c.full)), "FULL_DECODE_ONLY": (0, len(c.full)),
               "FULL_AND_PIECEWISE": (len(c.piecewise), len(c.full))}[mode]

@@ -81,6 +81,11 @@ class Scenario:
             return self.gpu_nvml_mib
         return (self.gpu_memory_bytes + NVML_CUDA_GAP_BYTES) // MiB
 
+    @property
+    def enforce_eager(self) -> bool:
+        """vLLM's --enforce-eager: neither torch.compile nor CUDA graphs."""
+        return not self.torch_compile and self.cudagraph_mode == "NONE"
+
     def at_length(self, max_model_len: int | None) -> Scenario:
         """This scenario at another --max-model-len."""
         return self.evolve(max_model_len=max_model_len)
@@ -517,15 +522,9 @@ def _cuda_graph_bytes(s: Scenario, engine: Engine, rules, shape: ModelShape, sta
     model = rules.cuda_graph_estimate
     if model is None:
         return rules.cuda_graph_bytes(s.tensor_parallel_size)
-    mode = s.cudagraph_mode or "FULL_AND_PIECEWISE"
-    if not s.torch_compile:
-        # piecewise graphs are the compiled pieces: without torch.compile vLLM keeps an explicit FULL mode and
-        # turns the rest off ("Cudagraph mode FULL_AND_PIECEWISE is not compatible with compilation mode 0")
-        mode = {"PIECEWISE": "NONE", "FULL_AND_PIECEWISE": "NONE"}.get(mode, mode)
-        if model.piecewise_only_layer_kinds.intersection(shape.layer_kinds[i] for i in stage):
-            mode = "NONE"
-    return cuda_graph_estimate(shape, model, mode, s.tensor_parallel_size, stage, s.max_num_seqs,
-                               s.max_num_batched_tokens, s.cudagraph_capture_sizes, s.max_cudagraph_capture_size)
+    return cuda_graph_estimate(shape, model, s.cudagraph_mode or "FULL_AND_PIECEWISE", s.tensor_parallel_size,
+                               stage, s.max_num_seqs, s.max_num_batched_tokens, s.cudagraph_capture_sizes,
+                               s.max_cudagraph_capture_size, compiled=s.torch_compile)
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,8 @@ DTYPE_NAMES = {
     "float16": "fp16", "half": "fp16", "fp16": "fp16",
     "bfloat16": "bf16", "bf16": "bf16",
 }
+# a checkpoint's attention format where its attention projections are left unquantized (the model dtype)
+MODEL_DTYPE = "model"
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 
 
@@ -96,12 +98,12 @@ class ModelShape:
     vision_params: int
     layer_params: tuple[LayerParams, ...]
     weights_quantization: str | None = None
-    # a compressed-tensors checkpoint's weight scheme as one of kvsize's weight formats (None: not one), and
-    # whether its attention projections are left in the model dtype (its `ignore` list names them)
+    # a compressed-tensors or ModelOpt checkpoint's weight scheme as one of kvsize's weight formats (None: not
+    # one); its attention projections' format where it differs (MODEL_DTYPE: left unquantized); and whether
+    # its dense MLPs and shared experts are left unquantized (the routed experts alone quantized)
     weights_quantization_format: str | None = None
-    attention_unquantized: bool = False
-    dense_mlp_unquantized: bool = False  # and its dense MLPs and shared experts (experts alone quantized)
-    attention_quantization_format: str | None = None  # a mixed-precision checkpoint's attention format
+    attention_quantization_format: str | None = None
+    dense_mlp_unquantized: bool = False
     gated_mlp: bool = True
     rotary_dim: int = 0  # rotary embedding width (vLLM caches max_position x rotary_dim cos/sin values)
     recurrent_conv_elements: int = 0  # of recurrent_state_elements: the conv state, kept in the model dtype
@@ -144,6 +146,10 @@ class ModelShape:
     notes: tuple[str, ...] = field(default=())
 
     served_dtype: str | None = None  # --dtype given to the engine; None: the engine's auto rule
+
+    @property
+    def attention_unquantized(self) -> bool:
+        return self.attention_quantization_format == MODEL_DTYPE
 
     @property
     def serving_dtype(self) -> str:
@@ -513,8 +519,7 @@ def _resolve(raw: dict[str, Any], raw_text: dict[str, Any], parsed: Any, rejecte
     scheme = {"compressed-tensors": _compressed_tensors_scheme, "modelopt": _modelopt_scheme}.get(str(quant_method))
     if scheme is None and quant_method is None and isinstance(quant, dict) and "quant_algo" in quant:
         scheme = _modelopt_scheme  # ModelOpt's exports that name only their quant_algo
-    ct_format, ct_attention_unquantized, ct_mlp_unquantized = (scheme(quant, num_layers) if scheme
-                                                               else (None, False, False))
+    ct_format, ct_attention, ct_mlp_unquantized = scheme(quant, num_layers) if scheme else (None, None, False)
     vision = _vision_params(raw.get("vision_config"))
     return ModelShape(
         model_type=model_type,
@@ -557,10 +562,8 @@ def _resolve(raw: dict[str, Any], raw_text: dict[str, Any], parsed: Any, rejecte
         layer_params=tuple(layer_params),
         weights_quantization=str(quant_method) if quant_method else None,
         weights_quantization_format=ct_format,
-        attention_unquantized=ct_attention_unquantized,
+        attention_quantization_format=ct_attention,
         dense_mlp_unquantized=ct_mlp_unquantized,
-        attention_quantization_format=(_modelopt_mixed(quant)[1] if scheme is _modelopt_scheme
-                                       and str(quant.get("quant_algo")).upper() == "MIXED_PRECISION" else None),
         gated_mlp=gated,
         rotary_dim=_rotary_dim(f, head_dim, mla_latent is not None),
         rope_scalings=_rope_scalings(f),
@@ -939,16 +942,20 @@ def _dense_intermediate(f: _Fields, intermediate: int, num_experts: int) -> int:
     return intermediate
 
 
-def _compressed_tensors_scheme(quant: dict, num_layers: int) -> tuple[str | None, bool, bool]:
-    """A compressed-tensors quantization_config as (weight format, attention left unquantized, dense MLPs
-    and shared experts left unquantized): the Linear group's weights (float 8-bit per channel or per
+# a checkpoint scheme: (weight format, attention's format where it differs, dense MLPs and shared experts
+# left unquantized)
+Scheme = tuple[str | None, str | None, bool]
+
+
+def _compressed_tensors_scheme(quant: dict, num_layers: int) -> Scheme:
+    """A compressed-tensors quantization_config as a Scheme: the Linear group's weights (float 8-bit per channel or per
     128x128 block: fp8; float 4-bit in groups of 16: nvfp4; int 8-bit: int8; int 4-bit: int4 in its groups,
     symmetric or not; other schemes: None, sized by --weights-dtype), and what its `ignore` list keeps out
     for every language-model layer (RedHatAI's FP8-dynamic Llama 4: attention; Kimi-K2.5: attention, shared
     experts and dense MLPs, by pattern)."""
     groups = quant.get("config_groups")
     if not isinstance(groups, dict):
-        return None, False, False
+        return None, None, False
     weights = None
     for group in groups.values():
         targets = group.get("targets") if isinstance(group, dict) else None
@@ -956,7 +963,7 @@ def _compressed_tensors_scheme(quant: dict, num_layers: int) -> tuple[str | None
             weights = group["weights"]
             break
     if weights is None:
-        return None, False, False
+        return None, None, False
     bits, kind, strategy, size = (weights.get("num_bits"), weights.get("type"), weights.get("strategy"),
                                   weights.get("group_size"))
     fmt = None
@@ -975,25 +982,23 @@ def _compressed_tensors_scheme(quant: dict, num_layers: int) -> tuple[str | None
 _MODELOPT_FORMATS = {"NVFP4": "nvfp4", "W4A16_NVFP4": "nvfp4", "FP8": "fp8_tensor"}
 
 
-def _modelopt_scheme(quant: dict, num_layers: int) -> tuple[str | None, bool, bool]:
-    """A ModelOpt quantization_config (NVIDIA's checkpoints): NVFP4 or per-tensor FP8 weights, with the
-    modules its `ignore` (or `exclude_modules`) list keeps in the model dtype. Mixed precision is read by
-    _modelopt_attention_format and the experts' scheme here."""
+def _modelopt_scheme(quant: dict, num_layers: int) -> Scheme:
+    """A ModelOpt quantization_config (NVIDIA's checkpoints) as a Scheme: NVFP4 or per-tensor FP8 weights,
+    with the modules its `ignore` (or `exclude_modules`) list keeps in the model dtype."""
     algo = str(quant.get("quant_algo")).upper()
     if algo == "MIXED_PRECISION":
-        experts, _ = _modelopt_mixed(quant)
-        return experts, False, False
+        return _modelopt_mixed(quant)
     return (_MODELOPT_FORMATS.get(algo), *_unquantized_modules(quant.get("ignore", quant.get("exclude_modules")),
                                                                num_layers))
 
 
-def _modelopt_mixed(quant: dict) -> tuple[str | None, str | None]:
-    """ModelOpt MIXED_PRECISION: `quantized_layers` names each module's scheme; the (MLP and experts, attention)
-    formats, the most common scheme of each kind (Qwen3.6-35B-A3B-NVFP4: experts and shared experts NVFP4,
-    attention FP8); a kind no module names stays in the model dtype."""
+def _modelopt_mixed(quant: dict) -> Scheme:
+    """ModelOpt MIXED_PRECISION: `quantized_layers` names each module's scheme; the MLP and experts' format and
+    the attention's, the most common scheme of each kind (Qwen3.6-35B-A3B-NVFP4: experts and shared experts
+    NVFP4, attention FP8); attention no module names takes the MLP's format."""
     layers = quant.get("quantized_layers")
     if not isinstance(layers, dict):
-        return None, None
+        return None, None, False
     kinds: dict[str, list[str]] = {"mlp": [], "attention": []}
     for name, scheme in layers.items():
         fmt = _MODELOPT_FORMATS.get(str(scheme.get("quant_algo")).upper()) if isinstance(scheme, dict) else None
@@ -1001,19 +1006,19 @@ def _modelopt_mixed(quant: dict) -> tuple[str | None, str | None]:
             continue
         kinds["attention" if "attn" in name else "mlp"].append(fmt)
     common = {k: max(set(v), key=v.count) if v else None for k, v in kinds.items()}
-    return common["mlp"], common["attention"]
+    return common["mlp"], common["attention"], False
 
 
-def _unquantized_modules(ignore: Any, num_layers: int) -> tuple[bool, bool]:
-    """Whether a quantized checkpoint's ignore list keeps every language-model layer's attention, and its
-    dense MLPs and shared experts, in the model dtype: by pattern (`re:.*self_attn.*`, `*self_attn*`) or
+def _unquantized_modules(ignore: Any, num_layers: int) -> tuple[str | None, bool]:
+    """Whether a quantized checkpoint's ignore list keeps every language-model layer's attention (then its
+    format is MODEL_DTYPE), and its dense MLPs and shared experts, in the model dtype: by pattern (`re:.*self_attn.*`, `*self_attn*`) or
     named for each layer (`model.layers.7.self_attn*`)."""
     names = [x for x in ignore if isinstance(x, str) and "vision" not in x] if isinstance(ignore, list) else []
     patterns = [x for x in names if x.startswith("re:") or not re.search(r"layers\.\d+", x)]
     attention_layers = {m.group(1) for x in names if (m := re.search(r"layers\.(\d+)\.self_attn", x))}
     attention = any("self_attn" in x for x in patterns) or len(attention_layers) >= num_layers
     mlp = any("shared_experts" in x or "mlp" in x for x in patterns)
-    return attention, mlp
+    return MODEL_DTYPE if attention else None, mlp
 
 
 def _vision_params(vision: Any) -> int:

@@ -378,7 +378,7 @@ def design_serve_commands(design: Design, base: Scenario, workload: Workload, mo
             block_size=base.block_size or engine.block_size_default,
             max_num_seqs=per_replica if role != "prefill" else (base.max_num_seqs or 256), cache_tokens=0,
             language_model_only=base.language_model_only,
-            enforce_eager=not base.torch_compile and base.cudagraph_mode == "NONE")
+            enforce_eager=base.enforce_eager)
         command = serve_command(engine.name, settings, None if role == "replica" else role, host_tier_bytes)
         out.append((f"{role} × {replicas}", command))
     return out

@@ -22,7 +22,6 @@ from .units import GiB
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "vllm-starts"
 MAX_MANIFEST_BYTES = 8 * 1024 * 1024
-COMPILE_CACHE_LINE = "Directly load the compiled graph"
 
 
 class Printed(BaseModel):
@@ -83,6 +82,7 @@ def _config_model(path: str):
 
 def start_scenario(start: Start, folder: Path = CORPUS):
     """The start as a kvsize scenario: its config, GPU, release and EngineArgs under vLLM's names."""
+    from .logs import COMPILE_CACHE_LINE
     from .plan import Scenario
     from .profiles import gpu_profile
     from .vllm_args import read_engine_args

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from .errors import KvsizeError
+from .memory import uncompiled_cudagraph_mode
 
 # Fields that move memory in ways kvsize does not model; their presence is reported, never guessed.
 NOT_MODELLED = frozenset({
@@ -109,15 +110,23 @@ def _flag(value, name: str) -> bool:
 TOWER_MODALITIES = ("image", "video")
 
 
-def _text_only(value, name: str) -> bool:
-    """Whether --limit-mm-per-prompt sets image and video to 0 items (vLLM then serves the model text-only);
-    a limit that leaves either out, or above 0, keeps the tower (and its encoder profiling, not modelled)."""
+def _json_object(value, name: str, example: str) -> dict:
+    """A dict setting as given: a dict, or its JSON text."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
         except (json.JSONDecodeError, RecursionError):
-            raise KvsizeError(f"{name} must be a JSON object such as '{{\"image\": 0}}', got {value!r}") from None
-    if not isinstance(value, dict) or not value:
+            raise KvsizeError(f"{name} must be a JSON object such as '{example}', got {value!r}") from None
+    if not isinstance(value, dict):
+        raise KvsizeError(f"{name} must be a JSON object such as '{example}', got {value!r}")
+    return value
+
+
+def _text_only(value, name: str) -> bool:
+    """Whether --limit-mm-per-prompt sets image and video to 0 items (vLLM then serves the model text-only);
+    a limit that leaves either out, or above 0, keeps the tower (and its encoder profiling, not modelled)."""
+    value = _json_object(value, name, '{"image": 0, "video": 0}')
+    if not value:
         raise KvsizeError(f"{name} must be a JSON object of modality counts such as {{\"image\": 0}}, got {value!r}")
     counts = []
     for modality, item in value.items():
@@ -133,14 +142,7 @@ def _compilation(value, name: str) -> dict:
     if isinstance(value, (int, str)) and re.fullmatch(r"\d", str(value).strip()):
         level = int(value)
         return {"cudagraph_mode": "NONE", "torch_compile": False} if level == 0 else {}
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except (json.JSONDecodeError, RecursionError):
-            raise KvsizeError(f"{name} must be a JSON object such as '{{\"cudagraph_mode\": \"PIECEWISE\"}}', "
-                              f"got {value!r}") from None
-    if not isinstance(value, dict):
-        raise KvsizeError(f"{name} must be a JSON object, got {value!r}")
+    value = _json_object(value, name, '{"cudagraph_mode": "PIECEWISE"}')
     out: dict = {}
     compile_mode = value.get("mode", value.get("level"))
     if compile_mode is not None:
@@ -156,8 +158,8 @@ def _compilation(value, name: str) -> dict:
         if mode not in CUDAGRAPH_MODES:
             raise KvsizeError(f"{name}.cudagraph_mode must be one of {', '.join(CUDAGRAPH_MODES)}, got {mode!r}")
         out["cudagraph_mode"] = mode
-    if out.get("torch_compile") is False and out.get("cudagraph_mode") not in ("FULL", "FULL_DECODE_ONLY"):
-        out["cudagraph_mode"] = "NONE"  # piecewise graphs need the compiled pieces (vllm/config/vllm.py)
+    if out.get("torch_compile") is False:
+        out["cudagraph_mode"] = uncompiled_cudagraph_mode(out.get("cudagraph_mode", "FULL_AND_PIECEWISE"))
     sizes = value.get("cudagraph_capture_sizes")
     if sizes is not None:
         if not isinstance(sizes, (list, tuple)) or not sizes:
