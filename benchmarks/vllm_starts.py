@@ -50,7 +50,8 @@ def report() -> str:
         "",
         "## Summary",
         "",
-        f"- {len({r.id for r in rows})} starts sized ({len(failed)} did not start; listed below), "
+        f"- {len({r.id for r in rows})} starts sized ({len(failed)} not compared: did not start, or loaded "
+        "otherwise than the checkpoint would; listed below), "
         f"{len(rows)} predictions.",
         f"- Within 1% on both \"Available KV cache memory\" and \"GPU KV cache size\": {within} of {len(rows)}.",
         f"- KV budget: median |error| {100 * statistics.median(budgets):.2f}%, worst {100 * max(budgets):.2f}%.",
@@ -75,7 +76,7 @@ def report() -> str:
     for r in rows:
         lines.append(f"| {r.id} | {r.family} | {r.by} | {_pct(r.kv_budget_error)} | {_pct(r.kv_tokens_error)} | "
                      f"{_gib(r.graphs_error_gib)} | {_gib(r.weights_error_gib)} | {'ok' if r.runner_match else 'WRONG'} |")
-    lines += ["", "## Starts that did not size", "", "| start | why |", "|---|---|"]
+    lines += ["", "## Starts not compared", "", "| start | why |", "|---|---|"]
     for s in failed:
         lines.append(f"| {s.id} | {(s.reason or '').replace('|', '/')[:200]} |")
     return "\n".join(lines) + "\n"

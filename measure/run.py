@@ -19,8 +19,9 @@ from .report_io import write_report
 
 REPORT_SCHEMA = "kvsize.measure/1"
 # Capacity records name what was read from the GPU ("measured") apart from what follows from it by
-# vLLM's rule and kvsize's pool ("derived"); version 2 adds formats, tied weights and the 2% boundary.
-CAPACITY_VERSION = 2
+# vLLM's rule and kvsize's pool ("derived"); version 2 adds formats, tied weights and the 2% boundary;
+# version 3 the bytes of each weight tensor, apart from what the caching allocator adds to them.
+CAPACITY_VERSION = 3
 
 
 def scaled_config(config: dict, layers: int | None) -> dict:
@@ -209,6 +210,14 @@ def predict_capacity(model: str, shape: ModelShape, total: int, util: float, mnb
                              max_model_len=mnbt, k_cache_dtype=fmt, v_cache_dtype=fmt, kv_cache_memory_bytes=kv_bytes))
 
 
+def predicted_weight_tensors_bytes(shape: ModelShape) -> int:
+    """kvsize's bytes of the replica's weight tensors (bf16, one GPU): the estimate's weights without the
+    segment ends vLLM's allocator counts with its own (merged) tensors, which the replica does not build."""
+    from sizing.memory import resolve_weights_dtype, weight_bytes
+
+    return weight_bytes(shape, resolve_weights_dtype("bf16", shape), 1, range(shape.num_layers), True, True).total_bytes
+
+
 def _pool_and_forward(torch, gpu: Gpu, derived, blocks: int, forward) -> tuple[int, int, int]:
     """(peak bytes torch allocated, peak reserved, the allocator's rounding of the pool) while the pool
     of `blocks` blocks is held and a forward pass runs, read from the GPU's allocator. The rounding
@@ -224,6 +233,17 @@ def _pool_and_forward(torch, gpu: Gpu, derived, blocks: int, forward) -> tuple[i
     del pool
     gpu.settle()
     return peaks
+
+
+def weight_tensor_sizes(model) -> list[int]:
+    """Bytes of each storage the model's parameters and buffers hold on the GPU, once each (tied
+    weights share one)."""
+    sizes: dict[int, int] = {}
+    for tensor in (*model.parameters(), *model.buffers()):
+        storage = tensor.untyped_storage()
+        if storage.nbytes() and tensor.device.type == "cuda":
+            sizes.setdefault(storage.data_ptr(), storage.nbytes())
+    return list(sizes.values())
 
 
 def measure_capacity(gpu: Gpu, model: str, layers: int | None, util: float, mnbt: int, block_size: int,
@@ -250,7 +270,11 @@ def measure_capacity(gpu: Gpu, model: str, layers: int | None, util: float, mnbt
             param.normal_(0, 0.02)
         del param
     torch.cuda.synchronize()
+    # What an engine counts as its weights is the allocator's figure (vLLM's "Model loading took" is
+    # memory_allocated's growth); the tensors themselves hold less where a block keeps a segment's
+    # unsplittable end. Both are read: kvsize predicts the tensors, the budget takes the allocator's.
     weights = torch.cuda.memory_allocated() - a0
+    tensor_sizes = weight_tensor_sizes(hf)
     ids = torch.randint(0, shape.vocab_size, (1, mnbt), device="cuda")
 
     def forward() -> None:
@@ -285,7 +309,9 @@ def measure_capacity(gpu: Gpu, model: str, layers: int | None, util: float, mnbt
         records.append(dict(
             model=model, layers=layers, kv_cache_dtype=fmt, gpu_memory_utilization=util,
             max_num_batched_tokens=mnbt, block_size=block_size, total_bytes=total,
-            measured=dict(weights_bytes=weights, activation_bytes=activation, non_torch_bytes=non_torch),
+            measured=dict(weights_bytes=weights, weights_tensor_bytes=sum(tensor_sizes),
+                          activation_bytes=activation, non_torch_bytes=non_torch),
+            weight_tensor_sizes_bytes=tensor_sizes,
             # the activation is the replica's: transformers' forward pass with this attention, not vLLM's
             # profiling run (the real-engine starts in tests/fixtures/vllm-starts judge vLLM's)
             activation_source=f"transformers forward ({attention} attention), not vLLM's profile run",

@@ -10,7 +10,7 @@ from sizing.errors import KvsizeError
 from sizing.layers import build_layout
 
 from .bounds import ERROR_BOUNDS
-from .run import REPORT_SCHEMA, model_shape, pool_tensor_sizes, predict_capacity
+from .run import REPORT_SCHEMA, model_shape, pool_tensor_sizes, predict_capacity, predicted_weight_tensors_bytes
 
 # Relative tolerances per checked figure; storage must match to the byte.
 ALLOCATOR_TAIL_BYTES = 2 * 2**20  # PyTorch's caching allocator rounds large segments to 2 MiB
@@ -191,7 +191,11 @@ def _check_capacity(p: dict, tolerance: float | None) -> list[str]:
         tol = TOLERANCES["num_blocks"] if tolerance is None else tolerance
         if name in stored and _rel(stored[name], got) > tol:
             problems.append(f"{where}: the stored prediction {name} {stored[name]} is not kvsize's ({got})")
-    for name, want, got in (("weights_bytes", m["weights_bytes"], predicted.breakdown.weights_bytes),
+    problems += _check_weight_tensors(p, where)
+    # the replica's tensors against kvsize's (the allocator's count of vLLM's merged tensors left out);
+    # where the report reads them apart from the allocator's figure (capacity version 3), against those
+    weights = m.get("weights_tensor_bytes", m["weights_bytes"])
+    for name, want, got in (("weights_bytes", weights, predicted_weight_tensors_bytes(shape)),
                             ("num_blocks", d["num_blocks"], predicted.num_blocks)):
         tol = TOLERANCES[name] if tolerance is None else tolerance
         if _rel(got, want) > tol:
@@ -217,6 +221,40 @@ def _check_capacity(p: dict, tolerance: float | None) -> list[str]:
             problems.append(f"{where}: a pool 2% larger stays within the limit: the boundary is not where the rule "
                             "puts it")
     return problems
+
+
+# PyTorch's caching allocator (c10/cuda/CUDACachingAllocator.cpp) rounds a request up to 512 B
+# (kMinBlockSize) and gives a block the rest of what it was cut from when too little is left to split:
+# under 512 B in the small pool (requests up to 1 MiB, kSmallSize), up to 1 MiB in the large pool.
+ALLOCATOR_MIN_BLOCK_BYTES = 512
+ALLOCATOR_SMALL_BYTES = 2**20
+
+
+def allocator_slack_bytes(size: int) -> int:
+    """The most the caching allocator can count for one tensor of `size` bytes beyond its size."""
+    rounded = max(ALLOCATOR_MIN_BLOCK_BYTES, -(-size // ALLOCATOR_MIN_BLOCK_BYTES) * ALLOCATOR_MIN_BLOCK_BYTES)
+    unsplit = ALLOCATOR_MIN_BLOCK_BYTES - 1 if rounded <= ALLOCATOR_SMALL_BYTES else ALLOCATOR_SMALL_BYTES
+    return rounded - size + unsplit
+
+
+def _check_weight_tensors(p: dict, where: str) -> list[str]:
+    """The weight tensors' bytes are the sum of the sizes recorded, and the allocator's figure exceeds
+    them by no more than its rounding and unsplit ends can add."""
+    m = p["measured"]
+    if "weights_tensor_bytes" not in m:
+        return []
+    sizes = p.get("weight_tensor_sizes_bytes")
+    if not isinstance(sizes, list) or not sizes or not all(isinstance(s, int) and s > 0 for s in sizes):
+        return [f"{where}: weights_tensor_bytes is given without the size of each weight tensor"]
+    if sum(sizes) != m["weights_tensor_bytes"]:
+        return [f"{where}: the {len(sizes)} weight tensors hold {sum(sizes)} B, not the "
+                f"{m['weights_tensor_bytes']} B recorded"]
+    slack = sum(allocator_slack_bytes(s) for s in sizes)
+    rounding = m["weights_bytes"] - m["weights_tensor_bytes"]
+    if not 0 <= rounding <= slack:
+        return [f"{where}: the allocator counted {rounding:+} B beyond the weight tensors; its rounding and "
+                f"unsplit ends allow 0 to {slack} B"]
+    return []
 
 
 # vLLM holds two NCCL communicators per tensor-parallel group (torch's device group and its own

@@ -133,7 +133,7 @@ def problems(report: dict) -> list[str]:
         # the predictions are derived from the log and config, so they are held exactly to kvsize's rules
         if term in stored and stored[term]["predicted"] != c["predicted"]:
             out.append(f"{term}: the report stores {stored[term]['predicted']} as predicted, kvsize predicts "
-                       f"{c['predicted']} from its log (python scripts/refresh_verify_reports.py REPORT)")
+                       f"{c['predicted']} from its log (python scripts/refresh_predictions.py REPORT)")
     for term in ("kv_budget_bytes", "max_tokens"):
         c = fresh.get(term)
         if c is None:

@@ -1,6 +1,6 @@
 """Write the plans of real vLLM starts that make tests/fixtures/vllm-starts (one JSON list a machine).
 
-usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200|architectures|checkpoints|compile-cache > plan.json
+usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200|architectures|checkpoints|compile-cache|integer-checkpoints > plan.json
 Every start is an EngineArgs dict on a config in tests/fixtures/vllm-starts/configs/, in vLLM's
 `vllm serve` usage context unless it says `llm`. Starts whose config is not there are left out.
 """
@@ -196,10 +196,27 @@ def compile_cache():
     ]
 
 
+def integer_checkpoints():
+    """The ninth batch, one GPU: GPTQ and AWQ checkpoints (Marlin kernels on Hopper): AWQ int4 with zero
+    points, GPTQ int8 symmetric, and GPTQ int4 experts."""
+    r26 = "0.26.0"
+    return [
+        start(r26, "qwen3-8b-awq"),
+        start(r26, "qwen3-8b-gptq-int8"),
+        start(r26, "qwen3-30b-a3b-gptq-int4", max_model_len=32768),
+        start(r26, "qwen3-30b-a3b-awq", max_model_len=32768),
+        # as first started: without modules_in_block_to_quantize, which a dummy-weights start needs (vLLM reads
+        # the quantized modules from the checkpoint's safetensors otherwise)
+        start(r26, "qwen3-8b-gptq-int8-unlisted"),
+        start(r26, "qwen3-30b-a3b-gptq-int4-unlisted", max_model_len=32768),
+    ]
+
+
 if __name__ == "__main__":
     plan = {"four-gpus": four_gpus, "one-gpu": one_gpu, "four-h100s": four_h100s, "two-h100s": two_h100s,
             "one-h200": one_h200, "architectures": architectures,
-            "checkpoints": checkpoints, "compile-cache": compile_cache}[sys.argv[1]]()
+            "checkpoints": checkpoints, "compile-cache": compile_cache,
+            "integer-checkpoints": integer_checkpoints}[sys.argv[1]]()
     plan = [s for s in plan if (CONFIGS / Path(s["config"]).name).exists()]
     json.dump(plan, sys.stdout, indent=1)
     print()

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, replace
 
 from .errors import unknown
-from .releases import CudaGraphEstimateModel, ProfilingRunModel
+from .releases import CudaGraphEstimateModel, ProfilingRunModel, WeightAllocatorModel
 from .shape import DTYPE_BYTES, MODEL_DTYPE, ModelShape
 from .units import cdiv
 
@@ -54,8 +54,20 @@ WEIGHT_FORMATS = {
                          "int4 with an fp16 scale and a 4-bit zero point per 128 weights (GPTQ/AWQ layout)"),
     "mxfp4": WeightFormat("mxfp4", 4, 8, 32, True,
                           "OCP MX FP4: E2M1 values, one E8M0 scale per 32 (gpt-oss experts)"),
+    "bnb4": WeightFormat("bnb4", 4, 32, 64, False,
+                         "bitsandbytes 4-bit (NF4/FP4): an fp32 absmax per block of 64 (quantize_4bit's blocksize)"),
+    "bnb4_dq": WeightFormat("bnb4_dq", 4, 8, 64, False,
+                            "bitsandbytes 4-bit double-quantized: an 8-bit absmax per 64 (the fp32 per 256 "
+                            "absmax blocks, 0.002 bits a weight, left out)"),
+    "bnb8": WeightFormat("bnb8", 8, 32, 4096, False,
+                         "bitsandbytes LLM.int8: int8 with an fp32 scale per row (one per in_features weights, "
+                         "4,096 taken)"),
 }
-_QUANT_METHODS = {"fp8": "fp8", "mxfp4": "mxfp4", "awq": "int4", "gptq": "int4", "compressed-tensors": None}
+# a quant_method whose name alone gives the format; the others are read from their settings (sizing/shape.py)
+_QUANT_METHODS = {"fp8": "fp8", "mxfp4": "mxfp4"}
+
+
+PER_CHANNEL_GROUP = 4096
 
 
 def resolve_weights_dtype(name: str, shape: ModelShape) -> WeightFormat:
@@ -74,11 +86,17 @@ def resolve_weights_dtype(name: str, shape: ModelShape) -> WeightFormat:
 
 def _weight_format(key: str, name: str) -> WeightFormat:
     key = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}.get(key, key)
-    grouped = re.fullmatch(r"int4_g(\d{1,4})(_sym)?", key)
-    if grouped:  # a checkpoint's int4 in its own groups: an fp16 scale each, and a 4-bit zero unless symmetric
-        size, symmetric = int(grouped.group(1)), bool(grouped.group(2))
-        return replace(WEIGHT_FORMATS["int4"], name=key, scale_bits=16 if symmetric else 20, group=size,
-                       source=f"int4 in groups of {size} with an fp16 scale" + ("" if symmetric else " and a 4-bit zero"))
+    grouped = re.fullmatch(r"int([2348])_g(\d{1,5}|channel)(_sym)?", key)
+    if grouped:  # a checkpoint's integers in its own groups: an fp16 scale each, and a zero of as many bits unless symmetric
+        bits, symmetric = int(grouped.group(1)), bool(grouped.group(3))
+        per_channel = grouped.group(2) == "channel"
+        # one group per output channel holds in_features weights: 4,096 taken (2,048-16,384: <0.1% of the bytes)
+        size = PER_CHANNEL_GROUP if per_channel else int(grouped.group(2))
+        if size == 0:
+            raise unknown("weights dtype", name, [*WEIGHT_FORMATS, "auto", "intB_gN[_sym]"], "--weights-dtype")
+        return WeightFormat(key, bits, 16 if symmetric else 16 + bits, size, False,
+                            f"int{bits} in groups of " + ("one output channel" if per_channel else str(size))
+                            + " with an fp16 scale" + ("" if symmetric else f" and a {bits}-bit zero"))
     if key not in WEIGHT_FORMATS:
         raise unknown("weights dtype", name, [*WEIGHT_FORMATS, "auto"], "--weights-dtype")
     return WEIGHT_FORMATS[key]
@@ -91,18 +109,85 @@ class WeightBytes:
     vision_bytes: int
     layers_bytes: int
     buffers_bytes: int  # model buffers allocated with the weights (the rotary cos/sin cache)
+    allocator_bytes: int = 0  # segment ends the caching allocator counts with the largest tensors
 
     @property
     def total_bytes(self) -> int:
-        return self.embedding_bytes + self.lm_head_bytes + self.vision_bytes + self.layers_bytes + self.buffers_bytes
+        return (self.embedding_bytes + self.lm_head_bytes + self.vision_bytes + self.layers_bytes
+                + self.buffers_bytes + self.allocator_bytes)
+
+
+# vLLM pads the vocabulary of its embedding and lm_head to a multiple of 64
+# (vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE) before splitting it over TP ranks.
+VOCAB_PADDING = 64
+# PyTorch's caching allocator (c10/cuda/CUDACachingAllocator.cpp): kMinLargeAlloc, kRoundLarge, kSmallSize.
+OWN_SEGMENT_MIN_BYTES = 10 * 2**20
+SEGMENT_ROUNDING_BYTES = 2 * 2**20
+UNSPLIT_END_MAX_BYTES = 2**20
+
+
+def padded_vocab(vocab: int) -> int:
+    return cdiv(vocab, VOCAB_PADDING) * VOCAB_PADDING
+
+
+def segment_end_bytes(size: int, max_split_bytes: int | None) -> int:
+    """What the caching allocator counts beyond one tensor of `size` bytes that gets a segment of its own:
+    the segment's end past the tensor, rounded to 2 MiB, unless that end is over 1 MiB and the tensor is
+    below max_split_size (then the end is split off as a free block)."""
+    if size < OWN_SEGMENT_MIN_BYTES:
+        return 0
+    end = cdiv(size, SEGMENT_ROUNDING_BYTES) * SEGMENT_ROUNDING_BYTES - size
+    splits = end > UNSPLIT_END_MAX_BYTES and (max_split_bytes is None or size < max_split_bytes)
+    return 0 if splits else end
+
+
+def large_weight_tensors(shape: ModelShape, fmt: WeightFormat, tp: int, layers: range, first_stage: bool,
+                         last_stage: bool) -> list[int]:
+    """Bytes of the weight tensors vLLM builds that can take a segment of their own, one GPU's share: the
+    embedding and lm_head (vocabulary padded), each layer's merged q/k/v and o projections (attention with
+    per-head K and V), merged gate/up and down (dense MLP and shared experts) and the two stacked expert
+    tensors, each with its scales beside it. MLA, low-rank and recurrent projections and vision towers are
+    left out."""
+    dense = DTYPE_BYTES[shape.serving_dtype]
+    linear = WEIGHT_FORMATS[shape.serving_dtype] if fmt.experts_only else fmt
+    attention = (linear if fmt.attention_format is None else
+                 WEIGHT_FORMATS[shape.serving_dtype if fmt.attention_in_model_dtype else fmt.attention_format])
+
+    def stored(f: WeightFormat, params: int) -> list[int]:
+        values = cdiv(params * f.bits, 8)
+        return [values, f.bytes_for(params) - values]
+
+    sizes = []
+    vocab = cdiv(padded_vocab(shape.vocab_size), tp) * shape.hidden_size * dense
+    if first_stage:
+        sizes.append(vocab)
+    if last_stage and (shape.lm_head_params or not first_stage):
+        sizes.append(vocab)
+    matrices = 3 if shape.gated_mlp else 2
+    for i in layers:
+        p, kind = shape.layer_params[i], shape.layer_kinds[i]
+        heads, kv_heads, head_dim = shape.num_attention_heads, shape.kv_heads_of(i), shape.head_dim_of(i)
+        projections = (2 * heads + 2 * kv_heads) * head_dim * shape.hidden_size
+        # q/k/v and o where the layer's attention parameters are those (biases and norms aside); other
+        # projections (MLA's, MiniCPM3's low-rank ones) are left out
+        if kind in ("full", "sliding", "chunked") and abs(p.attention - projections) <= p.attention // 100:
+            heads_tp, kv_tp = cdiv(heads, tp), max(1, kv_heads // tp)
+            sizes += stored(attention, (heads_tp + 2 * kv_tp) * head_dim * shape.hidden_size)
+            sizes += stored(attention, heads_tp * head_dim * shape.hidden_size)
+        for params, f in ((p.mlp, linear), (p.experts, fmt)):
+            if params:
+                part = cdiv(params, tp * matrices)
+                sizes += stored(f, (matrices - 1) * part) + stored(f, part)
+    return sizes
 
 
 def weight_bytes(shape: ModelShape, fmt: WeightFormat, tp: int, layers: range, first_stage: bool,
-                 last_stage: bool, vision: bool = True) -> WeightBytes:
+                 last_stage: bool, vision: bool = True, allocator: WeightAllocatorModel | None = None) -> WeightBytes:
     """Weights one GPU holds: its share (1/tp) of the stage's layers, embeddings on the first
     stage, the lm_head on the last; norms, routers and embeddings stay in the model dtype. A
     multimodal model's vision encoder sits on the first stage unless it is served text-only
-    (`vision` False: vLLM's --language-model-only builds no tower)."""
+    (`vision` False: vLLM's --language-model-only builds no tower). With the engine's `allocator`, the
+    segment ends the caching allocator counts with the largest tensors are added."""
     dense = DTYPE_BYTES[shape.serving_dtype]
     linear = WEIGHT_FORMATS[shape.serving_dtype] if fmt.experts_only else fmt
     layer_total = 0
@@ -116,12 +201,17 @@ def weight_bytes(shape: ModelShape, fmt: WeightFormat, tp: int, layers: range, f
             layer_total += attention.bytes_for(cdiv(p.attention, tp)) + linear.bytes_for(cdiv(p.mlp, tp))
         layer_total += fmt.bytes_for(cdiv(p.experts, tp))
         layer_total += cdiv(p.other, tp) * dense
-    embedding = cdiv(shape.embedding_params, tp) * dense if first_stage else 0
-    lm_head = cdiv(shape.lm_head_params, tp) * dense if last_stage else 0
+    vocab = cdiv(padded_vocab(shape.vocab_size), tp) * shape.hidden_size * dense
+    embedding = vocab if first_stage else 0
+    lm_head = vocab if last_stage and shape.lm_head_params else 0
     if shape.lm_head_params == 0 and last_stage and not first_stage:
-        lm_head = cdiv(shape.embedding_params, tp) * dense  # a tied head still needs its copy on the last stage
+        lm_head = vocab  # a tied head still needs its copy on the last stage
     vision = cdiv(shape.vision_params, tp) * dense if first_stage and vision else 0
-    return WeightBytes(embedding, lm_head, vision, layer_total, rotary_cache_bytes(shape) if len(layers) else 0)
+    ends = 0
+    if allocator is not None:
+        ends = sum(segment_end_bytes(size, allocator.max_split_bytes)
+                   for size in large_weight_tensors(shape, fmt, tp, layers, first_stage, last_stage))
+    return WeightBytes(embedding, lm_head, vision, layer_total, rotary_cache_bytes(shape) if len(layers) else 0, ends)
 
 
 @dataclass(frozen=True)
@@ -242,9 +332,11 @@ def rotary_cache_bytes(shape: ModelShape) -> int:
     the model builds (one per layer type where the config gives each its own: Gemma 3's local and global);
     linear scaling caches max_position × factor positions (linear_scaling_rope.py)."""
     positions = 0
-    for kind, factor, _ in shape.rope_scalings or (("default", None, None),):
+    for kind, factor, original in shape.rope_scalings or (("default", None, None),):
         scale = factor if kind == "linear" and factor and factor > 1 else 1
         positions += int(shape.max_position_embeddings * scale)
+        if kind == "longrope":  # a short cache of the pretraining length beside the long one (phi3_long_rope_scaled_rope.py)
+            positions += original or shape.original_max_position_embeddings or shape.max_position_embeddings
     return positions * shape.rotary_dim * DTYPE_BYTES[shape.serving_dtype]
 
 

@@ -276,8 +276,8 @@ def _pool(engine: Engine, layout: CacheLayout, block_size: int, mnbt: int, pp: i
 
 
 @lru_cache(maxsize=4096)
-def _weights(shape, wfmt, tp, stage, first, last, vision=True) -> int:
-    return weight_bytes(shape, wfmt, tp, stage, first, last, vision).total_bytes
+def _weights(shape, wfmt, tp, stage, first, last, vision=True, allocator=None) -> int:
+    return weight_bytes(shape, wfmt, tp, stage, first, last, vision, allocator).total_bytes
 
 
 @lru_cache(maxsize=4096)
@@ -462,7 +462,9 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
     wfmt = resolve_weights_dtype(s.weights_dtype, shape)
     first, last = index == 0, index == num_stages - 1
     # Per-tensor KV scales are attention-layer parameters, loaded with the weights.
-    weights = (_weights(shape, wfmt, tp, stage, first, last, not s.language_model_only) + layout.parameter_bytes()
+    allocator = engine.release.weight_allocator if engine.release is not None else None
+    weights = (_weights(shape, wfmt, tp, stage, first, last, not s.language_model_only, allocator)
+               + layout.parameter_bytes()
                + s.extra_weights_bytes)
     run, rules = profiling_model(engine)
     runner = model_runner(engine, shape)

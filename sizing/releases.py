@@ -75,6 +75,14 @@ class ProfilingRunModel(_Strict):
         return self
 
 
+class WeightAllocatorModel(_Strict):
+    """How PyTorch's caching allocator counts the weights the engine loads: a tensor of 10 MiB or more gets a
+    segment of its own rounded up to 2 MiB, and keeps the segment's end unless that is over 1 MiB and the
+    tensor below max_split_size, which the engine may lower while it loads (docs/formulas.md, 'Weights')."""
+
+    max_split_bytes: int | None = Field(default=None, ge=20 * 2**20)  # None: PyTorch's default (no limit)
+
+
 class NonTorchModel(_Strict):
     single_gpu_bytes: int = Field(ge=0)
     # on one GPU under the V2 model runner, where it differs from the V1 runner's (None: the same)
@@ -256,6 +264,8 @@ class Release(_Strict):
     model_runners: ModelRunnerRule | None = None  # None: every model runs on the V1 runner
     activation_v2: ProfilingRunModel | None = None  # the V2 runner's profiling run
     non_torch: NonTorchModel | None = None  # None: the newest vLLM release's measured figures
+    # the allocator's count of the loaded weights; None: the weights are their tensors' bytes
+    weight_allocator: WeightAllocatorModel | None = None
     cuda_graphs: CudaGraphModel | None = None
     cuda_graph_estimate: CudaGraphEstimateModel | None = None  # None: the fixed cuda_graphs figures
     # How vLLM's "GPU KV cache size: N tokens" line is computed: num_blocks // groups x block size

@@ -516,10 +516,14 @@ def _resolve(raw: dict[str, Any], raw_text: dict[str, Any], parsed: Any, rejecte
     embedding = vocab * hidden
     quant = f.get("quantization_config")
     quant_method = quant.get("quant_method") if isinstance(quant, dict) else None
-    scheme = {"compressed-tensors": _compressed_tensors_scheme, "modelopt": _modelopt_scheme}.get(str(quant_method))
+    scheme = QUANTIZATION_SCHEMES.get(str(quant_method))
     if scheme is None and quant_method is None and isinstance(quant, dict) and "quant_algo" in quant:
         scheme = _modelopt_scheme  # ModelOpt's exports that name only their quant_algo
     ct_format, ct_attention, ct_mlp_unquantized = scheme(quant, num_layers) if scheme else (None, None, False)
+    if quant_method is not None and str(quant_method) not in FORMAT_FREE_METHODS and ct_format is None:
+        notes.append(f"config.json quantization_config: quant_method {quant_method!r} with these settings is not a "
+                     f"scheme kvsize reads ({', '.join(sorted([*QUANTIZATION_SCHEMES, *FORMAT_FREE_METHODS]))}); "
+                     "the weights are sized in the model dtype: give the checkpoint's with --weights-dtype")
     vision = _vision_params(raw.get("vision_config"))
     return ModelShape(
         model_type=model_type,
@@ -979,6 +983,35 @@ def _compressed_tensors_scheme(quant: dict, num_layers: int) -> Scheme:
     return (fmt, *_unquantized_modules(quant.get("ignore"), num_layers))
 
 
+def _gptq_awq_scheme(quant: dict, num_layers: int) -> Scheme:
+    """GPTQ and AWQ checkpoints (and AutoRound's GPTQ-style exports): `bits` (AWQ's older `w_bit`) integers
+    per weight in groups of `group_size` (-1: one group per output channel), an fp16 scale per group, and a
+    zero point of as many bits unless symmetric (GPTQ's `sym`, AWQ without `zero_point`): the bytes vLLM's
+    Marlin kernels keep (gptq_marlin drops a symmetric checkpoint's qzeros). The modules AWQ's
+    `modules_to_not_convert` (or bitsandbytes-style `llm_int8_skip_modules`) names stay in the model dtype."""
+    bits = quant.get("bits", quant.get("w_bit"))
+    size = quant.get("group_size", quant.get("q_group_size", 128))
+    if not isinstance(bits, int) or isinstance(bits, bool) or bits not in (2, 3, 4, 8):
+        return None, None, False
+    if not isinstance(size, int) or isinstance(size, bool) or not (size == -1 or 0 < size <= 99999):
+        return None, None, False
+    symmetric = bool(quant.get("sym", True)) if "zero_point" not in quant else not quant.get("zero_point")
+    fmt = f"int{bits}_g{'channel' if size == -1 else size}" + ("_sym" if symmetric else "")
+    return (fmt, *_unquantized_modules(quant.get("modules_to_not_convert"), num_layers))
+
+
+def _bitsandbytes_scheme(quant: dict, num_layers: int) -> Scheme:
+    """bitsandbytes checkpoints: 4-bit (NF4 or FP4) with an absmax per 64 weights, fp32 or, double-quantized,
+    8-bit; or LLM.int8 (int8 with an fp32 scale per row). `llm_int8_skip_modules` stays in the model dtype."""
+    if quant.get("load_in_4bit") is True:
+        fmt = "bnb4_dq" if quant.get("bnb_4bit_use_double_quant") is True else "bnb4"
+    elif quant.get("load_in_8bit") is True:
+        fmt = "bnb8"
+    else:
+        return None, None, False
+    return (fmt, *_unquantized_modules(quant.get("llm_int8_skip_modules"), num_layers))
+
+
 _MODELOPT_FORMATS = {"NVFP4": "nvfp4", "W4A16_NVFP4": "nvfp4", "FP8": "fp8_tensor"}
 
 
@@ -1007,6 +1040,13 @@ def _modelopt_mixed(quant: dict) -> Scheme:
         kinds["attention" if "attn" in name else "mlp"].append(fmt)
     common = {k: max(set(v), key=v.count) if v else None for k, v in kinds.items()}
     return common["mlp"], common["attention"], False
+
+
+QUANTIZATION_SCHEMES = {"compressed-tensors": _compressed_tensors_scheme, "modelopt": _modelopt_scheme,
+                        "gptq": _gptq_awq_scheme, "awq": _gptq_awq_scheme, "auto-round": _gptq_awq_scheme,
+                        "bitsandbytes": _bitsandbytes_scheme}
+# quant_methods whose format the method's name gives (sizing/memory.py _QUANT_METHODS)
+FORMAT_FREE_METHODS = ("fp8", "mxfp4")
 
 
 def _unquantized_modules(ignore: Any, num_layers: int) -> tuple[str | None, bool]:

@@ -52,7 +52,8 @@ class Start(BaseModel):
     context: Literal["serve", "llm"]
     args: dict
     log: str
-    status: Literal["sized", "failed", "timeout"]
+    # unrepresentative: sized, but not as the checkpoint would load (a dummy-weights artefact the reason names)
+    status: Literal["sized", "failed", "timeout", "unrepresentative"]
     printed: Printed
     reason: str | None = None
 

@@ -77,7 +77,7 @@ def test_a_report_with_its_measured_figures_raised_10_percent_is_rejected(path):
                 if key in point:
                     point[key] = point[key] * 1.1
                     raised += 1
-            for key in ("weights_bytes", "activation_bytes", "non_torch_bytes", "num_blocks"):
+            for key in ("weights_bytes", "weights_tensor_bytes", "activation_bytes", "non_torch_bytes", "num_blocks"):
                 if key in point.get("measured", {}):
                     point["measured"][key] = int(point["measured"][key] * 1.1)
                     raised += 1
@@ -396,3 +396,54 @@ def test_a_report_computed_without_a_gpu_fails_kvsize_validate(tmp_path, capsys)
     assert main(["validate", str(path)]) == 1
     err = capsys.readouterr().err
     assert "device 'cpu' is no NVIDIA GPU" in err and "Traceback" not in err
+
+
+MINICPM3 = ROOT / "measure" / "reports" / "h200-harness-minicpm3-4b.json"
+
+
+def test_the_harness_reads_the_weight_tensors_apart_from_the_allocator():
+    # MiniCPM3-4B's replica on an H200: 749 tensors of 8,147,752,072 B, which the allocator counted as
+    # 8,312,314,368 B (each 31.25 MiB MLP projection keeps the 0.75 MiB end of its 32 MiB segment);
+    # kvsize's tensors are within 0.5% of the first, the figure vLLM's budget takes is the second
+    from measure.validate import allocator_slack_bytes
+
+    point = LOADED[MINICPM3]["capacity"][0]
+    m, sizes = point["measured"], point["weight_tensor_sizes_bytes"]
+    assert sum(sizes) == m["weights_tensor_bytes"] < m["weights_bytes"]
+    assert m["weights_bytes"] - m["weights_tensor_bytes"] <= sum(allocator_slack_bytes(s) for s in sizes)
+    assert check_report(LOADED[MINICPM3]) == []
+
+
+@pytest.mark.parametrize("tamper, message", [
+    (lambda p: p["weight_tensor_sizes_bytes"].__setitem__(0, p["weight_tensor_sizes_bytes"][0] + 512), "weight tensors hold"),
+    (lambda p: p.pop("weight_tensor_sizes_bytes"), "without the size of each weight tensor"),
+    (lambda p: p["measured"].__setitem__("weights_tensor_bytes", p["measured"]["weights_bytes"] + 1), "weight tensors hold"),
+])
+def test_a_weight_tensor_figure_that_does_not_add_up_is_rejected(tamper, message):
+    bad = copy.deepcopy(LOADED[MINICPM3])
+    tamper(bad["capacity"][0])
+    assert any(message in p for p in check_report(bad))
+
+
+def test_an_allocator_figure_beyond_what_rounding_can_add_is_rejected():
+    from measure.validate import allocator_slack_bytes
+
+    bad = copy.deepcopy(LOADED[MINICPM3])
+    point = bad["capacity"][0]
+    sizes = point["weight_tensor_sizes_bytes"]
+    point["measured"]["weights_bytes"] = point["measured"]["weights_tensor_bytes"] + sum(
+        allocator_slack_bytes(s) for s in sizes) + 1
+    assert any("allocator counted" in p for p in check_report(bad))
+    # and below the tensors themselves
+    point["measured"]["weights_bytes"] = point["measured"]["weights_tensor_bytes"] - 1
+    assert any("allocator counted" in p for p in check_report(bad))
+
+
+def test_allocator_slack_follows_the_caching_allocators_rules():
+    # c10/cuda/CUDACachingAllocator.cpp: requests round up to 512 B; an unsplit end is under 512 B in the
+    # small pool (up to 1 MiB), up to 1 MiB in the large pool
+    from measure.validate import allocator_slack_bytes
+
+    assert allocator_slack_bytes(4) == 508 + 511
+    assert allocator_slack_bytes(2**20) == 511
+    assert allocator_slack_bytes(32_768_000) == 2**20

@@ -85,3 +85,60 @@ def test_modelopt_mixed_precision_reads_each_kind_of_module():
     # attention at 8 bits rather than 4.5: the layers weigh more than all-NVFP4 and less than all-FP8
     assert weight_bytes(shape, resolve_weights_dtype("nvfp4", shape), 1, layers, True, True).layers_bytes < mixed
     assert mixed < weight_bytes(shape, resolve_weights_dtype("fp8", shape), 1, layers, True, True).layers_bytes
+
+
+def _with_quantization(tmp_path, quant, base="tests/fixtures/vllm-starts/configs/qwen3-8b.json"):
+    config = json.loads(open(base).read())
+    config["quantization_config"] = quant
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    return load_model(str(path))[1]
+
+
+@pytest.mark.parametrize("quant, name, bits, scale_bits, group", [
+    # Qwen's AWQ releases: bits 4, group_size 128, zero_point true (a 4-bit zero beside the fp16 scale)
+    ({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"},
+     "int4_g128", 4, 20, 128),
+    # GPTQ int8, symmetric: vLLM's Marlin/Machete kernels keep no zeros (auto_gptq.py TYPE_MAP uint8b128)
+    ({"quant_method": "gptq", "bits": 8, "group_size": 128, "sym": True, "desc_act": False},
+     "int8_g128_sym", 8, 16, 128),
+    ({"quant_method": "gptq", "bits": 4, "group_size": 32, "sym": False}, "int4_g32", 4, 20, 32),
+    # group_size -1: one scale per output channel (4,096 in_features taken)
+    ({"quant_method": "gptq", "bits": 4, "group_size": -1, "sym": True}, "int4_gchannel_sym", 4, 16, 4096),
+    # AutoAWQ's older keys
+    ({"quant_method": "awq", "w_bit": 4, "q_group_size": 64, "zero_point": True}, "int4_g64", 4, 20, 64),
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}, "bnb4", 4, 32, 64),
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_use_double_quant": True}, "bnb4_dq", 4, 8, 64),
+    ({"quant_method": "bitsandbytes", "load_in_8bit": True}, "bnb8", 8, 32, 4096),
+])
+def test_integer_checkpoints_are_read_from_their_settings(tmp_path, quant, name, bits, scale_bits, group):
+    shape = _with_quantization(tmp_path, quant)
+    assert shape.weights_quantization_format == name and not shape.notes
+    fmt = resolve_weights_dtype("auto", shape)
+    assert (fmt.bits, fmt.scale_bits, fmt.group) == (bits, scale_bits, group)
+
+
+def test_a_gptq_int8_checkpoint_is_twice_an_int4_one(tmp_path):
+    # before kvsize read `bits`, every GPTQ checkpoint was sized as int4
+    int8 = _with_quantization(tmp_path, {"quant_method": "gptq", "bits": 8, "group_size": 128, "sym": True})
+    int4 = _with_quantization(tmp_path, {"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True})
+    linear = sum(p.attention + p.mlp for p in int8.layer_params)
+
+    def total(shape):
+        return weight_bytes(shape, resolve_weights_dtype("auto", shape), 1, range(shape.num_layers), True, True).total_bytes
+
+    assert total(int8) - total(int4) == pytest.approx(linear / 2, rel=0.001)
+
+
+@pytest.mark.parametrize("quant", [
+    {"quant_method": "hqq", "nbits": 4},
+    {"quant_method": "gptq", "bits": 5, "group_size": 128},
+    {"quant_method": "gptq", "bits": 4, "group_size": "128"},
+    {"quant_method": "bitsandbytes"},
+])
+def test_a_scheme_kvsize_does_not_read_is_said_not_guessed(tmp_path, quant):
+    # the weights stay in the model dtype, and the estimate says so and which setting gives the format
+    shape = _with_quantization(tmp_path, quant)
+    assert shape.weights_quantization_format is None
+    assert any(repr(quant["quant_method"]) in n and "--weights-dtype" in n for n in shape.notes)
+    assert resolve_weights_dtype("auto", shape).name == "bf16"

@@ -196,16 +196,22 @@ def test_the_readme_quotes_the_accuracy_page():
 
 
 def test_every_config_a_start_ran_cites_its_source():
-    # configs/SOURCES.md: each config equals the cited fixture or profile field for field
+    # configs/SOURCES.md: each config equals the cited fixture or profile field for field; a quantized
+    # checkpoint's config ("BASE+quantization_config") is its base config with that block added
     import re
 
     root = CORPUS.parents[2]
     rows = dict(re.findall(r"^\| (\S+\.json) \| (\S+) \| .+ \|$", (CORPUS / "configs" / "SOURCES.md").read_text(), re.M))
     for config in sorted((CORPUS / "configs").glob("*.json")):
         assert config.name in rows, config.name
-        cited = json.loads((root / rows[config.name]).read_text())
-        expected = cited["config"] if rows[config.name].startswith("profiles/") else cited
-        assert json.loads(config.read_text()) == expected, config.name
+        cited_path, _, added = rows[config.name].partition("+")
+        cited = json.loads((root / cited_path).read_text())
+        expected = cited["config"] if cited_path.startswith("profiles/") else cited
+        found = json.loads(config.read_text())
+        if added:
+            assert added == "quantization_config" and "quantization_config" not in expected
+            found.pop(added)
+        assert found == expected, config.name
 
 
 def test_an_open_residual_is_said_in_the_estimate():

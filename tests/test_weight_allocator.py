@@ -1,0 +1,81 @@
+"""The weights as the engine counts them: PyTorch's caching allocator keeps a segment's end with a large
+tensor (vLLM 0.21+ loads under max_split_size 20 MiB), vLLM pads the vocabulary to 64 and keeps a longrope
+model's short and long caches. Held against the allocator's own snapshot of a real vLLM load."""
+
+import json
+
+import pytest
+
+from conftest import ROOT
+from sizing.memory import (large_weight_tensors, padded_vocab, resolve_weights_dtype, segment_end_bytes,
+                           weight_bytes)
+from sizing.profiles import load_model
+from sizing.releases import find_release
+from sizing.units import GiB, MiB
+
+SNAPSHOT = json.loads((ROOT / "tests/fixtures/allocator/vllm-0.26.0-h200-minicpm3-4b-load.json").read_text())
+MAX_SPLIT = 20 * MiB  # vllm/v1/worker/gpu_worker.py load_model: _scoped_allocator_max_split(max_split_size_mb=20)
+
+
+def test_a_large_tensor_keeps_its_segment_end_exactly_as_the_allocator_did():
+    # every block of 10 MiB or more in vLLM 0.26.0's MiniCPM3-4B load (62 gate_up of 62.5 MiB, 62 down of
+    # 31.25 MiB, the 358.75 MiB embedding, the 12.5 MiB o_proj): what the allocator held beyond the request
+    large = [(size, requested) for size, requested in SNAPSHOT["blocks"] if requested >= 10 * MiB]
+    assert len(large) >= 62 * 3
+    for size, requested in large:
+        assert segment_end_bytes(requested, MAX_SPLIT) == size - requested, (size, requested)
+
+
+def test_below_max_split_an_end_over_1_mib_is_split_off():
+    # 12.5 MiB in a 14 MiB segment: the 1.5 MiB end is split off (the load's o_proj blocks are 13,107,200 B)
+    assert segment_end_bytes(13_107_200, MAX_SPLIT) == 0
+    assert segment_end_bytes(13_107_200, None) == 0
+    # at or above max_split nothing is split: 62.5 MiB keeps its 1.5 MiB end; PyTorch's default splits it
+    assert segment_end_bytes(65_536_000, MAX_SPLIT) == int(1.5 * MiB)
+    assert segment_end_bytes(65_536_000, None) == 0
+    # an end of 1 MiB or less always stays with the tensor; below 10 MiB a tensor shares a 20 MiB segment
+    assert segment_end_bytes(32_768_000, None) == int(0.75 * MiB)
+    assert segment_end_bytes(9 * MiB + 1, MAX_SPLIT) == 0
+
+
+def test_minicpm3_weights_are_what_vllm_loaded():
+    # vLLM 0.26.0 printed "Model loading took 7.73 GiB" (tests/fixtures/vllm-starts h200-0.26.0-minicpm3-4b);
+    # the allocator held 8,303,306,240 B of blocks for 8,152,315,876 B of tensors (the snapshot)
+    shape = load_model("tests/fixtures/vllm-starts/configs/minicpm3-4b.json")[1]
+    fmt = resolve_weights_dtype("auto", shape)
+    w = weight_bytes(shape, fmt, 1, range(shape.num_layers), True, True, True,
+                     find_release("vllm", "0.26.0").weight_allocator)
+    tensors = w.total_bytes - w.allocator_bytes
+    requested = sum(r for _, r in SNAPSHOT["blocks"])
+    held = sum(s for s, _ in SNAPSHOT["blocks"])
+    assert abs(tensors - requested) / requested < 0.001
+    assert abs(w.total_bytes - held) / held < 0.001
+    assert round(w.total_bytes / GiB, 2) == 7.73
+    # the ends kvsize counts are the large blocks' (the rest, 1-10 MiB tensors reusing split-off ends, is
+    # what it leaves out: a few MB here)
+    large_ends = sum(s - r for s, r in SNAPSHOT["blocks"] if r >= 10 * MiB)
+    assert w.allocator_bytes == large_ends
+    assert held - requested - large_ends < 4 * MiB
+
+
+def test_releases_before_the_scoped_max_split_keep_pytorchs_default():
+    # PR #41268 is in the 0.22.1 and 0.26.0 sources, not in 0.20.0
+    assert find_release("vllm", "0.20.0").weight_allocator.max_split_bytes is None
+    assert find_release("vllm", "0.22.1").weight_allocator.max_split_bytes == MAX_SPLIT
+    assert find_release("vllm", "0.26.0").weight_allocator.max_split_bytes == MAX_SPLIT
+
+
+@pytest.mark.parametrize("vocab, padded", [(73448, 73472), (128256, 128256), (151936, 151936), (32001, 32064)])
+def test_the_vocabulary_is_padded_to_64(vocab, padded):
+    # vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE = 64 (MiniCPM3's 73,448 rows load as 73,472)
+    assert padded_vocab(vocab) == padded
+
+
+def test_large_tensors_follow_vllms_merged_projections():
+    # Llama-3.1-8B at TP 1: qkv 6,144 x 4,096 and o 4,096 x 4,096, gate_up 28,672 x 4,096 and down, bf16;
+    # all whole multiples of 2 MiB, so no end is kept (its loads print 14.99 GiB, kvsize's parameters + RoPE)
+    shape = load_model("tests/fixtures/vllm-starts/configs/llama-3.1-8b.json")[1]
+    sizes = large_weight_tensors(shape, resolve_weights_dtype("auto", shape), 1, range(1), True, False)
+    values = sorted(s for s in sizes if s)
+    assert values == sorted([128256 * 4096 * 2, 6144 * 4096 * 2, 4096 * 4096 * 2, 28672 * 4096 * 2, 14336 * 4096 * 2])
+    assert sum(segment_end_bytes(s, MAX_SPLIT) for s in sizes) == 0
