@@ -27,6 +27,10 @@ class WeightFormat:
     # the checkpoint's attention projections in another format: a WEIGHT_FORMATS key (FP8 in ModelOpt's mixed
     # precision) or MODEL_DTYPE where they are left unquantized; None: the linear layers' format
     attention_format: str | None = None
+    zero_bits: int = 0  # of scale_bits, the zero point's (asymmetric integer formats)
+    # the engine's dense linear kernel keeps each zero point in this many bits (Machete on Hopper: the
+    # activation dtype, pre-multiplied by the scale); None: as stored, zero_bits; experts keep zero_bits
+    linear_zero_bits: int | None = None
 
     @property
     def attention_in_model_dtype(self) -> bool:
@@ -51,7 +55,8 @@ WEIGHT_FORMATS = {
                           "NVFP4: E2M1 values with an FP8 E4M3 scale per 16 (compressed-tensors float 4-bit, group 16)"),
     "int8": WeightFormat("int8", 8, 16, 128, False, "int8 with an fp16 scale per 128 weights (W8A16 grouped)"),
     "int4": WeightFormat("int4", 4, 20, 128, False,
-                         "int4 with an fp16 scale and a 4-bit zero point per 128 weights (GPTQ/AWQ layout)"),
+                         "int4 with an fp16 scale and a 4-bit zero point per 128 weights (GPTQ/AWQ layout)",
+                         zero_bits=4),
     "mxfp4": WeightFormat("mxfp4", 4, 8, 32, True,
                           "OCP MX FP4: E2M1 values, one E8M0 scale per 32 (gpt-oss experts)"),
     "bnb4": WeightFormat("bnb4", 4, 32, 64, False,
@@ -96,7 +101,8 @@ def _weight_format(key: str, name: str) -> WeightFormat:
             raise unknown("weights dtype", name, [*WEIGHT_FORMATS, "auto", "intB_gN[_sym]"], "--weights-dtype")
         return WeightFormat(key, bits, 16 if symmetric else 16 + bits, size, False,
                             f"int{bits} in groups of " + ("one output channel" if per_channel else str(size))
-                            + " with an fp16 scale" + ("" if symmetric else f" and a {bits}-bit zero"))
+                            + " with an fp16 scale" + ("" if symmetric else f" and a {bits}-bit zero"),
+                            zero_bits=0 if symmetric else bits)
     if key not in WEIGHT_FORMATS:
         raise unknown("weights dtype", name, [*WEIGHT_FORMATS, "auto"], "--weights-dtype")
     return WEIGHT_FORMATS[key]
@@ -141,6 +147,17 @@ def segment_end_bytes(size: int, max_split_bytes: int | None) -> int:
     return 0 if splits else end
 
 
+def linear_format(shape: ModelShape, fmt: WeightFormat) -> WeightFormat:
+    """The format of the dense linear layers (attention and MLP): the model dtype where only experts are
+    quantized, else the checkpoint's, with the zero points as the engine's kernel keeps them."""
+    if fmt.experts_only:
+        return WEIGHT_FORMATS[shape.serving_dtype]
+    if fmt.linear_zero_bits is not None and fmt.zero_bits:
+        return replace(fmt, scale_bits=fmt.scale_bits - fmt.zero_bits + fmt.linear_zero_bits,
+                       zero_bits=fmt.linear_zero_bits, linear_zero_bits=None)
+    return fmt
+
+
 def large_weight_tensors(shape: ModelShape, fmt: WeightFormat, tp: int, layers: range, first_stage: bool,
                          last_stage: bool) -> list[int]:
     """Bytes of the weight tensors vLLM builds that can take a segment of their own, one GPU's share: the
@@ -149,7 +166,7 @@ def large_weight_tensors(shape: ModelShape, fmt: WeightFormat, tp: int, layers: 
     tensors, each with its scales beside it. MLA, low-rank and recurrent projections and vision towers are
     left out."""
     dense = DTYPE_BYTES[shape.serving_dtype]
-    linear = WEIGHT_FORMATS[shape.serving_dtype] if fmt.experts_only else fmt
+    linear = linear_format(shape, fmt)
     attention = (linear if fmt.attention_format is None else
                  WEIGHT_FORMATS[shape.serving_dtype if fmt.attention_in_model_dtype else fmt.attention_format])
 
@@ -189,7 +206,7 @@ def weight_bytes(shape: ModelShape, fmt: WeightFormat, tp: int, layers: range, f
     (`vision` False: vLLM's --language-model-only builds no tower). With the engine's `allocator`, the
     segment ends the caching allocator counts with the largest tensors are added."""
     dense = DTYPE_BYTES[shape.serving_dtype]
-    linear = WEIGHT_FORMATS[shape.serving_dtype] if fmt.experts_only else fmt
+    linear = linear_format(shape, fmt)
     layer_total = 0
     attention = (linear if fmt.attention_format is None else
                  WEIGHT_FORMATS[shape.serving_dtype if fmt.attention_in_model_dtype else fmt.attention_format])

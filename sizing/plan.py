@@ -14,7 +14,7 @@ from .vllm_args import CUDAGRAPH_MODES
 from .memory import ActivationEstimate, cuda_graph_estimate, profiling_peak, resolve_weights_dtype, weight_bytes
 from .releases import find_release
 from .support import support
-from .shape import DTYPE_NAMES, ModelShape, with_mtp_layers
+from .shape import DTYPE_BYTES, DTYPE_NAMES, ModelShape, with_mtp_layers
 from .units import GiB, MiB, ceil_fraction
 
 # NVML's total less CUDA's, measured on the H100 80GB HBM3 (85,520,809,984 − 85,017,493,504 B).
@@ -460,6 +460,8 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
     pool = _pool(engine, layout, block_size, s.max_num_batched_tokens, s.pipeline_parallel_size)
 
     wfmt = resolve_weights_dtype(s.weights_dtype, shape)
+    if engine.release is not None and s.gpu_architecture in engine.release.activation_dtype_zero_points_on:
+        wfmt = replace(wfmt, linear_zero_bits=8 * DTYPE_BYTES[shape.serving_dtype])
     first, last = index == 0, index == num_stages - 1
     # Per-tensor KV scales are attention-layer parameters, loaded with the weights.
     allocator = engine.release.weight_allocator if engine.release is not None else None

@@ -266,6 +266,9 @@ class Release(_Strict):
     non_torch: NonTorchModel | None = None  # None: the newest vLLM release's measured figures
     # the allocator's count of the loaded weights; None: the weights are their tensors' bytes
     weight_allocator: WeightAllocatorModel | None = None
+    # GPU architectures where the dense linear kernel for asymmetric integer weights keeps each zero point
+    # in the activation dtype, pre-multiplied by its scale (Machete on sm90), not packed as stored
+    activation_dtype_zero_points_on: frozenset[str] = frozenset()
     cuda_graphs: CudaGraphModel | None = None
     cuda_graph_estimate: CudaGraphEstimateModel | None = None  # None: the fixed cuda_graphs figures
     # How vLLM's "GPU KV cache size: N tokens" line is computed: num_blocks // groups x block size

@@ -79,3 +79,27 @@ def test_large_tensors_follow_vllms_merged_projections():
     values = sorted(s for s in sizes if s)
     assert values == sorted([128256 * 4096 * 2, 6144 * 4096 * 2, 4096 * 4096 * 2, 28672 * 4096 * 2, 14336 * 4096 * 2])
     assert sum(segment_end_bytes(s, MAX_SPLIT) for s in sizes) == 0
+
+
+def test_machete_keeps_awq_zero_points_in_the_activation_dtype_on_hopper_only():
+    # Qwen3-8B with Qwen's AWQ block: vLLM 0.26.0 on an H200 logged "Using MacheteLinearKernel for
+    # AutoAWQMarlinLinearMethod" and "Model loading took 5.82 GiB" (h200-0.26.0-qwen3-8b-awq); Machete's
+    # transform_w_zp stores -scale x zero in bf16: 16 bits a group of 128 where the checkpoint packs 4
+    from dataclasses import replace
+
+    from sizing.plan import Scenario, estimate
+
+    shape = load_model("tests/fixtures/vllm-starts/configs/qwen3-8b-awq.json")[1]
+    fmt = resolve_weights_dtype("auto", shape)
+    assert (fmt.name, fmt.zero_bits) == ("int4_g128", 4)
+    base = Scenario("qwen3-8b-awq", shape, "h200", 150_109_880_320, engine="vllm@0.26.0", max_model_len=8192,
+                    gpu_architecture="sm90")
+    hopper = estimate(base).breakdown.weights_bytes
+    ampere = estimate(replace(base, gpu_architecture="sm80")).breakdown.weights_bytes
+    linear = sum(p.attention + p.mlp for p in shape.layer_params)
+    assert hopper - ampere == pytest.approx(linear / 128 * 12 / 8, rel=0.001)
+    assert round(hopper / GiB, 2) == pytest.approx(5.82, abs=0.06)
+    # symmetric GPTQ has no zeros to keep: the same on both
+    gptq = load_model("tests/fixtures/vllm-starts/configs/qwen3-8b-gptq-int8.json")[1]
+    sym = replace(base, model_name="qwen3-8b-gptq-int8", shape=gptq)
+    assert estimate(sym).breakdown.weights_bytes == estimate(replace(sym, gpu_architecture="sm80")).breakdown.weights_bytes
