@@ -1,6 +1,6 @@
 """Write the plans of real vLLM starts that make tests/fixtures/vllm-starts (one JSON list a machine).
 
-usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200|architectures|checkpoints|compile-cache|integer-checkpoints > plan.json
+usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200|architectures|checkpoints|compile-cache|integer-checkpoints|one-h100 > plan.json
 Every start is an EngineArgs dict on a config in tests/fixtures/vllm-starts/configs/, in vLLM's
 `vllm serve` usage context unless it says `llm`. Starts whose config is not there are left out.
 """
@@ -212,11 +212,24 @@ def integer_checkpoints():
     ]
 
 
+def one_h100():
+    """The tenth batch, one H100: the integer checkpoints and the models whose weights the allocator's segment
+    ends moved (MiniCPM3, Falcon, gpt-oss) on the other GPU."""
+    r26 = "0.26.0"
+    return [
+        start(r26, "qwen3-8b-awq"),
+        start(r26, "minicpm3-4b", max_model_len=16384),
+        start(r26, "qwen3-8b-gptq-int8"),
+        start(r26, "falcon-7b", max_model_len=2048),
+        start(r26, "gpt-oss-20b", max_model_len=32768),
+    ]
+
+
 if __name__ == "__main__":
     plan = {"four-gpus": four_gpus, "one-gpu": one_gpu, "four-h100s": four_h100s, "two-h100s": two_h100s,
             "one-h200": one_h200, "architectures": architectures,
             "checkpoints": checkpoints, "compile-cache": compile_cache,
-            "integer-checkpoints": integer_checkpoints}[sys.argv[1]]()
+            "integer-checkpoints": integer_checkpoints, "one-h100": one_h100}[sys.argv[1]]()
     plan = [s for s in plan if (CONFIGS / Path(s["config"]).name).exists()]
     json.dump(plan, sys.stdout, indent=1)
     print()
