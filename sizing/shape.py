@@ -521,9 +521,16 @@ def _resolve(raw: dict[str, Any], raw_text: dict[str, Any], parsed: Any, rejecte
         scheme = _modelopt_scheme  # ModelOpt's exports that name only their quant_algo
     ct_format, ct_attention, ct_mlp_unquantized = scheme(quant, num_layers) if scheme else (None, None, False)
     if quant_method is not None and str(quant_method) not in FORMAT_FREE_METHODS and ct_format is None:
-        notes.append(f"config.json quantization_config: quant_method {quant_method!r} with these settings is not a "
-                     f"scheme kvsize reads ({', '.join(sorted([*QUANTIZATION_SCHEMES, *FORMAT_FREE_METHODS]))}); "
-                     "the weights are sized in the model dtype: give the checkpoint's with --weights-dtype")
+        method = str(quant_method)
+        if method in SCHEME_SETTINGS:
+            fields, allowed = SCHEME_SETTINGS[method]
+            given = ", ".join(f"{k} {_brief(quant[k])}" for k in fields if k in quant) or "none of its settings"
+            what = f"quant_method {method!r} with {given} (kvsize reads {allowed})"
+        else:
+            what = (f"quant_method {_brief(quant_method)} is not a scheme kvsize reads "
+                    f"({', '.join(sorted([*QUANTIZATION_SCHEMES, *FORMAT_FREE_METHODS]))})")
+        notes.append(f"config.json quantization_config: {what}; the weights are sized in the model dtype: give "
+                     "the checkpoint's format with --weights-dtype")
     vision = _vision_params(raw.get("vision_config"))
     return ModelShape(
         model_type=model_type,
@@ -578,6 +585,12 @@ def _resolve(raw: dict[str, Any], raw_text: dict[str, Any], parsed: Any, rejecte
         architectures=_architectures(raw),
         notes=tuple(notes),
     )
+
+
+def _brief(value: Any, limit: int = 60) -> str:
+    """A config value as a message shows it: its repr, cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def _architectures(raw: dict) -> tuple[str, ...]:
@@ -995,7 +1008,9 @@ def _gptq_awq_scheme(quant: dict, num_layers: int) -> Scheme:
         return None, None, False
     if not isinstance(size, int) or isinstance(size, bool) or not (size == -1 or 0 < size <= 99999):
         return None, None, False
-    symmetric = bool(quant.get("sym", True)) if "zero_point" not in quant else not quant.get("zero_point")
+    symmetric = quant.get("sym", True) if "zero_point" not in quant else quant.get("zero_point") is False
+    if not isinstance(symmetric, bool) or not isinstance(quant.get("zero_point", True), bool):
+        return None, None, False
     fmt = f"int{bits}_g{'channel' if size == -1 else size}" + ("_sym" if symmetric else "")
     return (fmt, *_unquantized_modules(quant.get("modules_to_not_convert"), num_layers))
 
@@ -1047,6 +1062,16 @@ QUANTIZATION_SCHEMES = {"compressed-tensors": _compressed_tensors_scheme, "model
                         "bitsandbytes": _bitsandbytes_scheme}
 # quant_methods whose format the method's name gives (sizing/memory.py _QUANT_METHODS)
 FORMAT_FREE_METHODS = ("fp8", "mxfp4")
+_INTEGER_SETTINGS = (("bits", "w_bit", "group_size", "q_group_size", "sym", "zero_point"),
+                     "bits 2, 3, 4 or 8; group_size -1 or 1-99999; sym and zero_point true or false")
+# what a scheme reads, and what it takes, for saying which setting it could not read
+SCHEME_SETTINGS = {
+    "gptq": _INTEGER_SETTINGS, "awq": _INTEGER_SETTINGS, "auto-round": _INTEGER_SETTINGS,
+    "bitsandbytes": (("load_in_4bit", "load_in_8bit"), "load_in_4bit or load_in_8bit true"),
+    "compressed-tensors": (("config_groups",), "a config_groups entry targeting Linear with float 8-bit, float "
+                           "4-bit in groups of 16, int 8-bit or int 4-bit weights"),
+    "modelopt": (("quant_algo",), "quant_algo NVFP4, W4A16_NVFP4, FP8 or MIXED_PRECISION"),
+}
 
 
 def _unquantized_modules(ignore: Any, num_layers: int) -> tuple[str | None, bool]:

@@ -142,3 +142,12 @@ def test_a_scheme_kvsize_does_not_read_is_said_not_guessed(tmp_path, quant):
     assert shape.weights_quantization_format is None
     assert any(repr(quant["quant_method"]) in n and "--weights-dtype" in n for n in shape.notes)
     assert resolve_weights_dtype("auto", shape).name == "bf16"
+
+
+def test_a_setting_kvsize_cannot_read_is_named_and_kept_short(tmp_path):
+    # the warning names the setting as found and what kvsize takes; a huge value is cut, not echoed whole
+    shape = _with_quantization(tmp_path, {"quant_method": "gptq", "bits": "8" * 10_000, "group_size": 128})
+    note = next(n for n in shape.notes if "quantization_config" in n)
+    assert "bits '888" in note and "bits 2, 3, 4 or 8" in note and len(note) < 400
+    shape = _with_quantization(tmp_path, {"quant_method": "awq", "bits": 4, "zero_point": "false"})
+    assert any("zero_point 'false'" in n for n in shape.notes)  # a string is not a yes or no
