@@ -119,7 +119,10 @@ def _add_scenario_options(p: argparse.ArgumentParser, single: bool = True, model
         p.add_argument(flag, dest=dest, type=_fraction, default=None,
                        help=f"{FRACTION_OPTIONS[dest][0]}'s memory fraction (default: the release's rule)")
     p.add_argument("--kv-cache-memory", type=_size, default=None, help="fix the KV budget, e.g. 10GiB")
-    p.add_argument("--weights-dtype", default="auto", help="auto, bf16, fp16, fp8, int8, int4, mxfp4")
+    p.add_argument("--weights-dtype", default="auto",
+                   help="auto (the config's quantization_config), bf16, fp16, fp32, fp8, fp8_channel, fp8_tensor, "
+                        "nvfp4, mxfp4, int8, int4, bnb4, bnb8, or intB_gN[_sym] (B bits in groups of N or "
+                        "'channel', e.g. int4_g128_sym)")
     p.add_argument("--headroom", type=_fraction, default=0.10,
                    help="share of GPU memory left unused by engines without their own fraction (default 0.10)")
     p.add_argument("--max-num-batched-tokens", type=_positive_int, default=None,

@@ -318,6 +318,7 @@ def measure_capacity(gpu: Gpu, model: str, layers: int | None, util: float, mnbt
             derived=dict(kv_budget_bytes=available, num_blocks=blocks, block_bytes=derived.block_bytes,
                          kv_cache_tokens=derived.max_tokens),
             predicted=dict(weights_bytes=predicted.breakdown.weights_bytes,
+                           weights_tensor_bytes=predicted_weight_tensors_bytes(shape),
                            activation_bytes=predicted.breakdown.activation_bytes,
                            kv_budget_bytes=predicted.kv_budget_bytes, num_blocks=predicted.num_blocks),
             # vLLM's budget is in bytes torch allocates: the pool and a forward pass must stay within

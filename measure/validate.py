@@ -8,6 +8,7 @@ import sys
 
 from sizing.errors import KvsizeError
 from sizing.layers import build_layout
+from sizing.memory import MIN_BLOCK_BYTES, UNSPLIT_END_MAX_BYTES
 
 from .bounds import ERROR_BOUNDS
 from .run import REPORT_SCHEMA, model_shape, pool_tensor_sizes, predict_capacity, predicted_weight_tensors_bytes
@@ -187,7 +188,8 @@ def _check_capacity(p: dict, tolerance: float | None) -> list[str]:
     # activation term is left out: the real-engine starts revise it, and the pool it leaves is checked)
     stored = p.get("predicted", {})
     for name, got in (("weights_bytes", predicted.breakdown.weights_bytes), ("num_blocks", predicted.num_blocks),
-                      ("kv_budget_bytes", predicted.kv_budget_bytes)):
+                      ("kv_budget_bytes", predicted.kv_budget_bytes),
+                      ("weights_tensor_bytes", predicted_weight_tensors_bytes(shape))):
         tol = TOLERANCES["num_blocks"] if tolerance is None else tolerance
         if name in stored and _rel(stored[name], got) > tol:
             problems.append(f"{where}: the stored prediction {name} {stored[name]} is not kvsize's ({got})")
@@ -223,17 +225,15 @@ def _check_capacity(p: dict, tolerance: float | None) -> list[str]:
     return problems
 
 
-# PyTorch's caching allocator (c10/cuda/CUDACachingAllocator.cpp) rounds a request up to 512 B
-# (kMinBlockSize) and gives a block the rest of what it was cut from when too little is left to split:
-# under 512 B in the small pool (requests up to 1 MiB, kSmallSize), up to 1 MiB in the large pool.
-ALLOCATOR_MIN_BLOCK_BYTES = 512
-ALLOCATOR_SMALL_BYTES = 2**20
+# PyTorch's caching allocator rounds a request up to 512 B (kMinBlockSize) and gives a block the rest of
+# what it was cut from when too little is left to split: under 512 B in the small pool (requests up to
+# 1 MiB, kSmallSize), up to 1 MiB in the large pool (sizing/memory.py holds the allocator's constants).
 
 
 def allocator_slack_bytes(size: int) -> int:
     """The most the caching allocator can count for one tensor of `size` bytes beyond its size."""
-    rounded = max(ALLOCATOR_MIN_BLOCK_BYTES, -(-size // ALLOCATOR_MIN_BLOCK_BYTES) * ALLOCATOR_MIN_BLOCK_BYTES)
-    unsplit = ALLOCATOR_MIN_BLOCK_BYTES - 1 if rounded <= ALLOCATOR_SMALL_BYTES else ALLOCATOR_SMALL_BYTES
+    rounded = max(MIN_BLOCK_BYTES, -(-size // MIN_BLOCK_BYTES) * MIN_BLOCK_BYTES)
+    unsplit = MIN_BLOCK_BYTES - 1 if rounded <= UNSPLIT_END_MAX_BYTES else UNSPLIT_END_MAX_BYTES
     return rounded - size + unsplit
 
 

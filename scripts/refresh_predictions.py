@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from measure.report_io import write_report  # noqa: E402
 from measure.validate import read_report  # noqa: E402
-from measure.run import REPORT_SCHEMA, model_shape, predict_capacity  # noqa: E402
+from measure.run import REPORT_SCHEMA, model_shape, predict_capacity, predicted_weight_tensors_bytes  # noqa: E402
 from measure.verify import VERIFY_SCHEMA, verify_checks  # noqa: E402
 
 
@@ -27,8 +27,12 @@ def capacity_prediction(point: dict) -> dict:
     p = predict_capacity(point["model"], shape, point["total_bytes"], point["gpu_memory_utilization"],
                          point["max_num_batched_tokens"], point["block_size"], point["kv_cache_dtype"],
                          point["measured"]["non_torch_bytes"])
-    return dict(weights_bytes=p.breakdown.weights_bytes, activation_bytes=p.breakdown.activation_bytes,
-                kv_budget_bytes=p.kv_budget_bytes, num_blocks=p.num_blocks)
+    out = dict(weights_bytes=p.breakdown.weights_bytes, activation_bytes=p.breakdown.activation_bytes,
+               kv_budget_bytes=p.kv_budget_bytes, num_blocks=p.num_blocks)
+    if "weights_tensor_bytes" in point["measured"]:  # version 3: the tensors apart from the allocator
+        out = {"weights_bytes": out.pop("weights_bytes"), "weights_tensor_bytes": predicted_weight_tensors_bytes(shape),
+               **out}
+    return out
 
 
 def main(paths: list[str]) -> int:

@@ -28,9 +28,11 @@ def main(config_dir: str, out: str) -> None:
 
     def snapshot_exit(self, *exc):
         leave(self, *exc)
-        blocks = [[b["size"], b.get("requested_size") or b["size"]]
+        blocks = [[b["size"], b.get("requested_size")]
                   for segment in torch.cuda.memory._snapshot()["segments"] for b in segment["blocks"]
                   if b["state"] == "active_allocated"]
+        if any(requested is None for _, requested in blocks):  # the history was not recorded: say so, guess nothing
+            raise SystemExit("the allocator's snapshot has no requested sizes: its history was not recorded")
         report = dict(release=vllm.__version__, gpu=torch.cuda.get_device_name(),
                       model_loading_consumed_bytes=self.consumed_memory,
                       allocated_bytes=torch.cuda.memory_allocated(),
@@ -46,4 +48,6 @@ def main(config_dir: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    if len(sys.argv) != 3:
+        sys.exit("usage: python scripts/vllm_load_snapshot.py CONFIG_DIR OUT.json")
+    main(sys.argv[1], sys.argv[2])

@@ -22,8 +22,9 @@ from dataclasses import dataclass, replace
 from .errors import KvsizeError
 from .formats import get_format
 from .layers import build_layout, kv_heads_per_rank
-from .memory import resolve_weights_dtype, weight_bytes
-from .plan import Estimate, Scenario, estimate
+from .engines import get_engine
+from .memory import resolve_weights_dtype
+from .plan import Estimate, Scenario, engine_weight_bytes, estimate
 from .shape import ModelShape
 from .speed import DecodeEfficiency, decode_step, itl_slope_seconds_per_token, prefill_seconds
 from .units import GiB
@@ -157,8 +158,9 @@ def _request_bytes(e: Estimate, tokens: int) -> int:
     return e.pool.request_units(tokens) * e.pool.unit_bytes + e.recurrent_state_bytes_per_sequence
 
 
-def _draft_terms(draft: Draft | None, tp: int) -> tuple[int, object]:
-    """(draft weights per rank, draft layout per rank) or (0, None)."""
+def _draft_terms(draft: Draft | None, tp: int, scenario: Scenario) -> tuple[int, object]:
+    """(draft weights per rank, draft layout per rank) or (0, None); the draft loads as the target does
+    (the scenario's engine and GPU)."""
     if draft is None:
         return 0, None
     heads_tp = tp
@@ -167,7 +169,8 @@ def _draft_terms(draft: Draft | None, tp: int) -> tuple[int, object]:
     except KvsizeError:
         heads_tp = 1  # a draft whose heads do not split runs unsharded on each rank
     wfmt = resolve_weights_dtype("auto", draft.shape)
-    weights = weight_bytes(draft.shape, wfmt, heads_tp, range(draft.shape.num_layers), True, True).total_bytes
+    weights = engine_weight_bytes(get_engine(scenario.engine), draft.shape, wfmt, heads_tp,
+                                  range(draft.shape.num_layers), True, True, True, scenario.gpu_architecture)
     fmt = draft.kv_cache_dtype
     layout = build_layout(draft.shape, fmt, fmt, heads_tp, range(draft.shape.num_layers), {}, None)
     return weights, layout
@@ -215,7 +218,7 @@ def replica_model(base: Scenario, candidate: Candidate, workload: Workload, effi
     longest = max(b.max_context_tokens for b in mix)
     tp = candidate.tensor_parallel_size
     g = candidate.gpu
-    draft_weights, draft_layout = _draft_terms(draft, tp)
+    draft_weights, draft_layout = _draft_terms(draft, tp, g.scenario(base))
     scenario = g.scenario(base, k_cache_dtype=candidate.kv_format, v_cache_dtype=candidate.kv_format,
                           tensor_parallel_size=tp, pipeline_parallel_size=1, max_model_len=longest, concurrency=1,
                           extra_weights_bytes=draft_weights)

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, replace
 
 from .errors import unknown
-from .releases import CudaGraphEstimateModel, ProfilingRunModel, WeightAllocatorModel
+from .releases import CudaGraphEstimateModel, ProfilingRunModel, WeightAllocatorModel, ZeroPointKernelRule
 from .shape import DTYPE_BYTES, MODEL_DTYPE, ModelShape
 from .units import cdiv
 
@@ -28,6 +28,7 @@ class WeightFormat:
     # precision) or MODEL_DTYPE where they are left unquantized; None: the linear layers' format
     attention_format: str | None = None
     zero_bits: int = 0  # of scale_bits, the zero point's (asymmetric integer formats)
+    per_channel: bool = False  # one group per output channel (`group` then stands for in_features)
     # the engine's dense linear kernel keeps each zero point in this many bits (Machete on Hopper: the
     # activation dtype, pre-multiplied by the scale); None: as stored, zero_bits; experts keep zero_bits
     linear_zero_bits: int | None = None
@@ -60,10 +61,8 @@ WEIGHT_FORMATS = {
     "mxfp4": WeightFormat("mxfp4", 4, 8, 32, True,
                           "OCP MX FP4: E2M1 values, one E8M0 scale per 32 (gpt-oss experts)"),
     "bnb4": WeightFormat("bnb4", 4, 32, 64, False,
-                         "bitsandbytes 4-bit (NF4/FP4): an fp32 absmax per block of 64 (quantize_4bit's blocksize)"),
-    "bnb4_dq": WeightFormat("bnb4_dq", 4, 8, 64, False,
-                            "bitsandbytes 4-bit double-quantized: an 8-bit absmax per 64 (the fp32 per 256 "
-                            "absmax blocks, 0.002 bits a weight, left out)"),
+                         "bitsandbytes 4-bit (NF4/FP4): an fp32 absmax per block of 64 (quantize_4bit's blocksize); "
+                         "double-quantized checkpoints load so too (vLLM's loader dequantizes the nested absmax)"),
     "bnb8": WeightFormat("bnb8", 8, 32, 4096, False,
                          "bitsandbytes LLM.int8: int8 with an fp32 scale per row (one per in_features weights, "
                          "4,096 taken)"),
@@ -83,7 +82,8 @@ def resolve_weights_dtype(name: str, shape: ModelShape) -> WeightFormat:
     fmt = _weight_format(shape.weights_quantization_format or _QUANT_METHODS.get(shape.weights_quantization or "")
                          or shape.serving_dtype, name)
     if shape.dense_mlp_unquantized:
-        fmt = replace(fmt, experts_only=True)
+        # dense MLPs in the model dtype; the attention keeps the checkpoint's format unless it says otherwise
+        fmt = replace(fmt, experts_only=True, attention_format=fmt.name)
     if shape.attention_quantization_format:
         fmt = replace(fmt, attention_format=shape.attention_quantization_format)
     return fmt
@@ -102,9 +102,10 @@ def _weight_format(key: str, name: str) -> WeightFormat:
         return WeightFormat(key, bits, 16 if symmetric else 16 + bits, size, False,
                             f"int{bits} in groups of " + ("one output channel" if per_channel else str(size))
                             + " with an fp16 scale" + ("" if symmetric else f" and a {bits}-bit zero"),
-                            zero_bits=0 if symmetric else bits)
+                            zero_bits=0 if symmetric else bits, per_channel=per_channel)
     if key not in WEIGHT_FORMATS:
-        raise unknown("weights dtype", name, [*WEIGHT_FORMATS, "auto"], "--weights-dtype")
+        # intB_gN[_sym]: integers of B (2, 3, 4, 8) bits in groups of N (or "channel"), symmetric or with zeros
+        raise unknown("weights dtype", name, [*WEIGHT_FORMATS, "auto", "intB_gN[_sym]"], "--weights-dtype")
     return WEIGHT_FORMATS[key]
 
 
@@ -126,10 +127,12 @@ class WeightBytes:
 # vLLM pads the vocabulary of its embedding and lm_head to a multiple of 64
 # (vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE) before splitting it over TP ranks.
 VOCAB_PADDING = 64
-# PyTorch's caching allocator (c10/cuda/CUDACachingAllocator.cpp): kMinLargeAlloc, kRoundLarge, kSmallSize.
+# PyTorch's caching allocator (c10/cuda/CUDACachingAllocator.cpp): kMinLargeAlloc, kRoundLarge, kSmallSize
+# (the largest small-pool request, and the most of a large block's end left unsplit), kMinBlockSize.
 OWN_SEGMENT_MIN_BYTES = 10 * 2**20
 SEGMENT_ROUNDING_BYTES = 2 * 2**20
 UNSPLIT_END_MAX_BYTES = 2**20
+MIN_BLOCK_BYTES = 512
 
 
 def padded_vocab(vocab: int) -> int:
@@ -147,6 +150,16 @@ def segment_end_bytes(size: int, max_split_bytes: int | None) -> int:
     return 0 if splits else end
 
 
+def engine_weight_format(fmt: WeightFormat, shape: ModelShape, rule: ZeroPointKernelRule | None,
+                         architecture: str | None) -> WeightFormat:
+    """The checkpoint's format as the engine keeps it on this GPU: where its dense linear kernel takes the
+    format's zero points in the activation dtype (`rule`: Machete on sm90), they weigh that many bits."""
+    if rule is None or not fmt.zero_bits or architecture not in rule.architectures or fmt.bits not in rule.bits \
+            or (-1 if fmt.per_channel else fmt.group) not in rule.group_sizes:
+        return fmt
+    return replace(fmt, linear_zero_bits=8 * DTYPE_BYTES[shape.serving_dtype])
+
+
 def linear_format(shape: ModelShape, fmt: WeightFormat) -> WeightFormat:
     """The format of the dense linear layers (attention and MLP): the model dtype where only experts are
     quantized, else the checkpoint's, with the zero points as the engine's kernel keeps them."""
@@ -158,6 +171,43 @@ def linear_format(shape: ModelShape, fmt: WeightFormat) -> WeightFormat:
     return fmt
 
 
+def attention_format(shape: ModelShape, fmt: WeightFormat) -> WeightFormat:
+    """The format of the attention projections: the linear layers' unless the checkpoint gives its own
+    (ModelOpt's mixed precision) or leaves them in the model dtype."""
+    if fmt.attention_format is None:
+        return linear_format(shape, fmt)
+    if fmt.attention_in_model_dtype:
+        return WEIGHT_FORMATS[shape.serving_dtype]
+    return _weight_format(fmt.attention_format, fmt.attention_format)
+
+
+def attention_projections(shape: ModelShape, layer: int, tp: int) -> tuple[int, int] | None:
+    """(merged q/k/v, o) parameters one TP rank holds where the layer's attention parameters are those
+    projections (biases and norms aside); vLLM replicates K/V heads over ranks when there are fewer than TP
+    (QKVParallelLinear). None for other projections (MLA's, MiniCPM3's low-rank ones, recurrent mixers)."""
+    p, kind = shape.layer_params[layer], shape.layer_kinds[layer]
+    heads, kv_heads, head_dim = shape.num_attention_heads, shape.kv_heads_of(layer), shape.head_dim_of(layer)
+    whole = (2 * heads + 2 * kv_heads) * head_dim * shape.hidden_size
+    if kind not in ("full", "sliding", "chunked", "shared") or abs(p.attention - whole) > p.attention // 100:
+        return None
+    heads_tp, kv_tp = cdiv(heads, tp), max(1, kv_heads // tp)
+    return (heads_tp + 2 * kv_tp) * head_dim * shape.hidden_size, heads_tp * head_dim * shape.hidden_size
+
+
+def _attention_per_rank(shape: ModelShape, layer: int, tp: int) -> int:
+    projections = attention_projections(shape, layer, tp)
+    p = shape.layer_params[layer]
+    if projections is None:
+        return cdiv(p.attention, tp)
+    whole = (2 * shape.num_attention_heads + 2 * shape.kv_heads_of(layer)) * shape.head_dim_of(layer) * shape.hidden_size
+    return sum(projections) + cdiv(p.attention - whole, tp)
+
+
+def vocab_bytes(shape: ModelShape, tp: int) -> int:
+    """One rank's embedding (or lm_head): the padded vocabulary split over TP, in the model dtype."""
+    return cdiv(padded_vocab(shape.vocab_size), tp) * shape.hidden_size * DTYPE_BYTES[shape.serving_dtype]
+
+
 def large_weight_tensors(shape: ModelShape, fmt: WeightFormat, tp: int, layers: range, first_stage: bool,
                          last_stage: bool) -> list[int]:
     """Bytes of the weight tensors vLLM builds that can take a segment of their own, one GPU's share: the
@@ -165,32 +215,23 @@ def large_weight_tensors(shape: ModelShape, fmt: WeightFormat, tp: int, layers: 
     per-head K and V), merged gate/up and down (dense MLP and shared experts) and the two stacked expert
     tensors, each with its scales beside it. MLA, low-rank and recurrent projections and vision towers are
     left out."""
-    dense = DTYPE_BYTES[shape.serving_dtype]
-    linear = linear_format(shape, fmt)
-    attention = (linear if fmt.attention_format is None else
-                 WEIGHT_FORMATS[shape.serving_dtype if fmt.attention_in_model_dtype else fmt.attention_format])
+    linear, attention = linear_format(shape, fmt), attention_format(shape, fmt)
 
     def stored(f: WeightFormat, params: int) -> list[int]:
         values = cdiv(params * f.bits, 8)
         return [values, f.bytes_for(params) - values]
 
     sizes = []
-    vocab = cdiv(padded_vocab(shape.vocab_size), tp) * shape.hidden_size * dense
     if first_stage:
-        sizes.append(vocab)
+        sizes.append(vocab_bytes(shape, tp))
     if last_stage and (shape.lm_head_params or not first_stage):
-        sizes.append(vocab)
+        sizes.append(vocab_bytes(shape, tp))
     matrices = 3 if shape.gated_mlp else 2
     for i in layers:
-        p, kind = shape.layer_params[i], shape.layer_kinds[i]
-        heads, kv_heads, head_dim = shape.num_attention_heads, shape.kv_heads_of(i), shape.head_dim_of(i)
-        projections = (2 * heads + 2 * kv_heads) * head_dim * shape.hidden_size
-        # q/k/v and o where the layer's attention parameters are those (biases and norms aside); other
-        # projections (MLA's, MiniCPM3's low-rank ones) are left out
-        if kind in ("full", "sliding", "chunked") and abs(p.attention - projections) <= p.attention // 100:
-            heads_tp, kv_tp = cdiv(heads, tp), max(1, kv_heads // tp)
-            sizes += stored(attention, (heads_tp + 2 * kv_tp) * head_dim * shape.hidden_size)
-            sizes += stored(attention, heads_tp * head_dim * shape.hidden_size)
+        p = shape.layer_params[i]
+        projections = attention_projections(shape, i, tp)
+        if projections is not None:
+            sizes += stored(attention, projections[0]) + stored(attention, projections[1])
         for params, f in ((p.mlp, linear), (p.experts, fmt)):
             if params:
                 part = cdiv(params, tp * matrices)
@@ -206,19 +247,17 @@ def weight_bytes(shape: ModelShape, fmt: WeightFormat, tp: int, layers: range, f
     (`vision` False: vLLM's --language-model-only builds no tower). With the engine's `allocator`, the
     segment ends the caching allocator counts with the largest tensors are added."""
     dense = DTYPE_BYTES[shape.serving_dtype]
-    linear = linear_format(shape, fmt)
+    linear, attention = linear_format(shape, fmt), attention_format(shape, fmt)
     layer_total = 0
-    attention = (linear if fmt.attention_format is None else
-                 WEIGHT_FORMATS[shape.serving_dtype if fmt.attention_in_model_dtype else fmt.attention_format])
     for i in layers:
         p = shape.layer_params[i]
-        if attention is linear:
-            layer_total += linear.bytes_for(cdiv(p.attention + p.mlp, tp))
+        if attention == linear:
+            layer_total += linear.bytes_for(_attention_per_rank(shape, i, tp) + cdiv(p.mlp, tp))
         else:
-            layer_total += attention.bytes_for(cdiv(p.attention, tp)) + linear.bytes_for(cdiv(p.mlp, tp))
+            layer_total += attention.bytes_for(_attention_per_rank(shape, i, tp)) + linear.bytes_for(cdiv(p.mlp, tp))
         layer_total += fmt.bytes_for(cdiv(p.experts, tp))
         layer_total += cdiv(p.other, tp) * dense
-    vocab = cdiv(padded_vocab(shape.vocab_size), tp) * shape.hidden_size * dense
+    vocab = vocab_bytes(shape, tp)
     embedding = vocab if first_stage else 0
     lm_head = vocab if last_stage and shape.lm_head_params else 0
     if shape.lm_head_params == 0 and last_stage and not first_stage:
@@ -319,7 +358,7 @@ def profiling_peak(shape: ModelShape, run: ProfilingRunModel, tokens: int, rows:
     stage_buffers = 0 if first_stage else 2 * tokens * h * dt
     examples = 0
     if compiled and first_stage and run.compile_example_outputs:
-        examples = cdiv(shape.embedding_params, tp) * dt + run.compile_example_outputs * tokens * h * dt
+        examples = vocab_bytes(shape, tp) + run.compile_example_outputs * tokens * h * dt
     return ActivationEstimate(tokens, rows, forward, sampler, stage_buffers, run.workspace_bytes, moe,
                               forward_bytes(before, routed=False), examples)
 

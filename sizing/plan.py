@@ -11,10 +11,11 @@ from .errors import KvsizeError
 from .formats import FormatOptions, get_format
 from .layers import CacheLayout, build_layout, kv_heads_per_rank, parse_layer_overrides
 from .vllm_args import CUDAGRAPH_MODES
-from .memory import ActivationEstimate, cuda_graph_estimate, profiling_peak, resolve_weights_dtype, weight_bytes
+from .memory import (ActivationEstimate, cuda_graph_estimate, engine_weight_format, profiling_peak,
+                     resolve_weights_dtype, weight_bytes)
 from .releases import find_release
 from .support import support
-from .shape import DTYPE_BYTES, DTYPE_NAMES, ModelShape, with_mtp_layers
+from .shape import DTYPE_NAMES, ModelShape, with_mtp_layers
 from .units import GiB, MiB, ceil_fraction
 
 # NVML's total less CUDA's, measured on the H100 80GB HBM3 (85,520,809,984 − 85,017,493,504 B).
@@ -276,7 +277,13 @@ def _pool(engine: Engine, layout: CacheLayout, block_size: int, mnbt: int, pp: i
 
 
 @lru_cache(maxsize=4096)
-def _weights(shape, wfmt, tp, stage, first, last, vision=True, allocator=None) -> int:
+def engine_weight_bytes(engine: Engine, shape: ModelShape, wfmt, tp: int, stage: range, first: bool, last: bool,
+                        vision: bool = True, architecture: str | None = None) -> int:
+    """The weights one GPU loads as the engine's release counts them: its kernels' zero points on this
+    GPU, and the caching allocator's segment ends (docs/formulas.md, Weights)."""
+    release = engine.release
+    wfmt = engine_weight_format(wfmt, shape, release.activation_dtype_zero_points if release else None, architecture)
+    allocator = release.weight_allocator if release is not None else None
     return weight_bytes(shape, wfmt, tp, stage, first, last, vision, allocator).total_bytes
 
 
@@ -460,12 +467,10 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
     pool = _pool(engine, layout, block_size, s.max_num_batched_tokens, s.pipeline_parallel_size)
 
     wfmt = resolve_weights_dtype(s.weights_dtype, shape)
-    if engine.release is not None and s.gpu_architecture in engine.release.activation_dtype_zero_points_on:
-        wfmt = replace(wfmt, linear_zero_bits=8 * DTYPE_BYTES[shape.serving_dtype])
     first, last = index == 0, index == num_stages - 1
     # Per-tensor KV scales are attention-layer parameters, loaded with the weights.
-    allocator = engine.release.weight_allocator if engine.release is not None else None
-    weights = (_weights(shape, wfmt, tp, stage, first, last, not s.language_model_only, allocator)
+    weights = (engine_weight_bytes(engine, shape, wfmt, tp, stage, first, last, not s.language_model_only,
+                                   s.gpu_architecture)
                + layout.parameter_bytes()
                + s.extra_weights_bytes)
     run, rules = profiling_model(engine)

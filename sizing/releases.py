@@ -83,6 +83,14 @@ class WeightAllocatorModel(_Strict):
     max_split_bytes: int | None = Field(default=None, ge=20 * 2**20)  # None: PyTorch's default (no limit)
 
 
+class ZeroPointKernelRule(_Strict):
+    """The GPUs and integer weights a kernel that keeps zero points in the activation dtype takes."""
+
+    architectures: frozenset[str] = Field(min_length=1)
+    bits: frozenset[int] = Field(min_length=1)
+    group_sizes: frozenset[int] = Field(min_length=1)  # -1: one group per output channel
+
+
 class NonTorchModel(_Strict):
     single_gpu_bytes: int = Field(ge=0)
     # on one GPU under the V2 model runner, where it differs from the V1 runner's (None: the same)
@@ -266,9 +274,9 @@ class Release(_Strict):
     non_torch: NonTorchModel | None = None  # None: the newest vLLM release's measured figures
     # the allocator's count of the loaded weights; None: the weights are their tensors' bytes
     weight_allocator: WeightAllocatorModel | None = None
-    # GPU architectures where the dense linear kernel for asymmetric integer weights keeps each zero point
-    # in the activation dtype, pre-multiplied by its scale (Machete on sm90), not packed as stored
-    activation_dtype_zero_points_on: frozenset[str] = frozenset()
+    # where the dense linear kernel for asymmetric integer weights keeps each zero point in the activation
+    # dtype, pre-multiplied by its scale (Machete on sm90), not packed as stored; None: nowhere
+    activation_dtype_zero_points: ZeroPointKernelRule | None = None
     cuda_graphs: CudaGraphModel | None = None
     cuda_graph_estimate: CudaGraphEstimateModel | None = None  # None: the fixed cuda_graphs figures
     # How vLLM's "GPU KV cache size: N tokens" line is computed: num_blocks // groups x block size

@@ -517,10 +517,17 @@ def _resolve(raw: dict[str, Any], raw_text: dict[str, Any], parsed: Any, rejecte
     quant = f.get("quantization_config")
     quant_method = quant.get("quant_method") if isinstance(quant, dict) else None
     scheme = QUANTIZATION_SCHEMES.get(str(quant_method))
-    if scheme is None and quant_method is None and isinstance(quant, dict) and "quant_algo" in quant:
-        scheme = _modelopt_scheme  # ModelOpt's exports that name only their quant_algo
+    if scheme is None and quant_method is None and isinstance(quant, dict):
+        if "quant_algo" in quant:
+            scheme = _modelopt_scheme  # ModelOpt's exports that name only their quant_algo
+        elif "load_in_4bit" in quant or "load_in_8bit" in quant:
+            scheme = _bitsandbytes_scheme  # transformers' BitsAndBytesConfig saved without its method
     ct_format, ct_attention, ct_mlp_unquantized = scheme(quant, num_layers) if scheme else (None, None, False)
-    if quant_method is not None and str(quant_method) not in FORMAT_FREE_METHODS and ct_format is None:
+    if isinstance(quant, dict) and quant and quant_method is None and ct_format is None and not _kv_only(quant):
+        notes.append("config.json quantization_config names no quant_method kvsize reads; the weights are sized in "
+                     "the model dtype: give the checkpoint's format with --weights-dtype (e.g. int4_g128_sym)")
+    if quant_method is not None and str(quant_method) not in FORMAT_FREE_METHODS and ct_format is None \
+            and not _kv_only(quant):
         method = str(quant_method)
         if method in SCHEME_SETTINGS:
             fields, allowed = SCHEME_SETTINGS[method]
@@ -530,7 +537,7 @@ def _resolve(raw: dict[str, Any], raw_text: dict[str, Any], parsed: Any, rejecte
             what = (f"quant_method {_brief(quant_method)} is not a scheme kvsize reads "
                     f"({', '.join(sorted([*QUANTIZATION_SCHEMES, *FORMAT_FREE_METHODS]))})")
         notes.append(f"config.json quantization_config: {what}; the weights are sized in the model dtype: give "
-                     "the checkpoint's format with --weights-dtype")
+                     "the checkpoint's format with --weights-dtype (e.g. int4_g128_sym)")
     vision = _vision_params(raw.get("vision_config"))
     return ModelShape(
         model_type=model_type,
@@ -585,6 +592,13 @@ def _resolve(raw: dict[str, Any], raw_text: dict[str, Any], parsed: Any, rejecte
         architectures=_architectures(raw),
         notes=tuple(notes),
     )
+
+
+def _kv_only(quant: dict) -> bool:
+    """A quantization_config that quantizes only the KV cache (compressed-tensors with a kv_cache_scheme and no
+    config_groups, ModelOpt with a kv_cache_quant_algo and no quant_algo): the weights are the model dtype's."""
+    return (bool(quant.get("kv_cache_scheme")) and not quant.get("config_groups")) or \
+        (bool(quant.get("kv_cache_quant_algo")) and quant.get("quant_algo") in (None, "null", "NONE"))
 
 
 def _brief(value: Any, limit: int = 60) -> str:
@@ -1011,15 +1025,34 @@ def _gptq_awq_scheme(quant: dict, num_layers: int) -> Scheme:
     symmetric = quant.get("sym", True) if "zero_point" not in quant else quant.get("zero_point") is False
     if not isinstance(symmetric, bool) or not isinstance(quant.get("zero_point", True), bool):
         return None, None, False
+    if quant.get("data_type", "int") != "int":  # AutoRound's float and mx schemes are not these integers
+        return None, None, False
     fmt = f"int{bits}_g{'channel' if size == -1 else size}" + ("_sym" if symmetric else "")
+    listed = _listed_modules(quant.get("modules_in_block_to_quantize"))
+    if listed is not None:
+        return fmt, *listed
     return (fmt, *_unquantized_modules(quant.get("modules_to_not_convert"), num_layers))
 
 
+def _listed_modules(listed: Any) -> tuple[str | None, bool] | None:
+    """GPTQ's modules_in_block_to_quantize (a list, or GPTQModel's list of lists, of module names in a layer):
+    what it leaves out stays in the model dtype in vLLM (auto_gptq.py get_linear_quant_method); routed
+    experts are quantized whatever it says. None where the config gives no list."""
+    if not isinstance(listed, list) or not listed:
+        return None
+    names = [n for x in listed for n in (x if isinstance(x, list) else [x]) if isinstance(n, str)]
+    attention = any("attn" in n for n in names)
+    mlp = any(_names_dense_mlp(n) for n in names)
+    return (None if attention else MODEL_DTYPE), not mlp
+
+
 def _bitsandbytes_scheme(quant: dict, num_layers: int) -> Scheme:
-    """bitsandbytes checkpoints: 4-bit (NF4 or FP4) with an absmax per 64 weights, fp32 or, double-quantized,
-    8-bit; or LLM.int8 (int8 with an fp32 scale per row). `llm_int8_skip_modules` stays in the model dtype."""
+    """bitsandbytes checkpoints: 4-bit (NF4 or FP4) with an fp32 absmax per 64 weights, double-quantized ones
+    too (vLLM's loader turns the nested 8-bit absmax back into fp32 as it loads: BitsAndBytesModelLoader
+    _dequantize_dq); or LLM.int8 (int8 with an fp32 scale per row). `llm_int8_skip_modules` stays in the
+    model dtype."""
     if quant.get("load_in_4bit") is True:
-        fmt = "bnb4_dq" if quant.get("bnb_4bit_use_double_quant") is True else "bnb4"
+        fmt = "bnb4"
     elif quant.get("load_in_8bit") is True:
         fmt = "bnb8"
     else:
@@ -1059,14 +1092,17 @@ def _modelopt_mixed(quant: dict) -> Scheme:
 
 QUANTIZATION_SCHEMES = {"compressed-tensors": _compressed_tensors_scheme, "modelopt": _modelopt_scheme,
                         "gptq": _gptq_awq_scheme, "awq": _gptq_awq_scheme, "auto-round": _gptq_awq_scheme,
+                        "intel/auto-round": _gptq_awq_scheme, "auto_round": _gptq_awq_scheme,
                         "bitsandbytes": _bitsandbytes_scheme}
 # quant_methods whose format the method's name gives (sizing/memory.py _QUANT_METHODS)
 FORMAT_FREE_METHODS = ("fp8", "mxfp4")
-_INTEGER_SETTINGS = (("bits", "w_bit", "group_size", "q_group_size", "sym", "zero_point"),
-                     "bits 2, 3, 4 or 8; group_size -1 or 1-99999; sym and zero_point true or false")
+_INTEGER_SETTINGS = (("bits", "w_bit", "group_size", "q_group_size", "sym", "zero_point", "data_type"),
+                     "bits 2, 3, 4 or 8; group_size -1 or 1-99999; sym and zero_point true or false; "
+                     "data_type int")
 # what a scheme reads, and what it takes, for saying which setting it could not read
 SCHEME_SETTINGS = {
     "gptq": _INTEGER_SETTINGS, "awq": _INTEGER_SETTINGS, "auto-round": _INTEGER_SETTINGS,
+    "intel/auto-round": _INTEGER_SETTINGS, "auto_round": _INTEGER_SETTINGS,
     "bitsandbytes": (("load_in_4bit", "load_in_8bit"), "load_in_4bit or load_in_8bit true"),
     "compressed-tensors": (("config_groups",), "a config_groups entry targeting Linear with float 8-bit, float "
                            "4-bit in groups of 16, int 8-bit or int 4-bit weights"),
@@ -1082,8 +1118,17 @@ def _unquantized_modules(ignore: Any, num_layers: int) -> tuple[str | None, bool
     patterns = [x for x in names if x.startswith("re:") or not re.search(r"layers\.\d+", x)]
     attention_layers = {m.group(1) for x in names if (m := re.search(r"layers\.(\d+)\.self_attn", x))}
     attention = any("self_attn" in x for x in patterns) or len(attention_layers) >= num_layers
-    mlp = any("shared_experts" in x or "mlp" in x for x in patterns)
+    mlp = any(_names_dense_mlp(x) for x in patterns)
     return MODEL_DTYPE if attention else None, mlp
+
+
+def _names_dense_mlp(entry: str) -> bool:
+    """Whether a module name or pattern names dense MLPs or shared experts (`mlp`, `*mlp*`, `mlp.down_proj`,
+    `re:.*shared_experts.*`), not an MoE router (`mlp.gate`, `re:.*mlp.gate$`, `shared_expert_gate`, `router`),
+    which the scheme keeps in the model dtype beside quantized MLPs."""
+    if re.search(r"(gate|router)[\\$)*]*$", entry):
+        return False
+    return bool(re.search(r"shared_experts?\b|(^|[^a-z])mlp($|[^a-z_])", entry))
 
 
 def _vision_params(vision: Any) -> int:

@@ -22,7 +22,7 @@ from typing import Mapping
 
 from .errors import KvsizeError
 from .layers import CacheLayout
-from .memory import WEIGHT_FORMATS, WeightFormat
+from .memory import WeightFormat, linear_format
 from .shape import DTYPE_BYTES, ModelShape
 from .units import cdiv, parse_assignments
 
@@ -158,7 +158,7 @@ def experts_touched_fraction(num_experts: int, top_k: int, batch: float) -> floa
 def _weight_parts(shape: ModelShape, fmt: WeightFormat, tp: int) -> tuple[int, int]:
     """(bytes read every step, routed-expert bytes) of one TP rank."""
     dense = DTYPE_BYTES[shape.serving_dtype]
-    linear = WEIGHT_FORMATS[shape.serving_dtype] if fmt.experts_only else fmt
+    linear = linear_format(shape, fmt)
     always = experts = 0
     for p in shape.layer_params:
         always += linear.bytes_for(cdiv(p.attention + p.mlp, tp)) + cdiv(p.other, tp) * dense

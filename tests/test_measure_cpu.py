@@ -447,3 +447,14 @@ def test_allocator_slack_follows_the_caching_allocators_rules():
     assert allocator_slack_bytes(4) == 508 + 511
     assert allocator_slack_bytes(2**20) == 511
     assert allocator_slack_bytes(32_768_000) == 2**20
+
+
+def test_the_validation_page_plots_the_tensors_against_kvsizes_tensors():
+    # capacity v3: the page's weights point is the replica's tensors against kvsize's tensors (what validate
+    # holds to 0.5%), not the allocator's count of vLLM's merged tensors against the replica's tensors
+    pytest.importorskip("pandas")
+    from app.views.validation import report_points
+
+    df = report_points(LOADED[MINICPM3])
+    row = df[df["kind"] == "weights_tensor_bytes (measured)"].iloc[0]
+    assert row["measured"] == 8_147_752_072 and abs(row["error_%"]) < 0.5

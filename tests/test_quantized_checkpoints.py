@@ -108,7 +108,13 @@ def _with_quantization(tmp_path, quant, base="tests/fixtures/vllm-starts/configs
     # AutoAWQ's older keys
     ({"quant_method": "awq", "w_bit": 4, "q_group_size": 64, "zero_point": True}, "int4_g64", 4, 20, 64),
     ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}, "bnb4", 4, 32, 64),
-    ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_use_double_quant": True}, "bnb4_dq", 4, 8, 64),
+    # double-quantized: vLLM's loader turns the nested absmax back into fp32 (BitsAndBytesModelLoader._dequantize_dq)
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_use_double_quant": True}, "bnb4", 4, 32, 64),
+    # transformers' BitsAndBytesConfig saved without its quant_method
+    ({"load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}, "bnb4", 4, 32, 64),
+    # AutoRound's exports name their method intel/auto-round
+    ({"quant_method": "intel/auto-round", "bits": 4, "group_size": 128, "sym": True, "data_type": "int"},
+     "int4_g128_sym", 4, 16, 128),
     ({"quant_method": "bitsandbytes", "load_in_8bit": True}, "bnb8", 8, 32, 4096),
 ])
 def test_integer_checkpoints_are_read_from_their_settings(tmp_path, quant, name, bits, scale_bits, group):
@@ -151,3 +157,47 @@ def test_a_setting_kvsize_cannot_read_is_named_and_kept_short(tmp_path):
     assert "bits '888" in note and "bits 2, 3, 4 or 8" in note and len(note) < 400
     shape = _with_quantization(tmp_path, {"quant_method": "awq", "bits": 4, "zero_point": "false"})
     assert any("zero_point 'false'" in n for n in shape.notes)  # a string is not a yes or no
+
+
+@pytest.mark.parametrize("ignore, mlp_in_model_dtype", [
+    (["lm_head", "re:.*mlp.gate$"], False),  # the routers: the MoE's dense parts stay quantized
+    (["lm_head", "mlp.shared_expert_gate", "router"], False),
+    (["lm_head", "re:.*shared_experts.*"], True),  # Kimi-K2.5's shared experts
+    (["lm_head", "re:.*mlp.*"], True),
+])
+def test_a_router_in_the_ignore_list_is_not_a_dense_mlp(tmp_path, ignore, mlp_in_model_dtype):
+    # compressed-tensors' usual FP8-dynamic MoE recipe ignores "re:.*mlp.gate$": the routers, which vLLM keeps
+    # in the model dtype anyway; before, any entry with "mlp" in it made every dense MLP and the attention bf16
+    quant = {"quant_method": "compressed-tensors", "ignore": ignore, "config_groups": {"group_0": {
+        "targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "strategy": "channel"}}}}
+    shape = _with_quantization(tmp_path, quant, "tests/fixtures/vllm-starts/configs/qwen3-30b-a3b.json")
+    assert shape.dense_mlp_unquantized is mlp_in_model_dtype
+    fmt = resolve_weights_dtype("auto", shape)
+    assert fmt.attention_format in (None, "fp8_channel")  # the attention stays fp8 either way
+
+
+def test_gptq_modules_in_block_to_quantize_leave_the_rest_unquantized(tmp_path):
+    # vLLM quantizes only the modules GPTQ lists (auto_gptq.py get_linear_quant_method); routed experts always
+    gptq = {"quant_method": "gptq", "bits": 4, "group_size": 128, "sym": True,
+            "modules_in_block_to_quantize": [["self_attn.k_proj", "self_attn.v_proj", "self_attn.q_proj"],
+                                             ["self_attn.o_proj"]]}
+    dense = _with_quantization(tmp_path, gptq)
+    assert dense.dense_mlp_unquantized and dense.attention_quantization_format is None
+    fmt = resolve_weights_dtype("auto", dense)
+    assert fmt.experts_only and fmt.attention_format == "int4_g128_sym"
+    listed = _with_quantization(tmp_path, dict(gptq, modules_in_block_to_quantize=["mlp.down_proj", "mlp.up_proj"]))
+    assert not listed.dense_mlp_unquantized and listed.attention_unquantized
+
+
+@pytest.mark.parametrize("quant", [
+    {"quant_method": "compressed-tensors", "kv_cache_scheme": {"num_bits": 8, "type": "float"}},
+    {"quant_method": "modelopt", "quant_algo": None, "kv_cache_quant_algo": "FP8"},
+])
+def test_a_kv_only_quantization_config_is_not_warned_of(tmp_path, quant):
+    shape = _with_quantization(tmp_path, quant)
+    assert not shape.notes and resolve_weights_dtype("auto", shape).name == "bf16"
+
+
+def test_a_quantization_config_without_a_method_is_warned_of(tmp_path):
+    shape = _with_quantization(tmp_path, {"bits": 4, "group_size": 128})
+    assert any("names no quant_method" in n for n in shape.notes)

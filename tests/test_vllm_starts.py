@@ -90,11 +90,12 @@ def test_within_one_percent_of_the_real_engine(start, check):
 
 @pytest.mark.parametrize("start", known(SIZED, KNOWN_GRAPH_GAPS), ids=[s.id for s in SIZED])
 def test_weights_and_cuda_graphs_per_term(start):
-    # "Model loading took" to its printed 0.01 GiB plus the dummy loader's rounding; the graph estimate
-    # from vLLM's capture sizes within 0.12 GiB of "Estimated CUDA graph memory"
+    # "Model loading took" within 0.2 GiB (the widest: the text-only multimodal starts, whose language
+    # models vLLM builds with more than kvsize counts, -0.16 to -0.19 GiB; GPTQ Marlin MoE -0.14); the graph
+    # estimate from vLLM's capture sizes within 0.12 GiB of "Estimated CUDA graph memory"
     check = check_start(start)
     weights = check.term("weights")
-    assert weights is not None and abs(weights.predicted - weights.printed) < 0.25
+    assert weights is not None and abs(weights.predicted - weights.printed) < 0.2
     graphs = check.term("cuda_graphs")
     if graphs is not None:
         assert abs(graphs.predicted - graphs.printed) < 0.12

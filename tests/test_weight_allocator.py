@@ -103,3 +103,49 @@ def test_machete_keeps_awq_zero_points_in_the_activation_dtype_on_hopper_only():
     gptq = load_model("tests/fixtures/vllm-starts/configs/qwen3-8b-gptq-int8.json")[1]
     sym = replace(base, model_name="qwen3-8b-gptq-int8", shape=gptq)
     assert estimate(sym).breakdown.weights_bytes == estimate(replace(sym, gpu_architecture="sm80")).breakdown.weights_bytes
+
+
+def test_kv_heads_fewer_than_ranks_are_replicated_in_the_weights():
+    # Qwen2.5-1.5B (12 heads, 2 KV heads of 128, hidden 1,536) at TP 4: each rank holds 3 query heads and one
+    # whole K and V head (vLLM's QKVParallelLinear replicates), not half of one; the printed weights per rank
+    # were 0.80 GiB (h200-0.26.0-qwen2.5-1.5b-tp4-fp8)
+    from sizing.memory import attention_projections
+
+    shape = load_model("tests/fixtures/vllm-starts/configs/qwen2.5-1.5b.json")[1]
+    qkv, o = attention_projections(shape, 0, 4)
+    assert (qkv, o) == ((3 + 2) * 128 * 1536, 3 * 128 * 1536)
+    fmt = resolve_weights_dtype("auto", shape)
+    rank = weight_bytes(shape, fmt, 4, range(shape.num_layers), True, True)
+    halves = weight_bytes(shape, fmt, 2, range(shape.num_layers), True, True)
+    assert rank.layers_bytes > halves.layers_bytes / 2  # K/V do not halve again from TP 2 to TP 4
+
+
+def test_the_last_stage_holds_a_tied_head_and_experts_only_formats_keep_the_rest_dense():
+    from sizing.memory import vocab_bytes
+
+    shape = load_model("tests/fixtures/vllm-starts/configs/qwen3-8b.json")[1]
+    fmt = resolve_weights_dtype("auto", shape)
+    first = large_weight_tensors(shape, fmt, 1, range(0, 18), True, False)
+    last = large_weight_tensors(shape, fmt, 1, range(18, 36), False, True)
+    assert first[0] == last[0] == vocab_bytes(shape, 1)  # the embedding on the first stage, the head on the last
+    # gpt-oss: mxfp4 experts (4.25 bits a weight), attention in bf16
+    oss = load_model("tests/fixtures/vllm-starts/configs/gpt-oss-20b.json")[1]
+    mx = resolve_weights_dtype("auto", oss)
+    sizes = large_weight_tensors(oss, mx, 1, range(1), False, False)
+    qkv = (64 + 2 * 8) * 64 * 2880 * 2
+    assert sizes[0] == qkv and sizes[1] == 0  # bf16: no scales beside it
+    experts = oss.layer_params[0].experts
+    assert sum(sizes[4:]) == mx.bytes_for(experts // 3 * 2) + mx.bytes_for(experts // 3)
+
+
+def test_an_unrepresentative_start_says_what_it_loaded():
+    # the GPTQ-Int8 start without modules_in_block_to_quantize printed "Model loading took 15.27 GiB", which is
+    # Qwen3-8B in bf16: kvsize's bf16 figure for it reproduces the number its reason quotes
+    from sizing.starts import load_corpus
+
+    start = next(s for s in load_corpus() if s.id == "h200-0.26.0-qwen3-8b-gptq-int8-unlisted")
+    assert start.status == "unrepresentative" and "15.27 GiB" in start.reason
+    shape = load_model("tests/fixtures/vllm-starts/configs/qwen3-8b-gptq-int8-unlisted.json")[1]
+    bf16 = weight_bytes(shape, resolve_weights_dtype("bf16", shape), 1, range(shape.num_layers), True, True,
+                        True, find_release("vllm", "0.26.0").weight_allocator)
+    assert f"{bf16.total_bytes / GiB:.2f}" == start.printed.model_loading_gib[0] == "15.27"

@@ -45,8 +45,8 @@ def report_points(data) -> pd.DataFrame:
                     # version 3 reads the weight tensors apart from the allocator's rounding: the
                     # prediction is of the tensors (measure/validate.py holds it to them)
                     read = "weights_tensor_bytes" if key == "weights_bytes" and "weights_tensor_bytes" in \
-                        c[source] else key
-                    points.append(dict(kind=f"{read} ({source})", point=where, predicted=c["predicted"][key],
+                        c[source] and "weights_tensor_bytes" in c["predicted"] else key
+                    points.append(dict(kind=f"{read} ({source})", point=where, predicted=c["predicted"][read],
                                        measured=c[source][read]))
                 continue
             for key in ("weights_bytes", "num_blocks", "activation_bytes", "non_torch_bytes"):
