@@ -383,6 +383,9 @@ def moe_workspace_bytes(shape: ModelShape, tokens: int, tp: int) -> int:
     return tokens * shape.num_experts_per_tok * (max(act_out, h) + max(gate_up, h)) * DTYPE_BYTES[shape.serving_dtype]
 
 
+MROPE_CACHE_POSITIONS = 4
+
+
 def rotary_cache_bytes(shape: ModelShape) -> int:
     """vLLM's rotary cos/sin caches (get_rope): max_position × rotary_dim in the model dtype, one per RoPE
     the model builds (one per layer type where the config gives each its own: Gemma 3's local and global);
@@ -393,6 +396,8 @@ def rotary_cache_bytes(shape: ModelShape) -> int:
         positions += int(shape.max_position_embeddings * scale)
         if kind == "longrope":  # a short cache of the pretraining length beside the long one (phi3_long_rope_scaled_rope.py)
             positions += original or shape.original_max_position_embeddings or shape.max_position_embeddings
+    if shape.mrope:  # MRotaryEmbedding enlarges the cache to 4 x max_position for video positions (mrope.py)
+        positions *= MROPE_CACHE_POSITIONS
     return positions * shape.rotary_dim * DTYPE_BYTES[shape.serving_dtype]
 
 

@@ -137,6 +137,8 @@ class ModelShape:
     logit_softcap: bool = False
     rope_scalings: tuple[tuple[str, float | None, int | None], ...] = ()
     original_max_position_embeddings: int | None = None
+    # multimodal RoPE (rope parameters with mrope_section): vLLM's MRotaryEmbedding caches 4 x the positions
+    mrope: bool = False
     # DeepSeek-V4's compress ratio per layer (compress_ratios, or transformers' compress_rates by layer type):
     # 1 keeps only the sliding window of latents; 4 and 128 also keep one compressed latent per that many
     # tokens (4 with an indexer key). Empty for every other model.
@@ -585,6 +587,7 @@ def _resolve(raw: dict[str, Any], raw_text: dict[str, Any], parsed: Any, rejecte
         gated_mlp=gated,
         rotary_dim=_rotary_dim(f, head_dim, mla_latent is not None),
         rope_scalings=_rope_scalings(f),
+        mrope=_mrope(f),
         mtp_layers=_as_int(f.get("num_nextn_predict_layers", "mtp_num_hidden_layers", default=0), "num_nextn_predict_layers"),
         original_max_position_embeddings=_optional_int(f.get("original_max_position_embeddings"),
                                                        "original_max_position_embeddings"),
@@ -652,6 +655,14 @@ def _optional_int(value: Any, name: str) -> int | None:
     return None if value is None else _as_int(value, name, 1)
 
 
+def _mrope(f: _Fields) -> bool:
+    """Whether the rope parameters (one dict, or one per layer type) carry an mrope_section."""
+    params = f.get("rope_parameters", "rope_scaling")
+    if not isinstance(params, dict):
+        return False
+    return "mrope_section" in params or any(isinstance(v, dict) and "mrope_section" in v for v in params.values())
+
+
 def _rope_scalings(f: _Fields) -> tuple[tuple[str, float | None, int | None], ...]:
     """transformers' rope_parameters (or the file's rope_scaling): one dict, or one per layer type."""
     params = f.get("rope_parameters", "rope_scaling")
@@ -677,6 +688,9 @@ def _rotary_dim(f: _Fields, head_dim: int, mla: bool) -> int:
     if f.get("position_embedding_type") in ("alibi", "absolute") or f.get("alibi"):
         return 0
     factor = f.get("partial_rotary_factor", default=None)
+    params = f.get("rope_parameters", default=None)
+    if factor is None and isinstance(params, dict):  # transformers 5 keeps it among the rope parameters
+        factor = params.get("partial_rotary_factor")
     if factor is None:
         rotary = f.get("rotary_dim", "rotary_emb_base_dim", default=None)
         return _as_int(rotary, "rotary_dim", 1) if rotary is not None else head_dim

@@ -149,3 +149,37 @@ def test_an_unrepresentative_start_says_what_it_loaded():
     bf16 = weight_bytes(shape, resolve_weights_dtype("bf16", shape), 1, range(shape.num_layers), True, True,
                         True, find_release("vllm", "0.26.0").weight_allocator)
     assert f"{bf16.total_bytes / GiB:.2f}" == start.printed.model_loading_gib[0] == "15.27"
+
+
+def _snapshot(name):
+    return json.loads((ROOT / f"tests/fixtures/allocator/vllm-0.26.0-h200-{name}-load.json").read_text())
+
+
+def test_multimodal_rope_caches_four_times_the_positions():
+    # Qwen3-VL-2B served text-only: vLLM's MRotaryEmbedding enlarges its cache to 4 x max_position_embeddings
+    # (mrope.py): the snapshot's one rotary block is 4 x 262,144 x 128 x 2 B = 268,435,456 B; kvsize counted one
+    # quarter of it before, the 0.19 GiB its weights were low by
+    from sizing.memory import rotary_cache_bytes
+
+    snap = _snapshot("qwen3-vl-2b-instruct")
+    rope = [r for _, r, where in snap["blocks"] if "rotary_embedding" in where]
+    shape = load_model(snap["config"])[1]
+    assert shape.mrope and rope == [rotary_cache_bytes(shape)] == [268_435_456]
+    w = weight_bytes(shape, resolve_weights_dtype("auto", shape), 1, range(shape.num_layers), True, True, False,
+                     find_release("vllm", "0.26.0").weight_allocator)
+    held = sum(s for s, _, _ in snap["blocks"])
+    assert abs(w.total_bytes - held) / held < 0.001
+
+
+def test_machete_zero_points_are_the_activation_dtype_to_the_byte():
+    # Qwen3-8B-AWQ on an H200: Machete's transform_w_zp (machete.py:118) leaves one bf16 zero per group of 128
+    # weights, as many bytes as the scales (auto_awq.py:507); the packed weights are half a byte a weight
+    snap = _snapshot("qwen3-8b-awq")
+    by_line = {}
+    for _, requested, where in snap["blocks"]:
+        by_line[where] = by_line.get(where, 0) + requested
+    shape = load_model(snap["config"])[1]
+    linear = sum(p.attention + p.mlp for p in shape.layer_params)
+    assert by_line["model_executor/kernels/linear/mixed_precision/machete.py:96"] == linear // 2
+    assert by_line["model_executor/kernels/linear/mixed_precision/machete.py:118"] == linear // 128 * 2
+    assert by_line["model_executor/layers/quantization/auto_awq.py:507"] == linear // 128 * 2
