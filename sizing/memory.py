@@ -29,9 +29,13 @@ class WeightFormat:
     attention_format: str | None = None
     zero_bits: int = 0  # of scale_bits, the zero point's (asymmetric integer formats)
     per_channel: bool = False  # one group per output channel (`group` then stands for in_features)
+    # zero-point bits a group the checkpoint stores though the format is symmetric (GPTQ's qzeros)
+    checkpoint_zero_bits: int = 0
     # the engine's dense linear kernel keeps each zero point in this many bits (Machete on Hopper: the
-    # activation dtype, pre-multiplied by the scale); None: as stored, zero_bits; experts keep zero_bits
+    # activation dtype, pre-multiplied by the scale; or a symmetric checkpoint's packed zeros it leaves
+    # allocated); None: zero_bits
     linear_zero_bits: int | None = None
+    expert_zero_bits: int | None = None  # likewise for the routed experts' kernel
 
     @property
     def attention_in_model_dtype(self) -> bool:
@@ -81,6 +85,8 @@ def resolve_weights_dtype(name: str, shape: ModelShape) -> WeightFormat:
         return _weight_format(key, name)
     fmt = _weight_format(shape.weights_quantization_format or _QUANT_METHODS.get(shape.weights_quantization or "")
                          or shape.serving_dtype, name)
+    if shape.weights_quantization == "gptq" and fmt.name.startswith("int") and not fmt.zero_bits:
+        fmt = replace(fmt, checkpoint_zero_bits=fmt.bits)  # GPTQ stores qzeros, symmetric or not
     if shape.dense_mlp_unquantized:
         # dense MLPs in the model dtype; the attention keeps the checkpoint's format unless it says otherwise
         fmt = replace(fmt, experts_only=True, attention_format=fmt.name)
@@ -151,13 +157,28 @@ def segment_end_bytes(size: int, max_split_bytes: int | None) -> int:
 
 
 def engine_weight_format(fmt: WeightFormat, shape: ModelShape, rule: ZeroPointKernelRule | None,
-                         architecture: str | None) -> WeightFormat:
+                         architecture: str | None, moe_keeps_checkpoint_zeros: bool = False) -> WeightFormat:
     """The checkpoint's format as the engine keeps it on this GPU: where its dense linear kernel takes the
-    format's zero points in the activation dtype (`rule`: Machete on sm90), they weigh that many bits."""
-    if rule is None or not fmt.zero_bits or architecture not in rule.architectures or fmt.bits not in rule.bits \
+    format's zero points in the activation dtype (`rule`: Machete on sm90), they weigh that many bits, and
+    a symmetric checkpoint's packed zeros stay allocated beside it where the rule says so; the routed
+    experts' kernel may keep them too (`moe_keeps_checkpoint_zeros`)."""
+    if moe_keeps_checkpoint_zeros and fmt.checkpoint_zero_bits and not fmt.zero_bits:
+        fmt = replace(fmt, expert_zero_bits=fmt.checkpoint_zero_bits)
+    if rule is None or architecture not in rule.architectures or fmt.bits not in rule.bits \
             or (-1 if fmt.per_channel else fmt.group) not in rule.group_sizes:
         return fmt
-    return replace(fmt, linear_zero_bits=8 * DTYPE_BYTES[shape.serving_dtype])
+    if fmt.zero_bits:
+        return replace(fmt, linear_zero_bits=8 * DTYPE_BYTES[shape.serving_dtype])
+    if rule.keeps_checkpoint_zeros and fmt.checkpoint_zero_bits:
+        return replace(fmt, linear_zero_bits=fmt.checkpoint_zero_bits)
+    return fmt
+
+
+def _with_zero_bits(fmt: WeightFormat, bits: int | None) -> WeightFormat:
+    if bits is None:
+        return fmt
+    return replace(fmt, scale_bits=fmt.scale_bits - fmt.zero_bits + bits, zero_bits=bits, linear_zero_bits=None,
+                   expert_zero_bits=None)
 
 
 def linear_format(shape: ModelShape, fmt: WeightFormat) -> WeightFormat:
@@ -165,10 +186,12 @@ def linear_format(shape: ModelShape, fmt: WeightFormat) -> WeightFormat:
     quantized, else the checkpoint's, with the zero points as the engine's kernel keeps them."""
     if fmt.experts_only:
         return WEIGHT_FORMATS[shape.serving_dtype]
-    if fmt.linear_zero_bits is not None and fmt.zero_bits:
-        return replace(fmt, scale_bits=fmt.scale_bits - fmt.zero_bits + fmt.linear_zero_bits,
-                       zero_bits=fmt.linear_zero_bits, linear_zero_bits=None)
-    return fmt
+    return _with_zero_bits(fmt, fmt.linear_zero_bits)
+
+
+def expert_format(fmt: WeightFormat) -> WeightFormat:
+    """The routed experts' format, with the zero points as the engine's MoE kernel keeps them."""
+    return _with_zero_bits(fmt, fmt.expert_zero_bits)
 
 
 def attention_format(shape: ModelShape, fmt: WeightFormat) -> WeightFormat:
@@ -232,7 +255,7 @@ def large_weight_tensors(shape: ModelShape, fmt: WeightFormat, tp: int, layers: 
         projections = attention_projections(shape, i, tp)
         if projections is not None:
             sizes += stored(attention, projections[0]) + stored(attention, projections[1])
-        for params, f in ((p.mlp, linear), (p.experts, fmt)):
+        for params, f in ((p.mlp, linear), (p.experts, expert_format(fmt))):
             if params:
                 part = cdiv(params, tp * matrices)
                 sizes += stored(f, (matrices - 1) * part) + stored(f, part)
@@ -255,7 +278,7 @@ def weight_bytes(shape: ModelShape, fmt: WeightFormat, tp: int, layers: range, f
             layer_total += linear.bytes_for(_attention_per_rank(shape, i, tp) + cdiv(p.mlp, tp))
         else:
             layer_total += attention.bytes_for(_attention_per_rank(shape, i, tp)) + linear.bytes_for(cdiv(p.mlp, tp))
-        layer_total += fmt.bytes_for(cdiv(p.experts, tp))
+        layer_total += expert_format(fmt).bytes_for(cdiv(p.experts, tp))
         layer_total += cdiv(p.other, tp) * dense
     vocab = vocab_bytes(shape, tp)
     embedding = vocab if first_stage else 0

@@ -282,7 +282,8 @@ def engine_weight_bytes(engine: Engine, shape: ModelShape, wfmt, tp: int, stage:
     """The weights one GPU loads as the engine's release counts them: its kernels' zero points on this
     GPU, and the caching allocator's segment ends (docs/formulas.md, Weights)."""
     release = engine.release
-    wfmt = engine_weight_format(wfmt, shape, release.activation_dtype_zero_points if release else None, architecture)
+    wfmt = engine_weight_format(wfmt, shape, release.activation_dtype_zero_points if release else None, architecture,
+                                release.moe_keeps_checkpoint_zeros if release else False)
     allocator = release.weight_allocator if release is not None else None
     return weight_bytes(shape, wfmt, tp, stage, first, last, vision, allocator).total_bytes
 

@@ -89,6 +89,8 @@ class ZeroPointKernelRule(_Strict):
     architectures: frozenset[str] = Field(min_length=1)
     bits: frozenset[int] = Field(min_length=1)
     group_sizes: frozenset[int] = Field(min_length=1)  # -1: one group per output channel
+    # a symmetric checkpoint's packed zeros (GPTQ's qzeros) stay allocated beside the kernel's weights
+    keeps_checkpoint_zeros: bool = False
 
 
 class NonTorchModel(_Strict):
@@ -277,6 +279,8 @@ class Release(_Strict):
     # where the dense linear kernel for asymmetric integer weights keeps each zero point in the activation
     # dtype, pre-multiplied by its scale (Machete on sm90), not packed as stored; None: nowhere
     activation_dtype_zero_points: ZeroPointKernelRule | None = None
+    # the routed experts' integer kernel leaves a symmetric checkpoint's packed zeros allocated
+    moe_keeps_checkpoint_zeros: bool = False
     cuda_graphs: CudaGraphModel | None = None
     cuda_graph_estimate: CudaGraphEstimateModel | None = None  # None: the fixed cuda_graphs figures
     # How vLLM's "GPU KV cache size: N tokens" line is computed: num_blocks // groups x block size

@@ -90,8 +90,7 @@ def test_within_one_percent_of_the_real_engine(start, check):
 
 @pytest.mark.parametrize("start", known(SIZED, KNOWN_GRAPH_GAPS), ids=[s.id for s in SIZED])
 def test_weights_and_cuda_graphs_per_term(start):
-    # "Model loading took" within 0.2 GiB (the widest: Qwen3.5 served text-only, -0.16 GiB; GPTQ's Marlin
-    # MoE, -0.14); the graph
+    # "Model loading took" within 0.2 GiB (the widest: Qwen3.5 served text-only, -0.16 GiB); the graph
     # estimate from vLLM's capture sizes within 0.12 GiB of "Estimated CUDA graph memory"
     check = check_start(start)
     weights = check.term("weights")

@@ -99,10 +99,31 @@ def test_machete_keeps_awq_zero_points_in_the_activation_dtype_on_hopper_only():
     linear = sum(p.attention + p.mlp for p in shape.layer_params)
     assert hopper - ampere == pytest.approx(linear / 128 * 12 / 8, rel=0.001)
     assert round(hopper / GiB, 2) == pytest.approx(5.82, abs=0.06)
-    # symmetric GPTQ has no zeros to keep: the same on both
+    # symmetric GPTQ: Machete takes no zeros but leaves the checkpoint's packed qzeros (8 bits a group of 128
+    # for int8) allocated, where Marlin (sm80) frees them; vLLM 0.26.0 printed 8.97 GiB on the H200
+    # (h200-0.26.0-qwen3-8b-gptq-int8)
     gptq = load_model("tests/fixtures/vllm-starts/configs/qwen3-8b-gptq-int8.json")[1]
     sym = replace(base, model_name="qwen3-8b-gptq-int8", shape=gptq)
-    assert estimate(sym).breakdown.weights_bytes == estimate(replace(sym, gpu_architecture="sm80")).breakdown.weights_bytes
+    kept = estimate(sym).breakdown.weights_bytes
+    freed = estimate(replace(sym, gpu_architecture="sm80")).breakdown.weights_bytes
+    assert kept - freed == pytest.approx(linear / 128 * 8 / 8, rel=0.001)
+    assert round(kept / GiB, 2) == pytest.approx(8.97, abs=0.03)
+
+
+def test_gptq_moe_experts_keep_the_checkpoints_zeros():
+    # vLLM 0.26.0's AutoGPTQMoEMethod never hands its qzeros to the Marlin MoE conversion: a symmetric int4
+    # checkpoint's experts weigh 4 + (16 + 4) / 128 bits a weight; the start printed 15.69 GiB
+    # (h200-0.26.0-qwen3-30b-a3b-gptq-int4)
+    from sizing.plan import Scenario, estimate
+
+    shape = load_model("tests/fixtures/vllm-starts/configs/qwen3-30b-a3b-gptq-int4.json")[1]
+    e = estimate(Scenario("qwen3-30b-a3b-gptq-int4", shape, "h200", 150_109_880_320, engine="vllm@0.26.0",
+                          max_model_len=32768, gpu_architecture="sm90"))
+    assert round(e.breakdown.weights_bytes / GiB, 2) == pytest.approx(15.69, abs=0.04)
+    older = estimate(Scenario("qwen3-30b-a3b-gptq-int4", shape, "h200", 150_109_880_320, engine="vllm@0.22.1",
+                              max_model_len=32768, gpu_architecture="sm90"))
+    experts = sum(p.experts for p in shape.layer_params)
+    assert e.breakdown.weights_bytes - older.breakdown.weights_bytes >= experts / 128 * 4 / 8
 
 
 def test_kv_heads_fewer_than_ranks_are_replicated_in_the_weights():
