@@ -76,6 +76,8 @@ _QUANT_METHODS = {"fp8": "fp8", "mxfp4": "mxfp4"}
 
 
 PER_CHANNEL_GROUP = 4096
+# checkpoints packed as GPTQ packs them (qweight, qzeros, scales), AutoRound's exports among them
+GPTQ_PACKED_METHODS = ("gptq", "auto-round", "intel/auto-round", "auto_round")
 
 
 def resolve_weights_dtype(name: str, shape: ModelShape) -> WeightFormat:
@@ -85,8 +87,8 @@ def resolve_weights_dtype(name: str, shape: ModelShape) -> WeightFormat:
         return _weight_format(key, name)
     fmt = _weight_format(shape.weights_quantization_format or _QUANT_METHODS.get(shape.weights_quantization or "")
                          or shape.serving_dtype, name)
-    if shape.weights_quantization == "gptq" and fmt.name.startswith("int") and not fmt.zero_bits:
-        fmt = replace(fmt, checkpoint_zero_bits=fmt.bits)  # GPTQ stores qzeros, symmetric or not
+    if shape.weights_quantization in GPTQ_PACKED_METHODS and fmt.name.startswith("int") and not fmt.zero_bits:
+        fmt = replace(fmt, checkpoint_zero_bits=fmt.bits)  # GPTQ's packing stores qzeros, symmetric or not
     if shape.dense_mlp_unquantized:
         # dense MLPs in the model dtype; the attention keeps the checkpoint's format unless it says otherwise
         fmt = replace(fmt, experts_only=True, attention_format=fmt.name)
@@ -201,6 +203,8 @@ def attention_format(shape: ModelShape, fmt: WeightFormat) -> WeightFormat:
         return linear_format(shape, fmt)
     if fmt.attention_in_model_dtype:
         return WEIGHT_FORMATS[shape.serving_dtype]
+    if fmt.attention_format == fmt.name:  # the checkpoint's own format (its dense MLPs left unquantized)
+        return _with_zero_bits(replace(fmt, experts_only=False, attention_format=None), fmt.linear_zero_bits)
     return _weight_format(fmt.attention_format, fmt.attention_format)
 
 
@@ -209,21 +213,29 @@ def attention_projections(shape: ModelShape, layer: int, tp: int) -> tuple[int, 
     projections (biases and norms aside); vLLM replicates K/V heads over ranks when there are fewer than TP
     (QKVParallelLinear). None for other projections (MLA's, MiniCPM3's low-rank ones, recurrent mixers)."""
     p, kind = shape.layer_params[layer], shape.layer_kinds[layer]
-    heads, kv_heads, head_dim = shape.num_attention_heads, shape.kv_heads_of(layer), shape.head_dim_of(layer)
-    whole = (2 * heads + 2 * kv_heads) * head_dim * shape.hidden_size
+    whole = _projection_params(shape, layer, 1)
     if kind not in ("full", "sliding", "chunked", "shared") or abs(p.attention - whole) > p.attention // 100:
         return None
+    qkv_o = _projection_params(shape, layer, tp, split=True)
+    return qkv_o
+
+
+def _projection_params(shape: ModelShape, layer: int, tp: int, split: bool = False):
+    """q/k/v and o parameters of one rank (an output gate doubles the queries: Qwen3-Next, Qwen3.5); the sum,
+    or (q/k/v, o) with `split`."""
+    heads, kv_heads, head_dim = shape.num_attention_heads, shape.kv_heads_of(layer), shape.head_dim_of(layer)
     heads_tp, kv_tp = cdiv(heads, tp), max(1, kv_heads // tp)
-    return (heads_tp + 2 * kv_tp) * head_dim * shape.hidden_size, heads_tp * head_dim * shape.hidden_size
+    queries = heads_tp * (2 if shape.attention_output_gate else 1)
+    qkv, o = (queries + 2 * kv_tp) * head_dim * shape.hidden_size, heads_tp * head_dim * shape.hidden_size
+    return (qkv, o) if split else qkv + o
 
 
-def _attention_per_rank(shape: ModelShape, layer: int, tp: int) -> int:
+def attention_per_rank(shape: ModelShape, layer: int, tp: int) -> int:
     projections = attention_projections(shape, layer, tp)
     p = shape.layer_params[layer]
     if projections is None:
         return cdiv(p.attention, tp)
-    whole = (2 * shape.num_attention_heads + 2 * shape.kv_heads_of(layer)) * shape.head_dim_of(layer) * shape.hidden_size
-    return sum(projections) + cdiv(p.attention - whole, tp)
+    return sum(projections) + cdiv(p.attention - _projection_params(shape, layer, 1), tp)
 
 
 def vocab_bytes(shape: ModelShape, tp: int) -> int:
@@ -275,9 +287,9 @@ def weight_bytes(shape: ModelShape, fmt: WeightFormat, tp: int, layers: range, f
     for i in layers:
         p = shape.layer_params[i]
         if attention == linear:
-            layer_total += linear.bytes_for(_attention_per_rank(shape, i, tp) + cdiv(p.mlp, tp))
+            layer_total += linear.bytes_for(attention_per_rank(shape, i, tp) + cdiv(p.mlp, tp))
         else:
-            layer_total += attention.bytes_for(_attention_per_rank(shape, i, tp)) + linear.bytes_for(cdiv(p.mlp, tp))
+            layer_total += attention.bytes_for(attention_per_rank(shape, i, tp)) + linear.bytes_for(cdiv(p.mlp, tp))
         layer_total += expert_format(fmt).bytes_for(cdiv(p.experts, tp))
         layer_total += cdiv(p.other, tp) * dense
     vocab = vocab_bytes(shape, tp)

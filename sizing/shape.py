@@ -139,6 +139,8 @@ class ModelShape:
     original_max_position_embeddings: int | None = None
     # multimodal RoPE (rope parameters with mrope_section): vLLM's MRotaryEmbedding caches 4 x the positions
     mrope: bool = False
+    # attention with an output gate: the query projection doubles (attn_output_gate: Qwen3-Next, Qwen3.5)
+    attention_output_gate: bool = False
     # DeepSeek-V4's compress ratio per layer (compress_ratios, or transformers' compress_rates by layer type):
     # 1 keeps only the sliding window of latents; 4 and 128 also keep one compressed latent per that many
     # tokens (4 with an indexer key). Empty for every other model.
@@ -588,6 +590,7 @@ def _resolve(raw: dict[str, Any], raw_text: dict[str, Any], parsed: Any, rejecte
         rotary_dim=_rotary_dim(f, head_dim, mla_latent is not None),
         rope_scalings=_rope_scalings(f),
         mrope=_mrope(f),
+        attention_output_gate=f.get("attn_output_gate", default=False) is True,
         mtp_layers=_as_int(f.get("num_nextn_predict_layers", "mtp_num_hidden_layers", default=0), "num_nextn_predict_layers"),
         original_max_position_embeddings=_optional_int(f.get("original_max_position_embeddings"),
                                                        "original_max_position_embeddings"),
@@ -896,7 +899,8 @@ def _attention_params(f: _Fields, hidden: int, heads: int, kv_heads: int, head_d
         q = hidden * q_lora + q_lora + q_lora * q_head if q_lora else hidden * q_head
         kv = hidden * (kv_lora + rope) + kv_lora + kv_lora * heads * (nope + v_dim)
         return q + kv + heads * v_dim * hidden
-    q = hidden * heads * head_dim
+    # an output gate (attn_output_gate) projects a gate beside each query: vLLM's qkv_proj holds 2 x the queries
+    q = hidden * heads * head_dim * (2 if f.get("attn_output_gate", default=False) is True else 1)
     kv = 2 * hidden * kv_heads * head_dim
     o = heads * head_dim * hidden
     bias = (heads + 2 * kv_heads) * head_dim + hidden if f.get("attention_bias") else 0
@@ -1055,7 +1059,7 @@ def _listed_modules(listed: Any) -> tuple[str | None, bool] | None:
     if not isinstance(listed, list) or not listed:
         return None
     names = [n for x in listed for n in (x if isinstance(x, list) else [x]) if isinstance(n, str)]
-    attention = any("attn" in n for n in names)
+    attention = any(re.search(r"attn|attention", n) for n in names)
     mlp = any(_names_dense_mlp(n) for n in names)
     return (None if attention else MODEL_DTYPE), not mlp
 
@@ -1128,21 +1132,32 @@ def _unquantized_modules(ignore: Any, num_layers: int) -> tuple[str | None, bool
     """Whether a quantized checkpoint's ignore list keeps every language-model layer's attention (then its
     format is MODEL_DTYPE), and its dense MLPs and shared experts, in the model dtype: by pattern (`re:.*self_attn.*`, `*self_attn*`) or
     named for each layer (`model.layers.7.self_attn*`)."""
-    names = [x for x in ignore if isinstance(x, str) and "vision" not in x] if isinstance(ignore, list) else []
+    names = [x for x in ignore if isinstance(x, str) and not re.search(_TOWER_NAMES, x)] \
+        if isinstance(ignore, list) else []
     patterns = [x for x in names if x.startswith("re:") or not re.search(r"layers\.\d+", x)]
-    attention_layers = {m.group(1) for x in names if (m := re.search(r"layers\.(\d+)\.self_attn", x))}
+    # named layer by layer: every layer's attention (or linear-attention mixer) or MLP named
+    attention_layers = {m.group(1) for x in names if (m := re.search(r"layers\.(\d+)\.\w*attn", x))}
+    mlp_layers = {m.group(1) for x in names if (m := re.search(r"layers\.(\d+)\.", x)) and _names_dense_mlp(x)}
     attention = any("self_attn" in x for x in patterns) or len(attention_layers) >= num_layers
-    mlp = any(_names_dense_mlp(x) for x in patterns)
+    mlp = any(_names_dense_mlp(x) for x in patterns) or len(mlp_layers) >= num_layers
     return MODEL_DTYPE if attention else None, mlp
+
+
+# a multimodal model's towers and projectors, whose modules an ignore list names beside the language model's
+_TOWER_NAMES = r"vision|visual|merger|mm_projector|multi_modal_projector|audio"
 
 
 def _names_dense_mlp(entry: str) -> bool:
     """Whether a module name or pattern names dense MLPs or shared experts (`mlp`, `*mlp*`, `mlp.down_proj`,
     `re:.*shared_experts.*`), not an MoE router (`mlp.gate`, `re:.*mlp.gate$`, `shared_expert_gate`, `router`),
     which the scheme keeps in the model dtype beside quantized MLPs."""
-    if re.search(r"(gate|router)[\\$)*]*$", entry):
+    if re.search(r"(gate|router)[\\$)*]*$", entry) or re.search(r"(gate|router)\.weight$", entry):
         return False
-    return bool(re.search(r"shared_experts?\b|(^|[^a-z])mlp($|[^a-z_])", entry))
+    if re.search(r"shared_experts?\b", entry):
+        return True
+    if re.search(r"(^|[^_a-z])experts\b", entry):  # the routed experts, not a dense MLP
+        return False
+    return bool(re.search(r"(^|[^a-z])(mlp|feed_forward)($|[^a-z_])", entry))
 
 
 def _vision_params(vision: Any) -> int:

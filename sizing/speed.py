@@ -22,7 +22,7 @@ from typing import Mapping
 
 from .errors import KvsizeError
 from .layers import CacheLayout
-from .memory import WeightFormat, linear_format
+from .memory import WeightFormat, attention_format, attention_per_rank, expert_format, linear_format
 from .shape import DTYPE_BYTES, ModelShape
 from .units import cdiv, parse_assignments
 
@@ -158,11 +158,12 @@ def experts_touched_fraction(num_experts: int, top_k: int, batch: float) -> floa
 def _weight_parts(shape: ModelShape, fmt: WeightFormat, tp: int) -> tuple[int, int]:
     """(bytes read every step, routed-expert bytes) of one TP rank."""
     dense = DTYPE_BYTES[shape.serving_dtype]
-    linear = linear_format(shape, fmt)
+    linear, attention, routed = linear_format(shape, fmt), attention_format(shape, fmt), expert_format(fmt)
     always = experts = 0
-    for p in shape.layer_params:
-        always += linear.bytes_for(cdiv(p.attention + p.mlp, tp)) + cdiv(p.other, tp) * dense
-        experts += fmt.bytes_for(cdiv(p.experts, tp))
+    for i, p in enumerate(shape.layer_params):
+        always += attention.bytes_for(attention_per_rank(shape, i, tp)) + linear.bytes_for(cdiv(p.mlp, tp))
+        always += cdiv(p.other, tp) * dense
+        experts += routed.bytes_for(cdiv(p.experts, tp))
     head = shape.lm_head_params or shape.embedding_params
     return always + cdiv(head, tp) * dense, experts
 

@@ -201,3 +201,51 @@ def test_a_kv_only_quantization_config_is_not_warned_of(tmp_path, quant):
 def test_a_quantization_config_without_a_method_is_warned_of(tmp_path):
     shape = _with_quantization(tmp_path, {"bits": 4, "group_size": 128})
     assert any("names no quant_method" in n for n in shape.notes)
+
+
+def test_an_ignore_list_that_names_every_layer_keeps_those_modules_in_bf16():
+    # NVIDIA's Qwen3.5-122B-A10B-NVFP4 ignores layers.N.linear_attn* / self_attn* and mlp.shared_expert* in each
+    # of its 48 layers, by name: attention (mixers too) and shared experts stay bf16, the routed experts NVFP4
+    shape = shape_of("nvidia--Qwen3.5-122B-A10B-NVFP4")
+    assert shape.attention_unquantized and shape.dense_mlp_unquantized
+    fmt = resolve_weights_dtype("auto", shape)
+    total = weight_bytes(shape, fmt, 1, range(shape.num_layers), True, True).total_bytes
+    experts = sum(p.experts for p in shape.layer_params)
+    rest = sum(p.attention + p.mlp + p.other for p in shape.layer_params)
+    assert total > fmt.bytes_for(experts) + 2 * rest  # bf16 beside the NVFP4 experts
+
+
+def test_a_multimodal_towers_modules_in_an_ignore_list_leave_the_language_model_quantized(tmp_path):
+    # llm-compressor writes ignore lists as module names: the vision tower's MLPs (visual.blocks.N.mlp.*,
+    # visual.merger.mlp.0) are not the language model's
+    quant = {"quant_method": "compressed-tensors", "ignore": ["lm_head", "visual.blocks.0.mlp.gate_proj",
+                                                              "visual.merger.mlp.0", "visual.blocks.0.attn.qkv"],
+             "config_groups": {"group_0": {"targets": ["Linear"],
+                                           "weights": {"num_bits": 8, "type": "float", "strategy": "channel"}}}}
+    shape = _with_quantization(tmp_path, quant, "tests/fixtures/config-corpus/Qwen--Qwen2.5-VL-7B-Instruct.json")
+    assert not shape.dense_mlp_unquantized and not shape.attention_unquantized
+
+
+def test_routers_and_shared_experts_move_the_bytes_as_vllm_loads_them(tmp_path):
+    # DeepSeek-V2-Lite: a dense first layer, shared experts, routers. Ignoring the routers changes nothing
+    # (vLLM keeps them bf16 anyway); ignoring the shared experts keeps them, and the dense MLP, in bf16
+    def total(ignore):
+        quant = {"quant_method": "compressed-tensors", "ignore": ignore, "config_groups": {"group_0": {
+            "targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "strategy": "channel"}}}}
+        shape = _with_quantization(tmp_path, quant, "tests/fixtures/config-corpus/deepseek-ai--DeepSeek-V2-Lite.json")
+        fmt = resolve_weights_dtype("auto", shape)
+        return weight_bytes(shape, fmt, 1, range(shape.num_layers), True, True).total_bytes
+
+    plain = total(["lm_head"])
+    assert total(["lm_head", "re:.*mlp.gate$"]) == plain
+    assert total(["lm_head", "re:.*shared_experts.*"]) > plain
+
+
+def test_an_output_gate_doubles_the_query_projection():
+    # Qwen3.5's full-attention layers (attn_output_gate): vLLM's qkv_proj holds a gate beside each query, 16 x
+    # 256 x 2,048 more parameters a layer; without it kvsize's weights were 0.16 GiB below vLLM's 0.26.0 start
+    shape = load_model("tests/fixtures/vllm-starts/configs/qwen3.5-35b-a3b.json")[1]
+    assert shape.attention_output_gate
+    full = next(i for i, k in enumerate(shape.layer_kinds) if k == "full")
+    heads, kv, hd, h = shape.num_attention_heads, shape.kv_heads_of(full), shape.head_dim_of(full), shape.hidden_size
+    assert shape.layer_params[full].attention >= (3 * heads + 2 * kv) * hd * h

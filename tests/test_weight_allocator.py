@@ -124,6 +124,14 @@ def test_gptq_moe_experts_keep_the_checkpoints_zeros():
                               max_model_len=32768, gpu_architecture="sm90"))
     experts = sum(p.experts for p in shape.layer_params)
     assert e.breakdown.weights_bytes - older.breakdown.weights_bytes >= experts / 128 * 4 / 8
+    # its dense MLPs are unlisted (none: all MoE), its attention listed: int4 with the packed zeros Machete
+    # leaves allocated, as the experts keep theirs
+    from sizing.memory import attention_format, engine_weight_format, expert_format
+
+    release = find_release("vllm", "0.26.0")
+    fmt = engine_weight_format(resolve_weights_dtype("auto", shape), shape, release.activation_dtype_zero_points,
+                               "sm90", release.moe_keeps_checkpoint_zeros)
+    assert attention_format(shape, fmt).scale_bits == expert_format(fmt).scale_bits == 16 + 4
 
 
 def test_kv_heads_fewer_than_ranks_are_replicated_in_the_weights():
@@ -144,11 +152,14 @@ def test_kv_heads_fewer_than_ranks_are_replicated_in_the_weights():
 def test_the_last_stage_holds_a_tied_head_and_experts_only_formats_keep_the_rest_dense():
     from sizing.memory import vocab_bytes
 
-    shape = load_model("tests/fixtures/vllm-starts/configs/qwen3-8b.json")[1]
+    # Qwen2.5-1.5B ties its head to the embedding: on one GPU one tensor, over two stages a copy on each
+    shape = load_model("tests/fixtures/vllm-starts/configs/qwen2.5-1.5b.json")[1]
+    assert shape.tie_word_embeddings and not shape.lm_head_params
     fmt = resolve_weights_dtype("auto", shape)
-    first = large_weight_tensors(shape, fmt, 1, range(0, 18), True, False)
-    last = large_weight_tensors(shape, fmt, 1, range(18, 36), False, True)
-    assert first[0] == last[0] == vocab_bytes(shape, 1)  # the embedding on the first stage, the head on the last
+    whole = large_weight_tensors(shape, fmt, 1, range(0, 28), True, True)
+    first = large_weight_tensors(shape, fmt, 1, range(0, 14), True, False)
+    last = large_weight_tensors(shape, fmt, 1, range(14, 28), False, True)
+    assert first[0] == last[0] == vocab_bytes(shape, 1) and whole.count(vocab_bytes(shape, 1)) == 1
     # gpt-oss: mxfp4 experts (4.25 bits a weight), attention in bf16
     oss = load_model("tests/fixtures/vllm-starts/configs/gpt-oss-20b.json")[1]
     mx = resolve_weights_dtype("auto", oss)
