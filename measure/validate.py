@@ -8,13 +8,12 @@ import sys
 
 from sizing.errors import KvsizeError
 from sizing.layers import build_layout
-from sizing.memory import MIN_BLOCK_BYTES, UNSPLIT_END_MAX_BYTES
+from sizing.memory import MIN_BLOCK_BYTES, SEGMENT_ROUNDING_BYTES, UNSPLIT_END_MAX_BYTES
 
 from .bounds import ERROR_BOUNDS
 from .run import REPORT_SCHEMA, model_shape, pool_tensor_sizes, predict_capacity, predicted_weight_tensors_bytes
 
 # Relative tolerances per checked figure; storage must match to the byte.
-ALLOCATOR_TAIL_BYTES = 2 * 2**20  # PyTorch's caching allocator rounds large segments to 2 MiB
 TOLERANCES = {"storage_bytes": 0.0, "weights_bytes": 0.005, "num_blocks": 0.01,
               "transfer_seconds": 0.10}  # issue goal: the tier and P/D models within 10% of measured copies
 
@@ -57,8 +56,8 @@ def check_report(report: dict, tolerance: float | None = None) -> list[str]:
     return problems
 
 
-# The caching allocator takes memory from CUDA in whole segments of 2 MiB pages, and NVML counts them.
-SEGMENT_BYTES = 2 * 2**20
+# The caching allocator takes memory from CUDA in whole segments of 2 MiB pages (SEGMENT_ROUNDING_BYTES), and
+# NVML counts them; a large block keeps at most one segment's unsplittable end.
 
 
 def _check_evidence(report: dict) -> list[str]:
@@ -92,10 +91,10 @@ def _check_evidence(report: dict) -> list[str]:
         allocated, reserved, nvml = p.get("allocated_delta_bytes"), p.get("reserved_delta_bytes"), \
             p.get("nvml_delta_bytes")
         if not (isinstance(allocated, int) and isinstance(reserved, int)) or allocated < p["storage_bytes"] or \
-                reserved % SEGMENT_BYTES:
+                reserved % SEGMENT_ROUNDING_BYTES:
             problems.append(f"{where}: no torch allocator reading (allocated {allocated} B, reserved {reserved} B "
-                            f"for {p['storage_bytes']} B of tensors in whole {SEGMENT_BYTES} B segments)")
-        elif not isinstance(nvml, int) or abs(nvml - reserved) > SEGMENT_BYTES:
+                            f"for {p['storage_bytes']} B of tensors in whole {SEGMENT_ROUNDING_BYTES} B segments)")
+        elif not isinstance(nvml, int) or abs(nvml - reserved) > SEGMENT_ROUNDING_BYTES:
             problems.append(f"{where}: NVML saw {nvml} B taken while torch reserved {reserved} B: NVML read "
                             "another GPU, or none")
     for p in report.get("capacity", []):
@@ -108,10 +107,12 @@ def _check_evidence(report: dict) -> list[str]:
         if m["non_torch_bytes"] <= 0:
             problems.append(f"{where}: {m['non_torch_bytes']} B outside torch, where a CUDA context alone holds "
                             "hundreds of MiB: NVML read another GPU, or none")
-        if not isinstance(b.get("peak_reserved_bytes"), int) or b["peak_reserved_bytes"] % SEGMENT_BYTES or \
+        reserved_peak = b.get("peak_reserved_bytes")
+        if not isinstance(reserved_peak, int) or reserved_peak % SEGMENT_ROUNDING_BYTES or \
                 b["peak_reserved_bytes"] < b["peak_allocated_bytes"]:
             problems.append(f"{where}: torch's reserved peak {b.get('peak_reserved_bytes')} B is not whole "
-                            f"{SEGMENT_BYTES} B segments holding the allocated peak {b['peak_allocated_bytes']} B")
+                            f"{SEGMENT_ROUNDING_BYTES} B segments holding the allocated peak "
+                            f"{b['peak_allocated_bytes']} B")
         _, shape = model_shape(p["model"], p.get("layers"))
         today = predict_capacity(p["model"], shape, p["total_bytes"], p["gpu_memory_utilization"],
                                  p["max_num_batched_tokens"], p["block_size"], p["kv_cache_dtype"],
@@ -212,7 +213,7 @@ def _check_capacity(p: dict, tolerance: float | None) -> list[str]:
                                  b["peak_allocated_two_percent_more_bytes"])):
         sizes = pool_tensor_sizes(again.pool, again.layout, blocks)
         tails = peak - m["weights_bytes"] - sum(sizes) - m["activation_bytes"]
-        if not 0 <= tails <= (len(sizes) + 1) * ALLOCATOR_TAIL_BYTES:
+        if not 0 <= tails <= (len(sizes) + 1) * SEGMENT_ROUNDING_BYTES:
             problems.append(f"{where}: with {label} held the peak was {tails:+} B beyond weights, pool and "
                             f"activation: more than the allocator's segment tails")
         inside = peak - tails <= b["limit_bytes"]
@@ -290,7 +291,7 @@ def _check_tensor_parallel(p: dict, tolerance: float | None) -> list[str]:
         problems.append(f"{where}: the derived pool does not follow from the measured figures")
     tails = m["pool_peak_allocated_bytes"] - m["weights_bytes"] - d["pool_bytes"] - m["activation_bytes"]
     tensors = len(pool_tensor_sizes(derived.pool, derived.layout, d["num_blocks"]))
-    if not 0 <= tails <= (tensors + 1) * ALLOCATOR_TAIL_BYTES:
+    if not 0 <= tails <= (tensors + 1) * SEGMENT_ROUNDING_BYTES:
         problems.append(f"{where}: the pool and a forward pass peaked {tails:+} B beyond their terms")
     if m["pool_peak_allocated_bytes"] - tails > p["limit_bytes"]:
         problems.append(f"{where}: the derived pool and a forward pass exceed the limit")

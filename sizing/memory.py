@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from .errors import unknown
 from .releases import CudaGraphEstimateModel, ProfilingRunModel, WeightAllocatorModel, ZeroPointKernelRule
-from .shape import DTYPE_BYTES, MODEL_DTYPE, ModelShape
+from .shape import DTYPE_BYTES, FORMAT_BY_METHOD, GPTQ_PACKED_METHODS, MODEL_DTYPE, ModelShape
 from .units import cdiv
 
 
@@ -53,11 +53,13 @@ WEIGHT_FORMATS = {
                         "fp8 e4m3 with one fp32 scale per 128x128 block (DeepSeek-V3 weight_block_size)"),
     "fp8_channel": WeightFormat("fp8_channel", 8, 32, 4096, False,
                                 "fp8 e4m3 with one fp32 scale per output channel (compressed-tensors strategy "
-                                "'channel'): one per in_features weights, 4,096 taken (2,048-16,384: <0.1% of the bytes)"),
+                                "'channel'): one per in_features weights, 4,096 taken (2,048-16,384: <0.1% of "
+                                "the bytes)"),
     "fp8_tensor": WeightFormat("fp8_tensor", 8, 32, 1 << 24, False,
                                "fp8 e4m3 with one fp32 scale per tensor (ModelOpt FP8): 1 per 2^24 weights taken"),
     "nvfp4": WeightFormat("nvfp4", 4, 8, 16, False,
-                          "NVFP4: E2M1 values with an FP8 E4M3 scale per 16 (compressed-tensors float 4-bit, group 16)"),
+                          "NVFP4: E2M1 values with an FP8 E4M3 scale per 16 (compressed-tensors float 4-bit, "
+                          "group 16)"),
     "int8": WeightFormat("int8", 8, 16, 128, False, "int8 with an fp16 scale per 128 weights (W8A16 grouped)"),
     "int4": WeightFormat("int4", 4, 20, 128, False,
                          "int4 with an fp16 scale and a 4-bit zero point per 128 weights (GPTQ/AWQ layout)",
@@ -71,13 +73,7 @@ WEIGHT_FORMATS = {
                          "bitsandbytes LLM.int8: int8 with an fp32 scale per row (one per in_features weights, "
                          "4,096 taken)"),
 }
-# a quant_method whose name alone gives the format; the others are read from their settings (sizing/shape.py)
-_QUANT_METHODS = {"fp8": "fp8", "mxfp4": "mxfp4"}
-
-
 PER_CHANNEL_GROUP = 4096
-# checkpoints packed as GPTQ packs them (qweight, qzeros, scales), AutoRound's exports among them
-GPTQ_PACKED_METHODS = ("gptq", "auto-round", "intel/auto-round", "auto_round")
 
 
 def resolve_weights_dtype(name: str, shape: ModelShape) -> WeightFormat:
@@ -85,7 +81,7 @@ def resolve_weights_dtype(name: str, shape: ModelShape) -> WeightFormat:
     key = str(name).strip().lower()
     if key != "auto":
         return _weight_format(key, name)
-    fmt = _weight_format(shape.weights_quantization_format or _QUANT_METHODS.get(shape.weights_quantization or "")
+    fmt = _weight_format(shape.weights_quantization_format or FORMAT_BY_METHOD.get(shape.weights_quantization or "")
                          or shape.serving_dtype, name)
     if shape.weights_quantization in GPTQ_PACKED_METHODS and fmt.name.startswith("int") and not fmt.zero_bits:
         fmt = replace(fmt, checkpoint_zero_bits=fmt.bits)  # GPTQ's packing stores qzeros, symmetric or not
@@ -100,7 +96,8 @@ def resolve_weights_dtype(name: str, shape: ModelShape) -> WeightFormat:
 def _weight_format(key: str, name: str) -> WeightFormat:
     key = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}.get(key, key)
     grouped = re.fullmatch(r"int([2348])_g(\d{1,5}|channel)(_sym)?", key)
-    if grouped:  # a checkpoint's integers in its own groups: an fp16 scale each, and a zero of as many bits unless symmetric
+    if grouped:  # a checkpoint's integers in its own groups: an fp16 scale each, a zero of as many bits
+        # unless symmetric
         bits, symmetric = int(grouped.group(1)), bool(grouped.group(3))
         per_channel = grouped.group(2) == "channel"
         # one group per output channel holds in_features weights: 4,096 taken (2,048-16,384: <0.1% of the bytes)
@@ -213,29 +210,34 @@ def attention_projections(shape: ModelShape, layer: int, tp: int) -> tuple[int, 
     projections (biases and norms aside); vLLM replicates K/V heads over ranks when there are fewer than TP
     (QKVParallelLinear). None for other projections (MLA's, MiniCPM3's low-rank ones, recurrent mixers)."""
     p, kind = shape.layer_params[layer], shape.layer_kinds[layer]
-    whole = _projection_params(shape, layer, 1)
+    whole = sum(_projection_params(shape, layer, 1))
     if kind not in ("full", "sliding", "chunked", "shared") or abs(p.attention - whole) > p.attention // 100:
         return None
-    qkv_o = _projection_params(shape, layer, tp, split=True)
-    return qkv_o
+    return _projection_params(shape, layer, tp)
 
 
-def _projection_params(shape: ModelShape, layer: int, tp: int, split: bool = False):
-    """q/k/v and o parameters of one rank (an output gate doubles the queries: Qwen3-Next, Qwen3.5); the sum,
-    or (q/k/v, o) with `split`."""
+def _projection_params(shape: ModelShape, layer: int, tp: int) -> tuple[int, int]:
+    """(q/k/v, o) parameters of one rank; an output gate doubles the queries (Qwen3-Next, Qwen3.5)."""
     heads, kv_heads, head_dim = shape.num_attention_heads, shape.kv_heads_of(layer), shape.head_dim_of(layer)
     heads_tp, kv_tp = cdiv(heads, tp), max(1, kv_heads // tp)
     queries = heads_tp * (2 if shape.attention_output_gate else 1)
-    qkv, o = (queries + 2 * kv_tp) * head_dim * shape.hidden_size, heads_tp * head_dim * shape.hidden_size
-    return (qkv, o) if split else qkv + o
+    return (queries + 2 * kv_tp) * head_dim * shape.hidden_size, heads_tp * head_dim * shape.hidden_size
 
 
 def attention_per_rank(shape: ModelShape, layer: int, tp: int) -> int:
+    """One rank's attention parameters: its projections (K/V replicated as vLLM does) and its share of the
+    rest (biases, norms)."""
     projections = attention_projections(shape, layer, tp)
     p = shape.layer_params[layer]
     if projections is None:
         return cdiv(p.attention, tp)
-    return sum(projections) + cdiv(p.attention - _projection_params(shape, layer, 1), tp)
+    return sum(projections) + cdiv(p.attention - sum(_projection_params(shape, layer, 1)), tp)
+
+
+def vocab_tensors(shape: ModelShape, first_stage: bool, last_stage: bool) -> tuple[bool, bool]:
+    """(embedding, lm_head) on this stage: the embedding on the first, the head on the last, a tied head
+    sharing the embedding's tensor unless the last stage is another GPU, which keeps its own copy."""
+    return first_stage, last_stage and (bool(shape.lm_head_params) or not first_stage)
 
 
 def vocab_bytes(shape: ModelShape, tp: int) -> int:
@@ -256,11 +258,7 @@ def large_weight_tensors(shape: ModelShape, fmt: WeightFormat, tp: int, layers: 
         values = cdiv(params * f.bits, 8)
         return [values, f.bytes_for(params) - values]
 
-    sizes = []
-    if first_stage:
-        sizes.append(vocab_bytes(shape, tp))
-    if last_stage and (shape.lm_head_params or not first_stage):
-        sizes.append(vocab_bytes(shape, tp))
+    sizes = [vocab_bytes(shape, tp)] * sum(vocab_tensors(shape, first_stage, last_stage))
     matrices = 3 if shape.gated_mlp else 2
     for i in layers:
         p = shape.layer_params[i]
@@ -292,11 +290,8 @@ def weight_bytes(shape: ModelShape, fmt: WeightFormat, tp: int, layers: range, f
             layer_total += attention.bytes_for(attention_per_rank(shape, i, tp)) + linear.bytes_for(cdiv(p.mlp, tp))
         layer_total += expert_format(fmt).bytes_for(cdiv(p.experts, tp))
         layer_total += cdiv(p.other, tp) * dense
-    vocab = vocab_bytes(shape, tp)
-    embedding = vocab if first_stage else 0
-    lm_head = vocab if last_stage and shape.lm_head_params else 0
-    if shape.lm_head_params == 0 and last_stage and not first_stage:
-        lm_head = vocab  # a tied head still needs its copy on the last stage
+    has_embedding, has_head = vocab_tensors(shape, first_stage, last_stage)
+    embedding, lm_head = vocab_bytes(shape, tp) * has_embedding, vocab_bytes(shape, tp) * has_head
     vision = cdiv(shape.vision_params, tp) * dense if first_stage and vision else 0
     ends = 0
     if allocator is not None:
@@ -348,7 +343,8 @@ def mlp_width(shape: ModelShape, layers: range, tp: int, routed: bool = True, va
 
 
 def profiling_peak(shape: ModelShape, run: ProfilingRunModel, tokens: int, rows: int, tp: int, layers: range,
-                   first_stage: bool, last_stage: bool, multiprocessors: int, compiled: bool = True) -> ActivationEstimate:
+                   first_stage: bool, last_stage: bool, multiprocessors: int,
+                   compiled: bool = True) -> ActivationEstimate:
     """What the engine's profiling run holds at its peak on one GPU.
 
     Forward: `tokens` tokens through the stage's layers; hidden-size tensors (residual and normed
@@ -429,7 +425,8 @@ def rotary_cache_bytes(shape: ModelShape) -> int:
     for kind, factor, original in shape.rope_scalings or (("default", None, None),):
         scale = factor if kind == "linear" and factor and factor > 1 else 1
         positions += int(shape.max_position_embeddings * scale)
-        if kind == "longrope":  # a short cache of the pretraining length beside the long one (phi3_long_rope_scaled_rope.py)
+        # longrope: a short cache of the pretraining length beside the long one (phi3_long_rope_scaled_rope.py)
+        if kind == "longrope":
             positions += original or shape.original_max_position_embeddings or shape.max_position_embeddings
     if shape.mrope:  # MRotaryEmbedding enlarges the cache to 4 x max_position for video positions (mrope.py)
         positions *= MROPE_CACHE_POSITIONS

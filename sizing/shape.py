@@ -17,7 +17,7 @@ import re
 import sys
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .hashing import hash_once
 from .errors import KvsizeError
@@ -523,23 +523,22 @@ def _resolve(raw: dict[str, Any], raw_text: dict[str, Any], parsed: Any, rejecte
     scheme = QUANTIZATION_SCHEMES.get(str(quant_method))
     if scheme is None and quant_method is None and isinstance(quant, dict):
         if "quant_algo" in quant:
-            scheme = _modelopt_scheme  # ModelOpt's exports that name only their quant_algo
+            scheme = QUANTIZATION_SCHEMES["modelopt"]  # ModelOpt's exports that name only their quant_algo
         elif "load_in_4bit" in quant or "load_in_8bit" in quant:
-            scheme = _bitsandbytes_scheme  # transformers' BitsAndBytesConfig saved without its method
-    ct_format, ct_attention, ct_mlp_unquantized = scheme(quant, num_layers) if scheme else (None, None, False)
+            # transformers' BitsAndBytesConfig saved without its method
+            scheme = QUANTIZATION_SCHEMES["bitsandbytes"]
+    ct_format, ct_attention, ct_mlp_unquantized = scheme.read(quant, num_layers) if scheme else (None, None, False)
     if isinstance(quant, dict) and quant and quant_method is None and ct_format is None and not _kv_only(quant):
         notes.append("config.json quantization_config names no quant_method kvsize reads; the weights are sized in "
                      "the model dtype: give the checkpoint's format with --weights-dtype (e.g. int4_g128_sym)")
-    if quant_method is not None and str(quant_method) not in FORMAT_FREE_METHODS and ct_format is None \
+    if quant_method is not None and str(quant_method) not in FORMAT_BY_METHOD and ct_format is None \
             and not _kv_only(quant):
-        method = str(quant_method)
-        if method in SCHEME_SETTINGS:
-            fields, allowed = SCHEME_SETTINGS[method]
-            given = ", ".join(f"{k} {_brief(quant[k])}" for k in fields if k in quant) or "none of its settings"
-            what = f"quant_method {method!r} with {given} (kvsize reads {allowed})"
+        if scheme is not None:
+            given = ", ".join(f"{k} {_brief(quant[k])}" for k in scheme.fields if k in quant) or "none of its settings"
+            what = f"quant_method {str(quant_method)!r} with {given} (kvsize reads {scheme.accepts})"
         else:
             what = (f"quant_method {_brief(quant_method)} is not a scheme kvsize reads "
-                    f"({', '.join(sorted([*QUANTIZATION_SCHEMES, *FORMAT_FREE_METHODS]))})")
+                    f"({', '.join(sorted([*QUANTIZATION_SCHEMES, *FORMAT_BY_METHOD]))})")
         notes.append(f"config.json quantization_config: {what}; the weights are sized in the model dtype: give "
                      "the checkpoint's format with --weights-dtype (e.g. int4_g128_sym)")
     vision = _vision_params(raw.get("vision_config"))
@@ -1031,8 +1030,8 @@ def _compressed_tensors_scheme(quant: dict, num_layers: int) -> Scheme:
 def _gptq_awq_scheme(quant: dict, num_layers: int) -> Scheme:
     """GPTQ and AWQ checkpoints (and AutoRound's GPTQ-style exports): `bits` (AWQ's older `w_bit`) integers
     per weight in groups of `group_size` (-1: one group per output channel), an fp16 scale per group, and a
-    zero point of as many bits unless symmetric (GPTQ's `sym`, AWQ without `zero_point`): the bytes vLLM's
-    Marlin kernels keep (gptq_marlin drops a symmetric checkpoint's qzeros). The modules AWQ's
+    zero point of as many bits unless symmetric (GPTQ's `sym`, AWQ without `zero_point`), as stored (what the
+    engine's kernels keep of the zeros is its release's rule: sizing/memory.py engine_weight_format). The modules AWQ's
     `modules_to_not_convert` (or bitsandbytes-style `llm_int8_skip_modules`) names stay in the model dtype."""
     bits = quant.get("bits", quant.get("w_bit"))
     size = quant.get("group_size", quant.get("q_group_size", 128))
@@ -1108,30 +1107,43 @@ def _modelopt_mixed(quant: dict) -> Scheme:
     return common["mlp"], common["attention"], False
 
 
-QUANTIZATION_SCHEMES = {"compressed-tensors": _compressed_tensors_scheme, "modelopt": _modelopt_scheme,
-                        "gptq": _gptq_awq_scheme, "awq": _gptq_awq_scheme, "auto-round": _gptq_awq_scheme,
-                        "intel/auto-round": _gptq_awq_scheme, "auto_round": _gptq_awq_scheme,
-                        "bitsandbytes": _bitsandbytes_scheme}
-# quant_methods whose format the method's name gives (sizing/memory.py _QUANT_METHODS)
-FORMAT_FREE_METHODS = ("fp8", "mxfp4")
-_INTEGER_SETTINGS = (("bits", "w_bit", "group_size", "q_group_size", "sym", "zero_point", "data_type"),
-                     "bits 2, 3, 4 or 8; group_size -1 or 1-99999; sym and zero_point true or false; "
-                     "data_type int")
-# what a scheme reads, and what it takes, for saying which setting it could not read
-SCHEME_SETTINGS = {
-    "gptq": _INTEGER_SETTINGS, "awq": _INTEGER_SETTINGS, "auto-round": _INTEGER_SETTINGS,
-    "intel/auto-round": _INTEGER_SETTINGS, "auto_round": _INTEGER_SETTINGS,
-    "bitsandbytes": (("load_in_4bit", "load_in_8bit"), "load_in_4bit or load_in_8bit true"),
-    "compressed-tensors": (("config_groups",), "a config_groups entry targeting Linear with float 8-bit, float "
-                           "4-bit in groups of 16, int 8-bit or int 4-bit weights"),
-    "modelopt": (("quant_algo",), "quant_algo NVFP4, W4A16_NVFP4, FP8 or MIXED_PRECISION"),
+@dataclass(frozen=True)
+class QuantizationScheme:
+    """How kvsize reads one quant_method: the reader of its settings, and (for saying which setting it could
+    not read) the fields the reader takes and what it accepts."""
+
+    read: Callable[[dict, int], Scheme]
+    fields: tuple[str, ...]
+    accepts: str
+
+
+_INTEGER = QuantizationScheme(_gptq_awq_scheme, ("bits", "w_bit", "group_size", "q_group_size", "sym", "zero_point",
+                                                 "data_type"),
+                              "bits 2, 3, 4 or 8; group_size -1 or 1-99999; sym and zero_point true or false; "
+                              "data_type int")
+_AUTO_ROUND_METHODS = ("auto-round", "intel/auto-round", "auto_round")
+QUANTIZATION_SCHEMES = {
+    "compressed-tensors": QuantizationScheme(
+        _compressed_tensors_scheme, ("config_groups",),
+        "a config_groups entry targeting Linear with float 8-bit, float 4-bit in groups of 16, int 8-bit or int "
+        "4-bit weights"),
+    "modelopt": QuantizationScheme(_modelopt_scheme, ("quant_algo",),
+                                   "quant_algo NVFP4, W4A16_NVFP4, FP8 or MIXED_PRECISION"),
+    "gptq": _INTEGER, "awq": _INTEGER, **dict.fromkeys(_AUTO_ROUND_METHODS, _INTEGER),
+    "bitsandbytes": QuantizationScheme(_bitsandbytes_scheme, ("load_in_4bit", "load_in_8bit"),
+                                       "load_in_4bit or load_in_8bit true"),
 }
+# quant_methods whose name alone gives the weight format
+FORMAT_BY_METHOD = {"fp8": "fp8", "mxfp4": "mxfp4"}
+# checkpoints packed as GPTQ packs them (qweight, qzeros, scales), AutoRound's exports among them: they store
+# zero points even when symmetric
+GPTQ_PACKED_METHODS = ("gptq", *_AUTO_ROUND_METHODS)
 
 
 def _unquantized_modules(ignore: Any, num_layers: int) -> tuple[str | None, bool]:
     """Whether a quantized checkpoint's ignore list keeps every language-model layer's attention (then its
-    format is MODEL_DTYPE), and its dense MLPs and shared experts, in the model dtype: by pattern (`re:.*self_attn.*`, `*self_attn*`) or
-    named for each layer (`model.layers.7.self_attn*`)."""
+    format is MODEL_DTYPE), and its dense MLPs and shared experts, in the model dtype: by pattern
+    (`re:.*self_attn.*`, `*self_attn*`) or named for every layer (`model.layers.7.self_attn*`)."""
     names = [x for x in ignore if isinstance(x, str) and not re.search(_TOWER_NAMES, x)] \
         if isinstance(ignore, list) else []
     patterns = [x for x in names if x.startswith("re:") or not re.search(r"layers\.\d+", x)]
