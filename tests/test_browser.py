@@ -108,6 +108,27 @@ def _wait_for_metric(page, label: str, expected: str) -> str:
     return value
 
 
+def _wait_until(done, bound_s: float = 90.0) -> bool:
+    """Poll `done` until it holds or `bound_s` passes; the answer is whether it held."""
+    deadline = time.monotonic() + bound_s
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.25)
+    return True
+
+
+def _script_running(page) -> bool:
+    # Streamlit shows its status widget ("Running...") only while the script runs.
+    return page.locator('[data-testid="stStatusWidget"]').count() > 0
+
+
+def _tab_drawn(page, tab: str, charts: int) -> bool:
+    in_url = f"page={tab.replace(' ', '+')}" in page.url or f"page={tab.replace(' ', '%20')}" in page.url
+    drawn = page.locator('[data-testid="stTabPanel"]:visible .js-plotly-plot .main-svg').count() >= charts
+    return in_url and drawn and not _script_running(page)
+
+
 def test_changing_model_and_format_changes_the_headline(page, app_url):
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.goto(f"{app_url}/?model=llama-3.1-8b&gpu=h100-sxm&engine=vllm&ctx=32768&conc=8")
@@ -129,8 +150,8 @@ def test_changing_model_and_format_changes_the_headline(page, app_url):
     assert _wait_for_metric(page, "KV bytes per token", "73,728") == "73,728"
     assert _wait_for_metric(page, "Max concurrency", f"{fp8.max_concurrency:,}") == f"{fp8.max_concurrency:,}"
     assert fp8.max_concurrency > qwen.max_concurrency
-    page.wait_for_selector('[data-testid="stPlotlyChart"]')
-    page.wait_for_timeout(1000)  # let plotly finish drawing before the picture
+    # the picture waits for plotly to have drawn its chart, not for a fixed time
+    assert _wait_until(lambda: page.locator('.js-plotly-plot .main-svg').count() > 0 and not _script_running(page))
     page.screenshot(path=str(SCREENSHOTS / "plan-qwen3-8b-fp8.png"), full_page=True)
     assert "model=qwen3-8b" in page.url and "k=fp8_e4m3" in page.url  # the link reproduces the scenario
 
@@ -142,12 +163,12 @@ def test_each_tab_draws_its_chart(page, app_url):
                               ("Tiers", "tiers", 1),
                               ("Validation", "validation", 1), ("Formulas", "formulas", 0)):
         page.get_by_role("tab", name=tab).click()
-        page.wait_for_timeout(1500)
+        # Only the open tab is drawn: wait (bounded) until its own charts are there and the run is over;
+        # a slow machine takes seconds for the Validation tab.
+        drawn = _wait_until(lambda: _tab_drawn(page, tab, charts))
         page.screenshot(path=str(SCREENSHOTS / f"{shot}-gpt-oss-20b.png"), full_page=True)
         assert page.locator('[data-testid="stException"]').count() == 0
-        # Only the open tab is drawn: its own charts are there.
-        assert page.locator('[data-testid="stTabPanel"]:visible .js-plotly-plot').count() >= charts, tab
-        assert f"page={tab.replace(' ', '+')}" in page.url or f"page={tab.replace(' ', '%20')}" in page.url
+        assert drawn, (tab, page.locator('[data-testid="stTabPanel"]:visible .js-plotly-plot').count(), page.url)
 
 
 def test_chart_png_export_renders_through_chromium():
