@@ -1,6 +1,6 @@
 """Write the plans of real vLLM starts that make tests/fixtures/vllm-starts (one JSON list a machine).
 
-usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200|architectures|checkpoints|compile-cache|integer-checkpoints|one-h100 > plan.json
+usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200|architectures|checkpoints|compile-cache|integer-checkpoints|one-h100|release-panels > plan.json
 Every start is an EngineArgs dict on a config in tests/fixtures/vllm-starts/configs/, in vLLM's
 `vllm serve` usage context unless it says `llm`. Starts whose config is not there are left out.
 """
@@ -225,11 +225,34 @@ def one_h100():
     ]
 
 
+PANEL_RELEASES = ("0.21.0", "0.23.0", "0.24.0", "0.25.1")
+
+
+def release_panel(release: str) -> list[dict]:
+    """One release's common panel: a dense GQA model, Qwen3-8B, an MoE, an MLA model, a sliding-window model and
+    an fp8-KV start, at the settings the earlier releases' H100 starts used."""
+    return [
+        start(release, "llama-3.1-8b"),
+        start(release, "qwen3-8b"),
+        start(release, "qwen3-30b-a3b", max_model_len=32768),
+        start(release, "deepseek-v2-lite", max_model_len=32768),
+        start(release, "gemma-2-9b"),
+        start(release, "llama-3.1-8b", "fp8", kv_cache_dtype="fp8"),
+    ]
+
+
+def release_panels():
+    """The eleventh batch, on H100s: the common panel on every torch-2.11 release not yet started (0.21.0,
+    0.23.0, 0.24.0, 0.25.1), so that release ranges are drawn where starts show a change."""
+    return [row for release in PANEL_RELEASES for row in release_panel(release)]
+
+
 if __name__ == "__main__":
     plan = {"four-gpus": four_gpus, "one-gpu": one_gpu, "four-h100s": four_h100s, "two-h100s": two_h100s,
             "one-h200": one_h200, "architectures": architectures,
             "checkpoints": checkpoints, "compile-cache": compile_cache,
-            "integer-checkpoints": integer_checkpoints, "one-h100": one_h100}[sys.argv[1]]()
+            "integer-checkpoints": integer_checkpoints, "one-h100": one_h100,
+            "release-panels": release_panels}[sys.argv[1]]()
     plan = [s for s in plan if (CONFIGS / Path(s["config"]).name).exists()]
     json.dump(plan, sys.stdout, indent=1)
     print()

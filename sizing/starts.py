@@ -81,23 +81,45 @@ def _config_model(path: str):
     return load_model(path)
 
 
-def start_scenario(start: Start, folder: Path = CORPUS):
-    """The start as a kvsize scenario: its config, GPU, release and EngineArgs under vLLM's names."""
-    from .logs import COMPILE_CACHE_LINE
+def planned_scenario(config: Path, gpu: str, release: str, args: dict, context: str = "serve",
+                     compile_cache_hit: bool = False):
+    """A start, planned or made, as a kvsize scenario: its config, GPU, release and EngineArgs under vLLM's
+    names. What kvsize predicts for a batch before it runs comes from here, as does the check of a made start."""
     from .plan import Scenario
     from .profiles import gpu_profile
     from .vllm_args import read_engine_args
 
-    name, shape = _config_model(str(folder / start.config))
-    g = gpu_profile(start.gpu)
-    settings = read_engine_args(start.args, start.context)
+    name, shape = _config_model(str(config))
+    g = gpu_profile(gpu)
+    settings = read_engine_args(args, context)
+    return Scenario(name, shape, g.name, g.memory_bytes, engine=f"vllm@{release}",
+                    gpu_multiprocessors=g.multiprocessors, gpu_nvml_mib=g.nvml_memory_mib,
+                    gpu_architecture=g.architecture, usage_context=context, compile_cache_hit=compile_cache_hit,
+                    **settings.fields)
+
+
+def planned_sglang_scenario(config: Path, gpu: str, version: str, args: dict):
+    """An SGLang start, planned or made, as a kvsize scenario: its config, GPU, version and ServerArgs."""
+    from .plan import Scenario
+    from .profiles import gpu_profile
+    from .sglang_args import read_server_args
+
+    name, shape = _config_model(str(config))
+    g = gpu_profile(gpu)
+    settings = read_server_args(args)
+    return Scenario(name, shape, g.name, g.memory_bytes, engine=f"sglang@{version}",
+                    gpu_multiprocessors=g.multiprocessors, gpu_nvml_mib=g.nvml_memory_mib,
+                    gpu_architecture=g.architecture, **settings.fields)
+
+
+def start_scenario(start: Start, folder: Path = CORPUS):
+    """The start as a kvsize scenario: its config, GPU, release and EngineArgs under vLLM's names."""
+    from .logs import COMPILE_CACHE_LINE
+
     # a start after one of the same model and settings on that machine loaded its compiled graph, as its log
     # says: a condition of the start (kvsize estimate --compile-cache warm), not a setting
     warm = COMPILE_CACHE_LINE in (folder / start.log).read_text(errors="replace")
-    return Scenario(name, shape, g.name, g.memory_bytes, engine=f"vllm@{start.release}",
-                    gpu_multiprocessors=g.multiprocessors, gpu_nvml_mib=g.nvml_memory_mib,
-                    gpu_architecture=g.architecture, usage_context=start.context, compile_cache_hit=warm,
-                    **settings.fields)
+    return planned_scenario(folder / start.config, start.gpu, start.release, start.args, start.context, warm)
 
 
 @dataclass(frozen=True)

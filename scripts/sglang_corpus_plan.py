@@ -1,0 +1,85 @@
+"""Write the plan of real SGLang starts for tests/fixtures/sglang-starts (a JSON list), or the srun.sh command
+lines that run it on a machine's GPUs.
+
+usage: python scripts/sglang_corpus_plan.py first-h100s > plan.json
+       python scripts/sglang_corpus_plan.py first-h100s --lanes 2   (one srun.sh line per lane, TP starts last)
+Every start is a dict of SGLang ServerArgs fields on a config in tests/fixtures/vllm-starts/configs/ (the same
+configs the vLLM starts use), with the tool's defaults (dummy weights, triton attention, CUDA graphs off,
+mem_fraction_static as a start with CUDA graphs would pick it) unless the start names another value.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+CONFIGS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "vllm-starts" / "configs"
+
+
+def start(version, model, tag="", **args):
+    args.setdefault("context_length", 8192)
+    variant = f"-{tag}" if tag else ""
+    return {"id": f"sglang-{version}-{model}{variant}", "config": f"tests/fixtures/vllm-starts/configs/{model}.json",
+            "args": args, "version": version}
+
+
+def first_h100s():
+    """The first SGLang batch, on H100s: each layout (dense GQA and MHA, MoE, MLA, sliding window, Mamba
+    hybrid), the KV dtype, page sizes, the fraction by hand and by default, context 4K to 128K, chunked prefill
+    and running requests, CUDA graphs on and off, and TP 2."""
+    v = "0.5.14"
+    return [
+        start(v, "llama-3.1-8b"),
+        start(v, "qwen3-8b"),
+        start(v, "qwen3-30b-a3b", context_length=32768),
+        start(v, "deepseek-v2-lite", context_length=32768),
+        start(v, "gemma-2-9b"),
+        start(v, "llama-2-7b", context_length=4096),
+        start(v, "nemotron-h-8b-base-8k"),
+        start(v, "llama-3.1-8b", "fp8", kv_cache_dtype="fp8_e4m3"),
+        start(v, "llama-3.1-8b", "page16", page_size=16),
+        start(v, "llama-3.1-8b", "page64-128k", page_size=64, context_length=131072),
+        start(v, "llama-3.1-8b", "mfs0.8", mem_fraction_static=0.8),
+        start(v, "llama-3.1-8b", "4k-cp4096-mrr64", context_length=4096, chunked_prefill_size=4096,
+              max_running_requests=64),
+        start(v, "qwen3-30b-a3b", "fp8-page64", kv_cache_dtype="fp8_e4m3", page_size=64, context_length=32768),
+        start(v, "deepseek-v2-lite", "fp8", kv_cache_dtype="fp8_e4m3", context_length=32768),
+        start(v, "mistral-7b-v0.1", context_length=32768),
+        start(v, "llama-3.1-8b", "graphs", disable_cuda_graph=False),
+        start(v, "llama-3.1-8b", "tp2", tp_size=2, context_length=16384),
+        start(v, "qwen3-30b-a3b", "tp2", tp_size=2, context_length=32768),
+    ]
+
+
+def lanes(plan: list[dict], n: int) -> list[str]:
+    """srun.sh command lines: one-GPU starts dealt over n lanes (one GPU each), then the TP starts on all."""
+    single = [s for s in plan if s["args"].get("tp_size", 1) == 1]
+    multi = [s for s in plan if s["args"].get("tp_size", 1) > 1]
+
+    def words(s):
+        model_dir = f"models/{Path(s['config']).stem}"
+        return [s["id"], model_dir] + [w for k, val in s["args"].items() for w in (f"--{k}", repr(val) if
+                                                                               isinstance(val, bool) else str(val))]
+
+    def line(starts):
+        ws = []
+        for s in starts:
+            ws += (["--"] if ws else []) + words(s)
+        return " ".join(shlex.quote(w) for w in ws)
+
+    out = [line(single[i::n]) for i in range(n) if single[i::n]]
+    if multi:
+        out.append(line(multi))
+    return out
+
+
+if __name__ == "__main__":
+    plan = {"first-h100s": first_h100s}[sys.argv[1]]()
+    plan = [s for s in plan if (CONFIGS / Path(s["config"]).name).exists()]
+    if sys.argv[2:3] == ["--lanes"]:
+        print("\n".join(lanes(plan, int(sys.argv[3]))))
+    else:
+        json.dump(plan, sys.stdout, indent=1)
+        print()
