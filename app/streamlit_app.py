@@ -32,6 +32,26 @@ from sizing.profiles import bundled_shape, gpu_profile, model_profile  # noqa: E
 from sizing.shape import MAX_CONFIG_BYTES  # noqa: E402
 
 
+NEWEST_STARTED = "newest started"
+
+
+def release_choices(engine: str) -> list[str]:
+    """The releases a planner can pick for an engine kvsize keeps starts of: the default (its newest started
+    release) and every published release; other engines follow their one release file."""
+    from sizing.evidence import published
+
+    versions = list(published(engine))
+    return [NEWEST_STARTED, *reversed(versions)] if versions else [NEWEST_STARTED]
+
+
+def release_label(engine: str, version: str) -> str:
+    from sizing.evidence import newest_started, started
+
+    if version == NEWEST_STARTED:
+        return f"newest started ({newest_started(engine)})"
+    return f"{version} (started)" if version in started(engine) else f"{version} (never started)"
+
+
 def read_scenario() -> Scenario | None:
     """The sidebar widgets as a Scenario; errors are shown with st.error."""
     models, gpus = _model_choices(), _gpu_choices()
@@ -45,6 +65,13 @@ def read_scenario() -> Scenario | None:
     gpu = sb.selectbox("GPU", gpus, index=_index(gpus, _query("gpu", "h100-sxm")), key="gpu", format_func=_gpu_label)
     engines = list(ENGINES)
     engine = sb.selectbox("Engine", engines, index=_index(engines, _query("engine", "vllm")), key="engine")
+    releases = release_choices(engine)
+    release = NEWEST_STARTED
+    if len(releases) > 1:
+        release = sb.selectbox("Engine release", releases, index=_index(releases, _query("release", NEWEST_STARTED)),
+                               key="engine_release", format_func=lambda v: release_label(engine, v),
+                               help="the release whose rules apply; started releases were held to real starts")
+    engine_spec = engine if release == NEWEST_STARTED else f"{engine}@{release}"
     formats = ["auto", *FORMAT_NAMES]
     k_fmt = sb.selectbox("K cache format", formats, index=_index(formats, _query("k", "auto")), key="k_format")
     v_choices = [SAME_AS_K, *formats]
@@ -65,7 +92,7 @@ def read_scenario() -> Scenario | None:
     concurrency = sb.number_input("Concurrent requests", value=_query("conc", 8, int, *LIMITS["concurrency"]),
                                   step=1, key="concurrency")
     fraction = sb.slider("Engine memory fraction (vLLM gpu_memory_utilization, …)", 0.5, 1.0,
-                         _query("util", get_engine(engine).memory_fraction_default or 0.9, float, 0.5, 1.0), 0.01,
+                         _query("util", get_engine(engine_spec).memory_fraction_default or 0.9, float, 0.5, 1.0), 0.01,
                          key="fraction")
     headroom = sb.slider("Headroom (engines without their own fraction)", 0.0, 0.5,
                          _query("headroom", 0.10, float, 0.0, 0.5), 0.01, key="headroom")
@@ -77,7 +104,7 @@ def read_scenario() -> Scenario | None:
                              index=1 if _query("cc", "cold") == "warm" else 0,
                              help="cold: a first start compiles during profiling and holds a copy of the embedding "
                                   "for autotuning; warm: a restart loads the compiled graph and gets that as KV")
-    st.query_params.update(model=model, gpu=gpu, engine=engine, k=k_fmt, v=st.session_state["v_format"], w=weights_dtype,
+    st.query_params.update(model=model, gpu=gpu, engine=engine, release=release, k=k_fmt, v=st.session_state["v_format"], w=weights_dtype,
                            tp=str(tp), pp=str(pp),
                            ctx=str(context), conc=str(concurrency), util=str(fraction), headroom=str(headroom),
                            textonly="1" if text_only else "0", cc=compile_cache)
@@ -94,7 +121,7 @@ def read_scenario() -> Scenario | None:
             shape, name = bundled_shape(model), model_profile(model).name
         g = gpu_profile(gpu)
         return Scenario(
-            model_name=name, shape=shape, gpu_name=g.name, gpu_memory_bytes=g.memory_bytes, engine=engine,
+            model_name=name, shape=shape, gpu_name=g.name, gpu_memory_bytes=g.memory_bytes, engine=engine_spec,
             gpu_multiprocessors=g.multiprocessors, gpu_nvml_mib=g.nvml_memory_mib, gpu_architecture=g.architecture,
             k_cache_dtype=k_fmt, v_cache_dtype=v_fmt, tensor_parallel_size=int(tp), pipeline_parallel_size=int(pp),
             max_model_len=int(context), concurrency=int(concurrency),

@@ -67,6 +67,9 @@ def report() -> str:
         for s in summarize(rows, key):
             lines.append(f"| {s.group} | {s.starts} | {s.within_1pct} | {100 * s.median_abs:.2f}% | {_pct(s.worst)} | {s.over} |")
         lines.append("")
+    lines += releases_section()
+    lines += prospective_section(starts)
+    lines += sglang_section()
     lines += tensor_parallel_section(starts)
     lines += servers_section()
     lines += ["## Every start", "",
@@ -80,6 +83,103 @@ def report() -> str:
     for s in failed:
         lines.append(f"| {s.id} | {(s.reason or '').replace('|', '/')[:200]} |")
     return "\n".join(lines) + "\n"
+
+
+def releases_section() -> list[str]:
+    """Every published release of vLLM and SGLang: started (with kvsize's figures on its starts) or never started
+    (the rules read from source alone, with the nearest started release's figures)."""
+    from sizing.engines import get_engine
+    from sizing.evidence import published, release_evidence
+
+    lines = ["## Per release: started and never started", "",
+             "Every release a planner can install (`profiles/engines/published.json`). A started release's figures",
+             "are kvsize's on that release's own starts; a release never started has rules read from its source",
+             "alone, and the nearest started release's figures stand beside it. `--engine vllm` and `--engine sglang`",
+             "without a version follow the newest started release.", "",
+             "| engine | release | rules | started | predictions within 1% | median abs. token error | worst token error |",
+             "|---|---|---|---|---:|---:|---:|"]
+    for engine in ("vllm", "sglang"):
+        for version in published(engine):
+            ev = release_evidence(engine, version)
+            rules = get_engine(f"{engine}@{version}").release.name
+            f = ev.figures
+            if ev.started:
+                lines.append(f"| {engine} | {version} | {rules} | yes ({', '.join(f.gpus)}) | {f.within_1pct} of "
+                             f"{f.predictions} | {100 * f.median_abs_token_error:.2f}% | {_pct(f.worst_token_error)} |")
+            else:
+                near = (f"never; nearest started {ev.nearest_version}: {f.within_1pct} of {f.predictions}"
+                        if f else "never")
+                lines.append(f"| {engine} | {version} | {rules} | {near} | - | - | - |")
+    return lines + [""]
+
+
+PREDICTIONS = CORPUS / "predictions"
+
+
+def prospective_section(starts) -> list[str]:
+    """kvsize's figures committed before each batch ran, against what the engines printed, beside today's code
+    on the same starts: the error a planner meets on a start kvsize has not seen, apart from the in-sample one."""
+    import json
+
+    from sizing import sglang_starts
+
+    vllm = {s.id: s for s in starts if s.status == "sized"}
+    sgl = {s.id: s for s in sglang_starts.load_corpus() if s.status == "sized"}
+    lines = ["## Predicted before seen", "",
+             "Before a batch of new starts changed any rule, kvsize's predictions for it were committed",
+             "(`tests/fixtures/vllm-starts/predictions/`, each line naming the commit that predicted it). Prospective:",
+             "those predictions against what the engine printed. In-sample: today's code, fitted with those starts in",
+             "view, on the same starts. Token errors, signed; a batch predicted for a GPU the machine did not turn out",
+             "to be is listed, and holds no start.", "",
+             "| batch | engine | release | starts | prospective within 1% | prospective worst | in-sample within 1% | in-sample worst |",
+             "|---|---|---|---:|---:|---:|---:|---:|"]
+    for path in sorted(PREDICTIONS.glob("*.jsonl")):
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        groups: dict[tuple, list] = {}
+        for r in rows:
+            start = vllm.get(r["id"]) if r.get("engine", "vllm") == "vllm" else sgl.get(r["id"])
+            if start is None or "kv_tokens" not in r:
+                continue
+            if r.get("engine", "vllm") == "vllm":
+                printed = min(start.printed.kv_cache_tokens)
+                today = check_start(start).term("kv_tokens").predicted
+            else:
+                printed = min(start.printed.max_total_num_tokens)
+                today = sglang_starts.check_start(start).predicted_tokens
+            groups.setdefault((r.get("engine", "vllm"), r["release"]), []).append(
+                (r["kv_tokens"] / printed - 1, today / printed - 1))
+        if not groups:
+            lines.append(f"| {path.stem} | - | - | 0 | - | - | - | - |")
+        for (engine, release), errs in sorted(groups.items()):
+            before, now = [b for b, _ in errs], [n for _, n in errs]
+            lines.append(f"| {path.stem} | {engine} | {release} | {len(errs)} | {sum(abs(e) < 0.01 for e in before)} | "
+                         f"{_pct(max(before, key=abs))} | {sum(abs(e) < 0.01 for e in now)} | {_pct(max(now, key=abs))} |")
+    return lines + [""]
+
+
+def sglang_section() -> list[str]:
+    from sizing import sglang_starts
+
+    starts = sglang_starts.load_corpus()
+    sized = [s for s in starts if s.status == "sized"]
+    checks = [c for s in sized for c in (sglang_starts.check_start(s), sglang_starts.check_start_log(s))]
+    ok = sum(1 for c in checks if -0.01 < c.tokens_error <= 0.005)
+    lines = ["## SGLang", "",
+             "Real SGLang starts in `tests/fixtures/sglang-starts/` (dummy weights, triton attention, CUDA graphs off",
+             "unless a start turns them on; the fraction SGLang itself picks with CUDA graphs, unless set by hand).",
+             "`max_total_num_tokens` predicted by estimate from the ServerArgs and by check-log from the log.", "",
+             f"- {len(sized)} starts sized, {len(starts) - len(sized)} failed (listed below), {len(checks)} predictions.",
+             f"- Within 1% and at most 0.5% above: {ok} of {len(checks)}.",
+             f"- Worst token error {_pct(max((c.tokens_error for c in checks), key=abs))}; "
+             f"above the engine: {sum(c.tokens_error > 0 for c in checks)}.", "",
+             "| start | by | tokens | free at load (GiB) | weights (GiB) |", "|---|---|---:|---:|---:|"]
+    for c in checks:
+        lines.append(f"| {c.start.id} | {c.by} | {_pct(c.tokens_error)} | {c.predicted_free_gib:.2f} / "
+                     f"{c.printed_free_gib:.2f} | {c.predicted_weights_gib:.2f} / {c.printed_weights_gib:.2f} |")
+    for s in starts:
+        if s.status != "sized":
+            lines.append(f"| {s.id} | failed | {(s.reason or '').replace('|', '/')[:160]} | - | - |")
+    return lines + [""]
 
 
 def _term(check, name: str) -> str:
@@ -159,6 +259,18 @@ def main(argv: list[str]) -> int:
         finally:
             tmp.unlink(missing_ok=True)
         print(f"wrote {out}", file=sys.stderr)
+        import json
+
+        from sizing.evidence import compute_started
+
+        started = ROOT / "profiles" / "engines" / "started.json"
+        tmp = started.with_suffix(".json.part")
+        try:
+            tmp.write_text(json.dumps(compute_started(), indent=1) + "\n")
+            tmp.replace(started)
+        finally:
+            tmp.unlink(missing_ok=True)
+        print(f"wrote {started}", file=sys.stderr)
     return 0
 
 

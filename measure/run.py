@@ -199,12 +199,17 @@ def pool_tensors(pool, layout, num_blocks: int, device) -> list:
     return [torch.empty(size, dtype=torch.uint8, device=device) for size in pool_tensor_sizes(pool, layout, num_blocks)]
 
 
+# The harness allocates the pool by vLLM 0.33's rule (the source its derived figures follow); pinned, so the
+# committed reports do not move when the default engine follows a newer started release.
+HARNESS_ENGINE = "vllm@0.33"
+
+
 def predict_capacity(model: str, shape: ModelShape, total: int, util: float, mnbt: int, block_size: int, fmt: str,
                      non_torch: int | None, kv_bytes: int | None = None, tp: int = 1):
     """kvsize's vLLM estimate for a harness run (one sequence of max_num_batched_tokens, no CUDA graphs)
     with the measured non-torch memory (None: the release's own figure) and, given kv_bytes, a fixed KV
     budget: what measure/run.py, measure/tp.py and `kvsize validate` all compare with."""
-    return estimate(Scenario(model, shape, "measured", total, engine="vllm", tensor_parallel_size=tp,
+    return estimate(Scenario(model, shape, "measured", total, engine=HARNESS_ENGINE, tensor_parallel_size=tp,
                              memory_fraction=util, non_torch_bytes=non_torch, max_num_batched_tokens=mnbt,
                              max_num_seqs=1, cuda_graph_bytes=0, weights_dtype="bf16", block_size=block_size,
                              max_model_len=mnbt, k_cache_dtype=fmt, v_cache_dtype=fmt, kv_cache_memory_bytes=kv_bytes))

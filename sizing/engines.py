@@ -621,6 +621,7 @@ class Engine:
     pool_rule: Callable[[CacheLayout, int, int], Pool]
     source: str
     release: Release | None = None  # the release range whose defaults and terms apply
+    version: str | None = None  # the version asked for (None: no '@'); the default follows the newest started
     model_rule: ModelRule = _as_configured  # where the engine builds the model unlike its config
 
     @property
@@ -634,9 +635,10 @@ class Engine:
     def memory_fraction_default(self) -> float:
         return self.release.memory_fraction_default if self.release else self.fraction_default
 
-    def default_fraction(self, gpu_mib: int, tp: int, pp: int) -> float:
-        """The fraction the engine picks without one from the user (SGLang's depends on the GPU)."""
-        return self.release.default_fraction(gpu_mib, tp, pp) if self.release else self.fraction_default
+    def default_fraction(self, gpu_mib: int, tp: int, pp: int, inputs=None) -> float:
+        """The fraction the engine picks without one from the user (SGLang's depends on the GPU, the model's
+        attention and the prefill and CUDA-graph settings: releases.FractionInputs)."""
+        return self.release.default_fraction(gpu_mib, tp, pp, inputs) if self.release else self.fraction_default
 
     @property
     def block_size_default(self) -> int:
@@ -647,8 +649,9 @@ class Engine:
         sizes = self.release.attention_block_sizes if self.release else {}
         families = {attention_family(spec) for spec in layout.kv.values()} - {None}
         if self.name == "vllm" and "compressed_mla" in families and "compressed_mla" not in sizes:
-            raise KvsizeError(f"{self.label}: kvsize models DeepSeek-V4's pool as vLLM 0.33 builds it; "
-                              "use --engine vllm (its newest rules)")
+            raise KvsizeError(f"{self.label}: this release does not build DeepSeek-V4's compressed MLA pool; "
+                              "kvsize models it as vLLM 0.33 builds it, a release never started here: use "
+                              "--engine vllm@0.33")
         for family in ("compressed_mla", "sparse_mla"):
             if family in families and family in sizes:
                 return sizes[family]
@@ -729,13 +732,17 @@ def get_engine(name: str) -> Engine:
 
 @lru_cache(maxsize=64)
 def _with_release(key: str, version: str | None) -> Engine:
+    from .evidence import newest_started
+
     engine = ENGINES[key]
+    # without a version, the rules of the newest release a real start confirmed, not the newest read from source
+    version = version or newest_started(key)
     release = find_release(key, version)
     if release is None:
-        if version is not None:
+        if version is not None and version != newest_started(key):
             raise KvsizeError(f"--engine {key}@{version}: kvsize keeps no release rules for {key}; use --engine {key}")
         return engine
-    return replace(engine, release=release)
+    return replace(engine, release=release, version=version)
 
 
 def engine_formats(engine_name: str) -> list[str]:

@@ -503,13 +503,15 @@ def cost_rows(plan: FleetPlan) -> list[dict]:
 def plan_serve_command(plan: FleetPlan, base: Scenario, chosen: CandidatePlan, model_id: str | None = None):
     """The command that starts one replica of `chosen` (the shared pool)."""
     from .engines import get_engine
+    from .plan import fraction_inputs
     from .serve import ServeSettings, serve_command
 
     engine = get_engine(plan.engine)
     fmt = get_format(chosen.candidate.kv_format, base.shape.serving_dtype).name
     longest = max(b.max_context_tokens for b in plan.workload.mix())
     fraction = base.memory_fraction if base.memory_fraction is not None else engine.default_fraction(
-        base.nvml_mib, chosen.candidate.tensor_parallel_size, base.pipeline_parallel_size)
+        base.nvml_mib, chosen.candidate.tensor_parallel_size, base.pipeline_parallel_size,
+        fraction_inputs(replace(base, max_model_len=longest), base.shape))
     settings = ServeSettings(
         model=model_id or base.model_name, kv_format=fmt, serving_dtype=base.shape.serving_dtype,
         tensor_parallel_size=chosen.candidate.tensor_parallel_size, max_model_len=longest,

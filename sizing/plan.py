@@ -74,6 +74,8 @@ class Scenario:
     language_model_only: bool = False
     cudagraph_capture_sizes: tuple[int, ...] | None = None
     max_cudagraph_capture_size: int | None = None
+    # SGLang's --cuda-graph-max-bs (its default fraction reserves 2 MiB per decode graph batch); None: its rule
+    cuda_graph_max_bs: int | None = None
 
     @property
     def nvml_mib(self) -> int:
@@ -452,6 +454,21 @@ def _stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, index: i
     return found
 
 
+def release_evidence(engine_name: str, version: str | None):
+    from .evidence import release_evidence as evidence
+
+    return evidence(engine_name, version)
+
+
+def fraction_inputs(s: Scenario, shape: ModelShape):
+    """What an engine's default memory fraction reads of the scenario beside the GPU (SGLang's rule)."""
+    from .releases import FractionInputs
+
+    return FractionInputs(mla=shape.is_mla, context_length=s.max_model_len,
+                          chunked_prefill_size=s.max_num_batched_tokens, cuda_graph_max_bs=s.cuda_graph_max_bs,
+                          cuda_graphs=s.cudagraph_mode != "NONE")
+
+
 def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, index: int, stage: range,
                        num_stages: int) -> _StageSetup:
     tp = s.tensor_parallel_size
@@ -460,8 +477,11 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
                                                             shape.serving_dtype))
     if engine.release is not None and engine.release.unconfirmed:
         notes += (f"{engine.release.name} rules: {engine.release.unconfirmed}",)
+    evidence = release_evidence(engine.name, engine.version)
+    if evidence is not None:
+        notes += (evidence.sentence(),)
     fraction = s.memory_fraction if s.memory_fraction is not None else engine.default_fraction(
-        s.nvml_mib, tp, s.pipeline_parallel_size)
+        s.nvml_mib, tp, s.pipeline_parallel_size, fraction_inputs(s, shape))
     layout = _layout(shape, k_name, v_name, tp, stage, engine.layer_overrides(shape, k_name, s.layer_kv_dtype),
                      s.format_options)
     block_size = s.block_size or engine.block_size_for(layout)

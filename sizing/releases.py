@@ -7,6 +7,8 @@ range holding that version. Every figure carries its source in the file's `sourc
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import json
 import re
 from fractions import Fraction
@@ -117,13 +119,28 @@ class ModelRunnerRule(_Strict):
     v2_quantized: bool  # a checkpoint with a quantization_config may take V2
     v2_hybrid: bool  # a model with recurrent (Mamba, linear-attention) layers may take V2
     v2_moe_models: bool = False  # every MoE architecture takes V2 too (0.33)
+    # a listed architecture takes V2 even as an MoE (0.24+); before, only a dense one did (0.22-0.23)
+    v2_listed_moe: bool = True
     v2_profiles_cuda_graphs: bool = False  # V2 estimates its graphs before sizing (0.33), or not (0.22-0.26)
 
     def runner(self, architectures: tuple[str, ...], moe: bool, quantized: bool, hybrid: bool) -> str:
-        listed = any(a in self.v2_architectures for a in architectures)
+        listed = any(a in self.v2_architectures for a in architectures) and (self.v2_listed_moe or not moe)
         if (hybrid and not self.v2_hybrid) or (quantized and not self.v2_quantized):
             return "v1"
         return "v2" if listed or (self.v2_moe_models if moe else self.v2_dense_models) else "v1"
+
+
+class SubRange(_Strict):
+    """Releases inside a range file whose starts show one term changed: they keep the range's terms and
+    replace the fields they name. A sub-range is drawn where a start shows the change, and names the
+    source that explains it."""
+
+    release: str = Field(min_length=1)
+    first_version: str = Field(pattern=r"^\d+(\.\d+){0,3}$")
+    last_version: str = Field(pattern=r"^\d+(\.\d+){0,3}$")
+    label: str = Field(min_length=1)
+    model_runners: ModelRunnerRule | None = None
+    sources: dict[str, str] = Field(min_length=1)
 
 
 class CudaGraphEstimateModel(_Strict):
@@ -177,6 +194,21 @@ class GpuBucket(_Strict):
     reserve_mib_per_rank: float = Field(default=0, ge=0)  # times TP x PP
 
 
+@dataclass(frozen=True)
+class FractionInputs:
+    """What SGLang's default mem_fraction_static reads beside the GPU and parallel sizes (server_args.py
+    _handle_gpu_memory_settings): the model's attention (MLA or not), the context length (which caps the
+    piecewise prefill graphs' sizes), the settings that replace the GPU bucket's, and whether CUDA graphs
+    run at all."""
+
+    mla: bool = False
+    context_length: int | None = None
+    chunked_prefill_size: int | None = None  # <= 0: chunked prefill off (the max prefill tokens count)
+    cuda_graph_max_bs: int | None = None
+    cuda_graphs: bool = True
+    max_prefill_tokens: int = 16384  # server_args.py default, used where chunked prefill is off
+
+
 class FractionByParallelSize(_Strict):
     """mem_fraction_static from a table by TP x PP, raised on GPUs above large_gpu_above_mib."""
 
@@ -188,7 +220,7 @@ class FractionByParallelSize(_Strict):
     large_gpu_bump_mib: int = Field(ge=0)
     large_gpu_reserve_mib: int = Field(ge=0)
 
-    def fraction(self, gpu_mib: int, tp: int, pp: int) -> float:
+    def fraction(self, gpu_mib: int, tp: int, pp: int, inputs: FractionInputs | None = None) -> float:
         parallel = tp * pp
         f = self.otherwise
         if gpu_mib <= self.table_max_gpu_mib:
@@ -213,20 +245,30 @@ class FractionByReserve(_Strict):
     mib_per_graph_batch: float = Field(ge=0)
     mib_per_rank: float = Field(ge=0)
     mib_per_prefill_graph: float = Field(ge=0)  # piecewise prefill CUDA graphs, one per captured size
+    mla_prefill_graphs_mib: float | None = Field(default=None, ge=0)  # MLA models: instead of the per-graph term
     floor_mib: float = Field(ge=0)
     floor_above_gpu_mib: int = Field(ge=0)
 
     def bucket(self, gpu_mib: int) -> GpuBucket:
         return next((b for b in self.buckets if b.below_mib is None or gpu_mib < b.below_mib), self.buckets[-1])
 
-    def fraction(self, gpu_mib: int, tp: int, pp: int) -> float:
+    def fraction(self, gpu_mib: int, tp: int, pp: int, inputs: FractionInputs | None = None) -> float:
         b = self.bucket(gpu_mib)
+        given = inputs or FractionInputs()
         parallel = tp * pp
-        graph_bs = b.cuda_graph_max_bs_tp4 if tp >= 4 else b.cuda_graph_max_bs
+        graph_bs = given.cuda_graph_max_bs or (b.cuda_graph_max_bs_tp4 if tp >= 4 else b.cuda_graph_max_bs)
+        chunked = given.chunked_prefill_size if given.chunked_prefill_size is not None else b.chunked_prefill_size
+        prefill = chunked if chunked > 0 else given.max_prefill_tokens
         reserve = (b.reserve_mib + b.reserve_mib_per_rank * parallel + self.base_mib
-                   + self.mib_per_prefill_token * max(b.chunked_prefill_size, self.min_prefill_tokens)
-                   + self.mib_per_graph_batch * graph_bs + self.mib_per_rank * parallel
-                   + self.mib_per_prefill_graph * len(prefill_graph_sizes(b.chunked_prefill_size)))
+                   + self.mib_per_prefill_token * max(prefill, self.min_prefill_tokens)
+                   + self.mib_per_graph_batch * graph_bs + self.mib_per_rank * parallel)
+        if given.cuda_graphs:
+            # piecewise prefill graphs up to the chunk, capped by the context length; MLA a flat reserve
+            if given.mla and self.mla_prefill_graphs_mib is not None:
+                reserve += self.mla_prefill_graphs_mib
+            else:
+                largest = min(prefill, given.context_length) if given.context_length else prefill
+                reserve += self.mib_per_prefill_graph * len(prefill_graph_sizes(largest))
         if gpu_mib > self.floor_above_gpu_mib:
             reserve = max(reserve, self.floor_mib)
         return round((gpu_mib - reserve) / gpu_mib, 3)
@@ -316,6 +358,8 @@ class Release(_Strict):
     # What no real start of this range confirms, said with every estimate that follows it (the costly
     # direction is a plan that promises memory the engine does not give)
     unconfirmed: str = ""
+    # releases inside this range whose starts show a term changed (their own rules, the rest kept)
+    sub_ranges: tuple[SubRange, ...] = ()
     sources: dict[str, str]
 
     def __hash__(self) -> int:  # estimates cache on the engine; one file per (engine, release)
@@ -331,11 +375,11 @@ class Release(_Strict):
         v = v + (0,) * max(0, len(lo) - len(v))
         return lo <= v[:len(lo)] and v[:len(hi)] <= hi
 
-    def default_fraction(self, gpu_mib: int, tp: int, pp: int) -> float:
+    def default_fraction(self, gpu_mib: int, tp: int, pp: int, inputs: FractionInputs | None = None) -> float:
         """The memory fraction the engine picks when the user sets none."""
         if self.memory_fraction_rule is None:
             return self.memory_fraction_default
-        return self.memory_fraction_rule.fraction(gpu_mib, tp, pp)
+        return self.memory_fraction_rule.fraction(gpu_mib, tp, pp, inputs)
 
     def batch_default(self, gpu_bytes: int, gpu_name: str) -> BatchDefault | None:
         if self.batch_defaults is None:
@@ -387,11 +431,37 @@ def releases(engine: str) -> tuple[Release, ...]:
     out = []
     for path in sorted(ENGINES_DIR.glob(f"{engine}-*.json")):
         try:
-            out.append(Release.model_validate(json.loads(path.read_text())))
+            release = Release.model_validate(json.loads(path.read_text()))
         except (ValidationError, json.JSONDecodeError) as e:
             first = " ".join(str(e).splitlines()[0:3])
             raise KvsizeError(f"engine profile {path.name} is invalid: {first}") from None
+        out.extend(_split(release, path.name))
     return tuple(sorted(out, key=lambda r: version_key(r.first_version)))
+
+
+def _split(release: Release, file_name: str) -> list[Release]:
+    """A range file as the releases it holds: each sub-range its own release (the range's terms with the
+    sub-range's fields), which must tile the range in order, leaving no version to two rules or none."""
+    if not release.sub_ranges:
+        return [release]
+    parts, expected = [], release.first_version
+    for sub in release.sub_ranges:
+        if version_key(sub.first_version) != version_key(expected) and parts:
+            raise KvsizeError(f"engine profile {file_name}: sub-range {sub.release} starts at {sub.first_version}, "
+                              f"not right after the previous one")
+        update = {k: getattr(sub, k) for k in ("release", "first_version", "last_version", "label")}
+        if sub.model_runners is not None:
+            update["model_runners"] = sub.model_runners
+        update["sources"] = {**release.sources, **sub.sources}
+        update["sub_ranges"] = ()
+        parts.append(release.model_copy(update=update))
+        last = version_key(sub.last_version)
+        expected = ".".join(map(str, (*last[:-1], last[-1] + 1)))
+    if (version_key(release.sub_ranges[0].first_version) != version_key(release.first_version)
+            or version_key(release.sub_ranges[-1].last_version) != version_key(release.last_version)):
+        raise KvsizeError(f"engine profile {file_name}: its sub-ranges must cover {release.first_version}-"
+                          f"{release.last_version} exactly")
+    return parts
 
 
 def find_release(engine: str, version: str | None) -> Release | None:

@@ -73,16 +73,24 @@ def read_server_args(args: dict) -> SglangSettings:
         elif name == "dtype":
             fields["dtype"] = str(value)
         elif name == "chunked_prefill_size":
-            chunked = int(value)
+            try:
+                chunked = int(value)
+            except (TypeError, ValueError):
+                chunked = 0
             if chunked == 0 or chunked < -1:
-                raise KvsizeError(f"chunked_prefill_size {value} is not allowed: a positive token count, or -1 "
-                                  "to turn chunked prefill off")
+                raise KvsizeError(f"chunked_prefill_size {str(value)[:40]!r} is not allowed: a positive token count, "
+                                  "or -1 to turn chunked prefill off")
+            fields["max_num_batched_tokens"] = chunked if chunked > 0 else None
         elif name == "max_running_requests":
             running = _positive(value, name)
+            fields["max_num_seqs"] = running
         elif name == "disable_cuda_graph":
             graphs = not _flag(value, name)
+            if not graphs:
+                fields["cudagraph_mode"] = "NONE"
         elif name == "cuda_graph_max_bs":
             graph_bs = _positive(value, name)
+            fields["cuda_graph_max_bs"] = graph_bs
         elif name in NOT_MODELLED:
             not_modelled.append(name)
             continue

@@ -485,3 +485,20 @@ def test_plan_page_says_what_each_gpu_holds_at_tp():
     notes = "\n".join(m.value for m in at.markdown)
     assert "KV: each GPU holds 4 of 8 KV heads" in notes
     assert "non-torch: NCCL's" in notes
+
+
+def test_the_engine_release_picker_follows_a_started_or_never_started_release():
+    # the sidebar's release picker (key engine_release, URL ?release=): its answer names the rules and says
+    # whether the release was started
+    at = _app()
+    _open(at, "Plan")
+    assert at.selectbox(key="engine_release").value == "newest started"
+    at.selectbox(key="engine_release").set_value("0.23.0")
+    at.run()
+    text = " ".join(str(w.value) for w in at.warning) + " ".join(str(m.value) for m in at.markdown)
+    assert not at.exception and "vllm 0.23.0 was started" in text
+    assert at.query_params["release"] == ["0.23.0"] or at.query_params["release"] == "0.23.0"
+    at.selectbox(key="engine_release").set_value("0.30.0")
+    at.run()
+    text = " ".join(str(w.value) for w in at.warning) + " ".join(str(m.value) for m in at.markdown)
+    assert "vllm 0.30.0 was never started" in text and "0.26.0" in text

@@ -109,7 +109,7 @@ def test_mtp_layer_keeps_only_the_window():
 
 def _scenario(**kw):
     name, shape = load_model(str(CONFIG))
-    base = dict(engine="vllm", tensor_parallel_size=8, kv_cache_memory_bytes=10 * 2**30, max_model_len=131_072)
+    base = dict(engine="vllm@0.33", tensor_parallel_size=8, kv_cache_memory_bytes=10 * 2**30, max_model_len=131_072)
     return Scenario(name, shape, "H200", H200_CUDA_BYTES, **{**base, **kw})
 
 
@@ -128,7 +128,7 @@ def test_formats_and_engines_vllm_does_not_build_are_refused():
     with pytest.raises(KvsizeError, match="model class kvsize does not model"):
         name, shape = load_model(str(CONFIG))
         estimate(Scenario(name, shape.__class__(**{**shape.__dict__, "model_type": "deepseek_v41"}), "H200",
-                          H200_CUDA_BYTES, engine="vllm", kv_cache_memory_bytes=10 * 2**30))
+                          H200_CUDA_BYTES, engine="vllm@0.33", kv_cache_memory_bytes=10 * 2**30))
 
 
 def test_ideal_engine_holds_exactly_the_sequence_bytes():

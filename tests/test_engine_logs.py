@@ -169,7 +169,7 @@ def test_hybrid_mamba_pool_matches_vllm_033(fixture, config):
 
     ref = json.loads((FIXTURES / fixture).read_text())
     name, shape = load_model(str(FIXTURES / "configs" / config))
-    e = estimate(Scenario(name, shape, "H200", 150_109_880_320, engine="vllm",
+    e = estimate(Scenario(name, shape, "H200", 150_109_880_320, engine="vllm@0.33",
                           kv_cache_memory_bytes=10 * GiB, max_model_len=ref["max_model_len"]))
     (conv, ssm) = ref["mamba_state_shapes"]
     assert e.recurrent_state_bytes_per_sequence == 0  # held in the pool
@@ -192,7 +192,7 @@ def test_vllm_builds_mistral_7b_v01_with_full_attention():
     ref = json.loads((FIXTURES / "vllm-0.33-mistral-7b-v0.1.json").read_text())
     name, shape = load_model(str(FIXTURES / "configs" / "Mistral-7B-v0.1.json"))
     assert ref["layer_kinds"] == ["FullAttentionSpec"]
-    e = estimate(Scenario(name, shape, "H200", 150_109_880_320, engine="vllm", kv_cache_memory_bytes=10 * GiB))
+    e = estimate(Scenario(name, shape, "H200", 150_109_880_320, engine="vllm@0.33", kv_cache_memory_bytes=10 * GiB))
     assert (e.max_model_len, e.num_blocks, e.max_tokens) == (ref["max_model_len"], ref["num_blocks"],
                                                               ref["kv_cache_size_tokens"])
     assert abs(e.max_concurrency_ratio - ref["max_concurrency"]) < 1e-9

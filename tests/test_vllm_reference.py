@@ -20,6 +20,8 @@ from sizing.plan import Scenario, estimate
 from sizing.profiles import load_model
 
 FIXTURES = Path(__file__).parent / "fixtures"
+# the fixtures are vLLM 0.33.0's own construction (scripts/vllm_reference.py): held to the rules of that release
+REFERENCE_RULES = "vllm@0.33"
 REFERENCE = sorted(p for p in (FIXTURES / "vllm-reference").glob("*.json") if not p.stem.startswith("formats-"))
 FORMATS = FIXTURES / "vllm-reference" / "formats-Llama-3.1-8B.json"
 H200_CUDA_BYTES = 150_109_880_320  # torch.cuda.mem_get_info on an H200 (the oracle's fake platform is an H200)
@@ -48,7 +50,7 @@ def _variants(built: bool):
 
 def _estimate(fixture: dict, v: dict):
     name, shape = _model(fixture)
-    return estimate(Scenario(name, shape, "H200", H200_CUDA_BYTES, engine="vllm", tensor_parallel_size=v["tp"],
+    return estimate(Scenario(name, shape, "H200", H200_CUDA_BYTES, engine=REFERENCE_RULES, tensor_parallel_size=v["tp"],
                              k_cache_dtype=v["kv_cache_dtype"], v_cache_dtype=v["kv_cache_dtype"],
                              kv_cache_memory_bytes=v.get("available_bytes", 10 * 2**30),
                              max_model_len=v.get("max_model_len")))
@@ -77,7 +79,7 @@ def test_pool_matches_vllm(fixture, v):
 def test_default_max_model_len_matches_vllm(fixture, v):
     # The oracle ran without --max-model-len: vLLM derived it (Phi-3-mini-128k's LongRoPE: 4,096).
     name, shape = _model(fixture)
-    assert estimate(Scenario(name, shape, "H200", H200_CUDA_BYTES, engine="vllm", tensor_parallel_size=v["tp"],
+    assert estimate(Scenario(name, shape, "H200", H200_CUDA_BYTES, engine=REFERENCE_RULES, tensor_parallel_size=v["tp"],
                              k_cache_dtype=v["kv_cache_dtype"], v_cache_dtype=v["kv_cache_dtype"],
                              kv_cache_memory_bytes=v.get("available_bytes", 10 * 2**30))).max_model_len \
         == v["max_model_len"]
@@ -150,7 +152,7 @@ def test_turboquant_keeps_boundary_layers_in_bf16():
     # turboquant_k8v4: 28 pages of 25,088 B (fixtures/vllm-reference/formats-Llama-3.1-8B.json) and 4 of
     # 65,536 B (16 tokens x 8 heads x 128 x 2 x 2) in every block.
     _, shape = load_model(str(FIXTURES / "configs" / "Llama-3.1-8B.json"))
-    e = estimate(Scenario("llama", shape, "H200", H200_CUDA_BYTES, engine="vllm", k_cache_dtype="turboquant_k8v4",
+    e = estimate(Scenario("llama", shape, "H200", H200_CUDA_BYTES, engine=REFERENCE_RULES, k_cache_dtype="turboquant_k8v4",
                           v_cache_dtype="turboquant_k8v4", kv_cache_memory_bytes=10 * 2**30))
     assert e.block_bytes == 28 * 25_088 + 4 * 65_536
     assert e.num_blocks == 10 * 2**30 // e.block_bytes

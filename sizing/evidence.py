@@ -1,0 +1,163 @@
+"""Which engine releases kvsize has started, and how close it came on their starts.
+
+`profiles/engines/started.json` holds, per engine and started version, the count of starts, how many kvsize
+predicted within 1% (both ways: estimate and check-log), the median absolute and the worst signed token error
+and the GPUs; `benchmarks/vllm_starts.py --write` writes it from the corpora and a test recomputes it.
+`profiles/engines/published.json` lists the releases a planner can install. Every answer names its release's
+evidence: started, or never started with the nearest started release's figures beside it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import KvsizeError
+from .releases import version_key
+
+ENGINES_DIR = Path(__file__).resolve().parent.parent / "profiles" / "engines"
+
+
+class StartedRelease(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    starts: int = Field(ge=1)
+    predictions: int = Field(ge=1)
+    within_1pct: int = Field(ge=0)
+    median_abs_token_error: float = Field(ge=0)
+    worst_token_error: float
+    gpus: tuple[str, ...]
+
+
+class EvidenceFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    source: str
+    vllm: dict[str, StartedRelease] = Field(default_factory=dict)
+    sglang: dict[str, StartedRelease] = Field(default_factory=dict)
+
+
+class PublishedFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    source: str
+    vllm: tuple[str, ...]
+    sglang: tuple[str, ...]
+
+
+def _read(name: str, model):
+    path = ENGINES_DIR / name
+    try:
+        return model.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValidationError, json.JSONDecodeError) as e:
+        raise KvsizeError(f"engine profile {name} is invalid: {str(e).splitlines()[0]}") from None
+
+
+@cache
+def started(engine: str) -> dict[str, StartedRelease]:
+    """Started versions of an engine (oldest first) and kvsize's figures on their starts."""
+    data = _read("started.json", EvidenceFile)
+    rows = getattr(data, engine, None) or {}
+    return dict(sorted(rows.items(), key=lambda kv: version_key(kv[0])))
+
+
+@cache
+def published(engine: str) -> tuple[str, ...]:
+    return tuple(getattr(_read("published.json", PublishedFile), engine, ()) or ())
+
+
+def newest_started(engine: str) -> str | None:
+    rows = started(engine)
+    return next(reversed(rows)) if rows else None
+
+
+def _matches(version: str, candidate: str) -> bool:
+    """0.23 names 0.23.0; 0.25.1 names only itself."""
+    v, c = version_key(version), version_key(candidate)
+    return c[:len(v)] == v
+
+
+@dataclass(frozen=True)
+class ReleaseEvidence:
+    engine: str
+    version: str | None  # as asked (None: the engine's newest started release)
+    started_version: str | None  # the started version this answer's release is, or None
+    figures: StartedRelease | None  # of the started version, or of the nearest started one
+    nearest_version: str | None  # where never started: the nearest started release
+
+    @property
+    def started(self) -> bool:
+        return self.started_version is not None
+
+    def sentence(self) -> str:
+        def figs(v: str, f: StartedRelease) -> str:
+            return (f"{f.within_1pct} of {f.predictions} predictions within 1% on {f.starts} real starts of {v} "
+                    f"({', '.join(f.gpus)}), worst token error {100 * f.worst_token_error:+.2f}%")
+
+        if self.started_version and self.figures:
+            return f"{self.engine} {self.started_version} was started: {figs(self.started_version, self.figures)}"
+        asked = self.version or "this release"
+        if self.nearest_version and self.figures:
+            return (f"{self.engine} {asked} was never started, so its rules are read from source alone; the nearest "
+                    f"started release, {self.nearest_version}: {figs(self.nearest_version, self.figures)}")
+        return f"{self.engine} {asked} was never started and no release of {self.engine} was"
+
+
+def release_evidence(engine: str, version: str | None) -> ReleaseEvidence | None:
+    """What real starts say of the release an answer follows; None for engines kvsize keeps no starts of."""
+    if engine not in ("vllm", "sglang"):
+        return None
+    rows = started(engine)
+    if not rows:
+        return ReleaseEvidence(engine, version, None, None, None)
+    asked = version or newest_started(engine)
+    hits = [v for v in rows if _matches(asked, v)]
+    if hits:
+        return ReleaseEvidence(engine, version, hits[-1], rows[hits[-1]], None)
+    key = version_key(asked)
+    nearest = min(rows, key=lambda v: (abs(_distance(version_key(v), key)), version_key(v)))
+    return ReleaseEvidence(engine, version, None, rows[nearest], nearest)
+
+
+def _distance(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    width = max(len(a), len(b))
+    a, b = a + (0,) * (width - len(a)), b + (0,) * (width - len(b))
+    return sum((x - y) * 1000 ** (width - i) for i, (x, y) in enumerate(zip(a, b)))
+
+
+def compute_started() -> dict:
+    """started.json's content from the corpora of real starts (what `benchmarks/vllm_starts.py --write`
+    writes and a test recomputes)."""
+    import statistics
+
+    from . import sglang_starts
+    from .starts import accuracy_rows, load_corpus
+
+    def row(ids: set, gpus: set, errors: list[float], ok: int, predictions: int) -> dict:
+        return {"starts": len(ids), "predictions": predictions, "within_1pct": ok,
+                "median_abs_token_error": round(statistics.median(abs(e) for e in errors), 6),
+                "worst_token_error": round(max(errors, key=abs), 6), "gpus": sorted(gpus)}
+
+    vllm: dict[str, dict] = {}
+    groups: dict[str, list] = {}
+    for r in accuracy_rows(load_corpus()):
+        groups.setdefault(r.release, []).append(r)
+    for version, rows in groups.items():
+        errors = [r.kv_tokens_error for r in rows if r.kv_tokens_error is not None]
+        ok = sum(1 for r in rows if all(abs(e) < 0.01 for e in (r.kv_budget_error, r.kv_tokens_error) if e is not None))
+        vllm[version] = row({r.id for r in rows}, {r.gpu for r in rows}, errors, ok, len(rows))
+    sglang: dict[str, dict] = {}
+    checks: dict[str, list] = {}
+    for s in sglang_starts.load_corpus():
+        if s.status == "sized":
+            checks.setdefault(s.version, []).extend(
+                [sglang_starts.check_start(s), sglang_starts.check_start_log(s)])
+    for version, rows in checks.items():
+        errors = [c.tokens_error for c in rows]
+        ok = sum(1 for e in errors if -0.01 < e <= 0.005)
+        sglang[version] = row({c.start.id for c in rows}, {c.start.gpu for c in rows}, errors, ok, len(rows))
+    return {"source": "written by benchmarks/vllm_starts.py --write from tests/fixtures/vllm-starts and "
+                      "tests/fixtures/sglang-starts (SGLang: within 1% and at most 0.5% above)",
+            "vllm": dict(sorted(vllm.items(), key=lambda kv: version_key(kv[0]))),
+            "sglang": dict(sorted(sglang.items(), key=lambda kv: version_key(kv[0])))}

@@ -1,0 +1,71 @@
+"""Which releases were started, and what every answer says of its release's evidence."""
+
+import json
+
+import pytest
+
+from sizing.engines import get_engine
+from sizing.errors import KvsizeError
+from sizing.evidence import ENGINES_DIR, compute_started, newest_started, published, release_evidence
+from sizing.releases import Release, _split, find_release
+
+
+def test_started_file_is_computed_from_the_corpora():
+    # profiles/engines/started.json is what benchmarks/vllm_starts.py --write computes, never written by hand
+    assert json.loads((ENGINES_DIR / "started.json").read_text()) == json.loads(json.dumps(compute_started()))
+
+
+def test_default_follows_the_newest_started_release():
+    newest = newest_started("vllm")
+    assert newest == max(published("vllm")[:published("vllm").index(newest) + 1], key=lambda v: v)
+    assert get_engine("vllm").release.name == find_release("vllm", newest).name != find_release("vllm", None).name
+    assert get_engine("sglang").version == newest_started("sglang")
+
+
+def test_every_started_release_is_published_and_has_its_own_rules():
+    for engine in ("vllm", "sglang"):
+        rows = json.loads((ENGINES_DIR / "started.json").read_text())[engine]
+        for version in rows:
+            assert version in published(engine)
+            assert find_release(engine, version).covers(version)
+
+
+def test_started_and_never_started_answers():
+    started = release_evidence("vllm", "0.23.0")
+    assert started.started and "0.23.0 was started" in started.sentence()
+    minor = release_evidence("vllm", "0.23")  # a minor names its started release
+    assert minor.started_version == "0.23.0"
+    never = release_evidence("vllm", "0.30.0")
+    assert not never.started and never.nearest_version == newest_started("vllm")
+    assert "never started" in never.sentence() and never.nearest_version in never.sentence()
+    assert release_evidence("vllm", "0.25.0").nearest_version == "0.25.1"
+    assert release_evidence("trtllm", None) is None
+
+
+def test_an_estimate_says_whether_its_release_was_started():
+    from sizing.plan import Scenario, estimate
+    from sizing.profiles import gpu_profile, load_model
+
+    _, shape = load_model("qwen3-8b")
+    g = gpu_profile("h100-sxm")
+    for engine, words in (("vllm", "was started"), ("vllm@0.30", "was never started")):
+        e = estimate(Scenario("qwen3-8b", shape, g.name, g.memory_bytes, engine=engine, max_model_len=8192))
+        assert any(words in w for w in e.warnings), e.warnings
+
+
+def test_release_ranges_are_drawn_where_starts_show_the_model_runner_change():
+    # 0.21-0.25 is one file whose sub-ranges are releases of their own: the runner that serves Llama changes
+    names = {v: get_engine(f"vllm@{v}").release.name for v in ("0.21.0", "0.22.1", "0.23.0", "0.24.0", "0.25.1")}
+    assert len(set(names.values())) == 5
+    from sizing.plan import model_runner
+    from sizing.profiles import load_model
+
+    _, llama = load_model("llama-3.1-8b")
+    assert [model_runner(get_engine(f"vllm@{v}"), llama) for v in names] == ["v1", "v1", "v2", "v2", "v2"]
+
+
+def test_sub_ranges_must_tile_their_range():
+    raw = json.loads((ENGINES_DIR / "vllm-0.21-0.25.json").read_text())
+    raw["sub_ranges"] = raw["sub_ranges"][:2] + raw["sub_ranges"][3:]  # 0.23 missing
+    with pytest.raises(KvsizeError, match="not right after"):
+        _split(Release.model_validate(raw), "vllm-0.21-0.25.json")
