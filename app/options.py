@@ -105,8 +105,10 @@ def _add_scenario_options(p: argparse.ArgumentParser, single: bool = True, model
                        help="bundled profile id, a config.json, or a folder holding one")
         p.add_argument("--gpu", default="h100-sxm", help="bundled GPU id (kvsize gpus)")
         p.add_argument("--engine", default="vllm", help="vllm, sglang, trtllm, lmdeploy, llamacpp or ideal; "
-                       "NAME@VERSION (vllm@0.19) follows that release's rules, NAME alone the newest")
-        p.add_argument("--tensor-parallel-size", "-tp", type=_positive_int, default=1,
+                       "NAME@VERSION (vllm@0.19) follows that release's rules, NAME alone the newest release "
+                       "a real start confirmed (vLLM and SGLang) or the engine's one release file")
+        # --tp as plan and sweep spell it
+        p.add_argument("--tensor-parallel-size", "-tp", "--tp", type=_positive_int, default=1,
                        help="GPUs each replica's layers are split over (default 1)")
         p.add_argument("--max-model-len", type=_tokens, default=None, help="tokens per request (default: the model's)")
     p.add_argument("--gpu-memory", type=_size, default=None, help="override the GPU's memory, e.g. 80GiB")

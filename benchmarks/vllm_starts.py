@@ -247,7 +247,26 @@ def servers_section() -> list[str]:
     return lines + [""]
 
 
+def write_started() -> None:
+    """profiles/engines/started.json from the corpora, before the page that quotes it is made."""
+    import json
+
+    from sizing.evidence import compute_started, started as cached_started
+
+    path = ROOT / "profiles" / "engines" / "started.json"
+    tmp = path.with_suffix(".json.part")
+    try:
+        tmp.write_text(json.dumps(compute_started(), indent=1) + "\n")
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    cached_started.cache_clear()
+    print(f"wrote {path}", file=sys.stderr)
+
+
 def main(argv: list[str]) -> int:
+    if "--write" in argv:
+        write_started()
     text = report()
     print(text)
     if "--write" in argv:
@@ -259,18 +278,6 @@ def main(argv: list[str]) -> int:
         finally:
             tmp.unlink(missing_ok=True)
         print(f"wrote {out}", file=sys.stderr)
-        import json
-
-        from sizing.evidence import compute_started
-
-        started = ROOT / "profiles" / "engines" / "started.json"
-        tmp = started.with_suffix(".json.part")
-        try:
-            tmp.write_text(json.dumps(compute_started(), indent=1) + "\n")
-            tmp.replace(started)
-        finally:
-            tmp.unlink(missing_ok=True)
-        print(f"wrote {started}", file=sys.stderr)
     return 0
 
 

@@ -164,12 +164,32 @@ def _vllm(text: str) -> LoggedRun:
     return LoggedRun("vllm", version, model, settings, figures, sources)
 
 
+# ServerArgs fields that move memory, as SGLang's "server_args=ServerArgs(...)" line prints them
+SGLANG_LOGGED_ARGS = ("tp_size", "pp_size", "mem_fraction_static", "context_length", "kv_cache_dtype", "page_size",
+                      "chunked_prefill_size", "max_running_requests", "disable_cuda_graph", "cuda_graph_max_bs",
+                      "dtype")
+_SGLANG_ARG = re.compile(r"\b(" + "|".join(SGLANG_LOGGED_ARGS) + r")=('[^']{0,64}'|[\w.+-]{1,32})")
+
+
+def sglang_server_args(text: str) -> dict:
+    """The memory-moving ServerArgs of SGLang's `server_args=` line, as Python literals (None left out)."""
+    line = next((ln for ln in text.splitlines() if "server_args=ServerArgs(" in ln), "")
+    out: dict = {}
+    for key, raw in _SGLANG_ARG.findall(line):
+        if key in out or raw == "None":
+            continue
+        out[key] = raw.strip("'") if raw.startswith("'") else (raw == "True" if raw in ("True", "False") else raw)
+    return out
+
+
 def _sglang(text: str) -> LoggedRun:
-    s: dict = {}
+    s: dict = {f"server_args.{k}": v for k, v in sglang_server_args(text).items()}
     for key, pattern, cast in (("tensor_parallel_size", r"tp_size=(\d+)", int),
                                ("memory_fraction", r"mem_fraction_static=([\d.]+)", float),
                                ("max_model_len", r"context_length=(\d+)", int),
                                ("kv_cache_dtype", r"kv_cache_dtype='(\w+)'", str)):
+        if any(k.startswith("server_args.") for k in s):
+            break  # the server_args line, read whole above
         value = _first(pattern, text, cast)
         if value is not None:
             s[key] = value
@@ -189,6 +209,8 @@ def _sglang(text: str) -> LoggedRun:
         f["weights_bytes"] = _gib(usage if usage is not None else begin - end)
     if k_size is not None and v_size is not None:
         f["kv_budget_bytes"] = _gib(k_size + v_size)  # SGLang divides by 1 << 30 and calls it GB
+    elif (latent := _first(r"KV Cache is allocated\..{0,80}? KV size: ([\d.]+) GB", text, float)) is not None:
+        f["kv_budget_bytes"] = _gib(latent)  # MLA's one latent pool (MLATokenToKVPool)
     return LoggedRun("sglang", _first(r"sglang[ =v]+(\d+\.\d+\.\d+)", text), _first(r"model_path='([^']+)'", text),
                      s, {k: v for k, v in f.items() if v is not None})
 
@@ -307,6 +329,17 @@ def log_scenario(run: LoggedRun, model_name: str, shape, gpu=None, weights_dtype
             assumed["max_num_seqs"] = ("the release default", "not in the log")
         if "kv_cache_dtype" not in run.settings:
             assumed["kv_cache_dtype"] = ("auto", "not in the log")
+    elif any(k.startswith("server_args.") for k in run.settings):
+        from .sglang_args import read_server_args
+
+        args = {k.split(".", 1)[1]: v for k, v in run.settings.items() if k.startswith("server_args.")}
+        settings = read_server_args(args)
+        fields = dict(settings.fields)
+        not_modelled = settings.not_modelled
+        for key in settings.used:
+            read[key] = (args[key], "SGLang's server_args line")
+        if "mem_fraction_static" not in args:
+            assumed["mem_fraction_static"] = ("SGLang's default for these settings", "not in the log")
     else:
         st = run.settings
         for key, field_name in (("tensor_parallel_size", "tensor_parallel_size"), ("max_model_len", "max_model_len"),

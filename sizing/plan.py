@@ -728,7 +728,7 @@ def tensor_parallel_notes(e: Estimate) -> tuple[str, ...]:
         return ()
     shape = s.shape
     gib = e.breakdown.non_torch_bytes / GiB
-    notes = [f"weights: each GPU holds 1/{tp} of the layers, embeddings and head "
+    notes = [f"weights: each GPU holds 1/{tp} of every layer's weights, and of the embeddings and head "
              f"({e.breakdown.weights_bytes / GiB:.2f} GiB here)"]
     if shape.is_mla:
         notes.append("KV: the MLA latent is not split by TP: every GPU holds all of it, so KV per GPU does not "
@@ -789,6 +789,18 @@ def engine_log_lines(e: Estimate) -> tuple[str, ...]:
     return ()
 
 
+def _evidence_record(e: Estimate) -> dict | None:
+    """Whether the release was started, and kvsize's figures on its starts or the nearest started release's."""
+    ev = release_evidence(e.engine.name, e.engine.version)
+    if ev is None:
+        return None
+    f = ev.figures
+    return {"version": ev.version or ev.started_version, "started": ev.started, "nearest_started": ev.nearest_version,
+            "starts": f.starts if f else 0, "predictions": f.predictions if f else 0,
+            "within_1pct": f.within_1pct if f else 0, "worst_token_error": f.worst_token_error if f else None,
+            "gpus": list(f.gpus) if f else []}
+
+
 def to_record(e: Estimate) -> dict:
     """The estimate as plain values: the stable JSON of `kvsize estimate --format json`."""
     s = e.scenario
@@ -800,6 +812,7 @@ def to_record(e: Estimate) -> dict:
         "model_runner": e.model_runner,
         "engine_release": e.engine.release.name if e.engine.release else None,
         "engine_rules": e.engine.label,
+        "engine_release_evidence": _evidence_record(e),
         "engine_log_lines": list(engine_log_lines(e)),
         "tensor_parallel_notes": list(tensor_parallel_notes(e)),
         "k_cache_dtype": e.k_format,

@@ -136,7 +136,12 @@ def test_oversized_config(capsys, tmp_path):
 
 
 def test_context_beyond_max_position_warns(capsys):
+    # once: in the table on the terminal, on stderr where the answer is JSON (or goes to a file)
     assert run("estimate", "--model", "llama-2-7b", "--max-model-len", "8192", "--engine", "ideal") == 0
+    out, err = capsys.readouterr()
+    assert out.count("exceeds the model's max_position_embeddings 4096") == 1 and "exceeds" not in err
+    assert run("estimate", "--model", "llama-2-7b", "--max-model-len", "8192", "--engine", "ideal",
+               "--format", "json") == 0
     assert "exceeds the model's max_position_embeddings 4096" in capsys.readouterr().err
 
 

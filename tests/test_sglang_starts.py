@@ -110,3 +110,21 @@ def test_the_accuracy_page_has_an_sglang_section_from_the_corpus():
     assert m and int(m.group(2)) == 2 * len(SIZED)
     ok = sum(1 for s in SIZED for c in (check_start, check_start_log) if -0.01 < c(s).tokens_error <= 0.005)
     assert int(m.group(1)) == ok
+
+
+@pytest.mark.parametrize("start", SIZED, ids=[s.id for s in SIZED])
+def test_check_log_reads_sglangs_lines_within_one_percent(start, capsys):
+    # kvsize check-log on the log alone (the GPU given): the settings from SGLang's server_args line, and every
+    # figure SGLang printed (the pool's K+V or latent size, its tokens, the free memory at load) within 1%
+    from app.cli import main
+
+    assert main(["check-log", str(CORPUS / start.log), "--model", str(CORPUS / start.config), "--gpu", start.gpu,
+                 "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    read = out["read_from_log"]
+    assert read["context_length"]["from"] == "SGLang's server_args line"
+    if "page_size" in start.args:
+        assert int(read["page_size"]["value"]) == start.args["page_size"]
+    rows = {r["term"]: r for r in out["rows"]}
+    for term in ("kv_budget_bytes", "max_tokens", "free_at_start_bytes"):
+        assert abs(rows[term]["difference_percent"]) < 1, term

@@ -46,8 +46,10 @@ def run(args: argparse.Namespace) -> int:
     record = to_record(result)
     if not result.fits:
         raise KvsizeError(result.fit_message)
-    for w in result.warnings:
-        print(f"kvsize: warning: {w}", file=sys.stderr)
+    if args.format != "table" or args.out is not None:
+        # the table on the terminal carries its warnings; a file or JSON/CSV on stdout does not show them there
+        for w in result.warnings:
+            print(f"kvsize: warning: {w}", file=sys.stderr)
     if args.format == "json":
         _emit(json.dumps(record, indent=2) + "\n", args.out, "json")
     elif args.format == "csv":
@@ -73,6 +75,7 @@ def _print_release_comparison(scenario, engines: list[str], fmt: str, out: str |
         ("gpu_kv_cache_size_tokens", lambda c: c.estimate.max_tokens),
         ("pool_tokens_per_group", lambda c: c.pool_tokens),
         ("max_concurrency_ratio", lambda c: round(c.estimate.max_concurrency_ratio, 2)),
+        ("started", lambda c: _started(c.engine)),
     ):
         rows.append({"term": label, **{c.engine: value(c) for c in result.columns}})
     if fmt == "json":
@@ -95,7 +98,27 @@ def _print_release_comparison(scenario, engines: list[str], fmt: str, out: str |
     lines += ["", "  gpu_kv_cache_size_tokens is vLLM's \"GPU KV cache size\" line (0.21+: max concurrency x max_model_len);",
               "  pool_tokens_per_group is what the pool holds (blocks x block size per layer group).", ""]
     lines += [f"  rules: {c.engine} follows {c.rules}" for c in result.columns]
+    lines += [f"  evidence: {_evidence(c.engine)}" for c in result.columns if _evidence(c.engine)]
     lines += ["", "What changes:"] + [f"  - {change}" for change in result.changes or ("nothing in the rules kvsize "
                                                                                      "models for this scenario",)]
     _emit("\n".join(lines) + "\n", out)
     return 0
+
+
+def _evidence(engine_spec: str) -> str:
+    """Whether the release was started, and kvsize's figures on its starts (or the nearest started one's)."""
+    from sizing.engines import get_engine
+    from sizing.evidence import release_evidence
+
+    engine = get_engine(engine_spec)
+    evidence = release_evidence(engine.name, engine.version)
+    return evidence.sentence() if evidence else ""
+
+
+def _started(engine_spec: str) -> str:
+    from sizing.engines import get_engine
+    from sizing.evidence import release_evidence
+
+    engine = get_engine(engine_spec)
+    evidence = release_evidence(engine.name, engine.version)
+    return "-" if evidence is None else evidence.started_version or "never"
