@@ -69,6 +69,7 @@ def report() -> str:
         lines.append("")
     lines += releases_section()
     lines += prospective_section(starts)
+    lines += fitted_section()
     lines += sglang_section()
     lines += tensor_parallel_section(starts)
     lines += servers_section()
@@ -154,6 +155,38 @@ def prospective_section(starts) -> list[str]:
             before, now = [b for b, _ in errs], [n for _, n in errs]
             lines.append(f"| {path.stem} | {engine} | {release} | {len(errs)} | {sum(abs(e) < 0.01 for e in before)} | "
                          f"{_pct(max(before, key=abs))} | {sum(abs(e) < 0.01 for e in now)} | {_pct(max(now, key=abs))} |")
+    return lines + [""]
+
+
+def fitted_section() -> list[str]:
+    """The constants fitted to the starts, the starts they were fitted on, and how far the fit carries to a
+    family it has not seen."""
+    import importlib.util
+
+    from sizing.releases import find_release
+
+    spec = importlib.util.spec_from_file_location("fit_vllm_terms", ROOT / "scripts" / "fit_vllm_terms.py")
+    fit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit)
+    est = find_release("vllm", "0.26").cuda_graph_estimate
+    sgl = find_release("sglang", "0.5.14").non_torch
+    ids = fit.fitted_constants()["fitted_on"]
+    lines = ["## Fitted constants", "",
+             "These constants are fitted to starts, and their scripts reproduce them from the committed starts (a test",
+             "fails when the shipped values drift from the fit). vLLM's non-torch figures are the middle of what the",
+             "starts print, each release file naming them; the other terms are mechanisms read from the engines' source.", "",
+             f"- vLLM CUDA-graph estimate (`scripts/fit_vllm_terms.py`, least squares over {len(ids)} starts that log each",
+             f"  mode at DEBUG, named in the release files): first capture {est.first_capture_bytes:,} B + "
+             f"{est.activation_copies} MLP-output copies; further graphs {est.per_graph_layer_bytes:,} B a layer "
+             f"({est.per_graph_mla_layer_bytes:,} B an MLA layer).",
+             f"- SGLang memory before the weights (`scripts/fit_sglang_terms.py`, the median over the 0.5.14 starts): "
+             f"{sgl.single_gpu_bytes:,} B at TP 1, {sgl.tensor_parallel_bytes + 2 * sgl.tensor_parallel_per_rank_bytes:,} B at TP 2.",
+             "", "Leave one family out: each family's graph figures (first PIECEWISE capture plus further graphs, MiB)",
+             "predicted from constants fitted on the other families alone. MLA is not listed: its per-layer",
+             "figure has only MLA starts to be fitted on.", "",
+             "| family held out | starts | worst error (MiB) | median abs. error (MiB) |", "|---|---:|---:|---:|"]
+    for fam, n, worst, median in fit.leave_one_family_out():
+        lines.append(f"| {fam} | {n} | {worst:+.1f} | {median:.1f} |")
     return lines + [""]
 
 
