@@ -37,6 +37,9 @@ class EvidenceFile(BaseModel):
     source: str
     vllm: dict[str, StartedRelease] = Field(default_factory=dict)
     sglang: dict[str, StartedRelease] = Field(default_factory=dict)
+    # per engine: the config.json architectures some start ran, and each architecture family's figures
+    architectures: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    families: dict[str, dict[str, StartedRelease]] = Field(default_factory=dict)
 
 
 class PublishedFile(BaseModel):
@@ -57,9 +60,38 @@ def _read(name: str, model):
 @cache
 def started(engine: str) -> dict[str, StartedRelease]:
     """Started versions of an engine (oldest first) and kvsize's figures on their starts."""
-    data = _read("started.json", EvidenceFile)
-    rows = getattr(data, engine, None) or {}
+    rows = getattr(_evidence(), engine, None) or {}
     return dict(sorted(rows.items(), key=lambda kv: version_key(kv[0])))
+
+
+@cache
+def _evidence() -> EvidenceFile:
+    return _read("started.json", EvidenceFile)
+
+
+def architecture_evidence(engine: str, architectures: tuple[str, ...], family: str) -> str | None:
+    """A sentence where no real start of the engine ran this architecture, with its family's figures (or the
+    nearest started family's); None where one did, or for engines kvsize keeps no starts of."""
+    data = _evidence()
+    started_archs = data.architectures.get(engine)
+    if not started_archs or not architectures or any(a in started_archs for a in architectures):
+        return None
+    families = data.families.get(engine, {})
+    name = family if family in families else _nearest_family(family, families)
+    if name is None:
+        return f"no real {engine} start of {architectures[0]} is in kvsize's evidence"
+    f = families[name]
+    return (f"no real {engine} start of {architectures[0]} is in kvsize's evidence; its family, {name}"
+            + ("" if name == family else f" (the nearest started to {family})")
+            + f": {f.within_1pct} of {f.predictions} predictions within 1% on {f.starts} starts, worst token error "
+            f"{100 * f.worst_token_error:+.2f}%")
+
+
+def _nearest_family(family: str, families: dict) -> str | None:
+    """The started family sharing the most words with this one (MLA MoE -> MLA, MoE + sliding -> MoE)."""
+    words = set(family.replace("+", " ").split())
+    scored = sorted(((len(words & set(n.replace("+", " ").split())), n) for n in families), reverse=True)
+    return scored[0][1] if scored and scored[0][0] else None
 
 
 @cache
@@ -139,25 +171,36 @@ def compute_started() -> dict:
                 "median_abs_token_error": round(statistics.median(abs(e) for e in errors), 6),
                 "worst_token_error": round(max(errors, key=abs), 6), "gpus": sorted(gpus)}
 
-    vllm: dict[str, dict] = {}
-    groups: dict[str, list] = {}
-    for r in accuracy_rows(load_corpus()):
-        groups.setdefault(r.release, []).append(r)
-    for version, rows in groups.items():
+    def vllm_rows(rows) -> dict:
         errors = [r.kv_tokens_error for r in rows if r.kv_tokens_error is not None]
         ok = sum(1 for r in rows if all(abs(e) < 0.01 for e in (r.kv_budget_error, r.kv_tokens_error) if e is not None))
-        vllm[version] = row({r.id for r in rows}, {r.gpu for r in rows}, errors, ok, len(rows))
-    sglang: dict[str, dict] = {}
-    checks: dict[str, list] = {}
-    for s in sglang_starts.load_corpus():
-        if s.status == "sized":
-            checks.setdefault(s.version, []).extend(
-                [sglang_starts.check_start(s), sglang_starts.check_start_log(s)])
-    for version, rows in checks.items():
+        return row({r.id for r in rows}, {r.gpu for r in rows}, errors, ok, len(rows))
+
+    from .starts import CORPUS, _config_model, family
+
+    vllm_starts = load_corpus()
+    all_rows = accuracy_rows(vllm_starts)
+    vllm = {v: vllm_rows([r for r in all_rows if r.release == v]) for v in {r.release for r in all_rows}}
+    vllm_families = {f: vllm_rows([r for r in all_rows if r.family == f]) for f in {r.family for r in all_rows}}
+    vllm_archs = sorted({a for s in vllm_starts if s.status == "sized"
+                         for a in _config_model(str(CORPUS / s.config))[1].architectures})
+    def sglang_rows(rows) -> dict:
         errors = [c.tokens_error for c in rows]
         ok = sum(1 for e in errors if -0.01 < e <= 0.005)
-        sglang[version] = row({c.start.id for c in rows}, {c.start.gpu for c in rows}, errors, ok, len(rows))
+        return row({c.start.id for c in rows}, {c.start.gpu for c in rows}, errors, ok, len(rows))
+
+    checks, shapes = [], {}
+    for s in sglang_starts.load_corpus():
+        if s.status == "sized":
+            shapes[s.id] = sglang_starts._config_model(str(sglang_starts.CORPUS / s.config))[1]
+            checks += [sglang_starts.check_start(s), sglang_starts.check_start_log(s)]
+    sglang = {v: sglang_rows([c for c in checks if c.start.version == v]) for v in {c.start.version for c in checks}}
+    sglang_families = {f: sglang_rows([c for c in checks if family(shapes[c.start.id]) == f])
+                       for f in {family(sh) for sh in shapes.values()}}
+    sglang_archs = sorted({a for sh in shapes.values() for a in sh.architectures})
     return {"source": "written by benchmarks/vllm_starts.py --write from tests/fixtures/vllm-starts and "
                       "tests/fixtures/sglang-starts (SGLang: within 1% and at most 0.5% above)",
             "vllm": dict(sorted(vllm.items(), key=lambda kv: version_key(kv[0]))),
-            "sglang": dict(sorted(sglang.items(), key=lambda kv: version_key(kv[0])))}
+            "sglang": dict(sorted(sglang.items(), key=lambda kv: version_key(kv[0]))),
+            "architectures": {"vllm": vllm_archs, "sglang": sglang_archs},
+            "families": {"vllm": dict(sorted(vllm_families.items())), "sglang": dict(sorted(sglang_families.items()))}}

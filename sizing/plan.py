@@ -460,6 +460,13 @@ def release_evidence(engine_name: str, version: str | None):
     return evidence(engine_name, version)
 
 
+def architecture_evidence(engine_name: str, architectures: tuple[str, ...], shape: ModelShape) -> str | None:
+    from .evidence import architecture_evidence as evidence
+    from .starts import family
+
+    return evidence(engine_name, architectures, family(shape))
+
+
 def fraction_inputs(s: Scenario, shape: ModelShape):
     """What an engine's default memory fraction reads of the scenario beside the GPU (SGLang's rule)."""
     from .releases import FractionInputs
@@ -480,6 +487,9 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
     evidence = release_evidence(engine.name, engine.version)
     if evidence is not None:
         notes += (evidence.sentence(),)
+    unstarted = architecture_evidence(engine.name, shape.architectures, shape)
+    if unstarted:
+        notes += (unstarted,)
     fraction = s.memory_fraction if s.memory_fraction is not None else engine.default_fraction(
         s.nvml_mib, tp, s.pipeline_parallel_size, fraction_inputs(s, shape))
     layout = _layout(shape, k_name, v_name, tp, stage, engine.layer_overrides(shape, k_name, s.layer_kv_dtype),

@@ -60,6 +60,11 @@ MODEL_DTYPE = "model"
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 
 
+# Experts each token is routed to, under every spelling a published config uses (Mixtral/Qwen, gpt-oss,
+# Hunyuan, Gemma 4, DeepSeek's n_activated in its reference configs)
+TOP_K_FIELDS = ("num_experts_per_tok", "experts_per_token", "moe_top_k", "top_k_experts", "moe_topk",
+                "n_activated_experts", "num_activated_experts", "num_experts_per_token", "num_selected_experts")
+
 @dataclass(frozen=True)
 class LayerParams:
     """Parameters of one decoder layer, by how they are stored."""
@@ -148,6 +153,8 @@ class ModelShape:
     parsed_with: str = "transformers"
     architectures: tuple[str, ...] = ()  # config.json's architectures: which vLLM model runner serves it
     notes: tuple[str, ...] = field(default=())
+    # every config field the reader looked up (memory-relevant fields not among them are named in a note)
+    fields_read: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
     served_dtype: str | None = None  # --dtype given to the engine; None: the engine's auto rule
 
@@ -192,7 +199,9 @@ class ModelShape:
         return self.layer_v_head_dims[layer] if self.layer_v_head_dims else self.head_dim_of(layer)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        data["fields_read"] = sorted(self.fields_read)
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelShape:
@@ -200,6 +209,7 @@ class ModelShape:
         data["layer_kinds"] = tuple(data["layer_kinds"])
         data["layer_params"] = tuple(LayerParams(**p) for p in data["layer_params"])
         data["notes"] = tuple(data.get("notes", ()))
+        data["fields_read"] = frozenset(data.get("fields_read", ()))
         for key in ("layer_kv_heads", "layer_head_dims", "layer_v_head_dims", "layer_compress_ratios", "architectures"):
             data[key] = tuple(data.get(key, ()))
         data["rope_scalings"] = tuple(tuple(r) for r in data.get("rope_scalings", ()))
@@ -286,10 +296,12 @@ class _Fields:
 
     def __init__(self, *sources: Any) -> None:
         self.sources = [s for s in sources if s is not None]
+        self.asked: set[str] = set()  # every field name looked up: what a memory-relevant field's presence needs
 
     def get(self, *names: str, default: Any = None) -> Any:
         # The first source that has the field decides, even when it says None: transformers
         # sets sliding_window to None when use_sliding_window is false, and that must win.
+        self.asked.update(names)
         for source in self.sources:
             for name in names:
                 present, value = _lookup(source, name)
@@ -299,6 +311,7 @@ class _Fields:
 
     def per_layer(self, name: str, num_layers: int) -> tuple | None:
         """A field transformers' heterogeneous configs keep per layer (per_layer_config), else None."""
+        self.asked.add(name)
         for source in self.sources:
             if isinstance(source, dict):
                 continue
@@ -488,7 +501,11 @@ def _resolve(raw: dict[str, Any], raw_text: dict[str, Any], parsed: Any, rejecte
                  or model_type in _UNGATED_MLP)
     num_experts = _as_int(f.get("n_routed_experts", "num_local_experts", "num_experts", "moe_num_experts",
                                 default=0), "num_experts")
-    top_k = _as_int(f.get("num_experts_per_tok", "experts_per_token", "moe_top_k", default=0), "num_experts_per_tok")
+    top_k = _as_int(f.get(*TOP_K_FIELDS, default=0), "num_experts_per_tok")
+    if num_experts and not top_k:
+        # the fused-MoE workspace is sized by the experts each token is routed to: never a silent zero
+        notes.append(f"config.json names {num_experts} experts but no experts-per-token field kvsize reads "
+                     f"({', '.join(TOP_K_FIELDS)}); the MoE workspace of the profiling run is left out")
     moe_inter = _as_int(f.get("moe_intermediate_size", default=intermediate), "moe_intermediate_size")
     moe_layers = _moe_layers(f, num_layers, num_experts, blocks)
 
@@ -595,9 +612,48 @@ def _resolve(raw: dict[str, Any], raw_text: dict[str, Any], parsed: Any, rejecte
                                                        "original_max_position_embeddings"),
         parsed_with=parsed_with,
         architectures=_architectures(raw),
-        notes=tuple(notes),
+        notes=(*notes, *unread_memory_fields(raw_text, raw, f)),
+        fields_read=frozenset(f.asked),
     )
 
+
+
+# Config fields that change memory in vLLM's or SGLang's model code (the KV cache's layers, heads and windows,
+# the experts a token is routed to, shared experts, per-layer types, sinks, indexers, MTP layers, recurrent
+# state): each is read, or its presence is named in a note, never passed over in silence.
+MEMORY_RELEVANT_FIELDS = frozenset({
+    *TOP_K_FIELDS, "n_shared_experts", "num_shared_experts", "shared_expert_intermediate_size",
+    "moe_shared_expert_intermediate_size", "layer_types", "hybrid_override_pattern", "layers_block_type",
+    "attn_type_list", "full_attention_interval", "sliding_window_pattern", "sliding_window", "attention_chunk_size",
+    "index_topk", "index_head_dim", "index_n_heads", "num_nextn_predict_layers", "mtp_num_hidden_layers",
+    "kv_lora_rank", "q_lora_rank", "num_key_value_heads", "head_dim", "first_k_dense_replace", "moe_layer_freq",
+    "decoder_sparse_step", "mlp_only_layers", "num_kv_shared_layers", "global_attn_every_n_layers",
+    "cross_attention_layers", "attention_sinks", "use_sinks", "linear_num_key_heads", "linear_num_value_heads",
+    "linear_key_head_dim", "linear_value_head_dim", "mamba_d_state", "ssm_state_size", "mamba_n_heads",
+    "mamba_head_dim", "compress_ratios", "kv_channels", "multi_query_group_num",
+})
+
+
+# Fields transformers turns into others that kvsize reads (Qwen3.5's full_attention_interval and Gemma 3's
+# sliding_window_pattern into layer_types, DeepSeek-V4's compress_ratios into compress_rates by layer type)
+SUBSUMED_BY = {"full_attention_interval": "layer_types", "sliding_window_pattern": "layer_types",
+               "compress_ratios": "compress_rates"}
+
+
+def unread_memory_fields(raw_text: dict, raw: dict, f: _Fields) -> tuple[str, ...]:
+    """A note naming each memory-relevant field the config sets (not null, 0 or false) that the reader never
+    looked up for this architecture."""
+    # read through the field transformers made of them
+    f.asked |= {name for name, by in SUBSUMED_BY.items() if by in f.asked and f.get(by) is not None}
+    asked = set(f.asked)
+    present = sorted(name for name in MEMORY_RELEVANT_FIELDS - asked
+                     for source in {id(raw_text): raw_text, id(raw): raw}.values()
+                     if source.get(name) not in (None, 0, False, [], {}))
+    unread = list(dict.fromkeys(present))
+    if not unread:
+        return ()
+    return (f"config.json sets {', '.join(unread)}, which change memory in vLLM or SGLang for some "
+            "architectures; kvsize does not read them for this one, so what they change is not in its figures",)
 
 def _kv_only(quant: dict) -> bool:
     """A quantization_config that quantizes only the KV cache (compressed-tensors with a kv_cache_scheme and no
@@ -975,6 +1031,8 @@ def _shared_expert_params(f: _Fields, hidden: int, moe_inter: int, intermediate:
     """Shared experts: gated (3 matrices) or, like the routed experts of relu² MoEs (Nemotron 3), ungated (2)."""
     shared = f.get("shared_expert_intermediate_size", "moe_shared_expert_intermediate_size")
     if shared:
+        # the size given is all the shared experts' width (Qwen2-MoE, Nemotron 3 with n_shared_experts 1)
+        _as_int(f.get("n_shared_experts", default=1), "n_shared_experts", 0)
         return matrices * hidden * int(shared) + hidden  # plus the shared-expert gate
     n_shared = f.get("n_shared_experts")
     if n_shared:

@@ -1,6 +1,7 @@
 """Every published config.json in tests/fixtures/config-corpus (sources in its SOURCES.md) is sized,
 or refused in one line naming a real limit of kvsize; never a traceback."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -46,3 +47,35 @@ def test_every_published_config_is_sized_or_refused_in_one_line(path):
         return
     assert path.name not in REFUSED, "sized now: drop it from REFUSED"
     assert e.kv_bytes_per_token > 0 or shape.layer_kinds.count("recurrent") == shape.num_layers
+
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
+def test_no_memory_relevant_field_is_passed_over_in_silence(path):
+    # every field of a published config that changes memory in vLLM's or SGLang's model code (expert top-k
+    # under any spelling, shared experts, per-layer types, sinks, indexers, MTP layers, ...) is looked up by
+    # kvsize's reader for this architecture, or named in a note of the shape it builds
+    from sizing.shape import MEMORY_RELEVANT_FIELDS, resolve_shape
+
+    raw = json.loads(path.read_text())
+    try:
+        shape = resolve_shape(raw)
+    except KvsizeError:
+        return  # refused in one line (the test above)
+    notes = " ".join(shape.notes)
+    blocks = [raw, *(raw[k] for k in ("text_config", "llm_config", "language_config") if isinstance(raw.get(k), dict))]
+    present = {name for block in blocks for name in MEMORY_RELEVANT_FIELDS & set(block)
+               if block[name] not in (None, 0, False, [], {})}
+    silent = sorted(name for name in present if name not in shape.fields_read and name not in notes)
+    assert not silent, f"set in the config, neither read nor named: {silent}"
+
+
+def test_an_unread_memory_field_is_named():
+    # MiniMax-M2.7's attn_type_list (which layers are linear attention) is not read by kvsize: said by name
+    from sizing.shape import resolve_shape
+
+    shape = resolve_shape(json.loads((CORPUS / "MiniMaxAI--MiniMax-M2.7.json").read_text()))
+    assert any("attn_type_list" in n and "not read" in n.replace("does not read", "not read") for n in shape.notes)
+    # Gemma 4's top_k_experts is read (its MoE workspace is sized by it)
+    gemma = resolve_shape(json.loads((CORPUS / "google--gemma-4-26B-A4B.json").read_text()))
+    assert gemma.num_experts_per_tok == 8

@@ -69,3 +69,14 @@ def test_sub_ranges_must_tile_their_range():
     raw["sub_ranges"] = raw["sub_ranges"][:2] + raw["sub_ranges"][3:]  # 0.23 missing
     with pytest.raises(KvsizeError, match="not right after"):
         _split(Release.model_validate(raw), "vllm-0.21-0.25.json")
+
+
+def test_an_architecture_never_started_says_so_with_its_family():
+    from sizing.evidence import architecture_evidence
+
+    said = architecture_evidence("vllm", ("MiniMaxM2ForCausalLM",), "MoE")
+    assert said and "no real vllm start of MiniMaxM2ForCausalLM" in said and "its family, MoE" in said
+    assert architecture_evidence("vllm", ("LlamaForCausalLM",), "dense GQA/MQA") is None  # started
+    # SGLang has no hybrid start: the nearest started family stands in, and says it does
+    hybrid = architecture_evidence("sglang", ("NemotronHForCausalLM",), "hybrid (Mamba/linear)")
+    assert hybrid is not None and "no real sglang start" in hybrid
