@@ -258,12 +258,15 @@ def _warn_beyond_positions(model: str, shape, contexts) -> None:
 
 
 def _logged_model(spec: str | None, logged: str | None) -> str:
-    from sizing.profiles import model_ids, model_profile
+    from sizing.profiles import resolve_model_id
 
     if spec:
         return spec
-    for key in model_ids():
-        if logged and model_profile(key).hf_id.lower() == logged.lower():
-            return key
+    # a bundled id, a Hugging Face id or its chat/instruct variant; a local folder by its last part
+    found = resolve_model_id(logged) if logged else None
+    if found is None and logged:
+        found = resolve_model_id(logged.rstrip("/").rsplit("/", 1)[-1])
+    if found is not None:
+        return found
     raise KvsizeError(f"the log names model {logged!r}, which is not a bundled profile; pass --model with its "
                       "config.json")

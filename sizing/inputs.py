@@ -13,10 +13,18 @@ def _too_big(where: str, size: int, limit: int, what: str) -> KvsizeError:
     return KvsizeError(f"{where} is {size:,} bytes; {what} must be at most {limit:,} bytes ({limit / MiB:g} MiB)")
 
 
-def read_limited(path: Path, limit: int, option: str, what: str) -> bytes:
+def read_limited(path: Path, limit: int, option: str, what: str, stdin_ok: bool = False) -> bytes:
     """The bytes of the regular file `path`, at most `limit` of them: a device, a pipe or a folder is
     refused (naming `option`) before anything is read, and a file that grows past the limit while
-    it is read is refused too (/dev/zero reports no size; a FIFO would block)."""
+    it is read is refused too (/dev/zero reports no size; a FIFO would block). With `stdin_ok`, `-` is
+    standard input, read up to the same limit."""
+    if stdin_ok and str(path) == "-":
+        import sys
+
+        data = sys.stdin.buffer.read(limit + 1)
+        if len(data) > limit:
+            raise _too_big(f"{option}: standard input", len(data), limit, what)
+        return data
     try:
         info = path.stat()
     except OSError as e:

@@ -267,8 +267,12 @@ def _log_gpu(run: LoggedRun, gpu):
     total = run.figures.get("total_bytes")
     if total is not None:
         found = matching_gpus(total_bytes=total, total_slack_bytes=total // 200)  # 0.5%: printed to 0.01 GiB
-        if found:
+        if len(found) == 1:
             return gpu_profile(found[0]), f"the log's total ({total / GiB:.2f} GiB)"
+        if found:
+            # several GPUs have that total (an H100 and an A100 of 80 GB): asking beats the first alphabetically
+            raise KvsizeError(f"the log's GPU total {total / GiB:.2f} GiB fits {len(found)} bundled GPUs "
+                              f"({', '.join(found)}); give --gpu with the one it ran on")
         raise KvsizeError(f"the log's GPU total {total / GiB:.2f} GiB matches no bundled GPU; give --gpu "
                           "(kvsize gpus lists them)")
     raise KvsizeError("the log does not say which GPU it ran on (vLLM 0.21 and later print no total at INFO "

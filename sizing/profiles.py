@@ -138,12 +138,50 @@ def _load(kind: str, key: str, schema: type[BaseModel]) -> Any:
         raise KvsizeError(f"profile {path.name} is invalid: {' '.join(first)}") from None
 
 
+# Suffixes of a checkpoint's name that keep its base model's architecture (the config.json that sizes it)
+VARIANT_SUFFIXES = ("-instruct", "-chat", "-it", "-hf", "-base")
+
+
+def _variant_base(name: str) -> str:
+    name = name.lower().rsplit("/", 1)[-1]
+    changed = True
+    while changed:
+        changed = False
+        for suffix in VARIANT_SUFFIXES:
+            if name.endswith(suffix) and len(name) > len(suffix):
+                name, changed = name[: -len(suffix)], True
+    return name
+
+
+@cache
+def _model_names() -> dict[str, str]:
+    """Every name a planner types for a bundled model, lower-cased -> profile id: the id, the Hugging Face id
+    and its last part, and each of these without -Instruct/-Chat/-it/-hf/-Base (same architecture)."""
+    names: dict[str, str] = {}
+    exact: dict[str, str] = {}
+    for key in model_ids():
+        data = json.loads((PROFILES_DIR / "models" / f"{key}.json").read_text())
+        hf = str(data.get("hf_id") or "")
+        for name in (key, hf, hf.rsplit("/", 1)[-1]):
+            if name:
+                exact.setdefault(name.lower(), key)
+                names.setdefault(_variant_base(name), key)
+    return {**names, **exact}
+
+
+def resolve_model_id(name: str) -> str | None:
+    """The bundled profile a typed name means (its id, its Hugging Face id, or a chat/instruct variant of
+    either), or None."""
+    names = _model_names()
+    return names.get(name.lower()) or names.get(_variant_base(name))
+
+
 @cache
 def model_profile(key: str) -> ModelProfile:
-    lookup = {k.lower(): k for k in model_ids()}
-    if key.lower() not in lookup:
+    found = resolve_model_id(key)
+    if found is None:
         raise unknown("model", key, model_ids(), "--model")
-    return _load("models", lookup[key.lower()], ModelProfile)
+    return _load("models", found, ModelProfile)
 
 
 def matching_gpus(name: str | None = None, total_bytes: int | None = None, total_slack_bytes: int = 0,

@@ -2,6 +2,7 @@
 
 import csv
 import json
+import re
 import subprocess
 import sys
 
@@ -406,3 +407,32 @@ def test_one_set_of_exit_statuses(tmp_path, capsys, monkeypatch):
     assert run("estimate", "--model", "llama-3.1-8b") == 3
     err = capsys.readouterr().err
     assert err.startswith("kvsize: internal error: RuntimeError: boom") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("typed", ["llama-3.1-8b", "meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-8B-Instruct",
+                                   "Llama-3.1-8B-Instruct", "LLAMA-3.1-8B-INSTRUCT"])
+def test_the_names_planners_type_resolve(typed, capsys):
+    # a bundled id, its Hugging Face id, and the chat/instruct variants (same config.json architecture)
+    assert run("estimate", "--model", typed, "--gpu", "h200", "--max-model-len", "8192", "--format", "json") == 0
+    assert json.loads(capsys.readouterr().out)["model"] == "Llama-3.1-8B"
+
+
+def test_a_vllm_launch_naming_a_hugging_face_id_resolves(capsys):
+    assert run("estimate", "--gpu", "h200", "--", "vllm", "serve", "meta-llama/Llama-3.1-70B-Instruct",
+               "--max-model-len", "32768", "-tp", "2") == 0
+    assert "Llama-3.1-70B" in capsys.readouterr().out
+
+
+def test_check_log_reads_standard_input_and_the_logged_hugging_face_id(monkeypatch, capsys):
+    import io
+
+    corpus = ROOT / "tests" / "fixtures" / "vllm-starts"
+    text = (corpus / "logs" / "h200-0.26.0-llama-3.1-8b.log").read_text()
+    # the launcher's model folder, as a planner's log names the checkpoint instead
+    text = re.sub(r"/tmp/kvsize-models-[^/\s']+/llama-3\.1-8b", "meta-llama/Llama-3.1-8B-Instruct", text)
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+    assert run("check-log", "-", "--gpu", "h200", "--format", "json") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["model"] == "meta-llama/Llama-3.1-8B-Instruct"
+    rows = {r["term"]: r for r in out["rows"]}
+    assert abs(rows["kv_budget_bytes"]["difference_percent"]) < 1

@@ -58,8 +58,13 @@ def test_check_log_reads_a_real_vllm_log():
 def test_check_log_cli_on_a_real_log(capsys):
     from app.cli import main
 
-    code = main(["check-log", str(FIXTURES / "vllm-0.19-llama-3.1-8b-h100.log"),
-                 "--model", str(FIXTURES / "configs" / "Llama-3.1-8B-Instruct.json"), "--format", "json"])
+    args = ["check-log", str(FIXTURES / "vllm-0.19-llama-3.1-8b-h100.log"),
+            "--model", str(FIXTURES / "configs" / "Llama-3.1-8B-Instruct.json"), "--format", "json"]
+    # its total, 79.18 GiB, is an A100 80GB's and both H100s' within what the log prints: check-log asks, naming them
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "a100-80gb" in err and "h100-sxm" in err and "--gpu" in err
+    code = main([*args, "--gpu", "h100-sxm"])  # the log's source: one H100 80GB HBM3 (fixtures/README.md)
     rows = {r["term"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
     assert code == 0
     assert abs(rows["kv_budget_bytes"]["difference_percent"]) < 0.5

@@ -12,7 +12,7 @@ from app.output import _gib
 
 def add_parser(sub) -> None:
     p = sub.add_parser("check-log", help="predict a real engine startup log's run and compare, term by term")
-    p.add_argument("log", help="a vLLM, SGLang or TensorRT-LLM startup log")
+    p.add_argument("log", help="a vLLM, SGLang or TensorRT-LLM startup log, or - for standard input")
     p.add_argument("--model", default=None,
                    help="bundled profile id or config.json of the logged model (default: the bundled profile "
                         "whose Hugging Face id the log names)")
@@ -33,7 +33,8 @@ def run(args: argparse.Namespace) -> int:
     from sizing.profiles import gpu_profile, load_model
     from sizing.releases import version_key
 
-    text = read_limited(Path(args.log), MAX_LOG_BYTES, "LOG", "an engine startup log").decode("utf-8", "replace")
+    text = read_limited(Path(args.log), MAX_LOG_BYTES, "LOG", "an engine startup log (or - for standard input)",
+                        stdin_ok=True).decode("utf-8", "replace")
     run = read_log(text)
     if args.engine_version:
         version_key(args.engine_version)  # refuses a malformed version in one line
