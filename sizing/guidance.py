@@ -29,6 +29,13 @@ RULES = (
 )
 
 
+# Formats whose published accuracy is the model dtype's or near-lossless (each format's quality note in
+# sizing/formats.py: "reference precision", "near-lossless", "close to fp8 per-tensor quality"): the ones a
+# recommendation may name without the planner's own evaluation.
+NEAR_LOSSLESS_FORMATS = frozenset({"fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "fp8_per_token_head",
+                                   "int8_per_token_head", "q8_0", "lmdeploy_int8", "lmdeploy_fp8"})
+
+
 @dataclass(frozen=True)
 class RuleResult:
     rule: Rule

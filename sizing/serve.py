@@ -14,9 +14,14 @@ from typing import Callable
 from .formats import get_format
 
 # kvsize format -> the engine's value for its KV cache dtype option.
+# vLLM's names are vllm/config/cache.py's CacheDType values (0.33; each built in tests/fixtures/vllm-reference/
+# formats-Llama-3.1-8B.json): kvsize keeps the same names for the formats vLLM alone defines.
 _VLLM = {"bf16": "auto", "fp16": "auto", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2",
          "fp8_per_token_head": "fp8_per_token_head", "int8_per_token_head": "int8_per_token_head",
-         "nvfp4": "nvfp4", "fp32": "auto"}
+         "int4_per_token_head": "int4_per_token_head", "nvfp4": "nvfp4", "nvfp4_4over6": "nvfp4_4over6",
+         "turboquant_k8v4": "turboquant_k8v4", "turboquant_4bit_nc": "turboquant_4bit_nc",
+         "turboquant_k3v4_nc": "turboquant_k3v4_nc", "turboquant_3bit_nc": "turboquant_3bit_nc",
+         "ultraquant_4bit": "ultraquant_4bit", "fp32": "auto"}
 _SGLANG = {"bf16": "auto", "fp16": "auto", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
 _TRTLLM = {"bf16": "auto", "fp16": "auto", "fp8_e4m3": "fp8", "nvfp4": "nvfp4"}
 _LMDEPLOY = {"bf16": "0", "fp16": "0", "lmdeploy_int8": "8", "lmdeploy_int4": "4"}

@@ -436,3 +436,25 @@ def test_check_log_reads_standard_input_and_the_logged_hugging_face_id(monkeypat
     assert out["model"] == "meta-llama/Llama-3.1-8B-Instruct"
     rows = {r["term"]: r for r in out["rows"]}
     assert abs(rows["kv_budget_bytes"]["difference_percent"]) < 1
+
+
+def test_compare_fits_only_what_the_engine_runs_and_names_a_recommendation(capsys):
+    # on an H100 (sm90) vLLM runs no NVFP4 KV (no FP4 tensor cores) and no ultraquant_4bit (0.33's backend
+    # selector): never a green "fits"; the recommendation is near-lossless and runs here
+    assert run("compare", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--max-model-len", "32768",
+               "--format", "json") == 0
+    rows = {r["format"]: r for r in json.loads(capsys.readouterr().out)}
+    for name in ("nvfp4", "ultraquant_4bit"):
+        assert rows[name]["runs"] == "unsupported" and rows[name]["status"].startswith("does not run here")
+    best = [r for r in rows.values() if r["recommended"]]
+    assert [r["format"] for r in best] == ["fp8_e4m3"] and best[0]["runs"] == "supported"
+    assert run("compare", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--max-model-len", "32768") == 0
+    assert "recommended: fp8_e4m3" in capsys.readouterr().out
+
+
+def test_plan_prints_a_serve_command_for_every_vllm_format_it_can_pick():
+    from sizing.formats import get_format
+    from sizing.serve import _VLLM
+
+    for name in ("int4_per_token_head", "turboquant_k8v4", "ultraquant_4bit", "nvfp4_4over6"):
+        assert "vllm" in get_format(name, "bf16").engines and _VLLM[name] == name

@@ -54,6 +54,13 @@ def run(args: argparse.Namespace) -> int:
             lines.append(
                 f"{r['format']:<22}{r['engine']:<10}{r['kv_bytes_per_token']:>13,}{r['kv_metadata_bytes_per_token']:>10,}"
                 f"{r['ratio_to_bf16']:>9.3f}{r['max_tokens']:>14,}{r['max_concurrency']:>11,}  {r['status']}"
+                + ("  <- recommended" if r.get("recommended") else "")
             )
+        best = next((r for r in rows if r.get("recommended")), None)
+        lines.append("")
+        lines.append(f"recommended: {best['format']} ({best['max_concurrency']:,} requests at this length; "
+                     f"{best['quality']}): the most requests among the near-lossless formats {best['engine']} runs "
+                     "on this GPU that fit; smaller formats above need your own evaluation" if best else
+                     "recommended: none (no near-lossless format the engine runs on this GPU fits)")
         _emit("\n".join(lines) + "\n", args.out)
     return 0
