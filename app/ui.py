@@ -63,7 +63,7 @@ LIMITS = {"tp": (1, 64), "pp": (1, 64), "context": (1, 10_485_760), "concurrency
 UPLOADED_MODEL = "MODEL_DIR"
 # The CLI's flags as the sidebar names them: sizing's errors speak of flags.
 WIDGET_NAMES = {
-    "--k-cache-dtype": "K cache format", "--v-cache-dtype": "V cache format", "--kv-cache-dtype": "the cache format",
+    "--k-cache-dtype": "K cache format", "--v-cache-dtype": "V cache format", "--kv-cache-dtype": "K cache format and V cache format",
     "--tensor-parallel-size": "Tensor parallel size", "--pipeline-parallel-size": "Pipeline parallel size",
     "--max-model-len": "Context", "--concurrency": "Concurrent requests", "--weights-dtype": "Weights dtype",
     "--mtp-layers": "MTP layers for speculative decoding",

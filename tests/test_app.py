@@ -502,3 +502,14 @@ def test_the_engine_release_picker_follows_a_started_or_never_started_release():
     at.run()
     text = " ".join(str(w.value) for w in at.warning) + " ".join(str(m.value) for m in at.markdown)
     assert "vllm 0.30.0 was never started" in text and "0.26.0" in text
+
+
+def test_compare_page_names_the_recommended_format_and_greys_what_does_not_run():
+    at = _app()
+    at.selectbox(key="gpu").set_value("h100-sxm")
+    _open(at, "Compare formats")
+    assert not at.exception
+    assert any("Recommended: fp8_e4m3" in str(s.value) for s in at.success)
+    table = next(d.value for d in at.dataframe if "runs" in d.value.columns)
+    nvfp4 = table[table["format"] == "nvfp4"].iloc[0]
+    assert nvfp4["runs"] == "unsupported" and nvfp4["status"].startswith("does not run here")

@@ -17,9 +17,19 @@ def page_compare(s: Scenario) -> None:
     df = pd.DataFrame(rows)
     st.caption(f"Each format at {s.concurrency:,} requests of {s.max_model_len:,} tokens on {s.gpu_name}; formats "
                f"{s.engine} lacks are sized by the ideal engine and say so.")
+    best = df[df["recommended"]] if "recommended" in df else df.iloc[0:0]
+    if len(best):
+        r = best.iloc[0]
+        st.success(f"Recommended: {r['format']}, {r['max_concurrency']:,} requests at this length ({r['quality']}): "
+                   f"the most among the near-lossless formats {r['engine']} runs on this GPU that fit.")
+    else:
+        st.info("No near-lossless format that the engine runs on this GPU fits this scenario.")
+    # green only where the bytes fit and the engine runs the format on this GPU
+    runnable = df["fits"] & (df["runs"] != "unsupported")
     fig = go.Figure()
-    for fits, name, color in ((True, "fits", "#54A24B"), (False, "does not fit or n/a", "#BAB0AC")):
-        part = df[df["fits"] == fits]
+    for ok, name, color in ((True, "fits and runs here", "#54A24B"),
+                            (False, "does not fit, does not run here, or n/a", "#BAB0AC")):
+        part = df[runnable == ok]
         fig.add_bar(name=name, x=part["format"], y=part["max_concurrency"], marker_color=color,
                     customdata=part[["kv_bytes_per_token", "capacity_vs_bf16"]],
                     hovertemplate="%{x}: %{y:,} requests, %{customdata[0]:,} B/token, "
@@ -29,7 +39,7 @@ def page_compare(s: Scenario) -> None:
     fig.update_layout(yaxis_title=f"max concurrent requests of {s.max_model_len:,} tokens", xaxis_tickangle=-35,
                       title=f"Capacity by KV format: {s.model_name} on {s.gpu_name}, {s.engine}")
     _chart(fig, "compare_chart")
-    st.dataframe(df[["format", "engine", "status", "max_concurrency", "capacity_vs_bf16", "kv_bytes_per_token",
+    st.dataframe(df[["format", "engine", "status", "runs", "recommended", "max_concurrency", "capacity_vs_bf16", "kv_bytes_per_token",
                      "ratio_to_bf16", "max_tokens", "quality", "quality_source"]], key="compare_table", hide_index=True,
                  column_config={"ratio_to_bf16": st.column_config.NumberColumn("bytes vs bf16", format="%.3f×"),
                                 "capacity_vs_bf16": st.column_config.NumberColumn("capacity vs bf16",
