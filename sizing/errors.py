@@ -20,7 +20,12 @@ class KvsizeError(ValueError):
 def unknown(kind: str, name: str, choices: Iterable[str], option: str | None = None) -> KvsizeError:
     """An error for an unknown name that lists the closest known names."""
     choices = sorted(choices)
-    close = difflib.get_close_matches(name.lower(), [c.lower() for c in choices], n=4, cutoff=0.4)
+    lowered = [c.lower() for c in choices]
+    # names the typed one is part of first (int4 -> int4_per_token_head, lmdeploy_int4), then look-alikes
+    typed = name.lower().strip()
+    holding = [c for c in lowered if typed and typed in c and c != typed]
+    holding.sort(key=lambda c: (not c.startswith(typed), len(c)))
+    close = list(dict.fromkeys([*holding, *difflib.get_close_matches(typed, lowered, n=4, cutoff=0.4)]))[:4]
     by_lower = {c.lower(): c for c in choices}
     hint = f"; did you mean {', '.join(by_lower[c] for c in close)}?" if close else ""
     where = f" ({option})" if option else ""

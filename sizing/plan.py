@@ -396,8 +396,12 @@ def _prepared(scenario: Scenario) -> tuple[Scenario, Engine, str, str]:
     s = with_engine_defaults(with_dtype(scenario.validated()), engine)
     shape = s.shape
     check_tensor_parallel(shape, s.tensor_parallel_size, engine)
-    k_fmt = get_format(s.k_cache_dtype, shape.serving_dtype, s.format_options, "--k-cache-dtype")
-    v_fmt = get_format(s.v_cache_dtype, shape.serving_dtype, s.format_options, "--v-cache-dtype")
+    # one format for both (the usual --kv-cache-dtype) is named as that option in an error
+    same = s.k_cache_dtype == s.v_cache_dtype
+    k_fmt = get_format(s.k_cache_dtype, shape.serving_dtype, s.format_options,
+                       "--kv-cache-dtype" if same else "--k-cache-dtype")
+    v_fmt = get_format(s.v_cache_dtype, shape.serving_dtype, s.format_options,
+                       "--kv-cache-dtype" if same else "--v-cache-dtype")
     check_format_supported(engine, k_fmt.name, k_fmt.engines, "--k-cache-dtype")
     check_format_supported(engine, v_fmt.name, v_fmt.engines, "--v-cache-dtype")
     if engine.name in ("vllm", "sglang", "trtllm", "lmdeploy") and k_fmt.name != v_fmt.name:

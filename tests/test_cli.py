@@ -5,6 +5,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -257,7 +258,16 @@ def test_sigterm_during_a_sweep_leaves_no_part_file(tmp_path):
             "auto,fp8,q4_0,kivi2,nvfp4,lmdeploy_int4", "--contexts", "1k,2k,4k,8k,16k,32k,64k,128k", "--tp",
             "1,2,4,8", "--engines", "vllm,ideal", "--out", str(tmp_path / "grid.xlsx"), "--no-progress"]
     proc = subprocess.Popen(args, cwd=ROOT, stderr=subprocess.PIPE, text=True)
-    time.sleep(3)
+    # signal once kvsize catches SIGTERM (its handler is installed: bit 15 of /proc's SigCgt mask), up to a bound;
+    # before that Python's default would kill it without a word, which is not what this test asks about
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline:
+        status = Path(f"/proc/{proc.pid}/status")
+        caught = next((line.split()[1] for line in status.read_text().splitlines() if line.startswith("SigCgt:")),
+                      "0") if status.exists() else "0"
+        if int(caught, 16) & (1 << (signal.SIGTERM - 1)):
+            break
+        time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     err = proc.communicate(timeout=120)[1]
     assert "Traceback" not in err

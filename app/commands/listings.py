@@ -63,15 +63,21 @@ def cmd_formats(args: argparse.Namespace) -> int:
     rows = []
     for f in all_formats():
         p, m = f.k.token_bytes(128)
+        vp, vm = f.v.token_bytes(128)
+        # MLA records hold one latent per token and layer (no K and V per head); others a K and a V per head
+        kv = float(p + m) if f.mla_only else float(p + m + vp + vm)
         rows.append(dict(name=f.name, family=f.family, summary=f.summary, engines=list(f.engines),
-                         k_bytes_per_token_per_head_at_128=float(p + m), source=f.source,
+                         k_bytes_per_token_per_head_at_128=float(p + m), kv_bytes_per_token_per_head_at_128=kv,
+                         per="token and layer (one MLA latent record)" if f.mla_only else "token and KV head (K+V)",
+                         source=f.source,
                          quality=f.quality, quality_source=f.quality_source,
                          layout_confirmed=not f.unconfirmed, unconfirmed=f.unconfirmed))
     if args.format == "json":
         print(json.dumps(rows, indent=2))
         return 0
     for r in rows:
-        print(f"{r['name']:<21}{r['k_bytes_per_token_per_head_at_128']:>7.1f} B/token/head (head_dim 128)  "
+        unit = "B/token/layer (MLA record)" if r["per"].startswith("token and layer") else "B/token/head (K+V, head_dim 128)"
+        print(f"{r['name']:<21}{r['kv_bytes_per_token_per_head_at_128']:>7.1f} {unit}  "
               f"{r['summary']}\n{'':<21}engines: {', '.join(r['engines'])}; layout: {r['source']}"
               + (f"\n{'':<21}layout unconfirmed: {r['unconfirmed']}" if r["unconfirmed"] else ""))
     return 0
