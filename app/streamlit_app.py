@@ -57,29 +57,29 @@ def read_scenario() -> Scenario | None:
     models, gpus = _model_choices(), _gpu_choices()
     sb = st.sidebar
     sb.header("Scenario")
-    model = sb.selectbox("Model", models, index=_index(models, _query("model", "llama-3.1-8b")), key="model")
+    model = sb.selectbox("Model", models, index=_index(models, _query("model", "llama-3.1-8b"), "llama-3.1-8b"), key="model")
     upload = sb.file_uploader(f"…or upload a config.json (≤ {MAX_CONFIG_BYTES // 2**20} MiB)", type=["json"],
                               key="upload", max_upload_size=MAX_CONFIG_BYTES // 2**20)
     if upload is not None:
         sb.caption("An uploaded config is not part of the page link: send the file with the link.")
-    gpu = sb.selectbox("GPU", gpus, index=_index(gpus, _query("gpu", "h100-sxm")), key="gpu", format_func=_gpu_label)
+    gpu = sb.selectbox("GPU", gpus, index=_index(gpus, _query("gpu", "h100-sxm"), "h100-sxm"), key="gpu", format_func=_gpu_label)
     engines = list(ENGINES)
-    engine = sb.selectbox("Engine", engines, index=_index(engines, _query("engine", "vllm")), key="engine")
+    engine = sb.selectbox("Engine", engines, index=_index(engines, _query("engine", "vllm"), "vllm"), key="engine")
     releases = release_choices(engine)
     release = NEWEST_STARTED
     if len(releases) > 1:
-        release = sb.selectbox("Engine release", releases, index=_index(releases, _query("release", NEWEST_STARTED)),
+        release = sb.selectbox("Engine release", releases, index=_index(releases, _query("release", NEWEST_STARTED), NEWEST_STARTED),
                                key="engine_release", format_func=lambda v: release_label(engine, v),
                                help="the release whose rules apply; started releases were held to real starts")
     engine_spec = engine if release == NEWEST_STARTED else f"{engine}@{release}"
     formats = ["auto", *FORMAT_NAMES]
-    k_fmt = sb.selectbox("K cache format", formats, index=_index(formats, _query("k", "auto")), key="k_format")
+    k_fmt = sb.selectbox("K cache format", formats, index=_index(formats, _query("k", "auto"), "auto"), key="k_format")
     v_choices = [SAME_AS_K, *formats]
-    v_fmt = sb.selectbox("V cache format", v_choices, index=_index(v_choices, _query("v", SAME_AS_K)), key="v_format")
+    v_fmt = sb.selectbox("V cache format", v_choices, index=_index(v_choices, _query("v", SAME_AS_K), SAME_AS_K), key="v_format")
     if v_fmt == SAME_AS_K:
         v_fmt = k_fmt
     weights = ["auto", *WEIGHT_FORMATS]
-    weights_dtype = sb.selectbox("Weights dtype", weights, index=_index(weights, _query("w", "auto")),
+    weights_dtype = sb.selectbox("Weights dtype", weights, index=_index(weights, _query("w", "auto"), "auto"),
                                  key="weights_dtype", help="auto: the checkpoint's quantization, else its dtype")
     # No bounds on the widgets themselves: a browser refuses an out-of-range entry silently and keeps
     # the last answer on screen, so the range is checked here and a wrong entry is named in a banner.
@@ -91,8 +91,9 @@ def read_scenario() -> Scenario | None:
                            help="of the model's num_nextn_predict_layers: their KV and weights are added")
     concurrency = sb.number_input("Concurrent requests", value=_query("conc", 8, int, *LIMITS["concurrency"]),
                                   step=1, key="concurrency")
-    fraction = sb.slider("Engine memory fraction (vLLM gpu_memory_utilization, …)", 0.5, 1.0,
-                         _query("util", get_engine(engine_spec).memory_fraction_default or 0.9, float, 0.5, 1.0), 0.01,
+    # from 0.05: a shared GPU or a small test server (kvsize watch's example runs at 0.16)
+    fraction = sb.slider("Engine memory fraction (vLLM gpu_memory_utilization, …)", 0.05, 1.0,
+                         _query("util", get_engine(engine_spec).memory_fraction_default or 0.9, float, 0.05, 1.0), 0.01,
                          key="fraction")
     headroom = sb.slider("Headroom (engines without their own fraction)", 0.0, 0.5,
                          _query("headroom", 0.10, float, 0.0, 0.5), 0.01, key="headroom")
@@ -142,6 +143,10 @@ def main() -> None:
     st.title("kvsize — KV cache capacity planner")
     scenario = read_scenario()
     # Only the open tab runs (lazy tabs); its name is in the page URL (?page=Fleet), so a link opens it.
+    asked = st.query_params.get("page")
+    if asked is not None and asked not in PAGES:
+        st.warning(f"page {str(asked)[:40]!r} from the page URL is not one of the pages ({', '.join(PAGES)}); "
+                   f"showing {PAGES[0]}")
     tabs = dict(zip(PAGES, st.tabs(PAGES, key="page", on_change="rerun", bind="query-params")))
     if tabs["Validation"].open:
         with tabs["Validation"]:

@@ -83,11 +83,13 @@ def _gpu_label(gpu: str) -> str:
     return f"{gpu} · {g.memory_bytes / GiB:.0f} GiB · ${g.price_usd_per_hour:g}/h"
 
 
-def _index(options: list[str], value: str) -> int:
+def _index(options: list[str], value: str, fallback: str | None = None) -> int:
+    """The option the page URL names; else the widget's default (`fallback`), said in a banner."""
     if value in options:
         return options.index(value)
-    st.warning(f"{value!r} from the page URL is not one of the choices; showing {options[0]} instead")
-    return 0
+    shown = fallback if fallback in options else options[0]
+    st.warning(f"{str(value)[:60]!r} from the page URL is not one of the choices; showing {shown} instead")
+    return options.index(shown)
 
 
 def breakdown_figure(record: dict) -> go.Figure:

@@ -285,9 +285,22 @@ def test_validation_page_reads_the_bundled_verify_report():
 def test_an_unknown_model_in_the_url_is_reported():
     at = AppTest.from_file(APP, default_timeout=60)
     at.query_params["model"] = "nope"
+    at.query_params["gpu"] = "nope-gpu"
+    at.query_params["page"] = "Nope"
     at.run()
     assert not at.exception
     assert any("'nope' from the page URL is not one of the choices" in w.value for w in at.warning)
+    # the widgets' own defaults stand in, not the first entry of each list (deepseek-v2 on an A10)
+    assert at.selectbox(key="model").value == "llama-3.1-8b" and at.selectbox(key="gpu").value == "h100-sxm"
+    assert any("page 'Nope' from the page URL is not one of the pages" in w.value for w in at.warning)
+
+
+def test_the_memory_fraction_goes_down_to_a_shared_gpus():
+    # kvsize watch's example server runs at gpu_memory_utilization 0.16: the app can plan it
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params["util"] = "0.16"
+    at.run()
+    assert not at.exception and at.slider(key="fraction").value == 0.16
 
 
 def test_the_app_hides_streamlits_developer_toolbar():
