@@ -38,7 +38,7 @@ class SweepGrid:
 
 
 COLUMNS = (
-    "model", "gpu", "engine", "kv_cache_dtype", "tensor_parallel_size", "max_model_len_tokens", "status",
+    "model", "gpu", "engine", "kv_cache_dtype", "tensor_parallel_size", "max_model_len_tokens", "status", "reason",
     "kv_bytes_per_token", "kv_metadata_bytes_per_token", "kv_bytes_per_sequence", "num_blocks", "max_tokens",
     "max_concurrency", "max_context_at_concurrency_tokens", "weights_gib_per_gpu", "kv_budget_gib_per_gpu",
     "gpu_memory_gib", "gpus_per_replica",
@@ -94,12 +94,12 @@ def _group_rows(group: Scenario, contexts: list[int], model: str, gpu: str, fmt:
     figures that depend on the context."""
     base = _base_row(group, model, gpu, fmt, offer)
     if refusal is not None:
-        return [{**base, "max_model_len_tokens": n, "status": f"n/a: {refusal}"} for n in contexts]
+        return [{**base, "max_model_len_tokens": n, "status": "n/a", "reason": refusal} for n in contexts]
     try:
         figures = estimate_lengths(group, contexts)
     except KvsizeError as err:
         # The contexts were checked up front, so what is refused is the group itself.
-        return [{**base, "max_model_len_tokens": n, "status": f"n/a: {err}"} for n in contexts]
+        return [{**base, "max_model_len_tokens": n, "status": "n/a", "reason": str(err)} for n in contexts]
     return [_row(e, f, base, offer, efficiency) for e, f in figures]
 
 
@@ -119,7 +119,9 @@ def _row(e: Estimate, f: LengthFigures, base: dict, offer: GpuOffer, efficiency:
         status="fits" if f.fits else "does not fit",
         kv_bytes_per_token=e.kv_bytes_per_token, kv_metadata_bytes_per_token=e.kv_metadata_bytes_per_token,
         kv_bytes_per_sequence=f.kv_bytes_per_sequence, num_blocks=e.num_blocks, max_tokens=f.max_tokens,
-        max_concurrency=f.max_concurrency, max_context_at_concurrency_tokens=f.max_context_at_concurrency,
+        # the engine serves no request longer than max_model_len, whatever the pool could hold
+        max_concurrency=f.max_concurrency,
+        max_context_at_concurrency_tokens=min(f.max_context_at_concurrency, f.max_model_len),
         weights_gib_per_gpu=round(e.breakdown.weights_bytes / GiB, 3),
         kv_budget_gib_per_gpu=round(e.kv_budget_bytes / GiB, 3), usd_per_gpu_hour=offer.usd_per_hour,
     )
@@ -132,3 +134,27 @@ def _row(e: Estimate, f: LengthFigures, base: dict, offer: GpuOffer, efficiency:
         row.update(decode_batch=batch, itl_ms=round(step.seconds * 1000, 3), tokens_per_s_per_gpu=round(per_gpu, 1),
                    usd_per_million_output_tokens=round(offer.usd_per_hour / (per_gpu * 3600 / 1e6), 4))
     return row
+
+
+def sweep_assumptions(grid: SweepGrid, base: Scenario) -> list[dict]:
+    """What a sweep's figures assume, as (item, value, note) rows: each engine's release, its rules and whether
+    a real start confirmed them, the memory fraction and headroom, and each GPU's price and its date."""
+    from .evidence import release_evidence
+
+    rows = []
+    for name in grid.engines:
+        engine = get_engine(name.strip())
+        evidence = release_evidence(engine.name, engine.version)
+        rows.append(dict(item=f"engine {name.strip()}", value=engine.release.name if engine.release else engine.name,
+                         note=engine.label + (f"; {evidence.sentence()}" if evidence else "")))
+        fraction = base.memory_fraction if base.memory_fraction is not None else engine.memory_fraction_default
+        rows.append(dict(item=f"memory fraction ({name.strip()})", value=fraction,
+                         note="given" if base.memory_fraction is not None else "the release's default (SGLang's own "
+                         "default depends on the GPU and settings: kvsize derives it per scenario)"))
+    rows.append(dict(item="headroom (engines without their own fraction)", value=base.headroom, note=""))
+    rows.append(dict(item="concurrency", value=base.concurrency, note="requests each fit is judged at"))
+    for gpu in grid.gpus:
+        g = gpu_profile(gpu)
+        rows.append(dict(item=f"price usd per GPU hour ({gpu})", value=g.price_usd_per_hour,
+                         note=f"price date {g.price_date}; {g.name}"))
+    return rows

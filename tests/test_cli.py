@@ -173,11 +173,11 @@ def test_sweep_csv_and_xlsx(tmp_path):
                "--no-progress") == 0
     import openpyxl
 
-    sheet = openpyxl.load_workbook(xlsx).active
+    book = openpyxl.load_workbook(xlsx)
+    sheet = book["scenarios"]
     assert sheet.freeze_panes == "A2" and sheet["A1"].font.bold
-    assert sheet.max_row == 1 + 3 * 3
-    statuses = [c.value for c in sheet["G"][1:]]
-    assert any(str(s).startswith("n/a") for s in statuses)  # q4_0 is not a vLLM format
+    # q4_0 is not a vLLM format: its 3 rows are on the "not sized" sheet with the reason, the rest sized
+    assert sheet.max_row == 1 + 2 * 3 and book["not sized"].max_row == 1 + 3
 
 
 def test_sweep_bad_input_writes_nothing(tmp_path, capsys):
@@ -468,3 +468,26 @@ def test_plan_prints_a_serve_command_for_every_vllm_format_it_can_pick():
 
     for name in ("int4_per_token_head", "turboquant_k8v4", "ultraquant_4bit", "nvfp4_4over6"):
         assert "vllm" in get_format(name, "bf16").engines and _VLLM[name] == name
+
+
+def test_sweep_spreadsheet_keeps_counts_as_integers_and_says_what_it_assumes(tmp_path, capsys):
+    import openpyxl
+
+    out = tmp_path / "s.xlsx"
+    assert run("sweep", "--models", "llama-3.1-8b", "--gpus", "h100-sxm,b200", "--formats", "auto,nvfp4",
+               "--contexts", "8k,32k", "--engines", "vllm,vllm@0.30", "--out", str(out), "--no-progress") == 0
+    err = capsys.readouterr().err
+    assert "vllm 0.30 was never started" in err and "was started" in err  # as estimate says it
+    book = openpyxl.load_workbook(out)
+    assert book.sheetnames == ["scenarios", "not sized", "assumptions"]
+    rows = list(book["scenarios"].iter_rows(values_only=True))
+    head = rows[0]
+    for name in ("max_tokens", "max_concurrency", "num_blocks", "max_context_at_concurrency_tokens"):
+        assert all(isinstance(r[head.index(name)], int) for r in rows[1:]), name
+    # the longest request the pool holds is capped at what the engine serves
+    assert all(r[head.index("max_context_at_concurrency_tokens")] <= r[head.index("max_model_len_tokens")]
+               for r in rows[1:])
+    not_sized = list(book["not sized"].iter_rows(values_only=True))
+    assert not_sized[0][-1] == "reason" and all("nvfp4" in r[-1] for r in not_sized[1:])
+    assumptions = {r[0]: r for r in book["assumptions"].iter_rows(values_only=True)}
+    assert assumptions["engine vllm"][1] == "vllm@0.26" and "price date" in assumptions["price usd per GPU hour (b200)"][2]

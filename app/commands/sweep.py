@@ -57,6 +57,17 @@ def run(args: argparse.Namespace) -> int:
 
     for model in args.models:
         _warn_beyond_positions(model, load_model(model)[1], grid.contexts)
+    from sizing.evidence import release_evidence
+    from sizing.engines import get_engine
+
+    for name in grid.engines:
+        # as estimate says it: whether the release these rows follow was started, and what it does not confirm
+        engine = get_engine(name.strip())
+        evidence = release_evidence(engine.name, engine.version)
+        if evidence is not None:
+            print(f"kvsize: warning: {evidence.sentence()}", file=sys.stderr)
+        if engine.release is not None and engine.release.unconfirmed:
+            print(f"kvsize: warning: {engine.release.name} rules: {engine.release.unconfirmed}", file=sys.stderr)
     progress = None if args.no_progress or not sys.stderr.isatty() else _Progress()
     rows = run_sweep(grid, base, progress=progress)
     if not rows:
@@ -67,7 +78,16 @@ def run(args: argparse.Namespace) -> int:
         _atomic_write(out, (json.dumps(rows) + "\n").encode())
     else:
         from app.spreadsheet import xlsx_bytes
+        from sizing.sweep import sweep_assumptions
 
-        _atomic_write(out, xlsx_bytes({"scenarios": rows}))
+        # sized rows apart from the ones an engine cannot run, so every count column holds integers
+        sized = [r for r in rows if r["status"] != "n/a"]
+        not_sized = [{k: r[k] for k in ("model", "gpu", "engine", "kv_cache_dtype", "tensor_parallel_size",
+                                         "max_model_len_tokens", "reason")} for r in rows if r["status"] == "n/a"]
+        sheets = {"scenarios": [{k: v for k, v in r.items() if k != "reason"} for r in sized]}
+        if not_sized:
+            sheets["not sized"] = not_sized
+        sheets["assumptions"] = sweep_assumptions(grid, base)
+        _atomic_write(out, xlsx_bytes(sheets))
     print(f"kvsize: wrote {len(rows):,} rows to {out}", file=sys.stderr)
     return 0
