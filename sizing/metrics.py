@@ -116,10 +116,24 @@ def read_metrics(text: str) -> EngineMetrics:
 @dataclass(frozen=True)
 class WatchLine:
     figure: str
-    engine: str  # what the engine reports
-    planned: str  # what kvsize planned
+    engine: str  # what the engine reports, as text
+    planned: str  # what kvsize planned, as text
     inside: bool | None  # None: nothing to hold it against
-    advice: str  # what to change where it is outside the plan
+    advice: str  # what to change; empty where the figure is inside the plan or has nothing to hold it to
+    engine_value: float | int | str | None = None  # the same, as a number (a dtype as its name)
+    planned_value: float | int | str | None = None
+    unit: str = ""
+
+
+# KV dtypes a running vLLM reports that keep the model's own precision (16 bits or more)
+MODEL_PRECISION = ("auto", "bf16", "bfloat16", "fp16", "float16", "half", "fp32", "float32")
+
+
+def _smaller_format(cache_dtype: str | None) -> str:
+    """What 'a smaller KV format' means from the one in use: never the one already running."""
+    if cache_dtype is None or cache_dtype in MODEL_PRECISION:
+        return "a smaller KV format (fp8, half the bytes)"
+    return f"a 4-bit KV format where the GPU runs one (kvsize compare lists them; {cache_dtype} is in use)"
 
 
 def watch(m: EngineMetrics, e, concurrency: int, hit_rate: float | None = None,
@@ -128,46 +142,61 @@ def watch(m: EngineMetrics, e, concurrency: int, hit_rate: float | None = None,
     where given, the prefix hit rate the plan's tiers assumed. `previous`: an earlier scrape, so
     counters are read as what happened between the two."""
     out = []
+
+    def line(figure, engine, planned, inside, advice, engine_value=None, planned_value=None, unit=""):
+        out.append(WatchLine(figure, engine, planned, inside, advice if inside is False else "", engine_value,
+                             planned_value, unit))
+
+    smaller = _smaller_format(m.cache_dtype)
     if m.num_gpu_blocks is not None:
         planned = e.num_blocks
         error = m.num_gpu_blocks / planned - 1 if planned else math.inf
-        out.append(WatchLine("KV blocks", f"{m.num_gpu_blocks:,} of {m.block_size or '?'} tokens",
-                             f"{planned:,} of {e.block_size} tokens ({100 * error:+.1f}%)",
-                             m.num_gpu_blocks >= planned * 0.99 and m.block_size in (None, e.block_size),
-                             "the engine holds fewer blocks than planned: check its --gpu-memory-utilization, "
-                             "--max-model-len and --kv-cache-dtype against the plan (kvsize check-log on its log "
-                             "names the term that differs)"))
+        line("KV blocks", f"{m.num_gpu_blocks:,} of {m.block_size or '?'} tokens",
+             f"{planned:,} of {e.block_size} tokens ({100 * error:+.1f}%)",
+             m.num_gpu_blocks >= planned * 0.99 and m.block_size in (None, e.block_size),
+             "the engine holds fewer blocks than planned: check its --gpu-memory-utilization, --max-model-len and "
+             "--kv-cache-dtype against the plan (kvsize check-log on its log names the term that differs)",
+             m.num_gpu_blocks, planned, "blocks")
     if m.cache_dtype is not None:
         want = e.scenario.k_cache_dtype
         same = m.cache_dtype == want or (want == "auto" and m.cache_dtype in ("auto", e.k_format)) or \
             (m.cache_dtype.startswith("fp8") and e.k_format.startswith("fp8"))
-        out.append(WatchLine("KV dtype", m.cache_dtype, f"{want} ({e.k_format})", same,
-                             f"the quantized cache is not in use: start the engine with --kv-cache-dtype {want}"))
+        if m.cache_dtype in MODEL_PRECISION:
+            advice = f"the engine keeps the model's precision where the plan chose {e.k_format}: start it with " \
+                     f"--kv-cache-dtype {want}"
+        else:
+            advice = f"the engine runs a {m.cache_dtype} cache where the plan chose {e.k_format}: plan with " \
+                     f"--kv-cache-dtype {m.cache_dtype}, or start the engine with --kv-cache-dtype {want}"
+        line("KV dtype", m.cache_dtype, f"{want} ({e.k_format})", same, advice, m.cache_dtype, e.k_format)
     if m.running is not None:
-        out.append(WatchLine("requests running", f"{m.running:,}", f"up to {concurrency:,} at "
-                             f"{e.max_model_len:,} tokens (the pool holds {e.max_concurrency:,})",
-                             m.running <= max(concurrency, e.max_concurrency),
-                             "more requests run than planned: plan for the real peak (kvsize plan) or add replicas"))
+        line("requests running", f"{m.running:,}",
+             f"up to {concurrency:,} at {e.max_model_len:,} tokens (the pool holds {e.max_concurrency:,} of them)",
+             m.running <= concurrency,
+             f"more requests run than the plan's {concurrency:,}: plan for the real peak (kvsize plan, or "
+             "--concurrency) or add replicas" + ("" if m.running <= e.max_concurrency else
+                                                 "; the pool holds fewer of full length"),
+             m.running, concurrency, "requests")
     if m.waiting is not None:
-        out.append(WatchLine("requests waiting", f"{m.waiting:,}", "0 at the planned peak", m.waiting == 0,
-                             "requests queue for KV blocks: add replicas, a smaller KV format (fp8) or a shorter "
-                             "--max-model-len"))
+        line("requests waiting", f"{m.waiting:,}", "0 at the planned peak", m.waiting == 0,
+             f"requests queue for KV blocks: add replicas, {smaller} or a shorter --max-model-len",
+             m.waiting, 0, "requests")
     if m.kv_cache_usage is not None:
-        out.append(WatchLine("KV cache usage", f"{100 * m.kv_cache_usage:.1f}%", "below 100%", m.kv_cache_usage < 0.99,
-                             "the pool is full: requests are preempted or wait; add replicas or a smaller KV format"))
+        line("KV cache usage", f"{100 * m.kv_cache_usage:.1f}%", "below 100%", m.kv_cache_usage < 0.99,
+             f"the pool is full: requests are preempted or wait; add replicas or {smaller}",
+             round(m.kv_cache_usage, 6), 0.99, "fraction of the pool")
     if m.preemptions is not None:
         since = m.preemptions - ((previous.preemptions or 0.0) if previous is not None else 0.0)
-        out.append(WatchLine("preemptions", f"{since:,.0f}" + (" since the last scrape" if previous else " since start"),
-                             "0", since == 0,
-                             "requests were evicted for lack of KV blocks: add replicas or a smaller KV format"))
+        line("preemptions", f"{since:,.0f}" + (" since the last scrape" if previous else " since start"), "0",
+             since == 0, f"requests were evicted for lack of KV blocks: add replicas or {smaller}",
+             int(since), 0, "preemptions")
     rate = m.prefix_hit_rate
     if previous is not None and m.prefix_queries is not None and previous.prefix_queries is not None:
         queries = m.prefix_queries - previous.prefix_queries
         rate = (m.prefix_hits - previous.prefix_hits) / queries if queries > 0 else None
     if rate is not None:
-        out.append(WatchLine("prefix-cache hit rate", f"{100 * rate:.1f}%",
-                             "-" if hit_rate is None else f"{100 * hit_rate:.1f}% (the plan's tiers)",
-                             None if hit_rate is None else rate >= hit_rate * 0.9,
-                             "fewer prefixes are found than the tiers assumed: a larger host tier "
-                             "(--kv-offloading-size) or longer-lived sessions"))
+        line("prefix-cache hit rate", f"{100 * rate:.1f}%",
+             "-" if hit_rate is None else f"{100 * hit_rate:.1f}% (the plan's tiers)",
+             None if hit_rate is None else rate >= hit_rate * 0.9,
+             "fewer prefixes are found than the tiers assumed: a larger host tier (--kv-offloading-size) or "
+             "longer-lived sessions", round(rate, 6), hit_rate, "fraction of queried tokens")
     return out

@@ -229,3 +229,22 @@ def test_the_readme_shows_what_watch_prints_on_the_real_scrape(capsys, monkeypat
     e = predicted(QWEN, capsys)
     error = f"{5088 / e['num_blocks'] - 1:+.1%}".replace("-", "\N{MINUS SIGN}")
     assert f"engine holds 5,088 blocks where kvsize plans {e['num_blocks']:,} ({error}" in readme
+
+
+def test_watch_takes_the_servers_own_cache_config_and_never_advises_the_format_in_use(capsys):
+    # the fp8 server's busy scrape, with no --kv-cache-dtype or utilization on the command line: the plan takes
+    # fp8, 0.16 and block 16 from vllm:cache_config_info, so the dtype and blocks are inside it; advice for a full
+    # pool points past fp8, not at it; every figure is a number in JSON, and a figure inside the plan has no advice
+    path = FIXTURES / f"{QWEN}-busy.txt"
+    code = main(["watch", str(path), "--model", str(CONFIGS / "qwen3-8b.json"), "--gpu", "h200", "--engine",
+                 "vllm@0.26.0", "--max-model-len", "8192", "--max-num-seqs", "128", "--concurrency", "96",
+                 "--format", "json"])
+    out, err = capsys.readouterr()
+    assert "takes k_cache_dtype=fp8, memory_fraction=0.16, block_size=16 from the server's" in err
+    figures = {f["figure"]: f for f in json.loads(out)["figures"]}
+    assert figures["KV dtype"]["inside"] and figures["KV blocks"]["inside"]
+    assert isinstance(figures["KV blocks"]["engine_value"], int) and figures["KV blocks"]["engine_value"] == 5088
+    for f in figures.values():
+        assert (f["advice"] == "") == (f["inside"] is not False)
+        assert "(fp8" not in f["advice"] and "fp8, half" not in f["advice"]
+    assert code in (0, 1)

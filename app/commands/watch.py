@@ -62,6 +62,28 @@ def _scrape(source: str) -> str:
         raise KvsizeError(f"{source} is not UTF-8 text; expected a /metrics scrape") from None
 
 
+def _with_server_settings(scenario, metrics, args):
+    """The plan takes what the server's own vllm:cache_config_info says where the command line leaves it to
+    the default: the KV dtype, gpu_memory_utilization and block size the engine runs with (said on stderr)."""
+    from dataclasses import replace
+
+    from sizing.metrics import MODEL_PRECISION
+
+    taken = {}
+    if args.kv_cache_dtype == "auto" and metrics.cache_dtype and metrics.cache_dtype not in MODEL_PRECISION:
+        taken.update(k_cache_dtype=metrics.cache_dtype, v_cache_dtype=metrics.cache_dtype)
+    if scenario.memory_fraction is None and scenario.kv_cache_memory_bytes is None \
+            and metrics.gpu_memory_utilization is not None and scenario.engine.startswith("vllm"):
+        taken["memory_fraction"] = metrics.gpu_memory_utilization
+    if scenario.block_size is None and metrics.block_size is not None and scenario.engine.startswith("vllm"):
+        taken["block_size"] = metrics.block_size
+    if taken:
+        print("kvsize: note: the plan takes " + ", ".join(f"{k}={v}" for k, v in taken.items() if k != "v_cache_dtype")
+              + " from the server's vllm:cache_config_info (give them on the command line to plan otherwise)",
+              file=sys.stderr)
+    return replace(scenario, **taken) if taken else scenario
+
+
 def run(args: argparse.Namespace) -> int:
     from sizing.metrics import read_metrics, watch
     from sizing.plan import estimate
@@ -74,12 +96,14 @@ def run(args: argparse.Namespace) -> int:
         _check_out(Path(args.out))
     scenario = scenario_from_args(args, args.model, args.gpu, args.engine, args.tensor_parallel_size,
                                   args.max_model_len, args.kv_cache_dtype, args.kv_cache_dtype)
-    e = estimate(scenario)
-    rows, previous, outside = [], None, False
+    rows, previous, outside, e = [], None, False, None
     for n in range(args.count):
         if n:
             time.sleep(args.interval)
         metrics = read_metrics(_scrape(args.source))
+        if e is None:
+            scenario = _with_server_settings(scenario, metrics, args)
+            e = estimate(scenario)
         for line in watch(metrics, e, scenario.concurrency, args.hit_rate, previous):
             rows.append({"scrape": n + 1, **asdict(line)})
             outside |= line.inside is False
