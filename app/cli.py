@@ -63,6 +63,27 @@ def _on_sigterm(signum, frame):
     raise _Terminated
 
 
+def _refuse_out_onto_an_input(args) -> None:
+    """--out is checked against every file the command line names, before anything runs (the readers check
+    it again against what they read, config.json inside a model folder included)."""
+    from pathlib import Path
+
+    from app.output import _check_out
+
+    named = []
+    for key, value in vars(args).items():
+        if key == "out" or callable(value):
+            continue
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(item, str) and len(item) < 4096:
+                named.append(item)
+                named.append(str(Path(item) / "config.json"))
+    outs = args.out if isinstance(args.out, (list, tuple)) else [args.out]
+    for out in outs:
+        if isinstance(out, str):
+            _check_out(Path(out), tuple(named))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     show_traceback = "--traceback" in argv
@@ -73,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         args = build_parser().parse_args(argv)
+        if getattr(args, "out", None):
+            _refuse_out_onto_an_input(args)
         return args.run(args)
     except KeyboardInterrupt:
         print("kvsize: interrupted; nothing was written", file=sys.stderr)

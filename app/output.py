@@ -49,11 +49,25 @@ def _not_inputs(outs: list[Path], inputs: list[str | None]) -> None:
                 raise KvsizeError(f"--out {out} is the input file {given}; write the output elsewhere")
 
 
-def _check_out(path: Path) -> Path:
-    """The --out path, refused before anything is computed or written when it cannot be written."""
+def _check_out(path: Path, inputs: tuple[str, ...] = ()) -> Path:
+    """The --out path, refused before anything is computed or written when it cannot be written: a folder, a
+    device, a FIFO or a socket (kvsize writes regular files only), or one of the run's inputs (`inputs`, and
+    every file read so far), through a link too."""
+    import stat as stat_module
+
+    from sizing.inputs import inputs_read
+
     path = path.resolve()
     if path.is_dir():
         raise KvsizeError(f"--out: {path} is a folder; give a file name such as {path / 'out.csv'}")
+    if path.exists() and not stat_module.S_ISREG(path.stat().st_mode):
+        raise KvsizeError(f"--out: {path} is not a regular file (a device, FIFO or socket); kvsize writes only "
+                          "regular files: give a file name")
+    real = os.path.realpath(path)
+    named = {os.path.realpath(p) for p in inputs if p and p != "-" and os.path.exists(p)}
+    if real in named | inputs_read():
+        raise KvsizeError(f"--out: {path} is one of this run's inputs; give another file name (kvsize never "
+                          "writes over what it reads)")
     if not path.parent.is_dir():
         raise KvsizeError(f"--out: folder {path.parent} does not exist")
     if not os.access(path.parent, os.W_OK):

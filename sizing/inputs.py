@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import stat
 from pathlib import Path
 
@@ -11,6 +12,15 @@ from .units import MiB
 
 def _too_big(where: str, size: int, limit: int, what: str) -> KvsizeError:
     return KvsizeError(f"{where} is {size:,} bytes; {what} must be at most {limit:,} bytes ({limit / MiB:g} MiB)")
+
+
+# Every file this process read through read_limited, resolved (links followed): an output is never one of them
+_READ: set[str] = set()
+
+
+def inputs_read() -> frozenset[str]:
+    """The resolved paths of the files read so far (the run's inputs)."""
+    return frozenset(_READ)
 
 
 def read_limited(path: Path, limit: int, option: str, what: str, stdin_ok: bool = False) -> bytes:
@@ -29,6 +39,7 @@ def read_limited(path: Path, limit: int, option: str, what: str, stdin_ok: bool 
         info = path.stat()
     except OSError as e:
         raise KvsizeError(f"{option}: cannot read {path} ({e.strerror or e})") from None
+    _READ.add(os.path.realpath(path))
     if not stat.S_ISREG(info.st_mode):
         raise KvsizeError(f"{option}: {path} is not a regular file; give {what}")
     if info.st_size > limit:

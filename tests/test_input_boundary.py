@@ -4,6 +4,7 @@ each bad input is one line naming what was wrong, exit 2, nothing written."""
 import os
 
 import pytest
+from pathlib import Path
 
 from app.cli import main
 from conftest import ROOT
@@ -133,7 +134,7 @@ def test_outputs_never_overwrite_an_input(tmp_path, capsys):
     workload.write_text(__import__("json").dumps(yaml.safe_load(WORKLOAD)))
     before = workload.read_text()
     assert main(["plan", "--workload", str(workload), "--model", "llama-3.1-8b", "--out", str(workload)]) == 2
-    assert "is the input file" in capsys.readouterr().err and workload.read_text() == before
+    assert "is one of this run's inputs" in capsys.readouterr().err and workload.read_text() == before
 
 
 @pytest.mark.parametrize("option, link, needle", [("--host-link", "nvlink4-peer", "is a peer link"),
@@ -186,3 +187,36 @@ def test_a_decode_time_changed_alone_is_caught(tmp_path, capsys):
     path.write_text(json.dumps(report))
     assert main(["validate", str(path)]) == 1
     assert "does not follow from" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [
+    ["estimate", "--model", "{config}", "--gpu", "h200"],
+    ["compare", "--model", "{config}", "--gpu", "h200"],
+    ["sweep", "--models", "{config}", "--gpus", "h200", "--no-progress"],
+])
+def test_out_never_replaces_an_input_even_through_a_link(tmp_path, command, capsys):
+    from app.cli import main
+
+    config = tmp_path / "config.json"
+    original = (ROOT / "tests" / "fixtures" / "configs" / "Llama-3.1-8B.json").read_text()
+    config.write_text(original)
+    link = tmp_path / "link.csv"
+    link.symlink_to(config)
+    for out in (config, link):
+        args = [a.replace("{config}", str(config)) for a in command] + ["--out", str(out)]
+        assert main(args) == 2
+        assert "is one of this run's inputs" in capsys.readouterr().err
+    assert config.read_text() == original
+
+
+def test_out_is_a_regular_file_never_a_device_or_fifo(tmp_path, capsys):
+    import os
+
+    from app.cli import main
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for out in (fifo, Path("/dev/null")):
+        assert main(["estimate", "--model", "llama-3.1-8b", "--gpu", "h200", "--out", str(out)]) == 2
+        assert "not a regular file" in capsys.readouterr().err
+    assert fifo.exists() and not fifo.is_file()

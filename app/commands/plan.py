@@ -140,11 +140,13 @@ def plan_from_args(args: argparse.Namespace):
 
 
 def _read_report(path: str, option: str) -> dict:
+    from sizing.inputs import read_limited
+
     p = Path(path)
-    if not p.is_file():
-        raise KvsizeError(f"{option}: {p} is not a file")
+    # bounded like every input (a measurement report is a few MiB at most), and remembered as one of the inputs
+    data = read_limited(p, 64 * 1024 * 1024, option, "a JSON measurement report (kvsize measure)")
     try:
-        report = json.loads(p.read_text())
+        report = json.loads(data.decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
         raise KvsizeError(f"{option}: {p} is not a JSON measurement report ({e})") from None
     if not isinstance(report, dict):
