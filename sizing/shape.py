@@ -349,6 +349,17 @@ def _as_int(value: Any, name: str, minimum: int = 0) -> int:
     return int(value)
 
 
+def _config_flag(value: Any, name: str) -> bool:
+    """A true/false config field as JSON gives it; a string ("false") or a number is refused, never read as
+    its truthiness."""
+    if isinstance(value, bool):
+        return value
+    if value is None:
+        return False
+    raise KvsizeError(f"config.json field {name!r} is {type(value).__name__} {str(value)[:20]!r}; it must be "
+                      "true or false")
+
+
 def _dtype_name(value: Any) -> str | None:
     if value is None:
         return None
@@ -479,6 +490,11 @@ def _resolve(raw: dict[str, Any], raw_text: dict[str, Any], parsed: Any, rejecte
     if "chunked" in kinds and chunk is None:
         raise KvsizeError("config.json has chunked-attention layers but no 'attention_chunk_size'")
 
+    for given in (f.get("dtype", "torch_dtype"), _Fields(parsed, raw).get("dtype", "torch_dtype")):
+        if given is not None and _dtype_name(given) is None and not isinstance(given, dict):
+            # a dtype kvsize cannot read is never silently taken for bf16
+            raise KvsizeError(f"config.json field 'torch_dtype' is {str(given)[:40]!r}; kvsize reads "
+                              f"{', '.join(sorted(DTYPE_NAMES))}")
     config_dtype = (_dtype_name(f.get("dtype", "torch_dtype"))
                     or _dtype_name(_Fields(parsed, raw).get("dtype", "torch_dtype")) or "bf16")
     state_elements, conv_elements, state_dtype, mixer_params, mixer_other = _recurrent(f, hidden, config_dtype) \
@@ -487,7 +503,7 @@ def _resolve(raw: dict[str, Any], raw_text: dict[str, Any], parsed: Any, rejecte
         f.get("linear_num_value_heads") is not None else 1
 
     vocab = _within_limit(f.need_int("vocab_size", "padded_vocab_size", "n_vocab"), "vocab_size")
-    tied = bool(f.get("tie_word_embeddings", default=False))
+    tied = _config_flag(f.get("tie_word_embeddings", default=False), "tie_word_embeddings")
     max_pos = _as_int(f.get("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length",
                             default=0), "max_position_embeddings")
     if max_pos == 0:
@@ -536,6 +552,11 @@ def _resolve(raw: dict[str, Any], raw_text: dict[str, Any], parsed: Any, rejecte
 
     embedding = vocab * hidden
     quant = f.get("quantization_config")
+    if quant is not None and not isinstance(quant, dict) and not hasattr(quant, "to_dict"):
+        raise KvsizeError(f"config.json field 'quantization_config' is {type(quant).__name__} "
+                          f"{str(quant)[:40]!r}; it must be an object such as {{\"quant_method\": \"fp8\"}}")
+    if quant is not None and not isinstance(quant, dict):
+        quant = quant.to_dict()
     quant_method = quant.get("quant_method") if isinstance(quant, dict) else None
     scheme = QUANTIZATION_SCHEMES.get(str(quant_method))
     if scheme is None and quant_method is None and isinstance(quant, dict):

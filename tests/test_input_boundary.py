@@ -220,3 +220,20 @@ def test_out_is_a_regular_file_never_a_device_or_fifo(tmp_path, capsys):
         assert main(["estimate", "--model", "llama-3.1-8b", "--gpu", "h200", "--out", str(out)]) == 2
         assert "not a regular file" in capsys.readouterr().err
     assert fifo.exists() and not fifo.is_file()
+
+
+@pytest.mark.parametrize("patch, field", [
+    ({"tie_word_embeddings": "false"}, "tie_word_embeddings"),  # a string is not read as its truthiness
+    ({"quantization_config": "fp8"}, "quantization_config"),  # not an object: never sized as bf16 in silence
+    ({"torch_dtype": "float7"}, "torch_dtype"),  # an unknown dtype is not taken for bf16
+])
+def test_config_values_of_the_wrong_kind_are_refused_by_name(tmp_path, patch, field, capsys):
+    from app.cli import main
+
+    config = json.loads((ROOT / "tests" / "fixtures" / "configs" / "Llama-3.1-8B.json").read_text())
+    config.update(patch)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert main(["estimate", "--model", str(path), "--gpu", "h200"]) == 2
+    err = capsys.readouterr().err
+    assert field in err and err.count("\n") == 1 and "Traceback" not in err
