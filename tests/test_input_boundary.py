@@ -3,6 +3,8 @@ each bad input is one line naming what was wrong, exit 2, nothing written."""
 
 import os
 
+import json
+
 import pytest
 from pathlib import Path
 
