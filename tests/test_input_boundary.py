@@ -1,12 +1,11 @@
 """One bounded reader for every input file, YAML read as plain data, outputs that name the path given:
 each bad input is one line naming what was wrong, exit 2, nothing written."""
 
-import os
-
 import json
+import os
+from pathlib import Path
 
 import pytest
-from pathlib import Path
 
 from app.cli import main
 from conftest import ROOT
