@@ -50,10 +50,16 @@ def _value(text: str, line: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise KvsizeError(f"the metrics line {line[:100]!r} holds {text[:30]!r}, which is not a number") from None
-    if math.isnan(value) or value < 0:
-        raise KvsizeError(f"the metrics line {line[:100]!r} holds {text[:30]!r}; kvsize expects a count of zero or more")
+        raise KvsizeError(f"the metrics line {_shown(line)} holds {_shown(text, 30)}, which is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise KvsizeError(f"the metrics line {_shown(line)} holds {_shown(text, 30)}; kvsize expects a finite count of "
+                          "zero or more")
     return value
+
+
+def _shown(text: str, limit: int = 100) -> str:
+    """Scrape text as an error shows it: cut short, with terminal escapes and other control characters escaped."""
+    return repr(text[:limit].encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace"))
 
 
 def _int_label(labels: dict, name: str) -> int | None:
@@ -75,6 +81,7 @@ def read_metrics(text: str) -> EngineMetrics:
     info: dict | None = None
     engines: set[str] = set()
     names: set[str] = set()
+    seen: set[tuple[str, str]] = set()
     for raw in text.splitlines():
         line = raw.strip()[:MAX_LINE_CHARS]
         if not line.startswith("vllm:"):
@@ -83,6 +90,10 @@ def read_metrics(text: str) -> EngineMetrics:
         if m is None:
             continue
         name, labels_text, value_text = m.group(1), m.group(3) or "", m.group(4)
+        if (name, labels_text) in seen:
+            raise KvsizeError(f"the scrape holds the series {_shown(name + '{' + labels_text + '}')} twice; a "
+                              "/metrics answer names each series once")
+        seen.add((name, labels_text))
         labels = dict(_LABEL.findall(labels_text))
         names.add(name)
         engines.add(labels.get("engine", "0"))
@@ -105,6 +116,12 @@ def read_metrics(text: str) -> EngineMetrics:
         raise KvsizeError(f"vllm:cache_config_info label gpu_memory_utilization={util[:30]!r} is not a "
                           "number") from None
     running, waiting = sums.get("vllm:num_requests_running"), sums.get("vllm:num_requests_waiting")
+    if usage is not None and usage > 1:
+        raise KvsizeError(f"vllm:kv_cache_usage_perc is {usage:g}; vLLM reports it as a fraction from 0 to 1")
+    hits, queries = sums.get("vllm:prefix_cache_hits_total"), sums.get("vllm:prefix_cache_queries_total")
+    if hits is not None and queries is not None and hits > queries:
+        raise KvsizeError(f"vllm:prefix_cache_hits_total ({hits:,.0f}) exceeds vllm:prefix_cache_queries_total "
+                          f"({queries:,.0f}); a scrape cannot hit more tokens than it queried")
     return EngineMetrics(
         num_gpu_blocks=_int_label(info, "num_gpu_blocks"), block_size=_int_label(info, "block_size"),
         cache_dtype=info.get("cache_dtype"), gpu_memory_utilization=fraction, kv_cache_usage=usage,
@@ -186,11 +203,16 @@ def watch(m: EngineMetrics, e, concurrency: int, hit_rate: float | None = None,
              round(m.kv_cache_usage, 6), 0.99, "fraction of the pool")
     if m.preemptions is not None:
         since = m.preemptions - ((previous.preemptions or 0.0) if previous is not None else 0.0)
-        line("preemptions", f"{since:,.0f}" + (" since the last scrape" if previous else " since start"), "0",
+        reset = since < 0  # the counter went back: the server restarted between the scrapes
+        if reset:
+            since = m.preemptions
+        line("preemptions", f"{since:,.0f}" + (" since the server restarted" if reset else
+                                               " since the last scrape" if previous else " since start"), "0",
              since == 0, f"requests were evicted for lack of KV blocks: add replicas or {smaller}",
              int(since), 0, "preemptions")
     rate = m.prefix_hit_rate
-    if previous is not None and m.prefix_queries is not None and previous.prefix_queries is not None:
+    if previous is not None and m.prefix_queries is not None and previous.prefix_queries is not None \
+            and m.prefix_queries >= previous.prefix_queries:  # a restart resets the counters: the scrape's own rate
         queries = m.prefix_queries - previous.prefix_queries
         rate = (m.prefix_hits - previous.prefix_hits) / queries if queries > 0 else None
     if rate is not None:

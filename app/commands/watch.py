@@ -39,21 +39,52 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run)
 
 
+SCRAPE_SECONDS = 20.0  # a whole scrape, not each read: a server that trickles a byte a second is cut off
+
+
+def _http_scrape(source: str, limit: int, deadline_s: float = SCRAPE_SECONDS) -> bytes:
+    """One GET of a /metrics URL, bounded in bytes and in time as a whole; every way it can fail (a malformed
+    URL or port, a bad status line or headers, a cut or short body, a slow server) is one line naming the URL."""
+    import http.client
+    import urllib.error
+    import urllib.request
+
+    shown = source[:120].encode("ascii", "backslashreplace").decode()
+    if any(c.isspace() or ord(c) < 32 for c in source):
+        raise KvsizeError(f"--source {shown!r}: a URL holds no spaces or control characters")
+    end = time.monotonic() + deadline_s
+    chunks, size = [], 0
+    try:
+        with urllib.request.urlopen(source, timeout=min(10.0, deadline_s)) as response:  # noqa: S310 - the user's server
+            length = response.headers.get("Content-Length")
+            while True:
+                if time.monotonic() > end:
+                    raise KvsizeError(f"{shown}: the scrape took over {deadline_s:g} s; a /metrics answer is "
+                                      "far faster (is this the server's metrics URL?)")
+                chunk = response.read1(65536) if hasattr(response, "read1") else response.read(65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > limit:
+                    raise KvsizeError(f"{shown} sent more than {limit:,} bytes; a /metrics scrape is far smaller")
+    except KvsizeError:
+        raise
+    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as e:
+        raise KvsizeError(f"cannot read {shown}: {str(getattr(e, 'reason', e))[:160] or type(e).__name__}") from None
+    data = b"".join(chunks)
+    if length is not None and length.isdigit() and len(data) < int(length):
+        raise KvsizeError(f"{shown}: the answer ended after {len(data):,} of its {int(length):,} bytes; "
+                          "a cut scrape is not judged")
+    return data
+
+
 def _scrape(source: str) -> str:
     from sizing.inputs import read_limited
     from sizing.metrics import MAX_METRICS_BYTES
 
     if source.startswith(("http://", "https://")):
-        import urllib.error
-        import urllib.request
-
-        try:
-            with urllib.request.urlopen(source, timeout=10) as response:  # noqa: S310 - the user's own server
-                data = response.read(MAX_METRICS_BYTES + 1)
-        except (urllib.error.URLError, OSError, ValueError) as e:
-            raise KvsizeError(f"cannot read {source}: {getattr(e, 'reason', e)}") from None
-        if len(data) > MAX_METRICS_BYTES:
-            raise KvsizeError(f"{source} sent more than {MAX_METRICS_BYTES:,} bytes; a /metrics scrape is far smaller")
+        data = _http_scrape(source, MAX_METRICS_BYTES)
     else:
         data = read_limited(Path(source), MAX_METRICS_BYTES, "SOURCE", "a saved /metrics text")
     try:
