@@ -8,19 +8,17 @@ printed: `max_total_num_tokens`, the pool's `#tokens`, the free memory at the we
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import KvsizeError
 from .units import GiB
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "sglang-starts"
-MAX_MANIFEST_BYTES = 8 * 1024 * 1024
 
 
 class Printed(BaseModel):
@@ -53,20 +51,10 @@ class SglangStart(BaseModel):
 
 
 def load_corpus(folder: Path = CORPUS) -> list[SglangStart]:
+    from .starts import read_manifest
+
     path = folder / "manifest.jsonl"
-    if not path.exists():
-        return []
-    if path.stat().st_size > MAX_MANIFEST_BYTES:
-        raise KvsizeError(f"{path} is over {MAX_MANIFEST_BYTES:,} bytes")
-    out = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            out.append(SglangStart.model_validate(json.loads(line)))
-        except (ValidationError, json.JSONDecodeError) as e:
-            raise KvsizeError(f"{path.name} line {n}: {str(e).splitlines()[0]}") from None
-    return out
+    return read_manifest(path, SglangStart) if path.exists() else []
 
 
 @lru_cache(maxsize=64)

@@ -58,19 +58,23 @@ class Start(BaseModel):
     reason: str | None = None
 
 
-def load_corpus(folder: Path = CORPUS) -> list[Start]:
-    path = folder / "manifest.jsonl"
+def read_manifest(path: Path, model: type[BaseModel]) -> list:
+    """A corpus manifest (one JSON object a line), each line validated as `model`; a bad line is named."""
     if path.stat().st_size > MAX_MANIFEST_BYTES:
         raise KvsizeError(f"{path} is over {MAX_MANIFEST_BYTES:,} bytes")
     out = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
         try:
-            out.append(Start.model_validate(json.loads(line)))
+            out.append(model.model_validate(json.loads(line)))
         except (ValidationError, json.JSONDecodeError) as e:
             raise KvsizeError(f"{path.name} line {n}: {str(e).splitlines()[0]}") from None
     return out
+
+
+def load_corpus(folder: Path = CORPUS) -> list[Start]:
+    return read_manifest(folder / "manifest.jsonl", Start)
 
 
 @lru_cache(maxsize=256)

@@ -8,3 +8,16 @@ def scenario(model="llama-3.1-8b", gpu="h100-sxm", **kw) -> Scenario:
     kw.setdefault("gpu_multiprocessors", g.multiprocessors)
     kw.setdefault("gpu_nvml_mib", g.nvml_memory_mib)
     return Scenario(name, shape, g.name, g.memory_bytes, **kw)
+
+
+def load_script(name: str):
+    """A script of scripts/ (or benchmarks/) as a module, to call its functions from a test."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    path = next(p for p in (root / "scripts" / f"{name}.py", root / "benchmarks" / f"{name}.py") if p.exists())
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

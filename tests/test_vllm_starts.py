@@ -173,22 +173,23 @@ def test_failed_starts_say_why():
     assert any("divisible by tensor parallel size" in r for r in reasons.values())  # 14 heads at TP 4
 
 
-def test_manifest_rejects_unknown_fields(tmp_path):
-    row = json.loads((CORPUS / "manifest.jsonl").read_text().splitlines()[0])
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_manifest_rejects_unknown_fields(tmp_path, engine):
+    from sizing import sglang_starts
+
+    folder, load = (CORPUS, load_corpus) if engine == "vllm" else (sglang_starts.CORPUS, sglang_starts.load_corpus)
+    row = json.loads((folder / "manifest.jsonl").read_text().splitlines()[0])
     row["surprise"] = 1
     (tmp_path / "manifest.jsonl").write_text(json.dumps(row) + "\n")
     with pytest.raises(KvsizeError, match="line 1"):
-        load_corpus(tmp_path)
+        load(tmp_path)
 
 
 def test_the_accuracy_page_is_generated_from_the_corpus():
     # docs/accuracy.md is what benchmarks/vllm_starts.py prints from the committed starts, to the byte
-    import importlib.util
+    from helpers import load_script
 
-    path = CORPUS.parents[2] / "benchmarks" / "vllm_starts.py"
-    spec = importlib.util.spec_from_file_location("vllm_starts_benchmark", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script("vllm_starts")
     assert (CORPUS.parents[2] / "docs" / "accuracy.md").read_text() == bench.report()
 
 
@@ -289,15 +290,10 @@ def test_the_fp8_graph_residual_is_said_in_the_estimate():
 def test_the_fit_reproduces_the_shipped_graph_constants():
     # scripts/fit_vllm_terms.py over the committed starts gives the constants every release file ships, and the
     # files name the starts they were fitted on
-    import importlib.util
-    import json
-
+    from helpers import load_script
     from sizing.releases import ENGINES_DIR
 
-    path = CORPUS.parents[2] / "scripts" / "fit_vllm_terms.py"
-    spec = importlib.util.spec_from_file_location("fit_vllm_terms", path)
-    fit = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fit)
+    fit = load_script("fit_vllm_terms")
     constants = fit.fitted_constants()
     ids = constants.pop("fitted_on")
     assert len(ids) >= 30
