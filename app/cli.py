@@ -91,7 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     import threading
 
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _on_sigterm)
+        # a closed terminal (SIGHUP) ends a run as SIGTERM does: half-written files removed on the way out
+        for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+            if sig is not None:
+                signal.signal(sig, _on_sigterm)
     try:
         args = build_parser().parse_args(argv)
         if getattr(args, "out", None):

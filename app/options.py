@@ -59,8 +59,9 @@ def _fraction(text: str) -> float:
 
 def _positive_fraction(text: str) -> float:
     value = _fraction(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"must be above 0 and at most 1, got {text!r}")
+    # a share below 0.1% (an MFU of 1e-320) is no hardware's and only overflows what it divides
+    if value < 1e-3:
+        raise argparse.ArgumentTypeError(f"must be from 0.001 to 1, got {text!r}")
     return value
 
 

@@ -128,6 +128,9 @@ def attention_seconds(bytes_read: int, hbm_bandwidth_gb_s: float, efficiency: De
             + context_tokens * efficiency.per_context_token_s.get(fmt, 0.0))
 
 
+MIN_FRACTION = 1e-3
+
+
 def parse_efficiency_overrides(text: str | None, base: DecodeEfficiency) -> DecodeEfficiency:
     """'fp8_e4m3=0.7,nvfp4=0.6,weights=0.8,default=0.7,mfu=0.4' over `base`."""
     if not text:
@@ -135,8 +138,9 @@ def parse_efficiency_overrides(text: str | None, base: DecodeEfficiency) -> Deco
     kv = dict(base.kv)
     values = {"weights": base.weights, "default": base.kv_default, "mfu": base.mfu}
     for key, number in parse_assignments(text, "--kv-efficiency", "FORMAT=FRACTION", "fp8_e4m3=0.7").items():
-        if not 0 < number <= 1:
-            raise KvsizeError(f"--kv-efficiency: {key}={number:g} must be a fraction in (0, 1]")
+        # below 0.1% of the copy bandwidth is no engine's: such a value only overflows the times it divides
+        if not MIN_FRACTION <= number <= 1:
+            raise KvsizeError(f"--kv-efficiency: {key}={number:g} must be a fraction from {MIN_FRACTION:g} to 1")
         if key in values:
             values[key] = number
         else:

@@ -61,6 +61,9 @@ def parse_size(text: str | int | float, field: str, allow_zero: bool = False,
             raise KvsizeError(f"{field} must be a size such as 10GiB, got {text!r}") from None
     if not (value > 0 or (allow_zero and value == 0)):
         raise KvsizeError(f"{field} must be {'zero or more' if allow_zero else 'greater than zero'}, got {text!r}")
+    if value and not -30 <= value.adjusted() <= 30:
+        # far outside any size (and Decimal's exponent range once scaled): refused before any arithmetic
+        raise KvsizeError(f"{field} {str(text)[:40]!r} is out of range: give a size from 1 byte to 1 PiB")
     total = value * _UNITS[unit]
     if total > MAX_SIZE_BYTES:
         raise KvsizeError(f"{field} {text!r} is above 1 PiB, the largest size kvsize accepts".strip())

@@ -336,7 +336,7 @@ def test_plan_cli_writes_every_view(tmp_path, capsys):
     (["--price", "h100-sxm"], "--price: 'h100-sxm' must look like GPU=USD_PER_HOUR"),
     (["--price", "b200=3"], "--price names GPUs not in --gpus: b200"),
     (["--kv-efficiency", "fp8=fast"], "--kv-efficiency: 'fp8=fast' must look like FORMAT=FRACTION"),
-    (["--kv-efficiency", "fp8=1.5"], "--kv-efficiency: fp8=1.5 must be a fraction in (0, 1]"),
+    (["--kv-efficiency", "fp8=1.5"], "--kv-efficiency: fp8=1.5 must be a fraction from 0.001 to 1"),
     (["--kv-efficiency", "fp9=0.5"], "unknown KV cache format 'fp9' (--kv-efficiency)"),
     (["--price", "h100-sxm=inf"], "--price: 'h100-sxm=inf' needs a finite number"),
     (["--itl-target-ms", "inf"], "expected a positive finite number, got 'inf'"),

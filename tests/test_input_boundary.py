@@ -238,3 +238,64 @@ def test_config_values_of_the_wrong_kind_are_refused_by_name(tmp_path, patch, fi
     assert main(["estimate", "--model", str(path), "--gpu", "h200"]) == 2
     err = capsys.readouterr().err
     assert field in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=200, deadline=None)
+@given(mantissa=st.integers(min_value=-9, max_value=9), exponent=st.integers(min_value=-10**12, max_value=10**12),
+       unit=st.sampled_from(["", "B", "KiB", "MiB", "GiB", "TiB", "GB", "TB"]))
+def test_sizes_at_the_edges_are_a_size_or_one_line(mantissa, exponent, unit):
+    # past Decimal's exponent range, underflowing to nothing, or above 1 PiB: refused by name, never a crash
+    # and never a silent 0 (which would mean the whole card)
+    from sizing.errors import KvsizeError
+    from sizing.units import MAX_SIZE_BYTES, parse_size
+
+    try:
+        size, _ = parse_size(f"{mantissa}e{exponent}{unit}", "--gpu-memory")
+    except KvsizeError as e:
+        assert "--gpu-memory" in str(e) and "\n" not in str(e)
+    else:
+        assert 1 <= size <= MAX_SIZE_BYTES
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["plan", "--workload", "examples/workload.yaml", "--model", "llama-3.1-8b", "--gpus", "h100-sxm",
+      "--price", "h100-sxm=1e308"], "at most 1,000 USD"),
+    (["plan", "--workload", "examples/workload.yaml", "--model", "llama-3.1-8b", "--gpus", "h100-sxm",
+      "--kv-efficiency", "bf16=1e-320"], "from 0.001 to 1"),
+    (["tiers", "--workload", "examples/multi-turn-chat.yaml", "--model", "llama-3.1-8b", "--mfu", "1e-320"],
+     "from 0.001 to 1"),
+])
+def test_numbers_that_only_overflow_the_tables_are_refused(args, needle, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert main([*args, "--out", str(tmp_path / "out.json")]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err and not (tmp_path / "out.json").exists()
+
+
+def test_a_hangup_ends_a_run_like_sigterm(tmp_path):
+    # the terminal closing (SIGHUP) leaves no .part file and no half-written output
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "grid.csv"
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "sweep", "--models", "llama-3.1-8b,qwen3-8b,gpt-oss-20b",
+                             "--gpus", "h100-sxm,h200,l40s,a100-80gb,b200", "--formats", "auto,fp8,nvfp4,q4_0",
+                             "--contexts", "1k,2k,4k,8k,16k,32k,64k,128k", "--tp", "1,2,4,8", "--out", str(out),
+                             "--no-progress"], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline:
+        status = Path(f"/proc/{proc.pid}/status")
+        caught = next((ln.split()[1] for ln in status.read_text().splitlines() if ln.startswith("SigCgt:")),
+                      "0") if status.exists() else "0"
+        if int(caught, 16) & (1 << (signal.SIGHUP - 1)):
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGHUP)
+    err = proc.communicate(timeout=120)[1]
+    assert "Traceback" not in err and not list(tmp_path.glob("*.part"))
+    assert (proc.returncode == 143 and not out.exists()) or (proc.returncode == 0 and out.exists())

@@ -173,7 +173,7 @@ def test_plan_latency_inputs_that_cannot_work_exit_2(args, needle, capsys):
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["--mfu", "0"], "--mfu: must be above 0"),
+    (["--mfu", "0"], "--mfu: must be from 0.001 to 1"),
     (["--gpu-memory", "1GiB"], "the model does not fit"),
     (["--mtp-layers", "-1"], "--mtp-layers must be an integer of at least 0"),
 ])

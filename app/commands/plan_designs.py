@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from sizing.errors import KvsizeError
 from sizing.units import GiB
 
 from app.options import _int_or_error
+
+MAX_USD_PER_GPU_HOUR = 1000  # USD per GPU-hour: well above any published rental (profiles/gpus, 2 to 6)
 
 
 def designs_from_args(args: argparse.Namespace, plan, base) -> dict | None:
@@ -121,4 +124,10 @@ def _hf_id(model: str) -> str:
 def _prices(text: str | None) -> dict[str, float]:
     from sizing.units import parse_assignments
 
-    return parse_assignments(text, "--price", "GPU=USD_PER_HOUR", "h100-sxm=2.49")
+    prices = parse_assignments(text, "--price", "GPU=USD_PER_HOUR", "h100-sxm=2.49")
+    for gpu, usd in prices.items():
+        # no GPU rents for a thousand times an H100's rate: a larger figure is a typo that only overflows the costs
+        if not 0 < usd <= MAX_USD_PER_GPU_HOUR:
+            raise KvsizeError(f"--price: {gpu}={usd:g} must be above 0 and at most {MAX_USD_PER_GPU_HOUR:,} "
+                              "USD per GPU-hour")
+    return prices
