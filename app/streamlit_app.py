@@ -15,7 +15,7 @@ if str(ROOT) not in sys.path:
 import streamlit as st  # noqa: E402
 
 from app.ui import (LIMITS, SAME_AS_K, _estimate, _gpu_choices, _gpu_label, _index, _model_choices, _query,  # noqa: E402
-                    _uploaded_shape, in_widget_terms)  # noqa: E402
+                    _uploaded_shape, in_widget_terms, markdown_text)  # noqa: E402
 from app.views.compare import page_compare  # noqa: E402
 from app.views.curves import page_curves  # noqa: E402
 from app.views.fleet import page_fleet  # noqa: E402
@@ -145,7 +145,8 @@ def main() -> None:
     # Only the open tab runs (lazy tabs); its name is in the page URL (?page=Fleet), so a link opens it.
     asked = st.query_params.get("page")
     if asked is not None and asked not in PAGES:
-        st.warning(f"page {str(asked)[:40]!r} from the page URL is not one of the pages ({', '.join(PAGES)}); "
+        st.warning(f"page '{markdown_text(str(asked)[:40])}' from the page URL is not one of the pages "
+                   f"({', '.join(PAGES)}); "
                    f"showing {PAGES[0]}")
     tabs = dict(zip(PAGES, st.tabs(PAGES, key="page", on_change="rerun", bind="query-params")))
     if tabs["Validation"].open:

@@ -83,12 +83,20 @@ def _gpu_label(gpu: str) -> str:
     return f"{gpu} · {g.memory_bytes / GiB:.0f} GiB · ${g.price_usd_per_hour:g}/h"
 
 
+def markdown_text(text: str) -> str:
+    """Text from outside (a URL, a config, a scrape) shown as itself: Markdown's special characters escaped and
+    control characters dropped, so a link or an image in it is never rendered live."""
+    cleaned = "".join(c for c in text if c.isprintable())
+    return re.sub(r"([\\`*_{}\[\]()#+\-.!|<>~$])", r"\\\1", cleaned)
+
+
 def _index(options: list[str], value: str, fallback: str | None = None) -> int:
     """The option the page URL names; else the widget's default (`fallback`), said in a banner."""
     if value in options:
         return options.index(value)
     shown = fallback if fallback in options else options[0]
-    st.warning(f"{str(value)[:60]!r} from the page URL is not one of the choices; showing {shown} instead")
+    st.warning(f"'{markdown_text(str(value)[:60])}' from the page URL is not one of the choices; showing {shown} "
+               "instead")
     return options.index(shown)
 
 

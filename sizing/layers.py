@@ -372,7 +372,14 @@ def parse_layer_overrides(text: str | None, num_layers: int) -> dict[int, str]:
                 f"--layer-kv-dtype: {item!r} must look like SELECTION=FORMAT, e.g. 'first:2,last:2=bf16'"
             )
         selection, fmt = item.rsplit("=", 1)
-        for sel in filter(None, (s.strip() for s in selection.split(","))):
+        selections = [s.strip() for s in selection.split(",") if s.strip()]
+        if not selections or not fmt.strip():
+            # '=bf16' or 'first:2=' would change nothing: said, never ignored
+            raise KvsizeError(f"--layer-kv-dtype: {item[:60]!r} needs layers before '=' and a format after it, "
+                              "e.g. 'first:2,last:2=bf16'")
+        for sel in selections:
+            if len(sel) > 32:
+                raise KvsizeError(f"--layer-kv-dtype: layer selection {sel[:32]!r}... is too long")
             overrides.update({i: fmt.strip() for i in _select(sel, num_layers)})
     return overrides
 

@@ -92,7 +92,7 @@ _ENGINE_STATE = ("cudagraph_mode", "compilation_mode", "compile_cache_hit")
 
 def _vllm(text: str) -> LoggedRun:
     version = (_first(r"LLM engine \(v(\d+\.\d+\.\d+[^)]*)\)", text) or _first(r"vLLM API server version (\d+\.\d+\.\d+\S*)", text)
-               or _first(r"version (\d+\.\d+\.\d+)", text))
+               or _first(r"(?<!NCCL )(?<!nccl )(?<!CUDA )(?<!torch )version (\d+\.\d+\.\d+)", text))
     settings: dict = {}
     sources: dict = {}
 

@@ -309,9 +309,21 @@ class _UniqueKeyLoader:
 
             # Values JSON holds only: a date-like scalar (name: 2024-01-01) stays text, and the tags
             # that build other types (!!binary, !!set, !!omap, !!timestamp) are refused by name.
+            # Numbers and booleans as JSON (and YAML 1.2) read them: 010 is ten, not octal 8; 1:30 is text, not
+            # the sexagesimal 90; yes/no/on/off stay text. YAML 1.1's own resolvers for these are dropped.
+            replaced = {f"tag:yaml.org,2002:{t}" for t in ("timestamp", "int", "float", "bool")}
             Loader.yaml_implicit_resolvers = {
-                first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+                first: [(tag, regexp) for tag, regexp in resolvers if tag not in replaced]
                 for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+            Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|false|True|False|TRUE|FALSE)$"),
+                                         list("tTfF"))
+            Loader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?[0-9]+$"), list("-+0123456789"))
+            Loader.add_implicit_resolver(
+                "tag:yaml.org,2002:float",
+                re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+                list("-+.0123456789"))
+            # a decimal integer as written (YAML 1.1's constructor reads a leading 0 as octal)
+            Loader.add_constructor("tag:yaml.org,2002:int", lambda loader, node: int(loader.construct_scalar(node), 10))
             for tag in ("binary", "set", "omap", "pairs", "timestamp"):
                 Loader.add_constructor(f"tag:yaml.org,2002:{tag}", _refuse_tag)
             cls._loader = Loader

@@ -526,3 +526,12 @@ def test_compare_page_names_the_recommended_format_and_greys_what_does_not_run()
     table = next(d.value for d in at.dataframe if "runs" in d.value.columns)
     nvfp4 = table[table["format"] == "nvfp4"].iloc[0]
     assert nvfp4["runs"] == "unsupported" and nvfp4["status"].startswith("does not run here")
+
+
+def test_url_text_is_never_rendered_as_live_markdown():
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params["model"] = "[click](http://example.invalid) ![x](y)"
+    at.run()
+    assert not at.exception
+    shown = " ".join(w.value for w in at.warning)
+    assert "\\[click\\]\\(http" in shown and "](http" not in shown.replace("\\]\\(", "")

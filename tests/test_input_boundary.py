@@ -299,3 +299,29 @@ def test_a_hangup_ends_a_run_like_sigterm(tmp_path):
     err = proc.communicate(timeout=120)[1]
     assert "Traceback" not in err and not list(tmp_path.glob("*.part"))
     assert (proc.returncode == 143 and not out.exists()) or (proc.returncode == 0 and out.exists())
+
+
+def test_yaml_numbers_are_read_as_json_reads_them(tmp_path):
+    # YAML 1.1 reads 010 as octal 8 and 1:30 as the sexagesimal 90; a workload reads them as JSON would
+    import yaml
+
+    from sizing.workload import _UniqueKeyLoader
+
+    loaded = yaml.load("a: 010\nb: 1:30\nc: no\nd: 1e3\ne: true\n", Loader=_UniqueKeyLoader.get())
+    assert loaded == {"a": 10, "b": "1:30", "c": "no", "d": 1000.0, "e": True}
+
+
+@pytest.mark.parametrize("value", ["=bf16", "first:2=", " , =fp8"])
+def test_a_layer_override_that_changes_nothing_is_refused(value, capsys):
+    assert main(["estimate", "--model", "llama-3.1-8b", "--layer-kv-dtype", value]) == 2
+    assert "--layer-kv-dtype" in capsys.readouterr().err
+
+
+def test_check_log_does_not_take_nccls_version_for_vllms():
+    from sizing.logs import read_log
+
+    text = (ROOT / "tests" / "fixtures" / "vllm-starts" / "logs" / "h200-0.26.0-llama-3.1-8b.log").read_text()
+    # a log whose engine line is cut: NCCL's version stands before any of vLLM's
+    cut = "\n".join(ln for ln in text.splitlines() if "LLM engine (v" not in ln and "kvsize-start" not in ln)
+    run = read_log("INFO NCCL version 2.27.3+cuda12.9\n" + cut)
+    assert run.version != "2.27.3"
