@@ -492,6 +492,8 @@ def report_problems(report: dict, tolerance: float | None = None) -> list[str]:
     if report.get("schema") == VERIFY_SCHEMA:
         try:
             return verify_problems(report)
+        except KvsizeError as e:
+            return [f"a malformed verify report: {e}"]
         except (KeyError, TypeError, ValueError) as e:
             return [f"a malformed verify report ({e!r})"]
     return checked(report, tolerance)

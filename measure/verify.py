@@ -115,6 +115,13 @@ def verify_checks(report: dict) -> list[dict]:
     from sizing.profiles import gpu_profile
     from sizing.shape import resolve_shape
 
+    from sizing.errors import KvsizeError
+
+    # typed at the door: a report's log is text, its config an object and its GPU an id
+    for key, kind, what in (("log", str, "text (the engine's log)"), ("config", dict, "an object (config.json)"),
+                            ("gpu", str, "a bundled GPU id")):
+        if not isinstance(report.get(key), kind):
+            raise KvsizeError(f"the verify report's {key!r} must be {what}, not {type(report.get(key)).__name__}")
     run = read_log(report["log"])
     shape = resolve_shape(report["config"])
     scenario, _ = log_scenario(run, report.get("model_name") or "model", shape, gpu_profile(report["gpu"]))

@@ -325,3 +325,13 @@ def test_check_log_does_not_take_nccls_version_for_vllms():
     cut = "\n".join(ln for ln in text.splitlines() if "LLM engine (v" not in ln and "kvsize-start" not in ln)
     run = read_log("INFO NCCL version 2.27.3+cuda12.9\n" + cut)
     assert run.version != "2.27.3"
+
+
+def test_a_verify_report_whose_log_is_not_text_is_one_line(tmp_path, capsys):
+    report = json.loads((ROOT / "measure" / "reports" / "h200-verify-qwen3-8b-fp8.json").read_text())
+    report["log"] = 5
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(report))
+    assert main(["validate", str(path)]) != 0
+    err_out = "".join(capsys.readouterr())
+    assert "'log' must be text" in err_out and "Traceback" not in err_out and "internal error" not in err_out
