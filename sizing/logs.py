@@ -101,7 +101,7 @@ def _vllm(text: str) -> LoggedRun:
         sources[key] = source
 
     config_line = _first(r"(Initializing a V\d LLM engine .*)", text) or ""
-    args = read_logged_args(_first(r"non-default args: (\{.*\})", text) or "")
+    args = read_logged_args(_first(r"non-default args: (\{[^\n]{0,65536}\})", text) or "")
     model = args.get("model") or _first(r"with config: model='([^']+)'", text)
     for key, pattern, cast in _CONFIG_FIELDS:
         value = _first(pattern, config_line or text, cast)
@@ -129,7 +129,7 @@ def _vllm(text: str) -> LoggedRun:
     total = (_first(r"total_memory=([\d.]+)GiB", text, float) or _first(r"total_gpu_memory \(([\d.]+)GiB\)", text, float))
     total_bytes = _gib(total)
     if total_bytes is None:
-        exact = _first(r"MemorySnapshot\(.*?total_memory=(\d+)", text, int)
+        exact = _first(r"MemorySnapshot\(.{0,400}?total_memory=(\d+)", text, int)
         total_bytes = exact
     runner = "v2" if ("Using V2 Model Runner" in text or _V2_RUNNER.search(text)) else None
     if runner is None and "gpu_model_runner.py:" in text:
@@ -199,8 +199,8 @@ def _sglang(text: str) -> LoggedRun:
     # "Load weight begin. avail mem=X GB" is the free memory profile_max_num_token starts from; the
     # end line's "mem usage" (or the drop in avail mem) is the weights. SGLang's GB are GiB.
     begin = _first(r"Load weight begin\. avail mem=([\d.]+) GB", text, float)
-    end = _first(r"Load weight end\..*?avail mem=([\d.]+) GB", text, float)
-    usage = _first(r"Load weight end\..*?mem usage=([\d.]+) GB", text, float)
+    end = _first(r"Load weight end\..{0,200}?avail mem=([\d.]+) GB", text, float)
+    usage = _first(r"Load weight end\..{0,200}?mem usage=([\d.]+) GB", text, float)
     if begin is None and end is not None and usage is not None:
         begin = end + usage
     if begin is not None:

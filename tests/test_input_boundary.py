@@ -335,3 +335,22 @@ def test_a_verify_report_whose_log_is_not_text_is_one_line(tmp_path, capsys):
     assert main(["validate", str(path)]) != 0
     err_out = "".join(capsys.readouterr())
     assert "'log' must be text" in err_out and "Traceback" not in err_out and "internal error" not in err_out
+
+
+@pytest.mark.parametrize("repeated", ["Load weight end. ", "server_args=ServerArgs(", "MemorySnapshot(",
+                                      "non-default args: {"])
+def test_log_reading_is_bounded_by_the_input_not_its_square(repeated):
+    # a few MB of one line that each lazy pattern starts on: a quadratic reader takes minutes here
+    import time
+
+    from sizing.errors import KvsizeError
+    from sizing.logs import read_log
+
+    text = (repeated + "a" * 50) * 40000 + ("\nKV Cache is allocated. #tokens: 1000, K size: 1.00 GB, V size: 1.00 GB"
+                                            "\nmax_total_num_tokens=1000\n")
+    start = time.monotonic()
+    try:
+        read_log(text)
+    except KvsizeError:
+        pass
+    assert time.monotonic() - start < 30
