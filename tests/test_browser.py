@@ -204,3 +204,12 @@ def test_upload_a_config_then_share_the_link(page, app_url, tmp_path):
     page.get_by_role("tab", name="Fleet").click()
     page.wait_for_selector('[data-testid="stMetric"]:has-text("Cheapest fleet")')
     assert "vllm serve MODEL_DIR" in page.locator('[data-testid="stCode"]').first.inner_text()
+
+
+def test_release_picker_and_recommendation_in_chromium(page, app_url):
+    # the release picker from the page link, and Compare formats naming its recommendation, as a browser shows them
+    page.goto(f"{app_url}/?model=llama-3.1-8b&gpu=h100-sxm&engine=vllm&release=0.23.0&ctx=32768&conc=8")
+    assert _wait_until(lambda: page.get_by_text("vllm 0.23.0 was started").count() > 0 and not _script_running(page))
+    page.goto(f"{app_url}/?model=llama-3.1-8b&gpu=h100-sxm&engine=vllm&ctx=32768&conc=8&page=Compare+formats")
+    assert _wait_until(lambda: page.get_by_text("Recommended: fp8_e4m3").count() > 0 and not _script_running(page))
+    assert page.locator('[data-testid="stException"]').count() == 0
