@@ -144,9 +144,14 @@ class FleetPlan:
     efficiency: DecodeEfficiency
 
     def ranked(self) -> list[CandidatePlan]:
-        """Candidates that serve the workload, cheapest first (then fewer GPUs, then lower ITL); then the rest."""
+        """Candidates that serve the workload, cheapest first (then fewer GPUs, then a format of published
+        near-lossless accuracy before one without, then lower ITL); then the rest."""
+        from .guidance import NEAR_LOSSLESS_FORMATS
+
         return sorted(self.plans, key=lambda p: (not p.fits, p.usd_per_hour if p.fits else 0.0,
-                                                 p.gpus if p.fits else 0, p.itl_seconds if p.fits else 0.0))
+                                                 p.gpus if p.fits else 0,
+                                                 p.candidate.kv_format not in NEAR_LOSSLESS_FORMATS if p.fits else 0,
+                                                 p.itl_seconds if p.fits else 0.0))
 
     @property
     def cheapest(self) -> CandidatePlan | None:

@@ -596,3 +596,19 @@ def test_a_sweeps_grid_rows_equal_estimating_each_row_alone(engine, pp):
             e.kv_bytes_per_sequence, e.num_blocks, e.max_tokens, e.max_concurrency,
             min(e.max_context_at_concurrency, row["max_model_len_tokens"]))  # the engine serves no longer request
     assert checked >= grid.size // 3
+
+
+def test_at_an_equal_price_plan_prefers_a_near_lossless_format(tmp_path, capsys):
+    # 4 short requests fit one H100 either way: fp8 (near-lossless, published) before int4_per_token_head
+    # (accuracy not published by vLLM), though int4 holds more requests and a shade lower ITL
+    from app.cli import main
+
+    workload = tmp_path / "w.yaml"
+    workload.write_text("name: small\npeak_concurrency: 4\nbuckets:\n"
+                        "  - {name: chat, max_context_tokens: 4096, share_percent: 100, output_tokens: 256}\n")
+    out = tmp_path / "plan.json"
+    assert main(["plan", "--workload", str(workload), "--model", "llama-3.1-8b", "--gpus", "h100-sxm",
+                 "--formats", "int4_per_token_head,fp8", "--out", str(out)]) == 0
+    capsys.readouterr()
+    cheapest = json.loads(out.read_text())["cheapest"]
+    assert cheapest["kv_format"] == "fp8_e4m3" and cheapest["gpus"] == 1
