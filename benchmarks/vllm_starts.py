@@ -154,7 +154,9 @@ def prospective_section(starts) -> list[str]:
     sgl = {s.id: s for s in sglang_starts.load_corpus() if s.status == "sized"}
     lines = ["## Predicted before seen", "",
              "Before a batch of new starts changed any rule, kvsize's predictions for it were committed",
-             "(`tests/fixtures/vllm-starts/predictions/`, each line naming the commit that predicted it). Prospective:",
+             "(`tests/fixtures/vllm-starts/predictions/`, each line naming the commit that predicted it). The batches",
+             "run before that practice are rebuilt by `scripts/reconstruct_predictions.py`: the code of the commit",
+             "before each batch, run on the batch's starts (the first batch came with the code itself). Prospective:",
              "those predictions against what the engine printed. In-sample: today's code, fitted with those starts in",
              "view, on the same starts. Token errors, signed; a batch predicted for a GPU the machine did not turn out",
              "to be is listed, and holds no start.", "",
@@ -166,7 +168,7 @@ def prospective_section(starts) -> list[str]:
         groups: dict[tuple, list] = {}
         for r in rows:
             start = vllm.get(r["id"]) if r.get("engine", "vllm") == "vllm" else sgl.get(r["id"])
-            if start is None or "kv_tokens" not in r:
+            if start is None or r.get("kv_tokens") is None:
                 continue
             if r.get("engine", "vllm") == "vllm":
                 printed = min(start.printed.kv_cache_tokens)
@@ -178,13 +180,18 @@ def prospective_section(starts) -> list[str]:
             groups.setdefault((r.get("engine", "vllm"), r["release"]), []).append(errs)
             shape = (_config_shape(start.config, r.get("engine", "vllm")))
             families.setdefault((r.get("engine", "vllm"), family(shape)), []).append(errs)
+        label = path.stem + (" (rebuilt: the parent commit's code)" if rows and rows[0].get("reconstructed") else "")
         if not groups:
-            lines.append(f"| {path.stem} | - | - | 0 | - | - | - | - |")
+            why = next((r["refused"] for r in rows if r.get("refused")), "no start of it ran on that GPU")
+            lines.append(f"| {label} | - | - | 0 | - | {why[:80].replace('|', '/')} | - | - |")
         for (engine, release), errs in sorted(groups.items()):
             before, now = [b for b, _ in errs], [n for _, n in errs]
-            lines.append(f"| {path.stem} | {engine} | {release} | {len(errs)} | {sum(abs(e) < 0.01 for e in before)} | "
+            lines.append(f"| {label} | {engine} | {release} | {len(errs)} | {sum(abs(e) < 0.01 for e in before)} | "
                          f"{_pct(max(before, key=abs))} | {sum(abs(e) < 0.01 for e in now)} | {_pct(max(now, key=abs))} |")
-    lines += ["", "The same predictions by architecture family (every batch together):", "",
+    every = [e for errs in families.values() for e in errs]
+    lines += ["", f"Over every batch: predicted before seen, {sum(abs(b) < 0.01 for b, _ in every)} of {len(every)} "
+              f"within 1%; today's code on the same starts, {sum(abs(n) < 0.01 for _, n in every)} of {len(every)}.",
+              "", "The same predictions by architecture family (every batch together):", "",
               "| engine | family | starts | prospective within 1% | prospective worst | in-sample within 1% | in-sample worst |",
               "|---|---|---:|---:|---:|---:|---:|"]
     for (engine, fam), errs in sorted(families.items()):

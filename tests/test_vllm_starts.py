@@ -302,3 +302,12 @@ def test_the_fit_reproduces_the_shipped_graph_constants():
         shipped = {k: data["cuda_graph_estimate"][k] for k in constants}
         assert shipped == constants, name
         assert all(i in data["sources"]["cuda_graph_estimate.fitted_on"] for i in ids)
+
+
+def test_the_readme_quotes_the_prospective_figure():
+    import re
+
+    root = CORPUS.parents[2]
+    page = (root / "docs" / "accuracy.md").read_text()
+    before, total = re.search(r"predicted before seen, (\d+) of (\d+) within 1%", page).groups()
+    assert f"{before} of {total} starts came within 1%" in (root / "README.md").read_text()
