@@ -21,3 +21,19 @@ def load_script(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def wait_until_catching(proc, signum: int, bound_s: float = 120.0) -> None:
+    """Wait (bounded) until the process catches `signum` (its handler installed: the signal's bit in /proc's
+    SigCgt mask), or ends; before that Python's default action would end it without a word."""
+    import time
+    from pathlib import Path
+
+    deadline = time.monotonic() + bound_s
+    while proc.poll() is None and time.monotonic() < deadline:
+        status = Path(f"/proc/{proc.pid}/status")
+        caught = next((line.split()[1] for line in status.read_text().splitlines() if line.startswith("SigCgt:")),
+                      "0") if status.exists() else "0"
+        if int(caught, 16) & (1 << (signum - 1)):
+            return
+        time.sleep(0.05)

@@ -5,7 +5,6 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -251,23 +250,15 @@ def test_no_pytorch_notice_in_cli_output():
 
 def test_sigterm_during_a_sweep_leaves_no_part_file(tmp_path):
     import signal
-    import time
+
+    from helpers import wait_until_catching
 
     args = [sys.executable, "-m", "app.cli", "sweep", "--models", "llama-3.1-8b,qwen3-8b,gemma-2-9b,gpt-oss-20b,"
             "llama-3.1-70b,mixtral-8x7b-v0.1", "--gpus", "h100-sxm,h200,l40s,a100-80gb,b200,mi300x", "--formats",
             "auto,fp8,q4_0,kivi2,nvfp4,lmdeploy_int4", "--contexts", "1k,2k,4k,8k,16k,32k,64k,128k", "--tp",
             "1,2,4,8", "--engines", "vllm,ideal", "--out", str(tmp_path / "grid.xlsx"), "--no-progress"]
     proc = subprocess.Popen(args, cwd=ROOT, stderr=subprocess.PIPE, text=True)
-    # signal once kvsize catches SIGTERM (its handler is installed: bit 15 of /proc's SigCgt mask), up to a bound;
-    # before that Python's default would kill it without a word, which is not what this test asks about
-    deadline = time.monotonic() + 120
-    while proc.poll() is None and time.monotonic() < deadline:
-        status = Path(f"/proc/{proc.pid}/status")
-        caught = next((line.split()[1] for line in status.read_text().splitlines() if line.startswith("SigCgt:")),
-                      "0") if status.exists() else "0"
-        if int(caught, 16) & (1 << (signal.SIGTERM - 1)):
-            break
-        time.sleep(0.05)
+    wait_until_catching(proc, signal.SIGTERM)  # signal once kvsize catches it, not after a fixed time
     proc.send_signal(signal.SIGTERM)
     err = proc.communicate(timeout=120)[1]
     assert "Traceback" not in err

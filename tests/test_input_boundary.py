@@ -280,21 +280,15 @@ def test_a_hangup_ends_a_run_like_sigterm(tmp_path):
     import signal
     import subprocess
     import sys
-    import time
+
+    from helpers import wait_until_catching
 
     out = tmp_path / "grid.csv"
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "sweep", "--models", "llama-3.1-8b,qwen3-8b,gpt-oss-20b",
                              "--gpus", "h100-sxm,h200,l40s,a100-80gb,b200", "--formats", "auto,fp8,nvfp4,q4_0",
                              "--contexts", "1k,2k,4k,8k,16k,32k,64k,128k", "--tp", "1,2,4,8", "--out", str(out),
                              "--no-progress"], cwd=ROOT, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while proc.poll() is None and time.monotonic() < deadline:
-        status = Path(f"/proc/{proc.pid}/status")
-        caught = next((ln.split()[1] for ln in status.read_text().splitlines() if ln.startswith("SigCgt:")),
-                      "0") if status.exists() else "0"
-        if int(caught, 16) & (1 << (signal.SIGHUP - 1)):
-            break
-        time.sleep(0.05)
+    wait_until_catching(proc, signal.SIGHUP)
     proc.send_signal(signal.SIGHUP)
     err = proc.communicate(timeout=120)[1]
     assert "Traceback" not in err and not list(tmp_path.glob("*.part"))
