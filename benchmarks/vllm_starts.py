@@ -223,12 +223,17 @@ def fitted_section() -> list[str]:
     ids = fit.fitted_constants()["fitted_on"]
     lines = ["## Fitted constants", "",
              "These constants are fitted to starts, and their scripts reproduce them from the committed starts (a test",
-             "fails when the shipped values drift from the fit). vLLM's non-torch figures are the middle of what the",
-             "starts print, each release file naming them; the other terms are mechanisms read from the engines' source.", "",
+             "fails when the shipped values drift from the fit); the other terms are mechanisms read from the engines'",
+             "source.", "",
              f"- vLLM CUDA-graph estimate (`scripts/fit_vllm_terms.py`, least squares over {len(ids)} starts that log each",
              f"  mode at DEBUG, named in the release files): first capture {est.first_capture_bytes:,} B + "
              f"{est.activation_copies} MLP-output copies; further graphs {est.per_graph_layer_bytes:,} B a layer "
              f"({est.per_graph_mla_layer_bytes:,} B an MLA layer).",
+             "- vLLM non-torch memory at TP 1 (`scripts/fit_vllm_terms.py`, `fit_non_torch`): per release file and "
+             "model runner, the middle of what its one-GPU starts print: " + "; ".join(
+                 f"{name} {runner.upper()} {value:,} B ({len(ids)} starts)"
+                 for name, runners in sorted(fit.fit_non_torch().items()) for runner, (value, ids) in sorted(runners.items()))
+             + ". The TP and PP figures are the public logs' and the TP starts' (release files' sources).",
              f"- SGLang memory before the weights (`scripts/fit_sglang_terms.py`, the median over the 0.5.14 starts): "
              f"{sgl.single_gpu_bytes:,} B at TP 1, {sgl.tensor_parallel_bytes + 2 * sgl.tensor_parallel_per_rank_bytes:,} B at TP 2.",
              "", "Leave one family out: each family's graph figures (first PIECEWISE capture plus further graphs, MiB)",

@@ -117,6 +117,37 @@ def leave_one_family_out() -> list[tuple[str, int, float, float]]:
     return out
 
 
+def fit_non_torch() -> dict[str, dict[str, tuple[int, list[str]]]]:
+    """Per release file and model runner: the non-torch memory of its one-GPU starts as the release file keeps
+    it, the middle of the range they print (two decimals of GiB) in bytes, and the starts it comes from."""
+    import json
+
+    from sizing.releases import ENGINES_DIR, version_key
+    from sizing.units import GiB
+
+    files = []
+    for path in sorted(ENGINES_DIR.glob("vllm-*.json")):
+        data = json.loads(path.read_text())
+        if data.get("non_torch"):
+            files.append((path.name, version_key(data["first_version"]), version_key(data["last_version"])))
+    groups: dict[tuple[str, str], list[tuple[float, str]]] = {}
+    for start in load_corpus():
+        p = start.printed
+        if start.status != "sized" or not p.non_torch_gib or start.args.get("tensor_parallel_size", 1) != 1 \
+                or start.args.get("pipeline_parallel_size", 1) != 1:
+            continue
+        v = version_key(start.release)
+        name = next((n for n, lo, hi in files if lo <= v[:len(lo)] and v[:len(hi)] <= hi), None)
+        if name is not None:
+            groups.setdefault((name, p.runner), []).append((float(p.non_torch_gib[0]), start.id))
+    out: dict[str, dict[str, tuple[int, list[str]]]] = {}
+    for (name, runner), rows in groups.items():
+        values = [v for v, _ in rows]
+        middle = (min(values) + max(values)) / 2
+        out.setdefault(name, {})[runner] = (int(round(middle * GiB)), sorted(i for _, i in rows))
+    return out
+
+
 def main() -> int:
     first, further, full = collect()
     for title, names, rows in (("first PIECEWISE capture", ("first_capture_bytes", "activation_copies"), first),
@@ -128,6 +159,10 @@ def main() -> int:
     print(f"first FULL capture ({len(full)} starts), predicted from vLLM's split count:")
     for name, _, predicted, target in full:
         print(f"  {name:52} printed {target / MiB:7.1f} MiB  predicted {predicted / MiB:7.1f}")
+    print("non-torch memory at TP 1 (the middle of what the starts print):")
+    for name, runners in sorted(fit_non_torch().items()):
+        for runner, (value, ids) in sorted(runners.items()):
+            print(f"  {name:24} {runner}: {value:,} B over {len(ids)} starts")
     print("leave one family out (the fitted parts, MiB):")
     for fam, n, worst, median in leave_one_family_out():
         print(f"  {fam:24} {n:3} starts  worst {worst:+7.1f}  median |error| {median:6.1f}")

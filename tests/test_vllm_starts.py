@@ -311,3 +311,19 @@ def test_the_readme_quotes_the_prospective_figure():
     page = (root / "docs" / "accuracy.md").read_text()
     before, total = re.search(r"predicted before seen, (\d+) of (\d+) within 1%", page).groups()
     assert f"{before} of {total} starts came within 1%" in (root / "README.md").read_text()
+
+
+def test_the_fit_reproduces_the_shipped_non_torch_constants():
+    # each release file's one-GPU non-torch figure (V1 and V2 runner) is the middle of what its starts print
+    import json
+
+    from helpers import load_script
+    from sizing.releases import ENGINES_DIR
+
+    fit = load_script("fit_vllm_terms").fit_non_torch()
+    assert fit, "no start prints its non-torch memory"
+    for name, runners in fit.items():
+        shipped = json.loads((ENGINES_DIR / name).read_text())["non_torch"]
+        for runner, (value, ids) in runners.items():
+            key = "single_gpu_v2_bytes" if runner == "v2" else "single_gpu_bytes"
+            assert shipped[key] == value, (name, runner, ids)
