@@ -20,7 +20,8 @@ sys.path.insert(0, str(ROOT))
 
 from sizing.errors import KvsizeError  # noqa: E402
 from sizing.plan import estimate  # noqa: E402
-from sizing.starts import planned_scenario, planned_sglang_scenario  # noqa: E402
+from sizing.sglang_starts import planned_sglang_scenario  # noqa: E402
+from sizing.starts import planned_scenario  # noqa: E402
 
 
 def commit() -> str:

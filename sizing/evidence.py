@@ -12,14 +12,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import KvsizeError
-from .releases import version_key
-
-ENGINES_DIR = Path(__file__).resolve().parent.parent / "profiles" / "engines"
+from .releases import ENGINES_DIR, version_key
 
 
 class StartedRelease(BaseModel):
@@ -136,6 +133,14 @@ class ReleaseEvidence:
         return f"{self.engine} {asked} was never started and no release of {self.engine} was"
 
 
+def engine_evidence(spec: str) -> ReleaseEvidence | None:
+    """release_evidence for an --engine value as typed (vllm, vllm@0.30, sglang@0.5.14, ...)."""
+    from .engines import get_engine
+
+    engine = get_engine(spec)
+    return release_evidence(engine.name, engine.version)
+
+
 def release_evidence(engine: str, version: str | None) -> ReleaseEvidence | None:
     """What real starts say of the release an answer follows; None for engines kvsize keeps no starts of."""
     if engine not in ("vllm", "sglang"):
@@ -164,7 +169,7 @@ def compute_started() -> dict:
     import statistics
 
     from . import sglang_starts
-    from .starts import accuracy_rows, load_corpus
+    from .starts import CORPUS, _config_model, accuracy_rows, family, load_corpus
 
     def row(ids: set, gpus: set, errors: list[float], ok: int, predictions: int) -> dict:
         return {"starts": len(ids), "predictions": predictions, "within_1pct": ok,
@@ -176,14 +181,13 @@ def compute_started() -> dict:
         ok = sum(1 for r in rows if all(abs(e) < 0.01 for e in (r.kv_budget_error, r.kv_tokens_error) if e is not None))
         return row({r.id for r in rows}, {r.gpu for r in rows}, errors, ok, len(rows))
 
-    from .starts import CORPUS, _config_model, family
-
     vllm_starts = load_corpus()
     all_rows = accuracy_rows(vllm_starts)
     vllm = {v: vllm_rows([r for r in all_rows if r.release == v]) for v in {r.release for r in all_rows}}
     vllm_families = {f: vllm_rows([r for r in all_rows if r.family == f]) for f in {r.family for r in all_rows}}
     vllm_archs = sorted({a for s in vllm_starts if s.status == "sized"
                          for a in _config_model(str(CORPUS / s.config))[1].architectures})
+
     def sglang_rows(rows) -> dict:
         errors = [c.tokens_error for c in rows]
         ok = sum(1 for e in errors if -0.01 < e <= 0.005)

@@ -184,12 +184,11 @@ def sglang_server_args(text: str) -> dict:
 
 def _sglang(text: str) -> LoggedRun:
     s: dict = {f"server_args.{k}": v for k, v in sglang_server_args(text).items()}
-    for key, pattern, cast in (("tensor_parallel_size", r"tp_size=(\d+)", int),
-                               ("memory_fraction", r"mem_fraction_static=([\d.]+)", float),
-                               ("max_model_len", r"context_length=(\d+)", int),
-                               ("kv_cache_dtype", r"kv_cache_dtype='(\w+)'", str)):
-        if any(k.startswith("server_args.") for k in s):
-            break  # the server_args line, read whole above
+    # without a server_args line (older logs quote fragments), the settings are read where they stand
+    for key, pattern, cast in () if s else (("tensor_parallel_size", r"tp_size=(\d+)", int),
+                                            ("memory_fraction", r"mem_fraction_static=([\d.]+)", float),
+                                            ("max_model_len", r"context_length=(\d+)", int),
+                                            ("kv_cache_dtype", r"kv_cache_dtype='(\w+)'", str)):
         value = _first(pattern, text, cast)
         if value is not None:
             s[key] = value

@@ -8,6 +8,7 @@ from functools import lru_cache
 from .hashing import hash_once
 from .engines import Budget, Engine, MemoryTerms, Pool, check_format_supported, get_engine
 from .errors import KvsizeError
+from .evidence import architecture_evidence, release_evidence
 from .formats import FormatOptions, get_format
 from .layers import CacheLayout, build_layout, kv_heads_per_rank, parse_layer_overrides
 from .vllm_args import CUDAGRAPH_MODES
@@ -16,6 +17,7 @@ from .memory import (ActivationEstimate, cuda_graph_estimate, engine_weight_form
 from .releases import find_release
 from .support import support
 from .shape import DTYPE_NAMES, ModelShape, with_mtp_layers
+from .starts import family
 from .units import GiB, MiB, ceil_fraction
 
 # NVML's total less CUDA's, measured on the H100 80GB HBM3 (85,520,809,984 − 85,017,493,504 B).
@@ -458,19 +460,6 @@ def _stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, index: i
     return found
 
 
-def release_evidence(engine_name: str, version: str | None):
-    from .evidence import release_evidence as evidence
-
-    return evidence(engine_name, version)
-
-
-def architecture_evidence(engine_name: str, architectures: tuple[str, ...], shape: ModelShape) -> str | None:
-    from .evidence import architecture_evidence as evidence
-    from .starts import family
-
-    return evidence(engine_name, architectures, family(shape))
-
-
 def fraction_inputs(s: Scenario, shape: ModelShape):
     """What an engine's default memory fraction reads of the scenario beside the GPU (SGLang's rule)."""
     from .releases import FractionInputs
@@ -491,7 +480,7 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
     evidence = release_evidence(engine.name, engine.version)
     if evidence is not None:
         notes += (evidence.sentence(),)
-    unstarted = architecture_evidence(engine.name, shape.architectures, shape)
+    unstarted = architecture_evidence(engine.name, shape.architectures, family(shape))
     if unstarted:
         notes += (unstarted,)
     fraction = s.memory_fraction if s.memory_fraction is not None else engine.default_fraction(
@@ -864,10 +853,11 @@ def to_record(e: Estimate) -> dict:
 
 def _runs_here(engine_name: str, fmt, base: Scenario):
     """Whether the engine runs the format on the scenario's GPU (profiles/support.json, the GPU's hardware)."""
-    from .profiles import gpu_ids, gpu_profile
+    from .profiles import gpu_profile, matching_gpus
     from .support import Support, runs_on
 
-    gpu = next((gpu_profile(k) for k in gpu_ids() if gpu_profile(k).name == base.gpu_name), None)
+    found = matching_gpus(name=base.gpu_name)
+    gpu = gpu_profile(found[0]) if found else None
     if gpu is None:
         return Support("unconfirmed", f"{base.gpu_name} is not a bundled GPU: no support table row applies")
     return runs_on(engine_name, fmt, gpu)

@@ -23,8 +23,6 @@ NOT_MODELLED = frozenset({
     "max_mamba_cache_size", "enable_two_batch_overlap", "cuda_graph_bs", "enable_torch_compile",
     "piecewise_cuda_graph_max_tokens", "disable_radix_cache", "enable_mixed_chunk",
 })
-# Fields read as a condition of the start rather than a scenario setting.
-GRAPH_FIELDS = ("disable_cuda_graph", "cuda_graph_max_bs")
 IGNORED = frozenset({
     "model_path", "tokenizer_path", "load_format", "skip_tokenizer_init", "random_seed", "log_level",
     "attention_backend", "sampling_backend", "trust_remote_code", "host", "port", "served_model_name",
@@ -35,10 +33,6 @@ IGNORED = frozenset({
 @dataclass(frozen=True)
 class SglangSettings:
     fields: dict = field(default_factory=dict)  # Scenario field -> value
-    cuda_graphs: bool = True  # SGLang captures CUDA graphs unless disable_cuda_graph
-    chunked_prefill_size: int | None = None
-    max_running_requests: int | None = None
-    cuda_graph_max_bs: int | None = None
     used: tuple[str, ...] = ()
     ignored: tuple[str, ...] = ()
     not_modelled: tuple[str, ...] = ()
@@ -49,7 +43,6 @@ def read_server_args(args: dict) -> SglangSettings:
     fields; refuses a value outside what SGLang takes, naming the field."""
     fields: dict = {}
     used, ignored, not_modelled = [], [], []
-    graphs, chunked, running, graph_bs = True, None, None, None
     for raw_name, value in args.items():
         name = str(raw_name).lstrip("-").replace("-", "_")
         if value is None:
@@ -82,15 +75,12 @@ def read_server_args(args: dict) -> SglangSettings:
                                   "or -1 to turn chunked prefill off")
             fields["max_num_batched_tokens"] = chunked if chunked > 0 else None
         elif name == "max_running_requests":
-            running = _positive(value, name)
-            fields["max_num_seqs"] = running
+            fields["max_num_seqs"] = _positive(value, name)
         elif name == "disable_cuda_graph":
-            graphs = not _flag(value, name)
-            if not graphs:
-                fields["cudagraph_mode"] = "NONE"
+            if _flag(value, name):
+                fields["cudagraph_mode"] = "NONE"  # SGLang captures CUDA graphs unless told not to
         elif name == "cuda_graph_max_bs":
-            graph_bs = _positive(value, name)
-            fields["cuda_graph_max_bs"] = graph_bs
+            fields["cuda_graph_max_bs"] = _positive(value, name)
         elif name in NOT_MODELLED:
             not_modelled.append(name)
             continue
@@ -98,5 +88,4 @@ def read_server_args(args: dict) -> SglangSettings:
             ignored.append(name)
             continue
         used.append(name)
-    return SglangSettings(fields, graphs, chunked, running, graph_bs, tuple(used), tuple(ignored),
-                          tuple(not_modelled))
+    return SglangSettings(fields, tuple(used), tuple(ignored), tuple(not_modelled))

@@ -64,10 +64,22 @@ def _config_model(path: str):
     return load_model(path)
 
 
+def planned_sglang_scenario(config: Path, gpu: str, version: str, args: dict):
+    """An SGLang start, planned or made, as a kvsize scenario: its config, GPU, version and ServerArgs."""
+    from .plan import Scenario
+    from .profiles import gpu_profile
+    from .sglang_args import read_server_args
+
+    name, shape = _config_model(str(config))
+    g = gpu_profile(gpu)
+    settings = read_server_args(args)
+    return Scenario(name, shape, g.name, g.memory_bytes, engine=f"sglang@{version}",
+                    gpu_multiprocessors=g.multiprocessors, gpu_nvml_mib=g.nvml_memory_mib,
+                    gpu_architecture=g.architecture, **settings.fields)
+
+
 def start_scenario(start: SglangStart, folder: Path = CORPUS):
     """The start as a kvsize scenario: its config, GPU, version and the ServerArgs it ran with."""
-    from .starts import planned_sglang_scenario
-
     return planned_sglang_scenario(folder / start.config, start.gpu, start.version, start.args)
 
 

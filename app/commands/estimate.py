@@ -107,18 +107,14 @@ def _print_release_comparison(scenario, engines: list[str], fmt: str, out: str |
 
 def _evidence(engine_spec: str) -> str:
     """Whether the release was started, and kvsize's figures on its starts (or the nearest started one's)."""
-    from sizing.engines import get_engine
-    from sizing.evidence import release_evidence
+    from sizing.evidence import engine_evidence
 
-    engine = get_engine(engine_spec)
-    evidence = release_evidence(engine.name, engine.version)
+    evidence = engine_evidence(engine_spec)
     return evidence.sentence() if evidence else ""
 
 
 def _started(engine_spec: str) -> str:
-    from sizing.engines import get_engine
-    from sizing.evidence import release_evidence
+    from sizing.evidence import engine_evidence
 
-    engine = get_engine(engine_spec)
-    evidence = release_evidence(engine.name, engine.version)
+    evidence = engine_evidence(engine_spec)
     return "-" if evidence is None else evidence.started_version or "never"
