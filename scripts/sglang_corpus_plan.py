@@ -53,6 +53,35 @@ def first_h100s():
     ]
 
 
+def second():
+    """The second SGLang batch: the core layouts again on the GPU kind the first batch lacked, the fa3 attention
+    backend (SGLang's default on Hopper) with the Mamba hybrid that needs it and CUDA graphs on, the next release
+    of the 0.5.12-0.5.23 range, and TP 2 and 4."""
+    v, v16 = "0.5.14", "0.5.16"
+    fa3 = {"attention_backend": "fa3"}
+    return [
+        start(v, "llama-3.1-8b"),
+        start(v, "qwen3-30b-a3b", context_length=32768),
+        start(v, "deepseek-v2-lite", context_length=32768),
+        start(v, "gemma-2-9b"),
+        start(v, "llama-3.1-8b", "fp8", kv_cache_dtype="fp8_e4m3"),
+        start(v, "llama-3.1-8b", "fa3", **fa3),
+        start(v, "qwen3-30b-a3b", "fa3", context_length=32768, **fa3),
+        start(v, "deepseek-v2-lite", "fa3", context_length=32768, **fa3),
+        start(v, "nemotron-h-8b-base-8k", "fa3", **fa3),
+        start(v, "gemma-2-9b", "fa3", **fa3),
+        start(v, "llama-3.1-8b", "fa3-graphs", disable_cuda_graph=False, **fa3),
+        start(v16, "llama-3.1-8b"),
+        start(v16, "qwen3-30b-a3b", context_length=32768),
+        start(v16, "deepseek-v2-lite", context_length=32768),
+        start(v16, "gemma-2-9b"),
+        start(v16, "llama-3.1-8b", "fp8-page64", kv_cache_dtype="fp8_e4m3", page_size=64),
+        start(v, "qwen3-30b-a3b", "tp2", tp_size=2, context_length=32768),
+        start(v, "llama-3.1-8b", "tp4", tp_size=4, context_length=32768),
+        start(v, "llama-3.1-70b", "tp4", tp_size=4, context_length=32768),
+    ]
+
+
 def lanes(plan: list[dict], n: int) -> list[str]:
     """srun.sh command lines: one-GPU starts dealt over n lanes (one GPU each), then the TP starts on all."""
     single = [s for s in plan if s["args"].get("tp_size", 1) == 1]
@@ -76,7 +105,7 @@ def lanes(plan: list[dict], n: int) -> list[str]:
 
 
 if __name__ == "__main__":
-    plan = {"first-h100s": first_h100s}[sys.argv[1]]()
+    plan = {"first-h100s": first_h100s, "second": second}[sys.argv[1]]()
     plan = [s for s in plan if (CONFIGS / Path(s["config"]).name).exists()]
     if sys.argv[2:3] == ["--lanes"]:
         print("\n".join(lanes(plan, int(sys.argv[3]))))

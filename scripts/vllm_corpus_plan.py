@@ -247,12 +247,32 @@ def release_panels():
     return [row for release in PANEL_RELEASES for row in release_panel(release)]
 
 
+TORCH_STAGE_RELEASES = ("0.33.0", "0.27.1", "0.30.0")
+
+
+def torch_stage_panels():
+    """The twelfth batch: the common panel on the releases that pin a newer torch than 2.11 (each started with its
+    own torch, triton, torchvision and NCCL), newest first."""
+    return [row for release in TORCH_STAGE_RELEASES for row in release_panel(release)]
+
+
+GAP_RELEASES = ("0.20.0", "0.26.0", "0.25.0", "0.22.0")
+
+
+def panel_gaps():
+    """The thirteenth batch, where the machine has time after the twelfth: the whole panel on the torch-2.11
+    releases whose panel is incomplete on one GPU kind (0.20.0, 0.26.0) or never started (0.25.0, 0.22.0); starts
+    already in the corpus for the machine's GPU kind are dropped before the run."""
+    return [row for release in GAP_RELEASES for row in release_panel(release)]
+
+
 if __name__ == "__main__":
     plan = {"four-gpus": four_gpus, "one-gpu": one_gpu, "four-h100s": four_h100s, "two-h100s": two_h100s,
             "one-h200": one_h200, "architectures": architectures,
             "checkpoints": checkpoints, "compile-cache": compile_cache,
             "integer-checkpoints": integer_checkpoints, "one-h100": one_h100,
-            "release-panels": release_panels}[sys.argv[1]]()
+            "release-panels": release_panels, "torch-stage-panels": torch_stage_panels,
+            "panel-gaps": panel_gaps}[sys.argv[1]]()
     plan = [s for s in plan if (CONFIGS / Path(s["config"]).name).exists()]
     json.dump(plan, sys.stdout, indent=1)
     print()
