@@ -764,3 +764,12 @@ def check_format_supported(engine: Engine, fmt_name: str, engines_of_format: tup
             f"{', '.join(engine_formats(engine.name))}); "
             f"engines that store {fmt_name}: {', '.join(engines_of_format)}"
         )
+    from .accepted_dtypes import check_release_accepts
+    from .evidence import newest_started
+    from .serve import LAUNCHERS
+
+    launcher = LAUNCHERS.get(engine.name)
+    spelling = launcher.spelling.get(fmt_name) if launcher else None
+    if spelling is not None and engine.release is not None:
+        check_release_accepts(engine.name, engine.version or newest_started(engine.name), spelling,
+                              fmt_name)

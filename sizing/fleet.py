@@ -528,6 +528,28 @@ def plan_serve_command(plan: FleetPlan, base: Scenario, chosen: CandidatePlan, m
     return serve_command(plan.engine, settings)
 
 
+def replica_estimate(base: Scenario, chosen: CandidatePlan):
+    """One replica of a candidate, sized as the plan sized it: its GPU, format and TP, at the shared pool's length."""
+    from .plan import estimate
+
+    c, pool = chosen.candidate, chosen.shared
+    return estimate(c.gpu.scenario(base, engine=chosen.engine, k_cache_dtype=c.kv_format, v_cache_dtype=c.kv_format,
+                                   tensor_parallel_size=c.tensor_parallel_size,
+                                   max_model_len=pool.max_model_len if pool else base.max_model_len))
+
+
+def plan_deployment(plan: FleetPlan, base: Scenario, model: str) -> dict | None:
+    """One replica of the cheapest candidate, as `kvsize watch --plan` reads it (sizing/deployment.py): the
+    requests it holds are the shared pool's per replica, at the mix's longest context."""
+    from .deployment import estimate_deployment
+
+    chosen = plan.cheapest
+    if chosen is None or chosen.shared is None:
+        return None
+    return estimate_deployment(replica_estimate(base, chosen), model, chosen.candidate.gpu.id,
+                               chosen.shared.requests_per_replica)
+
+
 def guidance_rows(rules) -> list[dict]:
     """The guidance rules as rows of plain values (the plan's JSON and XLSX)."""
     return [dict(rule=r.rule.name, above_tokens=r.rule.above_tokens, share_percent=round(r.share_percent, 2),

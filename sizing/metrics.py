@@ -142,6 +142,23 @@ class WatchLine:
     unit: str = ""
 
 
+@dataclass(frozen=True)
+class PlannedPool:
+    """What the plan holds one server to: its pool (blocks of tokens), its KV format and the requests it was
+    sized for. From an estimate (`of`), or from a plan's or an estimate's JSON (sizing/deployment.py)."""
+    num_blocks: int
+    block_size: int
+    kv_cache_dtype: str  # as asked (auto, fp8, ...)
+    kv_format: str  # what it resolved to (bf16, fp8_e4m3, ...)
+    max_model_len: int
+    max_concurrency: int  # requests of max_model_len the pool holds
+
+    @classmethod
+    def of(cls, e) -> "PlannedPool":
+        return cls(e.num_blocks, e.block_size, e.scenario.k_cache_dtype, e.k_format, e.max_model_len,
+                   e.max_concurrency)
+
+
 # KV dtypes a running vLLM reports that keep the model's own precision (16 bits or more)
 MODEL_PRECISION = ("auto", "bf16", "bfloat16", "fp16", "float16", "half", "fp32", "float32")
 
@@ -153,9 +170,9 @@ def _smaller_format(cache_dtype: str | None) -> str:
     return f"a 4-bit KV format where the GPU runs one (kvsize compare lists them; {cache_dtype} is in use)"
 
 
-def watch(m: EngineMetrics, e, concurrency: int, hit_rate: float | None = None,
+def watch(m: EngineMetrics, e: PlannedPool, concurrency: int, hit_rate: float | None = None,
           previous: EngineMetrics | None = None) -> list[WatchLine]:
-    """Each figure of a scrape against the estimate `e` (its scenario's concurrency at its length) and,
+    """Each figure of a scrape against the planned pool `e` (`concurrency` requests at its length) and,
     where given, the prefix hit rate the plan's tiers assumed. `previous`: an earlier scrape, so
     counters are read as what happened between the two."""
     out = []
@@ -175,16 +192,16 @@ def watch(m: EngineMetrics, e, concurrency: int, hit_rate: float | None = None,
              "--kv-cache-dtype against the plan (kvsize check-log on its log names the term that differs)",
              m.num_gpu_blocks, planned, "blocks")
     if m.cache_dtype is not None:
-        want = e.scenario.k_cache_dtype
-        same = m.cache_dtype == want or (want == "auto" and m.cache_dtype in ("auto", e.k_format)) or \
-            (m.cache_dtype.startswith("fp8") and e.k_format.startswith("fp8"))
+        want = e.kv_cache_dtype
+        same = m.cache_dtype == want or (want == "auto" and m.cache_dtype in ("auto", e.kv_format)) or \
+            (m.cache_dtype.startswith("fp8") and e.kv_format.startswith("fp8"))
         if m.cache_dtype in MODEL_PRECISION:
-            advice = f"the engine keeps the model's precision where the plan chose {e.k_format}: start it with " \
+            advice = f"the engine keeps the model's precision where the plan chose {e.kv_format}: start it with " \
                      f"--kv-cache-dtype {want}"
         else:
-            advice = f"the engine runs a {m.cache_dtype} cache where the plan chose {e.k_format}: plan with " \
+            advice = f"the engine runs a {m.cache_dtype} cache where the plan chose {e.kv_format}: plan with " \
                      f"--kv-cache-dtype {m.cache_dtype}, or start the engine with --kv-cache-dtype {want}"
-        line("KV dtype", m.cache_dtype, f"{want} ({e.k_format})", same, advice, m.cache_dtype, e.k_format)
+        line("KV dtype", m.cache_dtype, f"{want} ({e.kv_format})", same, advice, m.cache_dtype, e.kv_format)
     if m.running is not None:
         line("requests running", f"{m.running:,}",
              f"up to {concurrency:,} at {e.max_model_len:,} tokens (the pool holds {e.max_concurrency:,} of them)",

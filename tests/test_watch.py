@@ -97,7 +97,7 @@ def test_scrape_values_are_checked(text, needle):
 
 
 def test_a_counter_reset_is_read_as_a_restart_not_negative_preemptions():
-    from sizing.metrics import watch
+    from sizing.metrics import PlannedPool, watch
     from sizing.plan import estimate
     from sizing.profiles import load_model
     from sizing.plan import Scenario
@@ -108,7 +108,7 @@ def test_a_counter_reset_is_read_as_a_restart_not_negative_preemptions():
                                       'num_preemptions_total{engine="0",model_name="meta-llama/Llama-3.1-8B"} 2.0'))
     name, shape = load_model(CONFIG)
     e = estimate(Scenario(name, shape, "H200", 150_109_880_320, engine="vllm@0.26.0", max_model_len=8192))
-    line = next(x for x in watch(after, e, 16, previous=before) if x.figure == "preemptions")
+    line = next(x for x in watch(after, PlannedPool.of(e), 16, previous=before) if x.figure == "preemptions")
     assert line.engine == "2 since the server restarted" and line.engine_value == 2
 
 

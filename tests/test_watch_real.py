@@ -248,3 +248,67 @@ def test_watch_takes_the_servers_own_cache_config_and_never_advises_the_format_i
         assert (f["advice"] == "") == (f["inside"] is not False)
         assert "(fp8" not in f["advice"] and "fp8, half" not in f["advice"]
     assert code in (0, 1)
+
+
+@pytest.mark.parametrize("start", [LLAMA, QWEN])
+def test_watch_from_the_estimates_own_json_holds_the_scrape_to_the_same_figures(start, capsys, tmp_path):
+    """`watch --plan` on the JSON `estimate` wrote gives what the same options give to watch itself."""
+    concurrency = 8
+    plan = tmp_path / "estimate.json"
+    assert main(["estimate", *START[start], "--concurrency", str(concurrency), "--format", "json",
+                 "--out", str(plan)]) == 0
+    capsys.readouterr()
+    written = json.loads(plan.read_text())["deployment"]
+    assert written["engine"] == "vllm@0.26.0" and written["num_blocks"] == json.loads(plan.read_text())["num_blocks"]
+    code_options, by_options = watch_json(capsys, str(FIXTURES / f"{start}-busy.txt"), start, concurrency)
+    code = main(["watch", str(FIXTURES / f"{start}-busy.txt"), "--plan", str(plan), "--format", "json"])
+    by_plan = json.loads(capsys.readouterr().out)
+    assert code == code_options == 1  # the busy scrape runs more requests than 8
+    assert by_plan["plan"] == by_options["plan"] and by_plan["figures"] == by_options["figures"]
+
+
+def test_watch_from_a_fleet_plan_holds_one_replica_to_the_plans_pool(capsys, tmp_path):
+    """A plan's JSON names one replica of its cheapest candidate; watch holds a scrape to that pool."""
+    workload = tmp_path / "w.yaml"
+    workload.write_text("name: chat\npeak_concurrency: 40\nbuckets:\n  - {name: chat, max_context_tokens: 4096, "
+                        "share_percent: 100, output_tokens: 300}\n")
+    out = tmp_path / "plan.json"
+    assert main(["plan", "--workload", str(workload), "--model", str(CONFIGS / "llama-3.1-8b.json"), "--gpus", "h200",
+                 "--engine", "vllm@0.26.0", "--tp", "1", "--out", str(out)]) == 0
+    capsys.readouterr()
+    record = json.loads(out.read_text())
+    deployment, cheapest = record["deployment"], record["cheapest"]
+    assert (deployment["gpu"], deployment["kv_format"], deployment["tensor_parallel_size"]) == \
+        (cheapest["gpu"], cheapest["kv_format"], cheapest["tensor_parallel_size"])
+    replica = next(r for r in record["candidates"] if r["rank"] == 1)
+    assert deployment["concurrency"] == replica["requests_per_replica"]
+    code = main(["watch", str(FIXTURES / f"{LLAMA}-busy.txt"), "--plan", str(out), "--format", "json"])
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["plan"]["num_blocks"] == deployment["num_blocks"]
+    blocks = by_figure(shown["figures"])["KV blocks"]
+    # the scrape's server ran at 0.16 of the GPU: far below the plan's pool, which watch says
+    assert code == 1 and blocks["inside"] is False and blocks["planned_value"] == deployment["num_blocks"]
+
+
+@pytest.mark.parametrize("content, named", [
+    ('{"schema": "kvsize.plan/1", "deployment": {"model": "m"}}', "deployment.gpu"),
+    ('{"schema": "kvsize.sweep/1"}', "schema 'kvsize.sweep/1'"),
+    ('[1, 2]', "schema 'list'"),
+    ('{"schema": "kvsize.plan/1", "deployment": null}', "deploys nothing"),
+    ('not json', "not JSON"),
+])
+def test_a_plan_file_that_is_not_one_is_refused_in_one_line(content, named, capsys, tmp_path):
+    plan = tmp_path / "plan.json"
+    plan.write_text(content)
+    assert main(["watch", str(FIXTURES / f"{LLAMA}-busy.txt"), "--plan", str(plan)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert named in err and len(err.splitlines()) == 1
+
+
+def test_an_option_the_plan_gives_is_not_taken_twice(capsys, tmp_path):
+    plan = tmp_path / "estimate.json"
+    assert main(["estimate", *START[LLAMA], "--format", "json", "--out", str(plan)]) == 0
+    capsys.readouterr()
+    # --gpu at its default value is still refused: the plan's GPU would silently win otherwise
+    assert main(["watch", str(FIXTURES / f"{LLAMA}-busy.txt"), "--plan", str(plan), "--gpu", "h100-sxm"]) == 2
+    assert "drop --gpu" in capsys.readouterr().err

@@ -51,6 +51,9 @@ def run(args: argparse.Namespace) -> int:
         for w in result.warnings:
             print(f"kvsize: warning: {w}", file=sys.stderr)
     if args.format == "json":
+        from sizing.deployment import estimate_deployment
+
+        record["deployment"] = estimate_deployment(result, args.model, args.gpu)
         _emit(json.dumps(record, indent=2) + "\n", args.out, "json")
     elif args.format == "csv":
         _emit(_csv_text([_flat(record)]), args.out, "csv")

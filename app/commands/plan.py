@@ -53,7 +53,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sizing.fleet import plan_record, plan_serve_command, plan_summary
+    from sizing.fleet import plan_deployment, plan_record, plan_serve_command, plan_summary
 
     outs = _checked_outs(args.out, [getattr(args, "workload", None), getattr(args, "model", None)])
     plan, base, rules, notes = plan_from_args(args)
@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
     cheapest = plan.cheapest
     serve = plan_serve_command(plan, base, cheapest, _hf_id(args.model)) if cheapest else None
     record = plan_record(plan, serve, rules, notes, designs)
+    record["deployment"] = plan_deployment(plan, base, args.model)
     rows = record["candidates"]
     pending = []
     for out in outs:

@@ -27,7 +27,10 @@ def _interval(text: str) -> float:
 def add_parser(sub) -> None:
     p = sub.add_parser("watch", help="hold a running vLLM server's /metrics against the plan, figure by figure")
     p.add_argument("source", help="the server's metrics URL (http://host:8000/metrics) or a saved /metrics text")
-    _add_scenario_options(p)
+    _add_scenario_options(p, model_required=False)
+    p.add_argument("--plan", default=None,
+                   help="the JSON of `kvsize plan --out plan.json` or `kvsize estimate --format json`: watch one "
+                        "replica of what it deploys (instead of --model, --gpu, --engine, ...)")
     p.add_argument("--kv-cache-dtype", default="auto", help="the KV format the plan chose (default auto)")
     p.add_argument("--hit-rate", type=_fraction, default=None,
                    help="the prefix-cache hit rate the plan's tiers assumed (kvsize tiers), e.g. 0.4")
@@ -36,7 +39,9 @@ def add_parser(sub) -> None:
                    help=f"scrapes of a URL (default 1; at most {MAX_SCRAPES}); counters are read between scrapes")
     p.add_argument("--format", choices=["table", "csv", "json"], default="table", help="output form (default table)")
     p.add_argument("--out", default=None, help="write to this file instead of standard output")
-    p.set_defaults(run=run)
+    # unset until run(), so that an option given at its default value is still seen as given beside --plan
+    p.set_defaults(run=run, plan_defaults={dest: p.get_default(dest) for dest in PLAN_GIVES})
+    p.set_defaults(**dict.fromkeys(PLAN_GIVES))
 
 
 SCRAPE_SECONDS = 20.0  # a whole scrape, not each read: a server that trickles a byte a second is cut off
@@ -115,40 +120,71 @@ def _with_server_settings(scenario, metrics, args):
     return replace(scenario, **taken) if taken else scenario
 
 
+# the options a --plan file gives; naming them too would leave two answers to one question
+PLAN_GIVES = {"model": "--model", "gpu": "--gpu", "engine": "--engine", "tensor_parallel_size": "--tensor-parallel-size",
+              "max_model_len": "--max-model-len", "kv_cache_dtype": "--kv-cache-dtype", "concurrency": "--concurrency",
+              "block_size": "--block-size", "hit_rate": "--hit-rate"}
+
+
+def _plan_file(args: argparse.Namespace):
+    """The --plan file's deployment (sizing/deployment.py); the options it gives may not be given too."""
+    from sizing.deployment import MAX_PLAN_BYTES, read_deployment
+    from sizing.inputs import limited_text, read_limited
+
+    both = [flag for dest, flag in PLAN_GIVES.items() if getattr(args, dest) is not None]
+    if both:
+        raise KvsizeError(f"--plan gives the deployment; drop {', '.join(both)} (or drop --plan and give them all)")
+    data = read_limited(Path(args.plan), MAX_PLAN_BYTES, "--plan", "a plan's or an estimate's JSON")
+    return read_deployment(limited_text(data, MAX_PLAN_BYTES, "--plan", "a plan's or an estimate's JSON"), args.plan)
+
+
 def run(args: argparse.Namespace) -> int:
-    from sizing.metrics import read_metrics, watch
+    from sizing.metrics import PlannedPool, read_metrics, watch
     from sizing.plan import estimate
 
     if args.count > MAX_SCRAPES:
         raise KvsizeError(f"--count {args.count}: at most {MAX_SCRAPES} scrapes")
     if args.count > 1 and not args.source.startswith(("http://", "https://")):
         raise KvsizeError("--count above 1 needs a URL: a saved text does not change between scrapes")
+    deployment = _plan_file(args) if args.plan is not None else None
+    if deployment is None:
+        if args.model is None:
+            raise KvsizeError("--model is required (or --plan with the JSON a plan or an estimate wrote)")
+        for dest, default in args.plan_defaults.items():
+            if getattr(args, dest) is None:
+                setattr(args, dest, default)
+        scenario = scenario_from_args(args, args.model, args.gpu, args.engine, args.tensor_parallel_size,
+                                      args.max_model_len, args.kv_cache_dtype, args.kv_cache_dtype)
     if args.out is not None:
         _check_out(Path(args.out))
-    scenario = scenario_from_args(args, args.model, args.gpu, args.engine, args.tensor_parallel_size,
-                                  args.max_model_len, args.kv_cache_dtype, args.kv_cache_dtype)
-    rows, previous, outside, e = [], None, False, None
+    rows, previous, outside, pool = [], None, False, None
+    if deployment is not None:
+        pool, concurrency, hit_rate = deployment.pool(), deployment.concurrency, deployment.hit_rate
+        label = (f"{deployment.engine}, planned for {deployment.model} on {deployment.gpu}"
+                 f"{f' TP {deployment.tensor_parallel_size}' if deployment.tensor_parallel_size > 1 else ''}")
+    else:
+        concurrency, hit_rate = scenario.concurrency, args.hit_rate
     for n in range(args.count):
         if n:
             time.sleep(args.interval)
         metrics = read_metrics(_scrape(args.source))
-        if e is None:
-            scenario = _with_server_settings(scenario, metrics, args)
-            e = estimate(scenario)
-        for line in watch(metrics, e, scenario.concurrency, args.hit_rate, previous):
+        if pool is None:
+            e = estimate(_with_server_settings(scenario, metrics, args))
+            pool, label = PlannedPool.of(e), e.engine.label
+        for line in watch(metrics, pool, concurrency, hit_rate, previous):
             rows.append({"scrape": n + 1, **asdict(line)})
             outside |= line.inside is False
         previous = metrics
     if args.format == "json":
-        _emit(json.dumps({"source": args.source, "plan": {"num_blocks": e.num_blocks, "block_size": e.block_size,
-                                                          "kv_format": e.k_format, "concurrency": scenario.concurrency,
-                                                          "max_model_len": e.max_model_len},
+        _emit(json.dumps({"source": args.source, "plan": {"num_blocks": pool.num_blocks, "block_size": pool.block_size,
+                                                          "kv_format": pool.kv_format, "concurrency": concurrency,
+                                                          "max_model_len": pool.max_model_len},
                           "figures": rows}, indent=2) + "\n", args.out, "json")
     elif args.format == "csv":
         _emit(_csv_text(rows), args.out, "csv")
     else:
-        lines = [f"{args.source} against the plan ({e.engine.label}; {e.num_blocks:,} blocks of {e.block_size} tokens, "
-                 f"{scenario.concurrency} requests at {e.max_model_len:,} tokens)"]
+        lines = [f"{args.source} against the plan ({label}; {pool.num_blocks:,} blocks of {pool.block_size} tokens, "
+                 f"{concurrency} requests at {pool.max_model_len:,} tokens)"]
         for r in rows:
             mark = {True: "inside the plan", False: "OUTSIDE the plan", None: "no planned figure"}[r["inside"]]
             lines.append(f"  [{r['scrape']}] {r['figure']:<22} {r['engine']:<34} planned {r['planned']:<40} {mark}")

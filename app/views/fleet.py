@@ -12,6 +12,7 @@ import streamlit as st
 from app.ui import UPLOADED_MODEL, _chart, _downloads, _gpu_choices, tensor_parallel_section
 from app.views.fleet_designs import _itl_chart, page_designs
 from sizing.errors import KvsizeError
+from sizing.fleet import replica_estimate
 from sizing.formats import FORMAT_NAMES
 from sizing.plan import Scenario, beyond_positions_warning
 from sizing.profiles import gpu_profile, model_profile
@@ -175,20 +176,10 @@ def page_fleet(s: Scenario) -> None:
     st.caption(f"Efficiency: {plan.efficiency.source}")
 
 
-def replica_estimate(s: Scenario, best):
-    """One replica of the cheapest design, sized as a plan (its GPU, format, TP and the pool's length)."""
-    from sizing.plan import estimate
-
-    b, pool = best.candidate, best.shared
-    return estimate(b.gpu.scenario(s, engine=best.engine, k_cache_dtype=b.kv_format, v_cache_dtype=b.kv_format,
-                                   tensor_parallel_size=b.tensor_parallel_size,
-                                   max_model_len=pool.max_model_len if pool else s.max_model_len))
-
-
 def watch_panel(s: Scenario, best) -> None:
     """The running engine held against the cheapest plan: a saved /metrics scrape of one replica, figure by
     figure (sizing/metrics.py, as `kvsize watch`)."""
-    from sizing.metrics import MAX_METRICS_BYTES, read_metrics, watch
+    from sizing.metrics import MAX_METRICS_BYTES, PlannedPool, read_metrics, watch
 
     st.subheader("Hold a running replica against this plan")
     upload = st.file_uploader("A saved /metrics scrape of one replica (curl http://host:8000/metrics > metrics.txt)",
@@ -201,7 +192,7 @@ def watch_panel(s: Scenario, best) -> None:
     try:
         text = upload.getvalue().decode("utf-8")
         replica = replica_estimate(s, best)
-        lines = watch(read_metrics(text), replica, pool.requests_per_replica if pool else s.concurrency)
+        lines = watch(read_metrics(text), PlannedPool.of(replica), pool.requests_per_replica if pool else s.concurrency)
     except UnicodeDecodeError:
         st.error("the scrape is not UTF-8 text")
         return
