@@ -82,6 +82,20 @@ def second():
     ]
 
 
+def architectures():
+    """The second batch's extra lane, where a GPU waited for its stage: more architectures on one GPU (a large
+    MoE, a second MLA MoE, dense models with more layers or a wider vocabulary)."""
+    v = "0.5.14"
+    return [
+        start(v, "glm-4.7-flash", context_length=32768),
+        start(v, "mixtral-8x7b-v0.1", context_length=32768),
+        start(v, "olmo-3.1-32b-instruct"),
+        start(v, "phi-3.5-moe-instruct", context_length=32768),
+        start(v, "mistral-nemo-instruct-2407", context_length=32768),
+        start(v, "qwen2.5-7b-instruct", context_length=32768),
+    ]
+
+
 def lanes(plan: list[dict], n: int) -> list[str]:
     """srun.sh command lines: one-GPU starts dealt over n lanes (one GPU each), then the TP starts on all."""
     single = [s for s in plan if s["args"].get("tp_size", 1) == 1]
@@ -105,7 +119,7 @@ def lanes(plan: list[dict], n: int) -> list[str]:
 
 
 if __name__ == "__main__":
-    plan = {"first-h100s": first_h100s, "second": second}[sys.argv[1]]()
+    plan = {"first-h100s": first_h100s, "second": second, "architectures": architectures}[sys.argv[1]]()
     plan = [s for s in plan if (CONFIGS / Path(s["config"]).name).exists()]
     if sys.argv[2:3] == ["--lanes"]:
         print("\n".join(lanes(plan, int(sys.argv[3]))))
