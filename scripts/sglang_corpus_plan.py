@@ -96,6 +96,20 @@ def architectures():
     ]
 
 
+def variants():
+    """A last lane of the second batch on one GPU: page 16 on an MoE, 128K on MLA, fp8 on sliding windows,
+    chunked prefill with running requests set by hand, an MHA model and a small model with tied embeddings."""
+    v = "0.5.14"
+    return [
+        start(v, "qwen3-30b-a3b", "page16", page_size=16, context_length=32768),
+        start(v, "deepseek-v2-lite", "128k", context_length=131072),
+        start(v, "gemma-2-9b", "fp8", kv_cache_dtype="fp8_e4m3"),
+        start(v, "llama-3.1-8b", "cp2048-mrr256", chunked_prefill_size=2048, max_running_requests=256),
+        start(v, "phi-2", context_length=2048),
+        start(v, "qwen2.5-1.5b", context_length=32768),
+    ]
+
+
 def lanes(plan: list[dict], n: int) -> list[str]:
     """srun.sh command lines: one-GPU starts dealt over n lanes (one GPU each), then the TP starts on all."""
     single = [s for s in plan if s["args"].get("tp_size", 1) == 1]
@@ -119,7 +133,8 @@ def lanes(plan: list[dict], n: int) -> list[str]:
 
 
 if __name__ == "__main__":
-    plan = {"first-h100s": first_h100s, "second": second, "architectures": architectures}[sys.argv[1]]()
+    plan = {"first-h100s": first_h100s, "second": second, "architectures": architectures,
+            "variants": variants}[sys.argv[1]]()
     plan = [s for s in plan if (CONFIGS / Path(s["config"]).name).exists()]
     if sys.argv[2:3] == ["--lanes"]:
         print("\n".join(lanes(plan, int(sys.argv[3]))))
