@@ -885,9 +885,10 @@ def compare(base: Scenario, engine: str, format_names) -> list[dict]:
     eng = get_engine(engine)
     for name in format_names:
         fmt = get_format(name, base.shape.serving_dtype, base.format_options)
+        # the release asked for (vllm@0.33) sizes the row, not the engine's default release
         use = eng.name if eng.name in fmt.engines else "ideal"
-        scenario = replace(base, engine=use, k_cache_dtype=fmt.name, v_cache_dtype=fmt.name,
-                           block_size=base.block_size if use == eng.name else None)
+        scenario = replace(base, engine=engine.strip() if use == eng.name else use, k_cache_dtype=fmt.name,
+                           v_cache_dtype=fmt.name, block_size=base.block_size if use == eng.name else None)
         try:
             e = estimate(scenario)
         except KvsizeError as err:

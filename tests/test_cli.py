@@ -445,8 +445,14 @@ def test_compare_fits_only_what_the_engine_runs_and_names_a_recommendation(capsy
     assert run("compare", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--max-model-len", "32768",
                "--format", "json") == 0
     rows = {r["format"]: r for r in json.loads(capsys.readouterr().out)}
-    for name in ("nvfp4", "ultraquant_4bit"):
-        assert rows[name]["runs"] == "unsupported" and rows[name]["status"].startswith("does not run here")
+    assert rows["nvfp4"]["runs"] == "unsupported" and rows["nvfp4"]["status"].startswith("does not run here")
+    # the default release (0.26.0) has no ultraquant_4bit at all (vllm/config/cache.py CacheDType): it says which has
+    assert rows["ultraquant_4bit"]["runs"] == "n/a" and "it came in vllm 0.32.0" in rows["ultraquant_4bit"]["status"]
+    assert run("compare", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--max-model-len", "32768",
+               "--engine", "vllm@0.33", "--format", "json") == 0
+    later = {r["format"]: r for r in json.loads(capsys.readouterr().out)}
+    assert later["ultraquant_4bit"]["runs"] == "unsupported"
+    assert later["ultraquant_4bit"]["status"].startswith("does not run here")
     best = [r for r in rows.values() if r["recommended"]]
     assert [r["format"] for r in best] == ["fp8_e4m3"] and best[0]["runs"] == "supported"
     assert run("compare", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--max-model-len", "32768") == 0
