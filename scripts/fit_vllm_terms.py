@@ -62,7 +62,10 @@ def collect() -> tuple[list, list, list]:
             continue
         s = with_engine_defaults(start_scenario(start))
         shape, tp = s.shape, s.tensor_parallel_size
-        model = get_engine(s.engine).release.cuda_graph_estimate
+        release = get_engine(s.engine).release
+        model = release.cuda_graph_estimate
+        if model is None:
+            continue  # a release whose rules model no graph estimate has no constant to fit
         c = graph_captures(shape, model, tp, range(shape.num_layers), s.max_num_seqs, s.max_num_batched_tokens,
                            s.cudagraph_capture_sizes, s.max_cudagraph_capture_size)
         fam = family(shape)
