@@ -45,7 +45,13 @@ def printed_modes(log: str) -> dict[str, tuple[float, int, float]]:
     return modes
 
 
-FITTED_FILES = ("vllm-0.20.json", "vllm-0.21-0.25.json", "vllm-0.26.json")
+FITTED_FILES = ("vllm-0.20.json", "vllm-0.21-0.25.json", "vllm-0.26.json", "vllm-0.27-0.33.json")
+# the file whose sub-ranges keep a V2 non-torch figure that grows with the sampler's logits
+LOGIT_FILE = "vllm-0.27-0.33.json"
+# sub-ranges whose non-torch figure vLLM measures with the same code are fitted together: vllm/utils/mem_utils.py
+# and gpu_worker.py's baseline are unchanged from 0.27.0 to 0.32.0; 0.33.0's Worker.init_device creates the
+# cuBLAS handles before the baseline snapshot
+NON_TORCH_GROUPS = {"0.27": "0.27-0.32", "0.29": "0.27-0.32", "0.33": "0.33"}
 
 
 def collect() -> tuple[list, list, list]:
@@ -151,6 +157,110 @@ def fit_non_torch() -> dict[str, dict[str, tuple[int, list[str]]]]:
     return out
 
 
+def fit_sampled_logit_non_torch() -> dict[str, dict]:
+    """Per sub-range of LOGIT_FILE: the V2 runner's non-torch memory on one GPU as base + bytes per logit of the
+    sampler's profiling pass (max_num_seqs x vocab_size), least squares over its starts (printed non-KV total
+    less weights and torch peak, two decimals of GiB); the V1 runner's as the middle of its starts' figures."""
+    import json
+
+    from sizing.releases import ENGINES_DIR, version_key
+    from sizing.starts import printed_non_torch_gib
+    from sizing.units import GiB
+
+    data = json.loads((ENGINES_DIR / LOGIT_FILE).read_text())
+    subs = [(sub["release"], version_key(sub["first_version"]), version_key(sub["last_version"]))
+            for sub in data["sub_ranges"]]
+    rows: dict[tuple[str, str], list] = {}
+    for start in load_corpus():
+        if start.status != "sized" or start.args.get("tensor_parallel_size", 1) != 1 \
+                or start.args.get("pipeline_parallel_size", 1) != 1 or not start.printed.non_kv_gib:
+            continue
+        v = version_key(start.release)
+        name = next((n for n, lo, hi in subs if lo <= v[:len(lo)] and v[:len(hi)] <= hi), None)
+        if name is None:
+            continue
+        s = with_engine_defaults(start_scenario(start))
+        rows.setdefault((name, start.printed.runner), []).append(
+            (start.id, s.max_num_seqs * s.shape.vocab_size, printed_non_torch_gib(start.printed),
+             s.shape.vocab_size * s.shape.hidden_size))
+    embedding = {sub["release"]: "v2_bytes_per_embedding_element" in sub["non_torch"] for sub in data["sub_ranges"]}
+    grouped: dict[tuple[str, str], list] = {}
+    for (name, runner), found in rows.items():
+        grouped.setdefault((NON_TORCH_GROUPS.get(name, name), runner), []).extend(found)
+    out = {}
+    for name, _, _ in subs:
+        group = NON_TORCH_GROUPS.get(name, name)
+        v2, v1 = grouped.get((group, "v2"), []), grouped.get((group, "v1"), [])
+        if len(v2) < 3:
+            continue
+        x = np.array([[1.0, r[1], *([r[3]] if embedding[name] else [])] for r in v2])
+        y = np.array([r[2] for r in v2]) * GiB
+        coef = np.linalg.lstsq(x, y, rcond=None)[0]
+        v1_values = [r[2] for r in v1]
+        out[name] = {"single_gpu_v2_bytes": int(round(coef[0])), "v2_bytes_per_sampled_logit": round(float(coef[1]), 3),
+                     **({"v2_bytes_per_embedding_element": round(float(coef[2]), 3)} if embedding[name] else {}),
+                     "single_gpu_bytes": int(round((min(v1_values) + max(v1_values)) / 2 * GiB)) if v1_values
+                     else int(round(coef[0])),
+                     "v2_starts": sorted(r[0] for r in v2), "v1_starts": sorted(r[0] for r in v1)}
+    return out
+
+
+def fit_v2_graph_per_layer() -> tuple[int, list[str]]:
+    """Model Runner V2's CUDA-graph estimate (0.29+) above the V1 runner's model, per layer of the model: least
+    squares (no intercept) over the starts that print it ('CUDA graph pool memory: ... (estimated)')."""
+    from sizing.memory import cuda_graph_estimate
+    from sizing.units import GiB
+
+    layers, above, ids = [], [], []
+    for start in load_corpus():
+        p = start.printed
+        if start.status != "sized" or p.runner != "v2" or not p.cuda_graph_gib \
+                or start.args.get("tensor_parallel_size", 1) != 1:
+            continue
+        s = with_engine_defaults(start_scenario(start))
+        release = get_engine(s.engine).release
+        if release.cuda_graph_estimate is None or not release.model_runners.v2_profiles_cuda_graphs:
+            continue
+        v1 = cuda_graph_estimate(s.shape, release.cuda_graph_estimate, "FULL_AND_PIECEWISE", 1,
+                                 range(s.shape.num_layers), s.max_num_seqs, s.max_num_batched_tokens,
+                                 s.cudagraph_capture_sizes, s.max_cudagraph_capture_size)
+        layers.append(s.shape.num_layers)
+        above.append(float(p.cuda_graph_gib[0]) * GiB - v1)
+        ids.append(start.id)
+    if not layers:
+        return 0, []
+    x = np.array(layers, float)
+    return int(round(float(x @ np.array(above) / (x @ x)))), sorted(ids)
+
+
+def write_sampled_logit_non_torch(fits: dict[str, dict]) -> None:
+    import json
+
+    from sizing.releases import ENGINES_DIR
+
+    path = ENGINES_DIR / LOGIT_FILE
+    data = json.loads(path.read_text())
+    for sub in data["sub_ranges"]:
+        fit = fits.get(sub["release"])
+        if fit is None:
+            continue
+        sub["non_torch"].update({k: fit[k] for k in ("single_gpu_bytes", "single_gpu_v2_bytes",
+                                                      "v2_bytes_per_sampled_logit", "v2_bytes_per_embedding_element")
+                                 if k in fit})
+        v1 = (f"; V1 as the middle of {', '.join(fit['v1_starts'])}" if fit["v1_starts"]
+              else "; no start ran the V1 runner, which takes the V2 base")
+        sub["sources"]["non_torch"] = (
+            "scripts/fit_vllm_terms.py --write: the V2 runner's one-GPU non-torch memory (the 'Total non KV cache "
+            "memory' line less weights and torch peak) as base + bytes per logit of the sampler's profiling pass "
+            "(max_num_seqs x vocab_size)" + (" + bytes per element of the vocab x hidden embedding"
+                                             if "v2_bytes_per_embedding_element" in fit else "")
+            + ", least squares over " + ", ".join(fit["v2_starts"]) + v1)
+    tmp = path.with_suffix(".json.part")
+    tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    tmp.replace(path)
+    print(f"wrote {path}")
+
+
 def main() -> int:
     first, further, full = collect()
     for title, names, rows in (("first PIECEWISE capture", ("first_capture_bytes", "activation_copies"), first),
@@ -169,8 +279,18 @@ def main() -> int:
     print("leave one family out (the fitted parts, MiB):")
     for fam, n, worst, median in leave_one_family_out():
         print(f"  {fam:24} {n:3} starts  worst {worst:+7.1f}  median |error| {median:6.1f}")
+    logits = fit_sampled_logit_non_torch()
+    print(f"V2 non-torch per sampled logit ({LOGIT_FILE}):")
+    for name, fit in logits.items():
+        print(f"  {name}: {fit['single_gpu_v2_bytes']:,} B + {fit['v2_bytes_per_sampled_logit']} B per logit + "
+              f"{fit.get('v2_bytes_per_embedding_element', 0)} B per embedding element over "
+              f"{len(fit['v2_starts'])} starts; V1 {fit['single_gpu_bytes']:,} B")
+    per_layer, v2_ids = fit_v2_graph_per_layer()
+    print(f"V2 graph estimate above the V1 model: {per_layer:,} B per layer over {len(v2_ids)} starts")
     if "--write" in sys.argv:
         write(fitted_constants(first, further))
+        write_sampled_logit_non_torch(logits)
+        write_v2_graph_per_layer(per_layer, v2_ids)
     return 0
 
 
@@ -192,6 +312,25 @@ def write(constants: dict) -> None:
         tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
         tmp.replace(path)
         print(f"wrote {path}")
+
+
+def write_v2_graph_per_layer(per_layer: int, ids: list[str]) -> None:
+    import json
+
+    from sizing.releases import ENGINES_DIR
+
+    path = ENGINES_DIR / LOGIT_FILE
+    data = json.loads(path.read_text())
+    data["cuda_graph_estimate"]["v2_per_layer_bytes"] = per_layer
+    data["sources"]["cuda_graph_estimate.v2_per_layer"] = (
+        "scripts/fit_vllm_terms.py --write: Model Runner V2's estimate (0.29+, v1/worker/gpu/cudagraph_utils.py "
+        "profile_cudagraph_memory: a throwaway KV cache and pool, FULL graphs extrapolated from samples) printed as "
+        "'CUDA graph pool memory: ... (estimated)', less the V1 runner's model, per layer, least squares over "
+        + ", ".join(ids))
+    tmp = path.with_suffix(".json.part")
+    tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    tmp.replace(path)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -27,12 +27,16 @@ def printed(text: str) -> dict:
         "version": (re.findall(r"kvsize-start: vllm (\S+)", text) or [None])[0],
         "runner": "v2" if re.search(r"\[(?:v1/worker/gpu/)?model_runner\.py:", text) else "v1",
         "model_loading_gib": re.findall(r"Model loading took ([\d.]+) GiB", text),
-        "cuda_graph_gib": re.findall(r"Estimated CUDA graph memory: ([\d.]+) GiB total", text),
+        # the V1 runner's estimate, or (0.29+) the V2 runner's, printed once the graphs are captured
+        "cuda_graph_gib": re.findall(r"Estimated CUDA graph memory: ([\d.]+) GiB total", text)
+        or re.findall(r"CUDA graph pool memory: [\d.]+ GiB \(actual\), ([\d.]+) GiB \(estimated\)", text),
         "available_kv_gib": re.findall(r"Available KV cache memory: ([\d.]+) GiB", text),
         "kv_cache_tokens": [int(x.replace(",", "")) for x in re.findall(r"GPU KV cache size: ([\d,]+) tokens", text)],
         "max_concurrency": re.findall(r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x", text),
         # DEBUG lines (the launcher sets VLLM_LOGGING_LEVEL=DEBUG): the profiling result and CUDA's total
         "torch_peak_gib": re.findall(r"torch peak memory increase: ([\d.]+) ?GiB", text),
+        # weights + torch peak + non-torch, where vLLM prints no non-torch line of its own (0.27+)
+        "non_kv_gib": re.findall(r"Total non KV cache memory: ([\d.]+) ?GiB", text),
         "non_torch_gib": re.findall(r"non-torch forward increase memory: ([\d.]+) ?GiB", text),
         "cuda_total_gib": re.findall(r"init memory snapshot: .*?total_memory=([\d.]+)GiB", text),
     }

@@ -16,9 +16,9 @@ from .memory import (ActivationEstimate, cuda_graph_estimate, engine_weight_form
                      resolve_weights_dtype, weight_bytes)
 from .releases import find_release
 from .support import support
-from .shape import DTYPE_NAMES, ModelShape, with_mtp_layers
+from .shape import DTYPE_BYTES, DTYPE_NAMES, ModelShape, with_mtp_layers
 from .starts import family
-from .units import GiB, MiB, ceil_fraction
+from .units import GiB, MiB, cdiv, ceil_fraction
 
 # NVML's total less CUDA's, measured on the H100 80GB HBM3 (85,520,809,984 − 85,017,493,504 B).
 NVML_CUDA_GAP_BYTES = 503_316_480
@@ -289,7 +289,10 @@ def engine_weight_bytes(engine: Engine, shape: ModelShape, wfmt, tp: int, stage:
     wfmt = engine_weight_format(wfmt, shape, release.activation_dtype_zero_points if release else None, architecture,
                                 release.moe_keeps_checkpoint_zeros if release else False)
     allocator = release.weight_allocator if release is not None else None
-    return weight_bytes(shape, wfmt, tp, stage, first, last, vision, allocator).total_bytes
+    copies = 0
+    if release is not None and release.mla_absorbed_weight_copies and shape.mla_kv_b_proj_params:
+        copies = len(stage) * cdiv(shape.mla_kv_b_proj_params, tp) * DTYPE_BYTES[shape.serving_dtype]
+    return weight_bytes(shape, wfmt, tp, stage, first, last, vision, allocator).total_bytes + copies
 
 
 @lru_cache(maxsize=4096)
@@ -514,9 +517,9 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
     act = _activation(shape, run, s.max_num_batched_tokens, rows, tp, stage, first, last,
                       s.gpu_multiprocessors or rows, s.torch_compile and not s.compile_cache_hit)
     non_torch = s.non_torch_bytes if s.non_torch_bytes is not None else rules.non_torch_bytes(
-        tp, s.pipeline_parallel_size, runner)
+        tp, s.pipeline_parallel_size, runner, s.max_num_seqs * shape.vocab_size, shape.vocab_size * shape.hidden_size)
     graphs = s.cuda_graph_bytes if s.cuda_graph_bytes is not None else _cuda_graph_bytes(s, engine, rules, shape,
-                                                                                          stage)
+                                                                                          stage, runner)
     profiled = runner == "v1" or engine.release.model_runners.v2_profiles_cuda_graphs
     estimate_model = rules.cuda_graph_estimate
     if (graphs and profiled and s.cuda_graph_bytes is None and estimate_model is not None
@@ -547,7 +550,7 @@ def model_runner(engine: Engine, shape: ModelShape) -> str:
                        "recurrent" in shape.layer_kinds)
 
 
-def _cuda_graph_bytes(s: Scenario, engine: Engine, rules, shape: ModelShape, stage: range) -> int:
+def _cuda_graph_bytes(s: Scenario, engine: Engine, rules, shape: ModelShape, stage: range, runner: str = "v1") -> int:
     """The CUDA-graph term: 0 without graphs (--enforce-eager, cudagraph_mode NONE), vLLM's estimate
     from its capture sizes where the release models it, else the release's fixed figure."""
     if not engine.cuda_graphs or s.cudagraph_mode == "NONE":
@@ -555,9 +558,10 @@ def _cuda_graph_bytes(s: Scenario, engine: Engine, rules, shape: ModelShape, sta
     model = rules.cuda_graph_estimate
     if model is None:
         return rules.cuda_graph_bytes(s.tensor_parallel_size)
-    return cuda_graph_estimate(shape, model, s.cudagraph_mode or "FULL_AND_PIECEWISE", s.tensor_parallel_size,
-                               stage, s.max_num_seqs, s.max_num_batched_tokens, s.cudagraph_capture_sizes,
-                               s.max_cudagraph_capture_size, compiled=s.torch_compile)
+    v1 = cuda_graph_estimate(shape, model, s.cudagraph_mode or "FULL_AND_PIECEWISE", s.tensor_parallel_size,
+                             stage, s.max_num_seqs, s.max_num_batched_tokens, s.cudagraph_capture_sizes,
+                             s.max_cudagraph_capture_size, compiled=s.torch_compile)
+    return v1 + (len(stage) * model.v2_per_layer_bytes if runner == "v2" and v1 else 0)
 
 
 @dataclass(frozen=True)

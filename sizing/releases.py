@@ -99,6 +99,11 @@ class NonTorchModel(_Strict):
     single_gpu_bytes: int = Field(ge=0)
     # on one GPU under the V2 model runner, where it differs from the V1 runner's (None: the same)
     single_gpu_v2_bytes: int | None = Field(default=None, ge=0)
+    # and beside it, per logit of the V2 sampler's profiling pass (max_num_seqs x vocab_size): what the
+    # 0.27-0.33 starts print grows with the vocabulary (0: no such term)
+    v2_bytes_per_sampled_logit: float = Field(default=0, ge=0, le=64)
+    # and per element of the vocab x hidden embedding (0.27-0.32: about one model-dtype copy of it)
+    v2_bytes_per_embedding_element: float = Field(default=0, ge=0, le=64)
     pipeline_bytes: int = Field(ge=0)
     tensor_parallel_bytes: int = Field(ge=0)
     tensor_parallel_per_rank_bytes: int = Field(ge=0)
@@ -140,6 +145,7 @@ class SubRange(_Strict):
     last_version: str = Field(pattern=r"^\d+(\.\d+){0,3}$")
     label: str = Field(min_length=1)
     model_runners: ModelRunnerRule | None = None
+    non_torch: NonTorchModel | None = None
     sources: dict[str, str] = Field(min_length=1)
 
 
@@ -153,6 +159,9 @@ class CudaGraphEstimateModel(_Strict):
     with `mla_attention_splits`) plus `full_first_capture_bytes`; each further graph holds driver memory
     per layer that splits the graph (attention, Mamba; MLA layers `per_graph_mla_layer_bytes`)."""
 
+    # Model Runner V2's own estimate (0.29+, v1/worker/gpu/cudagraph_utils.py profile_cudagraph_memory) runs
+    # above the V1 runner's by this much per layer of the stage (0: the same)
+    v2_per_layer_bytes: int = Field(default=0, ge=0)
     max_capture_size: int = Field(gt=0)  # the largest size before max_num_seqs and batched tokens cap it
     capture_sizes_per_seq: int = Field(gt=0)  # the largest size is at most this x max_num_seqs
     max_capture_size_by_model_type: dict[str, int] = Field(default_factory=dict)  # model files that raise it
@@ -323,6 +332,9 @@ class Release(_Strict):
     activation_dtype_zero_points: ZeroPointKernelRule | None = None
     # the routed experts' integer kernel leaves a symmetric checkpoint's packed zeros allocated
     moe_keeps_checkpoint_zeros: bool = False
+    # the engine keeps a contiguous copy of each MLA layer's kv_b_proj, split into the absorbed key and value
+    # up-projections, beside the checkpoint's tensor (SGLang's w_kc and w_vc)
+    mla_absorbed_weight_copies: bool = False
     cuda_graphs: CudaGraphModel | None = None
     cuda_graph_estimate: CudaGraphEstimateModel | None = None  # None: the fixed cuda_graphs figures
     # How vLLM's "GPU KV cache size: N tokens" line is computed: num_blocks // groups x block size
@@ -390,15 +402,21 @@ class Release(_Strict):
                 return row
         return self.batch_defaults[-1]
 
-    def non_torch_bytes(self, tp: int, pp: int, runner: str = "v1") -> int:
+    def non_torch_bytes(self, tp: int, pp: int, runner: str = "v1", sampled_logits: int = 0,
+                        embedding_elements: int = 0) -> int:
+        """`sampled_logits`: max_num_seqs x vocab_size, the logits of the sampler's profiling pass;
+        `embedding_elements`: vocab_size x hidden_size."""
         if self.non_torch is None:
-            return find_release("vllm", None).non_torch_bytes(tp, pp, runner)
+            return find_release("vllm", None).non_torch_bytes(tp, pp, runner, sampled_logits, embedding_elements)
         n = self.non_torch
         if tp > 1:
             return n.tensor_parallel_bytes + tp * n.tensor_parallel_per_rank_bytes
         if pp > 1:
             return n.pipeline_bytes
-        return n.single_gpu_v2_bytes if runner == "v2" and n.single_gpu_v2_bytes is not None else n.single_gpu_bytes
+        if runner == "v2" and n.single_gpu_v2_bytes is not None:
+            return n.single_gpu_v2_bytes + round(n.v2_bytes_per_sampled_logit * sampled_logits
+                                                 + n.v2_bytes_per_embedding_element * embedding_elements)
+        return n.single_gpu_bytes
 
     def cuda_graph_bytes(self, tp: int) -> int:
         if self.cuda_graphs is None:
@@ -452,6 +470,8 @@ def _split(release: Release, file_name: str) -> list[Release]:
         update = {k: getattr(sub, k) for k in ("release", "first_version", "last_version", "label")}
         if sub.model_runners is not None:
             update["model_runners"] = sub.model_runners
+        if sub.non_torch is not None:
+            update["non_torch"] = sub.non_torch
         update["sources"] = {**release.sources, **sub.sources}
         update["sub_ranges"] = ()
         parts.append(release.model_copy(update=update))

@@ -122,6 +122,9 @@ class ModelShape:
     # An MLA model's per-head K width, qk_nope_head_dim + qk_rope_head_dim: what an engine that does not
     # build the MLA cache keeps per head (vLLM's MiniCPM3); 0 when not MLA or not given.
     mla_head_dim: int = 0
+    # An MLA layer's kv_b_proj parameters, heads x (qk_nope_head_dim + v_head_dim) x kv_lora_rank: the up-projection
+    # an engine that absorbs it into the query and output keeps a second, contiguous copy of (SGLang's w_kc, w_vc)
+    mla_kv_b_proj_params: int = 0
     # Per-layer attention geometry where layers differ (empty: every layer has num_kv_heads and head_dim):
     # NAS block_configs (n_heads_in_group per layer), sliding layers with their own KV heads or widths
     # (MiMo-V2's swa_*), V narrower than K (v_head_dim).
@@ -604,6 +607,9 @@ def _resolve(raw: dict[str, Any], raw_text: dict[str, Any], parsed: Any, rejecte
         mla_head_dim=_as_int(f.get("qk_nope_head_dim", default=0), "qk_nope_head_dim")
         + _as_int(f.get("qk_rope_head_dim", default=0), "qk_rope_head_dim") if mla_latent and
         f.get("qk_nope_head_dim") is not None else 0,
+        mla_kv_b_proj_params=heads * (_as_int(f.get("qk_nope_head_dim", default=0), "qk_nope_head_dim")
+                                      + _as_int(f.get("v_head_dim", default=head_dim), "v_head_dim"))
+        * _as_int(kv_lora, "kv_lora_rank", 1) if kv_lora is not None and not ratios else 0,
         recurrent_state_elements=state_elements,
         recurrent_conv_elements=conv_elements,
         recurrent_state_dtype=state_dtype,

@@ -37,7 +37,19 @@ class Printed(BaseModel):
     max_concurrency: tuple[str, ...] = ()
     torch_peak_gib: tuple[str, ...] = ()  # DEBUG: the profiling run's torch peak increase
     non_torch_gib: tuple[str, ...] = ()  # DEBUG: the non-torch increase
+    non_kv_gib: tuple[str, ...] = ()  # DEBUG (0.27+): weights + torch peak + non-torch, in one figure
     cuda_total_gib: tuple[str, ...] = ()  # DEBUG: CUDA's total at the init snapshot
+
+
+def printed_non_torch_gib(p: Printed) -> float | None:
+    """The non-torch memory a start printed: its own DEBUG line, or (0.27+) the non-KV total less the weights
+    and the torch peak (vllm/v1/worker/gpu_worker.py determine_available_memory adds those three)."""
+    if p.non_torch_gib:
+        return max(map(float, p.non_torch_gib))
+    if p.non_kv_gib and p.model_loading_gib and p.torch_peak_gib:
+        return round(max(map(float, p.non_kv_gib)) - max(map(float, p.model_loading_gib))
+                     - max(map(float, p.torch_peak_gib)), 2)
+    return None
 
 
 class Start(BaseModel):
@@ -146,6 +158,9 @@ def _terms(e, printed: Printed) -> tuple[TermCheck, ...]:
         rows.append(TermCheck("activation", b.activation_bytes / GiB, max(map(float, printed.torch_peak_gib))))
     if printed.non_torch_gib:
         rows.append(TermCheck("non_torch", b.non_torch_bytes / GiB, max(map(float, printed.non_torch_gib))))
+    elif printed.non_kv_gib and printed.model_loading_gib and printed.torch_peak_gib:
+        # 0.27+ prints non-torch only inside "Total non KV cache memory" (weights + torch peak + non-torch)
+        rows.append(TermCheck("non_torch", b.non_torch_bytes / GiB, printed_non_torch_gib(printed)))
     if printed.available_kv_gib:
         rows.append(TermCheck("kv_budget", budget / GiB, min(map(float, printed.available_kv_gib))))
     if printed.kv_cache_tokens:
