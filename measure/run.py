@@ -212,6 +212,7 @@ def predict_capacity(model: str, shape: ModelShape, total: int, util: float, mnb
     return estimate(Scenario(model, shape, "measured", total, engine=HARNESS_ENGINE, tensor_parallel_size=tp,
                              memory_fraction=util, non_torch_bytes=non_torch, max_num_batched_tokens=mnbt,
                              max_num_seqs=1, cuda_graph_bytes=0, weights_dtype="bf16", block_size=block_size,
+                             torch_compile=False,  # the replica's forward is transformers', never compiled
                              max_model_len=mnbt, k_cache_dtype=fmt, v_cache_dtype=fmt, kv_cache_memory_bytes=kv_bytes))
 
 

@@ -1,4 +1,4 @@
-"""Which KV cache dtype values each engine release accepts (profiles/engines/kv-cache-dtypes.json).
+"""Which KV cache dtype values each engine release accepts (profiles/engines/kv_cache_dtypes.json).
 
 A format kvsize can size is refused for a release that would refuse its spelling at start: vLLM 0.26 has no
 `ultraquant_4bit`, so a plan for it under 0.26's rules would name a command that does not start. Releases
@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import KvsizeError
 
-DTYPES_FILE = Path(__file__).resolve().parent.parent / "profiles" / "engines" / "kv-cache-dtypes.json"
+DTYPES_FILE = Path(__file__).resolve().parent.parent / "profiles" / "engines" / "kv_cache_dtypes.json"
 
 
 class AcceptedValue(BaseModel):

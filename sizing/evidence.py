@@ -27,6 +27,7 @@ class StartedRelease(BaseModel):
     median_abs_token_error: float = Field(ge=0)
     worst_token_error: float
     gpus: tuple[str, ...]
+    max_gpus_per_start: int = Field(default=1, ge=1)  # the most GPUs one of its starts ran on (TP x PP)
 
 
 class EvidenceFile(BaseModel):
@@ -171,17 +172,20 @@ def compute_started() -> dict:
     from . import sglang_starts
     from .starts import CORPUS, _config_model, accuracy_rows, family, load_corpus
 
-    def row(ids: set, gpus: set, errors: list[float], ok: int, predictions: int) -> dict:
+    def row(ids: set, gpus: set, errors: list[float], ok: int, predictions: int, most: int) -> dict:
         return {"starts": len(ids), "predictions": predictions, "within_1pct": ok,
                 "median_abs_token_error": round(statistics.median(abs(e) for e in errors), 6),
-                "worst_token_error": round(max(errors, key=abs), 6), "gpus": sorted(gpus)}
+                "worst_token_error": round(max(errors, key=abs), 6), "gpus": sorted(gpus),
+                "max_gpus_per_start": most}
 
     def vllm_rows(rows) -> dict:
         errors = [r.kv_tokens_error for r in rows if r.kv_tokens_error is not None]
         ok = sum(1 for r in rows if all(abs(e) < 0.01 for e in (r.kv_budget_error, r.kv_tokens_error) if e is not None))
-        return row({r.id for r in rows}, {r.gpu for r in rows}, errors, ok, len(rows))
+        return row({r.id for r in rows}, {r.gpu for r in rows}, errors, ok, len(rows),
+                   max(used[r.id] for r in rows))
 
     vllm_starts = load_corpus()
+    used = {s.id: max(1, s.gpus_used) for s in vllm_starts}
     all_rows = accuracy_rows(vllm_starts)
     vllm = {v: vllm_rows([r for r in all_rows if r.release == v]) for v in {r.release for r in all_rows}}
     vllm_families = {f: vllm_rows([r for r in all_rows if r.family == f]) for f in {r.family for r in all_rows}}
@@ -191,7 +195,8 @@ def compute_started() -> dict:
     def sglang_rows(rows) -> dict:
         errors = [c.tokens_error for c in rows]
         ok = sum(1 for e in errors if -0.01 < e <= 0.005)
-        return row({c.start.id for c in rows}, {c.start.gpu for c in rows}, errors, ok, len(rows))
+        return row({c.start.id for c in rows}, {c.start.gpu for c in rows}, errors, ok, len(rows),
+                   max(max(1, c.start.gpus_used) for c in rows))
 
     checks, shapes = [], {}
     for s in sglang_starts.load_corpus():

@@ -483,6 +483,12 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
     evidence = release_evidence(engine.name, engine.version)
     if evidence is not None:
         notes += (evidence.sentence(),)
+        gpus = tp * s.pipeline_parallel_size
+        if evidence.started_version and evidence.figures and gpus > evidence.figures.max_gpus_per_start:
+            notes += (f"no start of {engine.name} {evidence.started_version} ran on more than "
+                      f"{evidence.figures.max_gpus_per_start} GPU(s): at {gpus} GPUs the terms that come with TP and PP "
+                      "(non-torch: NCCL's and the all-reduce's buffers) are read from source and public logs, not "
+                      "confirmed by a start",)
     unstarted = architecture_evidence(engine.name, shape.architectures, family(shape))
     if unstarted:
         notes += (unstarted,)
@@ -506,7 +512,7 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
         run = rules.activation_v2
     above = dict(run.forward_above_model)
     if shape.model_type in above:
-        notes += (f"activation: {engine.release.name}'s profiling forward of {shape.model_type} models ran above "
+        notes += (f"activation: {rules.name}'s profiling forward of {shape.model_type} models ran above "
                   f"kvsize's model ({above[shape.model_type]}): the KV pool may be that much smaller; kvsize "
                   "verify measures it",)
     if engine.name == "vllm" and shape.vision_params and not s.language_model_only and first:

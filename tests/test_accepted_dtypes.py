@@ -1,4 +1,4 @@
-"""A format is refused for a release that would refuse its spelling at start (profiles/engines/kv-cache-dtypes.json:
+"""A format is refused for a release that would refuse its spelling at start (profiles/engines/kv_cache_dtypes.json:
 each release's CacheDType, or SGLang's kv_cache_dtype choices, read from its wheel)."""
 
 import pytest
@@ -28,7 +28,7 @@ def test_every_spelling_kvsize_writes_is_one_the_engine_lists(engine):
     ("vllm@0.24", "int4_per_token_head", "0.25.0"),  # added in 0.25.0's CacheDType
     ("vllm@0.26.0", "ultraquant_4bit", "0.32.0"),
     ("vllm@0.27.1", "nvfp4_4over6", "0.28.0"),
-    ("vllm", "ultraquant_4bit", "0.32.0"),  # the default follows 0.26.0, the newest started release
+    ("vllm@0.31", "ultraquant_4bit", "0.32.0"),
 ])
 def test_a_format_the_release_does_not_accept_is_refused_naming_the_first_that_does(engine, kv, needs):
     with pytest.raises(KvsizeError, match=rf"does not accept --kv-cache-dtype {kv} \(it came in vllm {needs}"):

@@ -377,12 +377,12 @@ def test_a_format_with_an_unconfirmed_layout_says_so(capsys):
 def test_deepseek_v4_estimate_names_vllm_record(capsys):
     args = ("estimate", "--model", "deepseek-v4-flash", "--gpu", "h200", "--tensor-parallel-size", "8",
             "--weights-dtype", "fp8", "--max-model-len", "131072", "--format", "json")
-    # the default follows the newest started release (0.26), which does not build DeepSeek-V4: it says which
-    # release does, and that no start confirms it
-    assert run(*args) == 2
+    # 0.26 does not build DeepSeek-V4: it says which release does; the default follows the newest started
+    # release (0.33.0), which does
+    assert run(*args, "--engine", "vllm@0.26.0") == 2
     err = capsys.readouterr().err
-    assert "--engine vllm@0.33" in err and "never started" in err
-    assert run(*args, "--engine", "vllm@0.33") == 0
+    assert "--engine vllm@0.33" in err
+    assert run(*args) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["k_cache_dtype"] == "fp8_ds_mla_v4" and out["block_size"] == 256
 
@@ -445,14 +445,14 @@ def test_compare_fits_only_what_the_engine_runs_and_names_a_recommendation(capsy
     assert run("compare", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--max-model-len", "32768",
                "--format", "json") == 0
     rows = {r["format"]: r for r in json.loads(capsys.readouterr().out)}
-    assert rows["nvfp4"]["runs"] == "unsupported" and rows["nvfp4"]["status"].startswith("does not run here")
-    # the default release (0.26.0) has no ultraquant_4bit at all (vllm/config/cache.py CacheDType): it says which has
-    assert rows["ultraquant_4bit"]["runs"] == "n/a" and "it came in vllm 0.32.0" in rows["ultraquant_4bit"]["status"]
+    for name in ("nvfp4", "ultraquant_4bit"):
+        assert rows[name]["runs"] == "unsupported" and rows[name]["status"].startswith("does not run here")
+    # a release before 0.32 has no ultraquant_4bit at all (vllm/config/cache.py CacheDType): it says which has
     assert run("compare", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--max-model-len", "32768",
-               "--engine", "vllm@0.33", "--format", "json") == 0
-    later = {r["format"]: r for r in json.loads(capsys.readouterr().out)}
-    assert later["ultraquant_4bit"]["runs"] == "unsupported"
-    assert later["ultraquant_4bit"]["status"].startswith("does not run here")
+               "--engine", "vllm@0.26.0", "--format", "json") == 0
+    earlier = {r["format"]: r for r in json.loads(capsys.readouterr().out)}
+    assert earlier["ultraquant_4bit"]["runs"] == "n/a"
+    assert "it came in vllm 0.32.0" in earlier["ultraquant_4bit"]["status"]
     best = [r for r in rows.values() if r["recommended"]]
     assert [r["format"] for r in best] == ["fp8_e4m3"] and best[0]["runs"] == "supported"
     assert run("compare", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--max-model-len", "32768") == 0
@@ -472,9 +472,9 @@ def test_sweep_spreadsheet_keeps_counts_as_integers_and_says_what_it_assumes(tmp
 
     out = tmp_path / "s.xlsx"
     assert run("sweep", "--models", "llama-3.1-8b", "--gpus", "h100-sxm,b200", "--formats", "auto,nvfp4",
-               "--contexts", "8k,32k", "--engines", "vllm,vllm@0.30", "--out", str(out), "--no-progress") == 0
+               "--contexts", "8k,32k", "--engines", "vllm,vllm@0.31", "--out", str(out), "--no-progress") == 0
     err = capsys.readouterr().err
-    assert "vllm 0.30 was never started" in err and "was started" in err  # as estimate says it
+    assert "vllm 0.31 was never started" in err and "was started" in err  # as estimate says it
     book = openpyxl.load_workbook(out)
     assert book.sheetnames == ["scenarios", "not sized", "assumptions"]
     rows = list(book["scenarios"].iter_rows(values_only=True))
@@ -487,4 +487,4 @@ def test_sweep_spreadsheet_keeps_counts_as_integers_and_says_what_it_assumes(tmp
     not_sized = list(book["not sized"].iter_rows(values_only=True))
     assert not_sized[0][-1] == "reason" and all("nvfp4" in r[-1] for r in not_sized[1:])
     assumptions = {r[0]: r for r in book["assumptions"].iter_rows(values_only=True)}
-    assert assumptions["engine vllm"][1] == "vllm@0.26" and "price date" in assumptions["price usd per GPU hour (b200)"][2]
+    assert assumptions["engine vllm"][1] == "vllm@0.33" and "price date" in assumptions["price usd per GPU hour (b200)"][2]

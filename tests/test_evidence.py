@@ -18,7 +18,7 @@ def test_started_file_is_computed_from_the_corpora():
 def test_default_follows_the_newest_started_release():
     newest = newest_started("vllm")
     assert newest == max(published("vllm")[:published("vllm").index(newest) + 1], key=lambda v: v)
-    assert get_engine("vllm").release.name == find_release("vllm", newest).name != find_release("vllm", None).name
+    assert get_engine("vllm").release.name == find_release("vllm", newest).name
     assert get_engine("sglang").version == newest_started("sglang")
 
 
@@ -35,8 +35,8 @@ def test_started_and_never_started_answers():
     assert started.started and "0.23.0 was started" in started.sentence()
     minor = release_evidence("vllm", "0.23")  # a minor names its started release
     assert minor.started_version == "0.23.0"
-    never = release_evidence("vllm", "0.30.0")
-    assert not never.started and never.nearest_version == newest_started("vllm")
+    never = release_evidence("vllm", "0.31.0")
+    assert not never.started and never.nearest_version == "0.30.0"
     assert "never started" in never.sentence() and never.nearest_version in never.sentence()
     assert release_evidence("vllm", "0.25.0").nearest_version == "0.25.1"
     assert release_evidence("trtllm", None) is None
@@ -48,7 +48,7 @@ def test_an_estimate_says_whether_its_release_was_started():
 
     _, shape = load_model("qwen3-8b")
     g = gpu_profile("h100-sxm")
-    for engine, words in (("vllm", "was started"), ("vllm@0.30", "was never started")):
+    for engine, words in (("vllm", "was started"), ("vllm@0.31", "was never started")):
         e = estimate(Scenario("qwen3-8b", shape, g.name, g.memory_bytes, engine=engine, max_model_len=8192))
         assert any(words in w for w in e.warnings), e.warnings
 
@@ -62,6 +62,21 @@ def test_release_ranges_are_drawn_where_starts_show_the_model_runner_change():
 
     _, llama = load_model("llama-3.1-8b")
     assert [model_runner(get_engine(f"vllm@{v}"), llama) for v in names] == ["v1", "v1", "v2", "v2", "v2"]
+
+
+def test_0_27_to_0_33_are_drawn_where_the_starts_show_the_runner_and_graph_changes():
+    # Qwen3-30B-A3B (MoE) ran V1 on 0.27.1 and V2 on 0.30.0 and 0.33.0; V2 subtracts its graph estimate from 0.29
+    from sizing.plan import graphs_subtracted, model_runner
+    from sizing.profiles import load_model
+
+    _, moe = load_model("qwen3-30b-a3b")
+    _, llama = load_model("llama-3.1-8b")
+    runners = {v: model_runner(get_engine(f"vllm@{v}"), moe) for v in ("0.27.1", "0.30.0", "0.33.0")}
+    assert runners == {"0.27.1": "v1", "0.30.0": "v2", "0.33.0": "v2"}
+    assert [get_engine(f"vllm@{v}").release.model_runners.v2_profiles_cuda_graphs
+            for v in ("0.27.1", "0.28.0", "0.29.0", "0.33.0")] == [False, False, True, True]
+    assert model_runner(get_engine("vllm@0.27.1"), llama) == "v2"
+    assert len({get_engine(f"vllm@{v}").release.name for v in ("0.27.1", "0.30.0", "0.33.0")}) == 3
 
 
 def test_sub_ranges_must_tile_their_range():
