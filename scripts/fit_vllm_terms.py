@@ -127,8 +127,10 @@ def leave_one_family_out() -> list[tuple[str, int, float, float]]:
 
 
 def fit_non_torch() -> dict[str, dict[str, tuple[int, list[str]]]]:
-    """Per release file and model runner: the non-torch memory of its one-GPU starts as the release file keeps
-    it, the middle of the range they print (two decimals of GiB) in bytes, and the starts it comes from."""
+    """Per release file and model runner ("v1", "v2"; "tp" for its starts at TP >= 2, either runner): the
+    non-torch memory of its starts as the release file keeps it, the middle of the range they print (two
+    decimals of GiB) in bytes, and the starts it comes from. Pipeline stages have no start: their figure is
+    the public logs'."""
     import json
 
     from sizing.releases import ENGINES_DIR, version_key
@@ -142,13 +144,15 @@ def fit_non_torch() -> dict[str, dict[str, tuple[int, list[str]]]]:
     groups: dict[tuple[str, str], list[tuple[float, str]]] = {}
     for start in load_corpus():
         p = start.printed
-        if start.status != "sized" or not p.non_torch_gib or start.args.get("tensor_parallel_size", 1) != 1 \
-                or start.args.get("pipeline_parallel_size", 1) != 1:
+        tp, pp = start.args.get("tensor_parallel_size", 1), start.args.get("pipeline_parallel_size", 1)
+        if start.status != "sized" or not p.non_torch_gib or pp != 1:
             continue
         v = version_key(start.release)
         name = next((n for n, lo, hi in files if lo <= v[:len(lo)] and v[:len(hi)] <= hi), None)
         if name is not None:
-            groups.setdefault((name, p.runner), []).append((float(p.non_torch_gib[0]), start.id))
+            # at TP >= 2 every rank prints its own figure: the largest is the one the budget must leave room for
+            groups.setdefault((name, "tp" if tp > 1 else p.runner), []).append(
+                (max(map(float, p.non_torch_gib)), start.id))
     out: dict[str, dict[str, tuple[int, list[str]]]] = {}
     for (name, runner), rows in groups.items():
         values = [v for v, _ in rows]

@@ -338,7 +338,7 @@ def test_the_fit_reproduces_the_shipped_non_torch_constants():
     for name, runners in fit.items():
         shipped = json.loads((ENGINES_DIR / name).read_text())["non_torch"]
         for runner, (value, ids) in runners.items():
-            key = "single_gpu_v2_bytes" if runner == "v2" else "single_gpu_bytes"
+            key = {"v1": "single_gpu_bytes", "v2": "single_gpu_v2_bytes", "tp": "tensor_parallel_bytes"}[runner]
             assert shipped[key] == value, (name, runner, ids)
 
 
