@@ -127,8 +127,12 @@ def _csv_text(rows: list[dict]) -> str:
 
 
 def _flat(record: dict) -> dict:
-    flat = {k: v for k, v in record.items() if k not in ("breakdown", "warnings")}
+    flat = {k: v for k, v in record.items() if k not in ("breakdown", "warnings", "recommended_format")}
     flat.update({f"breakdown_{k}": v for k, v in record["breakdown"].items()})
+    if "recommended_format" in record:
+        best = record["recommended_format"] or {}
+        flat["recommended_format"] = best.get("format", "")
+        flat["recommended_format_max_concurrency"] = best.get("max_concurrency", "")
     flat["warnings"] = " | ".join(record["warnings"])
     return flat
 
@@ -164,6 +168,15 @@ def render_table(record: dict) -> str:
         lines.append(f"  {record['engine']} will print:")
         lines.extend(f"    {line}" for line in record["engine_log_lines"])
     lines.append(f"  {record['fit_message']}")
+    best = record.get("recommended_format")
+    if best is not None:
+        here = "" if best["format"] == record["k_cache_dtype"] else f"; this estimate sized {record['k_cache_dtype']}"
+        lines.append(f"  recommended format here: {best['format']} ({best['max_concurrency']:,} requests at this "
+                     f"length; near-lossless and run by the engine on this GPU{here}; kvsize compare lists every "
+                     "format)")
+    elif "recommended_format" in record:
+        lines.append("  recommended format here: none (no near-lossless format the engine runs on this GPU fits; "
+                     "kvsize compare lists every format)")
     lines.extend(f"  warning: {w}" for w in record["warnings"])
     return "\n".join(lines) + "\n"
 

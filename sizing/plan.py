@@ -886,6 +886,20 @@ def recommended_format(rows: list[dict], engine: str) -> dict | None:
     return max(candidates, key=lambda r: (r["max_concurrency"], -r["kv_bytes_per_token"]))
 
 
+def recommend(base: Scenario, engine: str) -> dict | None:
+    """recommended_format over the near-lossless formats the engine stores (what `kvsize compare` would name),
+    sized for the scenario as given; None where none runs on this GPU and fits."""
+    from .formats import FORMAT_NAMES, get_format
+    from .guidance import NEAR_LOSSLESS_FORMATS
+
+    eng = get_engine(engine)
+    names = [n for n in FORMAT_NAMES
+             if n in NEAR_LOSSLESS_FORMATS and eng.name in get_format(n, base.shape.serving_dtype).engines]
+    best = recommended_format(compare(base, engine, names), eng.name)
+    return None if best is None else {"format": best["format"], "max_concurrency": best["max_concurrency"],
+                                      "kv_bytes_per_token": best["kv_bytes_per_token"]}
+
+
 def compare(base: Scenario, engine: str, format_names) -> list[dict]:
     """Every format for one scenario, one row each; formats the engine cannot store are sized
     with the `ideal` engine and say so."""

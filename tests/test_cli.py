@@ -488,3 +488,16 @@ def test_sweep_spreadsheet_keeps_counts_as_integers_and_says_what_it_assumes(tmp
     assert not_sized[0][-1] == "reason" and all("nvfp4" in r[-1] for r in not_sized[1:])
     assumptions = {r[0]: r for r in book["assumptions"].iter_rows(values_only=True)}
     assert assumptions["engine vllm"][1] == "vllm@0.33" and "price date" in assumptions["price usd per GPU hour (b200)"][2]
+
+
+def test_estimate_names_the_format_compare_recommends(capsys):
+    # estimate names what compare would recommend for the same scenario, and says when it sized another
+    args = ("--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--max-model-len", "32768")
+    assert run("compare", *args, "--format", "json") == 0
+    recommended = next(r for r in json.loads(capsys.readouterr().out) if r["recommended"])
+    assert run("estimate", *args, "--format", "json") == 0
+    named = json.loads(capsys.readouterr().out)["recommended_format"]
+    assert (named["format"], named["max_concurrency"]) == (recommended["format"], recommended["max_concurrency"])
+    assert run("estimate", *args) == 0
+    out = capsys.readouterr().out
+    assert f"recommended format here: {named['format']}" in out and "this estimate sized bf16" in out

@@ -46,6 +46,9 @@ def run(args: argparse.Namespace) -> int:
     record = to_record(result)
     if not result.fits:
         raise KvsizeError(result.fit_message)
+    from sizing.plan import recommend
+
+    record["recommended_format"] = recommend(scenario, args.engine)
     if args.format != "table" or args.out is not None:
         # the table on the terminal carries its warnings; a file or JSON/CSV on stdout does not show them there
         for w in result.warnings:
