@@ -63,6 +63,17 @@ def _on_sigterm(signum, frame):
     raise _Terminated
 
 
+def _raised_while_ending(error: BaseException, kind: type) -> bool:
+    """Whether `error` was raised while a `kind` (SIGTERM, Ctrl-C) was unwinding: it is in its context chain."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, kind):
+            return True
+        seen.add(id(error))
+        error = error.__context__
+    return False
+
+
 def _refuse_out_onto_an_input(args) -> None:
     """--out is checked against every file the command line names, before anything runs (the readers check
     it again against what they read, config.json inside a model folder included)."""
@@ -124,6 +135,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kvsize: error: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # noqa: BLE001 - an escaped exception is a kvsize bug, never a silent success
+        if _raised_while_ending(e, _Terminated):
+            # a library's clean-up (a zip file closed half-written) raised on the way out of SIGTERM
+            print("kvsize: terminated; nothing was written", file=sys.stderr)
+            return 143
+        if _raised_while_ending(e, KeyboardInterrupt):
+            print("kvsize: interrupted; nothing was written", file=sys.stderr)
+            return 130
         if show_traceback:
             raise
         print(f"kvsize: internal error: {type(e).__name__}: {str(e)[:200]} (a bug in kvsize: please report it with "

@@ -266,7 +266,24 @@ def test_sigterm_during_a_sweep_leaves_no_part_file(tmp_path):
     if "terminated" in err:
         assert proc.returncode == 143 and not (tmp_path / "grid.xlsx").exists()
     else:  # the sweep finished before the signal
-        assert proc.returncode == 0 and (tmp_path / "grid.xlsx").exists()
+        assert proc.returncode == 0 and (tmp_path / "grid.xlsx").exists(), err[-600:]
+
+
+def test_an_error_raised_while_sigterm_unwinds_is_the_termination_not_a_bug(monkeypatch, capsys):
+    # a library's clean-up that raises on the way out of SIGTERM (a zip file closed half-written) is still
+    # SIGTERM: exit 143 and "terminated", not exit 3 and "internal error"
+    import app.cli as cli
+
+    def run(args):
+        try:
+            raise cli._Terminated
+        finally:
+            raise ValueError("I/O operation on closed file")
+
+    monkeypatch.setattr(cli, "build_parser", lambda: type("P", (), {"parse_args": lambda self, a: type(
+        "A", (), {"run": staticmethod(run), "out": None})()})())
+    assert cli.main(["estimate"]) == 143
+    assert "terminated; nothing was written" in capsys.readouterr().err
 
 
 def test_contexts_beyond_the_models_positions_warn_in_compare_and_sweep(tmp_path, capsys):
