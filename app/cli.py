@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 
 from sizing.errors import KvsizeError
@@ -95,7 +96,36 @@ def _refuse_out_onto_an_input(args) -> None:
             _check_out(Path(out), tuple(named))
 
 
+# what a config, a log or a scrape could carry to the terminal: C0 and C1 controls (an escape sequence recolours
+# or rewrites the screen) and lone surrogates (which no encoding writes); tabs, newlines and the carriage
+# return of the progress bar pass
+_UNSAFE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+class _TerminalSafe:
+    """A text stream that shows control characters from untrusted input as escapes instead of obeying them."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream.write(_UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                                              else f"\\u{ord(m.group()):04x}", text))
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def main(argv: list[str] | None = None) -> int:
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _TerminalSafe(out), _TerminalSafe(err)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
+def _main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     show_traceback = "--traceback" in argv
     import signal

@@ -518,3 +518,16 @@ def test_estimate_names_the_format_compare_recommends(capsys):
     assert run("estimate", *args) == 0
     out = capsys.readouterr().out
     assert f"recommended format here: {named['format']}" in out and "this estimate sized bf16" in out
+
+
+def test_control_characters_from_a_config_reach_the_terminal_as_escapes(tmp_path, capsys):
+    # an escape sequence in a config's architecture name is shown, never obeyed (it would recolour or rewrite
+    # the planner's terminal); the same for a lone surrogate, which no encoding could write
+    config = json.loads((ROOT / "tests" / "fixtures" / "vllm-starts" / "configs" / "llama-3.1-8b.json").read_text())
+    config["architectures"] = ["Llama\x1b[2J\x07Evil\ud800"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert run("estimate", "--model", str(path), "--max-model-len", "8192") == 0
+    both = "".join(capsys.readouterr())
+    assert "\x1b" not in both and "\x07" not in both and "\ud800" not in both
+    assert "Llama\\x1b[2J\\x07Evil\\ud800" in both
