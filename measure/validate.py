@@ -323,7 +323,7 @@ def _check_kernels(report: dict, tolerance: float | None) -> list[str]:
     layout; time within KERNEL_TIME_TOLERANCE of sizing's attention_seconds with the report's
     fitted efficiency (points in the fitted batch range)."""
     from sizing.formats import FormatOptions
-    from sizing.speed import attention_seconds, efficiency_from_report
+    from sizing.speed import attention_seconds, efficiency_from_report, efficiency_section
 
     from .bounds import KIVI_RESIDUAL, kernel_tolerance
 
@@ -333,7 +333,7 @@ def _check_kernels(report: dict, tolerance: float | None) -> list[str]:
     problems = []
     signed: dict[str, list[float]] = {}
     eff = efficiency_from_report(report, "report") if "decode_efficiency" in report else None
-    section = report.get("decode_efficiency", {})
+    section = efficiency_section(report, "report") if eff is not None else None
     _, shape = model_shape("llama-3.1-8b", 1)  # 8 KV heads of 128: the grid's shape, one layer
     for p in points:
         where = f"kernel {p['format']} b{p['batch']} ctx{p['context']} d{p['head_dim']}" + (
@@ -361,8 +361,8 @@ def _check_kernels(report: dict, tolerance: float | None) -> list[str]:
             if expected != p["bytes_read"]:
                 problems.append(f"{where}: kernel read {p['bytes_read']} B, sizing's layout holds {expected} B")
         if eff is not None and p in report.get("kernels", []) and p["format"] in eff.kv and \
-                p["batch"] >= section.get("fitted_on_batch_at_least", 1):
-            predicted = attention_seconds(p["bytes_read"], section["reference_bandwidth_gb_s"], eff, p["format"],
+                p["batch"] >= section.fitted_on_batch_at_least:
+            predicted = attention_seconds(p["bytes_read"], section.reference_bandwidth_gb_s, eff, p["format"],
                                           sequences=p["batch"], context_tokens=p["context"])
             measured = p["median_ms"] / 1e3
             tol = KERNEL_TIME_TOLERANCE if tolerance is None else tolerance

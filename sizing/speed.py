@@ -18,7 +18,9 @@ import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from types import MappingProxyType
-from typing import Mapping
+from typing import Annotated, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import KvsizeError
 from .layers import CacheLayout
@@ -98,23 +100,46 @@ class DecodeEfficiency:
         return replace(self, kv=MappingProxyType(kv), reference_gpu=None, basis=basis, source=f"{self.source}; {basis}")
 
 
-def efficiency_from_report(report: dict, where: str = "report") -> DecodeEfficiency:
-    """The measured efficiencies of a kernel benchmark report (benchmarks/bench_decode.py)."""
-    section = report.get("decode_efficiency")
+class EfficiencySection(BaseModel):
+    """A kernel benchmark report's decode_efficiency section, as kvsize uses it (numbers, never booleans or text;
+    finite; bandwidths and efficiencies above zero). Other fields the benchmark records are kept as they are."""
+
+    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
+
+    reference_bandwidth_gb_s: float = Field(gt=0, le=1e6)
+    kv: dict[str, Annotated[float, Field(gt=0, le=10)]]
+    overhead_s: dict[str, float] = {}
+    per_sequence_s: dict[str, float] = {}
+    per_context_token_s: dict[str, float] = {}
+    weights: float = Field(default=DEFAULT_WEIGHTS_EFFICIENCY, gt=0, le=1)
+    fitted_on_batch_at_least: int = Field(default=1, ge=1)
+
+
+def efficiency_section(report: dict, where: str = "report") -> EfficiencySection:
+    """The report's decode_efficiency section, checked; one line naming the field where it is not one."""
+    section = report.get("decode_efficiency") if isinstance(report, dict) else None
     if not isinstance(section, dict) or not isinstance(section.get("kv"), dict):
         raise KvsizeError(f"{where} has no decode_efficiency section; run the kernel benchmark "
                           f"(benchmarks/bench_decode.py) to measure one")
     try:
-        kv = {str(k): float(v) for k, v in section["kv"].items()}
-        terms = {name: MappingProxyType({str(k): float(v) for k, v in section.get(name, {}).items()})
-                 for name in KERNEL_TIME_TERMS}
-    except (TypeError, ValueError, AttributeError) as e:
-        raise KvsizeError(f"{where}: decode_efficiency values must be numbers ({e})") from None
+        return EfficiencySection.model_validate(section)
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = ".".join(str(p) for p in err["loc"])
+        raise KvsizeError(f"{where}: decode_efficiency.{field}: {err['msg']}") from None
+
+
+def efficiency_from_report(report: dict, where: str = "report") -> DecodeEfficiency:
+    """The measured efficiencies of a kernel benchmark report (benchmarks/bench_decode.py)."""
+    section = efficiency_section(report, where)
+    kv = dict(section.kv)
+    terms = {name: MappingProxyType(dict(getattr(section, name))) for name in KERNEL_TIME_TERMS}
+    device = report.get("device") if isinstance(report.get("device"), dict) else {}
     return DecodeEfficiency(
-        weights=float(section.get("weights", DEFAULT_WEIGHTS_EFFICIENCY)), kv=MappingProxyType(kv),
+        weights=section.weights, kv=MappingProxyType(kv),
         kv_default=DEFAULT_KV_EFFICIENCY, **terms,
-        source=f"measured on {report.get('device', {}).get('name', 'a GPU')} ({where}): kv efficiency = bytes "
-               f"read / kernel time / {section.get('reference_bandwidth_gb_s', '?')} GB/s; weights and formats "
+        source=f"measured on {device.get('name', 'a GPU')} ({where}): kv efficiency = bytes "
+               f"read / kernel time / {section.reference_bandwidth_gb_s:g} GB/s; weights and formats "
                f"not measured: assumption {DEFAULT_WEIGHTS_EFFICIENCY:.0%} / {DEFAULT_KV_EFFICIENCY:.0%}",
     )
 

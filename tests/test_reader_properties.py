@@ -125,3 +125,50 @@ def test_a_measurement_report_of_any_fields_is_checked_or_refused_in_one_line(fi
         assert "\n" not in str(e).strip()
     else:
         assert isinstance(problems, list) and all(isinstance(p, str) for p in problems)
+
+
+def _paths(value, prefix=()):
+    """Every (path, leaf) of a JSON value."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _paths(v, (*prefix, k))
+    elif isinstance(value, list) and value:
+        for i, v in enumerate(value[:3]):
+            yield from _paths(v, (*prefix, i))
+    else:
+        yield prefix
+
+
+def _committed(name):
+    from pathlib import Path
+
+    return json.loads((Path(__file__).resolve().parent.parent / "measure" / "reports" / name).read_text())
+
+
+REPORTS = {name: _committed(name) for name in ("h100-capacity.json", "h200-verify-qwen3-8b-fp8.json",
+                                               "h100-decode-kernels.json")}
+FIELDS = [(name, path) for name, report in REPORTS.items() for path in _paths(report) if path]
+
+
+@settings(max_examples=int(__import__("os").environ.get("KVSIZE_FUZZ_EXAMPLES", "200")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(FIELDS), LEAVES)
+def test_a_committed_report_with_one_field_of_any_value_is_checked_or_refused_in_one_line(field, value):
+    # every field of three real reports (capacity points, a verify report, decode kernels) set to a number,
+    # a string, NaN or a list in turn: validate names the problem, never crashes
+    import copy
+
+    from measure.validate import checked
+
+    name, path = field
+    report = copy.deepcopy(REPORTS[name])
+    node = report
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    try:
+        problems = checked(report, None)
+    except KvsizeError as e:
+        assert "\n" not in str(e).strip()
+    else:
+        assert isinstance(problems, list) and all(isinstance(p, str) for p in problems)
