@@ -459,6 +459,28 @@ MALFORMED_PREFIXES = ("not a kvsize measurement report", "non-finite number at",
                       "the report holds no points", "a point lacks the field", "a point holds a value of the wrong kind")
 
 
+# a field with one of these endings holds a measured or derived number (JSON true and false would pass Python's
+# arithmetic as 1 and 0)
+NUMBER_ENDINGS = ("_ms", "_bytes", "_s", "_gb_s", "_mib", "_pct", "_error", "tokens", "batch", "context", "seconds",
+                  "blocks", "count", "bytes", "transfers", "heads", "head_dim", "block_size", "utilization")
+FLAG_FIELDS = frozenset({"split_bytes"})  # a kernel configuration's switch (measure/kernel_bench.py), not a size
+
+
+def _booleans_for_numbers(value, path: str = "report") -> list[str]:
+    found = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(item, bool) and isinstance(key, str) and key.endswith(NUMBER_ENDINGS) \
+                    and key not in FLAG_FIELDS:
+                found.append(f"{path}.{key}")
+            else:
+                found += _booleans_for_numbers(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            found += _booleans_for_numbers(item, f"{path}[{i}]")
+    return found
+
+
 def checked(report, tolerance: float | None) -> list[str]:
     """check_report, with a malformed report's first missing or mistyped field named instead of raised."""
     if tolerance is not None and not (math.isfinite(tolerance) and tolerance >= 0):
@@ -468,6 +490,9 @@ def checked(report, tolerance: float | None) -> list[str]:
     bad = _non_finite(report)
     if bad:
         return [f"non-finite number at {p}" for p in bad[:5]]
+    flags = _booleans_for_numbers(report)
+    if flags:
+        return [f"{p} is true or false where a measured number belongs" for p in flags[:5]]
     if not isinstance(report.get("device"), dict) or "name" not in report["device"]:
         return ["the report has no device (name of the GPU it was measured on)"]
     if not any(isinstance(report.get(k), list) and report[k] for k in POINT_SECTIONS):
@@ -476,6 +501,9 @@ def checked(report, tolerance: float | None) -> list[str]:
         return check_report(report, tolerance)
     except KeyError as e:
         return [f"a point lacks the field {e.args[0]!r}"]
+    except ArithmeticError:
+        return ["a point holds a zero where a measured time, size or bandwidth divides (nothing measured takes "
+                "no time or holds no bytes)"]
     except (TypeError, ValueError, AttributeError) as e:
         where = _first_null(report, NON_NULL_FIELDS)
         if where:

@@ -145,8 +145,8 @@ def _committed(name):
     return json.loads((Path(__file__).resolve().parent.parent / "measure" / "reports" / name).read_text())
 
 
-REPORTS = {name: _committed(name) for name in ("h100-capacity.json", "h200-verify-qwen3-8b-fp8.json",
-                                               "h100-decode-kernels.json")}
+REPORTS = {path.name: _committed(path.name) for path in sorted(
+    (__import__("pathlib").Path(__file__).resolve().parent.parent / "measure" / "reports").glob("*.json"))}
 FIELDS = [(name, path) for name, report in REPORTS.items() for path in _paths(report) if path]
 
 
@@ -154,7 +154,7 @@ FIELDS = [(name, path) for name, report in REPORTS.items() for path in _paths(re
           suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(FIELDS), LEAVES)
 def test_a_committed_report_with_one_field_of_any_value_is_checked_or_refused_in_one_line(field, value):
-    # every field of three real reports (capacity points, a verify report, decode kernels) set to a number,
+    # every field of the committed reports (capacity, verify, decode kernels, transfers, TP) set to a number,
     # a string, NaN or a list in turn: validate names the problem, never crashes
     import copy
 
@@ -172,3 +172,15 @@ def test_a_committed_report_with_one_field_of_any_value_is_checked_or_refused_in
         assert "\n" not in str(e).strip()
     else:
         assert isinstance(problems, list) and all(isinstance(p, str) for p in problems)
+
+
+def test_a_flag_or_a_zero_where_a_measured_number_belongs_is_named():
+    import copy
+
+    from measure.validate import checked
+
+    report = copy.deepcopy(REPORTS["h200-decode-kernels.json"])
+    report["kernels"][1]["median_ms"] = False
+    assert checked(report, None) == ["report.kernels[1].median_ms is true or false where a measured number belongs"]
+    report["kernels"][1]["median_ms"] = 0
+    assert any("a zero where a measured time" in p for p in checked(report, None))
