@@ -372,8 +372,10 @@ def _dtype_name(value: Any) -> str | None:
 
 # No published model comes near these; larger values are typos or hostile files (and would make
 # kvsize build millions of per-layer specs).
+# max_position_embeddings: 2^27 tokens, 12.8 x the longest context a published config gives (Llama 4 Scout,
+# 10,485,760); beyond it the rotary cache alone would be the figure an error blamed
 SHAPE_LIMITS = {"num_hidden_layers": 4096, "hidden_size": 1 << 20, "num_attention_heads": 1 << 14,
-                "vocab_size": 1 << 24}
+                "vocab_size": 1 << 24, "max_position_embeddings": 1 << 27}
 
 
 def _within_limit(value: int, name: str) -> int:
@@ -507,8 +509,9 @@ def _resolve(raw: dict[str, Any], raw_text: dict[str, Any], parsed: Any, rejecte
 
     vocab = _within_limit(f.need_int("vocab_size", "padded_vocab_size", "n_vocab"), "vocab_size")
     tied = _config_flag(f.get("tie_word_embeddings", default=False), "tie_word_embeddings")
-    max_pos = _as_int(f.get("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length",
-                            default=0), "max_position_embeddings")
+    max_pos = _within_limit(_as_int(f.get("max_position_embeddings", "n_positions", "max_sequence_length",
+                                          "seq_length", default=0), "max_position_embeddings"),
+                            "max_position_embeddings")
     if max_pos == 0:
         max_pos = 4096
         notes.append("config.json gives no max_position_embeddings; assumed 4096")

@@ -184,3 +184,15 @@ def test_a_flag_or_a_zero_where_a_measured_number_belongs_is_named():
     assert checked(report, None) == ["report.kernels[1].median_ms is true or false where a measured number belongs"]
     report["kernels"][1]["median_ms"] = 0
     assert any("a zero where a measured time" in p for p in checked(report, None))
+
+
+def test_a_context_no_model_has_is_named_not_blamed_on_the_weights():
+    # the rotary cache grows with max_position_embeddings: 10^15 positions are refused by that field's name
+    from sizing.shape import parse_config_text, resolve_shape
+
+    try:
+        resolve_shape(parse_config_text(json.dumps({**BASE_CONFIG, "max_position_embeddings": 10**15})))
+    except KvsizeError as e:
+        assert "'max_position_embeddings'" in str(e) and "weights" not in str(e)
+    else:
+        raise AssertionError("a context of 10^15 positions was sized")
