@@ -215,3 +215,18 @@ def test_release_picker_and_recommendation_in_chromium(page, app_url):
     page.goto(f"{app_url}/?model=llama-3.1-8b&gpu=h100-sxm&engine=vllm&ctx=32768&conc=8&page=Compare+formats")
     assert _wait_until(lambda: page.get_by_text("Recommended: fp8_e4m3").count() > 0 and not _script_running(page))
     assert page.locator('[data-testid="stException"]').count() == 0
+
+
+def test_a_bad_link_is_reported_and_a_shared_gpus_fraction_can_be_set(app_url, page):
+    # in the browser: an unknown model, GPU and page from the URL are said, the widgets keep their own
+    # defaults (not the first entry of each list), and utilization 0.16 (kvsize watch's example) is settable
+    page.goto(f"{app_url}/?model=nope&gpu=nope-gpu&page=Nope&util=0.16")
+    assert _wait_until(lambda: page.get_by_text("page 'Nope' from the page URL is not one of the pages").count() > 0
+                       and not _script_running(page))
+    assert page.get_by_text("'nope' from the page URL is not one of the choices").count() > 0
+    # the app writes the values it used back into the link: the widgets' defaults
+    assert _wait_until(lambda: "model=llama-3.1-8b" in page.url and "gpu=h100-sxm" in page.url), page.url
+    assert "util=0.16" in page.url
+    shared = estimate(scenario("llama-3.1-8b", max_model_len=32768, concurrency=8, memory_fraction=0.16))
+    want = f"{shared.max_concurrency:,}"
+    assert _wait_for_metric(page, "Max concurrency", want) == want  # the pool of 0.16 of the GPU
