@@ -216,6 +216,13 @@ def predict_capacity(model: str, shape: ModelShape, total: int, util: float, mnb
                              max_model_len=mnbt, k_cache_dtype=fmt, v_cache_dtype=fmt, kv_cache_memory_bytes=kv_bytes))
 
 
+def predicted_record(e, shape: ModelShape) -> dict:
+    """A capacity point's `predicted` fields from kvsize's estimate `e` of it."""
+    return dict(weights_bytes=e.breakdown.weights_bytes, weights_tensor_bytes=predicted_weight_tensors_bytes(shape),
+                activation_bytes=e.breakdown.activation_bytes, kv_budget_bytes=e.kv_budget_bytes,
+                num_blocks=e.num_blocks)
+
+
 def predicted_weight_tensors_bytes(shape: ModelShape) -> int:
     """kvsize's bytes of the replica's weight tensors (bf16, one GPU): the estimate's weights without the
     segment ends vLLM's allocator counts with its own (merged) tensors, which the replica does not build."""
@@ -323,10 +330,7 @@ def measure_capacity(gpu: Gpu, model: str, layers: int | None, util: float, mnbt
             activation_source=f"transformers forward ({attention} attention), not vLLM's profile run",
             derived=dict(kv_budget_bytes=available, num_blocks=blocks, block_bytes=derived.block_bytes,
                          kv_cache_tokens=derived.max_tokens),
-            predicted=dict(weights_bytes=predicted.breakdown.weights_bytes,
-                           weights_tensor_bytes=predicted_weight_tensors_bytes(shape),
-                           activation_bytes=predicted.breakdown.activation_bytes,
-                           kv_budget_bytes=predicted.kv_budget_bytes, num_blocks=predicted.num_blocks),
+            predicted=predicted_record(predicted, shape),
             # vLLM's budget is in bytes torch allocates: the pool and a forward pass must stay within
             # utilization x total - non-torch, and 2% more blocks must not, apart from the allocator's
             # rounding of the pool's tensors, which vLLM's rule does not count either; the segments

@@ -386,15 +386,29 @@ POINT_SECTIONS = ("allocation", "capacity", "decode", "kernels", "kernel_extras"
                   "peer_layered")
 
 
-def _non_finite(value, where: str = "") -> list[str]:
-    """Paths of NaN or infinite numbers anywhere in the report."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return [where or "(top)"]
+def _leaves(value, where: str = ""):
+    """Every (path, key, leaf) of a report, depth first in the file's order (key: the field's name, or None in a
+    list)."""
     if isinstance(value, dict):
-        return [p for k, v in value.items() for p in _non_finite(v, f"{where}.{k}" if where else str(k))]
-    if isinstance(value, list):
-        return [p for i, v in enumerate(value) for p in _non_finite(v, f"{where}[{i}]")]
-    return []
+        for key, item in value.items():
+            path = f"{where}.{key}" if where else str(key)
+            if isinstance(item, (dict, list)):
+                yield from _leaves(item, path)
+            else:
+                yield path, key, item
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            if isinstance(item, (dict, list)):
+                yield from _leaves(item, f"{where}[{i}]")
+            else:
+                yield f"{where}[{i}]", None, item
+    else:
+        yield where or "(top)", None, value
+
+
+def _non_finite(value) -> list[str]:
+    """Paths of NaN or infinite numbers anywhere in the report."""
+    return [p for p, _, leaf in _leaves(value) if isinstance(leaf, float) and not math.isfinite(leaf)]
 
 
 def read_report(path: str) -> dict:
@@ -436,22 +450,9 @@ def _depth(value) -> int:
 NON_NULL_FIELDS = frozenset({"model", "kv_cache_dtype", "format", "kernel", "direction", "gpu"})
 
 
-def _first_null(value, fields: frozenset[str], where: str = "") -> str | None:
+def _first_null(value, fields: frozenset[str]) -> str | None:
     """The path of the first null among `fields` in the report, or None."""
-    if isinstance(value, dict):
-        for key, item in value.items():
-            path = f"{where}.{key}" if where else str(key)
-            if item is None and key in fields:
-                return path
-            found = _first_null(item, fields, path)
-            if found:
-                return found
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            found = _first_null(item, fields, f"{where}[{i}]")
-            if found:
-                return found
-    return None
+    return next((p for p, key, leaf in _leaves(value) if leaf is None and key in fields), None)
 
 
 # The problems `checked` finds in a report that is not one, as against a figure that disagrees.
@@ -466,19 +467,9 @@ NUMBER_ENDINGS = ("_ms", "_bytes", "_s", "_gb_s", "_mib", "_pct", "_error", "tok
 FLAG_FIELDS = frozenset({"split_bytes"})  # a kernel configuration's switch (measure/kernel_bench.py), not a size
 
 
-def _booleans_for_numbers(value, path: str = "report") -> list[str]:
-    found = []
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if isinstance(item, bool) and isinstance(key, str) and key.endswith(NUMBER_ENDINGS) \
-                    and key not in FLAG_FIELDS:
-                found.append(f"{path}.{key}")
-            else:
-                found += _booleans_for_numbers(item, f"{path}.{key}")
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            found += _booleans_for_numbers(item, f"{path}[{i}]")
-    return found
+def _booleans_for_numbers(value) -> list[str]:
+    return [f"report.{p}" for p, key, leaf in _leaves(value) if isinstance(leaf, bool) and isinstance(key, str)
+            and key.endswith(NUMBER_ENDINGS) and key not in FLAG_FIELDS]
 
 
 def checked(report, tolerance: float | None) -> list[str]:

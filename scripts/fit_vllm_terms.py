@@ -238,31 +238,24 @@ def fit_v2_graph_per_layer() -> tuple[int, list[str]]:
 
 
 def write_sampled_logit_non_torch(fits: dict[str, dict]) -> None:
-    import json
+    def change(data: dict) -> None:
+        for sub in data["sub_ranges"]:
+            fit = fits.get(sub["release"])
+            if fit is None:
+                continue
+            sub["non_torch"].update({k: fit[k] for k in ("single_gpu_bytes", "single_gpu_v2_bytes",
+                                                          "v2_bytes_per_sampled_logit", "v2_bytes_per_embedding_element")
+                                     if k in fit})
+            v1 = (f"; V1 as the middle of {', '.join(fit['v1_starts'])}" if fit["v1_starts"]
+                  else "; no start ran the V1 runner, which takes the V2 base")
+            sub["sources"]["non_torch"] = (
+                "scripts/fit_vllm_terms.py --write: the V2 runner's one-GPU non-torch memory (the 'Total non KV cache "
+                "memory' line less weights and torch peak) as base + bytes per logit of the sampler's profiling pass "
+                "(max_num_seqs x vocab_size)" + (" + bytes per element of the vocab x hidden embedding"
+                                                 if "v2_bytes_per_embedding_element" in fit else "")
+                + ", least squares over " + ", ".join(fit["v2_starts"]) + v1)
 
-    from sizing.releases import ENGINES_DIR
-
-    path = ENGINES_DIR / LOGIT_FILE
-    data = json.loads(path.read_text())
-    for sub in data["sub_ranges"]:
-        fit = fits.get(sub["release"])
-        if fit is None:
-            continue
-        sub["non_torch"].update({k: fit[k] for k in ("single_gpu_bytes", "single_gpu_v2_bytes",
-                                                      "v2_bytes_per_sampled_logit", "v2_bytes_per_embedding_element")
-                                 if k in fit})
-        v1 = (f"; V1 as the middle of {', '.join(fit['v1_starts'])}" if fit["v1_starts"]
-              else "; no start ran the V1 runner, which takes the V2 base")
-        sub["sources"]["non_torch"] = (
-            "scripts/fit_vllm_terms.py --write: the V2 runner's one-GPU non-torch memory (the 'Total non KV cache "
-            "memory' line less weights and torch peak) as base + bytes per logit of the sampler's profiling pass "
-            "(max_num_seqs x vocab_size)" + (" + bytes per element of the vocab x hidden embedding"
-                                             if "v2_bytes_per_embedding_element" in fit else "")
-            + ", least squares over " + ", ".join(fit["v2_starts"]) + v1)
-    tmp = path.with_suffix(".json.part")
-    tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
-    tmp.replace(path)
-    print(f"wrote {path}")
+    _edit_release(LOGIT_FILE, change)
 
 
 def main() -> int:
@@ -298,43 +291,48 @@ def main() -> int:
     return 0
 
 
-def write(constants: dict) -> None:
-    """Put the fitted constants into the release files that use them, naming the starts."""
+def _edit_release(name: str, change) -> None:
+    """Apply `change` to a release file's data and write it whole (a temporary file, renamed)."""
     import json
 
     from sizing.releases import ENGINES_DIR
 
+    path = ENGINES_DIR / name
+    data = json.loads(path.read_text())
+    change(data)
+    tmp = path.with_suffix(".json.part")
+    try:
+        tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    print(f"wrote {path}")
+
+
+def write(constants: dict) -> None:
+    """Put the fitted constants into the release files that use them, naming the starts."""
     ids = constants.pop("fitted_on")
-    for name in FITTED_FILES:
-        path = ENGINES_DIR / name
-        data = json.loads(path.read_text())
+
+    def change(data: dict) -> None:
         data["cuda_graph_estimate"].update(constants)
         data["sources"]["cuda_graph_estimate.fitted_on"] = (
             f"scripts/fit_vllm_terms.py --write, least squares over the {len(ids)} starts of tests/fixtures/vllm-starts "
             "that log each mode's figures at DEBUG: " + ", ".join(ids))
-        tmp = path.with_suffix(".json.part")
-        tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
-        tmp.replace(path)
-        print(f"wrote {path}")
+
+    for name in FITTED_FILES:
+        _edit_release(name, change)
 
 
 def write_v2_graph_per_layer(per_layer: int, ids: list[str]) -> None:
-    import json
+    def change(data: dict) -> None:
+        data["cuda_graph_estimate"]["v2_per_layer_bytes"] = per_layer
+        data["sources"]["cuda_graph_estimate.v2_per_layer"] = (
+            "scripts/fit_vllm_terms.py --write: Model Runner V2's estimate (0.29+, v1/worker/gpu/cudagraph_utils.py "
+            "profile_cudagraph_memory: a throwaway KV cache and pool, FULL graphs extrapolated from samples) printed "
+            "as 'CUDA graph pool memory: ... (estimated)', less the V1 runner's model, per layer, least squares over "
+            + ", ".join(ids))
 
-    from sizing.releases import ENGINES_DIR
-
-    path = ENGINES_DIR / LOGIT_FILE
-    data = json.loads(path.read_text())
-    data["cuda_graph_estimate"]["v2_per_layer_bytes"] = per_layer
-    data["sources"]["cuda_graph_estimate.v2_per_layer"] = (
-        "scripts/fit_vllm_terms.py --write: Model Runner V2's estimate (0.29+, v1/worker/gpu/cudagraph_utils.py "
-        "profile_cudagraph_memory: a throwaway KV cache and pool, FULL graphs extrapolated from samples) printed as "
-        "'CUDA graph pool memory: ... (estimated)', less the V1 runner's model, per layer, least squares over "
-        + ", ".join(ids))
-    tmp = path.with_suffix(".json.part")
-    tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
-    tmp.replace(path)
-    print(f"wrote {path}")
+    _edit_release(LOGIT_FILE, change)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from measure.run import model_shape, predict_capacity, predicted_weight_tensors_bytes  # noqa: E402
+from measure.report_io import write_report  # noqa: E402
+from measure.run import model_shape, predict_capacity, predicted_record  # noqa: E402
 
 
 def repredict(point: dict) -> bool:
@@ -26,10 +27,7 @@ def repredict(point: dict) -> bool:
     e = predict_capacity(point["model"], shape, point["total_bytes"], point["gpu_memory_utilization"],
                          point["max_num_batched_tokens"], point["block_size"], point["kv_cache_dtype"],
                          m["non_torch_bytes"])
-    new = dict(weights_bytes=e.breakdown.weights_bytes, weights_tensor_bytes=predicted_weight_tensors_bytes(shape),
-               activation_bytes=e.breakdown.activation_bytes, kv_budget_bytes=e.kv_budget_bytes,
-               num_blocks=e.num_blocks)
-    new = {k: v for k, v in new.items() if k in point["predicted"]}
+    new = {k: v for k, v in predicted_record(e, shape).items() if k in point["predicted"]}
     changed = new != point["predicted"]
     point["predicted"] = new
     return changed
@@ -40,9 +38,7 @@ def main(paths: list[str]) -> int:
         path = Path(name)
         report = json.loads(path.read_text())
         changed = sum(repredict(p) for p in report.get("capacity", []))
-        tmp = path.with_suffix(".json.part")
-        tmp.write_text(json.dumps(report, indent=1) + "\n")
-        tmp.replace(path)
+        write_report(path, report)
         print(f"{path}: {changed} predictions refreshed")
     return 0
 

@@ -241,10 +241,15 @@ def release_panel(release: str) -> list[dict]:
     ]
 
 
+def panels(releases) -> list[dict]:
+    """The common panel on each of the releases, in turn."""
+    return [row for release in releases for row in release_panel(release)]
+
+
 def release_panels():
     """The eleventh batch, on H100s: the common panel on every torch-2.11 release not yet started (0.21.0,
     0.23.0, 0.24.0, 0.25.1), so that release ranges are drawn where starts show a change."""
-    return [row for release in PANEL_RELEASES for row in release_panel(release)]
+    return panels(PANEL_RELEASES)
 
 
 TORCH_STAGE_RELEASES = ("0.33.0", "0.27.1", "0.30.0")
@@ -253,7 +258,7 @@ TORCH_STAGE_RELEASES = ("0.33.0", "0.27.1", "0.30.0")
 def torch_stage_panels():
     """The twelfth batch: the common panel on the releases that pin a newer torch than 2.11 (each started with its
     own torch, triton, torchvision and NCCL), newest first."""
-    return [row for release in TORCH_STAGE_RELEASES for row in release_panel(release)]
+    return panels(TORCH_STAGE_RELEASES)
 
 
 GAP_RELEASES = ("0.20.0", "0.26.0", "0.25.0", "0.22.0")
@@ -263,7 +268,7 @@ def panel_gaps():
     """The thirteenth batch, where the machine has time after the twelfth: the whole panel on the torch-2.11
     releases whose panel is incomplete on one GPU kind (0.20.0, 0.26.0) or never started (0.25.0, 0.22.0); starts
     already in the corpus for the machine's GPU kind are dropped before the run."""
-    return [row for release in GAP_RELEASES for row in release_panel(release)]
+    return panels(GAP_RELEASES)
 
 
 if __name__ == "__main__":

@@ -61,8 +61,7 @@ def dtypes_table() -> DtypesTable:
 def accepted_since(engine: str, spelling: str) -> str | None:
     """The first checked release of `engine` that accepts `spelling`; None when none does (or it is unchecked)."""
     row = dtypes_table().engines.get(engine)
-    found = next((v.since for v in row.values if v.value == spelling), None) if row else None
-    return found
+    return next((v.since for v in row.values if v.value == spelling), None) if row else None
 
 
 def check_release_accepts(engine: str, version: str | None, spelling: str, fmt_name: str) -> None:
@@ -73,9 +72,8 @@ def check_release_accepts(engine: str, version: str | None, spelling: str, fmt_n
     if row is None or version is None:
         return
     asked = version_key(version)
-    first, last = version_key(row.checked[0]), version_key(row.checked[-1])
-    # a release named by its minor version (vllm@0.32) is judged as its first patch
-    if not first[:len(asked)] <= asked <= last[:len(asked)] + (10**9,):
+    # a release named by its minor version (vllm@0.32) is in the window by that minor, and judged as its first patch
+    if not version_key(row.checked[0])[:len(asked)] <= asked <= version_key(row.checked[-1])[:len(asked)]:
         return
     since = accepted_since(engine, spelling)
     if since is None or version_key(since) > asked + (0,) * (3 - len(asked)):

@@ -73,11 +73,7 @@ def read_deployment(text: str, where: str) -> Deployment:
 def pinned_engine(engine) -> str:
     """NAME@VERSION of the release whose rules sized the plan (the default follows the newest started release,
     which may change; the deployment keeps the one it was planned with)."""
-    from .evidence import newest_started
-
-    if engine.release is None:
-        return engine.name
-    version = engine.version or newest_started(engine.name)
+    version = engine.followed_version
     return f"{engine.name}@{version}" if version else engine.name
 
 

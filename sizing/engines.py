@@ -632,6 +632,16 @@ class Engine:
         return f"{self.release.name} rules: {self.release.label}"
 
     @property
+    def followed_version(self) -> str | None:
+        """The version whose rules apply: the one asked for, else the newest started release (None for an engine
+        without release files, or with no started release)."""
+        if self.release is None:
+            return None
+        from .evidence import newest_started
+
+        return self.version or newest_started(self.name)
+
+    @property
     def memory_fraction_default(self) -> float:
         return self.release.memory_fraction_default if self.release else self.fraction_default
 
@@ -765,11 +775,9 @@ def check_format_supported(engine: Engine, fmt_name: str, engines_of_format: tup
             f"engines that store {fmt_name}: {', '.join(engines_of_format)}"
         )
     from .accepted_dtypes import check_release_accepts
-    from .evidence import newest_started
     from .serve import LAUNCHERS
 
     launcher = LAUNCHERS.get(engine.name)
     spelling = launcher.spelling.get(fmt_name) if launcher else None
-    if spelling is not None and engine.release is not None:
-        check_release_accepts(engine.name, engine.version or newest_started(engine.name), spelling,
-                              fmt_name)
+    if spelling is not None:
+        check_release_accepts(engine.name, engine.followed_version, spelling, fmt_name)

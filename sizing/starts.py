@@ -156,11 +156,9 @@ def _terms(e, printed: Printed) -> tuple[TermCheck, ...]:
         rows.append(TermCheck("cuda_graphs", b.cuda_graph_bytes / GiB, max(map(float, printed.cuda_graph_gib))))
     if printed.torch_peak_gib:
         rows.append(TermCheck("activation", b.activation_bytes / GiB, max(map(float, printed.torch_peak_gib))))
-    if printed.non_torch_gib:
-        rows.append(TermCheck("non_torch", b.non_torch_bytes / GiB, max(map(float, printed.non_torch_gib))))
-    elif printed.non_kv_gib and printed.model_loading_gib and printed.torch_peak_gib:
-        # 0.27+ prints non-torch only inside "Total non KV cache memory" (weights + torch peak + non-torch)
-        rows.append(TermCheck("non_torch", b.non_torch_bytes / GiB, printed_non_torch_gib(printed)))
+    non_torch = printed_non_torch_gib(printed)
+    if non_torch is not None:
+        rows.append(TermCheck("non_torch", b.non_torch_bytes / GiB, non_torch))
     if printed.available_kv_gib:
         rows.append(TermCheck("kv_budget", budget / GiB, min(map(float, printed.available_kv_gib))))
     if printed.kv_cache_tokens:

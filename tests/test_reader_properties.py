@@ -26,6 +26,18 @@ def one_line_or_answer(read, *args):
         assert text and "\n" not in text.strip(), text
 
 
+def checked_or_refused(report):
+    """validate's check of a report: a list of one-line problems, or a one-line refusal."""
+    from measure.validate import checked
+
+    try:
+        problems = checked(report, None)
+    except KvsizeError as e:
+        assert "\n" not in str(e).strip()
+    else:
+        assert isinstance(problems, list) and all(isinstance(p, str) for p in problems)
+
+
 CONFIG_KEYS = ["architectures", "model_type", "hidden_size", "num_hidden_layers", "num_attention_heads",
                "num_key_value_heads", "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings",
                "torch_dtype", "tie_word_embeddings", "sliding_window", "layer_types", "kv_lora_rank",
@@ -116,15 +128,7 @@ def test_a_plan_file_of_any_deployment_is_read_or_refused_in_one_line(schema, de
 @given(st.dictionaries(st.sampled_from(["schema", "device", "capacity", "decode", "allocation", "kernels", "log",
                                         "predicted", "settings"]), LEAVES, max_size=5))
 def test_a_measurement_report_of_any_fields_is_checked_or_refused_in_one_line(fields):
-    from measure.validate import checked
-
-    report = {"schema": "kvsize.measure/1", **fields}
-    try:
-        problems = checked(report, None)
-    except KvsizeError as e:
-        assert "\n" not in str(e).strip()
-    else:
-        assert isinstance(problems, list) and all(isinstance(p, str) for p in problems)
+    checked_or_refused({"schema": "kvsize.measure/1", **fields})
 
 
 def _paths(value, prefix=()):
@@ -158,20 +162,13 @@ def test_a_committed_report_with_one_field_of_any_value_is_checked_or_refused_in
     # a string, NaN or a list in turn: validate names the problem, never crashes
     import copy
 
-    from measure.validate import checked
-
     name, path = field
     report = copy.deepcopy(REPORTS[name])
     node = report
     for key in path[:-1]:
         node = node[key]
     node[path[-1]] = value
-    try:
-        problems = checked(report, None)
-    except KvsizeError as e:
-        assert "\n" not in str(e).strip()
-    else:
-        assert isinstance(problems, list) and all(isinstance(p, str) for p in problems)
+    checked_or_refused(report)
 
 
 def test_a_flag_or_a_zero_where_a_measured_number_belongs_is_named():
