@@ -457,7 +457,8 @@ def _first_null(value, fields: frozenset[str]) -> str | None:
 
 # The problems `checked` finds in a report that is not one, as against a figure that disagrees.
 MALFORMED_PREFIXES = ("not a kvsize measurement report", "non-finite number at", "the report has no device",
-                      "the report holds no points", "a point lacks the field", "a point holds a value of the wrong kind")
+                      "the report holds no points", "a point lacks the field", "a point holds a value of the wrong kind",
+                      "report.", "a point holds a zero")
 
 
 # a field with one of these endings holds a measured or derived number (JSON true and false would pass Python's

@@ -193,3 +193,17 @@ def test_a_context_no_model_has_is_named_not_blamed_on_the_weights():
         assert "'max_position_embeddings'" in str(e) and "weights" not in str(e)
     else:
         raise AssertionError("a context of 10^15 positions was sized")
+
+
+def test_validate_refuses_a_flag_where_a_number_belongs_as_a_malformed_report(tmp_path, capsys):
+    # a report that is not one is refused in one line (exit 2), not counted as a disagreeing measurement (exit 1)
+    import copy
+
+    from app.cli import main
+
+    report = copy.deepcopy(REPORTS["h200-decode-kernels.json"])
+    report["kernels"][1]["median_ms"] = False
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(report))
+    assert main(["validate", str(path)]) == 2
+    assert "median_ms is true or false" in capsys.readouterr().err
