@@ -453,14 +453,21 @@ _SETUPS_MAX = 4096
 
 def _stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, index: int, stage: range,
                  num_stages: int) -> _StageSetup:
-    # Keyed by hand: an lru_cache would key on `s` whole, and so miss on every new length.
-    key = (_setup_key(s), engine, k_name, v_name, index, stage.start, stage.stop, num_stages)
+    # Keyed by hand: an lru_cache would key on `s` whole, and so miss on every new length. SGLang's default
+    # fraction reads the context length, so the fraction the engine would pick is part of the key.
+    key = (_setup_key(s), _fraction(s, engine), engine, k_name, v_name, index, stage.start, stage.stop, num_stages)
     found = _SETUPS.get(key)
     if found is None:
         if len(_SETUPS) >= _SETUPS_MAX:
             _SETUPS.clear()
         found = _SETUPS[key] = _build_stage_setup(s, engine, k_name, v_name, index, stage, num_stages)
     return found
+
+
+def _fraction(s: Scenario, engine: Engine) -> float:
+    """The memory fraction asked for, else the engine's default for this scenario."""
+    return s.memory_fraction if s.memory_fraction is not None else engine.default_fraction(
+        s.nvml_mib, s.tensor_parallel_size, s.pipeline_parallel_size, fraction_inputs(s, s.shape))
 
 
 def fraction_inputs(s: Scenario, shape: ModelShape):
@@ -616,6 +623,9 @@ def estimate_lengths(scenario: Scenario, lengths: list[int]) -> list[tuple[Estim
         # The profiled batch (V0) or the tightest stage can change with the length: estimate each.
         return [(e, _figures_of(e)) for e in (estimate(scenario.at_length(n)) for n in lengths)]
     s, engine, k_name, v_name = _prepared(scenario.at_length(lengths[0]))
+    if len({_fraction(s.at_length(n), engine) for n in lengths}) > 1:
+        # SGLang's default fraction reads the context length: each length has its own budget.
+        return [(e, _figures_of(e)) for e in (estimate(scenario.at_length(n)) for n in lengths)]
     su = _stage_setup(s, engine, k_name, v_name, 0, range(s.shape.num_layers), 1)
     return [(first, _length_figures(su, engine, s.concurrency, n)) for n in lengths]
 

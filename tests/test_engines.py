@@ -191,3 +191,18 @@ def test_per_gpu_notes_say_what_changes_with_tensor_parallelism():
     assert "MLA latent is not split" in notes("deepseek-v2", 8)
     # Qwen3-Next: 16 heads, 2 KV heads (profiles/models/qwen3-next-80b-a3b-thinking.json): replicated at TP 4
     assert "2 KV heads over 4 GPUs: each holds one, replicated" in notes("qwen3-next-80b-a3b-thinking", 4)
+
+
+def test_an_sglang_answer_does_not_depend_on_the_length_estimated_before_it():
+    # SGLang's default --mem-fraction-static reads the context length; a stage's setup cached at one length
+    # once answered the next length with the first length's fraction (a sweep's rows and a later estimate).
+    from sizing.plan import _SETUPS
+
+    long = scenario(engine="sglang", max_model_len=131072, concurrency=1)
+    _SETUPS.clear()
+    fresh = estimate(long)
+    _SETUPS.clear()
+    estimate(replace(long, max_model_len=4096))
+    after_short = estimate(long)
+    assert after_short.kv_budget_bytes == fresh.kv_budget_bytes
+    assert after_short.max_tokens == fresh.max_tokens
