@@ -9,7 +9,7 @@ from fractions import Fraction
 
 from sizing.errors import KvsizeError
 from sizing.units import parse_size
-from sizing.vllm_args import CUDAGRAPH_MODES
+from sizing.engines.vllm_args import CUDAGRAPH_MODES
 
 FRACTION_OPTIONS = {
     "gpu_memory_utilization": ("vllm", "--gpu-memory-utilization"),
@@ -175,8 +175,8 @@ def _memory_fraction(args: argparse.Namespace, engine: str) -> float | None:
 def scenario_from_args(args: argparse.Namespace, model: str, gpu: str, engine: str, tp: int,
                        max_model_len: int | None, k: str, v: str):
     from sizing.engines import get_engine
-    from sizing.formats import FormatOptions
-    from sizing.plan import Scenario
+    from sizing.cache.formats import FormatOptions
+    from sizing.capacity.estimate import Scenario
     from sizing.profiles import gpu_profile, load_model
 
     name, shape = load_model(model)
@@ -221,7 +221,7 @@ def _read_launch(args: argparse.Namespace):
     """The vLLM launch after '--': its model (where --model is not given) and the settings it moves,
     refused where they contradict a kvsize option given beside it."""
     from sizing.profiles import model_ids, model_profile
-    from sizing.vllm_args import read_command
+    from sizing.engines.vllm_args import read_command
 
     launch = read_command(args.launch)
     if not args.engine.strip().lower().startswith("vllm"):
@@ -251,7 +251,7 @@ def _read_launch(args: argparse.Namespace):
 
 
 def _warn_beyond_positions(model: str, shape, contexts) -> None:
-    from sizing.plan import beyond_positions_warning
+    from sizing.capacity.estimate import beyond_positions_warning
 
     warning = beyond_positions_warning(model, shape, contexts)
     if warning:

@@ -25,11 +25,11 @@ from app.views.tiers import page_tiers  # noqa: E402
 from app.views.validation import page_validation  # noqa: E402
 from sizing.engines import ENGINES, get_engine  # noqa: E402
 from sizing.errors import KvsizeError  # noqa: E402
-from sizing.formats import FORMAT_NAMES  # noqa: E402
-from sizing.memory import WEIGHT_FORMATS  # noqa: E402
-from sizing.plan import Scenario  # noqa: E402
+from sizing.cache.formats import FORMAT_NAMES  # noqa: E402
+from sizing.engines.memory import WEIGHT_FORMATS  # noqa: E402
+from sizing.capacity.estimate import Scenario  # noqa: E402
 from sizing.profiles import bundled_shape, gpu_profile, model_profile  # noqa: E402
-from sizing.shape import MAX_CONFIG_BYTES  # noqa: E402
+from sizing.config import MAX_CONFIG_BYTES  # noqa: E402
 
 
 NEWEST_STARTED = "newest started"
@@ -38,14 +38,14 @@ NEWEST_STARTED = "newest started"
 def release_choices(engine: str) -> list[str]:
     """The releases a planner can pick for an engine kvsize keeps starts of: the default (its newest started
     release) and every published release; other engines follow their one release file."""
-    from sizing.evidence import published
+    from sizing.engines.started import published
 
     versions = list(published(engine))
     return [NEWEST_STARTED, *reversed(versions)] if versions else [NEWEST_STARTED]
 
 
 def release_label(engine: str, version: str) -> str:
-    from sizing.evidence import newest_started, started
+    from sizing.engines.started import newest_started, started
 
     if version == NEWEST_STARTED:
         return f"newest started ({newest_started(engine)})"

@@ -27,9 +27,9 @@ def main():
         config.write_text(json.dumps(json.loads((ROOT / "profiles/models/qwen3-8b.json").read_text())["config"]))
         print(f"cold start, raw config.json: median {cold(['estimate', '--model', str(config)], 5):.3f} s (goal <= 4 s)")
     sys.path.insert(0, str(ROOT))
-    from sizing.plan import Scenario
+    from sizing.capacity.estimate import Scenario
     from sizing.profiles import gpu_profile, load_model
-    from sizing.sweep import SweepGrid, run_sweep
+    from sizing.planners.sweep import SweepGrid, run_sweep
 
     models = ["llama-3.1-8b", "llama-3.1-70b", "qwen3-8b", "gpt-oss-20b", "mistral-7b-v0.1", "deepseek-v3",
               "gemma-2-9b", "qwen3-30b-a3b", "mixtral-8x7b-v0.1", "falcon-7b"]

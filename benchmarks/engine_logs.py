@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sizing.logcheck import check_rows  # noqa: E402
+from sizing.evidence.logcheck import check_rows  # noqa: E402
 from sizing.units import GiB  # noqa: E402
 
 

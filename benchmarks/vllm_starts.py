@@ -21,7 +21,8 @@ sys.path.insert(0, str(ROOT))
 
 from sizing.profiles import load_model  # noqa: E402
 from sizing.units import GiB  # noqa: E402
-from sizing.starts import CORPUS, accuracy_rows, check_start, family, load_corpus, summarize  # noqa: E402
+from sizing.config.family import family  # noqa: E402
+from sizing.evidence.starts import CORPUS, accuracy_rows, check_start, load_corpus, summarize  # noqa: E402
 
 
 def _pct(x: float | None) -> str:
@@ -116,7 +117,7 @@ def releases_section() -> list[str]:
     """Every published release of vLLM and SGLang: started (with kvsize's figures on its starts) or never started
     (the rules read from source alone, with the nearest started release's figures)."""
     from sizing.engines import get_engine
-    from sizing.evidence import published, release_evidence
+    from sizing.engines.started import published, release_evidence
 
     lines = ["## Per release: started and never started", "",
              "Every release a planner can install (`profiles/engines/published.json`). A started release's figures",
@@ -148,7 +149,7 @@ def prospective_section(starts) -> list[str]:
     on the same starts: the error a planner meets on a start kvsize has not seen, apart from the in-sample one."""
     import json
 
-    from sizing import sglang_starts
+    from sizing.evidence import sglang_starts
 
     vllm = {s.id: s for s in starts if s.status == "sized"}
     sgl = {s.id: s for s in sglang_starts.load_corpus() if s.status == "sized"}
@@ -202,7 +203,7 @@ def prospective_section(starts) -> list[str]:
 
 
 def _config_shape(config: str, engine: str):
-    from sizing import sglang_starts
+    from sizing.evidence import sglang_starts
 
     folder = CORPUS if engine == "vllm" else sglang_starts.CORPUS
     return load_model(str(folder / config))[1]
@@ -213,7 +214,7 @@ def fitted_section() -> list[str]:
     family it has not seen."""
     import importlib.util
 
-    from sizing.releases import find_release
+    from sizing.engines.releases import find_release
 
     spec = importlib.util.spec_from_file_location("fit_vllm_terms", ROOT / "scripts" / "fit_vllm_terms.py")
     fit = importlib.util.module_from_spec(spec)
@@ -246,7 +247,7 @@ def fitted_section() -> list[str]:
 
 
 def sglang_section() -> list[str]:
-    from sizing import sglang_starts
+    from sizing.evidence import sglang_starts
 
     starts = sglang_starts.load_corpus()
     sized = [s for s in starts if s.status == "sized"]
@@ -312,8 +313,8 @@ SERVERS = (("vllm-0.26.0-h200-llama-3.1-8b-serve.log", "llama-3.1-8b.json", "h20
 def servers_section() -> list[str]:
     """check-log on the servers started for `kvsize watch`: at utilization 0.16 the KV budget is some 6 GiB, so an
     activation error of 0.1 GiB is a percent or more of it."""
-    from sizing.logs import log_scenario, read_log
-    from sizing.plan import estimate
+    from sizing.evidence.logs import log_scenario, read_log
+    from sizing.capacity.estimate import estimate
     from sizing.profiles import gpu_profile
 
     lines = ["## Servers under load (tests/fixtures/metrics)", "",
@@ -339,7 +340,9 @@ def write_started() -> None:
     """profiles/engines/started.json from the corpora, before the page that quotes it is made."""
     import json
 
-    from sizing.evidence import compute_started, started as cached_started
+    from sizing.evidence.accuracy import compute_started
+
+    from sizing.engines.started import started as cached_started
 
     path = ROOT / "profiles" / "engines" / "started.json"
     tmp = path.with_suffix(".json.part")

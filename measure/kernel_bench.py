@@ -20,8 +20,8 @@ from types import MappingProxyType
 import torch
 import triton
 
-from sizing.speed import (DEFAULT_KV_EFFICIENCY, DEFAULT_WEIGHTS_EFFICIENCY, KERNEL_TIME_TERMS, DecodeEfficiency,
-                          attention_seconds)
+from sizing.efficiency import DEFAULT_KV_EFFICIENCY, DEFAULT_WEIGHTS_EFFICIENCY, KERNEL_TIME_TERMS, DecodeEfficiency
+from sizing.planners.speed import attention_seconds
 
 from .kernels import compile_decode, paged_decode
 from .paged_cache import (FORMATS, KIVI, KIVI_RESIDUAL, add_kivi_residual, kernel_tolerance, pack,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from sizing.formats import FormatOptions
+from sizing.cache.formats import FormatOptions
 
 E2M1_GRID = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
 # ggml-quants.c kvalues_iq4nl

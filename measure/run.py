@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 
 from sizing.errors import KvsizeError
-from sizing.layers import build_layout
-from sizing.plan import Scenario, estimate
+from sizing.cache.layers import build_layout
+from sizing.capacity.estimate import Scenario, estimate
 from sizing.profiles import model_profile
-from sizing.shape import ModelShape, resolve_shape
+from sizing.config import ModelShape, resolve_shape
 
 from .report_io import write_report
 
@@ -226,7 +226,7 @@ def predicted_record(e, shape: ModelShape) -> dict:
 def predicted_weight_tensors_bytes(shape: ModelShape) -> int:
     """kvsize's bytes of the replica's weight tensors (bf16, one GPU): the estimate's weights without the
     segment ends vLLM's allocator counts with its own (merged) tensors, which the replica does not build."""
-    from sizing.memory import resolve_weights_dtype, weight_bytes
+    from sizing.engines.memory import resolve_weights_dtype, weight_bytes
 
     return weight_bytes(shape, resolve_weights_dtype("bf16", shape), 1, range(shape.num_layers), True, True).total_bytes
 

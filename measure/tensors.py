@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from sizing.formats import Component, SideLayout
-from sizing.layers import CacheLayout
+from sizing.cache.formats import Component, SideLayout
+from sizing.cache.layers import CacheLayout
 from sizing.units import cdiv
 
 from .tensors_math import layout_bytes

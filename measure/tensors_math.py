@@ -1,6 +1,6 @@
 """Torch-free arithmetic shared by the allocator and the validator."""
 
-from sizing.layers import CacheLayout
+from sizing.cache.layers import CacheLayout
 
 
 def layout_bytes(layout: CacheLayout, num_blocks: int, block_size: int) -> int:

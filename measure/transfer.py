@@ -2,7 +2,7 @@
 
 Host (one GPU): `python -m measure.transfer host --out R.json`
   1. Contiguous copies between HBM and pinned host memory, 1 MiB to 1 GiB, each direction, and
-     within HBM: each link's latency and bandwidth are fitted from these (sizing.tiers.fit_link).
+     within HBM: each link's latency and bandwidth are fitted from these (sizing.planners.tiers.fit_link).
   2. Paged KV blocks of each format and block size, gathered from random places in a pool and
      copied to pinned memory as one batch (offload), and back and scattered into the pool (reload),
      as offload connectors batch them. These are the points the tier model must predict.
@@ -11,11 +11,11 @@ Peer (two GPUs of one host, NCCL, NVLink multicast off):
 `torchrun --nproc-per-node 2 -m measure.transfer peer --out R.json`
   1. One send/recv of 1 MiB to 1 GiB from GPU 0 to GPU 1, and 16 MiB, 256 MiB and 1 GiB in 4, 16
      and 64 sends: the start latency, the cost of each further send and the bandwidth are fitted
-     from the sends of 8 MiB or more (sizing.tiers.PEER_FIT_MIN_MESSAGE_BYTES).
+     from the sends of 8 MiB or more (sizing.planners.tiers.PEER_FIT_MIN_MESSAGE_BYTES).
   2. A request's KV sent layer by layer (one send per layer, as layer-wise P/D connectors do) for
      each format and prompt length: the points the disaggregation model must predict.
 
-The block layout is the model's (sizing.layers): a block holds every layer's page of block_size
+The block layout is the model's (sizing.cache.layers): a block holds every layer's page of block_size
 tokens, contiguous, as host-side KV stores keep it.
 """
 
@@ -50,7 +50,7 @@ def _timed(fn, sync, repeats: int) -> float:
 
 def _block_bytes(model: str, fmt: str, block_size: int) -> tuple[int, int]:
     """(bytes of one block across every layer, layers) on one GPU at TP 1."""
-    from sizing.layers import build_layout
+    from sizing.cache.layers import build_layout
     from sizing.profiles import load_model
 
     _, shape = load_model(model)
@@ -161,7 +161,7 @@ def peer(model: str, repeats: int) -> dict | None:
             contiguous.append({"bytes": size, "transfers": k, "seconds": timed(bufs)})
             del bufs
     layered = []
-    from sizing.layers import build_layout
+    from sizing.cache.layers import build_layout
     from sizing.profiles import load_model
 
     _, shape = load_model(model)

@@ -7,8 +7,8 @@ import math
 import sys
 
 from sizing.errors import KvsizeError
-from sizing.layers import build_layout
-from sizing.memory import MIN_BLOCK_BYTES, SEGMENT_ROUNDING_BYTES, UNSPLIT_END_MAX_BYTES
+from sizing.cache.layers import build_layout
+from sizing.engines.memory import MIN_BLOCK_BYTES, SEGMENT_ROUNDING_BYTES, UNSPLIT_END_MAX_BYTES
 
 from .bounds import ERROR_BOUNDS
 from .run import REPORT_SCHEMA, model_shape, pool_tensor_sizes, predict_capacity, predicted_weight_tensors_bytes
@@ -128,8 +128,8 @@ def _check_evidence(report: dict) -> list[str]:
 
 def _check_transfers(report: dict, tolerance: float | None) -> list[str]:
     """Paged offload/reload and layer-wise peer sends against the link model fitted on the report's
-    contiguous sweeps (sizing/tiers.py); each point's bytes must be what its layout holds."""
-    from sizing.tiers import host_transfer_from_report, layered_send_seconds, peer_link_from_report
+    contiguous sweeps (sizing/planners/tiers.py); each point's bytes must be what its layout holds."""
+    from sizing.planners.tiers import host_transfer_from_report, layered_send_seconds, peer_link_from_report
 
     tol = TOLERANCES["transfer_seconds"] if tolerance is None else tolerance
     problems = []
@@ -228,7 +228,7 @@ def _check_capacity(p: dict, tolerance: float | None) -> list[str]:
 
 # PyTorch's caching allocator rounds a request up to 512 B (kMinBlockSize) and gives a block the rest of
 # what it was cut from when too little is left to split: under 512 B in the small pool (requests up to
-# 1 MiB, kSmallSize), up to 1 MiB in the large pool (sizing/memory.py holds the allocator's constants).
+# 1 MiB, kSmallSize), up to 1 MiB in the large pool (sizing/engines/memory.py holds the allocator's constants).
 
 
 def allocator_slack_bytes(size: int) -> int:
@@ -322,8 +322,9 @@ def _check_kernels(report: dict, tolerance: float | None) -> list[str]:
     within 5x the format's bound of fp32 over the original values; bytes read equal to sizing's
     layout; time within KERNEL_TIME_TOLERANCE of sizing's attention_seconds with the report's
     fitted efficiency (points in the fitted batch range)."""
-    from sizing.formats import FormatOptions
-    from sizing.speed import attention_seconds, efficiency_from_report, efficiency_section
+    from sizing.cache.formats import FormatOptions
+    from sizing.efficiency import efficiency_from_report, efficiency_section
+    from sizing.planners.speed import attention_seconds
 
     from .bounds import KIVI_RESIDUAL, kernel_tolerance
 

@@ -111,9 +111,9 @@ def scrub_log(log: str, known: dict[str, str]) -> str:
 
 def verify_checks(report: dict) -> list[dict]:
     """Predicted against printed, per term, from the report's log and config alone."""
-    from sizing.logs import compare_log, log_scenario, read_log
+    from sizing.evidence.logs import compare_log, log_scenario, read_log
     from sizing.profiles import gpu_profile
-    from sizing.shape import resolve_shape
+    from sizing.config import resolve_shape
 
     from sizing.errors import KvsizeError
 

@@ -17,8 +17,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sizing.profiles import gpu_profile  # noqa: E402
-from sizing.releases import find_release  # noqa: E402
-from sizing.sglang_starts import load_corpus  # noqa: E402
+from sizing.engines.releases import find_release  # noqa: E402
+from sizing.evidence.sglang_starts import load_corpus  # noqa: E402
 from sizing.units import GiB  # noqa: E402
 
 

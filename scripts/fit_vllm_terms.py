@@ -4,7 +4,7 @@ usage: python scripts/fit_vllm_terms.py
 vLLM's profile_cudagraph_memory logs, at DEBUG, each mode's first capture and per-graph figure
 ("Estimated PIECEWISE CUDA graph memory: 134.00 MiB first-capture + (51-1) x 4.00 MiB per-graph").
 The starts of tests/fixtures/vllm-starts that ran at DEBUG give those figures, so each part of the
-estimate (sizing/memory.py cuda_graph_estimate) is fitted to vLLM's own figure for it by least squares:
+estimate (sizing/engines/memory.py cuda_graph_estimate) is fitted to vLLM's own figure for it by least squares:
   the first PIECEWISE capture: first_capture_bytes + activation_copies x (largest size x 2 x MLP width x dtype);
   the further graphs: per_graph_layer_bytes (or per_graph_mla_layer_bytes) x layers x further graphs.
 The first FULL capture (the split-KV accumulators) is printed beside its prediction, not fitted: its
@@ -25,9 +25,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sizing.engines import get_engine  # noqa: E402
-from sizing.memory import DTYPE_BYTES, graph_captures, split_kv_accumulator_bytes  # noqa: E402
-from sizing.plan import with_engine_defaults  # noqa: E402
-from sizing.starts import CORPUS, load_corpus, start_scenario  # noqa: E402
+from sizing.engines.memory import DTYPE_BYTES, graph_captures, split_kv_accumulator_bytes  # noqa: E402
+from sizing.capacity.estimate import with_engine_defaults  # noqa: E402
+from sizing.evidence.starts import CORPUS, load_corpus, start_scenario  # noqa: E402
 from sizing.units import MiB  # noqa: E402
 
 # rank 0's lines only (every rank prints the same figures)
@@ -57,7 +57,7 @@ NON_TORCH_GROUPS = {"0.27": "0.27-0.32", "0.29": "0.27-0.32", "0.33": "0.33"}
 def collect() -> tuple[list, list, list]:
     """(first PIECEWISE captures, further graphs, first FULL captures): per start that logged them, its id, its
     family, the regressors and vLLM's figure in bytes."""
-    from sizing.starts import family
+    from sizing.config.family import family
 
     first, further, full = [], [], []
     for start in load_corpus():
@@ -133,7 +133,7 @@ def fit_non_torch() -> dict[str, dict[str, tuple[int, list[str]]]]:
     the public logs'."""
     import json
 
-    from sizing.releases import ENGINES_DIR, version_key
+    from sizing.engines.releases import ENGINES_DIR, version_key
     from sizing.units import GiB
 
     files = []
@@ -167,8 +167,8 @@ def fit_sampled_logit_non_torch() -> dict[str, dict]:
     less weights and torch peak, two decimals of GiB); the V1 runner's as the middle of its starts' figures."""
     import json
 
-    from sizing.releases import ENGINES_DIR, version_key
-    from sizing.starts import printed_non_torch_gib
+    from sizing.engines.releases import ENGINES_DIR, version_key
+    from sizing.evidence.starts import printed_non_torch_gib
     from sizing.units import GiB
 
     data = json.loads((ENGINES_DIR / LOGIT_FILE).read_text())
@@ -212,7 +212,7 @@ def fit_sampled_logit_non_torch() -> dict[str, dict]:
 def fit_v2_graph_per_layer() -> tuple[int, list[str]]:
     """Model Runner V2's CUDA-graph estimate (0.29+) above the V1 runner's model, per layer of the model: least
     squares (no intercept) over the starts that print it ('CUDA graph pool memory: ... (estimated)')."""
-    from sizing.memory import cuda_graph_estimate
+    from sizing.engines.memory import cuda_graph_estimate
     from sizing.units import GiB
 
     layers, above, ids = [], [], []
@@ -295,7 +295,7 @@ def _edit_release(name: str, change) -> None:
     """Apply `change` to a release file's data and write it whole (a temporary file, renamed)."""
     import json
 
-    from sizing.releases import ENGINES_DIR
+    from sizing.engines.releases import ENGINES_DIR
 
     path = ENGINES_DIR / name
     data = json.loads(path.read_text())

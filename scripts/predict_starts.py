@@ -19,9 +19,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from sizing.errors import KvsizeError  # noqa: E402
-from sizing.plan import estimate  # noqa: E402
-from sizing.sglang_starts import planned_sglang_scenario  # noqa: E402
-from sizing.starts import planned_scenario  # noqa: E402
+from sizing.capacity.estimate import estimate  # noqa: E402
+from sizing.evidence.sglang_starts import planned_sglang_scenario  # noqa: E402
+from sizing.evidence.starts import planned_scenario  # noqa: E402
 
 
 def commit() -> str:

@@ -3,7 +3,7 @@ committed ahead of a batch: the code of the commit before the batch, run on the 
 
 usage: python scripts/reconstruct_predictions.py
 For each commit that added starts to tests/fixtures/vllm-starts/manifest.jsonl and has no predictions file,
-the parent commit is checked out into a temporary worktree and its own `sizing.starts.check_start` predicts
+the parent commit is checked out into a temporary worktree and its own `sizing.evidence.starts.check_start` predicts
 the batch's starts (their configs and logs read from this checkout). The result goes to
 tests/fixtures/vllm-starts/predictions/reconstructed-<commit>.jsonl, each line naming the code (`code`) and
 marked `reconstructed`. A batch whose parent cannot predict a start (no such code yet, or a start its schema
@@ -28,7 +28,10 @@ MANIFEST = "tests/fixtures/vllm-starts/manifest.jsonl"
 CHILD = r"""
 import json, sys
 from pathlib import Path
-from sizing.starts import Start, check_start
+try:
+    from sizing.evidence.starts import Start, check_start
+except ImportError:  # a commit from before sizing/ was split into stages
+    from sizing.starts import Start, check_start
 corpus = Path(sys.argv[1])
 for line in sys.stdin:
     row = json.loads(line)

@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from measure.verify import bundled_gpu  # noqa: E402
-from sizing.sglang_starts import CORPUS, load_corpus  # noqa: E402
+from sizing.evidence.sglang_starts import CORPUS, load_corpus  # noqa: E402
 
 # srun.py's defaults (the staging tool): dummy weights, no tokenizer, triton attention, CUDA graphs off
 TOOL_DEFAULTS = {"load_format": "dummy", "skip_tokenizer_init": True, "attention_backend": "triton",

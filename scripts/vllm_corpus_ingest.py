@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from measure.verify import bundled_gpu  # noqa: E402
-from sizing.starts import CORPUS, load_corpus  # noqa: E402
+from sizing.evidence.starts import CORPUS, load_corpus  # noqa: E402
 
 
 def printed(text: str) -> dict:

@@ -16,8 +16,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import KvsizeError, unknown
-from .shape import ModelShape, read_config_file, resolve_shape
-from .speed import KERNEL_TIME_TERMS, DecodeEfficiency
+from .config import ModelShape, read_config_file, resolve_shape
+from .efficiency import KERNEL_TIME_TERMS, DecodeEfficiency
 
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "profiles"
 
@@ -62,7 +62,7 @@ class GpuProfile(BaseModel):
 
 
 class LinkProfile(BaseModel):
-    """A link a KV tier or a disaggregated deployment moves blocks over (sizing/tiers.py)."""
+    """A link a KV tier or a disaggregated deployment moves blocks over (sizing/planners/tiers.py)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

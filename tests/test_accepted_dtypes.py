@@ -3,11 +3,11 @@ each release's CacheDType, or SGLang's kv_cache_dtype choices, read from its whe
 
 import pytest
 
-from sizing.accepted_dtypes import accepted_since, dtypes_table
+from sizing.engines.accepted_dtypes import accepted_since, dtypes_table
 from sizing.errors import KvsizeError
-from sizing.plan import Scenario, estimate
+from sizing.capacity.estimate import Scenario, estimate
 from sizing.profiles import load_model
-from sizing.serve import LAUNCHERS
+from sizing.engines.serve import LAUNCHERS
 
 H200_BYTES = 150_109_880_320  # CUDA's total of an H200 (the developers' guide)
 

@@ -9,7 +9,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from conftest import ROOT  # noqa: E402
 from helpers import scenario  # noqa: E402
-from sizing.plan import estimate  # noqa: E402
+from sizing.capacity.estimate import estimate  # noqa: E402
 
 APP = str(ROOT / "app" / "streamlit_app.py")
 
@@ -105,7 +105,7 @@ def _upload(at, key, name, data: bytes):
 
 def test_malformed_config_upload_shows_the_cli_error():
     from sizing.errors import KvsizeError
-    from sizing.shape import parse_config_text
+    from sizing.config import parse_config_text
 
     at = _app()
     _upload(at, "upload", "config.json", b"{not json")
@@ -116,7 +116,7 @@ def test_malformed_config_upload_shows_the_cli_error():
 
 
 def test_oversized_config_upload_is_refused():
-    from sizing.shape import MAX_CONFIG_BYTES
+    from sizing.config import MAX_CONFIG_BYTES
 
     at = _app()
     _upload(at, "upload", "config.json", b" " * (MAX_CONFIG_BYTES + 1))
@@ -171,7 +171,7 @@ def test_formulas_page_lists_layer_groups_term_by_term():
 
 def _fleet_page_workload(peak: int):
     """The Fleet page's default workload table (app/streamlit_app.py DEFAULT_BUCKETS) and 50 ms ITL target."""
-    from sizing.workload import parse_workload
+    from sizing.planners.workload import parse_workload
 
     return parse_workload({"peak_concurrency": peak, "itl_target_ms": 50, "buckets": [
         {"max_context_tokens": 8192, "share_percent": 55, "output_tokens": 512},
@@ -182,13 +182,13 @@ def _fleet_page_workload(peak: int):
 
 def _fleet_page_candidates():
     """The Fleet page's default candidates: H100 and H200, auto/fp8_e4m3/nvfp4, TP 1/2/4."""
-    from sizing.fleet import build_candidates
+    from sizing.planners.fleet import build_candidates
 
     return build_candidates(["h100-sxm", "h200"], ["auto", "fp8_e4m3", "nvfp4"], [1, 2, 4])
 
 
 def test_fleet_page_shows_the_cheapest_plan_from_sizing():
-    from sizing.fleet import plan_fleet
+    from sizing.planners.fleet import plan_fleet
 
     at = _app("Fleet")
     at.number_input(key="peak_concurrency").set_value(250)
@@ -401,8 +401,8 @@ def test_fleet_page_compares_aggregated_and_disaggregated_designs():
     # The page's default mix and 50 ms ITL target with a 2 s TTFT target: the designs come from
     # sizing.slo.search_designs, the same as `kvsize plan --ttft-ms 2000`.
     from sizing.profiles import measured_efficiency
-    from sizing.slo import Targets, cheapest, search_designs
-    from sizing.tiers import link_fit
+    from sizing.planners.slo import Targets, cheapest, search_designs
+    from sizing.planners.tiers import link_fit
 
     at = _app("Fleet")
     at.number_input(key="ttft_target").set_value(2000.0)
@@ -420,8 +420,8 @@ def test_fleet_page_compares_aggregated_and_disaggregated_designs():
 
 def test_tiers_page_equals_sizing():
     # The sidebar's Llama-3.1-8B on an H100 at 32K, the default multi-turn chat example, 512 GiB of host memory.
-    from sizing.tiers import tiers_for
-    from sizing.workload import read_workload
+    from sizing.planners.tiers import tiers_for
+    from sizing.planners.workload import read_workload
 
     at = _app("Tiers")
     workload = read_workload(str(ROOT / "examples" / "multi-turn-chat.yaml"))
@@ -447,7 +447,7 @@ def test_mtp_layers_widget():
 
 
 def test_validation_page_holds_kvsize_to_the_real_engine():
-    from sizing.starts import load_corpus
+    from sizing.evidence.starts import load_corpus
 
     at = _app("Validation")
     assert not at.exception

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import ROOT
 from helpers import scenario
-from sizing.plan import estimate
+from sizing.capacity.estimate import estimate
 
 pytestmark = pytest.mark.browser
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from app.cli import main
-from sizing.formats import FORMAT_NAMES
+from sizing.cache.formats import FORMAT_NAMES
 from conftest import ROOT
 
 CONFIGS = ROOT / "profiles" / "models"
@@ -157,7 +157,7 @@ def test_compare_lists_every_format(capsys):
     by_name = {r["format"]: r for r in rows}
     assert by_name["fp8_e4m3"]["ratio_to_bf16"] == 0.5
     assert by_name["q8_0"]["ratio_to_bf16"] == 34 / 64  # 34 bytes per 32 values vs 64
-    assert len(rows) == len(FORMAT_NAMES) == 36  # every format a user can choose (sizing/formats.py)
+    assert len(rows) == len(FORMAT_NAMES) == 36  # every format a user can choose (sizing/cache/formats.py)
 
 
 def test_sweep_csv_and_xlsx(tmp_path):
@@ -192,7 +192,7 @@ def test_listings(capsys):
 
 
 def test_startup_imports_neither_torch_nor_streamlit():
-    code = ("import sys, sizing, sizing.plan, sizing.profiles, app.cli; "
+    code = ("import sys, sizing, sizing.capacity.estimate, sizing.profiles, app.cli; "
             "bad = [m for m in ('torch', 'streamlit', 'plotly', 'pandas', 'transformers', 'measure') if m in sys.modules]; "
             "print(bad)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
@@ -477,8 +477,8 @@ def test_compare_fits_only_what_the_engine_runs_and_names_a_recommendation(capsy
 
 
 def test_plan_prints_a_serve_command_for_every_vllm_format_it_can_pick():
-    from sizing.formats import get_format
-    from sizing.serve import _VLLM
+    from sizing.cache.formats import get_format
+    from sizing.engines.serve import _VLLM
 
     for name in ("int4_per_token_head", "turboquant_k8v4", "ultraquant_4bit", "nvfp4_4over6"):
         assert "vllm" in get_format(name, "bf16").engines and _VLLM[name] == name

@@ -10,14 +10,14 @@ from collections import Counter
 import pytest
 
 from conftest import ROOT
-from sizing import shape as shape_module
-from sizing.engines import VllmCache, _approximate_gcd, packed_groups, vllm_caches
+from sizing.config import shape as shape_module
+from sizing.engines.engine import VllmCache, _approximate_gcd, packed_groups, vllm_caches
 from sizing.errors import KvsizeError
-from sizing.formats import get_format
-from sizing.layers import build_layout
-from sizing.plan import Scenario, estimate
+from sizing.cache.formats import get_format
+from sizing.cache.layers import build_layout
+from sizing.capacity.estimate import Scenario, estimate
 from sizing.profiles import load_model
-from sizing.shape import resolve_shape, with_mtp_layers
+from sizing.config import resolve_shape, with_mtp_layers
 
 CONFIG = ROOT / "tests" / "fixtures" / "configs" / "DeepSeek-V4-Flash.json"
 H200_CUDA_BYTES = 150_109_880_320  # torch.cuda.mem_get_info on an H200

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from sizing.errors import KvsizeError
-from sizing.plan import Scenario, estimate
+from sizing.capacity.estimate import Scenario, estimate
 from sizing.profiles import load_model
 
 CORPUS = Path(__file__).parent / "fixtures" / "config-corpus"
@@ -55,7 +55,7 @@ def test_no_memory_relevant_field_is_passed_over_in_silence(path):
     # every field of a published config that changes memory in vLLM's or SGLang's model code (expert top-k
     # under any spelling, shared experts, per-layer types, sinks, indexers, MTP layers, ...) is looked up by
     # kvsize's reader for this architecture, or named in a note of the shape it builds
-    from sizing.shape import MEMORY_RELEVANT_FIELDS, resolve_shape
+    from sizing.config import MEMORY_RELEVANT_FIELDS, resolve_shape
 
     raw = json.loads(path.read_text())
     try:
@@ -72,7 +72,7 @@ def test_no_memory_relevant_field_is_passed_over_in_silence(path):
 
 def test_an_unread_memory_field_is_named():
     # MiniMax-M2.7's attn_type_list (which layers are linear attention) is not read by kvsize: said by name
-    from sizing.shape import resolve_shape
+    from sizing.config import resolve_shape
 
     shape = resolve_shape(json.loads((CORPUS / "MiniMaxAI--MiniMax-M2.7.json").read_text()))
     assert any("attn_type_list" in n and "not read" in n.replace("does not read", "not read") for n in shape.notes)

@@ -6,8 +6,9 @@ import pytest
 
 from sizing.engines import get_engine
 from sizing.errors import KvsizeError
-from sizing.evidence import ENGINES_DIR, compute_started, newest_started, published, release_evidence
-from sizing.releases import Release, _split, find_release
+from sizing.engines.started import ENGINES_DIR, newest_started, published, release_evidence
+from sizing.evidence.accuracy import compute_started
+from sizing.engines.releases import Release, _split, find_release
 
 
 def test_started_file_is_computed_from_the_corpora():
@@ -43,7 +44,7 @@ def test_started_and_never_started_answers():
 
 
 def test_an_estimate_says_whether_its_release_was_started():
-    from sizing.plan import Scenario, estimate
+    from sizing.capacity.estimate import Scenario, estimate
     from sizing.profiles import gpu_profile, load_model
 
     _, shape = load_model("qwen3-8b")
@@ -57,7 +58,7 @@ def test_release_ranges_are_drawn_where_starts_show_the_model_runner_change():
     # 0.21-0.25 is one file whose sub-ranges are releases of their own: the runner that serves Llama changes
     names = {v: get_engine(f"vllm@{v}").release.name for v in ("0.21.0", "0.22.1", "0.23.0", "0.24.0", "0.25.1")}
     assert len(set(names.values())) == 5
-    from sizing.plan import model_runner
+    from sizing.capacity.estimate import model_runner
     from sizing.profiles import load_model
 
     _, llama = load_model("llama-3.1-8b")
@@ -66,7 +67,7 @@ def test_release_ranges_are_drawn_where_starts_show_the_model_runner_change():
 
 def test_0_27_to_0_33_are_drawn_where_the_starts_show_the_runner_and_graph_changes():
     # Qwen3-30B-A3B (MoE) ran V1 on 0.27.1 and V2 on 0.30.0 and 0.33.0; V2 subtracts its graph estimate from 0.29
-    from sizing.plan import graphs_subtracted, model_runner
+    from sizing.capacity.estimate import graphs_subtracted, model_runner
     from sizing.profiles import load_model
 
     _, moe = load_model("qwen3-30b-a3b")
@@ -87,7 +88,7 @@ def test_sub_ranges_must_tile_their_range():
 
 
 def test_an_architecture_never_started_says_so_with_its_family():
-    from sizing.evidence import architecture_evidence
+    from sizing.engines.started import architecture_evidence
 
     said = architecture_evidence("vllm", ("MiniMaxM2ForCausalLM",), "MoE")
     assert said and "no real vllm start of MiniMaxM2ForCausalLM" in said and "its family, MoE" in said

@@ -11,14 +11,15 @@ from hypothesis import strategies as st
 from app.cli import main
 from helpers import scenario
 from sizing.errors import KvsizeError
-from sizing.fleet import Candidate, Draft, GpuOffer, build_candidates, plan_candidate, plan_fleet
-from sizing.guidance import evaluate_rules, quality_notes
-from sizing.layers import build_layout
-from sizing.memory import WEIGHT_FORMATS
+from sizing.planners.fleet import Candidate, Draft, GpuOffer, build_candidates, plan_candidate, plan_fleet
+from sizing.planners.guidance import evaluate_rules, quality_notes
+from sizing.cache.layers import build_layout
+from sizing.engines.memory import WEIGHT_FORMATS
 from sizing.profiles import gpu_profile, load_model
-from sizing.serve import ServeSettings, serve_command
-from sizing.speed import DecodeEfficiency, decode_step, itl_slope_seconds_per_token, weights_read_bytes
-from sizing.workload import parse_workload, parse_workload_text
+from sizing.engines.serve import ServeSettings, serve_command
+from sizing.efficiency import DecodeEfficiency
+from sizing.planners.speed import decode_step, itl_slope_seconds_per_token, weights_read_bytes
+from sizing.planners.workload import parse_workload, parse_workload_text
 
 MIX = {
     "peak_concurrency": 300,
@@ -116,7 +117,7 @@ def test_shared_pool_counts_each_bucket_at_its_own_length():
     w = _workload()
     p = _plan(w)
     base = scenario("llama-3.1-8b", max_model_len=131072, memory_fraction=0.92)  # vLLM >= 0.21 default (vllm/config/cache.py)
-    from sizing.plan import estimate
+    from sizing.capacity.estimate import estimate
 
     e = estimate(base)
     # vLLM pages of 16 tokens x 131,072 B (bf16, 32 layers x 8 heads x 128 x 2 x 2 B per token)
@@ -387,7 +388,7 @@ def test_speed_defaults_to_the_measured_kernel_efficiencies(tmp_path, capsys):
     from the main run's grid; plans use it unless told otherwise."""
     from conftest import ROOT
     from sizing.profiles import efficiency_profile, measured_efficiency
-    from sizing.speed import efficiency_from_report
+    from sizing.efficiency import efficiency_from_report
 
     report = json.loads((ROOT / "measure" / "reports" / "h200-decode-kernels.json").read_text())
     profile = efficiency_profile()
@@ -465,7 +466,7 @@ def test_a_tighter_itl_target_never_needs_fewer_gpus(a, b):
 def test_plan_never_offers_nvfp4_kv_on_gpus_without_fp4():
     # NVFP4 KV kernels need Blackwell's FP4 tensor cores (profiles/gpus/*.json nvfp4_native): H100,
     # H200, A100 and MI300X get no nvfp4 candidate; B200 does.
-    from sizing.fleet import build_candidates, unsupported_pairs
+    from sizing.planners.fleet import build_candidates, unsupported_pairs
 
     gpus = ["h100-sxm", "h200", "a100-80gb", "mi300x", "b200"]
     candidates = build_candidates(gpus, ["bf16", "nvfp4"], [1])
@@ -480,7 +481,7 @@ def test_plan_with_only_formats_no_gpu_runs_says_so():
     import pytest
 
     from sizing.errors import KvsizeError
-    from sizing.fleet import build_candidates
+    from sizing.planners.fleet import build_candidates
 
     with pytest.raises(KvsizeError, match="nvfp4_native"):
         build_candidates(["h100-sxm"], ["nvfp4"], [1])
@@ -488,7 +489,7 @@ def test_plan_with_only_formats_no_gpu_runs_says_so():
 
 def test_sweep_gives_no_figures_for_a_pair_the_engine_cannot_run():
     # profiles/support.json: vLLM finds no attention backend for nvfp4 on sm90 (H100); B200 has no cell (unconfirmed)
-    from sizing.sweep import SweepGrid, run_sweep
+    from sizing.planners.sweep import SweepGrid, run_sweep
 
     grid = SweepGrid(models=["llama-3.1-8b"], gpus=["h100-sxm", "b200"], engines=["vllm"], formats=["nvfp4"],
                      tensor_parallel_sizes=[1], contexts=[8192])
@@ -517,7 +518,7 @@ def test_sweep_gives_no_figures_for_a_pair_the_engine_cannot_run():
 ])
 def test_workload_files_are_read_strictly(text, needle):
     from sizing.errors import KvsizeError
-    from sizing.workload import parse_workload_text
+    from sizing.planners.workload import parse_workload_text
 
     with pytest.raises(KvsizeError, match="^w.yaml: ") as caught:
         parse_workload_text(text, "w.yaml")
@@ -530,13 +531,13 @@ def test_workload_files_are_read_strictly(text, needle):
 ])
 def test_decode_time_fitted_on_one_gpu_predicts_the_other_within_10_percent(source, target, report):
     # Fused decode at >= 16K tokens x batch >= 16, every format: the efficiencies fitted on one GPU, carried
-    # to the other by its measured copy bandwidth and issue rate (sizing/speed.py on_gpu), against the
+    # to the other by its measured copy bandwidth and issue rate (sizing/planners/speed.py on_gpu), against the
     # kernel times measured there (measure/reports/*-decode-kernels.json).
     import json
 
     from conftest import ROOT
     from sizing.profiles import gpu_profile, issue_rate, measured_efficiency
-    from sizing.speed import attention_seconds
+    from sizing.planners.speed import attention_seconds
 
     g = gpu_profile(target)
     eff = measured_efficiency(source).on_gpu(target, g.hbm_bandwidth_gb_s, g.copy_bandwidth_gb_s, issue_rate(g))
@@ -550,7 +551,7 @@ def test_decode_time_fitted_on_one_gpu_predicts_the_other_within_10_percent(sour
 
 
 def test_plan_says_which_gpu_its_decode_times_rest_on():
-    from sizing.fleet import build_candidates, candidate_rows
+    from sizing.planners.fleet import build_candidates, candidate_rows
 
     plan = plan_fleet(scenario("llama-3.1-8b"), build_candidates(["h200", "h100-sxm"], ["fp8"], [1]), _workload())
     basis = {r["gpu"]: r["kv_efficiency_basis"] for r in candidate_rows(plan)}
@@ -564,8 +565,8 @@ def test_a_sweeps_grid_rows_equal_estimating_each_row_alone(engine, pp):
     # The sweep estimates once per (model, GPU, engine, format, TP) and derives each context's figures;
     # every row must equal a full estimate of that scenario. vLLM 0.7's profiled batch depends on the
     # length (V0 unchunked prefill), PP sizes the tightest stage, gemma-2 has windows, Qwen3-Next Mamba state.
-    from sizing.plan import estimate
-    from sizing.sweep import SweepGrid, run_sweep
+    from sizing.capacity.estimate import estimate
+    from sizing.planners.sweep import SweepGrid, run_sweep
 
     models = ["llama-3.1-8b", "gemma-2-9b", "qwen3-next-80b-a3b-thinking", "deepseek-v2"]
     grid = SweepGrid(models=models, gpus=["h100-sxm", "h200"], engines=[engine], formats=["auto", "fp8_e4m3"],

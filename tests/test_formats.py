@@ -5,7 +5,7 @@ from fractions import Fraction
 import pytest
 
 from sizing.errors import KvsizeError
-from sizing.formats import FORMAT_NAMES, FormatOptions, get_format
+from sizing.cache.formats import FORMAT_NAMES, FormatOptions, get_format
 
 
 def row_bytes(name, side="k", tokens=1, head_dim=128, **opts):
@@ -86,8 +86,8 @@ def test_support_table_agrees_with_vllms_backend_selector():
     import json
     from pathlib import Path
 
-    from sizing.formats import FORMAT_NAMES
-    from sizing.support import support
+    from sizing.cache.formats import FORMAT_NAMES
+    from sizing.engines.support import support
 
     fixture = json.loads((Path(__file__).parent / "fixtures" / "vllm-reference" / "formats-Llama-3.1-8B.json").read_text())
     checked = 0
@@ -103,7 +103,7 @@ def test_support_table_agrees_with_vllms_backend_selector():
 
 def test_every_gpu_profile_has_an_architecture_the_table_can_name():
     from sizing.profiles import gpu_ids, gpu_profile
-    from sizing.support import support_table
+    from sizing.engines.support import support_table
 
     named = {a for row in support_table().rows for a in row.architectures}
     assert {gpu_profile(g).architecture for g in gpu_ids()} <= named
@@ -112,7 +112,7 @@ def test_every_gpu_profile_has_an_architecture_the_table_can_name():
 def test_estimate_warns_when_the_engine_cannot_run_the_format_on_the_gpu():
     from helpers import scenario
 
-    from sizing.plan import estimate
+    from sizing.capacity.estimate import estimate
 
     e = estimate(scenario("llama-3.1-8b", "h100-sxm", gpu_architecture="sm90", k_cache_dtype="nvfp4",
                           v_cache_dtype="nvfp4", max_model_len=8192))
@@ -124,7 +124,7 @@ def test_estimate_warns_when_the_engine_cannot_run_the_format_on_the_gpu():
 
 def test_plan_leaves_out_what_the_support_table_rules_out():
     # TensorRT-LLM has no FP8 on Ampere (profiles/support.json): an A100 gets no fp8 candidate with trtllm.
-    from sizing.fleet import build_candidates, unsupported_pairs
+    from sizing.planners.fleet import build_candidates, unsupported_pairs
 
     candidates = build_candidates(["a100-80gb", "h100-sxm"], ["bf16", "fp8_e4m3"], [1], engine="trtllm")
     assert {(c.gpu.id, c.kv_format) for c in candidates} == {("a100-80gb", "bf16"), ("h100-sxm", "bf16"),
@@ -139,7 +139,7 @@ def test_plan_leaves_out_what_the_support_table_rules_out():
     # 2-byte norms and V at 2 bits with one: 64 + 4 + 32 + 2 = 102 B per token per head at head size 128.
     ("lmdeploy_fp8", 2 * 128), ("lmdeploy_fp8_e5m2", 2 * 128), ("lmdeploy_turboquant", 64 + 4 + 32 + 2)])
 def test_lmdeploy_quant_policies(name, per_token_head):
-    from sizing.layers import build_layout
+    from sizing.cache.layers import build_layout
     from sizing.profiles import load_model
 
     _, shape = load_model("llama-3.1-8b")  # 32 layers, 8 KV heads of 128

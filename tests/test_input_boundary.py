@@ -299,7 +299,7 @@ def test_yaml_numbers_are_read_as_json_reads_them(tmp_path):
     # YAML 1.1 reads 010 as octal 8 and 1:30 as the sexagesimal 90; a workload reads them as JSON would
     import yaml
 
-    from sizing.workload import _UniqueKeyLoader
+    from sizing.planners.workload import _UniqueKeyLoader
 
     loaded = yaml.load("a: 010\nb: 1:30\nc: no\nd: 1e3\ne: true\n", Loader=_UniqueKeyLoader.get())
     assert loaded == {"a": 10, "b": "1:30", "c": "no", "d": 1000.0, "e": True}
@@ -312,7 +312,7 @@ def test_a_layer_override_that_changes_nothing_is_refused(value, capsys):
 
 
 def test_check_log_does_not_take_nccls_version_for_vllms():
-    from sizing.logs import read_log
+    from sizing.evidence.logs import read_log
 
     text = (ROOT / "tests" / "fixtures" / "vllm-starts" / "logs" / "h200-0.26.0-llama-3.1-8b.log").read_text()
     # a log whose engine line is cut: NCCL's version stands before any of vLLM's
@@ -338,7 +338,7 @@ def test_log_reading_is_bounded_by_the_input_not_its_square(repeated):
     import time
 
     from sizing.errors import KvsizeError
-    from sizing.logs import read_log
+    from sizing.evidence.logs import read_log
 
     text = (repeated + "a" * 50) * 40000 + ("\nKV Cache is allocated. #tokens: 1000, K size: 1.00 GB, V size: 1.00 GB"
                                             "\nmax_total_num_tokens=1000\n")

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from helpers import scenario
-from sizing.plan import estimate
+from sizing.capacity.estimate import estimate
 from sizing.units import GiB
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -119,7 +119,7 @@ def test_dsa_indexer_and_fp8_ds_mla_bytes_per_token():
     # 512 fp8 + 4 fp32 scales + 64 bf16 = 656 B. 61 layers (configs/DeepSeek-V3.2-style.json).
     from pathlib import Path
 
-    from sizing.plan import Scenario, estimate
+    from sizing.capacity.estimate import Scenario, estimate
     from sizing.profiles import load_model
 
     name, shape = load_model(str(Path(__file__).parent / "fixtures" / "configs" / "DeepSeek-V3.2-style.json"))
@@ -136,7 +136,7 @@ def test_nas_block_configs_size_each_layer():
     # fixtures/configs/Nemotron-NAS-style.json: Llama-3.3-Nemotron-Super-49B's form (block_configs,
     # num_key_value_heads null), 49 attention layers with n_heads_in_group 8 and 31 no-op attention layers.
     # vllm/model_executor/models/nemotron_nas.py: KV heads = 64 // 8; a no-op layer holds no cache.
-    from sizing.layers import build_layout
+    from sizing.cache.layers import build_layout
     from sizing.profiles import load_model
 
     _, shape = load_model(str(FIXTURES / "configs" / "Nemotron-NAS-style.json"))
@@ -149,8 +149,8 @@ def test_nas_block_configs_size_each_layer():
 def test_mimo_sliding_layers_have_their_own_heads_and_v_is_narrower():
     # fixtures/configs/MiMo-V2-style.json: full layers 4 KV heads, sliding layers swa_num_key_value_heads 8,
     # K 192 and V 128 values (v_head_dim); vLLM 0.33 builds the same pages (fixtures/vllm-reference).
-    from sizing.layers import build_layout
-    from sizing.plan import Scenario, estimate
+    from sizing.cache.layers import build_layout
+    from sizing.capacity.estimate import Scenario, estimate
     from sizing.profiles import load_model
 
     _, shape = load_model(str(FIXTURES / "configs" / "MiMo-V2-style.json"))
@@ -168,7 +168,7 @@ def test_hybrid_layer_pattern_in_the_file_beats_the_class_default():
     # none; vLLM's model reads the file's hybrid_layer_pattern.
     import json
 
-    from sizing.shape import resolve_shape
+    from sizing.config import resolve_shape
 
     config = json.loads((FIXTURES / "configs" / "MiMo-V2-style.json").read_text())
     config.update(num_hidden_layers=4, hybrid_layer_pattern=[1, 0, 1, 0], moe_layer_freq=[0, 1, 1, 1])
@@ -181,7 +181,7 @@ def test_glm5_dsa_cache_from_an_abridged_config_and_transformers_defaults():
     # GlmMoeDsaConfig supplies index_head_dim 128. vLLM keeps per layer the 576-value MLA latent
     # (kv_lora_rank 512 + qk_rope_head_dim 64) and a 132 B indexer key (128 fp8 + one fp32 scale);
     # under fp8 the latent is fp8_ds_mla, 656 B (512 fp8 + 4 fp32 scales + 64 bf16 rope).
-    from sizing.plan import Scenario
+    from sizing.capacity.estimate import Scenario
     from sizing.profiles import load_model
 
     name, shape = load_model(str(FIXTURES / "configs" / "GLM-5-FP8-abridged.json"))
@@ -197,7 +197,7 @@ def test_gemma4_shares_kv_in_its_last_layers_and_widens_full_attention_heads():
     # transformers' per-layer configs give full-attention layers head_dim 512, sliding ones 256.
     # vLLM 0.33 (fixtures/vllm-reference/config-gemma-4-E2B.json): 13 sliding + 2 full layers hold a
     # cache, 17,408 B per token in bf16 = 13 x 256 x 2 x 2 + 2 x 512 x 2 x 2.
-    from sizing.layers import build_layout
+    from sizing.cache.layers import build_layout
     from sizing.profiles import load_model
 
     _, shape = load_model(str(FIXTURES / "configs" / "gemma-4-E2B.json"))

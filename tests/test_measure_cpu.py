@@ -14,8 +14,8 @@ from measure.run import model_shape  # noqa: E402
 from measure.tensors import allocate_layout, predicted_bytes  # noqa: E402
 from measure.validate import check_report  # noqa: E402
 from sizing.errors import KvsizeError  # noqa: E402
-from sizing.formats import FORMAT_NAMES, get_format  # noqa: E402
-from sizing.layers import build_layout  # noqa: E402
+from sizing.cache.formats import FORMAT_NAMES, get_format  # noqa: E402
+from sizing.cache.layers import build_layout  # noqa: E402
 
 REPORTS = sorted((ROOT / "measure" / "reports").glob("*.json"))
 
@@ -162,7 +162,9 @@ def test_attention_seconds_adds_the_sequence_and_context_terms():
     """sizing's kernel time by hand: 12 us + 1 GB / (4,800 GB/s x 0.8) + 16 x 0.3 us + 16,384 x 0.3 ns."""
     from types import MappingProxyType
 
-    from sizing.speed import DecodeEfficiency, attention_seconds
+    from sizing.efficiency import DecodeEfficiency
+
+    from sizing.planners.speed import attention_seconds
 
     eff = DecodeEfficiency(kv=MappingProxyType({"bf16": 0.8}), overhead_s=MappingProxyType({"bf16": 12e-6}),
                            per_sequence_s=MappingProxyType({"bf16": 0.3e-6}),

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from sizing.profiles import PROFILES_DIR, gpu_ids, gpu_profile, model_ids, model_profile
-from sizing.shape import ModelShape, resolve_shape
+from sizing.config import ModelShape, resolve_shape
 
 
 def test_counts():
@@ -75,7 +75,7 @@ def test_moe_layer_freq_as_a_per_layer_list():
 def test_release_files_are_named_by_the_range_they_cover():
     import json
 
-    from sizing.releases import ENGINES_DIR
+    from sizing.engines.releases import ENGINES_DIR
 
     for path in ENGINES_DIR.glob("*-*.json"):  # the release files (published.json, started.json hold no range)
         d = json.loads(path.read_text())

@@ -7,12 +7,12 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from app.cli import INTERNAL_ERROR, main
 from sizing.errors import KvsizeError
-from sizing.logs import read_log
-from sizing.releases import version_key
-from sizing.shape import parse_config_text, resolve_shape
+from sizing.evidence.logs import read_log
+from sizing.engines.releases import version_key
+from sizing.config import parse_config_text, resolve_shape
 from sizing.units import parse_size
-from sizing.vllm_args import read_command, read_engine_args, read_logged_args
-from sizing.workload import parse_workload_text
+from sizing.engines.vllm_args import read_command, read_engine_args, read_logged_args
+from sizing.planners.workload import parse_workload_text
 
 # derandomize: CI runs the same examples each time (a red CI must mean a change broke something);
 # raise KVSIZE_PROPERTY_EXAMPLES and drop derandomize locally to search further

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from sizing.errors import KvsizeError
-from sizing.memory import resolve_weights_dtype, weight_bytes
+from sizing.engines.memory import resolve_weights_dtype, weight_bytes
 from sizing.profiles import load_model
 from sizing.units import GiB
 

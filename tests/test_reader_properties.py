@@ -52,7 +52,7 @@ BASE_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hi
 @SETTINGS
 @given(st.dictionaries(st.sampled_from(CONFIG_KEYS), LEAVES, max_size=6))
 def test_a_config_with_any_field_any_value_is_sized_or_refused_in_one_line(changes):
-    from sizing.shape import parse_config_text, resolve_shape
+    from sizing.config import parse_config_text, resolve_shape
 
     def read(text):
         resolve_shape(parse_config_text(text))
@@ -70,7 +70,7 @@ VALUES = st.one_of(st.sampled_from(["0", "1.5", "+Inf", "-Inf", "NaN", "1e400", 
 @SETTINGS
 @given(st.lists(st.tuples(st.sampled_from(METRIC_NAMES), st.text(max_size=20), VALUES), max_size=8))
 def test_a_scrape_of_any_lines_is_read_or_refused_in_one_line(lines):
-    from sizing.metrics import read_metrics
+    from sizing.evidence.metrics import read_metrics
 
     text = "\n".join(f'{name}{{engine="0",{label}}} {value}' for name, label, value in lines)
     one_line_or_answer(read_metrics, text)
@@ -88,7 +88,7 @@ LOG_LINES = st.sampled_from([
 @SETTINGS
 @given(st.lists(st.tuples(LOG_LINES, VALUES), max_size=8))
 def test_an_engine_log_of_any_lines_is_read_or_refused_in_one_line(lines):
-    from sizing.logs import read_log
+    from sizing.evidence.logs import read_log
 
     one_line_or_answer(read_log, "\n".join(template.format(v=value) for template, value in lines))
 
@@ -102,7 +102,7 @@ WORKLOAD_KEYS = ["name", "peak_concurrency", "prefix_cache_share", "itl_target_m
        st.lists(st.dictionaries(st.sampled_from(["name", "max_context_tokens", "share_percent", "output_tokens",
                                                  "prompt_tokens"]), LEAVES, max_size=5), max_size=3))
 def test_a_workload_of_any_fields_is_read_or_refused_in_one_line(fields, buckets):
-    from sizing.workload import parse_workload_text
+    from sizing.planners.workload import parse_workload_text
 
     record = {"name": "w", "peak_concurrency": 10, **fields}
     if buckets:
@@ -118,7 +118,7 @@ DEPLOYMENT_KEYS = ["model", "gpu", "engine", "tensor_parallel_size", "kv_cache_d
 @given(st.sampled_from(["kvsize.plan/1", "kvsize.estimate/1", "other", 5]),
        st.one_of(st.none(), st.dictionaries(st.sampled_from(DEPLOYMENT_KEYS), LEAVES, max_size=8)))
 def test_a_plan_file_of_any_deployment_is_read_or_refused_in_one_line(schema, deployment):
-    from sizing.deployment import read_deployment
+    from sizing.planners.deployment import read_deployment
 
     one_line_or_answer(read_deployment, json.dumps({"schema": schema, "deployment": deployment}, allow_nan=True),
                        "plan.json")
@@ -185,7 +185,7 @@ def test_a_flag_or_a_zero_where_a_measured_number_belongs_is_named():
 
 def test_a_context_no_model_has_is_named_not_blamed_on_the_weights():
     # the rotary cache grows with max_position_embeddings: 10^15 positions are refused by that field's name
-    from sizing.shape import parse_config_text, resolve_shape
+    from sizing.config import parse_config_text, resolve_shape
 
     try:
         resolve_shape(parse_config_text(json.dumps({**BASE_CONFIG, "max_position_embeddings": 10**15})))

@@ -9,9 +9,9 @@ import re
 import pytest
 
 from sizing.engines import get_engine
-from sizing.plan import fraction_inputs
-from sizing.releases import find_release
-from sizing.sglang_starts import CORPUS, check_start, check_start_log, load_corpus, start_scenario
+from sizing.capacity.estimate import fraction_inputs
+from sizing.engines.releases import find_release
+from sizing.evidence.sglang_starts import CORPUS, check_start, check_start_log, load_corpus, start_scenario
 
 STARTS = load_corpus()
 SIZED = [s for s in STARTS if s.status == "sized"]

@@ -1,4 +1,4 @@
-"""Latency targets: aggregated against disaggregated designs (sizing/slo.py), and `kvsize plan --ttft-ms`."""
+"""Latency targets: aggregated against disaggregated designs (sizing/planners/slo.py), and `kvsize plan --ttft-ms`."""
 
 import json
 import math
@@ -9,11 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import scenario
-from sizing.fleet import build_candidates
-from sizing.slo import Targets, aggregated_at, cheapest, frontier, search_designs
-from sizing.speed import DecodeEfficiency
-from sizing.tiers import layered_send_seconds, link_fit
-from sizing.workload import parse_workload
+from sizing.planners.fleet import build_candidates
+from sizing.planners.slo import Targets, aggregated_at, cheapest, frontier, search_designs
+from sizing.efficiency import DecodeEfficiency
+from sizing.planners.tiers import layered_send_seconds, link_fit
+from sizing.planners.workload import parse_workload
 
 REPORTS = Path(__file__).parent.parent / "measure" / "reports"
 WORKLOAD = {"peak_concurrency": 200, "buckets": [
@@ -36,7 +36,7 @@ def test_aggregated_fixed_point_by_hand():
 def test_kv_transfer_of_a_plan_matches_the_measured_nvlink_sends():
     # The P/D model's transfer (profiles/links/nvlink4-peer.json) against every layer-wise send measured
     # between two H200s (measure/reports/h200x2-peer-transfer.json): within 10%, the issue's goal.
-    from sizing.layers import build_layout
+    from sizing.cache.layers import build_layout
     from sizing.profiles import load_model
 
     link = link_fit("nvlink4-peer")
@@ -141,7 +141,7 @@ def test_tiers_in_plan_need_sessions(tmp_path, capsys):
     ("vllm", ['--kv-transfer-config \'{"kv_connector":"NixlConnector","kv_role":"kv_both"}\'']),
     ("sglang", ["--disaggregation-mode prefill", "--disaggregation-mode decode"])])
 def test_a_disaggregated_design_has_a_command_per_role(engine, needles):
-    from sizing.slo import design_serve_commands
+    from sizing.planners.slo import design_serve_commands
 
     w = parse_workload(WORKLOAD)
     base = scenario("llama-3.1-8b", engine=engine)

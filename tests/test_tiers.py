@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from sizing.errors import KvsizeError
-from sizing.tiers import LinkFit, fit_link, host_transfer_from_report, peer_link_from_report
+from sizing.planners.tiers import LinkFit, fit_link, host_transfer_from_report, peer_link_from_report
 
 REPORTS = Path(__file__).parent.parent / "measure" / "reports"
 EXAMPLES = Path(__file__).parent.parent / "examples"
@@ -81,8 +81,8 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from helpers import scenario  # noqa: E402
-from sizing.tiers import Tier, lru_hit_rates, reload_seconds, tier_answers, tiers_for  # noqa: E402
-from sizing.workload import parse_workload  # noqa: E402
+from sizing.planners.tiers import Tier, lru_hit_rates, reload_seconds, tier_answers, tiers_for  # noqa: E402
+from sizing.planners.workload import parse_workload  # noqa: E402
 
 PCIE = LinkFit(10e-6, 0.0, 50e9, "a 50 GB/s link")
 HBM = LinkFit(0.0, 0.0, 2e12, "a 2 TB/s copy")
@@ -168,8 +168,8 @@ def test_tiers_cli(capsys):
 def test_host_tier_options_per_engine():
     # vLLM: --kv-offloading-size in GiB summed over TP ranks; SGLang: --hicache-size in GB per rank;
     # TensorRT-LLM: kv_cache_config.host_cache_size in bytes per rank (64 GiB over TP 2 = 34,359,738,368 B).
-    from sizing.serve import ServeSettings, serve_command
-    from sizing.tiers import engine_offload_options
+    from sizing.engines.serve import ServeSettings, serve_command
+    from sizing.planners.tiers import engine_offload_options
 
     host = 64 * 2**30
     assert engine_offload_options("vllm", host, 2) == "--kv-offloading-size 64 --kv-offloading-backend native"

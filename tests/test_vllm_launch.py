@@ -9,9 +9,9 @@ import pytest
 
 from app.cli import main
 from sizing.errors import KvsizeError
-from sizing.starts import CORPUS, load_corpus
+from sizing.evidence.starts import CORPUS, load_corpus
 from sizing.units import GiB, parse_size
-from sizing.vllm_args import human_int, read_command, read_engine_args, read_llm_call
+from sizing.engines.vllm_args import human_int, read_command, read_engine_args, read_llm_call
 
 LLAMA = str(CORPUS / "configs" / "llama-3.1-8b.json")
 
@@ -180,7 +180,7 @@ def test_text_only_and_compilation_settings_are_read_and_passed_back():
     # vLLM 0.26: --language-model-only, or every modality's --limit-mm-per-prompt at 0, builds no tower
     # (interfaces.py _mark_tower_model); compilation mode 0 compiles nothing and captures no piecewise graphs
     from measure.verify import engine_args
-    from sizing.plan import Scenario
+    from sizing.capacity.estimate import Scenario
 
     assert read_engine_args({"language_model_only": True}).fields == {"language_model_only": True}
     assert read_engine_args({"limit_mm_per_prompt": {"image": 0, "video": {"count": 0}}}).fields == {

@@ -16,7 +16,7 @@ import pytest
 
 from sizing.engines import vllm_caches
 from sizing.errors import KvsizeError
-from sizing.plan import Scenario, estimate
+from sizing.capacity.estimate import Scenario, estimate
 from sizing.profiles import load_model
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -136,7 +136,7 @@ def _format_variants(built: bool):
 def test_format_pages_match_vllm(v):
     # Every vLLM cache dtype the oracle could build on Llama-3.1-8B (8 KV heads of 128): the page of one
     # layer and num_blocks for 10 GiB, without vllm serve's boundary layers (the oracle builds VllmConfig directly).
-    from sizing.layers import build_layout
+    from sizing.cache.layers import build_layout
 
     _, shape = load_model(str(FIXTURES / "configs" / "Llama-3.1-8B.json"))
     name = v["kv_cache_dtype"]

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from sizing.errors import KvsizeError
-from sizing.logs import log_scenario, read_log
+from sizing.evidence.logs import log_scenario, read_log
 from sizing.profiles import gpu_profile, load_model
-from sizing.starts import CORPUS, accuracy_rows, check_start, check_start_log, load_corpus, start_scenario
+from sizing.evidence.starts import CORPUS, accuracy_rows, check_start, check_start_log, load_corpus, start_scenario
 
 STARTS = load_corpus()
 SIZED = [s for s in STARTS if s.status == "sized"]
@@ -188,7 +188,7 @@ def test_failed_starts_say_why():
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_manifest_rejects_unknown_fields(tmp_path, engine):
-    from sizing import sglang_starts
+    from sizing.evidence import sglang_starts
 
     folder, load = (CORPUS, load_corpus) if engine == "vllm" else (sglang_starts.CORPUS, sglang_starts.load_corpus)
     row = json.loads((folder / "manifest.jsonl").read_text().splitlines()[0])
@@ -247,7 +247,7 @@ def test_every_config_a_start_ran_cites_its_source():
 
 def test_an_open_residual_is_said_in_the_estimate():
     # the Nemotron-3 activation gap (KNOWN_ACTIVATION_GAPS) reaches the user as a warning, not as a silent figure
-    from sizing.plan import estimate
+    from sizing.capacity.estimate import estimate
 
     start = next(s for s in SIZED if s.id == "h200-0.26.0-nemotron-3-nano-30b-a3b")
     warnings = estimate(start_scenario(start)).warnings
@@ -260,7 +260,7 @@ def test_a_kv_format_a_real_start_failed_on_is_warned_of():
     # h200-0.26.0-llama-3.1-8b-fp8e5m2 did not size (its reason in the manifest); 0.22.1 has no such start
     from dataclasses import replace
 
-    from sizing.plan import estimate
+    from sizing.capacity.estimate import estimate
 
     failed = next(s for s in STARTS if s.id == "h200-0.26.0-llama-3.1-8b-fp8e5m2")
     assert failed.status == "failed" and "TRITON_ATTN" in failed.reason
@@ -290,7 +290,7 @@ def test_a_warm_compile_cache_frees_the_autotuning_copies(model):
 
 def test_the_fp8_graph_residual_is_said_in_the_estimate():
     # QWEN35_FP8_GRAPHS (KNOWN_BUDGET_GAPS) reaches the user as a warning on fp8 KV, not on the bf16 start
-    from sizing.plan import estimate
+    from sizing.capacity.estimate import estimate
 
     def warned(start_id):
         start = next(s for s in SIZED if s.id == start_id)
@@ -304,7 +304,7 @@ def test_the_fit_reproduces_the_shipped_graph_constants():
     # scripts/fit_vllm_terms.py over the committed starts gives the constants every release file ships, and the
     # files name the starts they were fitted on
     from helpers import load_script
-    from sizing.releases import ENGINES_DIR
+    from sizing.engines.releases import ENGINES_DIR
 
     fit = load_script("fit_vllm_terms")
     constants = fit.fitted_constants()
@@ -331,7 +331,7 @@ def test_the_fit_reproduces_the_shipped_non_torch_constants():
     import json
 
     from helpers import load_script
-    from sizing.releases import ENGINES_DIR
+    from sizing.engines.releases import ENGINES_DIR
 
     fit = load_script("fit_vllm_terms").fit_non_torch()
     assert fit, "no start prints its non-torch memory"
@@ -347,7 +347,7 @@ def test_the_fit_reproduces_the_v2_non_torch_and_graph_terms_of_0_27_to_0_33():
     import json
 
     from helpers import load_script
-    from sizing.releases import ENGINES_DIR
+    from sizing.engines.releases import ENGINES_DIR
 
     fit = load_script("fit_vllm_terms")
     data = json.loads((ENGINES_DIR / fit.LOGIT_FILE).read_text())

@@ -8,7 +8,7 @@ import pytest
 
 from app.cli import main
 from sizing.errors import KvsizeError
-from sizing.metrics import read_metrics
+from sizing.evidence.metrics import read_metrics
 from conftest import ROOT, serve_scrapes
 
 TEXT = (ROOT / "tests" / "fixtures" / "metrics" / "vllm-0.26-constructed.txt").read_text()
@@ -97,10 +97,10 @@ def test_scrape_values_are_checked(text, needle):
 
 
 def test_a_counter_reset_is_read_as_a_restart_not_negative_preemptions():
-    from sizing.metrics import PlannedPool, watch
-    from sizing.plan import estimate
+    from sizing.evidence.metrics import PlannedPool, watch
+    from sizing.capacity.estimate import estimate
     from sizing.profiles import load_model
-    from sizing.plan import Scenario
+    from sizing.capacity.estimate import Scenario
 
     before = read_metrics(TEXT.replace('num_preemptions_total{engine="0",model_name="meta-llama/Llama-3.1-8B"} 0.0',
                                        'num_preemptions_total{engine="0",model_name="meta-llama/Llama-3.1-8B"} 9.0'))

@@ -11,7 +11,7 @@ import tarfile
 import pytest
 
 from app.cli import main
-from sizing.metrics import read_metrics
+from sizing.evidence.metrics import read_metrics
 from conftest import ROOT, serve_scrapes
 
 FIXTURES = ROOT / "tests" / "fixtures" / "metrics"

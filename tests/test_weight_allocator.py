@@ -7,10 +7,10 @@ import json
 import pytest
 
 from conftest import ROOT
-from sizing.memory import (large_weight_tensors, padded_vocab, resolve_weights_dtype, segment_end_bytes,
+from sizing.engines.memory import (large_weight_tensors, padded_vocab, resolve_weights_dtype, segment_end_bytes,
                            weight_bytes)
 from sizing.profiles import load_model
-from sizing.releases import find_release
+from sizing.engines.releases import find_release
 from sizing.units import GiB, MiB
 
 SNAPSHOT = json.loads((ROOT / "tests/fixtures/allocator/vllm-0.26.0-h200-minicpm3-4b-load.json").read_text())
@@ -87,7 +87,7 @@ def test_machete_keeps_awq_zero_points_in_the_activation_dtype_on_hopper_only():
     # transform_w_zp stores -scale x zero in bf16: 16 bits a group of 128 where the checkpoint packs 4
     from dataclasses import replace
 
-    from sizing.plan import Scenario, estimate
+    from sizing.capacity.estimate import Scenario, estimate
 
     shape = load_model("tests/fixtures/vllm-starts/configs/qwen3-8b-awq.json")[1]
     fmt = resolve_weights_dtype("auto", shape)
@@ -114,7 +114,7 @@ def test_gptq_moe_experts_keep_the_checkpoints_zeros():
     # vLLM 0.26.0's AutoGPTQMoEMethod never hands its qzeros to the Marlin MoE conversion: a symmetric int4
     # checkpoint's experts weigh 4 + (16 + 4) / 128 bits a weight; the start printed 15.69 GiB
     # (h200-0.26.0-qwen3-30b-a3b-gptq-int4)
-    from sizing.plan import Scenario, estimate
+    from sizing.capacity.estimate import Scenario, estimate
 
     shape = load_model("tests/fixtures/vllm-starts/configs/qwen3-30b-a3b-gptq-int4.json")[1]
     e = estimate(Scenario("qwen3-30b-a3b-gptq-int4", shape, "h200", 150_109_880_320, engine="vllm@0.26.0",
@@ -126,7 +126,7 @@ def test_gptq_moe_experts_keep_the_checkpoints_zeros():
     assert e.breakdown.weights_bytes - older.breakdown.weights_bytes >= experts / 128 * 4 / 8
     # its dense MLPs are unlisted (none: all MoE), its attention listed: int4 with the packed zeros Machete
     # leaves allocated, as the experts keep theirs
-    from sizing.memory import attention_format, engine_weight_format, expert_format
+    from sizing.engines.memory import attention_format, engine_weight_format, expert_format
 
     release = find_release("vllm", "0.26.0")
     fmt = engine_weight_format(resolve_weights_dtype("auto", shape), shape, release.activation_dtype_zero_points,
@@ -138,7 +138,7 @@ def test_kv_heads_fewer_than_ranks_are_replicated_in_the_weights():
     # Qwen2.5-1.5B (12 heads, 2 KV heads of 128, hidden 1,536) at TP 4: each rank holds 3 query heads and one
     # whole K and V head (vLLM's QKVParallelLinear replicates), not half of one; the printed weights per rank
     # were 0.80 GiB (h200-0.26.0-qwen2.5-1.5b-tp4-fp8)
-    from sizing.memory import attention_projections
+    from sizing.engines.memory import attention_projections
 
     shape = load_model("tests/fixtures/vllm-starts/configs/qwen2.5-1.5b.json")[1]
     qkv, o = attention_projections(shape, 0, 4)
@@ -150,7 +150,7 @@ def test_kv_heads_fewer_than_ranks_are_replicated_in_the_weights():
 
 
 def test_the_last_stage_holds_a_tied_head_and_experts_only_formats_keep_the_rest_dense():
-    from sizing.memory import vocab_bytes
+    from sizing.engines.memory import vocab_bytes
 
     # Qwen2.5-1.5B ties its head to the embedding: on one GPU one tensor, over two stages a copy on each
     shape = load_model("tests/fixtures/vllm-starts/configs/qwen2.5-1.5b.json")[1]
@@ -173,7 +173,7 @@ def test_the_last_stage_holds_a_tied_head_and_experts_only_formats_keep_the_rest
 def test_an_unrepresentative_start_says_what_it_loaded():
     # the GPTQ-Int8 start without modules_in_block_to_quantize printed "Model loading took 15.27 GiB", which is
     # Qwen3-8B in bf16: kvsize's bf16 figure for it reproduces the number its reason quotes
-    from sizing.starts import load_corpus
+    from sizing.evidence.starts import load_corpus
 
     start = next(s for s in load_corpus() if s.id == "h200-0.26.0-qwen3-8b-gptq-int8-unlisted")
     assert start.status == "unrepresentative" and "15.27 GiB" in start.reason
@@ -191,7 +191,7 @@ def test_multimodal_rope_caches_four_times_the_positions():
     # Qwen3-VL-2B served text-only: vLLM's MRotaryEmbedding enlarges its cache to 4 x max_position_embeddings
     # (mrope.py): the snapshot's one rotary block is 4 x 262,144 x 128 x 2 B = 268,435,456 B; kvsize counted one
     # quarter of it before, the 0.19 GiB its weights were low by
-    from sizing.memory import rotary_cache_bytes
+    from sizing.engines.memory import rotary_cache_bytes
 
     snap = _snapshot("qwen3-vl-2b-instruct")
     rope = [r for _, r, where in snap["blocks"] if "rotary_embedding" in where]

@@ -29,9 +29,9 @@ def run(args: argparse.Namespace) -> int:
     import dataclasses
 
     from sizing.inputs import read_limited
-    from sizing.logs import MAX_LOG_BYTES, compare_log, log_scenario, read_log
+    from sizing.evidence.logs import MAX_LOG_BYTES, compare_log, log_scenario, read_log
     from sizing.profiles import gpu_profile, load_model
-    from sizing.releases import version_key
+    from sizing.engines.releases import version_key
 
     text = read_limited(Path(args.log), MAX_LOG_BYTES, "LOG", "an engine startup log (or - for standard input)",
                         stdin_ok=True).decode("utf-8", "replace")

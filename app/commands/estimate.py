@@ -33,7 +33,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sizing.plan import estimate, to_record
+    from sizing.capacity.estimate import estimate, to_record
 
     if args.out is not None:
         _check_out(Path(args.out))  # refused before anything is computed or printed
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     record = to_record(result)
     if not result.fits:
         raise KvsizeError(result.fit_message)
-    from sizing.plan import recommend
+    from sizing.planners.compare import recommend
 
     record["recommended_format"] = recommend(scenario, args.engine)
     if args.format != "table" or args.out is not None:
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         for w in result.warnings:
             print(f"kvsize: warning: {w}", file=sys.stderr)
     if args.format == "json":
-        from sizing.deployment import estimate_deployment
+        from sizing.planners.deployment import estimate_deployment
 
         record["deployment"] = estimate_deployment(result, args.model, args.gpu)
         _emit(json.dumps(record, indent=2) + "\n", args.out, "json")
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_release_comparison(scenario, engines: list[str], fmt: str, out: str | None) -> int:
-    from sizing.upgrade import compare_releases
+    from sizing.planners.upgrade import compare_releases
 
     result = compare_releases(scenario, engines)
     rows = []
@@ -113,14 +113,14 @@ def _print_release_comparison(scenario, engines: list[str], fmt: str, out: str |
 
 def _evidence(engine_spec: str) -> str:
     """Whether the release was started, and kvsize's figures on its starts (or the nearest started one's)."""
-    from sizing.evidence import engine_evidence
+    from sizing.engines import engine_evidence
 
     evidence = engine_evidence(engine_spec)
     return evidence.sentence() if evidence else ""
 
 
 def _started(engine_spec: str) -> str:
-    from sizing.evidence import engine_evidence
+    from sizing.engines import engine_evidence
 
     evidence = engine_evidence(engine_spec)
     return "-" if evidence is None else evidence.started_version or "never"

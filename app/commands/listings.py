@@ -58,7 +58,7 @@ def cmd_gpus(args: argparse.Namespace) -> int:
 
 
 def cmd_formats(args: argparse.Namespace) -> int:
-    from sizing.formats import all_formats
+    from sizing.cache.formats import all_formats
 
     rows = []
     for f in all_formats():
@@ -100,7 +100,7 @@ def cmd_links(args: argparse.Namespace) -> int:
 def cmd_support(args: argparse.Namespace) -> int:
     from sizing.engines import ENGINES, engine_formats
     from sizing.profiles import gpu_ids, gpu_profile
-    from sizing.support import support
+    from sizing.engines.support import support
 
     architectures = sorted({gpu_profile(g).architecture for g in gpu_ids()})
     rows = [dict(engine=engine, format=fmt, architecture=arch, **vars(support(engine, fmt, arch)))

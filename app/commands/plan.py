@@ -53,7 +53,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sizing.fleet import plan_deployment, plan_record, plan_serve_command, plan_summary
+    from sizing.planners.fleet import plan_deployment, plan_record, plan_serve_command, plan_summary
 
     outs = _checked_outs(args.out, [getattr(args, "workload", None), getattr(args, "model", None)])
     plan, base, rules, notes = plan_from_args(args)
@@ -99,12 +99,13 @@ def run(args: argparse.Namespace) -> int:
 
 def plan_from_args(args: argparse.Namespace):
     """(fleet plan, base scenario, guidance, quality notes, serve command of the cheapest)."""
-    from sizing.fleet import build_candidates, load_draft, plan_fleet, unconfirmed_pairs, unsupported_pairs
-    from sizing.formats import get_format
-    from sizing.guidance import evaluate_rules, quality_notes
+    from sizing.planners.fleet import build_candidates, load_draft, plan_fleet, unconfirmed_pairs, unsupported_pairs
+    from sizing.cache.formats import get_format
+    from sizing.planners.guidance import evaluate_rules, quality_notes
     from sizing.profiles import measured_efficiency
-    from sizing.speed import efficiency_from_report, parse_efficiency_overrides
-    from sizing.workload import read_workload
+    from sizing.efficiency import efficiency_from_report
+    from sizing.planners.speed import parse_efficiency_overrides
+    from sizing.planners.workload import read_workload
 
     if args.pipeline_parallel_size != 1:
         raise KvsizeError("plan sizes replicas of TP GPUs; --pipeline-parallel-size is not supported here")
@@ -158,7 +159,7 @@ def _read_report(path: str, option: str) -> dict:
 def _some_tp_splits_the_heads(base, tps: list[int], engine: str) -> None:
     """Refuse up front when no --tp can split the model: no candidate could be sized."""
     from sizing.engines import get_engine
-    from sizing.plan import check_tensor_parallel
+    from sizing.capacity.estimate import check_tensor_parallel
 
     errors = []
     for tp in tps:
@@ -172,7 +173,7 @@ def _some_tp_splits_the_heads(base, tps: list[int], engine: str) -> None:
 
 
 def render_plan(plan, rows: list[dict], rules, notes, serve, top: int) -> str:
-    from sizing.fleet import HOURS_PER_MONTH
+    from sizing.planners.fleet import HOURS_PER_MONTH
 
     w = plan.workload
     lines = [f"Fleet plan: {plan.model_name} on {plan.engine}, workload {w.name!r}: peak {w.peak_concurrency:,} "

@@ -17,9 +17,9 @@ def designs_from_args(args: argparse.Namespace, plan, base) -> dict | None:
     """With a TTFT or ITL target: aggregated and disaggregated designs, the cheapest and the frontier."""
     from dataclasses import replace
 
-    from sizing.fleet import build_candidates
-    from sizing.formats import get_format
-    from sizing.slo import Targets, TierOption, cheapest, design_row, frontier, pd_link, ranked, search_designs
+    from sizing.planners.fleet import build_candidates
+    from sizing.cache.formats import get_format
+    from sizing.planners.slo import Targets, TierOption, cheapest, design_row, frontier, pd_link, ranked, search_designs
 
     w = plan.workload
     if w.ttft_target_ms is None and w.itl_target_ms is None:
@@ -27,7 +27,7 @@ def designs_from_args(args: argparse.Namespace, plan, base) -> dict | None:
     targets = Targets(w.ttft_target_ms / 1000 if w.ttft_target_ms else None,
                       w.itl_target_ms / 1000 if w.itl_target_ms else None)
     link, shared, same_host = pd_link(args.pd_link)
-    from sizing.tiers import check_tier_links
+    from sizing.planners.tiers import check_tier_links
 
     check_tier_links({"host": args.host_memory or 0, "disk": args.disk or 0},
                      {"host": args.host_link, "disk": args.disk_link})
@@ -46,7 +46,7 @@ def designs_from_args(args: argparse.Namespace, plan, base) -> dict | None:
         best = cheapest(tiered) or best
         found = found + [replace(d, kind=f"{d.kind} + tiers") for d in tiered]
     if best is not None:
-        from sizing.slo import design_serve_commands
+        from sizing.planners.slo import design_serve_commands
 
         commands = design_serve_commands(best, base, w, _hf_id(args.model), sizes.get("host", 0))
         text += "  serve the chosen design:\n" + "".join(
@@ -58,7 +58,7 @@ def designs_from_args(args: argparse.Namespace, plan, base) -> dict | None:
 
 
 def render_tier_savings(plain, tiered, sizes: dict) -> str:
-    from sizing.slo import cheapest
+    from sizing.planners.slo import cheapest
 
     size = ", ".join(f"{k} {v / GiB:,.0f} GiB" for k, v in sizes.items())
     hbm_only = cheapest([d for d in plain if d.kind == "aggregated"])
@@ -79,7 +79,7 @@ def render_tier_savings(plain, tiered, sizes: dict) -> str:
 
 
 def render_designs(targets, best, found, front_designs, link: str, top: int) -> str:
-    from sizing.slo import cheapest, design_row
+    from sizing.planners.slo import cheapest, design_row
 
     front = [design_row(d) for d in front_designs]
     ttft = f"TTFT ≤ {targets.ttft_seconds * 1e3:g} ms" if targets.ttft_seconds else "no TTFT target"

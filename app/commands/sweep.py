@@ -30,13 +30,13 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sizing.sweep import SweepGrid, run_sweep
+    from sizing.planners.sweep import SweepGrid, run_sweep
 
     out = Path(args.out)
     kind = out.suffix.lower()
     if kind not in (".csv", ".xlsx", ".json"):
         raise KvsizeError(f"--out must end in .csv, .xlsx or .json, got {out.name!r}")
-    from sizing.formats import get_format
+    from sizing.cache.formats import get_format
 
     for name in args.formats:
         get_format(name, option="--formats")  # refuse an unknown format before writing anything
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         contexts=[_tokens_or_error(c) for c in args.contexts],
         tensor_parallel_sizes=[_int_or_error(t, "--tp") for t in args.tp],
     )
-    from sizing.sweep import MAX_SWEEP_ROWS, XLSX_MAX_ROWS
+    from sizing.planners.sweep import MAX_SWEEP_ROWS, XLSX_MAX_ROWS
 
     size = grid.size
     limit = XLSX_MAX_ROWS if kind == ".xlsx" else MAX_SWEEP_ROWS
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
 
     for model in args.models:
         _warn_beyond_positions(model, load_model(model)[1], grid.contexts)
-    from sizing.evidence import release_evidence
+    from sizing.engines.started import release_evidence
     from sizing.engines import get_engine
 
     for name in grid.engines:
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         _atomic_write(out, (json.dumps(rows) + "\n").encode())
     else:
         from app.spreadsheet import xlsx_bytes
-        from sizing.sweep import sweep_assumptions
+        from sizing.planners.sweep import sweep_assumptions
 
         # sized rows apart from the ones an engine cannot run, so every count column holds integers
         sized = [r for r in rows if r["status"] != "n/a"]

@@ -35,9 +35,9 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sizing.speed import DEFAULT_MFU
-    from sizing.tiers import engine_offload_options, tiers_for
-    from sizing.workload import read_workload
+    from sizing.efficiency import DEFAULT_MFU
+    from sizing.planners.tiers import engine_offload_options, tiers_for
+    from sizing.planners.workload import read_workload
 
     outs = _checked_outs(args.out, [getattr(args, "workload", None), getattr(args, "model", None)])
     workload = read_workload(args.workload)

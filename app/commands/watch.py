@@ -86,7 +86,7 @@ def _http_scrape(source: str, limit: int, deadline_s: float = SCRAPE_SECONDS) ->
 
 def _scrape(source: str) -> str:
     from sizing.inputs import read_limited
-    from sizing.metrics import MAX_METRICS_BYTES
+    from sizing.evidence.metrics import MAX_METRICS_BYTES
 
     if source.startswith(("http://", "https://")):
         data = _http_scrape(source, MAX_METRICS_BYTES)
@@ -103,7 +103,7 @@ def _with_server_settings(scenario, metrics, args):
     the default: the KV dtype, gpu_memory_utilization and block size the engine runs with (said on stderr)."""
     from dataclasses import replace
 
-    from sizing.metrics import MODEL_PRECISION
+    from sizing.evidence.metrics import MODEL_PRECISION
 
     taken = {}
     if args.kv_cache_dtype == "auto" and metrics.cache_dtype and metrics.cache_dtype not in MODEL_PRECISION:
@@ -127,8 +127,8 @@ PLAN_GIVES = {"model": "--model", "gpu": "--gpu", "engine": "--engine", "tensor_
 
 
 def _plan_file(args: argparse.Namespace):
-    """The --plan file's deployment (sizing/deployment.py); the options it gives may not be given too."""
-    from sizing.deployment import MAX_PLAN_BYTES, read_deployment
+    """The --plan file's deployment (sizing/planners/deployment.py); the options it gives may not be given too."""
+    from sizing.planners.deployment import MAX_PLAN_BYTES, read_deployment
     from sizing.inputs import limited_text, read_limited
 
     both = [flag for dest, flag in PLAN_GIVES.items() if getattr(args, dest) is not None]
@@ -139,8 +139,8 @@ def _plan_file(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from sizing.metrics import PlannedPool, read_metrics, watch
-    from sizing.plan import estimate
+    from sizing.evidence.metrics import PlannedPool, read_metrics, watch
+    from sizing.capacity.estimate import estimate
 
     if args.count > MAX_SCRAPES:
         raise KvsizeError(f"--count {args.count}: at most {MAX_SCRAPES} scrapes")

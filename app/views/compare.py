@@ -7,8 +7,9 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from app.ui import _chart, _downloads
-from sizing.formats import FORMAT_NAMES
-from sizing.plan import Scenario, compare
+from sizing.cache.formats import FORMAT_NAMES
+from sizing.capacity.estimate import Scenario
+from sizing.planners.compare import compare
 
 
 def page_compare(s: Scenario) -> None:

@@ -8,8 +8,8 @@ import streamlit as st
 
 from app.ui import _chart, _downloads, _tokens_label
 from sizing.errors import KvsizeError
-from sizing.formats import FORMAT_NAMES
-from sizing.plan import Scenario, estimate_lengths
+from sizing.cache.formats import FORMAT_NAMES
+from sizing.capacity.estimate import Scenario, estimate_lengths
 
 
 def page_curves(s: Scenario) -> None:
@@ -54,6 +54,6 @@ def page_curves(s: Scenario) -> None:
 
 
 def _engines_of(fmt: str) -> tuple[str, ...]:
-    from sizing.formats import get_format
+    from sizing.cache.formats import get_format
 
     return get_format(fmt).engines

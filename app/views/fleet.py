@@ -12,9 +12,9 @@ import streamlit as st
 from app.ui import UPLOADED_MODEL, _chart, _downloads, _gpu_choices, tensor_parallel_section
 from app.views.fleet_designs import _itl_chart, page_designs
 from sizing.errors import KvsizeError
-from sizing.fleet import replica_estimate
-from sizing.formats import FORMAT_NAMES
-from sizing.plan import Scenario, beyond_positions_warning
+from sizing.planners.fleet import replica_estimate
+from sizing.cache.formats import FORMAT_NAMES
+from sizing.capacity.estimate import Scenario, beyond_positions_warning
 from sizing.profiles import gpu_profile, model_profile
 
 COST_CHART_BARS = 15  # more bars than this cannot be read; the table holds every candidate
@@ -29,7 +29,7 @@ DEFAULT_BUCKETS = [
 
 def read_workload_widgets():
     """The workload from an uploaded file, else from the table editor; errors via st.error."""
-    from sizing.workload import parse_workload, parse_workload_text
+    from sizing.planners.workload import parse_workload, parse_workload_text
 
     upload = st.file_uploader("Workload file (.yaml/.json, as for `kvsize plan --workload`)",
                               type=["yaml", "yml", "json"], key="workload_upload", max_upload_size=1)
@@ -60,9 +60,9 @@ def read_workload_widgets():
 
 def page_fleet(s: Scenario) -> None:
     from app.spreadsheet import xlsx_bytes
-    from sizing.fleet import (HOURS_PER_MONTH, bucket_rows, build_candidates, candidate_rows, cost_rows, plan_fleet,
+    from sizing.planners.fleet import (HOURS_PER_MONTH, bucket_rows, build_candidates, candidate_rows, cost_rows, plan_fleet,
                               plan_serve_command, plan_summary, unconfirmed_pairs, unsupported_pairs)
-    from sizing.guidance import evaluate_rules, quality_notes
+    from sizing.planners.guidance import evaluate_rules, quality_notes
 
     st.caption(f"{s.model_name} on {s.engine}; the sidebar's engine settings apply. KV is charged at each bucket's "
                "longest request; speed at the peak batch per replica (docs/formulas.md, 'Fleet' and 'Speed').")
@@ -178,8 +178,8 @@ def page_fleet(s: Scenario) -> None:
 
 def watch_panel(s: Scenario, best) -> None:
     """The running engine held against the cheapest plan: a saved /metrics scrape of one replica, figure by
-    figure (sizing/metrics.py, as `kvsize watch`)."""
-    from sizing.metrics import MAX_METRICS_BYTES, PlannedPool, read_metrics, watch
+    figure (sizing/evidence/metrics.py, as `kvsize watch`)."""
+    from sizing.evidence.metrics import MAX_METRICS_BYTES, PlannedPool, read_metrics, watch
 
     st.subheader("Hold a running replica against this plan")
     upload = st.file_uploader("A saved /metrics scrape of one replica (curl http://host:8000/metrics > metrics.txt)",

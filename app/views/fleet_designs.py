@@ -11,7 +11,7 @@ import streamlit as st
 
 from app.ui import _chart, in_widget_terms
 from sizing.errors import KvsizeError
-from sizing.plan import Scenario, estimate
+from sizing.capacity.estimate import Scenario, estimate
 from sizing.units import GiB
 
 
@@ -19,9 +19,9 @@ def page_designs(s: Scenario, workload, gpus: list[str], formats: list[str], tps
                  plan) -> None:
     """Aggregated and disaggregated designs against TTFT and ITL targets, and their frontier."""
     from app.spreadsheet import xlsx_bytes
-    from sizing.fleet import build_candidates
+    from sizing.planners.fleet import build_candidates
     from sizing.profiles import link_ids
-    from sizing.slo import Targets, TierOption, cheapest, design_row, frontier, pd_link, ranked, search_designs
+    from sizing.planners.slo import Targets, TierOption, cheapest, design_row, frontier, pd_link, ranked, search_designs
 
     st.subheader("Latency targets: aggregated or disaggregated")
     c = st.columns(3)
@@ -91,8 +91,8 @@ def page_designs(s: Scenario, workload, gpus: list[str], formats: list[str], tps
 
 def _itl_chart(plan, s: Scenario, best, formats: list[str]) -> None:
     """Inter-token latency against context at the cheapest plan's batch, one line per format."""
-    from sizing.memory import resolve_weights_dtype
-    from sizing.speed import decode_step
+    from sizing.engines.memory import resolve_weights_dtype
+    from sizing.planners.speed import decode_step
 
     c = best.candidate
     batch = max(1, round(best.decode_batch))

@@ -6,8 +6,8 @@ import pandas as pd
 import streamlit as st
 
 from app.ui import _downloads, _fmt_bytes
-from sizing.layers import layer_groups
-from sizing.plan import Estimate, Scenario, to_record
+from sizing.cache.layers import layer_groups
+from sizing.capacity.estimate import Estimate, Scenario, to_record
 from sizing.units import GiB
 
 

@@ -8,16 +8,16 @@ import streamlit as st
 
 from app.ui import ROOT, _chart, _downloads, in_widget_terms
 from sizing.errors import KvsizeError
-from sizing.plan import Scenario
+from sizing.capacity.estimate import Scenario
 from sizing.units import GiB
 
 
 def page_tiers(s: Scenario) -> None:
     """KV tiers below HBM for the sidebar's replica: what each holds, reload against recompute, and
-    the prefix hits a workload's sessions find (sizing/tiers.py)."""
+    the prefix hits a workload's sessions find (sizing/planners/tiers.py)."""
     from sizing.profiles import link_ids
-    from sizing.tiers import engine_offload_options, tiers_for
-    from sizing.workload import parse_workload_text, read_workload
+    from sizing.planners.tiers import engine_offload_options, tiers_for
+    from sizing.planners.workload import parse_workload_text, read_workload
 
     st.caption(f"{s.model_name} on {s.gpu_name}, {s.engine}, TP {s.tensor_parallel_size}: tiers are per replica; "
                "reuse comes from the workload's sessions (docs/formulas.md, 'Tiers below HBM').")

@@ -66,10 +66,10 @@ def report_points(data) -> pd.DataFrame:
 
 @st.cache_data(show_spinner=False)
 def _accuracy() -> tuple[pd.DataFrame, object]:
-    """Every start's rows and their summary over all of them (sizing/starts.py summarize)."""
+    """Every start's rows and their summary over all of them (sizing/evidence/starts.py summarize)."""
     from dataclasses import asdict
 
-    from sizing.starts import accuracy_rows, summarize
+    from sizing.evidence.starts import accuracy_rows, summarize
 
     rows = accuracy_rows()
     overall = summarize(rows, lambda r: "all")[0] if rows else None

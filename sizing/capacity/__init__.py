@@ -1,0 +1,1 @@
+"""Stage 4, capacity: one server's budget, pool and concurrency for a scenario (docs/architecture.md)."""

@@ -1,0 +1,91 @@
+"""SGLang's own settings, under SGLang's names (ServerArgs fields: `--context-length`, `context_length=` in the
+`server_args=` log line, `sgl.Engine(...)` keywords), read into the scenario fields they move.
+
+Every ServerArgs field that moves memory is read here once and checked where it is read; fields that move memory
+in ways kvsize does not model are kept as "not modelled", so the front ends say so instead of guessing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import KvsizeError
+from .vllm_args import _flag, _fraction, _positive
+
+# SGLang's KV dtypes (server_args.py --kv-cache-dtype choices) and kvsize's format for each.
+KV_DTYPES = {"auto": "auto", "bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16",
+             "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2", "fp4_e2m1": "nvfp4"}
+# Fields that move memory in ways kvsize does not model; their presence is reported, never guessed.
+NOT_MODELLED = frozenset({
+    "speculative_algorithm", "speculative_draft_model_path", "enable_lora", "lora_paths", "max_loras_per_batch",
+    "cpu_offload_gb", "enable_hierarchical_cache", "hicache_ratio", "hicache_size", "enable_dp_attention",
+    "ep_size", "enable_ep_moe", "dp_size", "max_total_tokens", "enable_double_sparsity", "mamba_ssm_dtype",
+    "max_mamba_cache_size", "enable_two_batch_overlap", "cuda_graph_bs", "enable_torch_compile",
+    "piecewise_cuda_graph_max_tokens", "disable_radix_cache", "enable_mixed_chunk",
+})
+IGNORED = frozenset({
+    "model_path", "tokenizer_path", "load_format", "skip_tokenizer_init", "random_seed", "log_level",
+    "attention_backend", "sampling_backend", "trust_remote_code", "host", "port", "served_model_name",
+    "prefill_attention_backend", "decode_attention_backend", "schedule_policy", "enable_metrics",
+})
+
+
+@dataclass(frozen=True)
+class SglangSettings:
+    fields: dict = field(default_factory=dict)  # Scenario field -> value
+    used: tuple[str, ...] = ()
+    ignored: tuple[str, ...] = ()
+    not_modelled: tuple[str, ...] = ()
+
+
+def read_server_args(args: dict) -> SglangSettings:
+    """ServerArgs fields (name -> value, as keywords or from the log's `server_args=` line) into scenario
+    fields; refuses a value outside what SGLang takes, naming the field."""
+    fields: dict = {}
+    used, ignored, not_modelled = [], [], []
+    for raw_name, value in args.items():
+        name = str(raw_name).lstrip("-").replace("-", "_")
+        if value is None:
+            continue
+        if name == "context_length":
+            fields["max_model_len"] = _positive(value, "context_length")
+        elif name in ("tp_size", "tensor_parallel_size"):
+            fields["tensor_parallel_size"] = _positive(value, name)
+        elif name in ("pp_size", "pipeline_parallel_size"):
+            fields["pipeline_parallel_size"] = _positive(value, name)
+        elif name == "mem_fraction_static":
+            fields["memory_fraction"] = _fraction(value, name)
+        elif name == "page_size":
+            fields["block_size"] = _positive(value, name)
+        elif name == "kv_cache_dtype":
+            text = str(value).lower()
+            if text not in KV_DTYPES:
+                raise KvsizeError(f"kv_cache_dtype {str(value)[:40]!r} is not one SGLang takes; allowed: "
+                                  + ", ".join(KV_DTYPES))
+            fields["k_cache_dtype"] = fields["v_cache_dtype"] = KV_DTYPES[text]
+        elif name == "dtype":
+            fields["dtype"] = str(value)
+        elif name == "chunked_prefill_size":
+            try:
+                chunked = int(value)
+            except (TypeError, ValueError):
+                chunked = 0
+            if chunked == 0 or chunked < -1:
+                raise KvsizeError(f"chunked_prefill_size {str(value)[:40]!r} is not allowed: a positive token count, "
+                                  "or -1 to turn chunked prefill off")
+            fields["max_num_batched_tokens"] = chunked if chunked > 0 else None
+        elif name == "max_running_requests":
+            fields["max_num_seqs"] = _positive(value, name)
+        elif name == "disable_cuda_graph":
+            if _flag(value, name):
+                fields["cudagraph_mode"] = "NONE"  # SGLang captures CUDA graphs unless told not to
+        elif name == "cuda_graph_max_bs":
+            fields["cuda_graph_max_bs"] = _positive(value, name)
+        elif name in NOT_MODELLED:
+            not_modelled.append(name)
+            continue
+        else:
+            ignored.append(name)
+            continue
+        used.append(name)
+    return SglangSettings(fields, tuple(used), tuple(ignored), tuple(not_modelled))

@@ -1,0 +1,156 @@
+"""Which engine releases kvsize has started, and how close it came on their starts.
+
+`profiles/engines/started.json` holds, per engine and started version, the count of starts, how many kvsize
+predicted within 1% (both ways: estimate and check-log), the median absolute and the worst signed token error
+and the GPUs; `benchmarks/vllm_starts.py --write` writes it from the corpora and a test recomputes it.
+`profiles/engines/published.json` lists the releases a planner can install. Every answer names its release's
+evidence: started, or never started with the nearest started release's figures beside it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import KvsizeError
+from .releases import ENGINES_DIR, version_key
+
+
+class StartedRelease(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    starts: int = Field(ge=1)
+    predictions: int = Field(ge=1)
+    within_1pct: int = Field(ge=0)
+    median_abs_token_error: float = Field(ge=0)
+    worst_token_error: float
+    gpus: tuple[str, ...]
+    max_gpus_per_start: int = Field(default=1, ge=1)  # the most GPUs one of its starts ran on (TP x PP)
+
+
+class EvidenceFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    source: str
+    vllm: dict[str, StartedRelease] = Field(default_factory=dict)
+    sglang: dict[str, StartedRelease] = Field(default_factory=dict)
+    # per engine: the config.json architectures some start ran, and each architecture family's figures
+    architectures: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    families: dict[str, dict[str, StartedRelease]] = Field(default_factory=dict)
+
+
+class PublishedFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    source: str
+    vllm: tuple[str, ...]
+    sglang: tuple[str, ...]
+
+
+def _read(name: str, model):
+    path = ENGINES_DIR / name
+    try:
+        return model.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValidationError, json.JSONDecodeError) as e:
+        raise KvsizeError(f"engine profile {name} is invalid: {str(e).splitlines()[0]}") from None
+
+
+@cache
+def started(engine: str) -> dict[str, StartedRelease]:
+    """Started versions of an engine (oldest first) and kvsize's figures on their starts."""
+    rows = getattr(_evidence(), engine, None) or {}
+    return dict(sorted(rows.items(), key=lambda kv: version_key(kv[0])))
+
+
+@cache
+def _evidence() -> EvidenceFile:
+    return _read("started.json", EvidenceFile)
+
+
+def architecture_evidence(engine: str, architectures: tuple[str, ...], family: str) -> str | None:
+    """A sentence where no real start of the engine ran this architecture, with its family's figures (or the
+    nearest started family's); None where one did, or for engines kvsize keeps no starts of."""
+    data = _evidence()
+    started_archs = data.architectures.get(engine)
+    if not started_archs or not architectures or any(a in started_archs for a in architectures):
+        return None
+    families = data.families.get(engine, {})
+    name = family if family in families else _nearest_family(family, families)
+    if name is None:
+        return f"no real {engine} start of {architectures[0]} is in kvsize's evidence"
+    f = families[name]
+    return (f"no real {engine} start of {architectures[0]} is in kvsize's evidence; its family, {name}"
+            + ("" if name == family else f" (the nearest started to {family})")
+            + f": {f.within_1pct} of {f.predictions} predictions within 1% on {f.starts} starts, worst token error "
+            f"{100 * f.worst_token_error:+.2f}%")
+
+
+def _nearest_family(family: str, families: dict) -> str | None:
+    """The started family sharing the most words with this one (MLA MoE -> MLA, MoE + sliding -> MoE)."""
+    words = set(family.replace("+", " ").split())
+    scored = sorted(((len(words & set(n.replace("+", " ").split())), n) for n in families), reverse=True)
+    return scored[0][1] if scored and scored[0][0] else None
+
+
+@cache
+def published(engine: str) -> tuple[str, ...]:
+    return tuple(getattr(_read("published.json", PublishedFile), engine, ()) or ())
+
+
+def newest_started(engine: str) -> str | None:
+    rows = started(engine)
+    return next(reversed(rows)) if rows else None
+
+
+def _matches(version: str, candidate: str) -> bool:
+    """0.23 names 0.23.0; 0.25.1 names only itself."""
+    v, c = version_key(version), version_key(candidate)
+    return c[:len(v)] == v
+
+
+@dataclass(frozen=True)
+class ReleaseEvidence:
+    engine: str
+    version: str | None  # as asked (None: the engine's newest started release)
+    started_version: str | None  # the started version this answer's release is, or None
+    figures: StartedRelease | None  # of the started version, or of the nearest started one
+    nearest_version: str | None  # where never started: the nearest started release
+
+    @property
+    def started(self) -> bool:
+        return self.started_version is not None
+
+    def sentence(self) -> str:
+        def figs(v: str, f: StartedRelease) -> str:
+            return (f"{f.within_1pct} of {f.predictions} predictions within 1% on {f.starts} real starts of {v} "
+                    f"({', '.join(f.gpus)}), worst token error {100 * f.worst_token_error:+.2f}%")
+
+        if self.started_version and self.figures:
+            return f"{self.engine} {self.started_version} was started: {figs(self.started_version, self.figures)}"
+        asked = self.version or "this release"
+        if self.nearest_version and self.figures:
+            return (f"{self.engine} {asked} was never started, so its rules are read from source alone; the nearest "
+                    f"started release, {self.nearest_version}: {figs(self.nearest_version, self.figures)}")
+        return f"{self.engine} {asked} was never started and no release of {self.engine} was"
+
+
+def release_evidence(engine: str, version: str | None) -> ReleaseEvidence | None:
+    """What real starts say of the release an answer follows; None for engines kvsize keeps no starts of."""
+    if engine not in ("vllm", "sglang"):
+        return None
+    rows = started(engine)
+    if not rows:
+        return ReleaseEvidence(engine, version, None, None, None)
+    asked = version or newest_started(engine)
+    hits = [v for v in rows if _matches(asked, v)]
+    if hits:
+        return ReleaseEvidence(engine, version, hits[-1], rows[hits[-1]], None)
+    key = version_key(asked)
+    nearest = min(rows, key=lambda v: (abs(_distance(version_key(v), key)), version_key(v)))
+    return ReleaseEvidence(engine, version, None, rows[nearest], nearest)
+
+
+def _distance(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    width = max(len(a), len(b))
+    a, b = a + (0,) * (width - len(a)), b + (0,) * (width - len(b))
+    return sum((x - y) * 1000 ** (width - i) for i, (x, y) in enumerate(zip(a, b)))
