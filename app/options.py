@@ -176,7 +176,7 @@ def scenario_from_args(args: argparse.Namespace, model: str, gpu: str, engine: s
                        max_model_len: int | None, k: str, v: str):
     from sizing.engines import get_engine
     from sizing.cache.formats import FormatOptions
-    from sizing.capacity.estimate import Scenario
+    from sizing.capacity.scenario import Scenario
     from sizing.profiles import gpu_profile, load_model
 
     name, shape = load_model(model)

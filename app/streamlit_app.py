@@ -27,7 +27,7 @@ from sizing.engines import ENGINES, get_engine  # noqa: E402
 from sizing.errors import KvsizeError  # noqa: E402
 from sizing.cache.formats import FORMAT_NAMES  # noqa: E402
 from sizing.engines.memory import WEIGHT_FORMATS  # noqa: E402
-from sizing.capacity.estimate import Scenario  # noqa: E402
+from sizing.capacity.scenario import Scenario  # noqa: E402
 from sizing.profiles import bundled_shape, gpu_profile, model_profile  # noqa: E402
 from sizing.config import MAX_CONFIG_BYTES  # noqa: E402
 

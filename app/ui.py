@@ -12,7 +12,8 @@ import streamlit as st
 
 from app.chart_export import PLOTLY_CONFIG, browser_path, html_bytes, png_bytes
 from sizing.errors import KvsizeError
-from sizing.capacity.estimate import Estimate, Scenario, estimate
+from sizing.capacity.estimate import Estimate, estimate
+from sizing.capacity.scenario import Scenario
 from sizing.profiles import gpu_ids, gpu_profile, model_ids
 from sizing.config import parse_config_text, resolve_shape
 from sizing.units import GiB
@@ -163,7 +164,7 @@ def _fmt_bytes(x) -> str:
 
 def tensor_parallel_section(e) -> None:
     """What each GPU holds at the chosen TP size, term by term, and which terms grow with TP (sizing's notes)."""
-    from sizing.capacity.estimate import tensor_parallel_notes
+    from sizing.capacity.record import tensor_parallel_notes
 
     notes = tensor_parallel_notes(e)
     if notes:

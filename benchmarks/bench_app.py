@@ -61,7 +61,8 @@ def _wait_metric(page, label: str, expected: str | None = None) -> None:
 
 def expected_concurrency(model: str) -> str:
     """The Plan tab's headline for the start URL's scenario, as sizing computes it."""
-    from sizing.capacity.estimate import Scenario, estimate
+    from sizing.capacity.scenario import Scenario
+    from sizing.capacity.estimate import estimate
     from sizing.profiles import gpu_profile, load_model
 
     name, shape = load_model(model)

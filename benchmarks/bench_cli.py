@@ -27,7 +27,7 @@ def main():
         config.write_text(json.dumps(json.loads((ROOT / "profiles/models/qwen3-8b.json").read_text())["config"]))
         print(f"cold start, raw config.json: median {cold(['estimate', '--model', str(config)], 5):.3f} s (goal <= 4 s)")
     sys.path.insert(0, str(ROOT))
-    from sizing.capacity.estimate import Scenario
+    from sizing.capacity.scenario import Scenario
     from sizing.profiles import gpu_profile, load_model
     from sizing.planners.sweep import SweepGrid, run_sweep
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from sizing.errors import KvsizeError
 from sizing.cache.layers import build_layout
-from sizing.capacity.estimate import Scenario, estimate
+from sizing.capacity.scenario import Scenario
+from sizing.capacity.estimate import estimate
 from sizing.profiles import model_profile
 from sizing.config import ModelShape, resolve_shape
 

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sizing.engines import get_engine  # noqa: E402
 from sizing.engines.memory import DTYPE_BYTES, graph_captures, split_kv_accumulator_bytes  # noqa: E402
-from sizing.capacity.estimate import with_engine_defaults  # noqa: E402
+from sizing.capacity.scenario import with_engine_defaults  # noqa: E402
 from sizing.evidence.starts import CORPUS, load_corpus, start_scenario  # noqa: E402
 from sizing.units import MiB  # noqa: E402
 

@@ -1,4 +1,4 @@
-from sizing.capacity.estimate import Scenario
+from sizing.capacity.scenario import Scenario
 from sizing.profiles import gpu_profile, load_model
 
 

@@ -5,7 +5,8 @@ import pytest
 
 from sizing.engines.accepted_dtypes import accepted_since, dtypes_table
 from sizing.errors import KvsizeError
-from sizing.capacity.estimate import Scenario, estimate
+from sizing.capacity.scenario import Scenario
+from sizing.capacity.estimate import estimate
 from sizing.profiles import load_model
 from sizing.engines.serve import LAUNCHERS
 

@@ -15,7 +15,8 @@ from sizing.engines.engine import VllmCache, _approximate_gcd, packed_groups, vl
 from sizing.errors import KvsizeError
 from sizing.cache.formats import get_format
 from sizing.cache.layers import build_layout
-from sizing.capacity.estimate import Scenario, estimate
+from sizing.capacity.scenario import Scenario
+from sizing.capacity.estimate import estimate
 from sizing.profiles import load_model
 from sizing.config import resolve_shape, with_mtp_layers
 

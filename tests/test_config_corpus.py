@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from sizing.errors import KvsizeError
-from sizing.capacity.estimate import Scenario, estimate
+from sizing.capacity.scenario import Scenario
+from sizing.capacity.estimate import estimate
 from sizing.profiles import load_model
 
 CORPUS = Path(__file__).parent / "fixtures" / "config-corpus"

@@ -7,7 +7,8 @@ import pytest
 
 from sizing.evidence.logcheck import check_rows, row_scenario
 from sizing.evidence.logs import read_log
-from sizing.capacity.estimate import estimate, engine_log_lines
+from sizing.capacity.estimate import estimate
+from sizing.capacity.record import engine_log_lines
 from sizing.units import GiB
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -149,7 +150,7 @@ def test_trtllm_08_log_bytes_per_token_match_llama_2_7b(tmp_path):
     # NVIDIA/TensorRT-LLM issue #1400 (A100, TensorRT-LLM 0.8): 69,524,783,104 B for 132,608 tokens =
     # 524,288 B a token, Llama-2-7B's 32 layers x 32 KV heads x 128 x 2 x 2 B in fp16 (configs/Llama-2-7b-hf.json).
     from sizing.profiles import load_model
-    from sizing.capacity.estimate import Scenario
+    from sizing.capacity.scenario import Scenario
 
     run = read_log((FIXTURES / "trtllm-0.8-llama-2-7b-a100.log").read_text())
     assert run.engine == "trtllm"
@@ -169,7 +170,7 @@ def test_hybrid_mamba_pool_matches_vllm_033(fixture, config):
     # vLLM keeps the conv state in the model dtype and the SSM state in mamba_ssm_cache_dtype (fp32 for
     # Nemotron-H), raises the attention block until a page covers a state page, pads the state page,
     # and keeps 3 state pages per Mamba group per request in prefix-caching "align" mode.
-    from sizing.capacity.estimate import Scenario
+    from sizing.capacity.scenario import Scenario
     from sizing.profiles import load_model
 
     ref = json.loads((FIXTURES / fixture).read_text())
@@ -191,7 +192,7 @@ def test_hybrid_mamba_pool_matches_vllm_033(fixture, config):
 
 def test_vllm_builds_mistral_7b_v01_with_full_attention():
     # vLLM 0.33.0 (tests/fixtures/vllm-0.33-mistral-7b-v0.1.json): no window without layer_types.
-    from sizing.capacity.estimate import Scenario
+    from sizing.capacity.scenario import Scenario
     from sizing.profiles import load_model
 
     ref = json.loads((FIXTURES / "vllm-0.33-mistral-7b-v0.1.json").read_text())

@@ -9,7 +9,9 @@ from hypothesis import strategies as st
 
 from helpers import scenario
 from sizing.engines import get_engine
-from sizing.capacity.estimate import concurrency_fits, estimate, _layout, _pool
+from sizing.capacity.concurrency import concurrency_fits
+from sizing.capacity.estimate import estimate
+from sizing.capacity.budget import _layout, _pool
 from sizing.units import GiB
 
 
@@ -176,7 +178,9 @@ def test_a_scenarios_cached_hash_follows_its_fields():
 
 
 def test_per_gpu_notes_say_what_changes_with_tensor_parallelism():
-    from sizing.capacity.estimate import Scenario, estimate, tensor_parallel_notes
+    from sizing.capacity.scenario import Scenario
+    from sizing.capacity.estimate import estimate
+    from sizing.capacity.record import tensor_parallel_notes
     from sizing.profiles import gpu_profile, load_model
 
     g = gpu_profile("h200")
@@ -196,7 +200,7 @@ def test_per_gpu_notes_say_what_changes_with_tensor_parallelism():
 def test_an_sglang_answer_does_not_depend_on_the_length_estimated_before_it():
     # SGLang's default --mem-fraction-static reads the context length; a stage's setup cached at one length
     # once answered the next length with the first length's fraction (a sweep's rows and a later estimate).
-    from sizing.capacity.estimate import _SETUPS
+    from sizing.capacity.budget import _SETUPS
 
     long = scenario(engine="sglang", max_model_len=131072, concurrency=1)
     _SETUPS.clear()

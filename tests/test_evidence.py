@@ -44,7 +44,8 @@ def test_started_and_never_started_answers():
 
 
 def test_an_estimate_says_whether_its_release_was_started():
-    from sizing.capacity.estimate import Scenario, estimate
+    from sizing.capacity.scenario import Scenario
+    from sizing.capacity.estimate import estimate
     from sizing.profiles import gpu_profile, load_model
 
     _, shape = load_model("qwen3-8b")
@@ -58,7 +59,7 @@ def test_release_ranges_are_drawn_where_starts_show_the_model_runner_change():
     # 0.21-0.25 is one file whose sub-ranges are releases of their own: the runner that serves Llama changes
     names = {v: get_engine(f"vllm@{v}").release.name for v in ("0.21.0", "0.22.1", "0.23.0", "0.24.0", "0.25.1")}
     assert len(set(names.values())) == 5
-    from sizing.capacity.estimate import model_runner
+    from sizing.capacity.budget import model_runner
     from sizing.profiles import load_model
 
     _, llama = load_model("llama-3.1-8b")
@@ -67,7 +68,8 @@ def test_release_ranges_are_drawn_where_starts_show_the_model_runner_change():
 
 def test_0_27_to_0_33_are_drawn_where_the_starts_show_the_runner_and_graph_changes():
     # Qwen3-30B-A3B (MoE) ran V1 on 0.27.1 and V2 on 0.30.0 and 0.33.0; V2 subtracts its graph estimate from 0.29
-    from sizing.capacity.estimate import graphs_subtracted, model_runner
+    from sizing.capacity.record import graphs_subtracted
+    from sizing.capacity.budget import model_runner
     from sizing.profiles import load_model
 
     _, moe = load_model("qwen3-30b-a3b")

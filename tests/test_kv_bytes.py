@@ -119,7 +119,9 @@ def test_dsa_indexer_and_fp8_ds_mla_bytes_per_token():
     # 512 fp8 + 4 fp32 scales + 64 bf16 = 656 B. 61 layers (configs/DeepSeek-V3.2-style.json).
     from pathlib import Path
 
-    from sizing.capacity.estimate import Scenario, estimate
+    from sizing.capacity.scenario import Scenario
+
+    from sizing.capacity.estimate import estimate
     from sizing.profiles import load_model
 
     name, shape = load_model(str(Path(__file__).parent / "fixtures" / "configs" / "DeepSeek-V3.2-style.json"))
@@ -150,7 +152,8 @@ def test_mimo_sliding_layers_have_their_own_heads_and_v_is_narrower():
     # fixtures/configs/MiMo-V2-style.json: full layers 4 KV heads, sliding layers swa_num_key_value_heads 8,
     # K 192 and V 128 values (v_head_dim); vLLM 0.33 builds the same pages (fixtures/vllm-reference).
     from sizing.cache.layers import build_layout
-    from sizing.capacity.estimate import Scenario, estimate
+    from sizing.capacity.scenario import Scenario
+    from sizing.capacity.estimate import estimate
     from sizing.profiles import load_model
 
     _, shape = load_model(str(FIXTURES / "configs" / "MiMo-V2-style.json"))
@@ -181,7 +184,7 @@ def test_glm5_dsa_cache_from_an_abridged_config_and_transformers_defaults():
     # GlmMoeDsaConfig supplies index_head_dim 128. vLLM keeps per layer the 576-value MLA latent
     # (kv_lora_rank 512 + qk_rope_head_dim 64) and a 132 B indexer key (128 fp8 + one fp32 scale);
     # under fp8 the latent is fp8_ds_mla, 656 B (512 fp8 + 4 fp32 scales + 64 bf16 rope).
-    from sizing.capacity.estimate import Scenario
+    from sizing.capacity.scenario import Scenario
     from sizing.profiles import load_model
 
     name, shape = load_model(str(FIXTURES / "configs" / "GLM-5-FP8-abridged.json"))

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from sizing.engines import get_engine
-from sizing.capacity.estimate import fraction_inputs
+from sizing.capacity.budget import fraction_inputs
 from sizing.engines.releases import find_release
 from sizing.evidence.sglang_starts import CORPUS, check_start, check_start_log, load_corpus, start_scenario
 

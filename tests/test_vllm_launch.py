@@ -180,7 +180,7 @@ def test_text_only_and_compilation_settings_are_read_and_passed_back():
     # vLLM 0.26: --language-model-only, or every modality's --limit-mm-per-prompt at 0, builds no tower
     # (interfaces.py _mark_tower_model); compilation mode 0 compiles nothing and captures no piecewise graphs
     from measure.verify import engine_args
-    from sizing.capacity.estimate import Scenario
+    from sizing.capacity.scenario import Scenario
 
     assert read_engine_args({"language_model_only": True}).fields == {"language_model_only": True}
     assert read_engine_args({"limit_mm_per_prompt": {"image": 0, "video": {"count": 0}}}).fields == {

@@ -16,7 +16,8 @@ import pytest
 
 from sizing.engines import vllm_caches
 from sizing.errors import KvsizeError
-from sizing.capacity.estimate import Scenario, estimate
+from sizing.capacity.scenario import Scenario
+from sizing.capacity.estimate import estimate
 from sizing.profiles import load_model
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -100,7 +100,7 @@ def test_a_counter_reset_is_read_as_a_restart_not_negative_preemptions():
     from sizing.evidence.metrics import PlannedPool, watch
     from sizing.capacity.estimate import estimate
     from sizing.profiles import load_model
-    from sizing.capacity.estimate import Scenario
+    from sizing.capacity.scenario import Scenario
 
     before = read_metrics(TEXT.replace('num_preemptions_total{engine="0",model_name="meta-llama/Llama-3.1-8B"} 0.0',
                                        'num_preemptions_total{engine="0",model_name="meta-llama/Llama-3.1-8B"} 9.0'))

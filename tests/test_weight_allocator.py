@@ -87,7 +87,9 @@ def test_machete_keeps_awq_zero_points_in_the_activation_dtype_on_hopper_only():
     # transform_w_zp stores -scale x zero in bf16: 16 bits a group of 128 where the checkpoint packs 4
     from dataclasses import replace
 
-    from sizing.capacity.estimate import Scenario, estimate
+    from sizing.capacity.scenario import Scenario
+
+    from sizing.capacity.estimate import estimate
 
     shape = load_model("tests/fixtures/vllm-starts/configs/qwen3-8b-awq.json")[1]
     fmt = resolve_weights_dtype("auto", shape)
@@ -114,7 +116,8 @@ def test_gptq_moe_experts_keep_the_checkpoints_zeros():
     # vLLM 0.26.0's AutoGPTQMoEMethod never hands its qzeros to the Marlin MoE conversion: a symmetric int4
     # checkpoint's experts weigh 4 + (16 + 4) / 128 bits a weight; the start printed 15.69 GiB
     # (h200-0.26.0-qwen3-30b-a3b-gptq-int4)
-    from sizing.capacity.estimate import Scenario, estimate
+    from sizing.capacity.scenario import Scenario
+    from sizing.capacity.estimate import estimate
 
     shape = load_model("tests/fixtures/vllm-starts/configs/qwen3-30b-a3b-gptq-int4.json")[1]
     e = estimate(Scenario("qwen3-30b-a3b-gptq-int4", shape, "h200", 150_109_880_320, engine="vllm@0.26.0",

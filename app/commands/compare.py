@@ -26,7 +26,7 @@ def compare_rows(args: argparse.Namespace) -> list[dict]:
     base = scenario_from_args(args, args.model, args.gpu, "ideal", args.tensor_parallel_size,
                               args.max_model_len, "auto", "auto")
     from sizing.engines import get_engine
-    from sizing.capacity.estimate import check_tensor_parallel
+    from sizing.capacity.scenario import check_tensor_parallel
 
     check_tensor_parallel(base.shape, base.tensor_parallel_size, get_engine(args.engine))
     rows = compare(base, args.engine, FORMAT_NAMES)

@@ -33,7 +33,8 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sizing.capacity.estimate import estimate, to_record
+    from sizing.capacity.estimate import estimate
+    from sizing.capacity.record import to_record
 
     if args.out is not None:
         _check_out(Path(args.out))  # refused before anything is computed or printed

@@ -159,7 +159,7 @@ def _read_report(path: str, option: str) -> dict:
 def _some_tp_splits_the_heads(base, tps: list[int], engine: str) -> None:
     """Refuse up front when no --tp can split the model: no candidate could be sized."""
     from sizing.engines import get_engine
-    from sizing.capacity.estimate import check_tensor_parallel
+    from sizing.capacity.scenario import check_tensor_parallel
 
     errors = []
     for tp in tps:

@@ -8,7 +8,7 @@ import streamlit as st
 
 from app.ui import _chart, _downloads
 from sizing.cache.formats import FORMAT_NAMES
-from sizing.capacity.estimate import Scenario
+from sizing.capacity.scenario import Scenario
 from sizing.planners.compare import compare
 
 

@@ -9,7 +9,8 @@ import streamlit as st
 from app.ui import _chart, _downloads, _tokens_label
 from sizing.errors import KvsizeError
 from sizing.cache.formats import FORMAT_NAMES
-from sizing.capacity.estimate import Scenario, estimate_lengths
+from sizing.capacity.scenario import Scenario
+from sizing.capacity.estimate import estimate_lengths
 
 
 def page_curves(s: Scenario) -> None:

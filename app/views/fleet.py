@@ -14,7 +14,8 @@ from app.views.fleet_designs import _itl_chart, page_designs
 from sizing.errors import KvsizeError
 from sizing.planners.fleet import replica_estimate
 from sizing.cache.formats import FORMAT_NAMES
-from sizing.capacity.estimate import Scenario, beyond_positions_warning
+from sizing.capacity.scenario import Scenario
+from sizing.capacity.estimate import beyond_positions_warning
 from sizing.profiles import gpu_profile, model_profile
 
 COST_CHART_BARS = 15  # more bars than this cannot be read; the table holds every candidate

@@ -11,7 +11,8 @@ import streamlit as st
 
 from app.ui import _chart, in_widget_terms
 from sizing.errors import KvsizeError
-from sizing.capacity.estimate import Scenario, estimate
+from sizing.capacity.scenario import Scenario
+from sizing.capacity.estimate import estimate
 from sizing.units import GiB
 
 

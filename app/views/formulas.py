@@ -7,7 +7,9 @@ import streamlit as st
 
 from app.ui import _downloads, _fmt_bytes
 from sizing.cache.layers import layer_groups
-from sizing.capacity.estimate import Estimate, Scenario, to_record
+from sizing.capacity.estimate import Estimate
+from sizing.capacity.scenario import Scenario
+from sizing.capacity.record import to_record
 from sizing.units import GiB
 
 

@@ -6,7 +6,9 @@ import pandas as pd
 import streamlit as st
 
 from app.ui import _chart, _downloads, breakdown_figure, in_widget_terms, tensor_parallel_section
-from sizing.capacity.estimate import Estimate, Scenario, to_record
+from sizing.capacity.estimate import Estimate
+from sizing.capacity.scenario import Scenario
+from sizing.capacity.record import to_record
 
 HIDDEN = ("schema",)  # the record's format tag: for programs reading the JSON, not for the page
 

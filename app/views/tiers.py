@@ -8,7 +8,7 @@ import streamlit as st
 
 from app.ui import ROOT, _chart, _downloads, in_widget_terms
 from sizing.errors import KvsizeError
-from sizing.capacity.estimate import Scenario
+from sizing.capacity.scenario import Scenario
 from sizing.units import GiB
 
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import KvsizeError
-from ..capacity.estimate import Scenario, estimate
+from ..capacity.scenario import Scenario
+from ..capacity.estimate import estimate
 from ..profiles import gpu_profile, load_model
 from ..units import GiB
 

@@ -297,7 +297,7 @@ def _log_engine(run: LoggedRun) -> str:
 def log_scenario(run: LoggedRun, model_name: str, shape, gpu=None, weights_dtype: str = "auto"):
     """The scenario a logged run describes, and which of its settings the log gave and which were
     assumed. `gpu`: a GpuProfile, or None to take it from the log's printed total."""
-    from ..capacity.estimate import Scenario
+    from ..capacity.scenario import Scenario
     from ..engines.vllm_args import read_engine_args
 
     g, gpu_source = _log_gpu(run, gpu)

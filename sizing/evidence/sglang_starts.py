@@ -66,7 +66,7 @@ def _config_model(path: str):
 
 def planned_sglang_scenario(config: Path, gpu: str, version: str, args: dict):
     """An SGLang start, planned or made, as a kvsize scenario: its config, GPU, version and ServerArgs."""
-    from ..capacity.estimate import Scenario
+    from ..capacity.scenario import Scenario
     from ..profiles import gpu_profile
     from ..engines.sglang_args import read_server_args
 

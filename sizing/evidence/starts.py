@@ -102,7 +102,7 @@ def planned_scenario(config: Path, gpu: str, release: str, args: dict, context: 
                      compile_cache_hit: bool = False):
     """A start, planned or made, as a kvsize scenario: its config, GPU, release and EngineArgs under vLLM's
     names. What kvsize predicts for a batch before it runs comes from here, as does the check of a made start."""
-    from ..capacity.estimate import Scenario
+    from ..capacity.scenario import Scenario
     from ..profiles import gpu_profile
     from ..engines.vllm_args import read_engine_args
 

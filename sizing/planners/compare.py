@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..capacity.estimate import Scenario, estimate
+from ..capacity.scenario import Scenario
+
+from ..capacity.estimate import estimate
 from ..cache.formats import FORMAT_NAMES, get_format
 from ..engines import get_engine
 from ..engines.support import Support, runs_on

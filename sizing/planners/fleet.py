@@ -24,7 +24,9 @@ from ..cache.formats import get_format
 from ..cache.layers import build_layout, kv_heads_per_rank
 from ..engines import get_engine
 from ..engines.memory import resolve_weights_dtype
-from ..capacity.estimate import Estimate, Scenario, engine_weight_bytes, estimate
+from ..capacity.estimate import Estimate, estimate
+from ..capacity.scenario import Scenario
+from ..capacity.budget import engine_weight_bytes
 from ..config import ModelShape
 from ..efficiency import DecodeEfficiency
 from .speed import decode_step, itl_slope_seconds_per_token, prefill_seconds
@@ -509,7 +511,7 @@ def cost_rows(plan: FleetPlan) -> list[dict]:
 def plan_serve_command(plan: FleetPlan, base: Scenario, chosen: CandidatePlan, model_id: str | None = None):
     """The command that starts one replica of `chosen` (the shared pool)."""
     from ..engines import get_engine
-    from ..capacity.estimate import fraction_inputs
+    from ..capacity.budget import fraction_inputs
     from ..engines.serve import ServeSettings, serve_command
 
     engine = get_engine(plan.engine)

@@ -26,7 +26,8 @@ from typing import Literal
 
 from ..errors import KvsizeError
 from .fleet import SECONDS_PER_HOUR, Candidate, replica_model
-from ..capacity.estimate import Scenario, estimate
+from ..capacity.scenario import Scenario
+from ..capacity.estimate import estimate
 from ..efficiency import DecodeEfficiency
 from .speed import prefill_seconds
 from .tiers import LinkFit, layered_send_seconds
@@ -361,7 +362,7 @@ def design_serve_commands(design: Design, base: Scenario, workload: Workload, mo
     """(role, ServeCommand) for each kind of replica of a design: one for aggregated, prefill and
     decode for disaggregated (sizing/engines/serve.py spells each engine's options)."""
     from ..engines import get_engine
-    from ..capacity.estimate import fraction_inputs
+    from ..capacity.budget import fraction_inputs
     from ..engines.serve import ServeSettings, serve_command
 
     engine = get_engine(base.engine)

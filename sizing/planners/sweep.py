@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from ..engines import get_engine
 from ..errors import KvsizeError
 from ..cache.formats import get_format
-from ..capacity.estimate import Estimate, LengthFigures, Scenario, check_length, estimate_lengths
+from ..capacity.estimate import Estimate, LengthFigures, estimate_lengths
+from ..capacity.scenario import Scenario, check_length
 from ..profiles import gpu_profile, load_model
 from .fleet import GpuOffer, unsupported_pairs
 from ..engines.memory import resolve_weights_dtype

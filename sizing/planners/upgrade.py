@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..capacity.estimate import Estimate, Scenario, estimate, graphs_subtracted
+from ..capacity.estimate import Estimate, estimate
+
+from ..capacity.scenario import Scenario
+
+from ..capacity.record import graphs_subtracted
 from ..units import GiB
 
 

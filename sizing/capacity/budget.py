@@ -1,0 +1,244 @@
+"""A pipeline stage's memory beside the KV cache (weights, profiling activation, non-torch, CUDA graphs) and
+the KV budget the engine release leaves from them: everything of an estimate but --max-model-len and
+--concurrency, built once per setting and reused across lengths."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from functools import lru_cache
+
+from ..engines import Budget, Engine, MemoryTerms, Pool
+from ..engines.started import architecture_evidence, release_evidence
+from ..cache.formats import FormatOptions, get_format
+from ..cache.layers import CacheLayout, build_layout, parse_layer_overrides
+from ..engines.memory import (ActivationEstimate, cuda_graph_estimate, engine_weight_format, profiling_peak,
+                     resolve_weights_dtype, weight_bytes)
+from ..engines.releases import find_release
+from ..engines.support import support
+from ..config import DTYPE_BYTES, ModelShape
+from ..config.family import family
+from ..units import cdiv, ceil_fraction
+from .scenario import Scenario
+
+
+def _format_warnings(engine: Engine, architecture: str | None, k_name: str, v_name: str, dtype: str) -> list[str]:
+    out = [f"{row.name}: layout unconfirmed: {row.unconfirmed}"
+           for row in dict.fromkeys(get_format(name, dtype) for name in (k_name, v_name)) if row.unconfirmed]
+    if architecture is None or engine.name == "ideal":
+        return out
+    for name in dict.fromkeys((k_name, v_name)):
+        fmt = get_format(name, dtype).name
+        verdict = support(engine.name, fmt, architecture)
+        failed = engine.release.kv_formats_failed.get(fmt) if engine.release is not None else None
+        if failed:
+            out.append(f"{engine.release.name} failed to start with {fmt} KV on a real GPU ({failed}); choose "
+                       "another --kv-cache-dtype or check your build with kvsize verify")
+        elif verdict.status == "unsupported":
+            out.append(f"{engine.name} does not run {fmt} KV on {architecture} GPUs ({verdict.source}); "
+                       "choose another --kv-cache-dtype or GPU")
+        elif verdict.status == "unconfirmed":
+            out.append(f"no engine source confirms {engine.name} runs {fmt} KV on {architecture} GPUs")
+    return out
+
+
+@lru_cache(maxsize=4096)
+def _layout(shape: ModelShape, k: str, v: str, tp: int, stage: range, overrides: str | None,
+            options: FormatOptions) -> CacheLayout:
+    return build_layout(shape, k, v, tp, stage, parse_layer_overrides(overrides, shape.num_layers), options)
+
+
+@lru_cache(maxsize=4096)
+def _pool(engine: Engine, layout: CacheLayout, block_size: int, mnbt: int, pp: int) -> Pool:
+    return engine.pool(layout, block_size, mnbt, pp)
+
+
+@lru_cache(maxsize=4096)
+def engine_weight_bytes(engine: Engine, shape: ModelShape, wfmt, tp: int, stage: range, first: bool, last: bool,
+                        vision: bool = True, architecture: str | None = None) -> int:
+    """The weights one GPU loads as the engine's release counts them: its kernels' zero points on this
+    GPU, and the caching allocator's segment ends (docs/formulas.md, Weights)."""
+    release = engine.release
+    wfmt = engine_weight_format(wfmt, shape, release.activation_dtype_zero_points if release else None, architecture,
+                                release.moe_keeps_checkpoint_zeros if release else False)
+    allocator = release.weight_allocator if release is not None else None
+    copies = 0
+    if release is not None and release.mla_absorbed_weight_copies and shape.mla_kv_b_proj_params:
+        copies = len(stage) * cdiv(shape.mla_kv_b_proj_params, tp) * DTYPE_BYTES[shape.serving_dtype]
+    return weight_bytes(shape, wfmt, tp, stage, first, last, vision, allocator).total_bytes + copies
+
+
+@lru_cache(maxsize=4096)
+def _activation(shape, run, tokens, rows, tp, stage, first, last, sms, compiled=True) -> ActivationEstimate:
+    return profiling_peak(shape, run, tokens, rows, tp, stage, first, last, sms, compiled)
+
+
+def profiling_model(engine: Engine):
+    """The engine release's profiling-run model; engines without release files use vLLM's newest."""
+    newest = find_release("vllm", None)
+    release = engine.release or newest
+    return release.activation or newest.activation, release
+
+
+@dataclass(frozen=True)
+class StageSetup:
+    """What a pipeline stage's estimate takes from everything but --max-model-len and --concurrency."""
+
+    shape: ModelShape
+    k_name: str
+    v_name: str
+    notes: tuple[str, ...]
+    layout: CacheLayout
+    pool: Pool
+    weights_format: str
+    activation: ActivationEstimate
+    terms: MemoryTerms
+    fraction: float
+    budget: Budget
+    state_bytes: int  # recurrent state per sequence kept beside the pool
+    payload_bytes_per_token: int
+    metadata_bytes_per_token: int
+    model_runner: str = "v1"
+
+
+# The fields a stage's setup does not read: a sweep over contexts builds each setup once.
+_PER_LENGTH_FIELDS = frozenset({"max_model_len", "concurrency", "model_name", "gpu_name"})
+
+
+_SETUP_FIELDS = tuple(f.name for f in fields(Scenario) if f.name not in _PER_LENGTH_FIELDS)
+
+
+def _setup_key(s: Scenario) -> tuple:
+    return tuple(getattr(s, name) for name in _SETUP_FIELDS)
+
+
+_SETUPS: dict[tuple, StageSetup] = {}
+
+
+_SETUPS_MAX = 4096
+
+
+def stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, index: int, stage: range,
+                 num_stages: int) -> StageSetup:
+    # Keyed by hand: an lru_cache would key on `s` whole, and so miss on every new length. SGLang's default
+    # fraction reads the context length, so the fraction the engine would pick is part of the key.
+    key = (_setup_key(s), chosen_fraction(s, engine), engine, k_name, v_name, index, stage.start, stage.stop,
+           num_stages)
+    found = _SETUPS.get(key)
+    if found is None:
+        if len(_SETUPS) >= _SETUPS_MAX:
+            _SETUPS.clear()
+        found = _SETUPS[key] = _build_stage_setup(s, engine, k_name, v_name, index, stage, num_stages)
+    return found
+
+
+def chosen_fraction(s: Scenario, engine: Engine) -> float:
+    """The memory fraction asked for, else the engine's default for this scenario."""
+    return s.memory_fraction if s.memory_fraction is not None else engine.default_fraction(
+        s.nvml_mib, s.tensor_parallel_size, s.pipeline_parallel_size, fraction_inputs(s, s.shape))
+
+
+def fraction_inputs(s: Scenario, shape: ModelShape):
+    """What an engine's default memory fraction reads of the scenario beside the GPU (SGLang's rule)."""
+    from ..engines.releases import FractionInputs
+
+    return FractionInputs(mla=shape.is_mla, context_length=s.max_model_len,
+                          chunked_prefill_size=s.max_num_batched_tokens, cuda_graph_max_bs=s.cuda_graph_max_bs,
+                          cuda_graphs=s.cudagraph_mode != "NONE")
+
+
+def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, index: int, stage: range,
+                       num_stages: int) -> StageSetup:
+    tp = s.tensor_parallel_size
+    shape, k_name, v_name, built_notes = engine.build_model(s.shape, k_name, v_name)
+    notes = (*shape.notes, *built_notes, *_format_warnings(engine, s.gpu_architecture, k_name, v_name,
+                                                            shape.serving_dtype))
+    if engine.release is not None and engine.release.unconfirmed:
+        notes += (f"{engine.release.name} rules: {engine.release.unconfirmed}",)
+    evidence = release_evidence(engine.name, engine.version)
+    if evidence is not None:
+        notes += (evidence.sentence(),)
+        gpus = tp * s.pipeline_parallel_size
+        if evidence.started_version and evidence.figures and gpus > evidence.figures.max_gpus_per_start:
+            notes += (f"no start of {engine.name} {evidence.started_version} ran on more than "
+                      f"{evidence.figures.max_gpus_per_start} GPU(s): at {gpus} GPUs the terms that come with TP and PP "
+                      "(non-torch: NCCL's and the all-reduce's buffers) are read from source and public logs, not "
+                      "confirmed by a start",)
+    unstarted = architecture_evidence(engine.name, shape.architectures, family(shape))
+    if unstarted:
+        notes += (unstarted,)
+    fraction = s.memory_fraction if s.memory_fraction is not None else engine.default_fraction(
+        s.nvml_mib, tp, s.pipeline_parallel_size, fraction_inputs(s, shape))
+    layout = _layout(shape, k_name, v_name, tp, stage, engine.layer_overrides(shape, k_name, s.layer_kv_dtype),
+                     s.format_options)
+    block_size = s.block_size or engine.block_size_for(layout)
+    pool = _pool(engine, layout, block_size, s.max_num_batched_tokens, s.pipeline_parallel_size)
+
+    wfmt = resolve_weights_dtype(s.weights_dtype, shape)
+    first, last = index == 0, index == num_stages - 1
+    # Per-tensor KV scales are attention-layer parameters, loaded with the weights.
+    weights = (engine_weight_bytes(engine, shape, wfmt, tp, stage, first, last, not s.language_model_only,
+                                   s.gpu_architecture)
+               + layout.parameter_bytes()
+               + s.extra_weights_bytes)
+    run, rules = profiling_model(engine)
+    runner = model_runner(engine, shape)
+    if runner == "v2" and rules.activation_v2 is not None:
+        run = rules.activation_v2
+    above = dict(run.forward_above_model)
+    if shape.model_type in above:
+        notes += (f"activation: {rules.name}'s profiling forward of {shape.model_type} models ran above "
+                  f"kvsize's model ({above[shape.model_type]}): the KV pool may be that much smaller; kvsize "
+                  "verify measures it",)
+    if engine.name == "vllm" and shape.vision_params and not s.language_model_only and first:
+        notes += ("activation: vLLM also runs the vision encoder on its largest dummy images before sizing the KV "
+                  "cache, which kvsize does not model (its starts of multimodal models ran text-only): the pool "
+                  "may be smaller; --language-model-only serves the model without it, kvsize verify measures it",)
+    rows = min(s.max_num_seqs, s.max_num_batched_tokens)
+    act = _activation(shape, run, s.max_num_batched_tokens, rows, tp, stage, first, last,
+                      s.gpu_multiprocessors or rows, s.torch_compile and not s.compile_cache_hit)
+    non_torch = s.non_torch_bytes if s.non_torch_bytes is not None else rules.non_torch_bytes(
+        tp, s.pipeline_parallel_size, runner, s.max_num_seqs * shape.vocab_size, shape.vocab_size * shape.hidden_size)
+    graphs = s.cuda_graph_bytes if s.cuda_graph_bytes is not None else _cuda_graph_bytes(s, engine, rules, shape,
+                                                                                          stage, runner)
+    profiled = runner == "v1" or engine.release.model_runners.v2_profiles_cuda_graphs
+    estimate_model = rules.cuda_graph_estimate
+    if (graphs and profiled and s.cuda_graph_bytes is None and estimate_model is not None
+            and estimate_model.fp8_kv_above_model and "fp8" in f"{k_name} {v_name}"):
+        notes += (f"cuda graphs: with an fp8 KV cache {engine.release.name} measured more per graph than kvsize's "
+                  f"estimate ({estimate_model.fp8_kv_above_model}): the KV pool may be that much smaller; "
+                  "kvsize verify measures it",)
+    terms = MemoryTerms(s.gpu_memory_bytes, weights, act.peak_bytes, non_torch, graphs, profiled)
+    budget = engine.budget(terms, fraction, s.headroom)
+    if s.kv_cache_memory_bytes is not None:
+        budget = Budget(s.kv_cache_memory_bytes, s.gpu_memory_bytes - terms.model_bytes - s.kv_cache_memory_bytes,
+                        s.gpu_memory_bytes, "--kv-cache-memory (fixed KV budget)")
+    if engine.name == "sglang" and budget.headroom_bytes < 0:
+        notes += ("activation and CUDA graphs exceed the memory outside --mem-fraction-static; lower it to avoid OOM",)
+    payload_tok, metadata_tok = layout.token_bytes()
+    # vLLM keeps a hybrid model's recurrent state in its block pool, not beside it.
+    state = 0 if pool.holds_recurrent else layout.state_bytes_per_sequence()
+    return StageSetup(shape, k_name, v_name, notes, layout, pool, wfmt.name, act, terms, fraction, budget, state,
+                       ceil_fraction(payload_tok), ceil_fraction(metadata_tok), runner)
+
+
+def model_runner(engine: Engine, shape: ModelShape) -> str:
+    """The vLLM model runner ("v1" or "v2") the engine release serves this model with."""
+    rule = engine.release.model_runners if engine.name == "vllm" and engine.release else None
+    if rule is None:
+        return "v1"
+    return rule.runner(shape.architectures, shape.num_experts > 0, shape.weights_quantization is not None,
+                       "recurrent" in shape.layer_kinds)
+
+
+def _cuda_graph_bytes(s: Scenario, engine: Engine, rules, shape: ModelShape, stage: range, runner: str = "v1") -> int:
+    """The CUDA-graph term: 0 without graphs (--enforce-eager, cudagraph_mode NONE), vLLM's estimate
+    from its capture sizes where the release models it, else the release's fixed figure."""
+    if not engine.cuda_graphs or s.cudagraph_mode == "NONE":
+        return 0
+    model = rules.cuda_graph_estimate
+    if model is None:
+        return rules.cuda_graph_bytes(s.tensor_parallel_size)
+    v1 = cuda_graph_estimate(shape, model, s.cudagraph_mode or "FULL_AND_PIECEWISE", s.tensor_parallel_size,
+                             stage, s.max_num_seqs, s.max_num_batched_tokens, s.cudagraph_capture_sizes,
+                             s.max_cudagraph_capture_size, compiled=s.torch_compile)
+    return v1 + (len(stage) * model.v2_per_layer_bytes if runner == "v2" and v1 else 0)
