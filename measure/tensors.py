@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from sizing.cache.formats import Component, SideLayout
+from sizing.cache.components import Component, SideLayout
 from sizing.cache.layers import CacheLayout
 from sizing.units import cdiv
 

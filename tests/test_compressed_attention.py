@@ -10,8 +10,8 @@ from collections import Counter
 import pytest
 
 from conftest import ROOT
-from sizing.config import shape as shape_module
-from sizing.engines.engine import VllmCache, _approximate_gcd, packed_groups, vllm_caches
+from sizing.config import read as read_module
+from sizing.engines.vllm import VllmCache, _approximate_gcd, packed_groups, vllm_caches
 from sizing.errors import KvsizeError
 from sizing.cache.formats import get_format
 from sizing.cache.layers import build_layout
@@ -36,7 +36,7 @@ def test_ratios_come_from_the_config_with_or_without_transformers(monkeypatch):
     assert shape.layer_compress_ratios == tuple(max(1, r) for r in raw["compress_ratios"][:43])
     assert Counter(shape.layer_compress_ratios) == {1: 2, 4: 21, 128: 20}
     assert shape.mla_latent_dim == 512 and shape.index_head_dim == 128 and shape.sliding_window == 128
-    monkeypatch.setattr(shape_module, "_transformers_config", lambda raw: None)
+    monkeypatch.setattr(read_module, "transformers_config", lambda raw: None)
     plain = resolve_shape(raw)
     for field in ("layer_kinds", "layer_compress_ratios", "mla_latent_dim", "index_head_dim", "sliding_window"):
         assert getattr(plain, field) == getattr(shape, field)
@@ -46,7 +46,7 @@ def test_bad_ratios_are_refused(monkeypatch):
     raw = json.loads(CONFIG.read_text())
     with pytest.raises(KvsizeError, match="rejected by its transformers config class"):
         resolve_shape({**raw, "compress_ratios": raw["compress_ratios"][:10]})
-    monkeypatch.setattr(shape_module, "_transformers_config", lambda raw: None)
+    monkeypatch.setattr(read_module, "transformers_config", lambda raw: None)
     with pytest.raises(KvsizeError, match="compress_ratios needs one entry per layer"):
         resolve_shape({**raw, "compress_ratios": raw["compress_ratios"][:10]})
     with pytest.raises(KvsizeError, match="compress_ratios entries must be one of 0, 4, 128"):

@@ -14,7 +14,8 @@ from fractions import Fraction
 
 from ..hashing import hash_once
 from ..errors import KvsizeError
-from .formats import FormatOptions, KVFormat, SideLayout, get_format, indexer_side
+from .components import SideLayout
+from .formats import FormatOptions, KVFormat, get_format, indexer_side
 from ..config import DTYPE_BYTES, ModelShape
 from ..units import cdiv, ceil_fraction
 

@@ -1,69 +1,21 @@
-"""Serving engines' rules: how much memory goes to the KV cache and how it is cut into pages.
-
-Each engine is one row of ENGINES: a budget rule (which memory the engine leaves for the
-KV cache) and a pool (how that memory is split into blocks and how many blocks one
-request needs). Sources are cited per engine; docs/engines.md shows worked examples.
-"""
+"""vLLM's rules: the memory it leaves the KV cache (gpu_memory_utilization of the GPU less what its profiling
+run measured), its v1 block pool (KV cache groups of equal pages; hybrid models' Mamba state padded into the
+pool; DeepSeek-V4's mixed page sizes packed block-outermost), the context it derives without --max-model-len,
+and where it builds a model unlike its config."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Protocol
 
 from ..hashing import hash_once
-from ..errors import KvsizeError, unknown
+from ..errors import KvsizeError
 from ..cache.layers import COMPRESSOR_STATE_BYTES, CacheLayout, vllm_full_blocks, vllm_window_blocks
-from .releases import Release, find_release
-from .started import ReleaseEvidence, newest_started, release_evidence
+from .base import Budget, Engine, MemoryTerms, Pool, layout_payload_share
+from .releases import Release
 from ..config import ModelShape
-from ..units import cdiv, ceil_fraction, round_up
-
-LLAMACPP_CTX_PAD = 256  # llama.cpp pads n_ctx to a multiple of 256 (src/llama-context.cpp)
-
-
-@dataclass(frozen=True)
-class MemoryTerms:
-    """Per-GPU memory that is not KV cache, and the GPU's total."""
-
-    total_bytes: int
-    weights_bytes: int
-    activation_bytes: int
-    non_torch_bytes: int
-    cuda_graph_bytes: int
-    graphs_profiled: bool = True  # False: graphs are captured after the budget (vLLM's V2 runner)
-
-    @property
-    def model_bytes(self) -> int:
-        return self.weights_bytes + self.activation_bytes + self.non_torch_bytes + self.cuda_graph_bytes
-
-
-@dataclass(frozen=True)
-class Budget:
-    kv_budget_bytes: int  # memory the engine gives the KV cache (negative: the model does not fit)
-    headroom_bytes: int  # memory the engine's rule leaves unused
-    usable_bytes: int  # what the rule allows for model + KV together
-    formula: str
-
-
-# -- pools -----------------------------------------------------------------------------
-
-
-class Pool(Protocol):
-    unit_bytes: int  # bytes of one allocation unit (a block across the layers it spans, or one byte)
-    fixed_bytes: int  # stored once per layer (per-tensor scales, codebooks)
-    block_size: int  # tokens per block (1 for engines without paging)
-    paged: bool
-    holds_recurrent: bool  # recurrent state lives in the pool (vLLM's hybrid models), not beside it
-
-    def request_units(self, context_len: int) -> int: ...
-
-    def tokens(self, units: int) -> int: ...
-
-    def payload_share(self) -> tuple[int, int]: ...
-
+from ..units import cdiv, round_up
 
 # vLLM 0.33 keeps a hybrid model's Mamba / linear-attention state in the block pool: a state page
 # is padded to the attention page, and with prefix caching (on by default) mamba_cache_mode is
@@ -356,7 +308,7 @@ class VllmPool:
         return units // max(1, len(self.groups)) * self.block_size
 
     def payload_share(self) -> tuple[int, int]:
-        return _payload_share(self.layout, self.block_size)
+        return layout_payload_share(self.layout, self.block_size)
 
 
 @lru_cache(maxsize=65536)
@@ -365,78 +317,7 @@ def _vllm_request_units(pool: VllmPool, context_len: int) -> int:
     return pool._request_units(context_len)
 
 
-@hash_once
-@dataclass(frozen=True)
-class UniformBlockPool:
-    """One block table for all layers: SGLang (page_size tokens, default 1), TensorRT-LLM
-    (tokens_per_block), LMDeploy (cache_block_seq_len). Window layers are sized as full
-    layers, which is how these engines allocate unless their hybrid pools are enabled."""
-
-    layout: CacheLayout
-    block_size: int
-    unit_bytes: int
-    fixed_bytes: int
-    paged = True
-    holds_recurrent = False
-
-    @classmethod
-    def build(cls, layout: CacheLayout, block_size: int) -> UniformBlockPool:
-        unit = sum(spec.page_bytes(block_size) for spec in layout.kv.values())
-        return cls(layout, block_size, unit, layout.pool_fixed_bytes())
-
-    def request_units(self, context_len: int) -> int:
-        return cdiv(context_len, self.block_size) if self.layout.kv else 0
-
-    def tokens(self, units: int) -> int:
-        return units * self.block_size
-
-    def payload_share(self) -> tuple[int, int]:
-        return _payload_share(self.layout, self.block_size)
-
-
-@hash_once
-@dataclass(frozen=True)
-class ExactPool:
-    """No paging: each layer holds exactly min(tokens, its window) for each sequence.
-    llama.cpp (contiguous cache) also pads the context to a multiple of `pad` tokens."""
-
-    layout: CacheLayout
-    pad: int
-    fixed_bytes: int
-    per_token_bytes: int
-    unit_bytes = 1
-    block_size = 1
-    paged = False
-    holds_recurrent = False
-
-    @classmethod
-    def build(cls, layout: CacheLayout, pad: int = 1) -> ExactPool:
-        payload, metadata = layout.token_bytes()
-        per_token = ceil_fraction(payload) + ceil_fraction(metadata)
-        return cls(layout, pad, layout.pool_fixed_bytes(), per_token)
-
-    def request_units(self, context_len: int) -> int:
-        p, m = self.layout.sequence_bytes(cdiv(context_len, self.pad) * self.pad)
-        return p + m
-
-    def tokens(self, units: int) -> int:
-        return units // self.per_token_bytes if self.per_token_bytes else 0
-
-    def payload_share(self) -> tuple[int, int]:
-        payload, metadata = self.layout.token_bytes()
-        return ceil_fraction(payload), ceil_fraction(metadata)
-
-
-@lru_cache(maxsize=8192)
-def _payload_share(layout: CacheLayout, block_size: int) -> tuple[int, int]:
-    payload = metadata = 0
-    for spec in layout.kv.values():
-        p, m = spec.page_split(block_size)
-        payload, metadata = payload + p, metadata + m
-    return payload, metadata
-
-
-# -- engines ---------------------------------------------------------------------------
+# -- budget ----------------------------------------------------------------------------
 
 
 def _subtracted(m: MemoryTerms, terms: frozenset[str]) -> int:
@@ -458,65 +339,12 @@ def _vllm_budget(m: MemoryTerms, fraction: float, headroom: float, release: Rele
                   + ("" if "cuda_graphs" in terms else " (CUDA graphs are captured later, not subtracted)"))
 
 
-def _sglang_budget(m: MemoryTerms, fraction: float, headroom: float, release: Release | None) -> Budget:
-    # profile_max_num_token: rest = free after weights − free_at_start × (1 − f), where free_at_start
-    # is read after the CUDA context and NCCL are up (non_torch here), before the weights load.
-    free_at_start = m.total_bytes - m.non_torch_bytes
-    usable = int(free_at_start * fraction)
-    kv = usable - m.weights_bytes
-    return Budget(kv, free_at_start - usable - m.activation_bytes - m.cuda_graph_bytes, usable,
-                  "mem_fraction_static × (total − non_torch at start) − weights "
-                  "(activation and CUDA graphs live in the rest)")
-
-
-def _trtllm_budget(m: MemoryTerms, fraction: float, headroom: float, release: Release | None) -> Budget:
-    free = m.total_bytes - m.model_bytes
-    kv = int(free * fraction)
-    return Budget(kv, free - kv, m.total_bytes,
-                  "free_gpu_memory_fraction × (total − weights − activation − non_torch − cuda_graphs)")
-
-
-def _lmdeploy_budget(m: MemoryTerms, fraction: float, headroom: float, release: Release | None) -> Budget:
-    free = m.total_bytes - m.weights_bytes - m.non_torch_bytes
-    kv = int(free * fraction)
-    return Budget(kv, free - kv - m.activation_bytes - m.cuda_graph_bytes, m.total_bytes,
-                  "cache_max_entry_count × (total − weights − non_torch)")
-
-
-def _headroom_budget(m: MemoryTerms, fraction: float, headroom: float, release: Release | None) -> Budget:
-    usable = m.total_bytes - int(m.total_bytes * headroom)
-    return Budget(usable - m.model_bytes, m.total_bytes - usable, usable,
-                  "(1 − headroom) × total − weights − activation − non_torch − cuda_graphs")
-
-
 def _vllm_pool(layout: CacheLayout, block_size: int, in_flight_tokens: int,
                mamba_pages: int = MAMBA_PAGES_PER_REQUEST) -> Pool:
     return VllmPool.build(layout, block_size, in_flight_tokens, mamba_pages)
 
 
-def _no_compressed(layout: CacheLayout, engine: str) -> None:
-    if any(spec.kind == "compressed" for spec in layout.kv.values()):
-        raise KvsizeError(f"kvsize does not know how {engine} pages DeepSeek-V4's compressed caches (its layout "
-                          "is unconfirmed); use --engine vllm or --engine ideal")
-
-
-def _block_pool(layout: CacheLayout, block_size: int, in_flight_tokens: int, mamba_pages: int = 0) -> Pool:
-    _no_compressed(layout, "this engine")
-    return UniformBlockPool.build(layout, block_size)
-
-
-def _exact_pool(layout: CacheLayout, block_size: int, in_flight_tokens: int, mamba_pages: int = 0) -> Pool:
-    return ExactPool.build(layout)
-
-
-def _llamacpp_pool(layout: CacheLayout, block_size: int, in_flight_tokens: int, mamba_pages: int = 0) -> Pool:
-    _no_compressed(layout, "llama.cpp")
-    return ExactPool.build(layout, LLAMACPP_CTX_PAD)
-
-
-# -- how an engine builds a model ------------------------------------------------------
-
-ModelRule = Callable[[ModelShape, str, str, "Release | None"], tuple[ModelShape, str, str, tuple[str, ...]]]
+# -- how vLLM builds a model ------------------------------------------------------------
 
 
 def vllm_default_context(shape: ModelShape, rule) -> int:
@@ -534,10 +362,6 @@ def vllm_default_context(shape: ModelShape, rule) -> int:
     if rule.longrope_uses_original and any(kind == "longrope" for kind, _, _ in shape.rope_scalings):
         return shape.original_max_position_embeddings or derived
     return derived
-
-
-def _as_configured(shape: ModelShape, k_format: str, v_format: str, release: Release | None):
-    return shape, k_format, v_format, ()
 
 
 def _vllm_model(shape: ModelShape, k_format: str, v_format: str, release: Release | None):
@@ -600,189 +424,7 @@ def _dsv4_format(k_format: str, v_format: str, model_dtype: str) -> tuple[str, s
                                               "(584 B per token per layer, pages rounded up to 576 B)")
 
 
-def attention_family(spec) -> str | None:
-    """Which attention backend family a layer needs, where its block size is the backend's own."""
-    if spec.kind == "compressed":
-        return "compressed_mla"
-    if getattr(spec, "indexer", None) is not None:
-        return "sparse_mla"
-    return None
-
-
-@hash_once
-@dataclass(frozen=True)
-class Engine:
-    name: str
-    fraction_option: str | None  # the engine's own memory-fraction setting
-    fraction_default: float
-    block_option: str | None
-    block_default: int
-    cuda_graphs: bool
-    budget_rule: Callable[[MemoryTerms, float, float, Release | None], Budget]
-    pool_rule: Callable[[CacheLayout, int, int], Pool]
-    source: str
-    release: Release | None = None  # the release range whose defaults and terms apply
-    version: str | None = None  # the version asked for (None: no '@'); the default follows the newest started
-    model_rule: ModelRule = _as_configured  # where the engine builds the model unlike its config
-
-    @property
-    def label(self) -> str:
-        """The engine and the rules followed, as every output names them."""
-        if self.release is None:
-            return self.name
-        return f"{self.release.name} rules: {self.release.label}"
-
-    @property
-    def followed_version(self) -> str | None:
-        """The version whose rules apply: the one asked for, else the newest started release (None for an engine
-        without release files, or with no started release)."""
-        if self.release is None:
-            return None
-
-        return self.version or newest_started(self.name)
-
-    @property
-    def memory_fraction_default(self) -> float:
-        return self.release.memory_fraction_default if self.release else self.fraction_default
-
-    def default_fraction(self, gpu_mib: int, tp: int, pp: int, inputs=None) -> float:
-        """The fraction the engine picks without one from the user (SGLang's depends on the GPU, the model's
-        attention and the prefill and CUDA-graph settings: releases.FractionInputs)."""
-        return self.release.default_fraction(gpu_mib, tp, pp, inputs) if self.release else self.fraction_default
-
-    @property
-    def block_size_default(self) -> int:
-        return self.release.block_size_default if self.release else self.block_default
-
-    def block_size_for(self, layout: CacheLayout) -> int:
-        """The block size the engine pages this layout with when none is given: its attention backend's."""
-        sizes = self.release.attention_block_sizes if self.release else {}
-        families = {attention_family(spec) for spec in layout.kv.values()} - {None}
-        if self.name == "vllm" and "compressed_mla" in families and "compressed_mla" not in sizes:
-            raise KvsizeError(f"{self.label}: this release does not build DeepSeek-V4's compressed MLA pool; "
-                              "kvsize models it as vLLM 0.33 builds it, a release never started here: use "
-                              "--engine vllm@0.33")
-        for family in ("compressed_mla", "sparse_mla"):
-            if family in families and family in sizes:
-                return sizes[family]
-        return self.block_size_default
-
-    def budget(self, m: MemoryTerms, fraction: float, headroom: float) -> Budget:
-        return self.budget_rule(m, fraction, headroom, self.release)
-
-    def default_max_model_len(self, shape: ModelShape) -> int:
-        """The context the engine serves when no --max-model-len is given."""
-        rule = self.release.default_context if self.release else None
-        if rule is None:
-            return shape.max_position_embeddings
-        return vllm_default_context(shape, rule)
-
-    def build_model(self, shape: ModelShape, k_format: str, v_format: str):
-        """(shape, k format, v format, notes) as this engine release builds the model."""
-        return self.model_rule(shape, k_format, v_format, self.release)
-
-    def layer_overrides(self, shape: ModelShape, k_format: str, user: str | None) -> str | None:
-        """--layer-kv-dtype as the engine applies it: its own boundary layers first, the user's after."""
-        rule = self.release.boundary_layers_in_model_dtype if self.release else None
-        if rule is None or k_format not in rule.formats or "recurrent" in shape.layer_kinds:
-            return user
-        n = min(rule.layers, shape.num_layers // 2)
-        if n == 0:
-            return user
-        own = f"first:{n},last:{n}=auto"
-        return f"{own};{user}" if user else own
-
-    def pool(self, layout: CacheLayout, block_size: int, max_num_batched_tokens: int, pp: int = 1) -> Pool:
-        batches = self.release.in_flight_batches(pp) if self.release else 1
-        pages = self.release.mamba_pages_per_request if self.release else MAMBA_PAGES_PER_REQUEST
-        return self.pool_rule(layout, block_size, max_num_batched_tokens * batches, pages)
-
-    def reported_tokens(self, pool: Pool, units: int, concurrency: float, max_model_len: int) -> int:
-        """The token count the engine logs for its pool (vLLM: "GPU KV cache size: N tokens")."""
-        if pool.holds_recurrent or (self.release and self.release.kv_cache_size_tokens == "concurrency"):
-            return int(concurrency * max_model_len)
-        return pool.tokens(units)
-
-
-ENGINES: dict[str, Engine] = {
-    "vllm": Engine("vllm", "--gpu-memory-utilization", 0.9, "--block-size", 16, True, _vllm_budget, _vllm_pool,
-                   "vllm/v1/worker/gpu_worker.py (determine_available_memory), vllm/v1/core/kv_cache_utils.py "
-                   "(get_num_blocks, get_max_concurrency_for_kv_cache_config), vllm/v1/kv_cache_interface.py",
-                   model_rule=_vllm_model),
-    "sglang": Engine("sglang", "--mem-fraction-static", 0.88, "--page-size", 1, True, _sglang_budget, _block_pool,
-                     "python/sglang/srt/model_executor/model_runner.py (profile_max_num_token: rest_memory = "
-                     "available − total × (1 − mem_fraction_static); max_total_num_tokens = rest // cell_size)"),
-    "trtllm": Engine("trtllm", "--free-gpu-memory-fraction", 0.9, "--tokens-per-block", 32, True, _trtllm_budget, _block_pool,
-                     "tensorrt_llm/_torch/pyexecutor/_util.py (KvCacheCreator: free memory after the profiling "
-                     "run × free_gpu_memory_fraction), KvCacheConfig.tokens_per_block"),
-    "lmdeploy": Engine("lmdeploy", "--cache-max-entry-count", 0.8, "--cache-block-seq-len", 64, True, _lmdeploy_budget, _block_pool,
-                       "lmdeploy/turbomind (cache_max_entry_count: share of free GPU memory after weights for "
-                       "the k/v cache; cache_block_seq_len tokens per block)"),
-    "llamacpp": Engine("llamacpp", None, 0.0, None, 1, False, _headroom_budget, _llamacpp_pool,
-                       "src/llama-kv-cache.cpp (contiguous per-layer K and V tensors of n_ctx cells; "
-                       "n_ctx padded to 256)"),
-    "ideal": Engine("ideal", None, 0.0, None, 1, False, _headroom_budget, _exact_pool,
-                    "no engine: each layer holds exactly min(tokens, its window); KIVI keeps its fp16 residual"),
-}
-
-
-def get_engine(name: str) -> Engine:
-    """`vllm` (its newest release's rules) or `vllm@0.19` (the rules of the range holding 0.19)."""
-    text = str(name).strip()
-    base, at, version = text.partition("@")
-    if at and not version.strip():
-        raise KvsizeError(f"--engine {text}: give a version after '@' (e.g. {base}@0.22.1), or no '@' for the "
-                          "newest rules")
-    key = base.lower().replace("-", "").replace("_", "").replace(".", "")
-    key = {"tensorrtllm": "trtllm", "llamacpp": "llamacpp", "trt": "trtllm"}.get(key, key)
-    if key not in ENGINES:
-        raise unknown("engine", base, ENGINES, "--engine")
-    return _with_release(key, version.strip() or None)
-
-
-@lru_cache(maxsize=64)
-def _with_release(key: str, version: str | None) -> Engine:
-
-    engine = ENGINES[key]
-    # without a version, the rules of the newest release a real start confirmed, not the newest read from source
-    version = version or newest_started(key)
-    release = find_release(key, version)
-    if release is None:
-        if version is not None and version != newest_started(key):
-            raise KvsizeError(f"--engine {key}@{version}: kvsize keeps no release rules for {key}; use --engine {key}")
-        return engine
-    return replace(engine, release=release, version=version)
-
-
-def engine_formats(engine_name: str) -> list[str]:
-    """The formats whose registry row names this engine (sizing/cache/formats.py)."""
-    return list(_engine_formats(engine_name))
-
-
-@lru_cache(maxsize=32)
-def _engine_formats(engine_name: str) -> tuple[str, ...]:
-    from ..cache.formats import FORMAT_NAMES, get_format
-
-    return tuple(n for n in FORMAT_NAMES if engine_name in get_format(n).engines)
-
-
-def check_format_supported(engine: Engine, fmt_name: str, engines_of_format: tuple[str, ...], option: str) -> None:
-    if engine.name not in engines_of_format:
-        raise KvsizeError(
-            f"{option} {fmt_name} is not a KV cache format of {engine.name} (it supports: auto, "
-            f"{', '.join(engine_formats(engine.name))}); "
-            f"engines that store {fmt_name}: {', '.join(engines_of_format)}"
-        )
-    from .accepted_dtypes import check_release_accepts
-    from .serve import LAUNCHERS
-
-    launcher = LAUNCHERS.get(engine.name)
-    spelling = launcher.spelling.get(fmt_name) if launcher else None
-    if spelling is not None:
-        check_release_accepts(engine.name, engine.followed_version, spelling, fmt_name)
-
-
-def engine_evidence(spec: str) -> ReleaseEvidence | None:
-    """release_evidence for an --engine value as typed (vllm, vllm@0.30, sglang@0.5.14, ...)."""
-    engine = get_engine(spec)
-    return release_evidence(engine.name, engine.version)
+VLLM = Engine("vllm", "--gpu-memory-utilization", 0.9, "--block-size", 16, True, _vllm_budget, _vllm_pool,
+              "vllm/v1/worker/gpu_worker.py (determine_available_memory), vllm/v1/core/kv_cache_utils.py "
+              "(get_num_blocks, get_max_concurrency_for_kv_cache_config), vllm/v1/kv_cache_interface.py",
+              model_rule=_vllm_model, context_rule=vllm_default_context)
