@@ -122,7 +122,7 @@ def main() -> int:
                 _wait_metric(page, "Max concurrency")
                 t = time.perf_counter()
                 page.get_by_role("tab", name="Fleet").click()
-                _wait_metric(page, "Cheapest fleet")
+                _wait_metric(page, "Fleet that serves the workload")
                 fleet.append(time.perf_counter() - t)
             browser.close()
     finally:

@@ -187,20 +187,35 @@ def _fleet_page_candidates():
     return build_candidates(["h100-sxm", "h200"], ["auto", "fp8_e4m3", "nvfp4"], [1, 2, 4])
 
 
-def test_fleet_page_shows_the_cheapest_plan_from_sizing():
-    from sizing.planners.fleet import plan_fleet
+def _fleet_page_answer(peak: int, prices: dict | None = None):
+    """The design the Fleet page answers with, from sizing alone: its default mix and 50 ms ITL target, kvsize's
+    default 2 s TTFT target (none is set on the page), NVLink between prefill and decode GPUs of one host."""
+    from sizing.planners.answer import targets_for
+    from sizing.planners.fleet import build_candidates
+    from sizing.planners.slo import cheapest, search_designs
+    from sizing.planners.tiers import link_fit
+    from sizing.profiles import measured_efficiency
 
+    workload = _fleet_page_workload(peak)
+    candidates = build_candidates(["h100-sxm", "h200"], ["auto", "fp8_e4m3", "nvfp4"], [1, 2, 4], prices or {})
+    designs = search_designs(scenario("llama-3.1-8b", memory_fraction=0.92), candidates, workload,
+                             measured_efficiency(), targets_for(workload).targets, link_fit("nvlink4-peer"),
+                             same_host=True)
+    return cheapest(designs)
+
+
+def test_fleet_page_shows_the_fleet_that_serves_the_workload_from_sizing():
     at = _app("Fleet")
     at.number_input(key="peak_concurrency").set_value(250)
     at.run()
     assert not at.exception
-    # The page's defaults: the four-bucket mix, a 50 ms ITL target, H100 and H200, auto/fp8_e4m3/nvfp4, TP 1/2/4.
-    workload = _fleet_page_workload(250)
-    plan = plan_fleet(scenario("llama-3.1-8b", memory_fraction=0.92), _fleet_page_candidates(), workload)
-    best = plan.cheapest
-    assert _metric(at, "Cheapest fleet") == f"{best.gpus} × {best.candidate.gpu.id}"
+    best = _fleet_page_answer(250)
+    assert _metric(at, "Fleet that serves the workload") == f"{best.gpus} GPUs"
     assert _metric(at, "Fleet cost") == f"${best.usd_per_hour:,.2f}/h"
+    assert _metric(at, "TTFT (modelled)") == f"{best.ttft_seconds * 1e3:,.0f} ms"
     assert any("vllm serve meta-llama/Llama-3.1-8B" in c.value for c in at.code)
+    # The capacity-only candidate is shown as such, never as the headline.
+    assert any("capacity only" in h.value for h in at.subheader)
 
 
 def test_fleet_page_bad_workload_file_is_an_error():
@@ -248,9 +263,10 @@ def test_every_page_offers_its_downloads(page, stem, chart):
 def test_only_the_open_tab_is_computed():
     # Each page's widgets exist only while its tab is open: the others' work is not done.
     at = _app()
-    assert _metric(at, "Max concurrency") and not any(m.label == "Cheapest fleet" for m in at.metric)
+    assert _metric(at, "Max concurrency") and not any(m.label == "Fleet that serves the workload" for m in at.metric)
     _open(at, "Fleet")
-    assert _metric(at, "Cheapest fleet") and not any(m.label.startswith("Max concurrency") for m in at.metric)
+    assert _metric(at, "Fleet that serves the workload") and not any(
+        m.label.startswith("Max concurrency") for m in at.metric)
 
 
 @pytest.mark.parametrize("params, key", [({"ctx": "0"}, "ctx"), ({"conc": "-5"}, "conc"),
@@ -346,10 +362,11 @@ def test_fleet_prices_are_inputs_and_drive_the_cost():
     at.number_input(key="price_h200").set_value(1.0)
     at.run()
     assert not at.exception
-    cheapest = _metric(at, "Cheapest fleet")
-    gpus = int(cheapest.split(" × ")[0])
-    assert cheapest.endswith("h200")  # at $1/h the H200 undercuts the H100's indicative $2.99/h
-    assert _metric(at, "Fleet cost") == f"${gpus * 1.0:,.2f}/h"
+    best = _fleet_page_answer(400, {"h200": 1.0})
+    # at $1/h the H200 undercuts the H100's indicative price: the answer is all H200s, each at $1/h
+    assert best.decode.gpu.id == "h200" and (best.prefill is None or best.prefill.gpu.id == "h200")
+    assert _metric(at, "Fleet that serves the workload") == f"{best.gpus} GPUs"
+    assert _metric(at, "Fleet cost") == f"${best.gpus * 1.0:,.2f}/h"
 
 
 def test_an_uploaded_workload_is_shown_and_contexts_past_the_model_warn():

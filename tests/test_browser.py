@@ -202,7 +202,7 @@ def test_upload_a_config_then_share_the_link(page, app_url, tmp_path):
     assert _wait_for_metric(page, "Max concurrency", f"{qwen.max_concurrency:,}") == f"{qwen.max_concurrency:,}"
     assert page.get_by_text("An uploaded config is not part of the page link").count() == 1
     page.get_by_role("tab", name="Fleet").click()
-    page.wait_for_selector('[data-testid="stMetric"]:has-text("Cheapest fleet")')
+    page.wait_for_selector('[data-testid="stMetric"]:has-text("Fleet that serves the workload")')
     # the tab's serve command replaces the previous tab's code once its run ends: waited for, up to a bound
     assert _wait_until(lambda: page.locator('[data-testid="stCode"]', has_text="vllm serve MODEL_DIR").count() > 0
                        and not _script_running(page))

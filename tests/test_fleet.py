@@ -304,20 +304,31 @@ def test_plan_cli_writes_every_view(tmp_path, capsys):
                  "--formats", "auto,fp8", "--tp", "1,2", "--price", "h200=3.5",
                  "--out", str(xlsx), "--out", str(js), "--out", str(csv)]) == 0
     out = capsys.readouterr().out
-    assert "Cheapest:" in out and "vllm serve meta-llama/Llama-3.1-8B" in out and "Guidance:" in out
+    assert "Fleet that serves the workload:" in out and "vllm serve meta-llama/Llama-3.1-8B" in out
+    assert "Guidance:" in out and "capacity only: holds the peak's KV, prefill not counted" in out
+    # One answer: the headline comes before the capacity-only table, which is labelled as never the answer.
+    assert out.index("Fleet that serves the workload:") < out.index("Candidates, capacity only")
     book = openpyxl.load_workbook(xlsx)
-    assert book.sheetnames == ["summary", "candidates", "pools", "cost", "guidance", "quality"]
+    assert book.sheetnames == ["summary", "designs", "frontier", "capacity_only", "pools", "cost", "guidance",
+                               "quality"]
     record = json.loads(js.read_text())
-    # The summary sheet answers on its own: what to buy, its cost (dollars, per hour and per 730-hour
-    # month), how to start it, and the prices and workload it rests on.
+    # The summary sheet answers on its own: what to buy (the design that serves prefill and decode under the
+    # targets), its cost (dollars, per hour and per 730-hour month), how to start it, and what it rests on.
     summary = {row[0].value: row[1] for row in book["summary"].iter_rows(min_row=2)}
     best = record["cheapest"]
+    assert best["design"] == record["designs"][0]["design"] and best["meets"]
+    assert summary["recommendation"].value == best["design"]
     assert summary["GPUs"].value == best["gpus"] and summary["KV cache format"].value == best["kv_format"]
     assert summary["fleet usd per hour"].number_format == "$#,##0.00"
     assert summary["fleet usd per month"].value == round(summary["fleet usd per hour"].value * 730)
-    assert summary["serve command"].value == record["serve_command"]
+    roles = {s["role"]: s["command"] for s in record["design_serve_commands"]}
+    assert all(summary[f"serve command ({role})"].value == command for role, command in roles.items())
+    assert record["serve_command"] in roles.values()
     assert summary["price h200"].value == 3.5 and summary["workload"].value
-    candidates = book["candidates"]
+    # No target in the mix: kvsize's stated defaults apply, and the summary says which.
+    assert summary["TTFT target (ms)"].value == 2000 and summary["ITL target (ms)"].value == 200
+    assert best["targets"]["ttft_given"] is False and "MLPerf" in best["targets"]["source"]
+    candidates = book["capacity_only"]
     header = [c.value for c in candidates[1]]
     assert candidates.cell(2, header.index("fleet_usd_per_hour") + 1).number_format == "$#,##0.00"
     assert candidates.cell(2, header.index("usd_per_million_output_tokens") + 1).number_format == "$#,##0.0000"
@@ -325,11 +336,14 @@ def test_plan_cli_writes_every_view(tmp_path, capsys):
     h200 = [r for r in record["candidates"] if r["gpu"] == "h200"]
     assert all(r["usd_per_gpu_hour"] == 3.5 for r in h200)
     cheapest = min((r for r in record["candidates"] if r["fits"]), key=lambda r: (r["fleet_usd_per_hour"], r["gpus"]))
-    assert record["cheapest"]["gpu"] == cheapest["gpu"] and record["cheapest"]["gpus"] == cheapest["gpus"]
-    # Candidates are ranked as the plan chooses: the first row is the recommendation.
+    capacity = record["capacity_only"]
+    assert capacity["gpu"] == cheapest["gpu"] and capacity["gpus"] == cheapest["gpus"]
+    # Serving prefill too never takes fewer GPUs than holding the peak's KV alone.
+    assert best["gpus"] >= capacity["gpus"]
+    # Candidates are ranked as the capacity-only plan ranks them.
     first = record["candidates"][0]
     assert first["rank"] == 1 and (first["gpu"], first["kv_format"], first["tensor_parallel_size"]) == (
-        best["gpu"], best["kv_format"], best["tensor_parallel_size"])
+        capacity["gpu"], capacity["kv_format"], capacity["tensor_parallel_size"])
     assert csv.read_text().splitlines()[0].startswith("rank,gpu,kv_format,tensor_parallel_size")
 
 

@@ -268,7 +268,8 @@ def test_watch_from_the_estimates_own_json_holds_the_scrape_to_the_same_figures(
 
 
 def test_watch_from_a_fleet_plan_holds_one_replica_to_the_plans_pool(capsys, tmp_path):
-    """A plan's JSON names one replica of its cheapest candidate; watch holds a scrape to that pool."""
+    """A plan's JSON names one decode replica of the fleet that serves the workload; watch holds a scrape to
+    that pool."""
     workload = tmp_path / "w.yaml"
     workload.write_text("name: chat\npeak_concurrency: 40\nbuckets:\n  - {name: chat, max_context_tokens: 4096, "
                         "share_percent: 100, output_tokens: 300}\n")
@@ -279,9 +280,9 @@ def test_watch_from_a_fleet_plan_holds_one_replica_to_the_plans_pool(capsys, tmp
     record = json.loads(out.read_text())
     deployment, cheapest = record["deployment"], record["cheapest"]
     assert (deployment["gpu"], deployment["kv_format"], deployment["tensor_parallel_size"]) == \
-        (cheapest["gpu"], cheapest["kv_format"], cheapest["tensor_parallel_size"])
-    replica = next(r for r in record["candidates"] if r["rank"] == 1)
-    assert deployment["concurrency"] == replica["requests_per_replica"]
+        (cheapest["decode_gpu"], cheapest["kv_format"], cheapest["decode_tp"])
+    # the peak shared by the design's decode replicas
+    assert deployment["concurrency"] == -(-40 // cheapest["decode_replicas"])
     code = main(["watch", str(FIXTURES / f"{LLAMA}-busy.txt"), "--plan", str(out), "--format", "json"])
     shown = json.loads(capsys.readouterr().out)
     assert shown["plan"]["num_blocks"] == deployment["num_blocks"]

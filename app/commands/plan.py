@@ -53,15 +53,16 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sizing.planners.fleet import plan_deployment, plan_record, plan_serve_command, plan_summary
+    from sizing.planners.answer import answer_record, design_deployment, headline
+    from sizing.planners.fleet import plan_record, plan_summary
 
     outs = _checked_outs(args.out, [getattr(args, "workload", None), getattr(args, "model", None)])
     plan, base, rules, notes = plan_from_args(args)
     designs = designs_from_args(args, plan, base)
-    cheapest = plan.cheapest
-    serve = plan_serve_command(plan, base, cheapest, _hf_id(args.model)) if cheapest else None
-    record = plan_record(plan, serve, rules, notes, designs)
-    record["deployment"] = plan_deployment(plan, base, args.model)
+    best, chosen = designs["best"], designs["targets"]
+    answer = headline(best, chosen)
+    record = plan_record(plan, answer_record(best, chosen), designs["serve"], rules, notes, designs)
+    record["deployment"] = design_deployment(best, plan, base, args.model)
     rows = record["candidates"]
     pending = []
     for out in outs:
@@ -73,27 +74,26 @@ def run(args: argparse.Namespace) -> int:
         else:
             from app.spreadsheet import xlsx_bytes
 
-            summary = plan_summary(plan, serve.command if serve else None, [r.explanation for r in rules if r.fires])
-            sheets = {"summary": summary, "candidates": rows, "pools": record["pools"], "cost": record["cost"],
+            summary = plan_summary(plan, record["cheapest"], designs["serve"],
+                                   [r.explanation for r in rules if r.fires])
+            sheets = {"summary": summary, "designs": designs["rows"], "frontier": designs["frontier"],
+                      "capacity_only": rows, "pools": record["pools"], "cost": record["cost"],
                       "guidance": record["guidance"], "quality": record["quality"]}
-            if designs is not None:
-                sheets |= {"designs": designs["rows"], "frontier": designs["frontier"]}
             pending.append((out, xlsx_bytes(sheets)))
     _write_all(pending)
-    sys.stdout.write(render_plan(plan, rows, rules, notes, serve, args.top))
-    if designs is not None:
-        sys.stdout.write(designs["text"])
+    sys.stdout.write(render_plan(plan, rows, rules, notes, answer, args.top))
+    sys.stdout.write(designs["text"])
     for out in outs:
         print(f"kvsize: wrote {out}", file=sys.stderr)
-    if designs is not None and not designs["met"]:
-        print("kvsize: error: no design meets the latency targets; loosen --ttft-ms or --itl-ms, or add faster "
-              "GPUs or larger TP sizes (the designs table gives each one's reason)", file=sys.stderr)
-        return 1  # a target not met, as against bad input (2)
-    if cheapest is None:
+    if plan.cheapest is None:
         reasons = list(dict.fromkeys(r["reason"].removeprefix("n/a: ") for r in rows if r.get("reason")))
         more = f" (and {len(reasons) - 3} more, in the table above)" if len(reasons) > 3 else ""
         print("kvsize: error: no candidate serves the workload: " + "; ".join(reasons[:3]) + more, file=sys.stderr)
         return 2
+    if best is None:
+        print(f"kvsize: error: no design serves the workload under {chosen.sentence()}; loosen the targets, or add "
+              "faster GPUs or larger TP sizes (the designs table gives each one's reason)", file=sys.stderr)
+        return 1  # a target not met, as against bad input (2)
     return 0
 
 
@@ -172,7 +172,8 @@ def _some_tp_splits_the_heads(base, tps: list[int], engine: str) -> None:
         raise errors[0]
 
 
-def render_plan(plan, rows: list[dict], rules, notes, serve, top: int) -> str:
+def render_plan(plan, rows: list[dict], rules, notes, answer: str, top: int) -> str:
+    from sizing.planners.answer import CAPACITY_ONLY
     from sizing.planners.fleet import HOURS_PER_MONTH
 
     w = plan.workload
@@ -180,7 +181,7 @@ def render_plan(plan, rows: list[dict], rules, notes, serve, top: int) -> str:
              f"concurrent requests, prefix cache share {w.prefix_cache_share:.0%}"]
     lines.append("  mix: " + ", ".join(f"{b.label} tokens {b.share_percent:g}% of requests (out {b.output_tokens:,})"
                                         for b in w.mix()))
-    lines.append("")
+    lines += ["", answer, "", f"Candidates, {CAPACITY_ONLY} (never the answer: the designs below serve prefill too):"]
     head = (f"{'gpu':<11}{'kv format':<20}{'tp':>3}{'gpus':>6}{'req/repl':>9}{'split':>7}{'ITL ms':>9}"
             f"{'tok/s/GPU':>11}{'$/h':>9}{'$/M tok':>9}{'vs bf16':>9}")
     lines.append(head)
@@ -198,15 +199,16 @@ def render_plan(plan, rows: list[dict], rules, notes, serve, top: int) -> str:
                      f"{refused[0]['reason']})")
     target = f"ITL target {w.itl_target_ms:g} ms" if w.itl_target_ms else "no ITL target (--itl-target-ms)"
     lines.append("  gpus: one shared pool; split: one pool per length bucket (capacity only); ITL at the peak batch "
-                 f"per replica; cheapest = lowest fleet $/h that holds the peak, {target}; "
+                 f"per replica, no prefill; ranked by fleet $/h that holds the peak's KV, {target}; "
                  f"efficiency: {plan.efficiency.source}")
     lines.append("")
     best = plan.cheapest
     if best:
         c = best.candidate
-        lines.append(f"Cheapest: {best.gpus} × {c.gpu.name} ({c.kv_format} KV, TP {c.tensor_parallel_size}) — "
-                     f"{best.reason}; ${best.usd_per_hour:,.2f}/h (${best.usd_per_hour * HOURS_PER_MONTH:,.0f} a month of "
-                     f"{HOURS_PER_MONTH} h) at ${c.gpu.usd_per_hour:g}/GPU-h ({c.gpu.price_source})")
+        lines.append(f"Fewest dollars that hold the peak's KV ({CAPACITY_ONLY}): {best.gpus} × {c.gpu.name} "
+                     f"({c.kv_format} KV, TP {c.tensor_parallel_size}) — {best.reason}; ${best.usd_per_hour:,.2f}/h "
+                     f"(${best.usd_per_hour * HOURS_PER_MONTH:,.0f} a month of {HOURS_PER_MONTH} h) at "
+                     f"${c.gpu.usd_per_hour:g}/GPU-h ({c.gpu.price_source})")
     else:
         lines.append("No candidate fits: try larger TP, more memory per GPU, or a smaller KV format.")
     lines.append("")
@@ -217,9 +219,4 @@ def render_plan(plan, rows: list[dict], rules, notes, serve, top: int) -> str:
         measured = (f"; measured attention error {n.measured_attention_error:.1%} ({n.measured_where})"
                     if n.measured_attention_error is not None else "")
         lines.append(f"  - {n.format}: {n.published} [{n.source}]{measured}")
-    if serve:
-        lines.append("")
-        lines.append(f"Serve ({serve.engine}; {serve.note}):" if serve.command else f"Serve: {serve.note}")
-        if serve.command:
-            lines.append(f"  {serve.command}")
     return "\n".join(lines) + "\n"

@@ -1,4 +1,4 @@
-"""`kvsize plan` with a TTFT or ITL target: aggregated and disaggregated designs and their frontier."""
+"""`kvsize plan`'s designs: aggregated and disaggregated fleets under the latency targets, and their frontier."""
 
 from __future__ import annotations
 
@@ -13,19 +13,20 @@ from app.options import _int_or_error
 MAX_USD_PER_GPU_HOUR = 1000  # USD per GPU-hour: well above any published rental (profiles/gpus, 2 to 6)
 
 
-def designs_from_args(args: argparse.Namespace, plan, base) -> dict | None:
-    """With a TTFT or ITL target: aggregated and disaggregated designs, the cheapest and the frontier."""
+def designs_from_args(args: argparse.Namespace, plan, base) -> dict:
+    """Aggregated and disaggregated designs under the targets (given, or kvsize's stated default), the cheapest and
+    the frontier: the cheapest is the plan's answer."""
     from dataclasses import replace
 
     from sizing.planners.fleet import build_candidates
     from sizing.cache.formats import get_format
-    from sizing.planners.slo import Targets, TierOption, cheapest, design_row, frontier, pd_link, ranked, search_designs
+    from sizing.planners.slo import TierOption, cheapest, design_row, frontier, pd_link, ranked, search_designs
+
+    from sizing.planners.answer import targets_for
 
     w = plan.workload
-    if w.ttft_target_ms is None and w.itl_target_ms is None:
-        return None
-    targets = Targets(w.ttft_target_ms / 1000 if w.ttft_target_ms else None,
-                      w.itl_target_ms / 1000 if w.itl_target_ms else None)
+    chosen = targets_for(w)
+    targets = chosen.targets
     link, shared, same_host = pd_link(args.pd_link)
     from sizing.planners.tiers import check_tier_links
 
@@ -36,7 +37,7 @@ def designs_from_args(args: argparse.Namespace, plan, base) -> dict | None:
     candidates = build_candidates(args.gpus, formats, tps, _prices(args.price), args.engine)
     found = search_designs(base, candidates, w, plan.efficiency, targets, link, shared, same_host=same_host)
     best = cheapest(found)
-    text = render_designs(targets, best, found, frontier(found), args.pd_link.strip(), args.top)
+    text = render_designs(chosen, best, found, frontier(found), args.pd_link.strip(), args.top)
     sizes = {k: v for k, v in (("host", args.host_memory), ("disk", args.disk)) if v}
     commands = []
     if sizes:
@@ -53,7 +54,7 @@ def designs_from_args(args: argparse.Namespace, plan, base) -> dict | None:
             f"    {role}: {c.command or c.note}\n" for role, c in commands)
     rows = [design_row(d) for d in ranked(found)]
     front = [design_row(d) for d in frontier(found)]
-    return {"rows": rows, "frontier": front, "text": text, "met": best is not None,
+    return {"rows": rows, "frontier": front, "text": text, "met": best is not None, "best": best, "targets": chosen,
             "serve": [dict(role=role, command=c.command, note=c.note) for role, c in commands]}
 
 
@@ -78,13 +79,12 @@ def render_tier_savings(plain, tiered, sizes: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_designs(targets, best, found, front_designs, link: str, top: int) -> str:
+def render_designs(chosen, best, found, front_designs, link: str, top: int) -> str:
     from sizing.planners.slo import cheapest, design_row
 
     front = [design_row(d) for d in front_designs]
-    ttft = f"TTFT ≤ {targets.ttft_seconds * 1e3:g} ms" if targets.ttft_seconds else "no TTFT target"
-    itl = f"ITL ≤ {targets.itl_seconds * 1e3:g} ms" if targets.itl_seconds else "no ITL target"
-    lines = ["", f"Designs for {ttft}, {itl} (P/D link: {link}; docs/formulas.md, 'Latency targets'):"]
+    lines = ["", f"Designs that serve prefill and decode at the peak's arrival rate, for {chosen.sentence()} "
+                 f"(P/D link: {link}; docs/formulas.md, 'Latency targets'):"]
     agg = cheapest([d for d in found if d.kind == "aggregated"])
     dis = cheapest([d for d in found if d.kind == "disaggregated"])
     for name, d in (("aggregated", agg), ("disaggregated", dis)):

@@ -10,13 +10,14 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from app.ui import UPLOADED_MODEL, _chart, _downloads, _gpu_choices, tensor_parallel_section
-from app.views.fleet_designs import _itl_chart, page_designs
+from app.views.fleet_designs import _itl_chart, fleet_answer, page_designs, show_answer
 from sizing.errors import KvsizeError
 from sizing.planners.fleet import replica_estimate
 from sizing.cache.formats import FORMAT_NAMES
 from sizing.capacity.scenario import Scenario
 from sizing.capacity.estimate import beyond_positions_warning
 from sizing.profiles import gpu_profile, model_profile
+from sizing.units import GiB
 
 COST_CHART_BARS = 15  # more bars than this cannot be read; the table holds every candidate
 
@@ -61,8 +62,10 @@ def read_workload_widgets():
 
 def page_fleet(s: Scenario) -> None:
     from app.spreadsheet import xlsx_bytes
-    from sizing.planners.fleet import (HOURS_PER_MONTH, bucket_rows, build_candidates, candidate_rows, cost_rows, plan_fleet,
-                              plan_serve_command, plan_summary, unconfirmed_pairs, unsupported_pairs)
+    from sizing.planners.answer import CAPACITY_ONLY, answer_record
+    from sizing.planners.fleet import (HOURS_PER_MONTH, bucket_rows, build_candidates, candidate_rows, cost_rows,
+                                       plan_fleet, plan_summary, unconfirmed_pairs, unsupported_pairs)
+    from sizing.planners.slo import design_row, design_serve_commands, ranked
     from sizing.planners.guidance import evaluate_rules, quality_notes
 
     st.caption(f"{s.model_name} on {s.engine}; the sidebar's engine settings apply. KV is charged at each bucket's "
@@ -103,21 +106,18 @@ def page_fleet(s: Scenario) -> None:
     if unconfirmed:
         st.caption("No engine source confirms " + ", ".join(f"{f} on {g}" for g, f in unconfirmed) + ".")
     rows = candidate_rows(plan)
+    answer = fleet_answer(s, workload, gpus, formats, tps, prices, plan)
+    show_answer(answer)
     best = plan.cheapest
+    st.subheader(f"Candidates, {CAPACITY_ONLY}")
     if best is None:
         st.error("no candidate fits: try a larger TP, a GPU with more memory, or a smaller KV format")
     else:
         b = best.candidate
-        m = st.columns([3, 3, 2, 3, 3])
-        m[0].metric("Cheapest fleet", f"{best.gpus} × {b.gpu.id}", help=best.reason)
-        m[1].metric("KV format", b.kv_format)
-        m[2].metric("TP", f"{b.tensor_parallel_size}")
-        m[3].metric("Fleet cost", f"${best.usd_per_hour:,.2f}/h",
-                    help=f"${b.gpu.usd_per_hour:g} per GPU-hour ({b.gpu.price_source}); "
-                         f"${best.usd_per_hour * HOURS_PER_MONTH:,.0f} a month of {HOURS_PER_MONTH} h")
-        m[4].metric("Cost per million output tokens", f"${best.usd_per_million_output_tokens:,.3f}",
-                    help=f"ITL {best.itl_seconds * 1000:.1f} ms at {best.decode_batch:.0f} requests per replica")
-        st.caption(f"${best.usd_per_hour * HOURS_PER_MONTH:,.0f} a month ({HOURS_PER_MONTH} h) · {best.reason}")
+        st.caption(f"Never the answer (the designs below serve prefill too): the fewest dollars that hold the peak's "
+                   f"KV are {best.gpus} × {b.gpu.id} TP {b.tensor_parallel_size} {b.kv_format}, "
+                   f"${best.usd_per_hour:,.2f}/h (${best.usd_per_hour * HOURS_PER_MONTH:,.0f} a month of "
+                   f"{HOURS_PER_MONTH} h) · {best.reason}")
     df = pd.DataFrame(rows)  # ranked: the recommendation first
     fitting = df[df["fits"]].head(COST_CHART_BARS)
     fig = go.Figure()
@@ -138,27 +138,32 @@ def page_fleet(s: Scenario) -> None:
     st.dataframe(df, hide_index=True, key="fleet_table")
     pools, costs = bucket_rows(plan), cost_rows(plan)
     _downloads(df, fig if not fitting.empty else None, "fleet")
-    serve = None
-    if best is not None:
-        uploaded = st.session_state.get("upload") is not None
-        # An upload names no checkpoint: the command says where the user's own goes.
-        serve = plan_serve_command(plan, s, best,
-                                   UPLOADED_MODEL if uploaded else model_profile(st.session_state["model"]).hf_id)
+    uploaded = st.session_state.get("upload") is not None
+    # An upload names no checkpoint: the command says where the user's own goes.
+    model_id = UPLOADED_MODEL if uploaded else model_profile(st.session_state["model"]).hf_id
+    serve = [] if answer.best is None else [
+        dict(role=role, command=c.command, note=c.note)
+        for role, c in design_serve_commands(answer.best, replace(s, pipeline_parallel_size=1), workload, model_id,
+                                             int(st.session_state.get("host_tier_gib", 0) or 0) * GiB)]
     fired = [r.explanation for r in evaluate_rules(workload) if r.fires]
-    st.download_button("Whole plan (XLSX: summary, candidates, pools, cost)",
-                       lambda: xlsx_bytes({"summary": plan_summary(plan, serve.command if serve else None, fired),
-                                           "candidates": rows, "pools": pools, "cost": costs}),
+    st.download_button("Whole plan (XLSX: summary, designs, capacity-only candidates, pools, cost)",
+                       lambda: xlsx_bytes({"summary": plan_summary(plan, answer_record(answer.best, answer.chosen),
+                                                                   serve, fired),
+                                           "designs": [design_row(d) for d in ranked(answer.designs)],
+                                           "capacity_only": rows, "pools": pools, "cost": costs}),
                        "fleet-plan.xlsx", key="fleet_plan_xlsx")
-    if best is not None:
-        _itl_chart(plan, s, best, formats)
-        st.subheader("Serve the cheapest plan")
-        if serve.command:
-            st.code(serve.command, language="bash", wrap_lines=True)
-        st.caption(serve.note)
+    if serve:
+        st.subheader("Serve the fleet that serves the workload")
+        for row in serve:
+            st.caption(f"{row['role']}: {row['note'] or ''}")
+            if row["command"]:
+                st.code(row["command"], language="bash", wrap_lines=True)
         if uploaded:
             st.caption(f"{UPLOADED_MODEL}: the folder holding the uploaded config.json and its weights, or its "
                        "Hugging Face id.")
-        st.subheader("Pools of the cheapest candidate")
+    if best is not None:
+        _itl_chart(plan, s, best, formats)
+        st.subheader("Pools of the capacity-only candidate")
         st.dataframe(pd.DataFrame([r for r in pools if r["gpu"] == b.gpu.id and r["kv_format"] == b.kv_format
                                    and r["tensor_parallel_size"] == b.tensor_parallel_size]), key="fleet_pools")
         if b.tensor_parallel_size > 1:
@@ -167,7 +172,7 @@ def page_fleet(s: Scenario) -> None:
             except KvsizeError as e:
                 st.error(str(e))
         watch_panel(s, best)
-    page_designs(s, workload, gpus, formats, tps, prices, plan)
+    page_designs(s, workload, answer)
     st.subheader("Guidance")
     for r in evaluate_rules(workload):
         (st.success if r.fires else st.info)(r.explanation)

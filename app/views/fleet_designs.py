@@ -3,7 +3,7 @@ inter-token latency chart of the cheapest plan."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -16,37 +16,82 @@ from sizing.capacity.estimate import estimate
 from sizing.units import GiB
 
 
-def page_designs(s: Scenario, workload, gpus: list[str], formats: list[str], tps: list[int], prices: dict,
-                 plan) -> None:
-    """Aggregated and disaggregated designs against TTFT and ITL targets, and their frontier."""
-    from app.spreadsheet import xlsx_bytes
-    from sizing.planners.fleet import build_candidates
-    from sizing.profiles import link_ids
-    from sizing.planners.slo import Targets, TierOption, cheapest, design_row, frontier, pd_link, ranked, search_designs
+@dataclass(frozen=True)
+class FleetAnswer:
+    """The designs the Fleet page's answer comes from, searched once a render."""
 
-    st.subheader("Latency targets: aggregated or disaggregated")
-    c = st.columns(3)
-    ttft = c[0].number_input("TTFT target (ms, 0 = none)", 0.0, 600_000.0,
-                             float(workload.ttft_target_ms or 0.0), 100.0, key="ttft_target",
-                             help="mean time to first token at the peak; with a target, designs are searched")
-    links = ["none", *link_ids()]
-    link_choice = c[1].selectbox("P/D link", links, index=links.index("nvlink4-peer"), key="pd_link",
-                             help="what a disaggregated design ships each request's KV over (kvsize links)")
-    host_gib = c[2].number_input("Host memory tier per replica (GiB, 0 = none)", 0, 1 << 20, 0, 64, key="host_tier_gib",
-                                 help="prefixes the workload's sessions find there are reloaded, not prefilled")
-    if not ttft and not workload.itl_target_ms:
-        st.caption("Give a TTFT or ITL target to compare aggregated with disaggregated designs.")
-        return
-    targets = Targets(ttft / 1000 if ttft else None, workload.itl_target_ms / 1000 if workload.itl_target_ms else None)
+    designs: list
+    best: object  # the chosen Design, or None
+    chosen: object  # ChosenTargets
+    error: str | None = None
+
+
+def fleet_answer(s: Scenario, workload, gpus: list[str], formats: list[str], tps: list[int], prices: dict,
+                 plan) -> FleetAnswer:
+    """The fleet that serves the workload, as `kvsize plan` answers: the cheapest design under the TTFT and ITL
+    targets, or kvsize's stated default targets where none is given. The widgets below the headline set the TTFT
+    target, P/D link and host tier; their values are read from the session so the headline comes first."""
+    from sizing.planners.answer import targets_for
+    from sizing.planners.fleet import build_candidates
+    from sizing.planners.slo import TierOption, cheapest, pd_link, search_designs
+
+    ttft = float(st.session_state.get("ttft_target", workload.ttft_target_ms or 0.0) or 0.0)
+    link_choice = st.session_state.get("pd_link", "nvlink4-peer")
+    host_gib = int(st.session_state.get("host_tier_gib", 0) or 0)
+    chosen = targets_for(workload.model_copy(update={"ttft_target_ms": ttft or None}), "the targets set on this page")
     tiers = TierOption({"host": host_gib * GiB}, {"host": "pcie5-x16"}) if host_gib else None
     try:
         link, shared, same_host = pd_link(link_choice, "P/D link")
         designs = search_designs(replace(s, pipeline_parallel_size=1),
                                  build_candidates(gpus, formats, tps, prices, engine=s.engine), workload,
-                                 plan.efficiency, targets, link, shared, same_host=same_host, tiers=tiers)
+                                 plan.efficiency, chosen.targets, link, shared, same_host=same_host, tiers=tiers)
     except KvsizeError as e:
-        st.error(in_widget_terms(str(e)))
+        return FleetAnswer([], None, chosen, in_widget_terms(str(e)))
+    return FleetAnswer(designs, cheapest(designs), chosen)
+
+
+def show_answer(answer: FleetAnswer) -> None:
+    """The headline: the fleet that serves the workload (GPUs, cost, TTFT and ITL), never the capacity-only row."""
+    from sizing.planners.fleet import HOURS_PER_MONTH
+
+    if answer.error:
+        st.error(answer.error)
         return
+    d = answer.best
+    if d is None:
+        st.error(f"No design serves the workload under {answer.chosen.sentence()}: loosen the targets, or add "
+                 "faster GPUs or larger TP sizes (the designs table below gives each one's reason)")
+        return
+    m = st.columns([3, 3, 2, 2])
+    m[0].metric("Fleet that serves the workload", f"{d.gpus} GPUs", help=d.label)
+    m[1].metric("Fleet cost", f"${d.usd_per_hour:,.2f}/h",
+                help=f"${d.usd_per_hour * HOURS_PER_MONTH:,.0f} a month of {HOURS_PER_MONTH} h")
+    m[2].metric("TTFT (modelled)", f"{d.ttft_seconds * 1e3:,.0f} ms", help="with queueing at the peak's arrival rate")
+    m[3].metric("ITL (modelled)", f"{d.itl_seconds * 1e3:.1f} ms", help="prefill interleaved with decode")
+    st.caption(f"{d.label}; targets: {answer.chosen.sentence()}")
+
+
+def page_designs(s: Scenario, workload, answer: FleetAnswer) -> None:
+    """Aggregated and disaggregated designs against TTFT and ITL targets, and their frontier: where the answer
+    above comes from."""
+    from app.spreadsheet import xlsx_bytes
+    from sizing.profiles import link_ids
+    from sizing.planners.slo import cheapest, design_row, frontier, ranked
+
+    st.subheader("Latency targets: aggregated or disaggregated")
+    c = st.columns(3)
+    c[0].number_input("TTFT target (ms, 0 = none)", 0.0, 600_000.0, float(workload.ttft_target_ms or 0.0), 100.0,
+                      key="ttft_target", help="mean time to first token at the peak; with neither target, kvsize's "
+                                              "stated default targets apply")
+    links = ["none", *link_ids()]
+    c[1].selectbox("P/D link", links, index=links.index("nvlink4-peer"), key="pd_link",
+                   help="what a disaggregated design ships each request's KV over (kvsize links)")
+    c[2].number_input("Host memory tier per replica (GiB, 0 = none)", 0, 1 << 20, 0, 64, key="host_tier_gib",
+                      help="prefixes the workload's sessions find there are reloaded, not prefilled")
+    if answer.error:
+        st.error(answer.error)
+        return
+    designs, targets = answer.designs, answer.chosen.targets
     best = cheapest(designs)
     agg = cheapest([d for d in designs if d.kind == "aggregated"])
     dis = cheapest([d for d in designs if d.kind == "disaggregated"])

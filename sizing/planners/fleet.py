@@ -381,36 +381,41 @@ def candidate_rows(plan: FleetPlan) -> list[dict]:
     return rows
 
 
-def plan_summary(plan: FleetPlan, serve_command: str | None, fired_rules: list[str] = ()) -> list[dict]:
-    """The answer on one sheet, as (item, value, note) rows: what to buy, what it costs, how to start
-    it, and the workload and prices it rests on."""
+def plan_summary(plan: FleetPlan, answer: dict, serve: list[dict], fired_rules: list[str] = ()) -> list[dict]:
+    """The answer on one sheet, as (item, value, note) rows: the fleet that serves the workload (the plan JSON's
+    `cheapest`), what it costs, how to start it, and the workload and prices it rests on."""
     w = plan.workload
     rows = [dict(item="model", value=plan.model_name, note=""), dict(item="engine", value=plan.engine, note="")]
-    best = plan.cheapest
-    if best is None:
-        reasons = "; ".join(dict.fromkeys(p.reason for p in plan.plans if p.reason))
-        rows.append(dict(item="recommendation", value="no candidate serves the workload", note=reasons[:1000]))
+    targets = answer["targets"]
+    if answer.get("design") is None:
+        rows.append(dict(item="recommendation", value="no design serves the workload", note=answer["reason"][:1000]))
     else:
-        c = best.candidate
         rows += [
-            dict(item="recommendation", value=f"{best.gpus} × {c.gpu.name}",
-                 note=f"{c.kv_format} KV, TP {c.tensor_parallel_size}; {best.reason}"),
-            dict(item="GPUs", value=best.gpus, note=f"{c.gpu.id}"),
-            dict(item="KV cache format", value=c.kv_format, note=""),
-            dict(item="tensor parallel size", value=c.tensor_parallel_size, note=""),
-            dict(item="fleet usd per hour", value=round(best.usd_per_hour, 2),
-                 note=f"{best.gpus} × ${c.gpu.usd_per_hour:g}/GPU-h"),
-            dict(item="fleet usd per month", value=round(best.usd_per_hour * HOURS_PER_MONTH),
+            dict(item="recommendation", value=answer["design"], note=answer["reason"]),
+            dict(item="GPUs", value=answer["gpus"], note="prefill and decode, at the peak's arrival rate"),
+            dict(item="KV cache format", value=answer["kv_format"], note="decode replicas"),
+            dict(item="fleet usd per hour", value=answer["usd_per_hour"], note=""),
+            dict(item="fleet usd per month", value=answer["usd_per_month"],
                  note=f"{HOURS_PER_MONTH} h a month (8,760 h a year / 12)"),
-            dict(item="usd per million output tokens",
-                 value=round(best.usd_per_million_output_tokens, 4)
-                 if math.isfinite(best.usd_per_million_output_tokens) else None, note="at the peak batch"),
-            dict(item="ITL at peak (ms)", value=round(best.itl_seconds * 1000, 3), note=best.efficiency_basis),
-            dict(item="serve command", value=serve_command or "", note=""),
+            dict(item="usd per million output tokens", value=answer["usd_per_million_output_tokens"], note=""),
+            dict(item="TTFT (ms)", value=answer["ttft_ms"], note="modelled, with queueing at the arrival rate"),
+            dict(item="ITL (ms)", value=answer["itl_ms"], note="modelled, prefill interleaved"),
+            dict(item="TTFT target (ms)", value=targets["ttft_ms"],
+                 note="given" if targets["ttft_given"] else "kvsize's default"),
+            dict(item="ITL target (ms)", value=targets["itl_ms"],
+                 note="given" if targets["itl_given"] else "kvsize's default"),
+            dict(item="targets", value=targets["source"], note=""),
         ]
+        rows += [dict(item=f"serve command ({s['role']})", value=s.get("command") or "", note=s.get("note") or "")
+                 for s in serve]
+    capacity = plan.cheapest
+    if capacity is not None:
+        c = capacity.candidate
+        rows.append(dict(item="capacity only (not the answer)", value=f"{capacity.gpus} × {c.gpu.name}",
+                         note=f"holds the peak's KV, prefill not counted: {c.kv_format} KV, TP "
+                              f"{c.tensor_parallel_size}, ${capacity.usd_per_hour:,.2f}/h"))
     rows += [
         dict(item="workload", value=w.name, note=f"peak {w.peak_concurrency:,} concurrent requests"),
-        dict(item="ITL target (ms)", value=w.itl_target_ms, note="" if w.itl_target_ms else "none"),
         dict(item="prefix cache share", value=w.prefix_cache_share, note="share of prompt tokens served from cache"),
     ]
     rows += [dict(item=f"bucket {b.label}", value=b.share_percent,
@@ -575,14 +580,14 @@ def cheapest_key(p) -> dict | None:
                 tensor_parallel_size=p.candidate.tensor_parallel_size, gpus=p.gpus)
 
 
-def plan_record(plan, serve, rules, notes, designs: dict | None = None) -> dict:
-    """The plan as plain values: what `kvsize plan --out plan.json` writes (the front ends only render it)."""
-    record = dict(schema=PLAN_SCHEMA, model=plan.model_name, engine=plan.engine,
-                  workload=plan.workload.model_dump(mode="json"), efficiency_source=plan.efficiency.source,
-                  cheapest=cheapest_key(plan.cheapest), serve_command=serve.command if serve else None,
-                  candidates=candidate_rows(plan), pools=bucket_rows(plan), cost=cost_rows(plan),
-                  guidance=guidance_rows(rules), quality=quality_rows(notes))
-    if designs is not None:
-        record["designs"], record["frontier"] = designs["rows"], designs["frontier"]
-        record["design_serve_commands"] = designs["serve"]
-    return record
+def plan_record(plan, answer: dict, serve: list[dict], rules, notes, designs: dict) -> dict:
+    """The plan as plain values: what `kvsize plan --out plan.json` writes (the front ends only render it). `cheapest`
+    is the answer (sizing/planners/answer.py), `capacity_only` the candidate that merely holds the peak's KV."""
+    commands = [s["command"] for s in serve if s.get("command")]
+    return dict(schema=PLAN_SCHEMA, model=plan.model_name, engine=plan.engine,
+                workload=plan.workload.model_dump(mode="json"), efficiency_source=plan.efficiency.source,
+                cheapest=answer, capacity_only=cheapest_key(plan.cheapest),
+                serve_command=commands[-1] if commands else None, design_serve_commands=serve,
+                designs=designs["rows"], frontier=designs["frontier"], candidates=candidate_rows(plan),
+                pools=bucket_rows(plan), cost=cost_rows(plan), guidance=guidance_rows(rules),
+                quality=quality_rows(notes))
