@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import scenario
+from sizing.errors import KvsizeError
 from sizing.engines import get_engine
 from sizing.capacity.concurrency import concurrency_fits
 from sizing.capacity.estimate import estimate
@@ -210,3 +211,12 @@ def test_an_sglang_answer_does_not_depend_on_the_length_estimated_before_it():
     after_short = estimate(long)
     assert after_short.kv_budget_bytes == fresh.kv_budget_bytes
     assert after_short.max_tokens == fresh.max_tokens
+
+
+@pytest.mark.parametrize("field", ["gpu_memory_bytes", "kv_cache_memory_bytes", "non_torch_bytes", "cuda_graph_bytes"])
+@pytest.mark.parametrize("value", [3.6e182, 85e9, True, 2**60])
+def test_bytes_are_whole_and_bounded_or_refused_in_one_line(field, value):
+    # A report field fuzzed to 3.6e182 once reached the pool arithmetic as a float, where n + 1 == n and the count
+    # of requests never ended: bytes are whole numbers up to 1 PiB, refused by name otherwise.
+    with pytest.raises(KvsizeError, match="must be a whole number of bytes of at most"):
+        estimate(replace(scenario(), **{field: value}))

@@ -12,7 +12,7 @@ from ..errors import KvsizeError
 from ..cache.formats import FormatOptions, get_format
 from ..engines.vllm_args import CUDAGRAPH_MODES
 from ..config import DTYPE_NAMES, ModelShape, with_mtp_layers
-from ..units import MiB
+from ..units import MAX_SIZE_BYTES, MiB
 
 
 # NVML's total less CUDA's, measured on the H100 80GB HBM3 (85,520,809,984 − 85,017,493,504 B).
@@ -131,6 +131,14 @@ class Scenario:
             raise KvsizeError(f"--headroom must be a fraction in [0, 1), got {self.headroom}")
         if self.memory_fraction is not None and not 0 < self.memory_fraction <= 1:
             raise KvsizeError(f"the engine's memory fraction must be in (0, 1], got {self.memory_fraction}")
+        for name, value in (("GPU memory", self.gpu_memory_bytes), ("--kv-cache-memory", self.kv_cache_memory_bytes),
+                            ("--non-torch-memory", self.non_torch_bytes),
+                            ("--cuda-graph-memory", self.cuda_graph_bytes), ("extra weights", self.extra_weights_bytes)):
+            # whole bytes only: a float of 1e180 bytes would round the pool's arithmetic into an endless count
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or abs(value) > MAX_SIZE_BYTES):
+                raise KvsizeError(f"{name} must be a whole number of bytes of at most {MAX_SIZE_BYTES:,} (1 PiB), "
+                                  f"got {value!r}")
         if self.gpu_memory_bytes <= 0:
             raise KvsizeError("GPU memory must be greater than zero")
         if self.kv_cache_memory_bytes is not None and self.kv_cache_memory_bytes > self.gpu_memory_bytes:
