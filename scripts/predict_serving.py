@@ -21,6 +21,7 @@ arrival rate), a replica that prefill alone keeps busy, or a quantity it does no
 
 usage: python scripts/predict_serving.py BATCH         (writes measure/serving/BATCH-predictions.json)
        python scripts/predict_serving.py --all
+       python scripts/predict_serving.py --gpu=h200 --all (another GPU: BATCH-predictions-h200.json)
 """
 
 from __future__ import annotations
@@ -131,14 +132,15 @@ def predict_point(server: dict, point: dict, gpu_id: str, engine: str) -> dict:
     return record
 
 
-def predictions(batch: str) -> dict:
+def predictions(batch: str, gpu: str | None = None) -> dict:
     plan = json.loads(PLAN.read_text())
+    gpu = gpu or plan["gpu"]
     if batch not in plan["batches"]:
         raise SystemExit(f"predict_serving: no batch {batch!r} in {PLAN.name} (batches: {', '.join(plan['batches'])})")
     engine = f"vllm@{plan['vllm_version']}"
-    points = [predict_point(s, p, plan["gpu"], engine) for s in plan["servers"] if s["batch"] == batch
+    points = [predict_point(s, p, gpu, engine) for s in plan["servers"] if s["batch"] == batch
               for p in s["points"]]
-    return dict(schema=SCHEMA, batch=batch, kvsize_commit=_commit(), engine=engine, gpu=plan["gpu"],
+    return dict(schema=SCHEMA, batch=batch, kvsize_commit=_commit(), engine=engine, gpu=gpu,
                 efficiency_source=measured_efficiency().source,
                 method=__doc__.split("usage:")[0].strip(), points=points)
 
@@ -147,11 +149,16 @@ def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__.split("usage:")[1].strip(), file=sys.stderr)
         return 2
+    gpu = None
+    if argv[0].startswith("--gpu="):
+        gpu, argv = argv[0].split("=", 1)[1], argv[1:]
     plan = json.loads(PLAN.read_text())
-    batches = plan["batches"] if argv[0] == "--all" else argv
+    batches = plan["batches"] if argv == ["--all"] else argv
     for b in batches:
-        out = PLAN.parent / f"{b}-predictions.json"
-        record = predictions(b)
+        # the plan's GPU: BATCH-predictions.json; another (should the machine lent be another kind): a suffix
+        suffix = "" if gpu in (None, plan["gpu"]) else f"-{gpu}"
+        out = PLAN.parent / f"{b}-predictions{suffix}.json"
+        record = predictions(b, gpu)
         out.write_text(json.dumps(record, indent=1) + "\n")
         print(f"wrote {out.relative_to(ROOT)}: {len(record['points'])} points")
     return 0

@@ -191,13 +191,18 @@ def bench_argv(s: dict, p: dict, d: Path) -> list[str]:
 
 
 def run_points(s: dict, deadline: float) -> str:
-    """'done', 'deadline' or 'failed'."""
+    """'done', 'deadline', 'halted' or 'failed'."""
     from vllm.benchmarks.serve import add_cli_args, main as bench_main
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     d = server_dir(s)
+    if (d / "halted").exists():  # a earlier call stopped after repeated errors: try those points again
+        for f in d.glob("*.error.txt"):
+            f.unlink()
+        (d / "halted").unlink()
     scraper = Scraper(s["port"], d / "metrics.tsv")
     scraper.start()
+    errors_in_a_row = 0
     for p in s["points"]:
         if (d / f"{p['id']}.json").exists() or (d / f"{p['id']}.error.txt").exists():
             continue
@@ -225,6 +230,11 @@ def run_points(s: dict, deadline: float) -> str:
             meta["ended"] = time.time()
             (d / f"{p['id']}.meta.json").write_text(json.dumps(meta, indent=1) + "\n")
         log(f"{p['id']}: {meta['ended'] - meta['started']:.1f} s")
+        errors_in_a_row = 0 if meta["ok"] else errors_in_a_row + 1
+        if errors_in_a_row >= 2:
+            (d / "halted").write_text(f"after {p['id']}\n")
+            log(f"{s['tag']}: two points in a row failed: halted (the server is left running)")
+            return "halted"
         pid = (d / "server.pid").read_text() if (d / "server.pid").exists() else None
         if pid is None or not alive(int(pid)):
             (d / "server_died").write_text(f"after {p['id']}\n")
@@ -264,7 +274,7 @@ def run_lane(lane: str, deadline: float) -> None:
                 return
             continue
         state = run_points(s, deadline)
-        if state == "deadline":
+        if state in ("deadline", "halted"):
             return
         stop_server(s)
         if state == "done":
