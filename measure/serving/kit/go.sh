@@ -9,6 +9,10 @@ T0=$(date +%s); LIMIT=${1:-560}; KIT=$(cd "$(dirname "$0")" && pwd); ROOT=$(pwd)
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 VLLM_ALLREDUCE_USE_SYMM_MEM=0
 mkdir -p /tmp/res
 if [[ ! -d /tmp/vsite ]]; then
+  if [[ -f $KIT/stage.sha256 ]]; then  # the parts copied so far, in order, against the stage's checksum
+    got=$(cat /tmp/stage/tpart.* | sha256sum | cut -d' ' -f1)
+    [[ $got == "$(cat "$KIT/stage.sha256")" ]] || { echo "stage checksum mismatch: $(ls /tmp/stage)"; exit 3; }
+  fi
   bash "$ROOT/.vllm-stage/run/unpack.sh" > /tmp/res/unpack.log 2>&1; echo "unpack rc=$? in $(( $(date +%s) - T0 )) s"
   grep -E "^(vllm|torch|triton|cuda|nccl|matmul|torch.compile)" /tmp/res/unpack.log
 fi
@@ -22,10 +26,12 @@ fi
 cat /tmp/res/env.txt
 DEADLINE=$((T0 + LIMIT - 20))
 export PYTHONPATH=/tmp/vsite PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1
-python3 "$KIT/lane.py" --lane 0 --deadline $DEADLINE > /tmp/res/lane-0.$T0.log 2>&1 &
-python3 "$KIT/lane.py" --lane 1 --deadline $DEADLINE > /tmp/res/lane-1.$T0.log 2>&1 &
+# a lane still inside a point at the limit is stopped (its servers run on, in their own sessions)
+left() { local r=$(( T0 + LIMIT - 8 - $(date +%s) )); (( r < 1 )) && r=1; echo $r; }
+timeout -k 3 "$(left)" python3 "$KIT/lane.py" --lane 0 --deadline $DEADLINE > /tmp/res/lane-0.$T0.log 2>&1 &
+timeout -k 3 "$(left)" python3 "$KIT/lane.py" --lane 1 --deadline $DEADLINE > /tmp/res/lane-1.$T0.log 2>&1 &
 wait
-python3 "$KIT/lane.py" --lane 0,1 --deadline $DEADLINE > /tmp/res/lane-01.$T0.log 2>&1
+timeout -k 3 "$(left)" python3 "$KIT/lane.py" --lane 0,1 --deadline $DEADLINE > /tmp/res/lane-01.$T0.log 2>&1
 grep -h "^\[" /tmp/res/lane-*.$T0.log | sort | cut -c1-200
 python3 "$KIT/lane.py" --summary
 tar -czf "$OUT/res.tgz" -C /tmp res
