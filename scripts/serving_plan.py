@@ -61,7 +61,7 @@ TP2_POINTS = [
 
 def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len: int, points: list[dict],
            kv_cache_dtype: str = "auto", tp: int = 1, prefill_tokens_per_s: float = 15000.0,
-           itl_guess_s: float = 0.012) -> dict:
+           itl_guess_s: float = 0.012, tokenizer_only: bool = False) -> dict:
     pts = []
     for k, p in enumerate(points, start=1):
         if p["concurrency"] is not None:
@@ -76,7 +76,13 @@ def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len
         load = f"c{p['concurrency']}" if p["concurrency"] is not None else f"r{p['request_rate']:g}"
         pts.append(dict(id=f"{tag}-p{k:02d}-i{p['input_len']}-o{p['output_len']}-{load}", seed=k, est_s=round(est),
                         **p))
-    return dict(tag=tag, batch=batch, model=model, config=f"measure/serving/models/{model}/config.json", gpus=gpus,
+    extra = {}
+    if tokenizer_only:
+        # transformers 5 picks the tokenizer class from config.json's model_type (qwen2: Qwen2Tokenizer, a BPE that
+        # turns the word-level vocabulary's "w123" prompts into no tokens at all): the server and the load generator
+        # read the word-level tokenizer from a folder without the config.json instead
+        extra["tokenizer"] = f"tokenizers/{model}"
+    return dict(tag=tag, batch=batch, model=model, config=f"measure/serving/models/{model}/config.json", gpus=gpus, **extra,
                 port=port, tensor_parallel_size=tp, kv_cache_dtype=kv_cache_dtype, max_model_len=max_model_len,
                 max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS, max_num_seqs=MAX_NUM_SEQS,
                 gpu_memory_utilization=GPU_MEMORY_UTILIZATION, enable_prefix_caching=False, points=pts)
@@ -100,7 +106,7 @@ def plan() -> dict:
             server("dsv2lite-bf16", b2, "deepseek-v2-lite", "1", 8104, 32768, MLA_POINTS,
                    prefill_tokens_per_s=20000),
             server("qwen25-32b-tp2-bf16", b3, "qwen2.5-32b-instruct", "0,1", 8105, 32768, TP2_POINTS, tp=2,
-                   prefill_tokens_per_s=8000, itl_guess_s=0.02),
+                   prefill_tokens_per_s=8000, itl_guess_s=0.02, tokenizer_only=True),
         ],
     )
 

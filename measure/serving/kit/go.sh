@@ -17,6 +17,8 @@ if [[ ! -d /tmp/vsite ]]; then
   grep -E "^(vllm|torch|triton|cuda|nccl|matmul|torch.compile)" /tmp/res/unpack.log
 fi
 for m in "$KIT"/models/*/; do [[ -f $m/tokenizer.json ]] || python3 "$ROOT/.vllm-stage/run/mktok.py" "$m" > /dev/null 2>&1 || echo "mktok failed: $m"; done
+# the same tokenizer in a folder without config.json (plan.json's "tokenizer", where the model type would override it)
+for m in "$KIT"/models/*/; do t=$KIT/tokenizers/$(basename "$m"); [[ -d $t ]] || { mkdir -p "$t"; cp "$m"/* "$t"/; rm -f "$t/config.json"; }; done
 if [[ ! -f /tmp/res/env.txt ]]; then
   { date -u; nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv
     PYTHONPATH=/tmp/vsite PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1 python3 -c 'import vllm, torch; print("vllm", vllm.__version__, "torch", torch.__version__)'
@@ -28,9 +30,11 @@ DEADLINE=$((T0 + LIMIT - 20))
 export PYTHONPATH=/tmp/vsite PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1
 # a lane still inside a point at the limit is stopped (its servers run on, in their own sessions)
 left() { local r=$(( T0 + LIMIT - 8 - $(date +%s) )); (( r < 1 )) && r=1; echo $r; }
-timeout -k 3 "$(left)" python3 "$KIT/lane.py" --lane 0 --deadline $DEADLINE > /tmp/res/lane-0.$T0.log 2>&1 &
-timeout -k 3 "$(left)" python3 "$KIT/lane.py" --lane 1 --deadline $DEADLINE > /tmp/res/lane-1.$T0.log 2>&1 &
-wait
+if [[ -z ${SERVING_LANE_ALONE:-} ]]; then  # SERVING_LANE_ALONE=1: only the 0,1 lane, without waiting for the others
+  timeout -k 3 "$(left)" python3 "$KIT/lane.py" --lane 0 --deadline $DEADLINE > /tmp/res/lane-0.$T0.log 2>&1 &
+  timeout -k 3 "$(left)" python3 "$KIT/lane.py" --lane 1 --deadline $DEADLINE > /tmp/res/lane-1.$T0.log 2>&1 &
+  wait
+fi
 timeout -k 3 "$(left)" python3 "$KIT/lane.py" --lane 0,1 --deadline $DEADLINE > /tmp/res/lane-01.$T0.log 2>&1
 grep -h "^\[" /tmp/res/lane-*.$T0.log | sort | cut -c1-200
 python3 "$KIT/lane.py" --summary

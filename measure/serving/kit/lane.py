@@ -76,8 +76,14 @@ def model_dir(s: dict) -> Path:
     return KIT / "models" / s["model"]
 
 
+def tokenizer_dir(s: dict) -> Path:
+    """The model folder, or where the plan says so a folder holding only the tokenizer (go.sh writes it)."""
+    return KIT / s["tokenizer"] if s.get("tokenizer") else model_dir(s)
+
+
 def server_args(s: dict) -> list[str]:
-    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir(s)),
+    own = ["--tokenizer", str(tokenizer_dir(s))] if s.get("tokenizer") else []
+    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir(s)), *own,
             "--served-model-name", "m", "--load-format", "dummy", "--port", str(s["port"]),
             "--max-model-len", str(s["max_model_len"]), "--gpu-memory-utilization", str(s["gpu_memory_utilization"]),
             "--max-num-seqs", str(s["max_num_seqs"]), "--max-num-batched-tokens", str(s["max_num_batched_tokens"]),
@@ -177,7 +183,7 @@ class Scraper(threading.Thread):
 
 def bench_argv(s: dict, p: dict, d: Path) -> list[str]:
     argv = ["--backend", "vllm", "--base-url", f"http://127.0.0.1:{s['port']}", "--endpoint", "/v1/completions",
-            "--model", "m", "--served-model-name", "m", "--tokenizer", str(model_dir(s)),
+            "--model", "m", "--served-model-name", "m", "--tokenizer", str(tokenizer_dir(s)),
             "--dataset-name", "random", "--random-input-len", str(p["input_len"]),
             "--random-output-len", str(p["output_len"]), "--random-range-ratio", "0", "--num-prompts",
             str(p["num_prompts"]), "--ignore-eos", "--seed", str(p["seed"]), "--percentile-metrics",
@@ -260,7 +266,7 @@ def run_lane(lane: str, deadline: float) -> None:
     plan = json.loads((KIT / "plan.json").read_text())
     servers = {s["tag"]: s for s in plan["servers"]}
     others = [t for key, tags in plan["lanes"].items() if key != lane for t in tags]
-    if "," in lane and not all(finished(servers[t]) for t in others):
+    if "," in lane and not os.environ.get("SERVING_LANE_ALONE") and not all(finished(servers[t]) for t in others):
         log(f"lane {lane}: waiting for the one-GPU lanes to finish first")
         return
     for tag in plan["lanes"][lane]:
