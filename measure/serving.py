@@ -7,7 +7,8 @@ Layout (see measure/serving/README.md):
     measure/serving/<batch>-predictions.json     kvsize's predictions, committed before the batch ran
     measure/serving/<batch>/env.txt              the GPU machine: nvidia-smi, vLLM and torch versions
     measure/serving/<batch>/<server>/            server.cmd, server.log, metrics.tsv (/metrics scraped each second),
-                                                 <point>.json (vllm bench serve --save-result --save-detailed),
+                                                 <point>.json.gz (vllm bench serve --save-result --save-detailed,
+                                                 gzipped),
                                                  <point>.meta.json (the bench command and its wall-clock span)
     measure/serving/points.json                  one typed record per measured point (this module builds it)
 
@@ -19,10 +20,13 @@ usage: python -m measure.serving build      (rewrites measure/serving/points.jso
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import math
 import re
 import sys
+import zlib
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -31,7 +35,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 ROOT = Path(__file__).resolve().parents[1]
 SERVING = ROOT / "measure" / "serving"
 POINTS_SCHEMA = "kvsize.serving-points/1"
-RAW_LIMIT = 4 * 1024 * 1024  # one bench result (per-request TTFT and ITL lists included)
+RAW_LIMIT = 4 * 1024 * 1024  # one bench result as stored, gzipped (per-request TTFT and ITL lists included)
+RAW_UNPACKED_LIMIT = 16 * 1024 * 1024  # the same, once unpacked
 TEXT_LIMIT = 8 * 1024 * 1024  # a server log or a metrics scrape file
 JSON_LIMIT = 16 * 1024 * 1024  # points.json, plan.json, a predictions file
 PERCENTILES = (50, 90, 99)
@@ -60,9 +65,24 @@ def read_bounded(path: Path, limit: int) -> bytes:
     return data
 
 
-def read_json(path: Path, limit: int = JSON_LIMIT):
+def read_gzip(path: Path, limit: int = RAW_LIMIT, unpacked_limit: int = RAW_UNPACKED_LIMIT) -> bytes:
+    """The unpacked bytes of a gzipped file, both sizes bounded."""
+    packed = read_bounded(path, limit)
     try:
-        return json.loads(read_bounded(path, limit).decode("utf-8"))
+        with gzip.GzipFile(fileobj=io.BytesIO(packed)) as gz:
+            data = gz.read(unpacked_limit + 1)
+    except (OSError, EOFError, zlib.error) as e:
+        raise ServingError(f"{path}: not a gzip file ({e})") from None
+    if len(data) > unpacked_limit:
+        raise ServingError(f"{path}: unpacks to more than the {unpacked_limit:,} bytes a serving fixture may hold")
+    return data
+
+
+def read_json(path: Path, limit: int = JSON_LIMIT):
+    """A JSON file (gzipped where its name ends in .gz), size-bounded."""
+    data = read_gzip(path, limit) if path.name.endswith(".gz") else read_bounded(path, limit)
+    try:
+        return json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ServingError(f"{path}: not JSON ({e})") from None
 
@@ -316,7 +336,7 @@ def build_points(serving: Path = SERVING) -> list[Point]:
             start = server_start(log)
             rows = metrics_rows(read_text(d / "metrics.tsv")) if (d / "metrics.tsv").exists() else []
             for p in s["points"]:
-                raw = d / f"{p['id']}.json"
+                raw = d / f"{p['id']}.json.gz"
                 if not raw.exists():
                     continue
                 bench = read_bench(raw)
@@ -343,6 +363,19 @@ def build_points(serving: Path = SERVING) -> list[Point]:
                                  settings=settings, measured=measured, metrics=point_metrics(rows, p["id"]),
                                  server_start=start))
     return out
+
+
+# kvsize's GPU profile of a card as nvidia-smi names it (the predictions of a batch are per GPU)
+GPU_PROFILES = {"NVIDIA H100 80GB HBM3": "h100-sxm", "NVIDIA H200": "h200"}
+PLAN_GPU = "h100-sxm"
+
+
+def predictions_file(batch: str, gpu_name: str) -> Path:
+    """kvsize's committed predictions of `batch` for the GPU named (scripts/predict_serving.py)."""
+    gpu = GPU_PROFILES.get(gpu_name)
+    if gpu is None:
+        raise ServingError(f"no kvsize GPU profile is known for {gpu_name!r}; add it to GPU_PROFILES")
+    return SERVING / (f"{batch}-predictions.json" if gpu == PLAN_GPU else f"{batch}-predictions-{gpu}.json")
 
 
 def points_record(points: list[Point]) -> dict:

@@ -9,8 +9,10 @@ import random
 
 import pytest
 
+import gzip
+
 from measure.serving import (JSON_LIMIT, RAW_LIMIT, SERVING, ServingError, build_points, load_points, percentile,
-                             points_record, raw_percentiles, read_bench, read_json, successful)
+                             points_record, predictions_file, raw_percentiles, read_bench, read_json, successful)
 
 POINTS = load_points()
 PLAN = read_json(SERVING / "plan.json")
@@ -68,21 +70,26 @@ def test_summary_percentiles_come_from_the_raw_requests(point):
 
 
 def test_every_batch_has_its_predictions():
+    """For the plan's GPU and for the GPU the batch ran on (the machine lent may be another kind)."""
     batches = {p.batch for p in POINTS}
     assert batches <= set(PLAN["batches"])
     for batch in batches:
-        pred = read_json(SERVING / f"{batch}-predictions.json")
-        assert pred["batch"] == batch and pred["gpu"] == PLAN["gpu"]
-        predicted = {x["id"]: x for x in pred["points"]}
-        for p in (p for p in POINTS if p.batch == batch):
-            assert p.id in predicted, f"no prediction committed for {p.id}"
-            assert (predicted[p.id]["input_len"], predicted[p.id]["output_len"]) == (p.settings.input_len,
-                                                                                     p.settings.output_len)
-            for source in ("plan", "design"):
-                figures = predicted[p.id]["predicted"][source]
-                reasons = predicted[p.id]["null_reasons"][source]
-                for key, value in figures.items():
-                    assert value is not None or reasons.get(key), f"{p.id}: {source}.{key} is null with no reason"
+        ran_on = {p.settings.gpu_name for p in POINTS if p.batch == batch}
+        assert len(ran_on) == 1
+        files = {SERVING / f"{batch}-predictions.json", predictions_file(batch, ran_on.pop())}
+        for f in files:
+            pred = read_json(f)
+            assert pred["batch"] == batch and pred["schema"] == "kvsize.serving-predictions/1"
+            predicted = {x["id"]: x for x in pred["points"]}
+            for p in (p for p in POINTS if p.batch == batch):
+                assert p.id in predicted, f"{f.name}: no prediction committed for {p.id}"
+                x = predicted[p.id]
+                assert (x["input_len"], x["output_len"], x["concurrency"], x["request_rate"]) == (
+                    p.settings.input_len, p.settings.output_len, p.settings.concurrency, p.settings.request_rate)
+                for source in ("plan", "design"):
+                    for key, value in x["predicted"][source].items():
+                        assert value is not None or x["null_reasons"][source].get(key), (
+                            f"{p.id}: {source}.{key} is null with no reason")
 
 
 def test_the_percentile_is_numpys_linear_one():
@@ -101,8 +108,8 @@ def test_a_changed_request_changes_the_recomputed_percentiles(tmp_path):
     ok = [i for i, err in enumerate(data["errors"]) if not err]
     for i in ok:  # every TTFT 1 s later
         data["ttfts"][i] += 1.0
-    f = tmp_path / "raw.json"
-    f.write_text(json.dumps(data))
+    f = tmp_path / "raw.json.gz"
+    f.write_bytes(gzip.compress(json.dumps(data).encode()))
     got = raw_percentiles(read_bench(f))
     assert got["ttft_p50_ms"] == pytest.approx(point.measured.ttft_p50_ms + 1000, abs=2e-3)
 
@@ -132,14 +139,21 @@ def test_a_negative_or_infinite_latency_is_refused(tmp_path):
 
 
 def test_an_oversized_or_malformed_raw_file_is_refused(tmp_path):
-    big = tmp_path / "big.json"
+    big = tmp_path / "big.json.gz"
     big.write_bytes(b" " * (RAW_LIMIT + 1))
     with pytest.raises(ServingError, match="more than"):
         read_bench(big)
-    bad = tmp_path / "bad.json"
+    bomb = tmp_path / "bomb.json.gz"
+    bomb.write_bytes(gzip.compress(b" " * (20 * 1024 * 1024)))
+    with pytest.raises(ServingError, match="unpacks to more than"):
+        read_bench(bomb)
+    with pytest.raises(ServingError, match="not a gzip file"):
+        (tmp_path / "plain.json.gz").write_text("{}")
+        read_bench(tmp_path / "plain.json.gz")
+    bad = tmp_path / "bad.json.gz"
     data = read_json(SERVING / POINTS[0].raw, RAW_LIMIT)
     data["itls"][0] = "none"
-    bad.write_text(json.dumps(data))
+    bad.write_bytes(gzip.compress(json.dumps(data).encode()))
     with pytest.raises(ServingError, match=r"itls\.0"):
         read_bench(bad)
     with pytest.raises(ServingError, match="not a regular file"):
