@@ -103,6 +103,21 @@ def render(rs: list[dict]) -> str:
         seen.add(server)
         lines.append(f"| {server} | {r['gpu']} | {r['kv_tokens']:,} | {r['pred_kv_tokens']:,} | "
                      f"{pct(err(r['pred_kv_tokens'], r['kv_tokens']))} |")
+    pairs = {}
+    for r in closed:
+        if r["model"] == "llama-3.1-8b":
+            pairs.setdefault(r["id"].split("-p", 1)[1], {})[r["kv"]] = r
+    lines += ["", "## fp8 over bf16 KV (Llama-3.1-8B, closed loop): p50 ITL of bf16 / p50 ITL of fp8", "",
+              "| in/out | load | measured | plan | error |", "| --- | --- | ---: | ---: | ---: |"]
+    for key in sorted(pairs, key=lambda k: int(k.split("-")[0])):
+        pair = pairs[key]
+        if set(pair) != {"auto", "fp8"}:
+            continue
+        b, f = pair["auto"], pair["fp8"]
+        meas = b["itl"] / f["itl"]
+        plan = b["plan_itl"] / f["plan_itl"] if b["plan_itl"] and f["plan_itl"] else None
+        lines.append(f"| {b['lengths']} | {b['load']} | {meas:.2f} | {fmt(plan, 2)} | "
+                     f"{pct(None if plan is None else 100 * (plan - meas) / meas)} |")
     lines += ["", "## Every point", "",
               "| point | in/out | load | ITL p50 | plan | design | ITL p99 | TTFT p50 | plan | design | tok/s | plan "
               "| design | running max | KV use max | preempted |",
