@@ -22,6 +22,7 @@ arrival rate), a replica that prefill alone keeps busy, or a quantity it does no
 usage: python scripts/predict_serving.py BATCH         (writes measure/serving/BATCH-predictions.json)
        python scripts/predict_serving.py --all
        python scripts/predict_serving.py --gpu=h200 --all (another GPU: BATCH-predictions-h200.json)
+An existing predictions file is never rewritten (--overwrite: only before its batch has run).
 """
 
 from __future__ import annotations
@@ -35,13 +36,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sizing.fleet import Candidate, GpuOffer, replica_model  # noqa: E402
-from sizing.formats import get_format  # noqa: E402
-from sizing.plan import Scenario  # noqa: E402
 from sizing.profiles import gpu_profile, load_model, measured_efficiency  # noqa: E402
-from sizing.slo import aggregated_at  # noqa: E402
-from sizing.speed import prefill_seconds  # noqa: E402
-from sizing.workload import Bucket, Workload  # noqa: E402
+
+try:  # sizing/ split into packages
+    from sizing.cache.formats import get_format
+    from sizing.capacity.scenario import Scenario
+    from sizing.planners.fleet import Candidate, GpuOffer, replica_model
+    from sizing.planners.slo import aggregated_at
+    from sizing.planners.speed import prefill_seconds
+    from sizing.planners.workload import Bucket, Workload
+except ImportError:  # the flat layout the committed predictions were made with
+    from sizing.fleet import Candidate, GpuOffer, replica_model
+    from sizing.formats import get_format
+    from sizing.plan import Scenario
+    from sizing.slo import aggregated_at
+    from sizing.speed import prefill_seconds
+    from sizing.workload import Bucket, Workload
 
 PLAN = ROOT / "measure" / "serving" / "plan.json"
 SCHEMA = "kvsize.serving-predictions/1"
@@ -149,15 +159,27 @@ def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__.split("usage:")[1].strip(), file=sys.stderr)
         return 2
-    gpu = None
-    if argv[0].startswith("--gpu="):
-        gpu, argv = argv[0].split("=", 1)[1], argv[1:]
+    gpu, overwrite = None, False
+    while argv and argv[0].startswith("--") and argv[0] != "--all":
+        if argv[0].startswith("--gpu="):
+            gpu = argv[0].split("=", 1)[1]
+        elif argv[0] == "--overwrite":
+            overwrite = True
+        else:
+            print(f"predict_serving: unknown option {argv[0]}", file=sys.stderr)
+            return 2
+        argv = argv[1:]
     plan = json.loads(PLAN.read_text())
     batches = plan["batches"] if argv == ["--all"] else argv
     for b in batches:
         # the plan's GPU: BATCH-predictions.json; another (should the machine lent be another kind): a suffix
         suffix = "" if gpu in (None, plan["gpu"]) else f"-{gpu}"
         out = PLAN.parent / f"{b}-predictions{suffix}.json"
+        if out.exists() and not overwrite:
+            # predictions are written once, before their batch runs, and never edited after its results are seen
+            print(f"predict_serving: {out.relative_to(ROOT)} exists; a new batch gets a new name (--overwrite only "
+                  f"before its batch has run)", file=sys.stderr)
+            return 2
         record = predictions(b, gpu)
         out.write_text(json.dumps(record, indent=1) + "\n")
         print(f"wrote {out.relative_to(ROOT)}: {len(record['points'])} points")
