@@ -1,0 +1,84 @@
+"""Copy what the GPU machine's serving runs wrote (the res/ folder of go.sh's res.tgz) into measure/serving/.
+
+Per batch: env.txt (nvidia-smi, vLLM and torch versions); per server: server.cmd, server.log, metrics.tsv; per
+point: the bench result, gzipped (<point>.json.gz), and <point>.meta.json. A bench result over 1,000,000 bytes is
+trimmed: its generated_texts (the random words the dummy weights produced) are dropped, and the file says so under
+"kvsize_trimmed"; the per-request TTFT and ITL lists are always kept as they were written. The folder the kit ran from on the machine is written as measure/serving (its models/) or
+as the kit's own name (its generated tokenizers/).
+
+usage: python scripts/ingest_serving.py RES_DIR [BATCH ...]   (only the batches named; default: every batch found)
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SERVING = ROOT / "measure" / "serving"
+TRIM_ABOVE = 1_000_000
+KIT_ON_MACHINE = "/work/main/.serve-kit/"
+RES_ON_MACHINE = "/tmp/res/"
+
+
+def clean(text: str) -> str:
+    return (text.replace(KIT_ON_MACHINE + "models/", "measure/serving/models/")
+            .replace(KIT_ON_MACHINE, "serve-kit/").replace(RES_ON_MACHINE, ""))
+
+
+def copy_text(src: Path, dst: Path) -> None:
+    dst.write_text(clean(src.read_text(errors="replace")))
+
+
+def copy_bench(src: Path, dst: Path) -> None:
+    """The bench result gzipped (the repository's working tree stays small; the bytes inside are vllm bench serve's
+    own), with the kit's folder on the machine renamed, and trimmed where it is over TRIM_ABOVE bytes."""
+    raw = src.read_text()
+    if len(raw) > TRIM_ABOVE or KIT_ON_MACHINE in raw:
+        data = json.loads(raw)
+        for key in ("model_id", "tokenizer_id"):
+            if isinstance(data.get(key), str):
+                data[key] = clean(data[key])
+        if len(raw) > TRIM_ABOVE:
+            data.pop("generated_texts", None)
+            data["kvsize_trimmed"] = ("generated_texts (the random words the dummy weights produced) dropped: the "
+                                      "file was over 1,000,000 bytes; every other field as vllm bench serve wrote it")
+        raw = json.dumps(data)
+    with open(dst.with_name(dst.name + ".gz"), "wb") as f, gzip.GzipFile(fileobj=f, mode="wb", mtime=0,
+                                                                         filename="") as gz:
+        gz.write(raw.encode())
+
+
+def ingest(res: Path, batches: list[str]) -> None:
+    plan = json.loads((SERVING / "plan.json").read_text())
+    for batch in batches or plan["batches"]:
+        src = res / batch
+        if not src.is_dir():
+            continue
+        out = SERVING / batch
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(res / "env.txt", out / "env.txt")
+        for server in sorted(p for p in src.iterdir() if p.is_dir()):
+            dst = out / server.name
+            dst.mkdir(exist_ok=True)
+            for name in ("server.cmd", "server.log", "metrics.tsv"):
+                if (server / name).exists():
+                    copy_text(server / name, dst / name)
+            for f in sorted(server.glob("*.json")):
+                if f.name.endswith(".meta.json"):
+                    copy_text(f, dst / f.name)
+                else:
+                    copy_bench(f, dst / f.name)
+            for f in sorted(server.glob("*.error.txt")):
+                copy_text(f, dst / f.name)
+        print(f"{batch}: {sum(1 for _ in out.glob('*/*.meta.json'))} points copied")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        print(__doc__.split("usage:")[1].strip(), file=sys.stderr)
+        sys.exit(2)
+    ingest(Path(sys.argv[1]), sys.argv[2:])

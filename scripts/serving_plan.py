@@ -1,0 +1,119 @@
+"""Write measure/serving/plan.json: the vLLM OpenAI servers started on the GPU machine and the load points
+driven against each (issue 48, 'the real engine as the judge of speed').
+
+A server is one `vllm serve` on dummy weights with fixed settings; a point is one `vllm bench serve` run
+against it at fixed input and output lengths (random tokens, ignore_eos): closed loop (`concurrency` requests
+in flight, request rate inf) or open loop (Poisson arrivals at `request_rate` per second). Servers of one
+batch share a GPU machine; a lane is the GPUs one server after another runs on.
+
+usage: python scripts/serving_plan.py            (rewrites measure/serving/plan.json)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "measure" / "serving" / "plan.json"
+
+VLLM_VERSION = "0.33.0"
+GPU = "h100-sxm"  # kvsize's GPU profile of the machine's cards (NVIDIA H100 80GB HBM3)
+# The release's own defaults on an 80 GB Hopper for `vllm serve`, given explicitly so that they are recorded.
+MAX_NUM_BATCHED_TOKENS = 8192
+MAX_NUM_SEQS = 1024
+GPU_MEMORY_UTILIZATION = 0.9
+
+
+def closed(i: int, o: int, c: int, n: int) -> dict:
+    return dict(input_len=i, output_len=o, concurrency=c, request_rate=None, num_prompts=n)
+
+
+def opened(i: int, o: int, rate: float, n: int) -> dict:
+    return dict(input_len=i, output_len=o, concurrency=None, request_rate=rate, num_prompts=n)
+
+
+LLAMA_POINTS = [
+    closed(1000, 256, 1, 3), closed(1000, 256, 8, 16), closed(1000, 256, 32, 64), closed(1000, 256, 128, 256),
+    closed(1000, 256, 384, 576), closed(1000, 400, 16, 32),
+    closed(8000, 256, 1, 3), closed(8000, 256, 8, 16), closed(8000, 256, 32, 48), closed(8000, 256, 64, 64),
+    closed(32000, 128, 1, 2), closed(32000, 128, 8, 8),
+    closed(64000, 128, 1, 2), closed(64000, 128, 4, 4),
+    opened(1000, 256, 4, 40), opened(1000, 256, 16, 128), opened(1000, 256, 64, 256), opened(8000, 256, 1, 15),
+]
+MOE_POINTS = [
+    closed(1000, 256, 1, 3), closed(1000, 256, 8, 16), closed(1000, 256, 32, 64), closed(1000, 256, 96, 192),
+    closed(8000, 256, 1, 3), closed(8000, 256, 8, 16), closed(32000, 128, 1, 2), closed(32000, 128, 3, 3),
+    opened(1000, 256, 4, 40), opened(1000, 256, 16, 128),
+]
+MLA_POINTS = [
+    closed(1000, 256, 1, 3), closed(1000, 256, 8, 16), closed(1000, 256, 32, 64), closed(1000, 256, 128, 256),
+    closed(1000, 256, 256, 512), closed(8000, 256, 1, 3), closed(8000, 256, 8, 16), closed(8000, 256, 32, 48),
+    closed(32000, 128, 1, 2), closed(32000, 128, 8, 8),
+    opened(1000, 256, 4, 40), opened(1000, 256, 16, 128),
+]
+TP2_POINTS = [
+    closed(1000, 256, 1, 3), closed(1000, 256, 8, 16), closed(1000, 256, 32, 64), closed(1000, 256, 128, 256),
+    closed(8000, 256, 1, 2), closed(8000, 256, 8, 16), closed(32000, 128, 1, 2),
+    opened(1000, 256, 2, 30),
+]
+
+
+def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len: int, points: list[dict],
+           kv_cache_dtype: str = "auto", tp: int = 1, prefill_tokens_per_s: float = 15000.0,
+           itl_guess_s: float = 0.012, tokenizer_only: bool = False) -> dict:
+    pts = []
+    for k, p in enumerate(points, start=1):
+        if p["concurrency"] is not None:
+            rounds = -(-p["num_prompts"] // p["concurrency"])
+            itl = itl_guess_s * (1 + p["concurrency"] / 128)
+            busy = p["num_prompts"] * p["input_len"] / prefill_tokens_per_s + rounds * p["output_len"] * itl
+        else:
+            busy = p["num_prompts"] / p["request_rate"] + p["output_len"] * itl_guess_s * 3
+        # a rough guess of the point's wall time (its test request included), only to decide whether it still
+        # fits before a command's deadline
+        est = 6 + busy + p["input_len"] / prefill_tokens_per_s + p["output_len"] * itl_guess_s
+        load = f"c{p['concurrency']}" if p["concurrency"] is not None else f"r{p['request_rate']:g}"
+        pts.append(dict(id=f"{tag}-p{k:02d}-i{p['input_len']}-o{p['output_len']}-{load}", seed=k, est_s=round(est),
+                        **p))
+    extra = {}
+    if tokenizer_only:
+        # transformers 5 picks the tokenizer class from config.json's model_type (qwen2: Qwen2Tokenizer, a BPE that
+        # turns the word-level vocabulary's "w123" prompts into no tokens at all): the server and the load generator
+        # read the word-level tokenizer from a folder without the config.json instead
+        extra["tokenizer"] = f"tokenizers/{model}"
+    return dict(tag=tag, batch=batch, model=model, config=f"measure/serving/models/{model}/config.json", gpus=gpus, **extra,
+                port=port, tensor_parallel_size=tp, kv_cache_dtype=kv_cache_dtype, max_model_len=max_model_len,
+                max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS, max_num_seqs=MAX_NUM_SEQS,
+                gpu_memory_utilization=GPU_MEMORY_UTILIZATION, enable_prefix_caching=False, points=pts)
+
+
+def plan() -> dict:
+    b1, b2, b3 = "b1-llama8b", "b2-moe-mla", "b3-tp2-32b"
+    return dict(
+        vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
+        bench="vllm bench serve --backend vllm --dataset-name random (ignore_eos), --percentile-metrics "
+              "ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --save-result --save-detailed",
+        batches=[b1, b2, b3],
+        # lanes run side by side; a lane's servers run one after another; '0,1' runs once both others are done
+        lanes={"0": ["llama8b-bf16", "qwen3moe-bf16"], "1": ["llama8b-fp8", "dsv2lite-bf16"],
+               "0,1": ["qwen25-32b-tp2-bf16"]},
+        servers=[
+            server("llama8b-bf16", b1, "llama-3.1-8b", "0", 8101, 65536, LLAMA_POINTS),
+            server("llama8b-fp8", b1, "llama-3.1-8b", "1", 8102, 65536, LLAMA_POINTS, kv_cache_dtype="fp8"),
+            server("qwen3moe-bf16", b2, "qwen3-30b-a3b", "0", 8103, 32768, MOE_POINTS, prefill_tokens_per_s=20000,
+                   itl_guess_s=0.015),
+            server("dsv2lite-bf16", b2, "deepseek-v2-lite", "1", 8104, 32768, MLA_POINTS,
+                   prefill_tokens_per_s=20000),
+            server("qwen25-32b-tp2-bf16", b3, "qwen2.5-32b-instruct", "0,1", 8105, 32768, TP2_POINTS, tp=2,
+                   prefill_tokens_per_s=8000, itl_guess_s=0.02, tokenizer_only=True),
+        ],
+    )
+
+
+if __name__ == "__main__":
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps(plan(), indent=1) + "\n")
+    p = plan()
+    print(f"wrote {OUT.relative_to(ROOT)}: {sum(len(s['points']) for s in p['servers'])} points on "
+          f"{len(p['servers'])} servers")
