@@ -1,0 +1,41 @@
+"""Real serving runs (measure/serving/points.json: `vllm bench serve` against vLLM's OpenAI server) held to the
+serving simulation (sizing/planners/serving.py): each point's settings in, kvsize's figures for it out."""
+
+from __future__ import annotations
+
+from ..capacity.scenario import Scenario
+from ..errors import KvsizeError
+from ..planners.serving import Load, Served, serving_replica, simulate
+from ..profiles import gpu_profile, load_model, matching_gpus, measured_efficiency
+
+
+def point_gpu(settings: dict):
+    """The bundled GPU whose name begins with the device name nvidia-smi gave ("NVIDIA H200")."""
+    found = matching_gpus(name=settings["gpu_name"])
+    if len(found) != 1:
+        raise KvsizeError(f"the device name {settings['gpu_name']!r} names {len(found)} bundled GPUs, not one")
+    return gpu_profile(found[0])
+
+
+def point_scenario(settings: dict, root) -> Scenario:
+    """The server of a point as kvsize sizes it: its config, GPU, release, TP, KV format and batch settings."""
+    gpu = point_gpu(settings)
+    name, shape = load_model(str(root / settings["config"]))
+    return Scenario(name, shape, gpu.name, gpu.memory_bytes, engine=f"vllm@{settings['vllm_version']}",
+                    k_cache_dtype=settings["kv_cache_dtype"], v_cache_dtype=settings["kv_cache_dtype"],
+                    tensor_parallel_size=settings["tensor_parallel_size"], max_model_len=settings["max_model_len"],
+                    memory_fraction=settings["gpu_memory_utilization"],
+                    max_num_batched_tokens=settings["max_num_batched_tokens"], max_num_seqs=settings["max_num_seqs"],
+                    gpu_multiprocessors=gpu.multiprocessors, gpu_nvml_mib=gpu.nvml_memory_mib,
+                    gpu_architecture=gpu.architecture)
+
+
+def predict_point(settings: dict, root, per_layer_overhead_s: float | None = None,
+                  prefill_mfu: float | None = None) -> Served:
+    """kvsize's figures for one measured point: the simulated load against the simulated replica."""
+    gpu = point_gpu(settings)
+    model, engine = serving_replica(point_scenario(settings, root), gpu.hbm_bandwidth_gb_s, gpu.bf16_dense_tflops,
+                                    measured_efficiency(), per_layer_overhead_s, prefill_mfu)
+    load = Load(settings["input_len"], settings["output_len"], settings["num_prompts"], settings["concurrency"],
+                settings["request_rate"], settings.get("seed") or 0)
+    return simulate(model, engine, load)

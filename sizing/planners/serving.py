@@ -1,0 +1,306 @@
+"""A serving engine's steps, simulated: what a load generator would measure against one replica (docs/formulas.md,
+'Serving simulation').
+
+vLLM's scheduler (v1, chunked prefill on) builds each step from a token budget of max_num_batched_tokens: every
+running request that is decoding takes one token, then prompts take the rest in chunks, first the one being
+prefilled, then waiting requests in arrival order while fewer than max_num_seqs run and the KV pool has blocks for
+their prompt. A request's first token comes at the end of the step that prefills its prompt's last chunk; each later
+token costs one step. When a step finds no block for a decoding request, the newest running request is preempted
+(its blocks freed, its prompt and output so far prefilled again later), as vLLM's recompute preemption does.
+
+A step takes the larger of what it reads and what it computes, plus a fixed cost per layer:
+
+    step = max(weights read + KV read of the decoding requests,        (bytes / (HBM bandwidth × efficiency))
+               2 × active params × step tokens + prompt attention)      (FLOPs / (dense bf16 FLOP/s × MFU × TP))
+           + layers × per-layer step overhead
+
+with the overhead and the prefill MFU fitted on the points profiles/serving.json names (scripts/fit_serving_terms.py).
+
+A closed loop (N in flight, `vllm bench serve --max-concurrency N --request-rate inf`) starts N requests at once and
+each finished one's client sends the next; an open loop sends them at a Poisson rate. The result is the load
+generator's figures: TTFT and ITL percentiles over requests and gaps, output tokens and requests per second.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections import deque
+from dataclasses import dataclass, field
+from functools import cache, lru_cache
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..cache.layers import CacheLayout
+from ..config import ModelShape
+from ..efficiency import DecodeEfficiency
+from ..engines.memory import WeightFormat
+from ..errors import KvsizeError
+from .speed import active_params, decode_step, prefill_seconds
+
+SERVING_PROFILE = Path(__file__).resolve().parents[2] / "profiles" / "serving.json"
+MAX_SIMULATED_STEPS = 2_000_000  # a point of 10^4 prompts of 10^3 tokens at batch 8 takes ~10^6 steps
+PERCENTILES = (50, 90, 99)
+
+
+class StepOverhead(BaseModel):
+    """The fixed cost of one engine step per layer, with the points it was fitted on."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    per_layer_step_overhead_s: float = Field(ge=0, le=0.01)
+    prefill_mfu: float = Field(gt=0, le=1)  # of the GPU's dense bf16 FLOP/s, reached by chunked prefill
+    fitted_on: tuple[str, ...] = Field(min_length=1)
+    source: str
+
+
+@cache
+def step_overhead() -> StepOverhead:
+    try:
+        return StepOverhead.model_validate(json.loads(SERVING_PROFILE.read_text(encoding="utf-8")))
+    except (OSError, ValidationError, json.JSONDecodeError) as e:
+        raise KvsizeError(f"profile {SERVING_PROFILE.name} is invalid: {str(e).splitlines()[0]}") from None
+
+
+@dataclass(frozen=True, eq=False)  # hashed by identity: its step times are cached per replica
+class StepModel:
+    """Seconds of one step of one replica (every TP rank works in parallel on its share)."""
+
+    shape: ModelShape
+    layout: CacheLayout
+    weights: WeightFormat
+    tp: int
+    hbm_bandwidth_gb_s: float
+    bf16_dense_tflops: float
+    efficiency: DecodeEfficiency
+    kv_format: str
+    per_layer_overhead_s: float
+    prefill_mfu: float
+
+    def seconds(self, decoding: int, decode_tokens_in_cache: int, chunks: list[tuple[int, int]]) -> float:
+        """`decoding` requests reading `decode_tokens_in_cache` cached tokens in all; `chunks`: (start, end) of the
+        prompt tokens each prefilling request computes this step."""
+        mean = decode_tokens_in_cache // decoding if decoding else 0
+        memory = self._memory(decoding, _rounded(mean))
+        compute = sum(self._prefill(end) - self._prefill(start) for start, end in chunks)
+        compute += 2 * active_params(self.shape) * decoding / self._flops()
+        return max(memory, compute) + self.shape.num_layers * self.per_layer_overhead_s
+
+    def _flops(self) -> float:
+        return self.bf16_dense_tflops * 1e12 * self.prefill_mfu * self.tp
+
+    @lru_cache(maxsize=65536)
+    def _memory(self, decoding: int, mean_tokens: int) -> float:
+        step = decode_step(self.shape, self.layout, self.weights, self.tp, [(max(decoding, 1), mean_tokens)],
+                           self.hbm_bandwidth_gb_s, self.efficiency, self.kv_format)
+        return step.weights_seconds + (step.kv_seconds if decoding else 0.0)
+
+    @lru_cache(maxsize=65536)
+    def _prefill(self, tokens: int) -> float:
+        return prefill_seconds(self.shape, tokens, self.tp, self.bf16_dense_tflops, self.prefill_mfu)
+
+
+def _rounded(tokens: int) -> int:
+    """Cached tokens to 1/64 of their size: a step's KV read moves by less than that within a few steps."""
+    unit = max(1, 1 << max(0, tokens.bit_length() - 6))
+    return tokens // unit * unit
+
+
+@dataclass(frozen=True)
+class Load:
+    """What the load generator sends: fixed lengths (ignore_eos), a closed loop of `concurrency` or an open loop
+    at `request_rate` per second (Poisson, seeded)."""
+
+    input_tokens: int
+    output_tokens: int
+    num_prompts: int
+    concurrency: int | None = None
+    request_rate: float | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if (self.concurrency is None) == (self.request_rate is None):
+            raise KvsizeError("a load is a closed loop (concurrency) or an open loop (request rate), one of them")
+        for name, value in (("input tokens", self.input_tokens), ("output tokens", self.output_tokens),
+                            ("prompts", self.num_prompts)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise KvsizeError(f"the load's {name} must be a whole number of at least 1, got {value!r}")
+        if self.concurrency is not None and (isinstance(self.concurrency, bool) or self.concurrency < 1):
+            raise KvsizeError(f"the load's concurrency must be at least 1, got {self.concurrency!r}")
+        if self.request_rate is not None and not (math.isfinite(self.request_rate) and self.request_rate > 0):
+            raise KvsizeError(f"the load's request rate must be a positive number per second, got {self.request_rate}")
+
+
+@dataclass(frozen=True)
+class Engine:
+    """The scheduler's limits and the pool, as the engine started."""
+
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    block_size: int
+    num_blocks: int
+
+
+@dataclass
+class _Request:
+    arrival: float
+    prompt: int  # tokens to prefill (grows to prompt + output so far after a preemption)
+    output: int
+    done_prefill: int = 0
+    generated: int = 0
+    first_token_at: float | None = None
+    last_token_at: float = 0.0
+    gaps: list[float] = field(default_factory=list)
+
+    @property
+    def in_cache(self) -> int:
+        return self.done_prefill + max(0, self.generated - (self.prompt - self.original_prompt))
+
+    original_prompt: int = 0
+
+
+@dataclass(frozen=True)
+class Served:
+    """What the load generator reports, from simulated timestamps."""
+
+    ttft_ms: dict[int, float]
+    itl_ms: dict[int, float]
+    output_tokens_per_s: float
+    requests_per_s: float
+    duration_s: float
+    preemptions: int
+    steps: int
+
+
+def _percentile(values: list[float], q: float) -> float:
+    """numpy's default (linear) percentile, as the load generator computes it."""
+    s = sorted(values)
+    if not s:
+        return math.nan
+    k = (len(s) - 1) * q / 100
+    lo, hi = math.floor(k), math.ceil(k)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def simulate(model: StepModel, engine: Engine, load: Load) -> Served:
+    """Run the load against one replica, step by step."""
+    rng = random.Random(load.seed)
+    pending: deque[float] = deque()  # arrival times of requests not yet sent to the engine (open loop)
+    if load.request_rate is not None:
+        t = 0.0
+        for _ in range(load.num_prompts):
+            pending.append(t)
+            t += rng.expovariate(load.request_rate)
+    sent = 0
+    waiting: deque[_Request] = deque()
+    running: list[_Request] = []
+    finished: list[_Request] = []
+    free_blocks = engine.num_blocks
+    now, steps, preemptions = 0.0, 0, 0
+
+    def blocks(tokens: int) -> int:
+        return -(-tokens // engine.block_size)
+
+    def send(at: float) -> None:
+        nonlocal sent
+        waiting.append(_Request(at, load.input_tokens, load.output_tokens, original_prompt=load.input_tokens))
+        sent += 1
+
+    if load.concurrency is not None:
+        for _ in range(min(load.concurrency, load.num_prompts)):
+            send(0.0)
+    while len(finished) < load.num_prompts:
+        while pending and pending[0] <= now:
+            send(pending.popleft())
+        if not waiting and not running:
+            now = pending[0]  # idle until the next arrival
+            continue
+        steps += 1
+        if steps > MAX_SIMULATED_STEPS:
+            raise KvsizeError(f"the simulated load ran past {MAX_SIMULATED_STEPS:,} engine steps; fewer prompts")
+        budget = engine.max_num_batched_tokens
+        decoding = [r for r in running if r.done_prefill >= r.prompt]
+        # a decoding request needs a block for its next token; the newest running request gives way when none is left
+        for r in list(decoding):
+            if r not in running:
+                continue
+            while blocks(r.in_cache + 1) > blocks(r.in_cache) and free_blocks < 1 and len(running) > 1:
+                victim = running.pop()
+                free_blocks += blocks(victim.in_cache)
+                preemptions += 1
+                victim.prompt = victim.original_prompt + victim.generated
+                victim.done_prefill = 0
+                waiting.appendleft(victim)
+                if victim in decoding:
+                    decoding.remove(victim)
+            if r in running and blocks(r.in_cache + 1) > blocks(r.in_cache):
+                free_blocks -= 1
+        decoding = [r for r in running if r.done_prefill >= r.prompt][:budget]
+        budget -= len(decoding)
+        chunks: list[tuple[_Request, int]] = []
+        for r in running:
+            if r.done_prefill < r.prompt and budget > 0:
+                n = min(budget, r.prompt - r.done_prefill)
+                chunks.append((r, n))
+                budget -= n
+        while waiting and budget > 0 and len(running) < engine.max_num_seqs:
+            r = waiting[0]
+            n = min(budget, r.prompt)
+            if blocks(r.prompt) > free_blocks:
+                break
+            waiting.popleft()
+            free_blocks -= blocks(r.prompt)
+            running.append(r)
+            chunks.append((r, n))
+            budget -= n
+        cached = sum(r.in_cache for r in decoding)
+        dt = model.seconds(len(decoding), cached, [(r.done_prefill, r.done_prefill + n) for r, n in chunks])
+        now += dt
+        for r in decoding:
+            r.generated += 1
+            r.gaps.append(now - r.last_token_at)
+            r.last_token_at = now
+        for r, n in chunks:
+            r.done_prefill += n
+            if r.done_prefill >= r.prompt:
+                r.generated += 1  # the step that prefills the last chunk samples a token
+                if r.first_token_at is None:
+                    r.first_token_at = now
+                else:
+                    r.gaps.append(now - r.last_token_at)
+                r.last_token_at = now
+        for r in [r for r in running if r.generated >= r.output]:
+            running.remove(r)
+            free_blocks += blocks(r.in_cache)
+            finished.append(r)
+            if load.concurrency is not None and sent < load.num_prompts:
+                send(now)
+    ttfts = [r.first_token_at - r.arrival for r in finished]
+    gaps = [g for r in finished for g in r.gaps]
+    duration = max(r.last_token_at for r in finished)
+    return Served({q: 1e3 * _percentile(ttfts, q) for q in PERCENTILES},
+                  {q: 1e3 * _percentile(gaps, q) for q in PERCENTILES},
+                  sum(r.output for r in finished) / duration, len(finished) / duration, duration, preemptions,
+                  steps)
+
+
+def serving_replica(scenario, hbm_bandwidth_gb_s: float, bf16_dense_tflops: float, efficiency: DecodeEfficiency,
+                    per_layer_overhead_s: float | None = None, prefill_mfu: float | None = None
+                    ) -> tuple[StepModel, Engine]:
+    """One replica as the engine starts it (kvsize's estimate gives the pool and the release's batch defaults) and
+    its step model; the per-layer overhead and the prefill MFU are the fitted ones unless given."""
+    from ..capacity.estimate import estimate
+    from ..engines.memory import resolve_weights_dtype
+
+    e = estimate(scenario)
+    s = e.scenario
+    fitted = step_overhead()
+    overhead = fitted.per_layer_step_overhead_s if per_layer_overhead_s is None else per_layer_overhead_s
+    mfu = fitted.prefill_mfu if prefill_mfu is None else prefill_mfu
+    model = StepModel(s.shape, e.layout, resolve_weights_dtype(s.weights_dtype, s.shape), s.tensor_parallel_size,
+                      hbm_bandwidth_gb_s, bf16_dense_tflops, efficiency, e.k_format, overhead, mfu)
+    paged = e.pool.paged
+    engine = Engine(s.max_num_batched_tokens, s.max_num_seqs, e.block_size if paged else 1,
+                    e.num_blocks if paged else e.max_tokens)
+    return model, engine
