@@ -49,6 +49,9 @@ def report() -> str:
         "alone (with the GPU named, as an INFO-level vLLM 0.21+ log does not print it). Errors are signed:",
         "predicted / printed − 1, so a positive error promises KV memory vLLM does not give.",
         "",
+        "This page is memory. Speed, kvsize's serving simulation against a real vLLM server under load, is",
+        "`docs/speed-accuracy.md`.",
+        "",
         "## Summary",
         "",
         f"- {len({r.id for r in rows})} starts sized ({len(failed)} not compared: did not start, or loaded "

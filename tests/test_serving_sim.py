@@ -90,3 +90,11 @@ def test_on_the_points_it_was_fitted_on_the_median_gap_is_within_ten_percent():
         p = points[name]
         served = predict_point(p["settings"], ROOT)
         assert served.itl_ms[50] == pytest.approx(p["measured"]["itl_p50_ms"], rel=0.10), name
+
+
+def test_the_speed_accuracy_page_is_what_the_benchmark_prints():
+    # docs/speed-accuracy.md is benchmarks/serving_accuracy.py's report of all 66 points, to the byte
+    from helpers import load_script
+
+    bench = load_script("serving_accuracy")
+    assert (ROOT / "docs" / "speed-accuracy.md").read_text() == bench.report()
