@@ -10,8 +10,8 @@ import sys
 
 from sizing.errors import KvsizeError
 
-from app.commands import (check_log, compare, estimate, listings, measure, plan, sweep, tiers, validate, verify,
-                          watch)
+from app.commands import (check_log, check_serve, compare, estimate, listings, measure, plan, sweep, tiers, validate,
+                          verify, watch)
 from app.output import _csv_text  # noqa: F401 - importable from app.cli, as before
 
 INTERNAL_ERROR = 3  # exit status of an exception kvsize did not turn into a one-line error (0 done, 1 a check
@@ -50,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     tiers.add_parser(sub)
     measure.add_parser(sub)
     check_log.add_parser(sub)
+    check_serve.add_parser(sub)
     verify.add_parser(sub)
     watch.add_parser(sub)
     validate.add_parser(sub)

@@ -1,0 +1,69 @@
+"""`kvsize check-serve`: a running server's speed, as a load generator measured it, against kvsize's figures."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from app.options import _add_scenario_options, scenario_from_args
+
+# the accuracy goals kvsize holds its speed figures to (docs/speed-accuracy.md)
+BARS = {"ttft_p50_ms": 0.10, "itl_p50_ms": 0.10, "ttft_p99_ms": 0.25, "itl_p99_ms": 0.25,
+        "output_tokens_per_s": 0.10, "requests_per_s": 0.10}
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("check-serve", help="a load generator's result against kvsize's speed figures for that server")
+    p.add_argument("result", help="the JSON `vllm bench serve --save-result` wrote (.json or .json.gz)")
+    _add_scenario_options(p)
+    p.add_argument("--kv-cache-dtype", default="auto", help="the server's --kv-cache-dtype (default auto)")
+    p.add_argument("--format", choices=["table", "json"], default="table", help="output form (default table)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from sizing.evidence.bench import MAX_BENCH_BYTES, read_bench
+    from sizing.inputs import read_limited
+    from sizing.planners.serving import serving_replica, simulate
+    from sizing.profiles import gpu_profile, measured_efficiency
+
+    data = read_limited(Path(args.result), MAX_BENCH_BYTES, "RESULT", "a `vllm bench serve --save-result` JSON file")
+    bench = read_bench(data, args.result)
+    scenario = scenario_from_args(args, args.model, args.gpu, args.engine, args.tensor_parallel_size,
+                                  args.max_model_len, args.kv_cache_dtype, args.kv_cache_dtype)
+    gpu = gpu_profile(args.gpu)
+    model, engine = serving_replica(scenario, gpu.hbm_bandwidth_gb_s, gpu.bf16_dense_tflops, measured_efficiency())
+    served = simulate(model, engine, bench.load)
+    predicted = dict(ttft_p50_ms=served.ttft_ms[50], ttft_p99_ms=served.ttft_ms[99], itl_p50_ms=served.itl_ms[50],
+                     itl_p99_ms=served.itl_ms[99], output_tokens_per_s=served.output_tokens_per_s,
+                     requests_per_s=served.requests_per_s)
+    rows = []
+    for key, measured in bench.measured.items():
+        error = predicted[key] / measured - 1 if measured else None
+        rows.append(dict(figure=key, measured=measured, kvsize=predicted[key], error=error, bar=BARS[key],
+                         within=error is not None and abs(error) <= BARS[key]))
+    load = bench.load
+    loop = (f"closed loop of {load.concurrency}" if load.concurrency is not None
+            else f"open loop at {load.request_rate:g} requests/s (Poisson)")
+    within = sum(r["within"] for r in rows)
+    if args.format == "json":
+        print(json.dumps(dict(schema="kvsize.check-serve/1", model=scenario.model_name, gpu=scenario.gpu_name,
+                              engine=scenario.engine, kv_cache_dtype=args.kv_cache_dtype,
+                              load=dict(input_tokens=load.input_tokens, output_tokens=load.output_tokens,
+                                        prompts=load.num_prompts, concurrency=load.concurrency,
+                                        request_rate=load.request_rate),
+                              pool=dict(blocks=engine.num_blocks, block_size=engine.block_size),
+                              preemptions_simulated=served.preemptions, rows=rows, within=within), indent=2))
+    else:
+        print(f"{scenario.model_name} on {scenario.gpu_name}, {scenario.engine}, KV {args.kv_cache_dtype}: {loop}, "
+              f"{load.num_prompts} prompts of {load.input_tokens:,} tokens in and {load.output_tokens:,} out; "
+              f"kvsize's pool {engine.num_blocks:,} blocks of {engine.block_size}")
+        print(f"  {'figure':<22}{'measured':>12}{'kvsize':>12}{'error':>9}  bar")
+        for r in rows:
+            error = f"{r['error']:+.1%}" if r["error"] is not None else "-"
+            print(f"  {r['figure']:<22}{r['measured']:>12,.1f}{r['kvsize']:>12,.1f}{error:>9}  "
+                  f"±{r['bar']:.0%} {'met' if r['within'] else 'missed'}")
+        print(f"kvsize's serving simulation is within its bars on {within} of {len(rows)} figures "
+              "(docs/formulas.md, 'Serving simulation'; docs/speed-accuracy.md)")
+    return 0 if within == len(rows) else 1  # a figure outside its bar is a check not met, as verify's

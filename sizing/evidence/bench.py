@@ -1,0 +1,100 @@
+"""A load generator's result as data: `vllm bench serve --save-result` JSON (gzipped or not), read through a size
+bound into the load it sent and the figures it measured, so a planner can hold kvsize to their own server."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import math
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ..errors import KvsizeError
+from ..planners.serving import Load
+from ..units import MiB
+
+MAX_BENCH_BYTES = 256 * MiB  # --save-detailed keeps every request's inter-token gaps: tens of MB for 10^4 requests
+
+
+class BenchResult(BaseModel):
+    """The fields of a `vllm bench serve --save-result` file kvsize reads; the rest are known not to matter here."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    completed: int = Field(ge=1, le=10**8)
+    max_concurrency: int | None = Field(default=None, ge=1, le=10**7)
+    request_rate: float | str
+    burstiness: float = Field(default=1.0, gt=0)
+    duration: float = Field(gt=0, le=10**8)
+    total_input_tokens: int = Field(ge=1, le=10**13)
+    total_output_tokens: int = Field(ge=1, le=10**13)
+    output_throughput: float = Field(ge=0)
+    request_throughput: float = Field(ge=0)
+    median_ttft_ms: float = Field(ge=0, le=1e9)
+    p99_ttft_ms: float = Field(ge=0, le=1e9)
+    median_itl_ms: float = Field(ge=0, le=1e9)
+    p99_itl_ms: float = Field(ge=0, le=1e9)
+
+    @field_validator("request_rate")
+    @classmethod
+    def _rate(cls, value):
+        if isinstance(value, str) and value.strip().lower() in ("inf", "infinity"):
+            return math.inf
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError("must be a positive number of requests per second or 'inf'")
+        return float(value)
+
+    @field_validator("median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms", "duration",
+                     "output_throughput", "request_throughput")
+    @classmethod
+    def _finite(cls, value):
+        if isinstance(value, bool) or not math.isfinite(value):
+            raise ValueError("must be a finite number")
+        return value
+
+
+@dataclass(frozen=True)
+class BenchRun:
+    load: Load
+    measured: dict[str, float]  # ttft_p50_ms, ttft_p99_ms, itl_p50_ms, itl_p99_ms, output_tokens_per_s, requests_per_s
+
+
+def read_bench(data: bytes, where: str) -> BenchRun:
+    """The load a result file says was sent and what it measured. Lengths are the result's means (the load
+    generator's random dataset with --random-range-ratio 0 sends them exactly)."""
+    if data[:2] == b"\x1f\x8b":
+        try:
+            with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
+                data = f.read(MAX_BENCH_BYTES + 1)
+        except (OSError, EOFError) as e:
+            raise KvsizeError(f"{where}: not a readable gzip file ({e})") from None
+        if len(data) > MAX_BENCH_BYTES:
+            raise KvsizeError(f"{where}: more than {MAX_BENCH_BYTES:,} bytes once unpacked; a load generator's "
+                              "result is smaller")
+    try:
+        raw = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise KvsizeError(f"{where}: not JSON ({e.msg if hasattr(e, 'msg') else e}); give the file `vllm bench "
+                          "serve --save-result` wrote") from None
+    if not isinstance(raw, dict):
+        raise KvsizeError(f"{where}: a JSON {type(raw).__name__}, not the object `vllm bench serve --save-result` "
+                          "writes")
+    try:
+        b = BenchResult.model_validate(raw)
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = ".".join(str(x) for x in err["loc"]) or "(top level)"
+        raise KvsizeError(f"{where}: field {field}: {err['msg']}") from None
+    closed = b.request_rate == math.inf
+    if not closed and b.max_concurrency is not None:
+        raise KvsizeError(f"{where}: a request rate ({b.request_rate:g}/s) and a concurrency limit "
+                          f"({b.max_concurrency}) together; kvsize simulates a closed loop (--request-rate inf "
+                          "--max-concurrency N) or an open loop (--request-rate R), one of them")
+    if not closed and b.burstiness != 1.0:
+        raise KvsizeError(f"{where}: burstiness {b.burstiness:g}; kvsize simulates Poisson arrivals (burstiness 1)")
+    load = Load(max(1, round(b.total_input_tokens / b.completed)), max(1, round(b.total_output_tokens / b.completed)),
+                b.completed, (b.max_concurrency or b.completed) if closed else None, None if closed else b.request_rate)
+    return BenchRun(load, dict(ttft_p50_ms=b.median_ttft_ms, ttft_p99_ms=b.p99_ttft_ms, itl_p50_ms=b.median_itl_ms,
+                               itl_p99_ms=b.p99_itl_ms, output_tokens_per_s=b.output_throughput,
+                               requests_per_s=b.request_throughput))

@@ -1,0 +1,63 @@
+"""`kvsize check-serve`: a committed `vllm bench serve` result held to kvsize's serving simulation, and bad result
+files refused in one line."""
+
+import gzip
+import json
+
+import pytest
+
+from app.cli import main
+from conftest import ROOT
+
+SERVING = ROOT / "measure" / "serving"
+POINT = "b1-llama8b/llama8b-fp8/llama8b-fp8-p03-i1000-o256-c32.json.gz"
+SERVER = ["--model", str(SERVING / "models" / "llama-3.1-8b" / "config.json"), "--gpu", "h200",
+          "--engine", "vllm@0.33.0", "--kv-cache-dtype", "fp8", "--max-model-len", "65536",
+          "--gpu-memory-utilization", "0.9", "--max-num-batched-tokens", "8192", "--max-num-seqs", "1024"]
+
+
+def test_a_real_result_is_shown_beside_kvsizes_figures(capsys):
+    code = main(["check-serve", str(SERVING / POINT), *SERVER, "--format", "json"])
+    shown = json.loads(capsys.readouterr().out)
+    raw = json.loads(gzip.open(SERVING / POINT).read())
+    rows = {r["figure"]: r for r in shown["rows"]}
+    # the measured side is the load generator's own figures, as it wrote them
+    assert rows["ttft_p50_ms"]["measured"] == raw["median_ttft_ms"]
+    assert rows["itl_p99_ms"]["measured"] == raw["p99_itl_ms"]
+    assert shown["load"] == dict(input_tokens=1000, output_tokens=256, prompts=64, concurrency=32, request_rate=None)
+    # the same figures the accuracy page gives this point
+    from sizing.evidence.serving import predict_point
+
+    point = next(p for p in json.loads((SERVING / "points.json").read_text())["points"] if p["raw"] == POINT)
+    served = predict_point(point["settings"], ROOT)
+    assert rows["itl_p50_ms"]["kvsize"] == pytest.approx(served.itl_ms[50])
+    assert code == (0 if shown["within"] == len(rows) else 1)
+
+
+def test_the_table_ends_with_a_verdict(capsys):
+    main(["check-serve", str(SERVING / POINT), *SERVER])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("kvsize's serving simulation is within its bars on ")
+
+
+@pytest.mark.parametrize("content, needle", [
+    (b"not json", "not JSON"),
+    (b"[1, 2]", "a JSON list"),
+    (json.dumps({"completed": 4}).encode(), "field request_rate: Field required"),
+    (b"\x1f\x8b broken", "not a readable gzip file"),
+])
+def test_a_file_that_is_not_a_result_is_refused_in_one_line(tmp_path, capsys, content, needle):
+    path = tmp_path / "r.json"
+    path.write_bytes(content)
+    assert main(["check-serve", str(path), *SERVER]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1
+
+
+def test_a_rate_and_a_concurrency_limit_together_are_named(tmp_path, capsys):
+    raw = json.loads(gzip.open(SERVING / POINT).read())
+    raw["request_rate"] = 4.0
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(raw))
+    assert main(["check-serve", str(path), *SERVER]) == 2
+    assert "a request rate (4/s) and a concurrency limit (32) together" in capsys.readouterr().err
