@@ -8,11 +8,13 @@ their prompt. A request's first token comes at the end of the step that prefills
 token costs one step. When a step finds no block for a decoding request, the newest running request is preempted
 (its blocks freed, its prompt and output so far prefilled again later), as vLLM's recompute preemption does.
 
-A step takes the larger of what it reads and what it computes, plus a fixed cost per layer:
+A step is its GEMMs (the larger of reading the weights and computing with them), its attention kernels, and a fixed
+cost per layer:
 
-    step = max(weights read + KV read of the decoding requests,        (bytes / (HBM bandwidth × efficiency))
-               2 × active params × step tokens + prompt attention)      (FLOPs / (dense bf16 FLOP/s × MFU × TP))
-           + layers × per-layer step overhead
+    step = max(weights read, 2 × active params × step tokens / FLOP/s)   (the GEMMs: reads overlap compute)
+           + Σ KV read of the decoding requests / (HBM bandwidth × efficiency)
+           + causal attention FLOPs of the prompt chunks / FLOP/s
+           + layers × per-layer step overhead                               (FLOP/s = dense bf16 × MFU × TP)
 
 with the overhead and the prefill MFU fitted on the points profiles/serving.json names (scripts/fit_serving_terms.py).
 
@@ -38,7 +40,7 @@ from ..config import ModelShape
 from ..efficiency import DecodeEfficiency
 from ..engines.memory import WeightFormat
 from ..errors import KvsizeError
-from .speed import active_params, decode_step, prefill_seconds
+from .speed import active_params, decode_step, prefill_attention_flops
 
 SERVING_PROFILE = Path(__file__).resolve().parents[2] / "profiles" / "serving.json"
 MAX_SIMULATED_STEPS = 2_000_000  # a point of 10^4 prompts of 10^3 tokens at batch 8 takes ~10^6 steps
@@ -82,23 +84,34 @@ class StepModel:
         """`decoding` requests reading `decode_tokens_in_cache` cached tokens in all; `chunks`: (start, end) of the
         prompt tokens each prefilling request computes this step."""
         mean = decode_tokens_in_cache // decoding if decoding else 0
-        memory = self._memory(decoding, _rounded(mean))
-        compute = sum(self._prefill(end) - self._prefill(start) for start, end in chunks)
-        compute += 2 * active_params(self.shape) * decoding / self._flops()
-        return max(memory, compute) + self.shape.num_layers * self.per_layer_overhead_s
+        # Every token of the step, prompt chunks included, goes through the same GEMMs: their weights are read once
+        # (every expert a token is routed to) while they compute. Attention is kernels of its own: the decoding
+        # requests' KV reads and the chunks' causal attention add to the GEMMs' time.
+        step_tokens = decoding + sum(end - start for start, end in chunks)
+        gemms = max(self._weights(_rounded(max(step_tokens, 1))),
+                    2 * active_params(self.shape) * step_tokens / self._flops())
+        attention = sum(self._attention(end) - self._attention(start) for start, end in chunks) / self._flops()
+        kv = self._kv(decoding, _rounded(mean)) if decoding else 0.0
+        return gemms + attention + kv + self.shape.num_layers * self.per_layer_overhead_s
 
     def _flops(self) -> float:
         return self.bf16_dense_tflops * 1e12 * self.prefill_mfu * self.tp
 
     @lru_cache(maxsize=65536)
-    def _memory(self, decoding: int, mean_tokens: int) -> float:
-        step = decode_step(self.shape, self.layout, self.weights, self.tp, [(max(decoding, 1), mean_tokens)],
-                           self.hbm_bandwidth_gb_s, self.efficiency, self.kv_format)
-        return step.weights_seconds + (step.kv_seconds if decoding else 0.0)
+    def _weights(self, step_tokens: int) -> float:
+        return self._read(step_tokens, 0).weights_seconds
 
     @lru_cache(maxsize=65536)
-    def _prefill(self, tokens: int) -> float:
-        return prefill_seconds(self.shape, tokens, self.tp, self.bf16_dense_tflops, self.prefill_mfu)
+    def _kv(self, decoding: int, mean_tokens: int) -> float:
+        return self._read(decoding, mean_tokens).kv_seconds
+
+    def _read(self, requests: int, tokens: int):
+        return decode_step(self.shape, self.layout, self.weights, self.tp, [(requests, tokens)],
+                           self.hbm_bandwidth_gb_s, self.efficiency, self.kv_format)
+
+    @lru_cache(maxsize=65536)
+    def _attention(self, tokens: int) -> int:
+        return prefill_attention_flops(self.shape, tokens)
 
 
 def _rounded(tokens: int) -> int:

@@ -143,10 +143,13 @@ def itl_slope_seconds_per_token(kv_bytes_per_token: int, batch: float, hbm_bandw
     return batch * kv_bytes_per_token / (hbm_bandwidth_gb_s * GB * kv_efficiency)
 
 
-def prefill_seconds(shape: ModelShape, prompt_tokens: int, tp: int, tflops: float, mfu: float) -> float:
-    """Compute-bound prefill of one prompt: 2 × active params × tokens + causal attention
-    (QKᵀ and PV: 2 × 2 × heads × head_dim × tokens² / 2 per attention layer)."""
+def prefill_attention_flops(shape: ModelShape, prompt_tokens: int) -> int:
+    """Causal attention over a prompt: QKᵀ and PV, 2 × 2 × heads × head_dim × tokens² / 2 per attention layer."""
     attention_layers = sum(1 for k in shape.layer_kinds if k in ("full", "sliding", "chunked"))
+    return 2 * attention_layers * shape.num_attention_heads * shape.head_dim * prompt_tokens ** 2
+
+
+def prefill_seconds(shape: ModelShape, prompt_tokens: int, tp: int, tflops: float, mfu: float) -> float:
+    """Compute-bound prefill of one prompt: 2 × active params × tokens + causal attention."""
     dense = 2 * active_params(shape) * prompt_tokens
-    attn = 2 * attention_layers * shape.num_attention_heads * shape.head_dim * prompt_tokens ** 2
-    return (dense + attn) / (tflops * 1e12 * mfu * tp)
+    return (dense + prefill_attention_flops(shape, prompt_tokens)) / (tflops * 1e12 * mfu * tp)
