@@ -244,19 +244,33 @@ def efficiency_profile(key: str = DEFAULT_EFFICIENCY_PROFILE) -> EfficiencyProfi
     return _load("efficiency", key, EfficiencyProfile)
 
 
-def measured_efficiency(key: str = DEFAULT_EFFICIENCY_PROFILE) -> DecodeEfficiency:
+def measured_efficiency(key: str = DEFAULT_EFFICIENCY_PROFILE, engine_kernels: bool = True) -> DecodeEfficiency:
     """The DecodeEfficiency of a bundled efficiency profile (by default kvsize's measured kernels),
-    with the figures of the GPU it was measured on."""
+    with the figures of the GPU it was measured on. `engine_kernels`: as a planner uses them, for the kernels an
+    engine runs (a format measured only in software emulation is left to the assumption); False: every kernel
+    measured, as a kernel benchmark predicts itself."""
+    from .cache.formats import get_format
+
     p = efficiency_profile(key)
-    reference = {}
+    reference, kv, emulated = {}, dict(p.kv), []
     if p.reference_gpu:
         g = gpu_profile(p.reference_gpu)
         reference = dict(reference_gpu=p.reference_gpu, reference_spec_gb_s=g.hbm_bandwidth_gb_s,
                          reference_copy_gb_s=g.copy_bandwidth_gb_s, reference_issue=issue_rate(g))
-    return DecodeEfficiency(weights=p.weights, kv=MappingProxyType(dict(p.kv)), kv_default=p.kv_default,
+        # A format measured on a GPU without the hardware it needs ran in a software kernel no engine uses (nvfp4 on
+        # Hopper): its figure describes no engine's kernel, on that GPU or one with the hardware.
+        for name in sorted(kv) if engine_kernels else ():
+            missing = [flag for flag in get_format(name, "bf16").needs_gpu if not getattr(g, flag)]
+            if missing:
+                emulated.append(f"{name} (measured in software on {p.reference_gpu}, which lacks "
+                                f"{', '.join(missing)})")
+                del kv[name]
+    unmeasured = f"; not measured, so assumed like any format without a measured kernel: {', '.join(emulated)}" \
+        if emulated else ""
+    return DecodeEfficiency(weights=p.weights, kv=MappingProxyType(kv), kv_default=p.kv_default,
                             **{t: MappingProxyType(dict(getattr(p, t))) for t in KERNEL_TIME_TERMS},
                             source=f"{p.source}; weights: {p.weights_source}; formats not measured: "
-                                   f"{p.kv_default_source}", **reference)
+                                   f"{p.kv_default_source}{unmeasured}", **reference)
 
 
 def issue_rate(g: GpuProfile) -> float | None:
