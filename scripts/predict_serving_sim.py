@@ -1,0 +1,71 @@
+"""The serving simulation's predictions for every planned serving point (measure/serving/plan.json) on a GPU where
+the points have not run yet, written before they run: measure/serving/<batch>-sim-predictions-<gpu>.json.
+
+When the batch runs there, these are the simulation's prospective figures, reported apart from the fitted and
+out-of-fit ones (docs/speed-accuracy.md). An existing file is never rewritten: predictions are made once, before.
+
+usage: python scripts/predict_serving_sim.py h100-sxm          (every batch of plan.json, on that bundled GPU)
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sizing.evidence.serving import predict_point  # noqa: E402
+from sizing.planners.serving import step_overhead  # noqa: E402
+from sizing.profiles import gpu_profile  # noqa: E402
+
+SERVING = ROOT / "measure" / "serving"
+SCHEMA = "kvsize.serving-sim-predictions/1"
+
+
+def settings(plan: dict, server: dict, point: dict, device_name: str) -> dict:
+    keep = ("model", "config", "tensor_parallel_size", "kv_cache_dtype", "max_model_len", "max_num_batched_tokens",
+            "max_num_seqs", "gpu_memory_utilization")
+    return {**{k: server[k] for k in keep}, "vllm_version": plan["vllm_version"], "gpu_name": device_name,
+            "input_len": point["input_len"], "output_len": point["output_len"], "concurrency": point["concurrency"],
+            "request_rate": point["request_rate"], "num_prompts": point["num_prompts"], "seed": point["seed"]}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print(__doc__.split("usage:")[1].strip(), file=sys.stderr)
+        return 2
+    gpu = argv[0]
+    # the device name nvidia-smi prints is the profile's name less its form factor: "NVIDIA H100 80GB HBM3 (SXM)"
+    device_name = gpu_profile(gpu).name.split(" (")[0]
+    plan = json.loads((SERVING / "plan.json").read_text())
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    fit = step_overhead()
+    for batch in plan["batches"]:
+        out = SERVING / f"{batch}-sim-predictions-{gpu}.json"
+        if out.exists():
+            print(f"{out.relative_to(ROOT)} exists: predictions are made once, before the batch runs", file=sys.stderr)
+            continue
+        points = []
+        for server in (s for s in plan["servers"] if s["batch"] == batch):
+            for point in server["points"]:
+                served = predict_point(settings(plan, server, point, device_name), ROOT)
+                points.append(dict(id=point["id"], server=server["tag"],
+                                   ttft_ms={str(q): round(v, 3) for q, v in served.ttft_ms.items()},
+                                   itl_ms={str(q): round(v, 4) for q, v in served.itl_ms.items()},
+                                   output_tokens_per_s=round(served.output_tokens_per_s, 3),
+                                   requests_per_s=round(served.requests_per_s, 5),
+                                   preemptions=served.preemptions))
+        record = dict(schema=SCHEMA, batch=batch, gpu=gpu, device_name=device_name, kvsize_commit=commit,
+                      constants=fit.model_dump(mode="json"), points=points)
+        tmp = out.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(record, indent=1) + "\n")
+        tmp.replace(out)
+        print(f"wrote {out.relative_to(ROOT)} ({len(points)} points)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
