@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sizing.evidence.serving import predict_point  # noqa: E402
+from sizing.evidence.serving import predict_point, served_settings  # noqa: E402
 from sizing.planners.serving import step_overhead  # noqa: E402
 
 POINTS = ROOT / "measure" / "serving" / "points.json"
@@ -34,7 +34,7 @@ def rows() -> list[dict]:
     fitted = set(step_overhead().fitted_on)
     out = []
     for p in json.loads(POINTS.read_text())["points"]:
-        served = predict_point(p["settings"], ROOT)
+        served = predict_point(served_settings(p), ROOT)
         row = dict(id=p["id"], group="fitted on" if p["id"] in fitted else "out of the fit",
                    loop=p["settings"]["loop"], errors={})
         for measured_key, attr, q, _ in FIGURES:

@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sizing.evidence.serving import point_scenario, predict_point  # noqa: E402
+from sizing.evidence.serving import point_scenario, predict_point, served_settings  # noqa: E402
 from sizing.planners.serving import SERVING_PROFILE  # noqa: E402
 
 POINTS = ROOT / "measure" / "serving" / "points.json"
@@ -42,7 +42,7 @@ def fit(points: list[dict]) -> dict:
     per_layer, mfus = [], []
     for p in chosen:
         layers = point_scenario(p["settings"], ROOT).shape.num_layers
-        simulated = predict_point(p["settings"], ROOT, 0.0, REFERENCE_MFU)
+        simulated = predict_point(served_settings(p), ROOT, 0.0, REFERENCE_MFU)
         per_layer.append((p["measured"]["itl_p50_ms"] - simulated.itl_ms[50]) / 1e3 / layers)
         mfus.append(REFERENCE_MFU * simulated.ttft_ms[50] / p["measured"]["ttft_p50_ms"])
     return {"per_layer_step_overhead_s": round(statistics.median(per_layer), 9),

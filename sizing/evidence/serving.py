@@ -30,9 +30,15 @@ def point_scenario(settings: dict, root) -> Scenario:
                     gpu_architecture=gpu.architecture)
 
 
+def served_settings(point: dict) -> dict:
+    """A measured point's settings as the server served them: a request the server refused (a 400 answer) never ran,
+    so the load is the completed requests under the same concurrency limit or rate."""
+    return {**point["settings"], "num_prompts": point["measured"]["completed"]}
+
+
 def predict_point(settings: dict, root, per_layer_overhead_s: float | None = None,
                   prefill_mfu: float | None = None) -> Served:
-    """kvsize's figures for one measured point: the simulated load against the simulated replica."""
+    """kvsize's figures for one point: the simulated load against the simulated replica."""
     gpu = point_gpu(settings)
     model, engine = serving_replica(point_scenario(settings, root), gpu.hbm_bandwidth_gb_s, gpu.bf16_dense_tflops,
                                     measured_efficiency(), per_layer_overhead_s, prefill_mfu)
