@@ -26,6 +26,7 @@ from sizing.planners.serving import step_overhead  # noqa: E402
 
 POINTS = ROOT / "measure" / "serving" / "points.json"
 PAGE = ROOT / "docs" / "speed-accuracy.md"
+TABLE = ROOT / "measure" / "serving" / "simulated.json"  # the same rows as data, for the app's Validation tab
 FIGURES = (("ttft_p50_ms", "ttft_ms", 50, 0.10), ("itl_p50_ms", "itl_ms", 50, 0.10),
            ("ttft_p99_ms", "ttft_ms", 99, 0.25), ("itl_p99_ms", "itl_ms", 99, 0.25))
 
@@ -79,6 +80,16 @@ def speedups(table: list[dict]) -> list[str]:
     return lines
 
 
+def table_json(table: list[dict]) -> str:
+    """Every point's measured and simulated figures as data (measure/serving/simulated.json)."""
+    keys = ("ttft_p50_ms", "itl_p50_ms", "ttft_p99_ms", "itl_p99_ms", "output_tokens_per_s")
+    rows = [dict(id=r["id"], group=r["group"], loop=r["loop"],
+                 **{f"{k}_measured": round(r[k][0], 4) for k in keys}, **{f"{k}_kvsize": round(r[k][1], 4) for k in keys})
+            for r in table]
+    return json.dumps(dict(schema="kvsize.serving-simulated/1", source="benchmarks/serving_accuracy.py --write",
+                           rows=rows), indent=1) + "\n"
+
+
 def report(table: list[dict] | None = None) -> str:
     """docs/speed-accuracy.md: the accuracy page's speed section."""
     table = rows() if table is None else table
@@ -109,10 +120,11 @@ def report(table: list[dict] | None = None) -> str:
 def main(argv: list[str]) -> int:
     table = rows()
     if "--write" in argv:
-        tmp = PAGE.with_suffix(".md.tmp")
-        tmp.write_text(report(table))
-        tmp.replace(PAGE)
-        print(f"wrote {PAGE.relative_to(ROOT)}")
+        for path, text in ((PAGE, report(table)), (TABLE, table_json(table))):
+            tmp = path.with_suffix(path.suffix + ".tmp")
+            tmp.write_text(text)
+            tmp.replace(path)
+            print(f"wrote {path.relative_to(ROOT)}")
         return 0
     if "--summary" not in argv:
         print(f"{'point':<44}{'TTFT p50 ms':>20}{'ITL p50 ms':>18}{'ITL p99 ms':>18}{'tok/s':>16}")

@@ -552,3 +552,14 @@ def test_url_text_is_never_rendered_as_live_markdown():
     assert not at.exception
     shown = " ".join(w.value for w in at.warning)
     assert "\\[click\\]\\(http" in shown and "](http" not in shown.replace("\\]\\(", "")
+
+
+def test_validation_shows_the_serving_simulation_against_the_real_server():
+    # the rows the benchmark wrote, not a simulation run while the page draws
+    at = _app("Validation")
+    assert not at.exception
+    rows = json.loads((ROOT / "measure" / "serving" / "simulated.json").read_text())["rows"]
+    unseen = [r for r in rows if r["group"] == "out of the fit"]
+    within = sum(abs(r["itl_p50_ms_kvsize"] / r["itl_p50_ms_measured"] - 1) <= 0.10 for r in unseen)
+    assert _metric(at, "ITL p50 within 10% (out of the fit)") == f"{within} of {len(unseen)}"
+    assert any("kvsize's serving simulation against the real server" in c.proto.spec for c in at.get("plotly_chart"))

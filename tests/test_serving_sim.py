@@ -97,4 +97,6 @@ def test_the_speed_accuracy_page_is_what_the_benchmark_prints():
     from helpers import load_script
 
     bench = load_script("serving_accuracy")
-    assert (ROOT / "docs" / "speed-accuracy.md").read_text() == bench.report()
+    table = bench.rows()
+    assert (ROOT / "docs" / "speed-accuracy.md").read_text() == bench.report(table)
+    assert (ROOT / "measure" / "serving" / "simulated.json").read_text() == bench.table_json(table)

@@ -109,7 +109,10 @@ def real_engine_section() -> None:
 
 
 def page_validation() -> None:
+    from app.views.validation_speed import speed_section
+
     real_engine_section()
+    speed_section()
     st.subheader("Measurement reports")
     reports = sorted((ROOT / "measure" / "reports").glob("*.json"))
     names = [p.name for p in reports]
