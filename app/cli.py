@@ -137,6 +137,9 @@ def _main(argv: list[str] | None = None) -> int:
         for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
             if sig is not None:
                 signal.signal(sig, _on_sigterm)
+    from app.provenance import reset
+
+    reset()  # the caveats a file of this run carries are this run's
     try:
         args = build_parser().parse_args(argv)
         if getattr(args, "out", None):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from fractions import Fraction
 
 from sizing.errors import KvsizeError
@@ -39,12 +38,17 @@ def _positive_float(text: str) -> float:
     return value
 
 
+# token counts' suffixes, either case, in 1024s as engines size contexts: 32k = 32,768 and 1M = 1,048,576 tokens
+TOKEN_SUFFIXES = {"k": 1024, "m": 1024 * 1024}
+TOKENS_HELP = "k or K = 1,024 tokens, m or M = 1,048,576 (32k = 32,768; 1M = 1,048,576)"
+
+
 def _tokens(text: str) -> int:
-    """'32768', '32k' or '128K' (K = 1024 tokens)."""
+    """'32768', '32k', '128K' or '1M' (k = 1024 tokens, M = 1024 × 1024)."""
     t = str(text).strip().lower()
-    if t.endswith("k"):
-        return _positive_int(t[:-1], " of tokens such as 32768 or 32k", 1024)
-    return _positive_int(t, " of tokens such as 32768 or 32k")
+    if t[-1:] in TOKEN_SUFFIXES:
+        return _positive_int(t[:-1], " of tokens such as 32768, 32k or 1M", TOKEN_SUFFIXES[t[-1]])
+    return _positive_int(t, " of tokens such as 32768, 32k or 1M")
 
 
 def _fraction(text: str) -> float:
@@ -71,7 +75,9 @@ def _size(text: str, allow_zero: bool = False) -> int:
     except KvsizeError as e:
         raise argparse.ArgumentTypeError(str(e).removeprefix("size "))
     if note:
-        print(f"kvsize: note: {note.removeprefix('size ')}", file=sys.stderr)
+        from app.provenance import say
+
+        say("note", note.removeprefix("size "))
     return value
 
 
@@ -111,7 +117,8 @@ def _add_scenario_options(p: argparse.ArgumentParser, single: bool = True, model
         # --tp as plan and sweep spell it
         p.add_argument("--tensor-parallel-size", "-tp", "--tp", type=_positive_int, default=1,
                        help="GPUs each replica's layers are split over (default 1)")
-        p.add_argument("--max-model-len", type=_tokens, default=None, help="tokens per request (default: the model's)")
+        p.add_argument("--max-model-len", type=_tokens, default=None,
+                       help=f"tokens per request (default: the model's); {TOKENS_HELP}")
     p.add_argument("--gpu-memory", type=_size, default=None, help="override the GPU's memory, e.g. 80GiB")
     p.add_argument("--pipeline-parallel-size", "-pp", type=_positive_int, default=1,
                    help="pipeline stages (default 1)")
@@ -239,14 +246,15 @@ def _read_launch(args: argparse.Namespace):
         if given.get(field) is not None and given[field] != value:
             raise KvsizeError(f"{field} is {given[field]} in kvsize's options but {value} in the vllm command; "
                               "give it once")
+    from app.provenance import say
+
     if launch.used:
-        print("kvsize: note: from the vllm command: " + ", ".join(
-            f"{k}={v}" for k, v in launch.fields.items()), file=sys.stderr)
+        say("note", "from the vllm command: " + ", ".join(f"{k}={v}" for k, v in launch.fields.items()))
     if launch.ignored:
-        print("kvsize: note: no memory effect: " + ", ".join(launch.ignored), file=sys.stderr)
+        say("note", "no memory effect: " + ", ".join(launch.ignored))
     if launch.not_modelled:
-        print("kvsize: warning: the vllm command sets " + ", ".join(launch.not_modelled)
-              + ", which move memory kvsize does not model: the figures leave them out", file=sys.stderr)
+        say("warning", "the vllm command sets " + ", ".join(launch.not_modelled)
+            + ", which move memory kvsize does not model: the figures leave them out")
     return launch
 
 
@@ -255,7 +263,9 @@ def _warn_beyond_positions(model: str, shape, contexts) -> None:
 
     warning = beyond_positions_warning(model, shape, contexts)
     if warning:
-        print(f"kvsize: warning: {warning}", file=sys.stderr)
+        from app.provenance import say
+
+        say("warning", warning)
 
 
 def _logged_model(spec: str | None, logged: str | None) -> str:

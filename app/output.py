@@ -110,6 +110,13 @@ def _write_all(files: list[tuple[Path, bytes]]) -> None:
             Path(tmp).unlink(missing_ok=True)
 
 
+def _label(message: str) -> str:
+    """'note' for good news (a release started and predicted within 1%), 'warning' for anything else."""
+    from sizing.engines.started import is_good_news
+
+    return "note" if is_good_news(message) else "warning"
+
+
 def _gib(n: int) -> str:
     return f"{n / GiB:,.2f} GiB"
 
@@ -177,7 +184,7 @@ def render_table(record: dict) -> str:
     elif "recommended_format" in record:
         lines.append("  recommended format here: none (no near-lossless format the engine runs on this GPU fits; "
                      "kvsize compare lists every format)")
-    lines.extend(f"  warning: {w}" for w in record["warnings"])
+    lines.extend(f"  {_label(w)}: {w}" for w in record["warnings"])
     return "\n".join(lines) + "\n"
 
 

@@ -493,7 +493,7 @@ def test_sweep_spreadsheet_keeps_counts_as_integers_and_says_what_it_assumes(tmp
     err = capsys.readouterr().err
     assert "vllm 0.31 was never started" in err and "was started" in err  # as estimate says it
     book = openpyxl.load_workbook(out)
-    assert book.sheetnames == ["scenarios", "not sized", "assumptions"]
+    assert book.sheetnames == ["scenarios", "not sized", "assumptions", "provenance"]
     rows = list(book["scenarios"].iter_rows(values_only=True))
     head = rows[0]
     for name in ("max_tokens", "max_concurrency", "num_blocks", "max_context_at_concurrency_tokens"):

@@ -310,7 +310,7 @@ def test_plan_cli_writes_every_view(tmp_path, capsys):
     assert out.index("Fleet that serves the workload:") < out.index("Candidates, capacity only")
     book = openpyxl.load_workbook(xlsx)
     assert book.sheetnames == ["summary", "designs", "frontier", "capacity_only", "pools", "cost", "guidance",
-                               "quality"]
+                               "quality", "provenance"]
     record = json.loads(js.read_text())
     # The summary sheet answers on its own: what to buy (the design that serves prefill and decode under the
     # targets), its cost (dollars, per hour and per 730-hour month), how to start it, and what it rests on.

@@ -66,4 +66,20 @@ def run(args: argparse.Namespace) -> int:
         diff = "-" if r["difference_percent"] is None else f"{r['difference_percent']:+.2f}%"
         print(f"  {r['term']:<22}{fmt(r['predicted']):>18}{fmt(r['logged']):>18}{diff:>16}")
     print("  (the engine prints GiB to two decimals: ±0.005 GiB on every logged figure)")
+    print(verdict(rows))
     return 0
+
+
+def verdict(rows: list[dict]) -> str:
+    """One line, as `kvsize verify` ends: the KV budget and the token count held to 1% of what the engine logged."""
+    from measure.verify import TOLERANCE
+
+    held = [r for r in rows if r["term"] in ("kv_budget_bytes", "max_tokens") and r["logged"]]
+    if not held:
+        return "  no verdict: the log prints neither the KV budget nor the tokens in cache"
+    off = [f"{r['term']} {r['difference_percent']:+.2f}%" for r in held
+           if abs(r["predicted"] / r["logged"] - 1) > TOLERANCE]
+    terms = " and ".join(r["term"] for r in held)
+    if off:
+        return f"  DISAGREES beyond {TOLERANCE:.0%}: " + "; ".join(off)
+    return f"  agrees within {TOLERANCE:.0%} ({terms})"

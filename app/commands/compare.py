@@ -45,7 +45,9 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         _emit(json.dumps(rows, indent=2) + "\n", args.out, "json")
     elif args.format == "csv":
-        _emit(_csv_text(rows), args.out, "csv")
+        from app.provenance import provenance_rows, with_provenance_columns
+
+        _emit(_csv_text(with_provenance_columns(rows, provenance_rows([args.engine], [args.gpu]))), args.out, "csv")
     else:
         head = f"{'format':<22}{'engine':<10}{'bytes/token':>13}{'metadata':>10}{'vs bf16':>9}" \
                f"{'max tokens':>14}{'max conc.':>11}  status"

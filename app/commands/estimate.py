@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from sizing.errors import KvsizeError
 
 from app.options import _add_scenario_options, launch_scenario
-from app.output import _check_out, _csv_text, _emit, _flat, _gib, render_table
+from app.output import _check_out, _csv_text, _emit, _flat, _gib, _label, render_table
+from app.provenance import provenance_rows, say, with_provenance_columns
 
 
 def add_parser(sub) -> None:
@@ -42,10 +42,10 @@ def run(args: argparse.Namespace) -> int:
     v = args.v_cache_dtype or args.kv_cache_dtype
     scenario = launch_scenario(args, k, v)
     if args.vs:
-        return _print_release_comparison(scenario, [args.engine, *args.vs], args.format, args.out)
+        return _print_release_comparison(scenario, [args.engine, *args.vs], args.format, args.out, args.gpu)
     result = estimate(scenario)
     record = to_record(result)
-    if not result.fits:
+    if not result.fits and args.format != "json":
         raise KvsizeError(result.fit_message)
     from sizing.planners.compare import recommend
 
@@ -53,20 +53,24 @@ def run(args: argparse.Namespace) -> int:
     if args.format != "table" or args.out is not None:
         # the table on the terminal carries its warnings; a file or JSON/CSV on stdout does not show them there
         for w in result.warnings:
-            print(f"kvsize: warning: {w}", file=sys.stderr)
+            say(_label(w), w)
     if args.format == "json":
         from sizing.planners.deployment import estimate_deployment
 
         record["deployment"] = estimate_deployment(result, args.model, args.gpu)
         _emit(json.dumps(record, indent=2) + "\n", args.out, "json")
+        if not result.fits:
+            # the JSON says so ("fits": false) and is written whole; the run still fails as a non-fit does
+            raise KvsizeError(result.fit_message)
     elif args.format == "csv":
-        _emit(_csv_text([_flat(record)]), args.out, "csv")
+        provenance = provenance_rows([scenario.engine], [args.gpu])
+        _emit(_csv_text(with_provenance_columns([_flat(record)], provenance)), args.out, "csv")
     else:
         _emit(render_table(record), args.out)
     return 0
 
 
-def _print_release_comparison(scenario, engines: list[str], fmt: str, out: str | None) -> int:
+def _print_release_comparison(scenario, engines: list[str], fmt: str, out: str | None, gpu: str) -> int:
     from sizing.planners.upgrade import compare_releases
 
     result = compare_releases(scenario, engines)
@@ -90,7 +94,7 @@ def _print_release_comparison(scenario, engines: list[str], fmt: str, out: str |
                           "changes": list(result.changes)}, indent=2) + "\n", out, "json")
         return 0
     if fmt == "csv":
-        _emit(_csv_text(rows), out, "csv")
+        _emit(_csv_text(with_provenance_columns(rows, provenance_rows(engines, [gpu]))), out, "csv")
         return 0
     width = max(22, *(len(c.engine) + 2 for c in result.columns))
     lines = [f"{scenario.model_name} on {scenario.gpu_name}, release by release", ""]

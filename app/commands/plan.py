@@ -13,6 +13,7 @@ from app.commands.plan_designs import _hf_id, _prices, designs_from_args
 from app.options import (_add_scenario_options, _int_or_error, _list, _positive_float, _positive_int, _size,
                          _warn_beyond_positions, scenario_from_args)
 from app.output import _checked_outs, _csv_text, _write_all
+from app.provenance import provenance_rows, say, with_provenance_columns
 
 
 def add_parser(sub) -> None:
@@ -64,11 +65,12 @@ def run(args: argparse.Namespace) -> int:
     record = plan_record(plan, answer_record(best, chosen), designs["serve"], rules, notes, designs)
     record["deployment"] = design_deployment(best, plan, base, args.model)
     rows = record["candidates"]
+    provenance = provenance_rows([args.engine], args.gpus) if outs else []
     pending = []
     for out in outs:
         kind = out.suffix.lower()
         if kind == ".csv":
-            pending.append((out, _csv_text(rows).encode()))
+            pending.append((out, _csv_text(with_provenance_columns(rows, provenance)).encode()))
         elif kind == ".json":
             pending.append((out, (json.dumps(record, indent=2) + "\n").encode()))
         else:
@@ -78,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
                                    [r.explanation for r in rules if r.fires])
             sheets = {"summary": summary, "designs": designs["rows"], "frontier": designs["frontier"],
                       "capacity_only": rows, "pools": record["pools"], "cost": record["cost"],
-                      "guidance": record["guidance"], "quality": record["quality"]}
+                      "guidance": record["guidance"], "quality": record["quality"], "provenance": provenance}
             pending.append((out, xlsx_bytes(sheets)))
     _write_all(pending)
     sys.stdout.write(render_plan(plan, rows, rules, notes, answer, args.top))
@@ -129,11 +131,11 @@ def plan_from_args(args: argparse.Namespace):
     distinct = list(dict.fromkeys(formats))
     candidates = build_candidates(args.gpus, distinct, tps, _prices(args.price), args.engine)
     for gpu, fmt, why in unsupported_pairs(args.gpus, distinct, args.engine):
-        print(f"kvsize: warning: {fmt} left out on {gpu}: {why}", file=sys.stderr)
+        say("warning", f"{fmt} left out on {gpu}: {why}")
     unconfirmed = unconfirmed_pairs(args.gpus, distinct, args.engine)
     if unconfirmed:
-        print("kvsize: note: no engine source confirms " + ", ".join(f"{f} on {g}" for g, f in unconfirmed)
-              + f" with {args.engine} (kvsize support)", file=sys.stderr)
+        say("note", "no engine source confirms " + ", ".join(f"{f} on {g}" for g, f in unconfirmed)
+            + f" with {args.engine} (kvsize support)")
     plan = plan_fleet(base, candidates, workload, efficiency, load_draft(workload))
     report = _read_report(args.quality_report, "--quality-report") if args.quality_report else None
     notes = quality_notes(formats, base.shape.serving_dtype, report,
@@ -174,10 +176,14 @@ def _some_tp_splits_the_heads(base, tps: list[int], engine: str) -> None:
 
 def render_plan(plan, rows: list[dict], rules, notes, answer: str, top: int) -> str:
     from sizing.planners.answer import CAPACITY_ONLY
+    from sizing.engines import get_engine
+    from sizing.planners.deployment import pinned_engine
     from sizing.planners.fleet import HOURS_PER_MONTH
 
     w = plan.workload
-    lines = [f"Fleet plan: {plan.model_name} on {plan.engine}, workload {w.name!r}: peak {w.peak_concurrency:,} "
+    release = pinned_engine(get_engine(plan.engine))
+    engine = plan.engine if release == plan.engine else f"{plan.engine} (release {release})"
+    lines = [f"Fleet plan: {plan.model_name} on {engine}, workload {w.name!r}: peak {w.peak_concurrency:,} "
              f"concurrent requests, prefix cache share {w.prefix_cache_share:.0%}"]
     lines.append("  mix: " + ", ".join(f"{b.label} tokens {b.share_percent:g}% of requests (out {b.output_tokens:,})"
                                         for b in w.mix()))

@@ -10,7 +10,8 @@ from sizing.errors import KvsizeError
 from sizing.units import GiB
 
 from app.options import _add_scenario_options, _positive_fraction, _size, _tokens, scenario_from_args
-from app.output import _checked_outs, _csv_text, _write_all
+from app.output import _checked_outs, _csv_text, _label, _write_all
+from app.provenance import say
 
 
 def add_parser(sub) -> None:
@@ -48,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     e, plan = tiers_for(scenario, workload, sizes, links, args.session_tokens,
                         DEFAULT_MFU if args.mfu is None else args.mfu)
     for w in e.warnings:  # the same warnings estimate gives (a format the GPU cannot run, ...)
-        print(f"kvsize: warning: {w}", file=sys.stderr)
+        say(_label(w), w)
     record = tiers_record(e, plan, workload, engine_offload_options(e.engine.name, sizes.get("host", 0),
                                                                     scenario.tensor_parallel_size))
     tier_rows = record["tiers"]

@@ -154,3 +154,11 @@ def _distance(a: tuple[int, ...], b: tuple[int, ...]) -> int:
     width = max(len(a), len(b))
     a, b = a + (0,) * (width - len(a)), b + (0,) * (width - len(b))
     return sum((x - y) * 1000 ** (width - i) for i, (x, y) in enumerate(zip(a, b)))
+
+
+def is_good_news(message: str) -> bool:
+    """Whether a message of an estimate is the sentence of ReleaseEvidence for a release that was started (its
+    figures on real starts of that very release): evidence that the answer holds, shown as a note, not a warning."""
+    import re
+
+    return re.match(r"\S+ \S+ was started: \d", message) is not None

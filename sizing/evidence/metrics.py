@@ -170,7 +170,8 @@ def watch(m: EngineMetrics, e: PlannedPool, concurrency: int, hit_rate: float | 
         planned = e.num_blocks
         error = m.num_gpu_blocks / planned - 1 if planned else math.inf
         line("KV blocks", f"{m.num_gpu_blocks:,} of {m.block_size or '?'} tokens",
-             f"{planned:,} of {e.block_size} tokens ({100 * error:+.1f}%)",
+             f"{planned:,} of {e.block_size} tokens "
+             + (f"({100 * error:+.1f}%)" if planned else "(an estimate that does not fit: no pool)"),
              m.num_gpu_blocks >= planned * 0.99 and m.block_size in (None, e.block_size),
              "the engine holds fewer blocks than planned: check its --gpu-memory-utilization, --max-model-len and "
              "--kv-cache-dtype against the plan (kvsize check-log on its log names the term that differs)",

@@ -22,6 +22,8 @@ from ..units import GiB
 # take about half a minute and an 18 MB CSV per 100,000 rows.
 MAX_SWEEP_ROWS = 2_000_000
 XLSX_MAX_ROWS = 1_048_575  # Excel's sheet, less its header row
+# the status of a row the engine cannot run (its reason says why); "n/a" would load as a blank in pandas
+NOT_SIZED = "not sized"
 
 
 @dataclass(frozen=True)
@@ -96,12 +98,12 @@ def _group_rows(group: Scenario, contexts: list[int], model: str, gpu: str, fmt:
     figures that depend on the context."""
     base = _base_row(group, model, gpu, fmt, offer)
     if refusal is not None:
-        return [{**base, "max_model_len_tokens": n, "status": "n/a", "reason": refusal} for n in contexts]
+        return [{**base, "max_model_len_tokens": n, "status": NOT_SIZED, "reason": refusal} for n in contexts]
     try:
         figures = estimate_lengths(group, contexts)
     except KvsizeError as err:
         # The contexts were checked up front, so what is refused is the group itself.
-        return [{**base, "max_model_len_tokens": n, "status": "n/a", "reason": str(err)} for n in contexts]
+        return [{**base, "max_model_len_tokens": n, "status": NOT_SIZED, "reason": str(err)} for n in contexts]
     return [_row(e, f, base, offer, efficiency) for e, f in figures]
 
 
