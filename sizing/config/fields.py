@@ -185,3 +185,12 @@ def require_in_json(raw_text: dict, raw: dict, *names: str) -> None:
     if not any(name in source for source in (raw_text, raw) for name in names):
         raise KvsizeError(f"config.json is missing {names[0]!r} (also looked for {', '.join(names[1:])}); "
                           "a config without it cannot be sized")
+
+
+def is_architecture(raw: dict, raw_text: dict, model_types: tuple[str, ...], architectures: tuple[str, ...]) -> bool:
+    """Whether the config, or the language model it nests, is one of these model types or model classes: what
+    an engine builds, and so which of the fields it reads."""
+    types = {src.get("model_type") for src in (raw, raw_text) if isinstance(src.get("model_type"), str)}
+    names = {a for src in (raw, raw_text) if isinstance(src.get("architectures"), list)
+             for a in src["architectures"] if isinstance(a, str)}
+    return bool(types & set(model_types)) or bool(names & set(architectures))

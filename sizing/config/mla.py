@@ -7,20 +7,40 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import KvsizeError
-from .fields import Fields, as_int
+from .fields import Fields, as_int, is_architecture
 from .reading import Reading
 
 # every config field this module's readers look up
-FIELDS = ("compress_rates", "compress_ratios", "index_head_dim", "index_n_heads", "index_topk", "kv_lora_rank",
-          "layer_types", "num_nextn_predict_layers", "o_groups", "o_lora_rank", "q_lora_rank", "qk_nope_head_dim",
-          "qk_rope_head_dim", "v_head_dim")
+FIELDS = ("architectures", "compress_rates", "compress_ratios", "index_head_dim", "index_n_heads", "index_topk",
+          "kv_lora_rank", "layer_types", "model_type", "num_nextn_predict_layers", "o_groups", "o_lora_rank",
+          "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 # of them, those that change memory in vLLM's or SGLang's model code (unread.py)
 MEMORY_FIELDS = ("compress_ratios", "index_head_dim", "index_n_heads", "index_topk", "kv_lora_rank", "layer_types",
                  "num_nextn_predict_layers", "q_lora_rank")
 
 
+# The architectures vLLM builds with multi-head latent attention (its is_deepseek_mla model types, and the
+# model classes whose attention is MLA: MiniCPM3, GLM-4.7-Flash, GLM-5), by the text config's model_type or the
+# class named in architectures. kv_lora_rank on any other architecture is a field its model code never reads.
+MLA_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "deepseek_mtp", "deepseek_vl_v2", "kimi_k2",
+                   "kimi_k25", "kimi_k3", "kimi_linear", "kimi_vl", "longcat_flash", "pangu_ultra_moe",
+                   "pangu_ultra_moe_mtp", "glm4_moe_lite", "glm_moe_dsa", "minicpm3")
+MLA_ARCHITECTURES = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "DeepSeekMTPModel",
+                     "DeepseekVLV2ForCausalLM", "KimiK25ForConditionalGeneration", "KimiLinearForCausalLM",
+                     "KimiVLForConditionalGeneration", "LongcatFlashForCausalLM", "PanguUltraMoEForCausalLM",
+                     "Glm4MoeLiteForCausalLM", "GlmMoeDsaForCausalLM", "MiniCPM3ForCausalLM")
+
+
 def read_latent(r: Reading) -> None:
     r.kv_lora = r.f.get("kv_lora_rank")
+    r.f.get("model_type", "architectures")  # asked: the architecture decides whether kv_lora_rank is read
+    if r.kv_lora is not None and not is_architecture(r.raw, r.raw_text, MLA_MODEL_TYPES, MLA_ARCHITECTURES):
+        names = r.raw.get("architectures") or r.raw_text.get("architectures")
+        name = names[0] if isinstance(names, list) and names and isinstance(names[0], str) else r.model_type
+        r.notes.append(f"config.json sets kv_lora_rank, which {name} does not read: vLLM builds multi-head latent "
+                       "attention only for the DeepSeek-V2/V3 family (DeepSeek, Kimi, GLM-4.7-Flash, GLM-5, "
+                       "MiniCPM3); sized as the attention its heads give")
+        r.kv_lora = None
     if r.kv_lora is not None:
         r.mla_latent = as_int(r.kv_lora, "kv_lora_rank", 1) + as_int(r.f.get("qk_rope_head_dim", default=0),
                                                                     "qk_rope_head_dim")

@@ -17,7 +17,7 @@ from .multimodal import language_config, read_vision
 from .quantization import read_quantization
 from .reading import Reading
 from .shape import LayerParams, ModelShape
-from .unread import unread_memory_fields
+from .unread import unknown_fields_note, unread_memory_fields
 from .windows import read_layer_kinds, read_windows
 
 
@@ -45,8 +45,7 @@ def resolve_shape(raw: dict[str, Any]) -> ModelShape:
     return _resolve(raw, raw_text, parsed, None)
 
 
-def _attention_params(f: Fields, hidden: int, heads: int, kv_heads: int, head_dim: int) -> int:
-    kv_lora = f.get("kv_lora_rank")
+def _attention_params(f: Fields, hidden: int, heads: int, kv_heads: int, head_dim: int, kv_lora: Any) -> int:
     if kv_lora is not None:
         return latent_attention_params(f, hidden, heads, head_dim, kv_lora)
     return attention_params(f, hidden, heads, kv_heads, head_dim)
@@ -56,7 +55,7 @@ def read_layer_params(r: Reading) -> None:
     """Each layer's parameters from what the families read: its attention or recurrent mixer, its MLP or
     routed and shared experts, its norms and router."""
     f, hidden, heads, nas, blocks, gated = r.f, r.hidden, r.heads, r.nas, r.blocks, r.gated
-    shared_attention = _attention_params(f, hidden, heads, r.kv_heads, r.head_dim)
+    shared_attention = _attention_params(f, hidden, heads, r.kv_heads, r.head_dim, r.kv_lora)
     layer_params = []
     for i, kind in enumerate(r.kinds):
         attn = r.mixer_params if kind == "recurrent" else (shared_attention if kind != "none" else 0)
@@ -64,7 +63,7 @@ def read_layer_params(r: Reading) -> None:
             attn = compressed_attention_params(f, hidden, heads, r.head_dim, r.ratios[i])
         if (r.layer_kv_heads or r.layer_head_dims) and kind not in ("recurrent", "none"):
             attn = _attention_params(f, hidden, heads, r.layer_kv_heads[i] if r.layer_kv_heads else r.kv_heads,
-                                     r.layer_head_dims[i] if r.layer_head_dims else r.head_dim)
+                                     r.layer_head_dims[i] if r.layer_head_dims else r.head_dim, r.kv_lora)
         if nas:
             attn += nas.linear_attention[i] * hidden * hidden
             layer_params.append(LayerParams(attn, nas.mlp_params(i, hidden), 0, 2 * hidden))
@@ -131,7 +130,7 @@ def _shape(r: Reading) -> ModelShape:
     embedding = r.vocab * r.hidden
     architectures = _architectures(r.raw)
     # last: the note on unread fields needs every look-up the readers made
-    notes = (*r.notes, *unread_memory_fields(r.raw_text, r.raw, r.f))
+    notes = (*r.notes, *unread_memory_fields(r.raw_text, r.raw, r.f), *unknown_fields_note(r.raw_text, r.raw))
     return ModelShape(
         model_type=r.model_type,
         config_dtype=r.config_dtype,

@@ -1,14 +1,20 @@
-"""Naming what the readers pass over: a memory-relevant field the config sets that no reader looked up for
-this architecture is named in a note, never passed over in silence."""
+"""Naming what the readers pass over. Every top-level key of a config.json and of the language model it nests is
+read (in some family's FIELDS, or read through the field transformers makes of it), known not to change memory
+(irrelevant.IRRELEVANT, each with its reason), known to change memory but read by no reader (NOT_READ), or
+unknown. A memory-relevant field the config sets that no reader looked up for this architecture is named in a
+note, and so is each unknown key: nothing is passed over in silence."""
 
 from __future__ import annotations
 
-from .dense import MEMORY_FIELDS as DENSE_FIELDS
-from .hybrid import MEMORY_FIELDS as HYBRID_FIELDS
-from .mla import MEMORY_FIELDS as MLA_FIELDS
-from .moe import MEMORY_FIELDS as MOE_FIELDS
-from .windows import MEMORY_FIELDS as WINDOWS_FIELDS
+from .dense import FIELDS as DENSE_READ, MEMORY_FIELDS as DENSE_FIELDS
 from .fields import Fields
+from .hybrid import FIELDS as HYBRID_READ, MEMORY_FIELDS as HYBRID_FIELDS
+from .irrelevant import IRRELEVANT
+from .mla import FIELDS as MLA_READ, MEMORY_FIELDS as MLA_FIELDS
+from .moe import FIELDS as MOE_READ, MEMORY_FIELDS as MOE_FIELDS
+from .multimodal import FIELDS as MULTIMODAL_READ
+from .quantization import FIELDS as QUANTIZATION_READ
+from .windows import FIELDS as WINDOWS_READ, MEMORY_FIELDS as WINDOWS_FIELDS
 
 # Fields transformers turns into others that kvsize reads (Qwen3.5's full_attention_interval and Gemma 3's
 # sliding_window_pattern into layer_types, DeepSeek-V4's compress_ratios into compress_rates by layer type)
@@ -25,6 +31,41 @@ NOT_READ = ("attention_sinks", "attn_type_list", "cross_attention_layers", "glob
 MEMORY_RELEVANT_FIELDS = frozenset({*DENSE_FIELDS, *WINDOWS_FIELDS, *MLA_FIELDS, *MOE_FIELDS, *HYBRID_FIELDS,
                                     *SUBSUMED_BY, *NOT_READ})
 
+# Every key some family reader looks up (its FIELDS): built from the readers, so it cannot drift from them
+READ_FIELDS = frozenset({*DENSE_READ, *WINDOWS_READ, *MLA_READ, *MOE_READ, *HYBRID_READ, *QUANTIZATION_READ,
+                         *MULTIMODAL_READ})
+# Every key classified as something other than unknown
+KNOWN_FIELDS = frozenset({*READ_FIELDS, *SUBSUMED_BY, *NOT_READ, *IRRELEVANT})
+
+
+def classify(key: str) -> str:
+    """'read', 'irrelevant', 'not read' (changes memory, no reader takes it) or 'unknown'."""
+    if key in READ_FIELDS or key in SUBSUMED_BY:
+        return "read"
+    if key in IRRELEVANT:
+        return "irrelevant"
+    return "not read" if key in NOT_READ else "unknown"
+
+
+def unknown_keys(raw_text: dict, raw: dict) -> tuple[str, ...]:
+    """The top-level keys of the config and of the language model it nests that kvsize neither reads nor knows
+    not to change memory, where the config sets them (a key that is null, false, 0 or empty turns nothing on)."""
+    keys = {key for source in (raw, raw_text) for key, value in source.items()
+            if key not in KNOWN_FIELDS and not _is_unset(value)}
+    return tuple(sorted(keys))
+
+
+def _is_unset(value: object) -> bool:
+    return value is None or value is False or (type(value) in (int, float) and value == 0) or value in ("", [], {})
+
+
+def unknown_fields_note(raw_text: dict, raw: dict) -> tuple[str, ...]:
+    """One note naming each unknown key the config sets."""
+    unknown = unknown_keys(raw_text, raw)
+    if not unknown:
+        return ()
+    return (f"config.json sets {', '.join(unknown)}, which kvsize neither reads nor knows not to change memory; "
+            "if the engine uses them, what they change is not in its figures",)
 
 def unread_memory_fields(raw_text: dict, raw: dict, f: Fields) -> tuple[str, ...]:
     """A note naming each memory-relevant field the config sets (not null, 0 or false) that the reader never
