@@ -11,7 +11,7 @@ import pytest
 
 from helpers import scenario
 from sizing.errors import KvsizeError
-from sizing.planners.serving import Engine, Load, serving_replica, simulate
+from sizing.planners.serving import Load, Scheduler, serving_replica, simulate
 from sizing.profiles import gpu_profile, measured_efficiency
 from conftest import ROOT
 
@@ -52,7 +52,7 @@ def test_requests_that_arrive_together_wait_for_each_others_prefill():
 
 def test_a_pool_too_small_for_the_load_preempts_and_still_finishes_every_request():
     model, engine = _replica()
-    small = Engine(engine.max_num_batched_tokens, engine.max_num_seqs, engine.block_size, num_blocks=200)
+    small = Scheduler(engine.max_num_batched_tokens, engine.max_num_seqs, engine.block_size, num_blocks=200)
     served = simulate(model, small, Load(1000, 600, 12, concurrency=6))
     assert served.preemptions > 0
     assert served.requests_per_s * served.duration_s == pytest.approx(12)

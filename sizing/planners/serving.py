@@ -146,7 +146,7 @@ class Load:
 
 
 @dataclass(frozen=True)
-class Engine:
+class Scheduler:
     """The scheduler's limits and the pool, as the engine started."""
 
     max_num_batched_tokens: int
@@ -196,7 +196,7 @@ def _percentile(values: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
-def simulate(model: StepModel, engine: Engine, load: Load) -> Served:
+def simulate(model: StepModel, engine: Scheduler, load: Load) -> Served:
     """Run the load against one replica, step by step."""
     rng = random.Random(load.seed)
     pending: deque[float] = deque()  # arrival times of requests not yet sent to the engine (open loop)
@@ -300,7 +300,7 @@ def simulate(model: StepModel, engine: Engine, load: Load) -> Served:
 
 def serving_replica(scenario, hbm_bandwidth_gb_s: float, bf16_dense_tflops: float, efficiency: DecodeEfficiency,
                     per_layer_overhead_s: float | None = None, prefill_mfu: float | None = None
-                    ) -> tuple[StepModel, Engine]:
+                    ) -> tuple[StepModel, Scheduler]:
     """One replica as the engine starts it (kvsize's estimate gives the pool and the release's batch defaults) and
     its step model; the per-layer overhead and the prefill MFU are the fitted ones unless given."""
     from ..capacity.estimate import estimate
@@ -314,6 +314,6 @@ def serving_replica(scenario, hbm_bandwidth_gb_s: float, bf16_dense_tflops: floa
     model = StepModel(s.shape, e.layout, resolve_weights_dtype(s.weights_dtype, s.shape), s.tensor_parallel_size,
                       hbm_bandwidth_gb_s, bf16_dense_tflops, efficiency, e.k_format, overhead, mfu)
     paged = e.pool.paged
-    engine = Engine(s.max_num_batched_tokens, s.max_num_seqs, e.block_size if paged else 1,
+    engine = Scheduler(s.max_num_batched_tokens, s.max_num_seqs, e.block_size if paged else 1,
                     e.num_blocks if paged else e.max_tokens)
     return model, engine
