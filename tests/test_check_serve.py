@@ -61,3 +61,14 @@ def test_a_rate_and_a_concurrency_limit_together_are_named(tmp_path, capsys):
     path.write_text(json.dumps(raw))
     assert main(["check-serve", str(path), *SERVER]) == 2
     assert "a request rate (4/s) and a concurrency limit (32) together" in capsys.readouterr().err
+
+
+def test_an_open_loop_result_is_simulated_at_its_rate(capsys):
+    point = "b1-llama8b/llama8b-bf16/llama8b-bf16-p15-i1000-o256-r4.json.gz"
+    bf16 = [a if a != "fp8" else "auto" for a in SERVER]
+    main(["check-serve", str(SERVING / point), *bf16, "--format", "json"])
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["load"] == dict(input_tokens=1000, output_tokens=256, prompts=40, concurrency=None, request_rate=4.0)
+    # at 4 requests a second a 1,000-token prompt waits for little: kvsize's TTFT is about one prefill
+    rows = {r["figure"]: r for r in shown["rows"]}
+    assert rows["ttft_p50_ms"]["kvsize"] < 100
