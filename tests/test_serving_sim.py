@@ -100,3 +100,15 @@ def test_the_speed_accuracy_page_is_what_the_benchmark_prints():
     table = bench.rows()
     assert (ROOT / "docs" / "speed-accuracy.md").read_text() == bench.report(table)
     assert (ROOT / "measure" / "serving" / "simulated.json").read_text() == bench.table_json(table)
+
+
+def test_a_load_of_varied_lengths_is_replayed_request_by_request():
+    model, engine = _replica()
+    varied = Load(1000, 4, 2, concurrency=1, lengths=((1000, 4), (20000, 4)))
+    served = simulate(model, engine, varied)
+    short = model.seconds(0, 0, [(0, 1000)])
+    long = sum(model.seconds(0, 0, [c]) for c in ((0, 8192), (8192, 16384), (16384, 20000)))
+    # two requests one after the other: the TTFTs are one short and one long prefill (p50 interpolates them)
+    assert served.ttft_ms[50] == pytest.approx((short + long) / 2 * 1e3)
+    with pytest.raises(KvsizeError, match="per-request lengths must be 2 pairs"):
+        Load(1000, 4, 2, concurrency=1, lengths=((1000, 4),))

@@ -35,6 +35,9 @@ class BenchResult(BaseModel):
     p99_ttft_ms: float = Field(ge=0, le=1e9)
     median_itl_ms: float = Field(ge=0, le=1e9)
     p99_itl_ms: float = Field(ge=0, le=1e9)
+    # --save-detailed: each request's lengths (a failed request's output is 0: it never ran)
+    input_lens: list[int] | None = Field(default=None, max_length=10**7)
+    output_lens: list[int] | None = Field(default=None, max_length=10**7)
 
     @field_validator("request_rate")
     @classmethod
@@ -61,8 +64,8 @@ class BenchRun:
 
 
 def read_bench(data: bytes, where: str) -> BenchRun:
-    """The load a result file says was sent and what it measured. Lengths are the result's means (the load
-    generator's random dataset with --random-range-ratio 0 sends them exactly)."""
+    """The load a result file says was sent and what it measured: each request's lengths where the result kept them
+    (--save-detailed: a dataset of varied lengths is replayed request by request), else the means."""
     if data[:2] == b"\x1f\x8b":
         try:
             with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
@@ -93,8 +96,17 @@ def read_bench(data: bytes, where: str) -> BenchRun:
                           "--max-concurrency N) or an open loop (--request-rate R), one of them")
     if not closed and b.burstiness != 1.0:
         raise KvsizeError(f"{where}: burstiness {b.burstiness:g}; kvsize simulates Poisson arrivals (burstiness 1)")
+    lengths = ()
+    if b.input_lens is not None and b.output_lens is not None:
+        if len(b.input_lens) != len(b.output_lens):
+            raise KvsizeError(f"{where}: input_lens has {len(b.input_lens):,} entries and output_lens "
+                              f"{len(b.output_lens):,}; a result gives one of each per request")
+        lengths = tuple((i, o) for i, o in zip(b.input_lens, b.output_lens) if o > 0 and i > 0)
+        if len(lengths) != b.completed:
+            raise KvsizeError(f"{where}: {len(lengths):,} requests have lengths, but {b.completed:,} completed")
     load = Load(max(1, round(b.total_input_tokens / b.completed)), max(1, round(b.total_output_tokens / b.completed)),
-                b.completed, (b.max_concurrency or b.completed) if closed else None, None if closed else b.request_rate)
+                b.completed, (b.max_concurrency or b.completed) if closed else None, None if closed else b.request_rate,
+                lengths=lengths)
     return BenchRun(load, dict(ttft_p50_ms=b.median_ttft_ms, ttft_p99_ms=b.p99_ttft_ms, itl_p50_ms=b.median_itl_ms,
                                itl_p99_ms=b.p99_itl_ms, output_tokens_per_s=b.output_throughput,
                                requests_per_s=b.request_throughput))

@@ -131,8 +131,19 @@ class Load:
     concurrency: int | None = None
     request_rate: float | None = None
     seed: int = 0
+    # each request's (input, output) tokens in the order sent, where the load generator recorded them (a dataset of
+    # varied lengths); empty: every request has the fixed lengths above
+    lengths: tuple[tuple[int, int], ...] = ()
+
+    def length(self, k: int) -> tuple[int, int]:
+        """The k-th request's input and output tokens."""
+        return self.lengths[k] if self.lengths else (self.input_tokens, self.output_tokens)
 
     def __post_init__(self) -> None:
+        if self.lengths and (len(self.lengths) != self.num_prompts
+                             or any(i < 1 or o < 1 for i, o in self.lengths)):
+            raise KvsizeError(f"the load's per-request lengths must be {self.num_prompts} pairs of at least 1 token "
+                              "in and 1 out")
         if (self.concurrency is None) == (self.request_rate is None):
             raise KvsizeError("a load is a closed loop (concurrency) or an open loop (request rate), one of them")
         for name, value in (("input tokens", self.input_tokens), ("output tokens", self.output_tokens),
@@ -217,7 +228,8 @@ def simulate(model: StepModel, engine: Scheduler, load: Load) -> Served:
 
     def send(at: float) -> None:
         nonlocal sent
-        waiting.append(_Request(at, load.input_tokens, load.output_tokens, original_prompt=load.input_tokens))
+        prompt, output = load.length(sent)
+        waiting.append(_Request(at, prompt, output, original_prompt=prompt))
         sent += 1
 
     if load.concurrency is not None:
