@@ -9,15 +9,17 @@ import streamlit as st
 from app.ui import _chart, _downloads
 from sizing.cache.formats import FORMAT_NAMES
 from sizing.capacity.scenario import Scenario
-from sizing.planners.compare import compare
+from sizing.engines import get_engine
+from sizing.planners.compare import NOT_THIS_ENGINE, compare
 
 
 def page_compare(s: Scenario) -> None:
     # The sidebar's concurrency and context, as on Plan: "fits" means the same on both pages.
     rows = compare(s, s.engine, FORMAT_NAMES)
     df = pd.DataFrame(rows)
+    engine = get_engine(s.engine).name
     st.caption(f"Each format at {s.concurrency:,} requests of {s.max_model_len:,} tokens on {s.gpu_name}; formats "
-               f"{s.engine} lacks are sized by the ideal engine and say so.")
+               f"{engine} lacks are not run by it: their bars are the ideal engine's figures, for scale only.")
     best = df[df["recommended"]] if "recommended" in df else df.iloc[0:0]
     if len(best):
         r = best.iloc[0]
@@ -25,13 +27,18 @@ def page_compare(s: Scenario) -> None:
                    f"the most among the near-lossless formats {r['engine']} runs on this GPU that fit.")
     else:
         st.info("No near-lossless format that the engine runs on this GPU fits this scenario.")
-    # green only where the bytes fit and the engine runs the format on this GPU
-    runnable = df["fits"] & (df["runs"] != "unsupported")
+    # green only where the bytes fit and the chosen engine itself runs the format on this GPU
+    own = df["runs"] != NOT_THIS_ENGINE
+    runnable = df["fits"] & df["runs"].isin(["supported", "unconfirmed"]) & own
     fig = go.Figure()
-    for ok, name, color in ((True, "fits and runs here", "#54A24B"),
-                            (False, "does not fit, does not run here, or n/a", "#BAB0AC")):
-        part = df[runnable == ok]
+    for part, name, color, pattern in (
+            (df[runnable], "fits and runs here", "#54A24B", ""),
+            (df[~runnable & own], "does not fit, does not run here, or n/a", "#BAB0AC", ""),
+            (df[~own], f"not run by {engine} (the ideal engine's figure)", "#E4E1DE", "/")):
+        if pattern and part.empty:
+            continue
         fig.add_bar(name=name, x=part["format"], y=part["max_concurrency"], marker_color=color,
+                    marker_pattern_shape=pattern,
                     customdata=part[["kv_bytes_per_token", "capacity_vs_bf16"]],
                     hovertemplate="%{x}: %{y:,} requests, %{customdata[0]:,} B/token, "
                                   "%{customdata[1]:.2f}× bf16's capacity<extra></extra>")

@@ -8,9 +8,11 @@ import streamlit as st
 
 from app.ui import _chart, _downloads, _tokens_label
 from sizing.errors import KvsizeError
-from sizing.cache.formats import FORMAT_NAMES
+from sizing.cache.formats import FORMAT_NAMES, get_format
 from sizing.capacity.scenario import Scenario
 from sizing.capacity.estimate import estimate_lengths
+from sizing.engines import get_engine
+from sizing.planners.compare import NOT_THIS_ENGINE, gpu_id, runs_here
 
 
 def page_curves(s: Scenario) -> None:
@@ -19,9 +21,18 @@ def page_curves(s: Scenario) -> None:
     chosen = st.multiselect("Formats", FORMAT_NAMES, default=["bf16", "fp8_e4m3", "nvfp4", "kivi2"], key="curve_formats")
     fig = go.Figure()
     rows = []
+    engine = get_engine(s.engine).name
+    where = gpu_id(s) or s.gpu_name
+    marked = []
     for fmt in chosen:
-        own = s.engine in _engines_of(fmt)
-        name = fmt if own else f"{fmt} (sized as ideal: {s.engine} has no {fmt})"
+        row = get_format(fmt, s.shape.serving_dtype, s.format_options)
+        own = engine in row.engines
+        runs = runs_here(engine, row, s).status if own else NOT_THIS_ENGINE
+        # a format the engine does not run here is drawn dashed and says why: its line is bytes, not a plan
+        name = (fmt if runs != "unsupported" else f"{fmt} (does not run on {where})") if own else \
+            f"{fmt} (sized as ideal: {engine} has no {fmt})"
+        if runs in ("unsupported", NOT_THIS_ENGINE):
+            marked.append(name)
         try:
             figures = [f for _, f in estimate_lengths(
                 s.evolve(engine=s.engine if own else "ideal", k_cache_dtype=fmt, v_cache_dtype=fmt, concurrency=1),
@@ -29,9 +40,10 @@ def page_curves(s: Scenario) -> None:
             ys = [f.max_concurrency for f in figures]
         except KvsizeError:
             ys = [None] * len(contexts)
-        rows += [dict(format=fmt, engine=s.engine if own else "ideal", context_tokens=ctx, max_concurrency=y)
+        rows += [dict(format=fmt, engine=s.engine if own else "ideal", runs=runs, context_tokens=ctx, max_concurrency=y)
                  for ctx, y in zip(contexts, ys)]
         fig.add_scatter(x=contexts, y=ys, name=name, mode="lines+markers",
+                        line=dict(dash="dash") if name in marked else None,
                         hovertemplate="%{x:,} tokens: %{y:,} requests<extra>" + name + "</extra>")
     # Marks as traces, not shapes: shape annotations are placed in linear units on log axes.
     values = [r["max_concurrency"] for r in rows if r["max_concurrency"]] + [s.concurrency]
@@ -47,14 +59,12 @@ def page_curves(s: Scenario) -> None:
                       xaxis_title="context length (tokens, log scale)",
                       yaxis_title="max concurrent requests (log scale)",
                       title=f"Max concurrency vs context: {s.model_name} on {s.gpu_name}, {s.engine} "
-                            "(formats it lacks sized by the ideal engine)")
+                            "(dashed: not run here, bytes only)")
     _chart(fig, "curves_chart")
+    if marked:
+        st.caption(f"Dashed lines are formats {engine} does not run on {where}, or does not have (sized by the ideal "
+                   f"engine): what the memory would hold, not a plan it serves.")
     df = pd.DataFrame(rows)
     st.dataframe(df, hide_index=True, key="curves_table")
     _downloads(df, fig, "curves")
 
-
-def _engines_of(fmt: str) -> tuple[str, ...]:
-    from sizing.cache.formats import get_format
-
-    return get_format(fmt).engines

@@ -9,6 +9,8 @@ from app.ui import _chart, _downloads, breakdown_figure, in_widget_terms, tensor
 from sizing.capacity.estimate import Estimate
 from sizing.capacity.scenario import Scenario
 from sizing.capacity.record import to_record
+from sizing.engines import get_engine
+from sizing.planners.compare import scenario_runs_here
 
 HIDDEN = ("schema",)  # the record's format tag: for programs reading the JSON, not for the page
 
@@ -24,9 +26,19 @@ def page_plan(s: Scenario, e: Estimate | None, error: str | None) -> None:
     c[1].metric("Max context (tokens)", f"{r['max_context_at_concurrency']:,}", help=f"at {s.concurrency} requests")
     c[2].metric("KV bytes per token (bytes)", f"{r['kv_bytes_per_token']:,}", help="per GPU, metadata included")
     c[3].metric("Max tokens in cache (tokens)", f"{r['max_tokens']:,}", help="what the engine's startup log reports")
-    (st.success if e.fits else st.error)(in_widget_terms(e.fit_message))
+    # "fits" means the engine runs it: a format the engine does not run on this GPU is an error, never a green fit
+    verdict = scenario_runs_here(s)
+    stops = verdict.status == "unsupported"
+    if stops:
+        held = (f" Its memory would hold up to {e.max_concurrency:,} requests of {s.max_model_len:,} tokens, but "
+                f"{get_engine(s.engine).name} cannot serve this plan on this GPU." if e.fits else "")
+        st.error(in_widget_terms(f"does not run here: {verdict.source}.{held} Choose a format it runs here "
+                                 "(Compare formats lists them) or another --gpu."))
+    if not (stops and e.fits):
+        (st.success if e.fits else st.error)(in_widget_terms(e.fit_message))
     for w in e.warnings:
-        st.warning(in_widget_terms(w))
+        if not (stops and " does not run " in w):  # said in the error above
+            st.warning(in_widget_terms(w))
     fig = breakdown_figure(r)
     _chart(fig, "breakdown_chart")
     df = pd.DataFrame([{k: v for k, v in r.items() if k != "breakdown"} | r["breakdown"]])  # downloaded whole

@@ -16,13 +16,41 @@ from ..profiles import gpu_profile, matching_gpus
 from .guidance import NEAR_LOSSLESS_FORMATS
 
 
-def _runs_here(engine_name: str, fmt, base: Scenario):
-    """Whether the engine runs the format on the scenario's GPU (profiles/support.json, the GPU's hardware)."""
+# A row sized by the ideal engine because the chosen one has no such format: its figures are the bytes,
+# not a plan the chosen engine can serve.
+NOT_THIS_ENGINE = "not this engine"
+
+
+def gpu_id(base: Scenario) -> str | None:
+    """The bundled GPU profile the scenario's GPU is (h100-sxm), or None for a GPU of the user's own."""
     found = matching_gpus(name=base.gpu_name)
-    gpu = gpu_profile(found[0]) if found else None
-    if gpu is None:
+    return found[0] if found else None
+
+
+def runs_here(engine_name: str, fmt, base: Scenario) -> Support:
+    """Whether the engine runs the format (a KVFormat) on the scenario's GPU (profiles/support.json, the GPU's
+    hardware)."""
+    found = gpu_id(base)
+    if found is None:
         return Support("unconfirmed", f"{base.gpu_name} is not a bundled GPU: no support table row applies")
-    return runs_on(engine_name, fmt, gpu)
+    return runs_on(engine_name, fmt, gpu_profile(found))
+
+
+def scenario_runs_here(s: Scenario) -> Support:
+    """Whether the scenario's engine runs its K and V formats on its GPU: the first "unsupported" verdict of
+    the two (its source a sentence naming engine, format and GPU), else the first "unconfirmed", else
+    supported. What the Plan page checks before it says "fits"."""
+    eng = get_engine(s.engine)
+    verdicts = {}
+    for name in dict.fromkeys((s.k_cache_dtype, s.v_cache_dtype)):
+        fmt = get_format(name, s.shape.serving_dtype, s.format_options)
+        verdicts[fmt.name] = runs_here(eng.name, fmt, s)
+    for name, v in verdicts.items():
+        if v.status == "unsupported":
+            said = f"{eng.name} does not run {name} "
+            return v if v.source.startswith(said) else \
+                Support("unsupported", f"{said}KV on {gpu_id(s) or s.gpu_name}: {v.source}")
+    return next((v for v in verdicts.values() if v.status == "unconfirmed"), next(iter(verdicts.values())))
 
 
 def recommended_format(rows: list[dict], engine: str) -> dict | None:
@@ -49,7 +77,7 @@ def recommend(base: Scenario, engine: str) -> dict | None:
 
 def compare(base: Scenario, engine: str, format_names) -> list[dict]:
     """Every format for one scenario, one row each; formats the engine cannot store are sized
-    with the `ideal` engine and say so."""
+    with the `ideal` engine and say so: runs "not this engine", status "not run by <engine>: …"."""
     rows = []
     eng = get_engine(engine)
     for name in format_names:
@@ -68,16 +96,20 @@ def compare(base: Scenario, engine: str, format_names) -> list[dict]:
                              layout_source=fmt.source, layout_confirmed=not fmt.unconfirmed))
             continue
         status = "fits" if e.fits else "does not fit"
-        runs = _runs_here(use, fmt, base)
         if use != eng.name:
-            status += f" (sized as ideal: {eng.name} has no {fmt.name})"
-        elif runs.status == "unsupported":
-            # the bytes fit, but the engine does not run this format on this GPU: never a green "fits"
-            status = f"does not run here: {runs.source}"
-        elif runs.status == "unconfirmed" and e.fits:
-            status = "fits (unconfirmed on this GPU)"
+            # the ideal engine's bytes, kept for scale and labelled: never a green "fits", never the recommendation
+            runs = NOT_THIS_ENGINE
+            status = f"not run by {eng.name}: it has no {fmt.name} (sized as ideal: {status})"
+        else:
+            verdict = runs_here(use, fmt, base)
+            runs = verdict.status
+            if runs == "unsupported":
+                # the bytes fit, but the engine does not run this format on this GPU: never a green "fits"
+                status = f"does not run here: {verdict.source}"
+            elif runs == "unconfirmed" and e.fits:
+                status = "fits (unconfirmed on this GPU)"
         rows.append(dict(
-            format=fmt.name, engine=use, status=status, runs=runs.status, kv_bytes_per_token=e.kv_bytes_per_token,
+            format=fmt.name, engine=use, status=status, runs=runs, kv_bytes_per_token=e.kv_bytes_per_token,
             kv_payload_bytes_per_token=e.kv_payload_bytes_per_token,
             kv_metadata_bytes_per_token=e.kv_metadata_bytes_per_token, ratio_to_bf16=0.0,
             capacity_vs_bf16=0.0, max_tokens=e.max_tokens, max_concurrency=e.max_concurrency,
