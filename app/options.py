@@ -258,14 +258,26 @@ def _read_launch(args: argparse.Namespace):
     return launch
 
 
-def _warn_beyond_positions(model: str, shape, contexts) -> None:
+def _warn_beyond_positions(model: str, shape, contexts, engine=None) -> None:
     from sizing.capacity.estimate import beyond_positions_warning
 
-    warning = beyond_positions_warning(model, shape, contexts)
+    warning = beyond_positions_warning(model, shape, contexts, engine)
     if warning:
         from app.provenance import say
 
         say("warning", warning)
+
+
+def _check_beyond_positions(model: str, shape, contexts, engine_spec: str) -> None:
+    """Refuse a context past the model's own limit that no published rope-scaling recipe serves (exit 2, naming
+    max_position_embeddings); say which recipe serves one that it does."""
+    from sizing.capacity.context_limit import check_context
+    from sizing.engines import get_engine
+
+    engine = get_engine(engine_spec)
+    for context in sorted(set(contexts), reverse=True):
+        check_context(model, shape, context, engine, option="workload context")
+    _warn_beyond_positions(model, shape, contexts, engine)
 
 
 def _logged_model(spec: str | None, logged: str | None) -> str:

@@ -52,6 +52,69 @@ def release_label(engine: str, version: str) -> str:
     return f"{version} (started)" if version in started(engine) else f"{version} (never started)"
 
 
+def _release_query(engine: str, releases: list[str]) -> str:
+    """The release the page URL names, as a choice: the CLI's spellings (0.31 for 0.31.0) are accepted; a release
+    named for another engine (the engine changed since the link was written) gives way to the default."""
+    ss = st.session_state
+    written_for = ss.get("release_engine")
+    ss["release_engine"] = engine
+    if written_for is not None and written_for != engine:
+        return NEWEST_STARTED
+    value = _query("release", NEWEST_STARTED)
+    return matching_release(value, releases)
+
+
+def matching_release(value: str, releases: list[str]) -> str:
+    """`value` as one of `releases`, trailing zero parts ignored (0.31 is 0.31.0); else `value` unchanged."""
+    def parts(v: str) -> tuple[int, ...] | None:
+        try:
+            numbers = [int(p) for p in v.strip().removeprefix("v").split(".")]
+        except ValueError:
+            return None
+        while len(numbers) > 1 and numbers[-1] == 0:
+            numbers.pop()
+        return tuple(numbers)
+
+    if value in releases:
+        return value
+    wanted = parts(value)
+    found = [r for r in releases if wanted is not None and parts(r) == wanted]
+    return found[0] if found else value
+
+
+def _is_number(text) -> bool:
+    try:
+        float(text)
+    except (TypeError, ValueError, OverflowError):
+        return False
+    return True
+
+
+def _mark_fraction_set() -> None:
+    st.session_state["fraction_set"] = True
+
+
+def _fraction_slider(sb, engine_spec: str) -> float | None:
+    """The memory fraction the user set, or None: untouched, the engine's own rule applies (the CLI's rule
+    without --gpu-memory-utilization or --mem-fraction-static). Switching engine moves an untouched slider to
+    the new engine's default."""
+    ss = st.session_state
+    default = get_engine(engine_spec).memory_fraction_default or 0.9
+    if "fraction" not in ss:  # the first run: a fraction in the page URL was set by whoever wrote the link
+        written = st.query_params.get("util")
+        value = _query("util", default, float, 0.05, 1.0)  # one out of range is named in a banner
+        ss["fraction_set"] = written is not None and str(value) == str(float(written)) if _is_number(written) else False
+        ss["fraction"] = value
+    elif not ss.get("fraction_set") and ss.get("fraction_engine") != engine_spec:
+        ss["fraction"] = default
+    ss["fraction_engine"] = engine_spec
+    # from 0.05: a shared GPU or a small test server (kvsize watch's example runs at 0.16)
+    fraction = sb.slider("Engine memory fraction (vLLM gpu_memory_utilization, …)", 0.05, 1.0, step=0.01,
+                         key="fraction", on_change=_mark_fraction_set,
+                         help="untouched: the engine release's own default for this scenario, as the CLI uses")
+    return fraction if ss.get("fraction_set") else None
+
+
 def read_scenario() -> Scenario | None:
     """The sidebar widgets as a Scenario; errors are shown with st.error."""
     models, gpus = _model_choices(), _gpu_choices()
@@ -68,7 +131,7 @@ def read_scenario() -> Scenario | None:
     releases = release_choices(engine)
     release = NEWEST_STARTED
     if len(releases) > 1:
-        release = sb.selectbox("Engine release", releases, index=_index(releases, _query("release", NEWEST_STARTED), NEWEST_STARTED),
+        release = sb.selectbox("Engine release", releases, index=_index(releases, _release_query(engine, releases), NEWEST_STARTED),
                                key="engine_release", format_func=lambda v: release_label(engine, v),
                                help="the release whose rules apply; started releases were held to real starts")
     engine_spec = engine if release == NEWEST_STARTED else f"{engine}@{release}"
@@ -91,10 +154,8 @@ def read_scenario() -> Scenario | None:
                            help="of the model's num_nextn_predict_layers: their KV and weights are added")
     concurrency = sb.number_input("Concurrent requests", value=_query("conc", 8, int, *LIMITS["concurrency"]),
                                   step=1, key="concurrency")
-    # from 0.05: a shared GPU or a small test server (kvsize watch's example runs at 0.16)
-    fraction = sb.slider("Engine memory fraction (vLLM gpu_memory_utilization, …)", 0.05, 1.0,
-                         _query("util", get_engine(engine_spec).memory_fraction_default or 0.9, float, 0.05, 1.0), 0.01,
-                         key="fraction")
+    fraction = _fraction_slider(sb, engine_spec)
+    fraction_caption = sb.empty()
     headroom = sb.slider("Headroom (engines without their own fraction)", 0.0, 0.5,
                          _query("headroom", 0.10, float, 0.0, 0.5), 0.01, key="headroom")
     text_only = sb.checkbox("Served text-only (vLLM --language-model-only)", value=_query("textonly", "0") == "1",
@@ -107,8 +168,12 @@ def read_scenario() -> Scenario | None:
                                   "for autotuning; warm: a restart loads the compiled graph and gets that as KV")
     st.query_params.update(model=model, gpu=gpu, engine=engine, release=release, k=k_fmt, v=st.session_state["v_format"], w=weights_dtype,
                            tp=str(tp), pp=str(pp),
-                           ctx=str(context), conc=str(concurrency), util=str(fraction), headroom=str(headroom),
+                           ctx=str(context), conc=str(concurrency), headroom=str(headroom),
                            textonly="1" if text_only else "0", cc=compile_cache)
+    if fraction is not None:  # a fraction the user set travels with the link; an untouched one follows the engine
+        st.query_params["util"] = str(fraction)
+    elif "util" in st.query_params:
+        del st.query_params["util"]
     try:
         for key, label in (("tp", "Tensor parallel size"), ("pp", "Pipeline parallel size"),
                            ("context", "Context"), ("concurrency", "Concurrent requests"),
@@ -121,7 +186,7 @@ def read_scenario() -> Scenario | None:
         else:
             shape, name = bundled_shape(model), model_profile(model).name
         g = gpu_profile(gpu)
-        return Scenario(
+        scenario = Scenario(
             model_name=name, shape=shape, gpu_name=g.name, gpu_memory_bytes=g.memory_bytes, engine=engine_spec,
             gpu_multiprocessors=g.multiprocessors, gpu_nvml_mib=g.nvml_memory_mib, gpu_architecture=g.architecture,
             k_cache_dtype=k_fmt, v_cache_dtype=v_fmt, tensor_parallel_size=int(tp), pipeline_parallel_size=int(pp),
@@ -130,6 +195,12 @@ def read_scenario() -> Scenario | None:
             weights_dtype=weights_dtype, mtp_layers=int(mtp), language_model_only=bool(text_only),
             compile_cache_hit=compile_cache == "warm",
         )
+        if fraction is None and ENGINES[engine].fraction_option:
+            from sizing.capacity.budget import chosen_fraction
+
+            fraction_caption.caption(f"Not set: {engine} picks its own fraction, as the CLI does without "
+                                     f"{ENGINES[engine].fraction_option}: {chosen_fraction(scenario, get_engine(engine_spec)):g} here")
+        return scenario
     except KvsizeError as e:
         st.error(in_widget_terms(str(e)))
         return None

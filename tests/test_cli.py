@@ -137,13 +137,15 @@ def test_oversized_config(capsys, tmp_path):
 
 
 def test_context_beyond_max_position_warns(capsys):
-    # once: in the table on the terminal, on stderr where the answer is JSON (or goes to a file)
-    assert run("estimate", "--model", "llama-2-7b", "--max-model-len", "8192", "--engine", "ideal") == 0
+    # no published rope-scaling recipe extends Llama-2-7B: the length is refused (issue 50, item 2), once on stderr;
+    # the JSON is written whole with fits false
+    assert run("estimate", "--model", "llama-2-7b", "--max-model-len", "8192", "--engine", "ideal") == 2
     out, err = capsys.readouterr()
-    assert out.count("exceeds the model's max_position_embeddings 4096") == 1 and "exceeds" not in err
+    assert err.count("exceeds the model's max_position_embeddings 4,096") == 1 and "fits:" not in out
     assert run("estimate", "--model", "llama-2-7b", "--max-model-len", "8192", "--engine", "ideal",
-               "--format", "json") == 0
-    assert "exceeds the model's max_position_embeddings 4096" in capsys.readouterr().err
+               "--format", "json") == 2
+    out, err = capsys.readouterr()
+    assert json.loads(out)["fits"] is False and "exceeds the model's max_position_embeddings 4,096" in err
 
 
 def test_traceback_flag_shows_the_error():

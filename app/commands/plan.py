@@ -11,7 +11,7 @@ from sizing.errors import KvsizeError
 
 from app.commands.plan_designs import _hf_id, _prices, designs_from_args
 from app.options import (_add_scenario_options, _int_or_error, _list, _positive_float, _positive_int, _size,
-                         _warn_beyond_positions, scenario_from_args)
+                         _check_beyond_positions, scenario_from_args)
 from app.output import _checked_outs, _csv_text, _write_all
 from app.provenance import provenance_rows, say, with_provenance_columns
 
@@ -126,7 +126,7 @@ def plan_from_args(args: argparse.Namespace):
     efficiency = parse_efficiency_overrides(args.kv_efficiency, efficiency)
     tps = [_int_or_error(t, "--tp") for t in args.tp]
     _some_tp_splits_the_heads(base, tps, args.engine)
-    _warn_beyond_positions(args.model, base.shape, [b.max_context_tokens for b in workload.mix()])
+    _check_beyond_positions(args.model, base.shape, [b.max_context_tokens for b in workload.mix()], args.engine)
     formats = [get_format(f, base.shape.serving_dtype, option="--formats").name for f in args.formats]
     distinct = list(dict.fromkeys(formats))
     candidates = build_candidates(args.gpus, distinct, tps, _prices(args.price), args.engine)

@@ -52,6 +52,9 @@ def designs_from_args(args: argparse.Namespace, plan, base) -> dict:
         commands = design_serve_commands(best, base, w, _hf_id(args.model), sizes.get("host", 0))
         text += "  serve the chosen design:\n" + "".join(
             f"    {role}: {c.command or c.note}\n" for role, c in commands)
+        extended = [n for n in (commands[0][1].note.split("; ") if commands else ()) if "rope_scaling" in n]
+        if commands and commands[0][1].command and extended:
+            text += f"    note: {extended[0]}\n"
     rows = [design_row(d) for d in ranked(found)]
     front = [design_row(d) for d in frontier(found)]
     return {"rows": rows, "frontier": front, "text": text, "met": best is not None, "best": best, "targets": chosen,

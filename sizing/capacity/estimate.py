@@ -12,6 +12,7 @@ from ..engines.memory import ActivationEstimate
 from ..config import ModelShape
 from ..units import GiB
 from .budget import StageSetup, chosen_fraction, stage_setup
+from .context_limit import context_refusal, recipe_note
 from .concurrency import concurrency_fits, max_concurrency, max_context, units_for
 from .scenario import Scenario, check_length, pp_stages, prepared
 
@@ -131,7 +132,14 @@ def _length_figures(su: StageSetup, engine: Engine, concurrency: int, max_model_
 def estimate_lengths(scenario: Scenario, lengths: list[int]) -> list[tuple[Estimate, LengthFigures]]:
     """The figures at every length, each with an estimate holding what does not depend on the length:
     a sweep's columns without an estimate per row. Raises what estimate() raises; no error depends
-    on the length but a bad one."""
+    on the length but a bad one. A length past the model's own limit that no published rope-scaling
+    recipe serves does not fit (context_limit.py)."""
+    return [(e, replace(f, fits=False) if f.fits and context_refusal(scenario.model_name, scenario.shape,
+                                                                     f.max_model_len, e.engine) else f)
+            for e, f in _estimate_lengths(scenario, lengths)]
+
+
+def _estimate_lengths(scenario: Scenario, lengths: list[int]) -> list[tuple[Estimate, LengthFigures]]:
     for n in lengths:
         check_length(n)
     first = estimate(scenario.at_length(lengths[0]))
@@ -149,13 +157,14 @@ def estimate_lengths(scenario: Scenario, lengths: list[int]) -> list[tuple[Estim
     return [(first, _length_figures(su, engine, s.concurrency, n)) for n in lengths]
 
 
-def beyond_positions_warning(model: str, shape: ModelShape, contexts) -> str | None:
-    """The warning for contexts past the model's max_position_embeddings, or None."""
+def beyond_positions_warning(model: str, shape: ModelShape, contexts, engine=None) -> str | None:
+    """What a plan says of contexts past the model's max_position_embeddings (the refusal where no published
+    rope-scaling recipe serves them, else the recipe the serve command carries), or None."""
     beyond = sorted({c for c in contexts if c > shape.max_position_embeddings})
     if not beyond:
         return None
-    return (f"{model}: context {', '.join(f'{c:,}' for c in beyond)} exceeds the model's max_position_embeddings "
-            f"{shape.max_position_embeddings:,}; quality beyond it is not assured")
+    return (context_refusal(model, shape, beyond[-1], engine, option="context")
+            or recipe_note(model, shape, beyond[-1], engine))
 
 
 def _figures_of(e: Estimate) -> LengthFigures:
@@ -170,12 +179,14 @@ def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index
     shape, layout, pool, budget, terms, state = su.shape, su.layout, su.pool, su.budget, su.terms, su.state_bytes
     warnings = list(su.notes)
     max_model_len = s.max_model_len or engine.default_max_model_len(shape)
-    if max_model_len > shape.max_position_embeddings:
-        warnings.append(
-            f"--max-model-len {max_model_len} exceeds the model's max_position_embeddings "
-            f"{shape.max_position_embeddings}; quality beyond it is not assured"
-        )
+    # the model's own limit: a published rope-scaling recipe serves a longer context, else it is refused
+    beyond = context_refusal(s.model_name, s.shape, max_model_len, engine)
+    note = recipe_note(s.model_name, s.shape, max_model_len, engine)
+    if note:
+        warnings.append(note)
     at = _length_figures(su, engine, s.concurrency, max_model_len)
+    if beyond:
+        at = replace(at, fits=False)
     kv_budget = max(0, budget.kv_budget_bytes)
     state_reserved = s.concurrency * state
     units = units_for(pool, kv_budget - state_reserved)
@@ -196,7 +207,7 @@ def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index
         headroom_bytes=budget.headroom_bytes,
         free_bytes=free if budget.kv_budget_bytes > 0 else budget.kv_budget_bytes,
     )
-    message = _fit_message(s, engine, budget, pool, kv_budget, max_model_len, state, at, terms)
+    message = beyond or _fit_message(s, engine, budget, pool, kv_budget, max_model_len, state, at, terms)
     k_name = su.k_name
     return Estimate(
         scenario=s, engine=engine, k_format=k_name if k_name != "auto" else shape.serving_dtype,

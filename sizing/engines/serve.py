@@ -43,6 +43,9 @@ class ServeSettings:
     host_tier_bytes: int = 0  # host-memory KV tier per replica (engines configured by file read it here)
     language_model_only: bool = False  # a multimodal model served text-only (vLLM builds no vision tower)
     enforce_eager: bool = False  # planned without torch.compile and CUDA graphs
+    # the config's rope_scaling a published recipe adds to serve past max_position_embeddings
+    # (sizing/capacity/context_limit.py; {"rope_type", "factor", "original_max_position_embeddings"})
+    rope_scaling: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,27 @@ LAUNCHERS: dict[str, EngineLauncher] = {
 }
 
 
+def without_theta(rope_scaling: dict) -> dict:
+    """A recipe's rope_scaling as a model card spells it in config.json (the base stays the config's own)."""
+    return {k: v for k, v in rope_scaling.items() if k != "rope_theta"}
+
+
+def rope_override_args(engine: str, rope_scaling: dict) -> list[str] | None:
+    """The engine's own option that adds `rope_scaling` to the model's config, or None where kvsize knows none:
+    vLLM --hf-overrides with rope_parameters, the base included (docs.vllm.ai, features/context_extension: the
+    --rope-scaling option is gone), SGLang --json-model-override-args with rope_scaling as the model cards give it,
+    llama.cpp's --rope-scaling/--rope-scale/--yarn-orig-ctx (YaRN only)."""
+    if engine == "vllm":
+        return ["--hf-overrides", json.dumps({"rope_parameters": rope_scaling}, separators=(",", ":"))]
+    if engine == "sglang":
+        return ["--json-model-override-args",
+                json.dumps({"rope_scaling": without_theta(rope_scaling)}, separators=(",", ":"))]
+    if engine == "llamacpp" and rope_scaling.get("rope_type") == "yarn":
+        return ["--rope-scaling", "yarn", "--rope-scale", f"{rope_scaling['factor']:g}", "--yarn-orig-ctx",
+                str(rope_scaling["original_max_position_embeddings"])]
+    return None
+
+
 def serve_command(engine: str, settings: ServeSettings, role: str | None = None,
                   host_tier_bytes: int = 0) -> ServeCommand:
     """The command for one replica; `role` "prefill" or "decode" for a disaggregated design, and a
@@ -162,6 +186,17 @@ def serve_command(engine: str, settings: ServeSettings, role: str | None = None,
                                               f"them for: {', '.join(e for e, l in LAUNCHERS.items() if l.offload_args)}")
         extra += launcher.offload_args(host_tier_bytes, settings.tensor_parallel_size)
         settings = replace(settings, host_tier_bytes=host_tier_bytes)
+    if launcher is not None and settings.rope_scaling:
+        rope = rope_override_args(engine, settings.rope_scaling)
+        if rope is None:
+            return ServeCommand(engine, None, f"--max-model-len {settings.max_model_len:,} needs a rope-scaling override "
+                                              f"({json.dumps(settings.rope_scaling)}), which kvsize writes for vllm, "
+                                              f"sglang and llamacpp only; add it to the model's config.json for {engine}")
+        extra += rope
+        r = settings.rope_scaling
+        notes.append(f"the model's context is extended with rope_scaling {r['rope_type']} factor {r['factor']:g} "
+                     f"over {r['original_max_position_embeddings']:,} positions: a published recipe, "
+                     "whose source profiles/rope_recipes.json names")
     command = _serve_command(engine, settings, tuple(extra))
     return ServeCommand(command.engine, command.command, "; ".join([command.note, *notes]))
 

@@ -25,6 +25,7 @@ from ..cache.layers import build_layout, kv_heads_per_rank
 from ..engines import get_engine
 from ..engines.memory import resolve_weights_dtype
 from ..capacity.estimate import Estimate, estimate
+from ..capacity.context_limit import check_context
 from ..capacity.scenario import Scenario
 from ..capacity.budget import engine_weight_bytes
 from ..config import ModelShape
@@ -230,6 +231,7 @@ def replica_model(base: Scenario, candidate: Candidate, workload: Workload, effi
     scenario = g.scenario(base, k_cache_dtype=candidate.kv_format, v_cache_dtype=candidate.kv_format,
                           tensor_parallel_size=tp, pipeline_parallel_size=1, max_model_len=longest, concurrency=1,
                           extra_weights_bytes=draft_weights)
+    check_context(base.model_name, base.shape, longest, get_engine(base.engine), option="workload context")
     e = estimate(scenario)  # KvsizeError (TP split, unsupported format) goes to the caller
     max_seqs = e.scenario.max_num_seqs  # the engine release's default where the user gave none
     shared = _pool_plan("shared", e, [(b.share_percent / 100, b) for b in mix], float(workload.peak_concurrency),
@@ -519,6 +521,7 @@ def plan_serve_command(plan: FleetPlan, base: Scenario, chosen: CandidatePlan, m
     from ..engines import get_engine
     from ..capacity.budget import fraction_inputs
     from ..engines.serve import ServeSettings, serve_command
+    from ..capacity.context_limit import rope_scaling_for
 
     engine = get_engine(plan.engine)
     fmt = get_format(chosen.candidate.kv_format, base.shape.serving_dtype).name
@@ -532,7 +535,7 @@ def plan_serve_command(plan: FleetPlan, base: Scenario, chosen: CandidatePlan, m
         memory_fraction=fraction, block_size=base.block_size or engine.block_size_default,
         max_num_seqs=chosen.shared.requests_per_replica if chosen.shared else (base.max_num_seqs or 256),
         cache_tokens=chosen.cache_tokens, language_model_only=base.language_model_only,
-        enforce_eager=base.enforce_eager,
+        enforce_eager=base.enforce_eager, rope_scaling=rope_scaling_for(base.model_name, base.shape, longest, engine),
     )
     return serve_command(plan.engine, settings)
 

@@ -364,6 +364,7 @@ def design_serve_commands(design: Design, base: Scenario, workload: Workload, mo
     from ..engines import get_engine
     from ..capacity.budget import fraction_inputs
     from ..engines.serve import ServeSettings, serve_command
+    from ..capacity.context_limit import rope_scaling_for
 
     engine = get_engine(base.engine)
     longest = max(b.max_context_tokens for b in workload.mix())
@@ -381,7 +382,7 @@ def design_serve_commands(design: Design, base: Scenario, workload: Workload, mo
             block_size=base.block_size or engine.block_size_default,
             max_num_seqs=per_replica if role != "prefill" else (base.max_num_seqs or 256), cache_tokens=0,
             language_model_only=base.language_model_only,
-            enforce_eager=base.enforce_eager)
+            enforce_eager=base.enforce_eager, rope_scaling=rope_scaling_for(base.model_name, base.shape, longest, engine))
         command = serve_command(engine.name, settings, None if role == "replica" else role, host_tier_bytes)
         out.append((f"{role} × {replicas}", command))
     return out
