@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from sizing.errors import KvsizeError
@@ -108,6 +109,14 @@ def _write_all(files: list[tuple[Path, bytes]]) -> None:
     finally:
         for tmp, _, _ in staged:
             Path(tmp).unlink(missing_ok=True)
+
+
+def _write_by_kind(outs: list[Path], csv: Callable[[], str], as_json: Callable[[], str],
+                   xlsx: Callable[[], bytes]) -> None:
+    """Each --out in the form its suffix names (.csv, .json, else .xlsx, which _checked_outs allows), each made only
+    when asked for, all written whole or none at all."""
+    made = {".csv": lambda: csv().encode(), ".json": lambda: as_json().encode()}
+    _write_all([(out, made.get(out.suffix.lower(), xlsx)()) for out in outs])
 
 
 def _label(message: str) -> str:

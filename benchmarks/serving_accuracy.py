@@ -21,14 +21,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sizing.evidence.serving import predict_point, served_settings  # noqa: E402
+from sizing.evidence.serving import SPEED_BARS, held_to, predict_point, served_figures, served_settings  # noqa: E402
 from sizing.planners.serving import step_overhead  # noqa: E402
 
 POINTS = ROOT / "measure" / "serving" / "points.json"
 PAGE = ROOT / "docs" / "speed-accuracy.md"
 TABLE = ROOT / "measure" / "serving" / "simulated.json"  # the same rows as data, for the app's Validation tab
-FIGURES = (("ttft_p50_ms", "ttft_ms", 50, 0.10), ("itl_p50_ms", "itl_ms", 50, 0.10),
-           ("ttft_p99_ms", "ttft_ms", 99, 0.25), ("itl_p99_ms", "itl_ms", 99, 0.25))
+FIGURES = ("ttft_p50_ms", "itl_p50_ms", "ttft_p99_ms", "itl_p99_ms", "output_tokens_per_s")
 
 
 def rows() -> list[dict]:
@@ -38,13 +37,9 @@ def rows() -> list[dict]:
         served = predict_point(served_settings(p), ROOT)
         row = dict(id=p["id"], group="fitted on" if p["id"] in fitted else "out of the fit",
                    loop=p["settings"]["loop"], errors={})
-        for measured_key, attr, q, _ in FIGURES:
-            measured, predicted = p["measured"][measured_key], getattr(served, attr)[q]
-            row[measured_key] = (measured, predicted)
-            row["errors"][measured_key] = predicted / measured - 1
-        m, pr = p["measured"]["output_tokens_per_s"], served.output_tokens_per_s
-        row["output_tokens_per_s"] = (m, pr)
-        row["errors"]["output_tokens_per_s"] = pr / m - 1
+        for r in held_to({k: p["measured"][k] for k in FIGURES}, served_figures(served)):
+            row[r["figure"]] = (r["measured"], r["kvsize"])
+            row["errors"][r["figure"]] = r["error"]
         out.append(row)
     return out
 
@@ -53,7 +48,8 @@ def summary(table: list[dict]) -> list[str]:
     lines = [f"{'group':<16}{'figure':<28}{'points':>7}{'within bar':>12}{'median |error|':>16}{'worst':>9}"]
     for group in ("fitted on", "out of the fit"):
         part = [r for r in table if r["group"] == group]
-        for key, _, _, bar in FIGURES + (("output_tokens_per_s", None, None, 0.10),):
+        for key in FIGURES:
+            bar = SPEED_BARS[key]
             errors = [r["errors"][key] for r in part]
             ok = sum(1 for e in errors if abs(e) <= bar)
             worst = max(errors, key=abs)

@@ -8,11 +8,6 @@ from pathlib import Path
 
 from app.options import _add_scenario_options, scenario_from_args
 
-# the accuracy goals kvsize holds its speed figures to (docs/speed-accuracy.md)
-BARS = {"ttft_p50_ms": 0.10, "itl_p50_ms": 0.10, "ttft_p99_ms": 0.25, "itl_p99_ms": 0.25,
-        "output_tokens_per_s": 0.10, "requests_per_s": 0.10}
-
-
 def add_parser(sub) -> None:
     p = sub.add_parser("check-serve", help="a load generator's result against kvsize's speed figures for that server")
     p.add_argument("result", help="the JSON `vllm bench serve --save-result` wrote (.json or .json.gz)")
@@ -24,6 +19,7 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from sizing.evidence.bench import MAX_BENCH_BYTES, read_bench
+    from sizing.evidence.serving import held_to, served_figures
     from sizing.inputs import read_limited
     from sizing.planners.serving import serving_replica, simulate
     from sizing.profiles import gpu_profile, measured_efficiency
@@ -35,14 +31,7 @@ def run(args: argparse.Namespace) -> int:
     gpu = gpu_profile(args.gpu)
     model, engine = serving_replica(scenario, gpu.hbm_bandwidth_gb_s, gpu.bf16_dense_tflops, measured_efficiency())
     served = simulate(model, engine, bench.load)
-    predicted = dict(ttft_p50_ms=served.ttft_ms[50], ttft_p99_ms=served.ttft_ms[99], itl_p50_ms=served.itl_ms[50],
-                     itl_p99_ms=served.itl_ms[99], output_tokens_per_s=served.output_tokens_per_s,
-                     requests_per_s=served.requests_per_s)
-    rows = []
-    for key, measured in bench.measured.items():
-        error = predicted[key] / measured - 1 if measured else None
-        rows.append(dict(figure=key, measured=measured, kvsize=predicted[key], error=error, bar=BARS[key],
-                         within=error is not None and abs(error) <= BARS[key]))
+    rows = held_to(bench.measured, served_figures(served))
     load = bench.load
     loop = (f"closed loop of {load.concurrency}" if load.concurrency is not None
             else f"open loop at {load.request_rate:g} requests/s (Poisson)")

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from sizing.errors import KvsizeError
 
-from app.commands.plan_designs import _hf_id, _prices, designs_from_args
+from app.commands.plan_designs import _prices, designs_from_args
 from app.options import (_add_scenario_options, _int_or_error, _list, _positive_float, _positive_int, _size,
                          _check_beyond_positions, scenario_from_args)
-from app.output import _checked_outs, _csv_text, _write_all
+from app.output import _checked_outs, _csv_text, _write_by_kind
 from app.provenance import provenance_rows, say, with_provenance_columns
 
 
@@ -66,23 +66,17 @@ def run(args: argparse.Namespace) -> int:
     record["deployment"] = design_deployment(best, plan, base, args.model)
     rows = record["candidates"]
     provenance = provenance_rows([args.engine], args.gpus) if outs else []
-    pending = []
-    for out in outs:
-        kind = out.suffix.lower()
-        if kind == ".csv":
-            pending.append((out, _csv_text(with_provenance_columns(rows, provenance)).encode()))
-        elif kind == ".json":
-            pending.append((out, (json.dumps(record, indent=2) + "\n").encode()))
-        else:
-            from app.spreadsheet import xlsx_bytes
 
-            summary = plan_summary(plan, record["cheapest"], designs["serve"],
-                                   [r.explanation for r in rules if r.fires])
-            sheets = {"summary": summary, "designs": designs["rows"], "frontier": designs["frontier"],
-                      "capacity_only": rows, "pools": record["pools"], "cost": record["cost"],
-                      "guidance": record["guidance"], "quality": record["quality"], "provenance": provenance}
-            pending.append((out, xlsx_bytes(sheets)))
-    _write_all(pending)
+    def xlsx() -> bytes:
+        from app.spreadsheet import xlsx_bytes
+
+        summary = plan_summary(plan, record["cheapest"], designs["serve"], [r.explanation for r in rules if r.fires])
+        return xlsx_bytes({"summary": summary, "designs": designs["rows"], "frontier": designs["frontier"],
+                           "capacity_only": rows, "pools": record["pools"], "cost": record["cost"],
+                           "guidance": record["guidance"], "quality": record["quality"], "provenance": provenance})
+
+    _write_by_kind(outs, lambda: _csv_text(with_provenance_columns(rows, provenance)),
+                   lambda: json.dumps(record, indent=2) + "\n", xlsx)
     sys.stdout.write(render_plan(plan, rows, rules, notes, answer, args.top))
     sys.stdout.write(designs["text"])
     for out in outs:

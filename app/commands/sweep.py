@@ -10,7 +10,7 @@ from sizing.errors import KvsizeError
 
 from app.options import (TOKENS_HELP, _add_scenario_options, _int_or_error, _list, _tokens_or_error,
                          _warn_beyond_positions, scenario_from_args)
-from app.output import _checked_outs, _csv_text, _label, _Progress, _write_all
+from app.output import _checked_outs, _csv_text, _label, _Progress, _write_by_kind
 from app.provenance import provenance_rows, say, with_provenance_columns
 
 
@@ -73,16 +73,8 @@ def run(args: argparse.Namespace) -> int:
     if not rows:
         raise KvsizeError("the sweep produced no rows")
     provenance = provenance_rows(grid.engines, grid.gpus)
-    pending = []
-    for out in outs:
-        kind = out.suffix.lower()
-        if kind == ".csv":
-            pending.append((out, _csv_text(with_provenance_columns(rows, provenance)).encode()))
-        elif kind == ".json":
-            pending.append((out, (json.dumps(rows) + "\n").encode()))
-        else:
-            pending.append((out, _sweep_xlsx(rows, grid, base, provenance)))
-    _write_all(pending)  # every file whole, or none
+    _write_by_kind(outs, lambda: _csv_text(with_provenance_columns(rows, provenance)),
+                   lambda: json.dumps(rows) + "\n", lambda: _sweep_xlsx(rows, grid, base, provenance))
     for out in outs:
         print(f"kvsize: wrote {len(rows):,} rows to {out}", file=sys.stderr)
     return 0

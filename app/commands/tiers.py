@@ -10,7 +10,7 @@ from sizing.errors import KvsizeError
 from sizing.units import GiB
 
 from app.options import _add_scenario_options, _positive_fraction, _size, _tokens, scenario_from_args
-from app.output import _checked_outs, _csv_text, _label, _write_all
+from app.output import _checked_outs, _csv_text, _label, _write_by_kind
 from app.provenance import say
 
 
@@ -55,21 +55,19 @@ def run(args: argparse.Namespace) -> int:
     tier_rows = record["tiers"]
     reuse_rows = [dict({k: v for k, v in r.items() if k != "hit_by_tier"},
                        **{f"hit_{k}": v for k, v in r["hit_by_tier"].items()}) for r in record["reuse"]]
-    pending = []
-    for out in outs:
-        kind = out.suffix.lower()
-        if kind == ".json":
-            pending.append((out, (json.dumps(record, indent=2) + "\n").encode()))
-        elif kind == ".csv":
-            if not tier_rows:
-                raise KvsizeError("--out .csv holds the tiers, and none was given (--host-memory, --disk, --remote)")
-            pending.append((out, _csv_text(tier_rows).encode()))
-        else:
-            from app.spreadsheet import xlsx_bytes
 
-            summary = [dict(item=k, value=v, note="") for k, v in record.items() if not isinstance(v, (list, dict))]
-            pending.append((out, xlsx_bytes({"summary": summary, "tiers": tier_rows, "reuse": reuse_rows})))
-    _write_all(pending)
+    def csv() -> str:
+        if not tier_rows:
+            raise KvsizeError("--out .csv holds the tiers, and none was given (--host-memory, --disk, --remote)")
+        return _csv_text(tier_rows)
+
+    def xlsx() -> bytes:
+        from app.spreadsheet import xlsx_bytes
+
+        summary = [dict(item=k, value=v, note="") for k, v in record.items() if not isinstance(v, (list, dict))]
+        return xlsx_bytes({"summary": summary, "tiers": tier_rows, "reuse": reuse_rows})
+
+    _write_by_kind(outs, csv, lambda: json.dumps(record, indent=2) + "\n", xlsx)
     if args.format == "json":
         sys.stdout.write(json.dumps(record, indent=2) + "\n")
     else:

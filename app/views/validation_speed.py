@@ -12,11 +12,11 @@ import streamlit as st
 
 from app.ui import _chart, _downloads
 from sizing.errors import KvsizeError
+from sizing.evidence.serving import SPEED_BARS
 from sizing.inputs import read_limited
 from sizing.units import MiB
 
 TABLE = Path(__file__).resolve().parents[2] / "measure" / "serving" / "simulated.json"
-BARS = {"ttft_p50_ms": 0.10, "itl_p50_ms": 0.10}
 
 
 @st.cache_data(show_spinner=False)
@@ -35,8 +35,9 @@ def speed_section() -> None:
         st.error(str(e))
         return
     unseen = df[df["group"] == "out of the fit"]
-    cols = st.columns(len(BARS))
-    for col, (key, bar) in zip(cols, BARS.items()):
+    shown = ("ttft_p50_ms", "itl_p50_ms")
+    cols = st.columns(len(shown))
+    for col, (key, bar) in zip(cols, ((k, SPEED_BARS[k]) for k in shown)):
         error = unseen[f"{key}_kvsize"] / unseen[f"{key}_measured"] - 1
         col.metric(f"{key.split('_')[0].upper()} p50 within {bar:.0%} (out of the fit)",
                    f"{int((error.abs() <= bar).sum())} of {len(unseen)}",

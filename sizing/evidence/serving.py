@@ -45,3 +45,27 @@ def predict_point(settings: dict, root, per_layer_overhead_s: float | None = Non
     load = Load(settings["input_len"], settings["output_len"], settings["num_prompts"], settings["concurrency"],
                 settings["request_rate"], settings.get("seed") or 0)
     return simulate(model, engine, load)
+
+
+# What the serving simulation is held to, per figure a load generator reports (issue goals: p50 within 10%, p99
+# within 25%; throughput as a p50): the benchmark, `kvsize check-serve` and the app's Validation tab all use these.
+SPEED_BARS = {"ttft_p50_ms": 0.10, "itl_p50_ms": 0.10, "ttft_p99_ms": 0.25, "itl_p99_ms": 0.25,
+              "output_tokens_per_s": 0.10, "requests_per_s": 0.10}
+
+
+def served_figures(served: Served) -> dict[str, float]:
+    """The simulation's figures under the names a load generator's result gives them."""
+    return dict(ttft_p50_ms=served.ttft_ms[50], ttft_p99_ms=served.ttft_ms[99], itl_p50_ms=served.itl_ms[50],
+                itl_p99_ms=served.itl_ms[99], output_tokens_per_s=served.output_tokens_per_s,
+                requests_per_s=served.requests_per_s)
+
+
+def held_to(measured: dict[str, float], predicted: dict[str, float]) -> list[dict]:
+    """Each measured figure beside kvsize's, its signed error (kvsize / measured - 1) and its bar."""
+    rows = []
+    for key, value in measured.items():
+        error = predicted[key] / value - 1 if value else None
+        rows.append(dict(figure=key, measured=value, kvsize=predicted[key], error=error, bar=SPEED_BARS[key],
+                         within=error is not None and abs(error) <= SPEED_BARS[key]))
+    return rows
+

@@ -516,30 +516,6 @@ def cost_rows(plan: FleetPlan) -> list[dict]:
             for r in candidate_rows(plan) if r["fits"]]
 
 
-def plan_serve_command(plan: FleetPlan, base: Scenario, chosen: CandidatePlan, model_id: str | None = None):
-    """The command that starts one replica of `chosen` (the shared pool)."""
-    from ..engines import get_engine
-    from ..capacity.budget import fraction_inputs
-    from ..engines.serve import ServeSettings, serve_command
-    from ..capacity.context_limit import rope_scaling_for
-
-    engine = get_engine(plan.engine)
-    fmt = get_format(chosen.candidate.kv_format, base.shape.serving_dtype).name
-    longest = max(b.max_context_tokens for b in plan.workload.mix())
-    fraction = base.memory_fraction if base.memory_fraction is not None else engine.default_fraction(
-        base.nvml_mib, chosen.candidate.tensor_parallel_size, base.pipeline_parallel_size,
-        fraction_inputs(replace(base, max_model_len=longest), base.shape))
-    settings = ServeSettings(
-        model=model_id or base.model_name, kv_format=fmt, serving_dtype=base.shape.serving_dtype,
-        tensor_parallel_size=chosen.candidate.tensor_parallel_size, max_model_len=longest,
-        memory_fraction=fraction, block_size=base.block_size or engine.block_size_default,
-        max_num_seqs=chosen.shared.requests_per_replica if chosen.shared else (base.max_num_seqs or 256),
-        cache_tokens=chosen.cache_tokens, language_model_only=base.language_model_only,
-        enforce_eager=base.enforce_eager, rope_scaling=rope_scaling_for(base.model_name, base.shape, longest, engine),
-    )
-    return serve_command(plan.engine, settings)
-
-
 def replica_estimate(base: Scenario, chosen: CandidatePlan):
     """One replica of a candidate, sized as the plan sized it: its GPU, format and TP, at the shared pool's length."""
     from ..capacity.estimate import estimate
@@ -548,18 +524,6 @@ def replica_estimate(base: Scenario, chosen: CandidatePlan):
     return estimate(c.gpu.scenario(base, engine=chosen.engine, k_cache_dtype=c.kv_format, v_cache_dtype=c.kv_format,
                                    tensor_parallel_size=c.tensor_parallel_size,
                                    max_model_len=pool.max_model_len if pool else base.max_model_len))
-
-
-def plan_deployment(plan: FleetPlan, base: Scenario, model: str) -> dict | None:
-    """One replica of the cheapest candidate, as `kvsize watch --plan` reads it (sizing/planners/deployment.py): the
-    requests it holds are the shared pool's per replica, at the mix's longest context."""
-    from .deployment import estimate_deployment
-
-    chosen = plan.cheapest
-    if chosen is None or chosen.shared is None:
-        return None
-    return estimate_deployment(replica_estimate(base, chosen), model, chosen.candidate.gpu.id,
-                               chosen.shared.requests_per_replica)
 
 
 def guidance_rows(rules) -> list[dict]:

@@ -171,6 +171,7 @@ class _Request:
     arrival: float
     prompt: int  # tokens to prefill (grows to prompt + output so far after a preemption)
     output: int
+    original_prompt: int
     done_prefill: int = 0
     generated: int = 0
     first_token_at: float | None = None
@@ -180,8 +181,6 @@ class _Request:
     @property
     def in_cache(self) -> int:
         return self.done_prefill + max(0, self.generated - (self.prompt - self.original_prompt))
-
-    original_prompt: int = 0
 
 
 @dataclass(frozen=True)
@@ -229,7 +228,7 @@ def simulate(model: StepModel, engine: Scheduler, load: Load) -> Served:
     def send(at: float) -> None:
         nonlocal sent
         prompt, output = load.length(sent)
-        waiting.append(_Request(at, prompt, output, original_prompt=prompt))
+        waiting.append(_Request(at, prompt, output, prompt))
         sent += 1
 
     if load.concurrency is not None:
@@ -247,8 +246,8 @@ def simulate(model: StepModel, engine: Scheduler, load: Load) -> Served:
         budget = engine.max_num_batched_tokens
         decoding = [r for r in running if r.done_prefill >= r.prompt]
         # a decoding request needs a block for its next token; the newest running request gives way when none is left
-        for r in list(decoding):
-            if r not in running:
+        for r in decoding:
+            if r not in running:  # preempted for one before it
                 continue
             while blocks(r.in_cache + 1) > blocks(r.in_cache) and free_blocks < 1 and len(running) > 1:
                 victim = running.pop()
@@ -257,8 +256,6 @@ def simulate(model: StepModel, engine: Scheduler, load: Load) -> Served:
                 victim.prompt = victim.original_prompt + victim.generated
                 victim.done_prefill = 0
                 waiting.appendleft(victim)
-                if victim in decoding:
-                    decoding.remove(victim)
             if r in running and blocks(r.in_cache + 1) > blocks(r.in_cache):
                 free_blocks -= 1
         decoding = [r for r in running if r.done_prefill >= r.prompt][:budget]

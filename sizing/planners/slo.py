@@ -21,7 +21,7 @@ layered_send_seconds) before its first token: TTFT = p_P + W + transfer.
 from __future__ import annotations
 
 import math
-from dataclasses import replace, dataclass
+from dataclasses import dataclass
 from typing import Literal
 
 from ..errors import KvsizeError
@@ -362,7 +362,7 @@ def design_serve_commands(design: Design, base: Scenario, workload: Workload, mo
     """(role, ServeCommand) for each kind of replica of a design: one for aggregated, prefill and
     decode for disaggregated (sizing/engines/serve.py spells each engine's options)."""
     from ..engines import get_engine
-    from ..capacity.budget import fraction_inputs
+    from ..capacity.budget import chosen_fraction
     from ..engines.serve import ServeSettings, serve_command
     from ..capacity.context_limit import rope_scaling_for
 
@@ -373,8 +373,8 @@ def design_serve_commands(design: Design, base: Scenario, workload: Workload, mo
         ("prefill", design.prefill, design.prefill_replicas), ("decode", design.decode, design.decode_replicas)]
     for role, candidate, replicas in roles:
         tp = candidate.tensor_parallel_size
-        fraction = base.memory_fraction if base.memory_fraction is not None else engine.default_fraction(
-            candidate.gpu.nvml_memory_mib, tp, 1, fraction_inputs(replace(base, max_model_len=longest), base.shape))
+        fraction = chosen_fraction(candidate.gpu.scenario(base, tensor_parallel_size=tp, pipeline_parallel_size=1,
+                                                          max_model_len=longest), engine)
         per_replica = max(1, math.ceil(workload.peak_concurrency / max(1, design.decode_replicas)))
         settings = ServeSettings(
             model=model_id, kv_format=design.decode.kv_format, serving_dtype=base.shape.serving_dtype,
