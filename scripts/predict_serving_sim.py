@@ -5,6 +5,7 @@ When the batch runs there, these are the simulation's prospective figures, repor
 out-of-fit ones (docs/speed-accuracy.md). An existing file is never rewritten: predictions are made once, before.
 
 usage: python scripts/predict_serving_sim.py h100-sxm          (every batch of plan.json, on that bundled GPU)
+       python scripts/predict_serving_sim.py h200 BATCH ...    (only the batches named)
 """
 
 from __future__ import annotations
@@ -34,16 +35,19 @@ def settings(plan: dict, server: dict, point: dict, device_name: str) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
+    if not argv:
         print(__doc__.split("usage:")[1].strip(), file=sys.stderr)
         return 2
-    gpu = argv[0]
+    gpu, named = argv[0], argv[1:]
     # the device name nvidia-smi prints is the profile's name less its form factor: "NVIDIA H100 80GB HBM3 (SXM)"
     device_name = gpu_profile(gpu).name.split(" (")[0]
     plan = json.loads((SERVING / "plan.json").read_text())
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     fit = step_overhead()
-    for batch in plan["batches"]:
+    for batch in named or plan["batches"]:
+        if batch not in plan["batches"]:
+            print(f"no batch {batch!r} in plan.json", file=sys.stderr)
+            return 2
         out = SERVING / f"{batch}-sim-predictions-{gpu}.json"
         if out.exists():
             print(f"{out.relative_to(ROOT)} exists: predictions are made once, before the batch runs", file=sys.stderr)

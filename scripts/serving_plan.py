@@ -57,11 +57,21 @@ TP2_POINTS = [
     closed(8000, 256, 1, 2), closed(8000, 256, 8, 16), closed(32000, 128, 1, 2),
     opened(1000, 256, 2, 30),
 ]
+# batch b4, on H200: points past the KV pool, where the engine must queue and preempt. The bf16 Llama-3.1-8B pool on
+# an H200 holds about 886,000 tokens: 768 requests of 1,000 + 256 and 128 of 8,000 + 256 outgrow it as they decode;
+# fp8 KV (about twice the pool) runs the same 8,000/256 point within it, and 768 of 1,000/256 beside the bf16 one.
+# Qwen3-30B-A3B's bf16 pool (about 745,000 tokens) is outgrown by 96 requests of 8,000 + 256.
+PAST_POOL_BF16 = [closed(1000, 256, 768, 1536), closed(8000, 256, 128, 256)]
+PAST_POOL_FP8 = [closed(8000, 256, 128, 256), closed(1000, 256, 768, 1536)]
+# a short warm-up point first (the first points after an MoE server's start ran slower in b2), then the one past it
+PAST_POOL_MOE = [closed(1000, 64, 96, 96), closed(8000, 256, 96, 192)]
+# a second MoE model, in and out of its pool's reach: closed loop at 1, 16 and 64 in flight and one Poisson rate
+MOE2_POINTS = [closed(1000, 256, 1, 3), closed(1000, 256, 16, 32), closed(1000, 256, 64, 128), opened(1000, 256, 8, 80)]
 
 
 def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len: int, points: list[dict],
            kv_cache_dtype: str = "auto", tp: int = 1, prefill_tokens_per_s: float = 15000.0,
-           itl_guess_s: float = 0.012, tokenizer_only: bool = False) -> dict:
+           itl_guess_s: float = 0.012, tokenizer_only: bool = False, instead_of: str | None = None) -> dict:
     pts = []
     for k, p in enumerate(points, start=1):
         if p["concurrency"] is not None:
@@ -82,6 +92,9 @@ def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len
         # turns the word-level vocabulary's "w123" prompts into no tokens at all): the server and the load generator
         # read the word-level tokenizer from a folder without the config.json instead
         extra["tokenizer"] = f"tokenizers/{model}"
+    if instead_of:
+        # started only where the server named failed to start (a fallback the lane decides on the machine)
+        extra["instead_of"] = instead_of
     return dict(tag=tag, batch=batch, model=model, config=f"measure/serving/models/{model}/config.json", gpus=gpus, **extra,
                 port=port, tensor_parallel_size=tp, kv_cache_dtype=kv_cache_dtype, max_model_len=max_model_len,
                 max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS, max_num_seqs=MAX_NUM_SEQS,
@@ -89,15 +102,20 @@ def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len
 
 
 def plan() -> dict:
-    b1, b2, b3 = "b1-llama8b", "b2-moe-mla", "b3-tp2-32b"
+    b1, b2, b3, b4 = "b1-llama8b", "b2-moe-mla", "b3-tp2-32b", "b4-past-pool-moe2"
+    ran = {b1: {"0": ["llama8b-bf16", "qwen3moe-bf16"], "1": ["llama8b-fp8", "dsv2lite-bf16"],
+                "0,1": ["qwen25-32b-tp2-bf16"]}}
+    ran[b2], ran[b3] = ran[b1], ran[b1]  # b1-b3 ran as one set of lanes
+    ran[b4] = {"0": ["b4-llama8b-bf16", "b4-qwen3moe-bf16"], "1": ["b4-llama8b-fp8", "b4-gptoss20b", "b4-mixtral"],
+               "0,1": []}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
         bench="vllm bench serve --backend vllm --dataset-name random (ignore_eos), --percentile-metrics "
               "ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --save-result --save-detailed",
-        batches=[b1, b2, b3],
-        # lanes run side by side; a lane's servers run one after another; '0,1' runs once both others are done
-        lanes={"0": ["llama8b-bf16", "qwen3moe-bf16"], "1": ["llama8b-fp8", "dsv2lite-bf16"],
-               "0,1": ["qwen25-32b-tp2-bf16"]},
+        batches=[b1, b2, b3, b4],
+        # lanes run side by side; a lane's servers run one after another; '0,1' runs once both others are done.
+        # `lanes` are the newest batch's (what the kit runs); `lanes_by_batch` keeps each batch's
+        lanes=ran[b4], lanes_by_batch=ran,
         servers=[
             server("llama8b-bf16", b1, "llama-3.1-8b", "0", 8101, 65536, LLAMA_POINTS),
             server("llama8b-fp8", b1, "llama-3.1-8b", "1", 8102, 65536, LLAMA_POINTS, kv_cache_dtype="fp8"),
@@ -107,6 +125,18 @@ def plan() -> dict:
                    prefill_tokens_per_s=20000),
             server("qwen25-32b-tp2-bf16", b3, "qwen2.5-32b-instruct", "0,1", 8105, 32768, TP2_POINTS, tp=2,
                    prefill_tokens_per_s=8000, itl_guess_s=0.02, tokenizer_only=True),
+            server("b4-llama8b-bf16", b4, "llama-3.1-8b", "0", 8111, 65536, PAST_POOL_BF16, prefill_tokens_per_s=30000,
+                   itl_guess_s=0.02),
+            server("b4-llama8b-fp8", b4, "llama-3.1-8b", "1", 8112, 65536, PAST_POOL_FP8, kv_cache_dtype="fp8",
+                   prefill_tokens_per_s=30000, itl_guess_s=0.02),
+            server("b4-qwen3moe-bf16", b4, "qwen3-30b-a3b", "0", 8113, 32768, PAST_POOL_MOE,
+                   prefill_tokens_per_s=20000, itl_guess_s=0.02),
+            # gpt-oss-20b (MXFP4 experts, alternating sliding and full attention with sinks); transformers 5 would
+            # pick its tokenizer class from model_type, so the word-level tokenizer is read from its own folder
+            server("b4-gptoss20b", b4, "gpt-oss-20b", "1", 8114, 32768, MOE2_POINTS, prefill_tokens_per_s=30000,
+                   tokenizer_only=True),
+            server("b4-mixtral", b4, "mixtral-8x7b-v0.1", "1", 8115, 32768, MOE2_POINTS, prefill_tokens_per_s=15000,
+                   itl_guess_s=0.015, instead_of="b4-gptoss20b"),
         ],
     )
 
