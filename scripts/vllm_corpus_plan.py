@@ -1,6 +1,6 @@
 """Write the plans of real vLLM starts that make tests/fixtures/vllm-starts (one JSON list a machine).
 
-usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200|architectures|checkpoints|compile-cache|integer-checkpoints|one-h100|release-panels > plan.json
+usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200|architectures|checkpoints|compile-cache|integer-checkpoints|one-h100|release-panels|torch-stage-panels|panel-gaps|tp2-0.33 > plan.json
 Every start is an EngineArgs dict on a config in tests/fixtures/vllm-starts/configs/, in vLLM's
 `vllm serve` usage context unless it says `llm`. Starts whose config is not there are left out.
 """
@@ -271,13 +271,29 @@ def panel_gaps():
     return panels(GAP_RELEASES)
 
 
+def tp2_033():
+    """Tensor parallel 2 on the default release, 0.33.0 (issue 49: its TP terms were 0.19's prior): dense, MoE,
+    a 70B with fp8 KV, MLA, sliding windows and gpt-oss, bf16 and fp8 KV mixed; most useful first."""
+    r = "0.33.0"
+    return [
+        start(r, "llama-3.1-8b", "tp2", tensor_parallel_size=2),
+        start(r, "qwen3-30b-a3b", "tp2", tensor_parallel_size=2, max_model_len=32768),
+        start(r, "llama-3.1-70b", "tp2-fp8", tensor_parallel_size=2, kv_cache_dtype="fp8", max_model_len=32768),
+        start(r, "qwen3-8b", "tp2-fp8", tensor_parallel_size=2, kv_cache_dtype="fp8"),
+        start(r, "mixtral-8x7b-v0.1", "tp2", tensor_parallel_size=2),
+        start(r, "gemma-2-9b", "tp2", tensor_parallel_size=2),
+        start(r, "gpt-oss-20b", "tp2", tensor_parallel_size=2, max_model_len=32768),
+        start(r, "deepseek-v2-lite", "tp2", tensor_parallel_size=2, max_model_len=32768),
+    ]
+
+
 if __name__ == "__main__":
     plan = {"four-gpus": four_gpus, "one-gpu": one_gpu, "four-h100s": four_h100s, "two-h100s": two_h100s,
             "one-h200": one_h200, "architectures": architectures,
             "checkpoints": checkpoints, "compile-cache": compile_cache,
             "integer-checkpoints": integer_checkpoints, "one-h100": one_h100,
             "release-panels": release_panels, "torch-stage-panels": torch_stage_panels,
-            "panel-gaps": panel_gaps}[sys.argv[1]]()
+            "panel-gaps": panel_gaps, "tp2-0.33": tp2_033}[sys.argv[1]]()
     plan = [s for s in plan if (CONFIGS / Path(s["config"]).name).exists()]
     json.dump(plan, sys.stdout, indent=1)
     print()
