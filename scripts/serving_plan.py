@@ -65,7 +65,7 @@ PAST_POOL_BF16 = [closed(1000, 256, 768, 1536), closed(8000, 256, 128, 256)]
 PAST_POOL_FP8 = [closed(8000, 256, 128, 256), closed(1000, 256, 768, 1536)]
 # a short warm-up point first (the first points after an MoE server's start ran slower in b2), then the one past it
 PAST_POOL_MOE = [closed(1000, 64, 96, 96), closed(8000, 256, 96, 192)]
-# a second MoE model, in and out of its pool's reach: closed loop at 1, 16 and 64 in flight and one Poisson rate
+# a second MoE model (Mixtral-8x7B-v0.1 on one H200, then gpt-oss-20b): closed loop at 1, 16 and 64 in flight and one Poisson rate
 MOE2_POINTS = [closed(1000, 256, 1, 3), closed(1000, 256, 16, 32), closed(1000, 256, 64, 128), opened(1000, 256, 8, 80)]
 
 
@@ -106,7 +106,7 @@ def plan() -> dict:
     ran = {b1: {"0": ["llama8b-bf16", "qwen3moe-bf16"], "1": ["llama8b-fp8", "dsv2lite-bf16"],
                 "0,1": ["qwen25-32b-tp2-bf16"]}}
     ran[b2], ran[b3] = ran[b1], ran[b1]  # b1-b3 ran as one set of lanes
-    ran[b4] = {"0": ["b4-llama8b-bf16", "b4-qwen3moe-bf16"], "1": ["b4-llama8b-fp8", "b4-gptoss20b", "b4-mixtral"],
+    ran[b4] = {"0": ["b4-llama8b-bf16", "b4-qwen3moe-bf16"], "1": ["b4-llama8b-fp8", "b4-mixtral", "b4-gptoss20b"],
                "0,1": []}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
@@ -131,12 +131,14 @@ def plan() -> dict:
                    prefill_tokens_per_s=30000, itl_guess_s=0.02),
             server("b4-qwen3moe-bf16", b4, "qwen3-30b-a3b", "0", 8113, 32768, PAST_POOL_MOE,
                    prefill_tokens_per_s=20000, itl_guess_s=0.02),
-            # gpt-oss-20b (MXFP4 experts, alternating sliding and full attention with sinks); transformers 5 would
-            # pick its tokenizer class from model_type, so the word-level tokenizer is read from its own folder
+            # gpt-oss-20b (MXFP4 experts, alternating sliding and full attention with sinks) last, where time is
+            # left: its OpenAI server builds the harmony encoding at start, whose vocabulary file is fetched online
+            # (the GPU machine has no network). transformers 5 would pick its tokenizer class from model_type, so
+            # the word-level tokenizer is read from its own folder
             server("b4-gptoss20b", b4, "gpt-oss-20b", "1", 8114, 32768, MOE2_POINTS, prefill_tokens_per_s=30000,
                    tokenizer_only=True),
             server("b4-mixtral", b4, "mixtral-8x7b-v0.1", "1", 8115, 32768, MOE2_POINTS, prefill_tokens_per_s=15000,
-                   itl_guess_s=0.015, instead_of="b4-gptoss20b"),
+                   itl_guess_s=0.015),
         ],
     )
 
