@@ -196,12 +196,14 @@ def _fleet_page_answer(peak: int, prices: dict | None = None):
     from sizing.planners.tiers import link_fit
     from sizing.profiles import measured_efficiency
 
+    from sizing.planners.held import hold_designs
+
     workload = _fleet_page_workload(peak)
     candidates = build_candidates(["h100-sxm", "h200"], ["auto", "fp8_e4m3", "nvfp4"], [1, 2, 4], prices or {})
-    designs = search_designs(scenario("llama-3.1-8b", memory_fraction=0.92), candidates, workload,
-                             measured_efficiency(), targets_for(workload).targets, link_fit("nvlink4-peer"),
+    base, targets = scenario("llama-3.1-8b", memory_fraction=0.92), targets_for(workload).targets
+    designs = search_designs(base, candidates, workload, measured_efficiency(), targets, link_fit("nvlink4-peer"),
                              same_host=True)
-    return cheapest(designs)
+    return cheapest(hold_designs(designs, base, workload, measured_efficiency(), targets).designs)
 
 
 def test_fleet_page_shows_the_fleet_that_serves_the_workload_from_sizing():
@@ -212,7 +214,8 @@ def test_fleet_page_shows_the_fleet_that_serves_the_workload_from_sizing():
     best = _fleet_page_answer(250)
     assert _metric(at, "Fleet that serves the workload") == f"{best.gpus} GPUs"
     assert _metric(at, "Fleet cost") == f"${best.usd_per_hour:,.2f}/h"
-    assert _metric(at, "TTFT (modelled)") == f"{best.ttft_seconds * 1e3:,.0f} ms"
+    assert best.basis == "serving simulation"
+    assert _metric(at, "TTFT p50 (serving simulation)") == f"{best.ttft_seconds * 1e3:,.0f} ms"
     assert any("vllm serve meta-llama/Llama-3.1-8B" in c.value for c in at.code)
     # The capacity-only candidate is shown as such, never as the headline.
     assert any("capacity only" in h.value for h in at.subheader)
@@ -425,11 +428,13 @@ def test_fleet_page_compares_aggregated_and_disaggregated_designs():
     at.number_input(key="ttft_target").set_value(2000.0)
     at.run()
     assert not at.exception
+    from sizing.planners.held import hold_designs
+
     workload = _fleet_page_workload(400)
-    designs = search_designs(scenario("llama-3.1-8b", memory_fraction=0.92),
-                             _fleet_page_candidates(),
-                             workload, measured_efficiency(), Targets(2.0, 0.05), link_fit("nvlink4-peer"),
-                             same_host=True)
+    base = scenario("llama-3.1-8b", memory_fraction=0.92)
+    designs = search_designs(base, _fleet_page_candidates(), workload, measured_efficiency(), Targets(2.0, 0.05),
+                             link_fit("nvlink4-peer"), same_host=True)
+    designs = hold_designs(designs, base, workload, measured_efficiency(), Targets(2.0, 0.05)).designs
     agg = cheapest([d for d in designs if d.kind == "aggregated"])
     assert _metric(at, "Cheapest aggregated") == f"{agg.gpus} GPUs, ${agg.usd_per_hour:,.2f}/h"
     assert any("frontier" in c.proto.spec for c in at.get("plotly_chart"))

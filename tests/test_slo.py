@@ -158,7 +158,7 @@ def test_a_disaggregated_design_has_a_command_per_role(engine, needles):
 
 @pytest.mark.parametrize("args, needle", [
     (["--ttft-ms", "100", "--pd-link", "nvme-gen4"], "--pd-link nvme-gen4 is a disk link"),
-    (["--ttft-ms", "1"], "no design serves the workload under TTFT ≤ 1 ms"),
+    (["--ttft-ms", "1"], "no design serves the workload under p50 of requests: TTFT ≤ 1 ms"),
     (["--ttft-ms", "0"], "--ttft-ms: expected a positive finite number"),
 ])
 def test_plan_latency_inputs_that_cannot_work_exit_2(args, needle, capsys):

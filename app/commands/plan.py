@@ -40,6 +40,9 @@ def add_parser(sub) -> None:
     p.add_argument("--ttft-ms", type=_positive_float, default=None,
                    help="mean time to first token at the peak (overrides the workload's ttft_target_ms); with a "
                         "TTFT or ITL target, plan also searches aggregated and disaggregated designs")
+    p.add_argument("--target-percentile", type=int, choices=(50, 90, 99), default=None,
+                   help="percentile of requests at which the TTFT and ITL targets hold (overrides the workload's "
+                        "target_percentile; default 50)")
     p.add_argument("--host-memory", type=_size, default=None,
                    help="host DRAM for KV per replica (an offload tier; with the workload's sessions and a target, "
                         "the designs are searched with and without it)")
@@ -112,6 +115,8 @@ def plan_from_args(args: argparse.Namespace):
         workload = workload.model_copy(update={"itl_target_ms": args.itl_target_ms})
     if args.ttft_ms is not None:
         workload = workload.model_copy(update={"ttft_target_ms": args.ttft_ms})
+    if args.target_percentile is not None:
+        workload = workload.model_copy(update={"target_percentile": args.target_percentile})
     base = scenario_from_args(args, args.model, args.gpus[0], args.engine, 1, None, "auto", "auto")
     efficiency = measured_efficiency()
     if args.efficiency_report:

@@ -35,15 +35,19 @@ def designs_from_args(args: argparse.Namespace, plan, base) -> dict:
     formats = list(dict.fromkeys(get_format(f, base.shape.serving_dtype, option="--formats").name for f in args.formats))
     tps = [_int_or_error(t, "--tp") for t in args.tp]
     candidates = build_candidates(args.gpus, formats, tps, _prices(args.price), args.engine)
-    found = search_designs(base, candidates, w, plan.efficiency, targets, link, shared, same_host=same_host)
+    from sizing.planners.held import hold_designs
+
+    plain = search_designs(base, candidates, w, plan.efficiency, targets, link, shared, same_host=same_host)
+    held = hold_designs(plain, base, w, plan.efficiency, targets)
+    found = held.designs
     best = cheapest(found)
-    text = render_designs(chosen, best, found, frontier(found), args.pd_link.strip(), args.top)
+    text = render_designs(chosen, best, found, frontier(found), args.pd_link.strip(), args.top, held)
     sizes = {k: v for k, v in (("host", args.host_memory), ("disk", args.disk)) if v}
     commands = []
     if sizes:
         tiered = search_designs(base, candidates, w, plan.efficiency, targets, link, shared, same_host=same_host,
                                 tiers=TierOption(sizes, {"host": args.host_link, "disk": args.disk_link}))
-        text += render_tier_savings(found, tiered, sizes)
+        text += render_tier_savings(plain, tiered, sizes)  # both by the queueing model: tiers are not simulated
         best = cheapest(tiered) or best
         found = found + [replace(d, kind=f"{d.kind} + tiers") for d in tiered]
     if best is not None:
@@ -66,7 +70,8 @@ def render_tier_savings(plain, tiered, sizes: dict) -> str:
 
     size = ", ".join(f"{k} {v / GiB:,.0f} GiB" for k, v in sizes.items())
     hbm_only = cheapest([d for d in plain if d.kind == "aggregated"])
-    lines = [f"  with KV tiers per replica ({size}; prefixes found there are reloaded, not prefilled):"]
+    lines = [f"  with KV tiers per replica ({size}; prefixes found there are reloaded, not prefilled; queueing model "
+             "against queueing model, as the serving simulation does not run tiers):"]
     for kind in ("aggregated", "disaggregated"):
         d = cheapest([x for x in tiered if x.kind == kind])
         if d is None:
@@ -82,12 +87,18 @@ def render_tier_savings(plain, tiered, sizes: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_designs(chosen, best, found, front_designs, link: str, top: int) -> str:
+def render_designs(chosen, best, found, front_designs, link: str, top: int, held=None) -> str:
     from sizing.planners.slo import cheapest, design_row
 
     front = [design_row(d) for d in front_designs]
-    lines = ["", f"Designs that serve prefill and decode at the peak's arrival rate, for {chosen.sentence()} "
-                 f"(P/D link: {link}; docs/formulas.md, 'Latency targets'):"]
+    lines = ["", f"Designs that serve prefill and decode at the peak, for {chosen.sentence()} "
+                 f"(P/D link: {link}; docs/formulas.md, 'Latency targets' and 'Designs held to the serving "
+                 "simulation'):"]
+    if held is not None:
+        lines.append(f"  held to the serving simulation: {held.simulated} replica(s) run step by step at their share "
+                     f"of the peak; {held.skipped} design(s) could not cost less than the cheapest that meets the "
+                     "targets" + (f"; {held.unsimulated} left unsimulated, so never chosen" if held.unsimulated
+                                  else ""))
     agg = cheapest([d for d in found if d.kind == "aggregated"])
     dis = cheapest([d for d in found if d.kind == "disaggregated"])
     for name, d in (("aggregated", agg), ("disaggregated", dis)):

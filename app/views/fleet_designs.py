@@ -24,6 +24,7 @@ class FleetAnswer:
     best: object  # the chosen Design, or None
     chosen: object  # ChosenTargets
     error: str | None = None
+    held: object = None  # HeldDesigns: how many replicas the serving simulation ran
 
 
 def fleet_answer(s: Scenario, workload, gpus: list[str], formats: list[str], tps: list[int], prices: dict,
@@ -33,6 +34,7 @@ def fleet_answer(s: Scenario, workload, gpus: list[str], formats: list[str], tps
     target, P/D link and host tier; their values are read from the session so the headline comes first."""
     from sizing.planners.answer import targets_for
     from sizing.planners.fleet import build_candidates
+    from sizing.planners.held import hold_designs
     from sizing.planners.slo import TierOption, cheapest, pd_link, search_designs
 
     ttft = float(st.session_state.get("ttft_target", workload.ttft_target_ms or 0.0) or 0.0)
@@ -40,14 +42,32 @@ def fleet_answer(s: Scenario, workload, gpus: list[str], formats: list[str], tps
     host_gib = int(st.session_state.get("host_tier_gib", 0) or 0)
     chosen = targets_for(workload.model_copy(update={"ttft_target_ms": ttft or None}), "the targets set on this page")
     tiers = TierOption({"host": host_gib * GiB}, {"host": "pcie5-x16"}) if host_gib else None
+    key = (repr(s), workload.model_dump_json(), tuple(gpus), tuple(formats), tuple(tps), tuple(sorted(prices.items())),
+           link_choice, ttft, host_gib, repr(plan.efficiency))
+    if key in _ANSWERS:
+        return _ANSWERS[key]
     try:
         link, shared, same_host = pd_link(link_choice, "P/D link")
-        designs = search_designs(replace(s, pipeline_parallel_size=1),
-                                 build_candidates(gpus, formats, tps, prices, engine=s.engine), workload,
+        base = replace(s, pipeline_parallel_size=1)
+        designs = search_designs(base, build_candidates(gpus, formats, tps, prices, engine=s.engine), workload,
                                  plan.efficiency, chosen.targets, link, shared, same_host=same_host, tiers=tiers)
+        held = None
+        if tiers is None:  # KV tiers' reloads are the queueing model's; the simulation holds designs without them
+            held = hold_designs(designs, base, workload, plan.efficiency, chosen.targets)
+            designs = held.designs
     except KvsizeError as e:
         return FleetAnswer([], None, chosen, in_widget_terms(str(e)))
-    return FleetAnswer(designs, cheapest(designs), chosen)
+    answer = FleetAnswer(designs, cheapest(designs), chosen, held=held)
+    if len(_ANSWERS) >= MAX_KEPT_ANSWERS:
+        _ANSWERS.pop(next(iter(_ANSWERS)))
+    _ANSWERS[key] = answer
+    return answer
+
+
+# Answers kept per server process: a design search holds some ten replicas to the serving simulation (seconds), and
+# a rerun of the page with the same inputs (any other widget moved) must not pay for it again.
+MAX_KEPT_ANSWERS = 32
+_ANSWERS: dict[tuple, FleetAnswer] = {}
 
 
 def show_answer(answer: FleetAnswer) -> None:
@@ -66,9 +86,18 @@ def show_answer(answer: FleetAnswer) -> None:
     m[0].metric("Fleet that serves the workload", f"{d.gpus} GPUs", help=d.label)
     m[1].metric("Fleet cost", f"${d.usd_per_hour:,.2f}/h",
                 help=f"${d.usd_per_hour * HOURS_PER_MONTH:,.0f} a month of {HOURS_PER_MONTH} h")
-    m[2].metric("TTFT (modelled)", f"{d.ttft_seconds * 1e3:,.0f} ms", help="with queueing at the peak's arrival rate")
-    m[3].metric("ITL (modelled)", f"{d.itl_seconds * 1e3:.1f} ms", help="prefill interleaved with decode")
-    st.caption(f"{d.label}; targets: {answer.chosen.sentence()}")
+    q = answer.chosen.targets.percentile
+    how = ("simulated: the engine's steps at the design's share of the peak" if d.basis == "serving simulation"
+           else "queueing model at the peak's arrival rate")
+    m[2].metric(f"TTFT p{q} ({d.basis})", f"{d.ttft_seconds * 1e3:,.0f} ms", help=how)
+    m[3].metric(f"ITL p{q} ({d.basis})", f"{d.itl_seconds * 1e3:.1f} ms",
+                help=f"each request's mean gap between tokens (TPOT), prefill interleaved with decode; {how}")
+    held = answer.held
+    extra = "" if held is None else (
+        f" Held to the serving simulation: {held.simulated} replica(s) run step by step; {held.skipped} design(s) "
+        "could not cost less than the cheapest that meets the targets"
+        + (f"; {held.unsimulated} left unsimulated, so never chosen." if held.unsimulated else "."))
+    st.caption(f"{d.label}; targets: {answer.chosen.sentence()}.{extra}")
 
 
 def page_designs(s: Scenario, workload, answer: FleetAnswer) -> None:

@@ -41,6 +41,7 @@ class ChosenTargets:
         given = [p for p, g in parts if g]
         defaulted = [p for p, g in parts if not g]
         out = f"{' and '.join(given)} ({self.source})" if given else ""
+        out = f"p{t.percentile} of requests: " + out if out else f"p{t.percentile} of requests"
         if defaulted:
             out += ("; " if out else "") + (
                 f"{' and '.join(defaulted)} by {DEFAULT_TARGETS_SOURCE}, as no target was given for "
@@ -53,7 +54,8 @@ def targets_for(workload: Workload, source: str = "the workload's targets") -> C
     """The workload's targets (a command line's override is already in it); a target not given takes the stated
     default, so the answer never rests on an unbounded TTFT or ITL."""
     ttft, itl = workload.ttft_target_ms, workload.itl_target_ms
-    targets = Targets(ttft / 1000 if ttft else DEFAULT_TTFT_SECONDS, itl / 1000 if itl else DEFAULT_ITL_SECONDS)
+    targets = Targets(ttft / 1000 if ttft else DEFAULT_TTFT_SECONDS, itl / 1000 if itl else DEFAULT_ITL_SECONDS,
+                      workload.target_percentile)
     return ChosenTargets(targets, bool(ttft), bool(itl), source)
 
 
@@ -63,14 +65,16 @@ def headline(design: Design | None, chosen: ChosenTargets) -> str:
         return f"Fleet that serves the workload: none meets {chosen.sentence()}"
     return (f"Fleet that serves the workload: {design.gpus} GPUs, ${design.usd_per_hour:,.2f}/h "
             f"(${design.usd_per_hour * HOURS_PER_MONTH:,.0f} a month of {HOURS_PER_MONTH} h): {design.label}; "
-            f"TTFT {design.ttft_seconds * 1e3:,.0f} ms, ITL {design.itl_seconds * 1e3:.1f} ms at "
-            f"{design.requests_per_second:,.2f} requests/s; targets: {chosen.sentence()}")
+            f"p{chosen.targets.percentile} TTFT {design.ttft_seconds * 1e3:,.0f} ms, ITL "
+            f"{design.itl_seconds * 1e3:.1f} ms at {design.requests_per_second:,.2f} requests/s ({design.basis}); "
+            f"targets: {chosen.sentence()}")
 
 
 def answer_record(design: Design | None, chosen: ChosenTargets) -> dict:
     """The plan JSON's `cheapest`: the chosen design as plain values, with the targets it was chosen under."""
     t = chosen.targets
-    targets = dict(ttft_ms=t.ttft_seconds * 1e3, itl_ms=t.itl_seconds * 1e3, ttft_given=chosen.ttft_given,
+    targets = dict(ttft_ms=t.ttft_seconds * 1e3, itl_ms=t.itl_seconds * 1e3, percentile=t.percentile,
+                   ttft_given=chosen.ttft_given,
                    itl_given=chosen.itl_given, source=chosen.sentence())
     if design is None:
         return dict(design=None, targets=targets, reason=f"no design meets {chosen.sentence()}")

@@ -30,7 +30,7 @@ import math
 import random
 from collections import deque
 from dataclasses import dataclass, field
-from functools import cache, lru_cache
+from functools import cache, cached_property, lru_cache
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -89,10 +89,26 @@ class StepModel:
         # requests' KV reads and the chunks' causal attention add to the GEMMs' time.
         step_tokens = decoding + sum(end - start for start, end in chunks)
         gemms = max(self._weights(_rounded(max(step_tokens, 1))),
-                    2 * active_params(self.shape) * step_tokens / self._flops())
+                    2 * self._active_params * step_tokens / self._flops())
         attention = sum(self._attention(end) - self._attention(start) for start, end in chunks) / self._flops()
         kv = self._kv(decoding, _rounded(mean)) if decoding else 0.0
         return gemms + attention + kv + self.shape.num_layers * self.per_layer_overhead_s
+
+    def prefill_compute_seconds(self, tokens: int) -> float:
+        """The least time a prompt of `tokens` takes in any chunking: its GEMMs' and its causal attention's FLOPs."""
+        return (2 * self._active_params * tokens + self._attention(tokens)) / self._flops()
+
+    def decode_seconds(self, decoding: int, decode_tokens_in_cache: int) -> float:
+        """A step that only decodes: `seconds` with no chunks, kept per batch and rounded mean length."""
+        return self._decode_only(decoding, _rounded(decode_tokens_in_cache // decoding))
+
+    @lru_cache(maxsize=65536)
+    def _decode_only(self, decoding: int, mean_tokens: int) -> float:
+        return self.seconds(decoding, mean_tokens * decoding, [])
+
+    @cached_property
+    def _active_params(self) -> int:
+        return active_params(self.shape)
 
     def _flops(self) -> float:
         return self.bf16_dense_tflops * 1e12 * self.prefill_mfu * self.tp
@@ -134,6 +150,11 @@ class Load:
     # each request's (input, output) tokens in the order sent, where the load generator recorded them (a dataset of
     # varied lengths); empty: every request has the fixed lengths above
     lengths: tuple[tuple[int, int], ...] = ()
+    # figures over the requests sent in this range only (a steady state, past a closed loop's opening burst and
+    # before its drain); None: every request, as the load generator reports them
+    measured: tuple[int, int] | None = None
+    # prompts arrive with their KV already in the pool (shipped from a prefill pool): they take blocks, not compute
+    prefilled: bool = False
 
     def length(self, k: int) -> tuple[int, int]:
         """The k-th request's input and output tokens."""
@@ -154,6 +175,9 @@ class Load:
             raise KvsizeError(f"the load's concurrency must be at least 1, got {self.concurrency!r}")
         if self.request_rate is not None and not (math.isfinite(self.request_rate) and self.request_rate > 0):
             raise KvsizeError(f"the load's request rate must be a positive number per second, got {self.request_rate}")
+        if self.measured is not None and not (0 <= self.measured[0] < self.measured[1] <= self.num_prompts):
+            raise KvsizeError(f"the load's measured requests {self.measured} must be a range within its "
+                              f"{self.num_prompts} prompts")
 
 
 @dataclass(frozen=True)
@@ -168,6 +192,7 @@ class Scheduler:
 
 @dataclass
 class _Request:
+    index: int  # in the order sent
     arrival: float
     prompt: int  # tokens to prefill (grows to prompt + output so far after a preemption)
     output: int
@@ -177,10 +202,8 @@ class _Request:
     first_token_at: float | None = None
     last_token_at: float = 0.0
     gaps: list[float] = field(default_factory=list)
-
-    @property
-    def in_cache(self) -> int:
-        return self.done_prefill + max(0, self.generated - (self.prompt - self.original_prompt))
+    # tokens whose KV the request holds: its prefilled chunks and one per token sampled since (0 once preempted)
+    in_cache: int = 0
 
 
 @dataclass(frozen=True)
@@ -194,6 +217,9 @@ class Served:
     duration_s: float
     preemptions: int
     steps: int
+    # each request's mean gap between its tokens, (last − first token) / (output − 1): the load generator's TPOT,
+    # over requests of more than one token
+    tpot_ms: dict[int, float] = field(default_factory=dict)
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -206,8 +232,9 @@ def _percentile(values: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
-def simulate(model: StepModel, engine: Scheduler, load: Load) -> Served:
-    """Run the load against one replica, step by step."""
+def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool = True) -> Served:
+    """Run the load against one replica, step by step (runs of steps that only decode in one pass, unless
+    `decode_runs` is off: the same figures, slower)."""
     rng = random.Random(load.seed)
     pending: deque[float] = deque()  # arrival times of requests not yet sent to the engine (open loop)
     if load.request_rate is not None:
@@ -228,7 +255,7 @@ def simulate(model: StepModel, engine: Scheduler, load: Load) -> Served:
     def send(at: float) -> None:
         nonlocal sent
         prompt, output = load.length(sent)
-        waiting.append(_Request(at, prompt, output, prompt))
+        waiting.append(_Request(sent, at, prompt, output, prompt))
         sent += 1
 
     if load.concurrency is not None:
@@ -240,25 +267,58 @@ def simulate(model: StepModel, engine: Scheduler, load: Load) -> Served:
         if not waiting and not running:
             now = pending[0]  # idle until the next arrival
             continue
+        run = decode_runs and _decode_run(model, engine, running, waiting, free_blocks, now,
+                                          pending[0] if pending else math.inf)
+        if run:
+            # steps that only decode, until the first request finishes or the next one arrives: every request gets
+            # the same tokens at the same times, the step by step loop's arithmetic in one pass
+            times, used = run
+            steps += len(times)
+            if steps > MAX_SIMULATED_STEPS:
+                raise KvsizeError(f"the simulated load ran past {MAX_SIMULATED_STEPS:,} engine steps; fewer prompts")
+            clock = [now]
+            for dt in times:
+                now += dt
+                clock.append(now)
+            gaps = [b - a for a, b in zip(clock, clock[1:])]
+            for r in running:
+                r.generated += len(times)
+                r.in_cache += len(times)
+                r.gaps.extend(gaps)
+                r.last_token_at = now
+            free_blocks -= used
+            done = [r for r in running if r.generated >= r.output]
+            running = [r for r in running if r.generated < r.output]
+            for r in done:
+                free_blocks += blocks(r.in_cache)
+                finished.append(r)
+                if load.concurrency is not None and sent < load.num_prompts:
+                    send(now)
+            continue
         steps += 1
         if steps > MAX_SIMULATED_STEPS:
             raise KvsizeError(f"the simulated load ran past {MAX_SIMULATED_STEPS:,} engine steps; fewer prompts")
         budget = engine.max_num_batched_tokens
         decoding = [r for r in running if r.done_prefill >= r.prompt]
         # a decoding request needs a block for its next token; the newest running request gives way when none is left
+        preempted: set[int] = set()
         for r in decoding:
-            if r not in running:  # preempted for one before it
+            if r.index in preempted:
                 continue
-            while blocks(r.in_cache + 1) > blocks(r.in_cache) and free_blocks < 1 and len(running) > 1:
+            new_block = r.in_cache % engine.block_size == 0  # its next token starts a block
+            while new_block and free_blocks < 1 and len(running) > 1:
                 victim = running.pop()
                 free_blocks += blocks(victim.in_cache)
                 preemptions += 1
+                preempted.add(victim.index)
                 victim.prompt = victim.original_prompt + victim.generated
-                victim.done_prefill = 0
+                victim.done_prefill = victim.in_cache = 0
                 waiting.appendleft(victim)
-            if r in running and blocks(r.in_cache + 1) > blocks(r.in_cache):
+            if new_block and r.index not in preempted:
                 free_blocks -= 1
-        decoding = [r for r in running if r.done_prefill >= r.prompt][:budget]
+        if preempted:
+            decoding = [r for r in decoding if r.index not in preempted]
+        decoding = decoding[:budget]
         budget -= len(decoding)
         chunks: list[tuple[_Request, int]] = []
         for r in running:
@@ -266,14 +326,23 @@ def simulate(model: StepModel, engine: Scheduler, load: Load) -> Served:
                 n = min(budget, r.prompt - r.done_prefill)
                 chunks.append((r, n))
                 budget -= n
-        while waiting and budget > 0 and len(running) < engine.max_num_seqs:
+        while waiting and len(running) < engine.max_num_seqs and (budget > 0 or load.prefilled):
             r = waiting[0]
-            n = min(budget, r.prompt)
             if blocks(r.prompt) > free_blocks:
                 break
             waiting.popleft()
             free_blocks -= blocks(r.prompt)
             running.append(r)
+            if load.prefilled and r.generated == 0:
+                # its KV arrived whole: it decodes from the next step, its first token already sampled by the prefill
+                r.done_prefill = r.in_cache = r.prompt
+                r.generated = 1
+                r.in_cache += 1
+                r.first_token_at = r.last_token_at = now
+                continue
+            n = min(budget, r.prompt)
+            if n <= 0:
+                break
             chunks.append((r, n))
             budget -= n
         cached = sum(r.in_cache for r in decoding)
@@ -281,30 +350,82 @@ def simulate(model: StepModel, engine: Scheduler, load: Load) -> Served:
         now += dt
         for r in decoding:
             r.generated += 1
+            r.in_cache += 1
             r.gaps.append(now - r.last_token_at)
             r.last_token_at = now
         for r, n in chunks:
             r.done_prefill += n
+            r.in_cache += n
             if r.done_prefill >= r.prompt:
                 r.generated += 1  # the step that prefills the last chunk samples a token
+                r.in_cache += 1
                 if r.first_token_at is None:
                     r.first_token_at = now
                 else:
                     r.gaps.append(now - r.last_token_at)
                 r.last_token_at = now
-        for r in [r for r in running if r.generated >= r.output]:
-            running.remove(r)
+        done = [r for r in running if r.generated >= r.output]
+        if done:
+            running = [r for r in running if r.generated < r.output]
+        for r in done:
             free_blocks += blocks(r.in_cache)
             finished.append(r)
             if load.concurrency is not None and sent < load.num_prompts:
                 send(now)
+    return _figures(finished, load, preemptions, steps)
+
+
+def _decode_run(model: StepModel, engine: Scheduler, running: list[_Request], waiting, free_blocks: int,
+                now: float, arrival: float) -> tuple[list[float], int] | None:
+    """(step times, blocks taken) of the steps to come while every running request only decodes: none is being
+    prefilled, none waiting can be let in (no seat, or no blocks even before these steps take theirs), the pool has a
+    block for every token, all fit the token budget. They last until the first request finishes or, in an open loop,
+    a step ends at or past the next arrival. None when the next step is not such a step."""
+    n = len(running)
+    if n == 0 or n > engine.max_num_batched_tokens or any(r.done_prefill < r.prompt for r in running):
+        return None
+    size = engine.block_size
+    first = sum(1 for r in running if r.in_cache % size == 0)
+    if waiting and n < engine.max_num_seqs and -(-waiting[0].prompt // size) <= free_blocks - first:
+        return None
+    k = min(r.output - r.generated for r in running)
+    if k < 2 or _blocks_taken(running, k, size) > free_blocks:
+        return None
+    cached = sum(r.in_cache for r in running)
+    times = []
+    for j in range(k):
+        dt = model.decode_seconds(n, cached + j * n)
+        times.append(dt)
+        now += dt
+        if now >= arrival:
+            break
+    return times, _blocks_taken(running, len(times), size)
+
+
+def _blocks_taken(running: list[_Request], steps: int, size: int) -> int:
+    """Blocks `steps` more tokens take for each request: one wherever a token starts a block."""
+    return sum((r.in_cache + steps + size - 1) // size - (r.in_cache + size - 1) // size for r in running)
+
+
+def _figures(finished: list[_Request], load: Load, preemptions: int, steps: int) -> Served:
+    """The load generator's figures over the measured requests. Over every request, throughput is what finished
+    over the time to the last token; over a closed loop's steady state it is Little's law, the requests in flight
+    over the measured requests' mean latency."""
+    if load.measured is not None:
+        finished = [r for r in finished if load.measured[0] <= r.index < load.measured[1]]
     ttfts = [r.first_token_at - r.arrival for r in finished]
     gaps = [g for r in finished for g in r.gaps]
     duration = max(r.last_token_at for r in finished)
+    requests_per_s = len(finished) / duration
+    if load.measured is not None and load.concurrency is not None:
+        duration -= min(r.arrival for r in finished)
+        requests_per_s = load.concurrency * len(finished) / sum(r.last_token_at - r.arrival for r in finished)
+    output_per_request = sum(r.output for r in finished) / len(finished)
+    tpots = [(r.last_token_at - r.first_token_at) / (r.output - 1) for r in finished if r.output > 1]
     return Served({q: 1e3 * _percentile(ttfts, q) for q in PERCENTILES},
                   {q: 1e3 * _percentile(gaps, q) for q in PERCENTILES},
-                  sum(r.output for r in finished) / duration, len(finished) / duration, duration, preemptions,
-                  steps)
+                  requests_per_s * output_per_request, requests_per_s, duration, preemptions,
+                  steps, {q: 1e3 * _percentile(tpots, q) for q in PERCENTILES})
 
 
 def serving_replica(scenario, hbm_bandwidth_gb_s: float, bf16_dense_tflops: float, efficiency: DecodeEfficiency,

@@ -33,6 +33,7 @@ from .speed import prefill_seconds
 from .tiers import LinkFit, layered_send_seconds
 from .workload import Workload
 
+TARGET_PERCENTILES = (50, 90, 99)  # what the serving simulation reports (sizing/planners/serving.py PERCENTILES)
 MAX_PREFILL_BUSY = 0.95  # a prefill queue busier than this has no steady state worth planning on
 FIXED_POINT_ROUNDS = 500  # iterations to converge λ and the ITL to 1e-12 (a few dozen suffice)
 
@@ -41,8 +42,12 @@ FIXED_POINT_ROUNDS = 500  # iterations to converge λ and the ITL to 1e-12 (a fe
 class Targets:
     ttft_seconds: float | None = None
     itl_seconds: float | None = None
+    percentile: int = 50  # of requests' TTFT and of inter-token gaps, where the serving simulation holds a design
 
     def __post_init__(self) -> None:
+        if self.percentile not in TARGET_PERCENTILES:
+            raise KvsizeError(f"the targets' percentile must be one of {', '.join(map(str, TARGET_PERCENTILES))}, "
+                              f"got {self.percentile!r}")
         for name, value in (("TTFT", self.ttft_seconds), ("ITL", self.itl_seconds)):
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise KvsizeError(f"the {name} target must be a positive finite number of seconds, got {value}")
@@ -68,6 +73,8 @@ class Design:
     output_tokens_per_second: float
     meets: bool
     reason: str
+    # what sized it: the queueing model (sizing/planners/slo.py) or the serving simulation (sizing/planners/held.py)
+    basis: str = "queueing model"
 
     @property
     def usd_per_million_output_tokens(self) -> float:
@@ -218,11 +225,30 @@ def _disaggregated(base: Scenario, decode: Candidate, prefill_candidate: Candida
         else:
             lo = mid
     decode_replicas, itl = hi, model.step_at(hi).seconds
-    output = workload.mean("output_tokens")
-    # The fewest prefill replicas whose TTFT (with its queue) meets the target: λ depends on TTFT.
-    # More replicas never raise a replica's load or the queue, so the first that meets it is found by
-    # bisection (a peak of millions of requests costs some twenty evaluations, not millions).
-    def prefill_at(replicas: int) -> tuple[float, float, float, bool]:
+    pool = prefill_pool(workload, p, move, itl, targets)
+    if pool is None:
+        return _failed("disaggregated", decode, prefill_candidate,
+                       f"misses the TTFT target: prefill {p * 1e3:.0f} ms + KV transfer {move * 1e3:.1f} ms")
+    return disaggregated_design(decode, decode_replicas, prefill_candidate, pool, itl, move, workload)
+
+
+@dataclass(frozen=True)
+class PrefillPool:
+    replicas: int
+    ttft_seconds: float
+    requests_per_second: float
+    busy: float
+
+
+def prefill_pool(workload: Workload, prompt_seconds: float, move: float, itl: float,
+                 targets: Targets) -> PrefillPool | None:
+    """The fewest prefill replicas whose TTFT (prefill, its M/D/1 queue and the KV transfer) meets the target while
+    the decode pool keeps `itl`; None when no number of them does. λ depends on TTFT; more replicas never raise a
+    replica's load or the queue, so the first that meets it is found by bisection (a peak of millions of requests
+    costs some twenty evaluations, not millions)."""
+    p, output = prompt_seconds, workload.mean("output_tokens")
+
+    def at(replicas: int) -> tuple[PrefillPool, bool]:
         ttft, rate, busy = p + move, 0.0, 0.0
         for _ in range(FIXED_POINT_ROUNDS):
             rate = workload.peak_concurrency / (ttft + output * itl)
@@ -234,28 +260,28 @@ def _disaggregated(base: Scenario, decode: Candidate, prefill_candidate: Candida
             ttft = p + _mdl_wait(busy, p) + move
             if done:
                 break
-        return ttft, rate, busy, busy < MAX_PREFILL_BUSY and targets.met(ttft, itl)
+        return PrefillPool(replicas, ttft, rate, busy), busy < MAX_PREFILL_BUSY and targets.met(ttft, itl)
 
-    most_prefill = workload.peak_concurrency
-    if prefill_at(most_prefill)[3]:
-        lo, hi = 0, most_prefill
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if prefill_at(mid)[3]:
-                hi = mid
-            else:
-                lo = mid
-        prefill_replicas = hi
-        ttft, rate, busy, _ = prefill_at(prefill_replicas)
-        gpus = decode_replicas * decode.tensor_parallel_size + prefill_replicas * prefill_candidate.tensor_parallel_size
-        cost = (decode_replicas * decode.tensor_parallel_size * decode.gpu.usd_per_hour
-                + prefill_replicas * prefill_candidate.tensor_parallel_size * prefill_candidate.gpu.usd_per_hour)
-        return Design("disaggregated", decode, decode_replicas, prefill_candidate, prefill_replicas, gpus, cost,
-                      itl, ttft, move, rate, rate * output, True,
-                      f"P:D = {prefill_replicas}:{decode_replicas} replicas, prefill busy {busy:.0%}, "
-                      f"KV {move * 1e3:.1f} ms per request over the P/D link")
-    return _failed("disaggregated", decode, prefill_candidate,
-                   f"misses the TTFT target: prefill {p * 1e3:.0f} ms + KV transfer {move * 1e3:.1f} ms")
+    most = workload.peak_concurrency
+    if not at(most)[1]:
+        return None
+    lo, hi = 0, most
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if at(mid)[1] else (mid, hi)
+    return at(hi)[0]
+
+
+def disaggregated_design(decode: Candidate, decode_replicas: int, prefill: Candidate, pool: PrefillPool, itl: float,
+                         move: float, workload: Workload, basis: str = "queueing model", note: str = "") -> Design:
+    gpus = decode_replicas * decode.tensor_parallel_size + pool.replicas * prefill.tensor_parallel_size
+    cost = (decode_replicas * decode.tensor_parallel_size * decode.gpu.usd_per_hour
+            + pool.replicas * prefill.tensor_parallel_size * prefill.gpu.usd_per_hour)
+    rate = pool.requests_per_second
+    return Design("disaggregated", decode, decode_replicas, prefill, pool.replicas, gpus, cost, itl,
+                  pool.ttft_seconds, move, rate, rate * workload.mean("output_tokens"), True,
+                  f"P:D = {pool.replicas}:{decode_replicas} replicas, prefill busy {pool.busy:.0%}, "
+                  f"KV {move * 1e3:.1f} ms per request over the P/D link{note}", basis)
 
 
 PD_LINK_KINDS = ("peer", "remote")  # prefill and decode GPUs talk over NVLink in one host, or a network
@@ -316,8 +342,14 @@ def _distinct_prefill(candidates: list[Candidate]) -> list[Candidate]:
 
 
 def ranked(designs: list[Design]) -> list[Design]:
-    """Designs that meet the targets, cheapest per hour first (then fewer GPUs, lower TTFT and ITL); then the rest."""
-    return sorted(designs, key=lambda d: (not d.meets, d.usd_per_hour, d.gpus, d.ttft_seconds, d.itl_seconds))
+    """Designs that meet the targets, cheapest per hour first (then fewer GPUs, then a format of published
+    near-lossless accuracy before one without, as the capacity table ranks them, then lower TTFT and ITL); then the
+    rest."""
+    from .guidance import NEAR_LOSSLESS_FORMATS
+
+    return sorted(designs, key=lambda d: (not d.meets, d.usd_per_hour, d.gpus,
+                                          d.decode.kv_format not in NEAR_LOSSLESS_FORMATS, d.ttft_seconds,
+                                          d.itl_seconds))
 
 
 def cheapest(designs: list[Design]) -> Design | None:
@@ -353,7 +385,7 @@ def design_row(d: Design) -> dict:
         ttft_ms=round(d.ttft_seconds * 1e3, 1) if math.isfinite(d.ttft_seconds) else None,
         itl_ms=round(d.itl_seconds * 1e3, 2) if math.isfinite(d.itl_seconds) else None,
         kv_transfer_ms=round(d.transfer_seconds * 1e3, 2), requests_per_second=round(d.requests_per_second, 3),
-        reason=d.reason,
+        basis=d.basis, reason=d.reason,
     )
 
 

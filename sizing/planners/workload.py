@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -121,8 +121,10 @@ class Workload(BaseModel):
     itl_target_ms: float | None = Field(default=None, gt=0,
                                         description="inter-token latency each replica must keep at the peak")
     ttft_target_ms: float | None = Field(default=None, gt=0,
-                                         description="time to first token the design must keep (mean, at the peak)")
+                                         description="time to first token the design must keep at the peak")
     sessions: tuple[Sessions, ...] = ()
+    target_percentile: Literal[50, 90, 99] = Field(
+        default=50, description="percentile of requests at which the TTFT and ITL targets hold")
 
     @model_validator(mode="after")
     def _sessions(self) -> Workload:

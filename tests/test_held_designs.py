@@ -1,0 +1,119 @@
+"""Designs held to the serving simulation (sizing/planners/held.py): the mix it sends, the steady state it measures,
+the replicas it finds, and the answer `kvsize plan` gives from it."""
+
+import json
+import math
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from helpers import scenario
+from sizing.errors import KvsizeError
+from sizing.planners.fleet import build_candidates
+from sizing.planners.held import MIN_MEASURED_REQUESTS, mix_lengths, most_in_flight, replica_for, steady_load
+from sizing.planners.serving import Load, Scheduler, serving_replica, simulate
+from sizing.planners.slo import Targets
+from sizing.planners.workload import parse_workload, read_workload
+from sizing.profiles import gpu_profile, measured_efficiency
+
+EXAMPLE = Path(__file__).parent.parent / "examples" / "workload.yaml"
+
+
+def test_the_mix_sent_keeps_every_share_and_leaves_the_shared_prefix_to_the_cache():
+    w = read_workload(EXAMPLE)
+    n = 1000
+    sent = Counter(mix_lengths(w, n))
+    for b in w.mix():
+        prompt = round(b.mean_prompt_tokens * (1 - w.prefix_cache_share))
+        assert abs(sent[(prompt, b.output_tokens)] / n - b.share_percent / 100) <= 2 / n
+
+
+def test_a_steady_state_is_measured_between_the_opening_burst_and_the_drain():
+    w = read_workload(EXAMPLE)
+    load = steady_load(w, 100)
+    assert load.concurrency == 100 and load.measured == (100, 200) and load.num_prompts == 300
+    small = steady_load(w, 4)
+    assert small.measured == (4, 4 + MIN_MEASURED_REQUESTS) and small.num_prompts == 8 + MIN_MEASURED_REQUESTS
+
+
+def _replica(**kw):
+    g = gpu_profile("h200")
+    s = scenario("llama-3.1-8b", "h200", max_model_len=65536, memory_fraction=0.9, max_num_batched_tokens=8192,
+                 max_num_seqs=1024, **kw)
+    return serving_replica(s, g.hbm_bandwidth_gb_s, g.bf16_dense_tflops, measured_efficiency())
+
+
+@pytest.mark.parametrize("load, blocks", [
+    (Load(1000, 300, 40, concurrency=8), None),
+    (Load(3000, 200, 30, concurrency=12, measured=(12, 24)), None),
+    (Load(1000, 300, 30, request_rate=4.0, seed=5), None),
+    (Load(2000, 400, 24, concurrency=10), 700),  # a pool of 700 blocks of 16: preemptions
+    (Load(2000, 150, 24, concurrency=6, prefilled=True), None),
+])
+def test_runs_of_decode_steps_in_one_pass_give_the_step_by_step_figures(load, blocks):
+    model, engine = _replica()
+    if blocks is not None:
+        engine = Scheduler(engine.max_num_batched_tokens, engine.max_num_seqs, engine.block_size, blocks)
+    fast, slow = simulate(model, engine, load), simulate(model, engine, load, decode_runs=False)
+    assert fast == slow
+    assert fast.steps == slow.steps and (blocks is None or fast.preemptions > 0)
+
+
+def test_one_request_alone_has_a_tpot_of_its_decode_steps():
+    model, engine = _replica()
+    served = simulate(model, engine, Load(1000, 64, 3, concurrency=1))
+    steps = [model.seconds(1, 1000 + k, []) for k in range(1, 64)]
+    assert served.tpot_ms[50] == pytest.approx(sum(steps) / len(steps) * 1e3, rel=1e-9)
+
+
+def test_prompts_that_arrive_in_the_pool_are_not_prefilled():
+    model, engine = _replica()
+    shipped = simulate(model, engine, Load(20000, 32, 4, concurrency=1, prefilled=True))
+    computed = simulate(model, engine, Load(20000, 32, 4, concurrency=1))
+    assert shipped.ttft_ms[50] == 0.0 and computed.ttft_ms[50] > 500  # three 8,192-token chunks of an 8B model
+
+
+def test_the_most_requests_a_replica_keeps_is_where_one_more_misses_the_targets():
+    w = read_workload(EXAMPLE)
+    base = scenario("llama-3.1-8b", "h200", max_model_len=131072)
+    candidate = build_candidates(["h200"], ["fp8_e4m3"], [2], {}, "vllm")[0]
+    replica = replica_for(base, candidate, w, measured_efficiency())
+    targets = Targets(2.0, 0.030)
+    most, served = most_in_flight(replica, w, targets, guess=40)
+    assert 1 <= most < replica.most_requests
+    assert served.ttft_ms[50] <= 2000 and served.tpot_ms[50] <= 30
+    more = replica.served(w, most + 1)
+    assert more.ttft_ms[50] > 2000 or more.tpot_ms[50] > 30
+    # a looser ITL target never holds fewer
+    assert most_in_flight(replica, w, Targets(2.0, 0.060), guess=40)[0] >= most
+
+
+def test_a_target_percentile_outside_what_the_simulation_reports_is_refused():
+    with pytest.raises(KvsizeError, match="percentile must be one of 50, 90, 99"):
+        Targets(2.0, 0.05, 75)
+    with pytest.raises(KvsizeError, match="target_percentile"):
+        parse_workload({"peak_concurrency": 4, "target_percentile": 75,
+                        "buckets": [{"max_context_tokens": 4096, "share_percent": 100, "output_tokens": 256}]})
+
+
+def test_plan_answers_with_the_design_the_simulation_holds(tmp_path, capsys):
+    from app.cli import main
+
+    out = tmp_path / "plan.json"
+    assert main(["plan", "--workload", str(EXAMPLE), "--model", "llama-3.1-8b", "--gpus", "h100-sxm,h200",
+                 "--formats", "auto,fp8", "--tp", "1,2,4", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    cheapest = json.loads(out.read_text())["cheapest"]
+    assert cheapest["basis"] == "serving simulation" and cheapest["targets"]["percentile"] == 50
+    headline = next(line for line in text.splitlines() if line.startswith("Fleet that serves the workload:"))
+    assert f"{cheapest['gpus']} GPUs" in headline and "(serving simulation)" in headline
+    # the chosen design's replicas, simulated again at the share of the peak each one takes, keep the targets
+    w = read_workload(EXAMPLE)
+    gpu = "h100-sxm" if cheapest["decode_gpu"] == "h100-sxm" else "h200"
+    candidate = build_candidates([gpu], [cheapest["kv_format"]], [cheapest["decode_tp"]], {}, "vllm")[0]
+    replica = replica_for(scenario("llama-3.1-8b", "h100-sxm", max_model_len=131072), candidate, w,
+                          measured_efficiency())
+    each = math.ceil(w.peak_concurrency / cheapest["decode_replicas"])
+    served = replica.served(w, each, prefilled=cheapest["kind"] == "disaggregated")
+    assert served.tpot_ms[50] <= w.itl_target_ms
