@@ -117,3 +117,21 @@ def test_plan_answers_with_the_design_the_simulation_holds(tmp_path, capsys):
     each = math.ceil(w.peak_concurrency / cheapest["decode_replicas"])
     served = replica.served(w, each, prefilled=cheapest["kind"] == "disaggregated")
     assert served.tpot_ms[50] <= w.itl_target_ms
+
+
+@pytest.mark.parametrize("engine, gpus, named, left_out", [
+    ("vllm", ("h100-sxm", "h200"), ["int4_per_token_head"], ["nvfp4", "lmdeploy_int4", "q4_0", "kivi4"]),
+    ("vllm@0.33.0", ("b200",), ["int4_per_token_head", "nvfp4"], ["lmdeploy_int4", "q4_0", "kivi4"]),
+    ("llamacpp", ("l40s",), ["q4_0"], ["nvfp4", "int4_per_token_head", "kivi4"]),
+])
+def test_the_4bit_guidance_names_the_formats_the_engine_runs_on_those_gpus(engine, gpus, named, left_out):
+    from sizing.planners.guidance import RULES, evaluate_rules
+
+    four = next(r for r in evaluate_rules(read_workload(EXAMPLE), engine=engine, gpu_ids=gpus)
+                if r.rule is RULES[1])
+    assert four.fires
+    listed = four.explanation.split("evaluation first (", 1)[1]
+    for f in named:
+        assert f in listed
+    for f in left_out:
+        assert f not in listed

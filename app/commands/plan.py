@@ -139,7 +139,7 @@ def plan_from_args(args: argparse.Namespace):
     report = _read_report(args.quality_report, "--quality-report") if args.quality_report else None
     notes = quality_notes(formats, base.shape.serving_dtype, report,
                           Path(args.quality_report).name if args.quality_report else None)
-    return plan, base, evaluate_rules(workload), notes
+    return plan, base, evaluate_rules(workload, engine=args.engine, gpu_ids=tuple(args.gpus)), notes
 
 
 def _read_report(path: str, option: str) -> dict:

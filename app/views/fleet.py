@@ -145,7 +145,7 @@ def page_fleet(s: Scenario) -> None:
         dict(role=role, command=c.command, note=c.note)
         for role, c in design_serve_commands(answer.best, replace(s, pipeline_parallel_size=1), workload, model_id,
                                              int(st.session_state.get("host_tier_gib", 0) or 0) * GiB)]
-    fired = [r.explanation for r in evaluate_rules(workload) if r.fires]
+    fired = [r.explanation for r in evaluate_rules(workload, engine=s.engine, gpu_ids=tuple(gpus)) if r.fires]
     st.download_button("Whole plan (XLSX: summary, designs, capacity-only candidates, pools, cost)",
                        lambda: xlsx_bytes({"summary": plan_summary(plan, answer_record(answer.best, answer.chosen),
                                                                    serve, fired),
@@ -174,7 +174,7 @@ def page_fleet(s: Scenario) -> None:
         watch_panel(s, best)
     page_designs(s, workload, answer)
     st.subheader("Guidance")
-    for r in evaluate_rules(workload):
+    for r in evaluate_rules(workload, engine=s.engine, gpu_ids=tuple(gpus)):
         (st.success if r.fires else st.info)(r.explanation)
     st.subheader("Quality notes")
     st.dataframe(pd.DataFrame([n.__dict__ for n in quality_notes(formats, s.shape.serving_dtype)]),

@@ -25,7 +25,8 @@ RULES = (
          "at near-lossless quality", ("fp8_e4m3", "int8_per_token_head", "q8_0", "lmdeploy_int8")),
     Rule("4-bit KV for very long traffic", 16384, 10.0,
          "a 4-bit KV cache is worth a trial: about a quarter of bf16's bytes with its scales; check quality on "
-         "your own long-context evaluation first", ("nvfp4", "lmdeploy_int4", "q4_0", "kivi4")),
+         "your own long-context evaluation first",
+         ("int4_per_token_head", "nvfp4", "lmdeploy_int4", "q4_0", "kivi4")),
 )
 
 
@@ -44,18 +45,51 @@ class RuleResult:
     explanation: str
 
 
-def evaluate_rules(workload: Workload, rules: tuple[Rule, ...] = RULES) -> list[RuleResult]:
+def runnable_formats(formats: tuple[str, ...], engine: str | None, gpu_ids: tuple[str, ...]) -> list[str]:
+    """The formats `engine` has and runs on at least one of the GPUs (sizing/engines/support.py runs_on), those no
+    source confirms there marked so; every format where no engine or GPU is named."""
+    if engine is None or not gpu_ids:
+        return list(formats)
+    from ..engines import get_engine
+    from ..engines.support import runs_on
+    from ..profiles import gpu_profile
+
+    name = get_engine(engine).name
+    out = []
+    for f in formats:
+        if name not in get_format(f).engines:  # the engine has no such cache (compare's "not this engine")
+            continue
+        verdicts = [runs_on(name, get_format(f), gpu_profile(g)).status for g in gpu_ids]
+        if "supported" in verdicts:
+            out.append(f)
+        elif "unconfirmed" in verdicts:
+            out.append(f"{f} (unconfirmed with {name})")
+    return out
+
+
+def evaluate_rules(workload: Workload, rules: tuple[Rule, ...] = RULES, engine: str | None = None,
+                   gpu_ids: tuple[str, ...] = ()) -> list[RuleResult]:
+    """Each rule on the workload; the formats a fired rule names are those the engine runs on the GPUs given."""
     out = []
     for r in rules:
         share = workload.share_above(r.above_tokens)
         fires = share >= r.min_share_percent
         verdict = "fires" if fires else "does not fire"
+        named = runnable_formats(r.formats, engine, tuple(gpu_ids))
+        where = f"{get_engine_name(engine)} on {', '.join(gpu_ids)}" if engine and gpu_ids else ""
+        formats = (f"{', '.join(named)}" + (f", as {where} runs them" if where else "") if named else
+                   f"none of {', '.join(r.formats)} runs with {where}")
         out.append(RuleResult(r, share, fires, (
             f"{r.name}: {share:.1f}% of requests are in buckets longer than {r.above_tokens:,} tokens "
-            f"(threshold {r.min_share_percent:g}%) → {verdict}" + (f": {r.advice} ({', '.join(r.formats)})"
-                                                                   if fires else "")
+            f"(threshold {r.min_share_percent:g}%) → {verdict}" + (f": {r.advice} ({formats})" if fires else "")
         )))
     return out
+
+
+def get_engine_name(engine: str) -> str:
+    from ..engines import get_engine
+
+    return get_engine(engine).name
 
 
 @dataclass(frozen=True)
