@@ -131,12 +131,18 @@ def test_watch_on_the_busy_scrape_reports_the_engines_pool_and_a_full_cache(star
 
 
 @pytest.mark.parametrize("start, load", [(LLAMA, 64), (QWEN, 96)])
-def test_a_plan_for_the_whole_load_holds_the_running_requests(start, load, capsys):
-    # planned for every request of the load at once (64 and 96: tests/fixtures/metrics/README.md): the
-    # running requests are inside that plan; the queue, the full cache and the preemptions are not
+def test_a_plan_that_cannot_hold_its_own_peak_vouches_for_no_running_request(start, load, capsys):
+    # planned for every request of the load at once (64 and 96: tests/fixtures/metrics/README.md), more than the
+    # pool holds at max_model_len: the running requests are not inside such a plan (it said so of its own peak),
+    # and neither are the queue, the full cache and the preemptions
+    e = predicted(start, capsys)
+    assert load > e["max_concurrency"]
     code, out = watch_json(capsys, str(FIXTURES / f"{start}-busy.txt"), start, load)
     f = by_figure(out["figures"])
-    assert f["requests running"]["inside"] is True and f["requests running"]["planned"].startswith(f"up to {load} at")
+    running = f["requests running"]
+    assert running["inside"] is False and running["planned"].startswith(f"up to {load} at")
+    assert "the plan cannot hold its own peak" in running["advice"]
+    assert f"{load} requests planned, its pool holds {e['max_concurrency']}" in running["advice"]
     assert [f[k]["inside"] for k in ("requests waiting", "KV cache usage", "preemptions")] == [False, False, False]
     assert code == 1
 
@@ -194,7 +200,8 @@ def test_a_live_fp8_server_in_the_table_form(capsys):
     line = {re.split(r"\s{2,}", s.split("] ", 1)[1])[0]: s for s in out if s.startswith("  [1] ")}
     assert "fp8 " in line["KV dtype"] and "planned fp8 (fp8_e4m3)" in line["KV dtype"]
     assert line["KV dtype"].endswith("inside the plan")
-    assert " 45 " in line["requests running"] and line["requests running"].endswith("inside the plan")
+    # 96 planned where the pool holds 9 of full length: a plan that cannot hold its own peak vouches for nothing
+    assert " 45 " in line["requests running"] and line["requests running"].endswith("OUTSIDE the plan")
     assert " 4 " in line["requests waiting"] and line["requests waiting"].endswith("OUTSIDE the plan")
     assert "99.5%" in line["KV cache usage"] and "20 since start" in line["preemptions"]
 

@@ -143,6 +143,10 @@ class WatchLine:
     unit: str = ""
 
 
+# How far the engine's pool may be from the plan's and still be the plan's: kvsize's estimate is held to 1% of the
+# engine's own startup figure (benchmarks/vllm_starts.py), so more than that is another server or a missed term.
+POOL_TOLERANCE = 0.01
+
 # KV dtypes a running vLLM reports that keep the model's own precision (16 bits or more)
 MODEL_PRECISION = ("auto", "bf16", "bfloat16", "fp16", "float16", "half", "fp32", "float32")
 
@@ -169,12 +173,16 @@ def watch(m: EngineMetrics, e: PlannedPool, concurrency: int, hit_rate: float | 
     if m.num_gpu_blocks is not None:
         planned = e.num_blocks
         error = m.num_gpu_blocks / planned - 1 if planned else math.inf
+        more = planned and m.num_gpu_blocks > planned * (1 + POOL_TOLERANCE)
         line("KV blocks", f"{m.num_gpu_blocks:,} of {m.block_size or '?'} tokens",
              f"{planned:,} of {e.block_size} tokens "
              + (f"({100 * error:+.1f}%)" if planned else "(an estimate that does not fit: no pool)"),
-             m.num_gpu_blocks >= planned * 0.99 and m.block_size in (None, e.block_size),
-             "the engine holds fewer blocks than planned: check its --gpu-memory-utilization, --max-model-len and "
-             "--kv-cache-dtype against the plan (kvsize check-log on its log names the term that differs)",
+             bool(planned) and abs(error) <= POOL_TOLERANCE and m.block_size in (None, e.block_size),
+             ("the engine holds more blocks than planned: the plan does not describe this server (another "
+              "--gpu-memory-utilization, --max-model-len or KV format, or kvsize's estimate is off: kvsize check-log "
+              "on its log names the term that differs); its counts are then conservative" if more else
+              "the engine holds fewer blocks than planned: check its --gpu-memory-utilization, --max-model-len and "
+              "--kv-cache-dtype against the plan (kvsize check-log on its log names the term that differs)"),
              m.num_gpu_blocks, planned, "blocks")
     if m.cache_dtype is not None:
         want = e.kv_cache_dtype
@@ -188,12 +196,16 @@ def watch(m: EngineMetrics, e: PlannedPool, concurrency: int, hit_rate: float | 
                      f"--kv-cache-dtype {m.cache_dtype}, or start the engine with --kv-cache-dtype {want}"
         line("KV dtype", m.cache_dtype, f"{want} ({e.kv_format})", same, advice, m.cache_dtype, e.kv_format)
     if m.running is not None:
+        holds = concurrency <= e.max_concurrency  # a plan whose pool cannot hold its own peak vouches for nothing
         line("requests running", f"{m.running:,}",
              f"up to {concurrency:,} at {e.max_model_len:,} tokens (the pool holds {e.max_concurrency:,} of them)",
-             m.running <= concurrency,
-             f"more requests run than the plan's {concurrency:,}: plan for the real peak (kvsize plan, or "
-             "--concurrency) or add replicas" + ("" if m.running <= e.max_concurrency else
-                                                 "; the pool holds fewer of full length"),
+             m.running <= concurrency and holds,
+             (f"more requests run than the plan's {concurrency:,}: plan for the real peak (kvsize plan, or "
+              "--concurrency) or add replicas" + ("" if m.running <= e.max_concurrency else
+                                                  "; the pool holds fewer of full length")) if holds else
+             (f"the plan cannot hold its own peak: {concurrency:,} requests planned, its pool holds "
+              f"{e.max_concurrency:,} of {e.max_model_len:,} tokens; plan again (more replicas, {smaller} or a "
+              "shorter --max-model-len)"),
              m.running, concurrency, "requests")
     if m.waiting is not None:
         line("requests waiting", f"{m.waiting:,}", "0 at the planned peak", m.waiting == 0,
