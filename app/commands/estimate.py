@@ -85,6 +85,7 @@ def _print_release_comparison(scenario, engines: list[str], fmt: str, out: str |
         ("block_size", lambda c: c.estimate.block_size), ("num_blocks", lambda c: c.estimate.num_blocks),
         ("gpu_kv_cache_size_tokens", lambda c: c.estimate.max_tokens),
         ("pool_tokens_per_group", lambda c: c.pool_tokens),
+        ("requests_at_max_model_len", lambda c: c.estimate.max_concurrency),
         ("max_concurrency_ratio", lambda c: round(c.estimate.max_concurrency_ratio, 2)),
         ("started", lambda c: _started(c.engine)),
     ):

@@ -44,6 +44,9 @@ def _mechanisms(a: Estimate, b: Estimate) -> list[str]:
     if ra is None or rb is None:
         return out
     name = f"{ra.name} → {rb.name}"
+    if a.max_concurrency != b.max_concurrency:  # what a planner buys on: the requests, then why they moved
+        out.append(f"{name}: requests of {b.max_model_len:,} tokens the pool holds move from {a.max_concurrency:,} "
+                   f"to {b.max_concurrency:,} ({b.max_concurrency - a.max_concurrency:+,})")
     if a.model_runner != b.model_runner:
         out.append(f"{name}: the model runner changes from {a.model_runner.upper()} to {b.model_runner.upper()}"
                    + (" (V2 profiles no CUDA graphs before sizing the KV cache, and samples with fewer fp32 copies)"
