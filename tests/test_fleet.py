@@ -571,7 +571,7 @@ def test_plan_says_which_gpu_its_decode_times_rest_on():
 
     plan = plan_fleet(scenario("llama-3.1-8b"), build_candidates(["h200", "h100-sxm"], ["fp8"], [1]), _workload())
     basis = {r["gpu"]: r["kv_efficiency_basis"] for r in candidate_rows(plan)}
-    assert basis["h200"] == "measured on h200"
+    assert basis["h200"] == "modelled from decode kernels measured on h200"
     assert basis["h100-sxm"].startswith("carried from h200 to h100-sxm (measured copy bandwidth 3,020 GB/s")
 
 

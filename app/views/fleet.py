@@ -198,7 +198,10 @@ def watch_panel(s: Scenario, best) -> None:
     try:
         text = upload.getvalue().decode("utf-8")
         replica = replica_estimate(s, best)
-        lines = watch(read_metrics(text), PlannedPool.of(replica), pool.requests_per_replica if pool else s.concurrency)
+        planned = PlannedPool.of(replica)
+        if pool:  # the plan counts its pool's hold of the workload's mix, not of max_model_len
+            planned = replace(planned, holds_requests=pool.requests_per_replica)
+        lines = watch(read_metrics(text), planned, pool.requests_per_replica if pool else s.concurrency)
     except UnicodeDecodeError:
         st.error("the scrape is not UTF-8 text")
         return

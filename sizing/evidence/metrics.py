@@ -196,7 +196,7 @@ def watch(m: EngineMetrics, e: PlannedPool, concurrency: int, hit_rate: float | 
                      f"--kv-cache-dtype {m.cache_dtype}, or start the engine with --kv-cache-dtype {want}"
         line("KV dtype", m.cache_dtype, f"{want} ({e.kv_format})", same, advice, m.cache_dtype, e.kv_format)
     if m.running is not None:
-        holds = concurrency <= e.max_concurrency  # a plan whose pool cannot hold its own peak vouches for nothing
+        holds = concurrency <= e.holds  # a plan whose pool cannot hold its own peak vouches for nothing
         line("requests running", f"{m.running:,}",
              f"up to {concurrency:,} at {e.max_model_len:,} tokens (the pool holds {e.max_concurrency:,} of them)",
              m.running <= concurrency and holds,
@@ -204,8 +204,8 @@ def watch(m: EngineMetrics, e: PlannedPool, concurrency: int, hit_rate: float | 
               "--concurrency) or add replicas" + ("" if m.running <= e.max_concurrency else
                                                   "; the pool holds fewer of full length")) if holds else
              (f"the plan cannot hold its own peak: {concurrency:,} requests planned, its pool holds "
-              f"{e.max_concurrency:,} of {e.max_model_len:,} tokens; plan again (more replicas, {smaller} or a "
-              "shorter --max-model-len)"),
+              f"{e.holds:,} of " + (f"{e.max_model_len:,} tokens" if e.holds_requests is None else "its mix")
+              + f"; plan again (more replicas, {smaller} or a shorter --max-model-len)"),
              m.running, concurrency, "requests")
     if m.waiting is not None:
         line("requests waiting", f"{m.waiting:,}", "0 at the planned peak", m.waiting == 0,

@@ -92,4 +92,5 @@ def design_deployment(design: Design | None, plan: FleetPlan, base: Scenario, mo
     if sized is None:
         return None
     requests = math.ceil(plan.workload.peak_concurrency / max(1, design.decode_replicas))
-    return estimate_deployment(replica_estimate(base, sized), model, design.decode.gpu.id, requests)
+    return estimate_deployment(replica_estimate(base, sized), model, design.decode.gpu.id, requests,
+                               sized.shared.requests_per_replica)

@@ -29,6 +29,12 @@ class PlannedPool:
     kv_format: str  # what it resolved to (bf16, fp8_e4m3, ...)
     max_model_len: int
     max_concurrency: int  # requests of max_model_len the pool holds
+    holds_requests: int | None = None  # requests of the plan's own mix the pool holds (a plan's; None: max_concurrency)
+
+    @property
+    def holds(self) -> int:
+        """The requests the plan counts its pool to hold: of its mix where it had one, else of max_model_len."""
+        return self.max_concurrency if self.holds_requests is None else self.holds_requests
 
     @classmethod
     def of(cls, e) -> "PlannedPool":
@@ -51,15 +57,20 @@ class Deployment(BaseModel):
     block_size: int = Field(ge=1, le=2**20)
     max_concurrency: int = Field(ge=0, le=2**40)  # requests of max_model_len the pool holds
     hit_rate: float | None = Field(default=None, ge=0, le=1)
+    holds_requests: int | None = Field(default=None, ge=0, le=2**40)  # of the plan's mix (plans written since)
 
     def pool(self) -> PlannedPool:
         return PlannedPool(self.num_blocks, self.block_size, self.kv_cache_dtype, self.kv_format, self.max_model_len,
-                           self.max_concurrency)
+                           self.max_concurrency, self.holds_requests)
 
 
 def deployment_record(**fields) -> dict:
-    """The `deployment` object of an estimate's or a plan's JSON (validated as `watch --plan` will read it)."""
-    return Deployment(**fields).model_dump()
+    """The `deployment` object of an estimate's or a plan's JSON (validated as `watch --plan` will read it); an
+    estimate's has no mix, so no holds_requests."""
+    record = Deployment(**fields).model_dump()
+    if record["holds_requests"] is None:
+        del record["holds_requests"]
+    return record
 
 
 def read_deployment(text: str, where: str) -> Deployment:
@@ -93,12 +104,14 @@ def pinned_engine(engine) -> str:
     return f"{engine.name}@{version}" if version else engine.name
 
 
-def estimate_deployment(e, model: str, gpu: str, concurrency: int | None = None) -> dict:
+def estimate_deployment(e, model: str, gpu: str, concurrency: int | None = None,
+                        holds_requests: int | None = None) -> dict:
     """The deployment of an estimate (`e`, a sizing.capacity.Estimate) made with these --model and --gpu; a plan
-    gives the requests each replica holds as `concurrency`."""
+    gives the requests each replica is to hold as `concurrency`, and those of its mix the pool holds."""
     s = e.scenario
     return deployment_record(model=model, gpu=gpu, engine=pinned_engine(e.engine),
                              tensor_parallel_size=s.tensor_parallel_size, kv_cache_dtype=s.k_cache_dtype,
                              kv_format=e.k_format, max_model_len=e.max_model_len,
                              concurrency=concurrency or s.concurrency, num_blocks=e.num_blocks,
-                             block_size=e.block_size, max_concurrency=e.max_concurrency)
+                             block_size=e.block_size, max_concurrency=e.max_concurrency,
+                             holds_requests=holds_requests)

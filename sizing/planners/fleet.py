@@ -246,7 +246,8 @@ def replica_model(base: Scenario, candidate: Candidate, workload: Workload, effi
     carried = efficiency.on_gpu(g.id, g.hbm_bandwidth_gb_s, g.copy_bandwidth_gb_s, g.issue_rate)
     basis = ("assumed (no measured kernels)" if efficiency.reference_gpu is None else
              f"not measured: {fmt_name} assumed {carried.kv_default:.0%}" if fmt_name not in carried.kv else
-             f"measured on {efficiency.reference_gpu}" if carried is efficiency else carried.basis)
+             f"modelled from decode kernels measured on {efficiency.reference_gpu}" if carried is efficiency
+             else carried.basis)
 
     def step_at(replicas: int):
         batch = workload.peak_concurrency / replicas
