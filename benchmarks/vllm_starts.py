@@ -76,6 +76,9 @@ def report() -> str:
     lines += prospective_section(starts)
     lines += fitted_section()
     lines += sglang_section()
+    from measure.llamacpp.accuracy import section as llamacpp_section
+
+    lines += llamacpp_section()
     lines += tensor_parallel_section(starts)
     lines += servers_section()
     lines += ["## Every start", "",

@@ -507,9 +507,15 @@ def checked(report, tolerance: float | None) -> list[str]:
 def report_problems(report: dict, tolerance: float | None = None) -> list[str]:
     """Every failed check of a report of either kind: a kvsize verify report (a real vLLM start, re-read from
     its log) or a measurement report (`checked`)."""
+    from .llamacpp import report as llamacpp_report
     from .verify import VERIFY_SCHEMA
     from .verify import problems as verify_problems
 
+    if report.get("schema") == llamacpp_report.SCHEMA:  # llama.cpp loads on a CPU, re-read from their raw lines
+        try:
+            return llamacpp_report.problems(report)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            return [f"a malformed llama.cpp load report ({e!r})"]
     if report.get("schema") == VERIFY_SCHEMA:
         try:
             return verify_problems(report)
@@ -531,6 +537,13 @@ def validate_files(paths: list[str], tolerance: float | None = None) -> int:
         if not isinstance(report, dict):
             raise KvsizeError(f"{path}: not a kvsize measurement report: a JSON {type(report).__name__}, expected an object")
         problems = report_problems(report, tolerance)
+        if report.get("schema") == "kvsize.llamacpp-loads/1":
+            for line in problems:
+                print(f"{path}: {line}", file=sys.stderr)
+            failed += bool(problems)
+            if not problems:
+                print(f"{path}: {len(report['loads'])} llama.cpp loads agree ({report['device']['name']})")
+            continue
         if report.get("schema") == VERIFY_SCHEMA:
             for line in problems:
                 print(f"{path}: {line}", file=sys.stderr)

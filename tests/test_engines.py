@@ -127,7 +127,8 @@ def test_monotone_in_context(a, b, engine, model):
 def test_max_concurrency_fits_and_one_more_does_not(context, engine, model):
     s = scenario(model, engine=engine, max_model_len=context)
     e = estimate(s)
-    layout = _layout(s.shape, e.k_format, e.v_format, 1, range(s.shape.num_layers), None, s.format_options)
+    shape = e.engine.build_model(s.shape, e.k_format, e.v_format)[0]  # as the engine builds it (llama.cpp: f32 state)
+    layout = _layout(shape, e.k_format, e.v_format, 1, range(shape.num_layers), None, s.format_options)
     pool = _pool(e.engine, layout, e.block_size, e.scenario.max_num_batched_tokens, e.scenario.pipeline_parallel_size)
     state = 0 if pool.holds_recurrent else layout.state_bytes_per_sequence()
     assert concurrency_fits(pool, e.kv_budget_bytes, context, state, e.max_concurrency)

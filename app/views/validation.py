@@ -15,11 +15,16 @@ REPORT_SCHEMA = "kvsize.measure/1"  # measure/run.py writes it; the app reads re
 
 
 VERIFY_SCHEMA = "kvsize.verify/1"  # measure/verify.py: a real vLLM start, its log and kvsize's checks
+LLAMACPP_SCHEMA = "kvsize.llamacpp-loads/1"  # measure/llamacpp/report.py: real llama.cpp loads on a CPU
 
 
 def report_points(data) -> pd.DataFrame:
     """Predicted vs measured points of a measurement report (a verify report: predicted vs what vLLM
     printed); KvsizeError names what is missing."""
+    if isinstance(data, dict) and data.get("schema") == LLAMACPP_SCHEMA:
+        from app.views.validation_llamacpp import report_points as llamacpp_points
+
+        return llamacpp_points(data)
     if isinstance(data, dict) and data.get("schema") == VERIFY_SCHEMA:
         try:
             points = [dict(kind=c["term"], point=data.get("model_name") or "model", predicted=c["predicted"],
@@ -109,9 +114,11 @@ def real_engine_section() -> None:
 
 
 def page_validation() -> None:
+    from app.views.validation_llamacpp import llamacpp_section
     from app.views.validation_speed import speed_section
 
     real_engine_section()
+    llamacpp_section()
     speed_section()
     st.subheader("Measurement reports")
     reports = sorted((ROOT / "measure" / "reports").glob("*.json"))
@@ -137,10 +144,14 @@ def page_validation() -> None:
         problems = report_problems(data, None)
     except KvsizeError as e:
         problems = [str(e)]
-    count = len(df) if data.get("schema") == VERIFY_SCHEMA else sum(len(data.get(k, [])) for k in POINT_SECTIONS)
+    count = len(df) if data.get("schema") in (VERIFY_SCHEMA, LLAMACPP_SCHEMA) else \
+        sum(len(data.get(k, [])) for k in POINT_SECTIONS)
     gpu = data.get("device", {}).get("name", "?")
     if problems:
         st.error(f"{len(problems)} of the checks fail on this report ({gpu}): " + "; ".join(problems[:3]))
+    elif data.get("schema") == LLAMACPP_SCHEMA:
+        st.success(f"{count} of {count} caches agree with today's kvsize (`kvsize validate`): predicted against what "
+                   f"real llama.cpp loads printed on a {gpu}, re-read from the raw lines the report keeps.")
     elif data.get("schema") == VERIFY_SCHEMA:
         st.success(f"{count} of {count} points agree with today's kvsize (`kvsize validate`): predicted against what "
                    f"a real vLLM start printed on {gpu}, re-read from the log the report keeps (`kvsize verify`).")

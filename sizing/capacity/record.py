@@ -79,6 +79,10 @@ def engine_log_lines(e: Estimate) -> tuple[str, ...]:
     if name == "trtllm":
         return (f"[MemUsageChange] Allocated {_gib(allocated)} for max tokens in paged KV cache "
                 f"({e.max_tokens}).",)
+    if name == "llamacpp":  # the cache llama-server makes for kvsize's serve command
+        from ..engines.llamacpp import serve_log_lines
+
+        return serve_log_lines(e.scenario.shape, e.max_model_len, e.scenario.concurrency, e.k_format, e.v_format)
     return ()
 
 
