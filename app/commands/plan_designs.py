@@ -88,6 +88,7 @@ def render_tier_savings(plain, tiered, sizes: dict) -> str:
 
 
 def render_designs(chosen, best, found, front_designs, link: str, top: int, held=None) -> str:
+    from sizing.planners.held import none_of_kind
     from sizing.planners.slo import cheapest, design_row
 
     front = [design_row(d) for d in front_designs]
@@ -103,7 +104,7 @@ def render_designs(chosen, best, found, front_designs, link: str, top: int, held
     dis = cheapest([d for d in found if d.kind == "disaggregated"])
     for name, d in (("aggregated", agg), ("disaggregated", dis)):
         if d is None:
-            lines.append(f"  cheapest {name}: none meets the targets")
+            lines.append(f"  cheapest {name}: {none_of_kind(found, name)}")
             continue
         lines.append(f"  cheapest {name}: {d.layout}: {d.gpus} GPUs, ${d.usd_per_hour:,.2f}/h, "
                      f"${d.usd_per_million_output_tokens:,.3f}/M tok, TTFT {d.ttft_seconds * 1e3:,.0f} ms, "

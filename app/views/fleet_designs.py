@@ -105,6 +105,7 @@ def page_designs(s: Scenario, workload, answer: FleetAnswer) -> None:
     above comes from."""
     from app.spreadsheet import xlsx_bytes
     from sizing.profiles import link_ids
+    from sizing.planners.held import none_of_kind
     from sizing.planners.slo import cheapest, design_row, frontier, ranked
 
     st.subheader("Latency targets: aggregated or disaggregated")
@@ -125,8 +126,8 @@ def page_designs(s: Scenario, workload, answer: FleetAnswer) -> None:
     agg = cheapest([d for d in designs if d.kind == "aggregated"])
     dis = cheapest([d for d in designs if d.kind == "disaggregated"])
     m = st.columns(3)
-    for col, name, d in ((m[0], "Cheapest aggregated", agg), (m[1], "Cheapest disaggregated", dis)):
-        col.metric(name, f"{d.gpus} GPUs, ${d.usd_per_hour:,.2f}/h" if d else "none meets the targets",
+    for col, kind, d in ((m[0], "aggregated", agg), (m[1], "disaggregated", dis)):
+        col.metric(f"Cheapest {kind}", f"{d.gpus} GPUs, ${d.usd_per_hour:,.2f}/h" if d else none_of_kind(designs, kind),
                    help=(f"{d.layout}; TTFT {d.ttft_seconds * 1e3:,.0f} ms, ITL {d.itl_seconds * 1e3:.1f} ms; "
                          f"{d.reason}") if d else None)
     if agg and dis:

@@ -402,8 +402,8 @@ def plan_summary(plan: FleetPlan, answer: dict, serve: list[dict], fired_rules: 
             dict(item="fleet usd per month", value=answer["usd_per_month"],
                  note=f"{HOURS_PER_MONTH} h a month (8,760 h a year / 12)"),
             dict(item="usd per million output tokens", value=answer["usd_per_million_output_tokens"], note=""),
-            dict(item="TTFT (ms)", value=answer["ttft_ms"], note="modelled, with queueing at the arrival rate"),
-            dict(item="ITL (ms)", value=answer["itl_ms"], note="modelled, prefill interleaved"),
+            dict(item=f"TTFT p{targets['percentile']} (ms)", value=answer["ttft_ms"], note=_speed_note(answer, "ttft")),
+            dict(item=f"ITL p{targets['percentile']} (ms)", value=answer["itl_ms"], note=_speed_note(answer, "itl")),
             dict(item="TTFT target (ms)", value=targets["ttft_ms"],
                  note="given" if targets["ttft_given"] else "kvsize's default"),
             dict(item="ITL target (ms)", value=targets["itl_ms"],
@@ -431,6 +431,15 @@ def plan_summary(plan: FleetPlan, answer: dict, serve: list[dict], fired_rules: 
     rows.append(dict(item="decode efficiency", value=plan.efficiency.source, note=""))
     rows += [dict(item="guidance", value=text, note="") for text in fired_rules]
     return rows
+
+
+def _speed_note(answer: dict, figure: str) -> str:
+    """Where the answer's TTFT or ITL comes from (sizing/planners/held.py, or the queueing model of slo.py)."""
+    if answer.get("basis") == "serving simulation":
+        return ("serving simulation: the engine's steps at the design's share of the peak, over requests" if
+                figure == "ttft" else "serving simulation: each request's mean gap between tokens (TPOT)")
+    return ("queueing model, with queueing at the arrival rate" if figure == "ttft" else
+            "queueing model, prefill interleaved")
 
 
 def bucket_rows(plan: FleetPlan) -> list[dict]:

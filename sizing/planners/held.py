@@ -26,6 +26,7 @@ from .slo import MAX_PREFILL_BUSY, Design, Targets, _failed, _prefill, disaggreg
 from .workload import Workload
 
 SIMULATED = "serving simulation"
+NOT_SIMULATED = "not simulated"  # how a pruned design's reason begins
 # Requests measured per point past the closed loop's opening burst of c (each sent in a steady state of c in flight):
 # at least this many, so that a mix's rare long prompts (5% in examples/workload.yaml) are met a few times and a
 # percentile does not hang on whether one of them happened to be queued ahead.
@@ -297,13 +298,13 @@ def hold_designs(designs: list[Design], base: Scenario, workload: Workload, effi
         if bound > best:
             skipped += 1
             held[id(d)] = replace(d, meets=False, reason=(
-                f"not simulated: by its pool and its decode step it costs at least ${bound:,.2f}/h, more than the "
+                f"{NOT_SIMULATED}: by its pool and its decode step it costs at least ${bound:,.2f}/h, more than the "
                 f"cheapest simulated design (${best:,.2f}/h); queueing model: {d.reason}"))
             continue
         if key not in pools and len(pools) >= limit:
             unsimulated += 1
             held[id(d)] = replace(d, meets=False, reason=(
-                f"not simulated (kvsize simulates the {limit} replicas that could cost least), so never chosen; "
+                f"{NOT_SIMULATED} (kvsize simulates the {limit} replicas that could cost least), so never chosen; "
                 f"queueing model: {d.reason}"))
             continue
         if d.prefill is None:
@@ -315,3 +316,15 @@ def hold_designs(designs: list[Design], base: Scenario, workload: Workload, effi
         if h.meets:
             best = min(best, h.usd_per_hour)
     return HeldDesigns([held.get(id(d), d) for d in designs], len(pools), skipped, unsimulated)
+
+
+
+def none_of_kind(designs: list[Design], kind: str) -> str:
+    """Why no design of a kind heads its column: none met the targets, or none was simulated because none could cost
+    less than the chosen one."""
+    of_kind = [d for d in designs if d.kind == kind]
+    pruned = [d for d in of_kind if d.reason.startswith(NOT_SIMULATED)]
+    if of_kind and len(pruned) == len(of_kind):
+        return (f"none simulated: all {len(pruned)} could not cost less than the chosen design (the designs table "
+                "gives each one's least cost)")
+    return "none meets the targets"
