@@ -132,9 +132,9 @@ def plan() -> dict:
             server("b4-qwen3moe-bf16", b4, "qwen3-30b-a3b", "0", 8113, 32768, PAST_POOL_MOE,
                    prefill_tokens_per_s=20000, itl_guess_s=0.02),
             # gpt-oss-20b (MXFP4 experts, alternating sliding and full attention with sinks) last, where time is
-            # left: its OpenAI server builds the harmony encoding at start, whose vocabulary file is fetched online
-            # (the GPU machine has no network). transformers 5 would pick its tokenizer class from model_type, so
-            # the word-level tokenizer is read from its own folder
+            # left: its OpenAI server was feared to fetch its harmony vocabulary at start (the GPU machine has no
+            # network); it started offline all the same. transformers 5 would pick its tokenizer class from
+            # model_type, so the word-level tokenizer is read from its own folder
             server("b4-gptoss20b", b4, "gpt-oss-20b", "1", 8114, 32768, MOE2_POINTS, prefill_tokens_per_s=30000,
                    tokenizer_only=True),
             server("b4-mixtral", b4, "mixtral-8x7b-v0.1", "1", 8115, 32768, MOE2_POINTS, prefill_tokens_per_s=15000,

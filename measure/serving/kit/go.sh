@@ -2,7 +2,8 @@
 # GPU-machine side of the serving runs. usage: bash KIT/go.sh SECONDS
 # Unpacks the staged vLLM once (its parts copied to /tmp/stage beforehand), writes a word-level tokenizer beside
 # each config.json, then runs lanes 0 and 1 side by side (one server at a time on each GPU) and the 0,1 lane (TP 2)
-# once both are done, stopping before SECONDS have passed. Everything measured so far comes back as $OUT/res.tgz;
+# once both are done, stopping before SECONDS have passed (SERVING_ORDER=TAG,...: a machine of one GPU runs the
+# servers named one after another on GPU 0 instead). Everything measured so far comes back as $OUT/res.tgz;
 # a later call resumes where this one stopped.
 set -u
 T0=$(date +%s); LIMIT=${1:-560}; KIT=$(cd "$(dirname "$0")" && pwd); ROOT=$(pwd)
@@ -30,12 +31,14 @@ DEADLINE=$((T0 + LIMIT - 20))
 export PYTHONPATH=/tmp/vsite PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1
 # a lane still inside a point at the limit is stopped (its servers run on, in their own sessions)
 left() { local r=$(( T0 + LIMIT - 8 - $(date +%s) )); (( r < 1 )) && r=1; echo $r; }
-if [[ -z ${SERVING_LANE_ALONE:-} ]]; then  # SERVING_LANE_ALONE=1: only the 0,1 lane, without waiting for the others
+if [[ -n ${SERVING_ORDER:-} ]]; then  # a machine of one GPU: the servers named, one after another, on GPU 0
+  SERVING_GPUS=0 timeout -k 3 "$(left)" python3 "$KIT/lane.py" --lane one --deadline $DEADLINE > /tmp/res/lane-one.$T0.log 2>&1
+elif [[ -z ${SERVING_LANE_ALONE:-} ]]; then  # SERVING_LANE_ALONE=1: only the 0,1 lane, without waiting for the others
   timeout -k 3 "$(left)" python3 "$KIT/lane.py" --lane 0 --deadline $DEADLINE > /tmp/res/lane-0.$T0.log 2>&1 &
   timeout -k 3 "$(left)" python3 "$KIT/lane.py" --lane 1 --deadline $DEADLINE > /tmp/res/lane-1.$T0.log 2>&1 &
   wait
 fi
-timeout -k 3 "$(left)" python3 "$KIT/lane.py" --lane 0,1 --deadline $DEADLINE > /tmp/res/lane-01.$T0.log 2>&1
+[[ -n ${SERVING_ORDER:-} ]] || timeout -k 3 "$(left)" python3 "$KIT/lane.py" --lane 0,1 --deadline $DEADLINE > /tmp/res/lane-01.$T0.log 2>&1
 grep -h "^\[" /tmp/res/lane-*.$T0.log | sort | cut -c1-200
 python3 "$KIT/lane.py" --summary
 tar -czf "$OUT/res.tgz" -C /tmp res

@@ -10,6 +10,8 @@ State lives under RES/<batch>/<server>/: a point is done when its result (or err
 call resumes where an earlier one stopped at its deadline (a running server is reused).
 
 usage: python3 lane.py --lane 0 --deadline EPOCH_SECONDS     (PYTHONPATH=/tmp/vsite: the staged vLLM)
+       SERVING_ORDER=TAG,TAG,... SERVING_GPUS=0 python3 lane.py --lane one --deadline EPOCH_SECONDS
+           (a machine of one GPU: the servers named, one after another, every one on GPU 0)
        python3 lane.py --summary
 """
 
@@ -66,6 +68,11 @@ def alive(pid: int) -> bool:
         return True
 
 
+def gpus(s: dict) -> str:
+    """The GPUs a server runs on: the plan's, or SERVING_GPUS where the machine has fewer GPUs than the plan's lanes."""
+    return os.environ.get("SERVING_GPUS") or s["gpus"]
+
+
 def server_dir(s: dict) -> Path:
     d = RES / s["batch"] / s["tag"]
     d.mkdir(parents=True, exist_ok=True)
@@ -101,7 +108,7 @@ def ensure_server(s: dict, deadline: float) -> str:
         log(f"{s['tag']}: a server (pid {pid}) is already running")
     else:
         args = server_args(s)
-        env = {**os.environ, **ENV, "CUDA_VISIBLE_DEVICES": s["gpus"]}
+        env = {**os.environ, **ENV, "CUDA_VISIBLE_DEVICES": gpus(s)}
         (d / "server.cmd").write_text(" ".join(args[1:]) + "\n")
         with open(d / "server.log", "ab") as out:
             p = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env, cwd="/tmp",
@@ -109,7 +116,8 @@ def ensure_server(s: dict, deadline: float) -> str:
         pid, t0 = p.pid, time.time()
         pidf.write_text(str(pid))
         (d / "server.started").write_text(f"{t0:.3f}\n")
-        log(f"{s['tag']}: starting pid {pid} on GPUs {s['gpus']}")
+        (d / "server.gpus").write_text(gpus(s) + "\n")
+        log(f"{s['tag']}: starting pid {pid} on GPUs {gpus(s)}")
     while time.time() < min(deadline, t0 + START_TIMEOUT_S):
         if healthy(s["port"]):
             if not (d / "server.ready").exists():
@@ -151,7 +159,7 @@ def stop_server(s: dict) -> None:
     # wait until the lane's GPUs are free again
     for _ in range(60):
         out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits",
-                              "-i", s["gpus"]], capture_output=True, text=True).stdout.split()
+                              "-i", gpus(s)], capture_output=True, text=True).stdout.split()
         if out and all(float(x) < 3000 for x in out):
             break
         time.sleep(1)
@@ -269,7 +277,8 @@ def run_lane(lane: str, deadline: float) -> None:
     if "," in lane and not os.environ.get("SERVING_LANE_ALONE") and not all(finished(servers[t]) for t in others):
         log(f"lane {lane}: waiting for the one-GPU lanes to finish first")
         return
-    for tag in plan["lanes"][lane]:
+    tags = os.environ["SERVING_ORDER"].split(",") if lane == "one" else plan["lanes"][lane]
+    for tag in tags:
         s = servers[tag]
         if finished(s):
             continue
