@@ -206,11 +206,11 @@ HARNESS_ENGINE = "vllm@0.33"
 
 
 def predict_capacity(model: str, shape: ModelShape, total: int, util: float, mnbt: int, block_size: int, fmt: str,
-                     non_torch: int | None, kv_bytes: int | None = None, tp: int = 1):
+                     non_torch: int | None, kv_bytes: int | None = None, tp: int = 1, engine: str = HARNESS_ENGINE):
     """kvsize's vLLM estimate for a harness run (one sequence of max_num_batched_tokens, no CUDA graphs)
     with the measured non-torch memory (None: the release's own figure) and, given kv_bytes, a fixed KV
     budget: what measure/run.py, measure/tp.py and `kvsize validate` all compare with."""
-    return estimate(Scenario(model, shape, "measured", total, engine=HARNESS_ENGINE, tensor_parallel_size=tp,
+    return estimate(Scenario(model, shape, "measured", total, engine=engine, tensor_parallel_size=tp,
                              memory_fraction=util, non_torch_bytes=non_torch, max_num_batched_tokens=mnbt,
                              max_num_seqs=1, cuda_graph_bytes=0, weights_dtype="bf16", block_size=block_size,
                              torch_compile=False,  # the replica's forward is transformers', never compiled

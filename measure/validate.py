@@ -261,14 +261,18 @@ def _check_weight_tensors(p: dict, where: str) -> list[str]:
 # vLLM holds two NCCL communicators per tensor-parallel group (torch's device group and its own
 # PyNcclCommunicator: vllm/distributed/parallel_state.py, device_communicators/cuda_communicator.py).
 VLLM_COMMUNICATORS = 2
+# The last releases whose non-torch figure holds the communicators: from 0.21 vLLM takes its memory snapshot after
+# NCCL's setup (v1/worker/gpu_worker.py init_device), so their buffers fall outside the budget it reports
+# (profiles/engines/vllm-0.21-0.25.json 'non_torch').
+COMMUNICATORS_COUNTED = "vllm@0.19"
 NON_TORCH_TOLERANCE_BYTES = 2**28  # 0.25 GiB
 
 
 def _check_tensor_parallel(p: dict, tolerance: float | None) -> list[str]:
     """One rank of a tensor-parallel run: weights within 0.5% of kvsize's per-GPU share, the page the
     rank's KV heads hold per layer exactly kvsize's, the pool exactly num_blocks pages, the pool and a
-    forward pass within the limit apart from the allocator's tails, and kvsize's vLLM non-torch figure
-    within 0.25 GiB of one TP-1 process's plus vLLM's two communicators as measured."""
+    forward pass within the limit apart from the allocator's tails, and kvsize's non-torch figure of the releases
+    that count the communicators within 0.25 GiB of one TP-1 process's plus vLLM's two communicators as measured."""
     _, shape = model_shape(p["model"], p.get("layers"))
     m, d = p["measured"], p["derived"]
     where = f"tensor parallel {p['model']} TP {p['tensor_parallel_size']} rank {p['rank']} {p['kv_cache_dtype']}"
@@ -297,12 +301,12 @@ def _check_tensor_parallel(p: dict, tolerance: float | None) -> list[str]:
         problems.append(f"{where}: the derived pool and a forward pass exceed the limit")
     steps = m["non_torch_steps"]
     communicator = steps["after_first_all_reduce"] - steps["cuda_context"]
-    vllm = predict_capacity(*run, None, tp=tp).breakdown.non_torch_bytes
-    single = predict_capacity(*run, None).breakdown.non_torch_bytes
+    vllm = predict_capacity(*run, None, tp=tp, engine=COMMUNICATORS_COUNTED).breakdown.non_torch_bytes
+    single = predict_capacity(*run, None, engine=COMMUNICATORS_COUNTED).breakdown.non_torch_bytes
     composed = single + VLLM_COMMUNICATORS * communicator
     if abs(vllm - composed) > NON_TORCH_TOLERANCE_BYTES:
-        problems.append(f"{where}: kvsize's vLLM non-torch {vllm} B is more than 0.25 GiB from one process's "
-                        f"{single} B plus {VLLM_COMMUNICATORS} communicators of {communicator} B")
+        problems.append(f"{where}: kvsize's {COMMUNICATORS_COUNTED} non-torch {vllm} B is more than 0.25 GiB from "
+                        f"one process's {single} B plus {VLLM_COMMUNICATORS} communicators of {communicator} B")
     return problems
 
 
