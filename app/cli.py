@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 
-from sizing.errors import KvsizeError
+from sizing.errors import KvsizeError, escaped, shown
 
 from app.commands import (check_log, check_serve, compare, estimate, listings, measure, plan, sweep, tiers, validate,
                           verify, watch)
@@ -95,23 +94,44 @@ def _refuse_out_onto_an_input(args) -> None:
     for out in outs:
         if isinstance(out, str):
             _check_out(Path(out), tuple(named))
+    if isinstance(args.out, str):  # one file of text: its name says which (measure and verify write a JSON report)
+        from app.output import _check_kind
+
+        fmt = getattr(args, "format", None) or ("json" if args.command in ("measure", "verify") else None)
+        if fmt in ("table", "csv", "json"):
+            _check_kind(args.out, fmt)
 
 
-# what a config, a log or a scrape could carry to the terminal: C0 and C1 controls (an escape sequence recolours
-# or rewrites the screen) and lone surrogates (which no encoding writes); tabs, newlines and the carriage
-# return of the progress bar pass
-_UNSAFE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
+# Characters kvsize's own text uses, as ASCII for a stream that cannot encode them (LANG=C, PYTHONIOENCODING=ascii);
+# anything else such a stream cannot encode is written as its escape
+_ASCII = str.maketrans({"×": "x", "—": "-", "–": "-", "−": "-", "≤": "<=", "≥": ">=", "±": "+/-", "…": "...",
+                        "→": "->", "←": "<-", "≈": "~", "’": "'", "‘": "'", "“": '"', "”": '"', "·": ".", "µ": "u",
+                        "²": "^2", "³": "^3", "√": "sqrt", "Δ": "delta", "≠": "!=", "•": "*", "✓": "ok", "✗": "x",
+                        "\u00a0": " ", "\u202f": " ", "\u2009": " "})
 
 
 class _TerminalSafe:
-    """A text stream that shows control characters from untrusted input as escapes instead of obeying them."""
+    """A text stream that shows control characters from untrusted input as escapes instead of obeying them
+    (tabs, line breaks and the carriage return of the progress bar pass), and degrades to ASCII where the
+    stream's encoding cannot write a character, instead of failing."""
 
     def __init__(self, stream) -> None:
         self._stream = stream
+        encoding = (getattr(stream, "encoding", None) or "utf-8").lower().replace("_", "-")
+        self._encoding = None if encoding in ("utf-8", "utf8") else encoding
 
     def write(self, text: str) -> int:
-        return self._stream.write(_UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
-                                              else f"\\u{ord(m.group()):04x}", text))
+        text = escaped(text, keep="\t\n\r")
+        if self._encoding is not None:
+            try:
+                text.encode(self._encoding)
+            except (UnicodeEncodeError, LookupError):
+                text = text.translate(_ASCII)
+                try:
+                    text = text.encode(self._encoding, "backslashreplace").decode(self._encoding)
+                except LookupError:
+                    text = text.encode("ascii", "backslashreplace").decode("ascii")
+        return self._stream.write(text)
 
     def __getattr__(self, name):
         return getattr(self._stream, name)
@@ -166,7 +186,9 @@ def _main(argv: list[str] | None = None) -> int:
     except (OSError, ImportError) as e:
         if show_traceback:
             raise
-        print(f"kvsize: error: {e}", file=sys.stderr)
+        named = getattr(e, "filename", None) is not None and getattr(e, "strerror", None)
+        print(f"kvsize: error: {KvsizeError(f'{e.strerror}: {shown(str(e.filename), 120)}' if named else e)}",
+              file=sys.stderr)
         return 2
     except Exception as e:  # noqa: BLE001 - an escaped exception is a kvsize bug, never a silent success
         if _raised_while_ending(e, _Terminated):
@@ -178,8 +200,8 @@ def _main(argv: list[str] | None = None) -> int:
             return 130
         if show_traceback:
             raise
-        print(f"kvsize: internal error: {type(e).__name__}: {str(e)[:200]} (a bug in kvsize: please report it with "
-              "the command line; --traceback shows where)", file=sys.stderr)
+        print(f"kvsize: internal error: {type(e).__name__}: {KvsizeError(str(e)[:200])} (a bug in kvsize: please "
+              "report it with the command line; --traceback shows where)", file=sys.stderr)
         return INTERNAL_ERROR
 
 

@@ -12,14 +12,27 @@ from sizing.errors import KvsizeError
 from sizing.units import GiB
 
 
-def _emit(text: str, out: str | None, fmt: str | None = None) -> None:
-    """Standard output, or a file written whole (a temporary file renamed into place)."""
-    if out is not None and fmt is not None:
-        suffix = Path(out).suffix.lower()
-        expected = {"json": ".json", "csv": ".csv", "table": ".txt"}[fmt]
-        if suffix not in (expected, "") and not (fmt == "table" and suffix in (".txt", ".md")):
-            raise KvsizeError(f"--out {Path(out).name!r} does not match --format {fmt} (it writes {expected} text); "
-                              f"name the file {Path(out).stem}{expected} or choose another --format")
+# names that promise a file of another kind than text: a reader (Excel, pandas) would fail on text written under them
+DATA_SUFFIXES = (".xlsx", ".xlsm", ".xls", ".ods", ".csv", ".tsv", ".json", ".jsonl", ".parquet", ".html", ".png",
+                 ".pdf")
+
+
+def _check_kind(out: str, fmt: str) -> None:
+    """An --out of one file whose name says what it holds: `fmt` (table, csv or json) text is never written under a
+    .xlsx, .csv or .json name of another kind."""
+    suffix = Path(out).suffix.lower()
+    expected = {"json": ".json", "csv": ".csv", "table": ".txt"}[fmt]
+    other_kind = suffix in DATA_SUFFIXES and suffix != expected  # a text table under a spreadsheet's name
+    if other_kind or (fmt != "table" and suffix not in (expected, "")):
+        raise KvsizeError(f"--out {Path(out).name!r} does not match --format {fmt} (it writes {expected} text); "
+                          f"name the file {Path(out).stem}{expected} or choose another --format")
+
+
+def _emit(text: str, out: str | None, fmt: str = "table") -> None:
+    """Standard output, or a file written whole (a temporary file renamed into place) whose name says what it holds
+    (_check_kind)."""
+    if out is not None:
+        _check_kind(out, fmt)
     if out is None:
         sys.stdout.write(text)
         return

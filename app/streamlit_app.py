@@ -15,7 +15,7 @@ if str(ROOT) not in sys.path:
 import streamlit as st  # noqa: E402
 
 from app.ui import (LIMITS, SAME_AS_K, _estimate, _gpu_choices, _gpu_label, _index, _model_choices, _query,  # noqa: E402
-                    _uploaded_shape, in_widget_terms, markdown_text)  # noqa: E402
+                    _uploaded_shape, in_widget_terms, markdown_text, matching_release)  # noqa: E402
 from app.views.compare import page_compare  # noqa: E402
 from app.views.curves import page_curves  # noqa: E402
 from app.views.fleet import page_fleet  # noqa: E402
@@ -62,24 +62,6 @@ def _release_query(engine: str, releases: list[str]) -> str:
         return NEWEST_STARTED
     value = _query("release", NEWEST_STARTED)
     return matching_release(value, releases)
-
-
-def matching_release(value: str, releases: list[str]) -> str:
-    """`value` as one of `releases`, trailing zero parts ignored (0.31 is 0.31.0); else `value` unchanged."""
-    def parts(v: str) -> tuple[int, ...] | None:
-        try:
-            numbers = [int(p) for p in v.strip().removeprefix("v").split(".")]
-        except ValueError:
-            return None
-        while len(numbers) > 1 and numbers[-1] == 0:
-            numbers.pop()
-        return tuple(numbers)
-
-    if value in releases:
-        return value
-    wanted = parts(value)
-    found = [r for r in releases if wanted is not None and parts(r) == wanted]
-    return found[0] if found else value
 
 
 def _is_number(text) -> bool:

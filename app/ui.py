@@ -54,7 +54,7 @@ def _query(key: str, default, cast=str, low=None, high=None):
         parsed = None
     if parsed is None or (low is not None and not low <= parsed <= high):
         allowed = f" (allowed: {low} to {high})" if low is not None else ""
-        st.warning(f"URL parameter {key}={value!r} is not usable{allowed}; using {default}")
+        st.warning(f"URL parameter {key}='{markdown_text(str(value)[:60])}' is not usable{allowed}; using {default}")
         return default
     return parsed
 
@@ -89,6 +89,27 @@ def markdown_text(text: str) -> str:
     control characters dropped, so a link or an image in it is never rendered live."""
     cleaned = "".join(c for c in text if c.isprintable())
     return re.sub(r"([\\`*_{}\[\]()#+\-.!|<>~$])", r"\\\1", cleaned)
+
+
+def matching_release(value: str, releases: list[str]) -> str:
+    """`value` as one of `releases`, trailing zero parts ignored (0.31 is 0.31.0); else `value` unchanged."""
+    def parts(v: str) -> tuple[int, ...] | None:
+        pieces = str(v).strip().removeprefix("v").split(".")
+        if len(pieces) > 8 or any(len(p) > 9 for p in pieces):  # no release is written longer (a URL can be)
+            return None
+        try:
+            numbers = [int(p) for p in pieces]
+        except ValueError:
+            return None
+        while len(numbers) > 1 and numbers[-1] == 0:
+            numbers.pop()
+        return tuple(numbers)
+
+    if value in releases:
+        return value
+    wanted = parts(value)
+    found = [r for r in releases if wanted is not None and parts(r) == wanted]
+    return found[0] if found else value
 
 
 def _index(options: list[str], value: str, fallback: str | None = None) -> int:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Annotated, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import KvsizeError
 
@@ -84,19 +84,93 @@ class DecodeEfficiency:
         return replace(self, kv=MappingProxyType(kv), reference_gpu=None, basis=basis, source=f"{self.source}; {basis}")
 
 
+TIME_SUFFIXES = ("_s", "_ms", "_us")  # a measured time: a finite number, never below zero
+
+
+def _times_not_negative(fields: dict) -> None:
+    """A report's other fields kept as they are, but a time among them (a name ending _s, _ms or _us) is a finite
+    number of at least zero."""
+    for name, value in fields.items():
+        if isinstance(name, str) and name.endswith(TIME_SUFFIXES) and isinstance(value, (int, float)) and (
+                isinstance(value, bool) or not math.isfinite(value) or value < 0):
+            raise ValueError(f"{name} is {value!r}; a measured time is a finite number of at least 0")
+
+
+_Seconds = Annotated[float, Field(ge=0, le=3600)]
+
+
 class EfficiencySection(BaseModel):
     """A kernel benchmark report's decode_efficiency section, as kvsize uses it (numbers, never booleans or text;
-    finite; bandwidths and efficiencies above zero). Other fields the benchmark records are kept as they are."""
+    finite; bandwidths and efficiencies above zero, times at least zero). Other fields the benchmark records are
+    kept as they are."""
 
     model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
 
     reference_bandwidth_gb_s: float = Field(gt=0, le=1e6)
-    kv: dict[str, Annotated[float, Field(gt=0, le=10)]]
-    overhead_s: dict[str, float] = {}
-    per_sequence_s: dict[str, float] = {}
-    per_context_token_s: dict[str, float] = {}
+    kv: dict[str, Annotated[float, Field(gt=0, le=1)]]
+    overhead_s: dict[str, _Seconds] = {}
+    per_sequence_s: dict[str, _Seconds] = {}
+    per_context_token_s: dict[str, _Seconds] = {}
     weights: float = Field(default=DEFAULT_WEIGHTS_EFFICIENCY, gt=0, le=1)
     fitted_on_batch_at_least: int = Field(default=1, ge=1)
+
+    @model_validator(mode="after")
+    def _times(self) -> "EfficiencySection":
+        _times_not_negative(self.model_extra or {})
+        return self
+
+
+class _Device(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    name: str = Field(default="a GPU", min_length=1, max_length=256)
+
+
+class _QualityPoint(BaseModel):
+    """One decode point of a measurement report, as its attention error is shown beside a format."""
+
+    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
+
+    # either may be left out (the point is then not shown), never null or of another type
+    format: str = Field(default=None, min_length=1, max_length=64)  # type: ignore[assignment]
+    attention_rel_error: float = Field(default=None, ge=0, le=1e6)  # type: ignore[assignment]
+
+    @model_validator(mode="after")
+    def _times(self) -> "_QualityPoint":
+        _times_not_negative(self.model_extra or {})
+        return self
+
+
+class _QualityReport(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    decode: list[_QualityPoint] = []
+    device: _Device = Field(default_factory=_Device)
+
+
+def _refused(where: str, prefix: str, e: ValidationError) -> KvsizeError:
+    from .errors import shown
+
+    import re
+
+    from .inputs import json_path
+
+    err = e.errors()[0]
+    field = json_path((*prefix, *err["loc"]))
+    quotable = "input" in err and not isinstance(err["input"], (dict, list))
+    given = f" (given {shown(err['input'], 40)})" if quotable else ""
+    message = re.sub(r" or instance of \w+", "", err["msg"].removeprefix("Value error, "))
+    return KvsizeError(f"{where}: {field}: {message}{given}")
+
+
+def quality_section(report: dict, where: str = "report") -> dict:
+    """The report a --quality-report names, checked where kvsize reads it (its decode points' formats, attention
+    errors and times, its device's name): the report as given, or one line naming the field."""
+    try:
+        _QualityReport.model_validate({k: report[k] for k in ("decode", "device") if k in report})
+    except ValidationError as e:
+        raise _refused(where, (), e) from None
+    return report
 
 
 def efficiency_section(report: dict, where: str = "report") -> EfficiencySection:
@@ -106,11 +180,14 @@ def efficiency_section(report: dict, where: str = "report") -> EfficiencySection
         raise KvsizeError(f"{where} has no decode_efficiency section; run the kernel benchmark "
                           f"(benchmarks/bench_decode.py) to measure one")
     try:
+        if "device" in report:
+            _Device.model_validate(report["device"])
+    except ValidationError as e:
+        raise _refused(where, ("device",), e) from None
+    try:
         return EfficiencySection.model_validate(section)
     except ValidationError as e:
-        err = e.errors()[0]
-        field = ".".join(str(p) for p in err["loc"])
-        raise KvsizeError(f"{where}: decode_efficiency.{field}: {err['msg']}") from None
+        raise _refused(where, ("decode_efficiency",), e) from None
 
 
 def efficiency_from_report(report: dict, where: str = "report") -> DecodeEfficiency:

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .errors import KvsizeError, unknown
+from .errors import KvsizeError, shown, unknown
 from .config import ModelShape, read_config_file, resolve_shape
 from .efficiency import KERNEL_TIME_TERMS, DecodeEfficiency
 
@@ -132,7 +132,7 @@ def gpu_ids() -> tuple[str, ...]:
 def _load(kind: str, key: str, schema: type[BaseModel]) -> Any:
     path = PROFILES_DIR / kind / f"{key}.json"
     try:
-        return schema.model_validate(json.loads(path.read_text()))
+        return schema.model_validate(json.loads(path.read_text(encoding="utf-8")))
     except (ValidationError, json.JSONDecodeError) as e:
         first = str(e).splitlines()[0:3]
         raise KvsizeError(f"profile {path.name} is invalid: {' '.join(first)}") from None
@@ -160,7 +160,7 @@ def _model_names() -> dict[str, str]:
     names: dict[str, str] = {}
     exact: dict[str, str] = {}
     for key in model_ids():
-        data = json.loads((PROFILES_DIR / "models" / f"{key}.json").read_text())
+        data = json.loads((PROFILES_DIR / "models" / f"{key}.json").read_text(encoding="utf-8"))
         hf = str(data.get("hf_id") or "")
         for name in (key, hf, hf.rsplit("/", 1)[-1]):
             if name:
@@ -287,12 +287,22 @@ def bundled_shape(key: str) -> ModelShape:
         raise KvsizeError(f"profile {key}.json has an invalid shape: {e}") from None
 
 
+MAX_MODEL_SPEC = 4096  # PATH_MAX: no id or path is longer
+
+
 def load_model(spec: str) -> tuple[str, ModelShape]:
     """--model: a bundled profile id, a path to a config.json, or a folder holding one."""
     spec = str(spec)
+    if len(spec) > MAX_MODEL_SPEC or "\x00" in spec:
+        raise KvsizeError(f"--model {shown(spec, 60)}: a profile id, a Hugging Face id or a path is at most "
+                          f"{MAX_MODEL_SPEC:,} characters and holds no NUL")
     path = Path(spec)
-    looks_like_path = path.suffix == ".json" or "/" in spec or "\\" in spec or path.is_dir()
-    if looks_like_path and path.exists():
+    try:
+        looks_like_path = path.suffix == ".json" or "/" in spec or "\\" in spec or path.is_dir()
+        exists = looks_like_path and path.exists()
+    except OSError as e:  # a name too long for the file system, a folder that cannot be read
+        raise KvsizeError(f"--model {shown(spec, 60)}: {e.strerror or e}") from None
+    if exists:
         config = read_config_file(path)
         name = config.get("_name_or_path") or (path.parent.name if path.name == "config.json" else path.stem)
         return str(name or spec), resolve_shape(config)
@@ -306,11 +316,11 @@ def refresh_shapes() -> list[str]:
     changed = []
     for key in model_ids():
         path = PROFILES_DIR / "models" / f"{key}.json"
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
         shape = resolve_shape(data["config"])
         if not data.get("shape") or ModelShape.from_dict(data["shape"]) != shape:
             data["shape"] = shape.to_dict()
-            path.write_text(json.dumps(data, indent=1) + "\n")
+            path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
             changed.append(key)
     return changed
 

@@ -45,7 +45,7 @@ def test_yaml_values_stay_json_values(tmp_path, capsys):
 
 
 def test_an_unwritable_out_names_the_path_given(capsys):
-    assert main(["estimate", "--model", "llama-3.1-8b", "--out", "/proc/x.json"]) == 2
+    assert main(["estimate", "--model", "llama-3.1-8b", "--format", "json", "--out", "/proc/x.json"]) == 2
     err = capsys.readouterr().err
     assert "--out /proc/x.json" in err and ".part" not in err
 

@@ -93,7 +93,7 @@ def test_on_the_points_it_was_fitted_on_the_median_gap_is_within_ten_percent():
 
 
 def test_the_speed_accuracy_page_is_what_the_benchmark_prints():
-    # docs/speed-accuracy.md is benchmarks/serving_accuracy.py's report of all 66 points, to the byte
+    # docs/speed-accuracy.md is benchmarks/serving_accuracy.py's report of every point, to the byte
     from helpers import load_script
 
     bench = load_script("serving_accuracy")

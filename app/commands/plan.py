@@ -102,7 +102,7 @@ def plan_from_args(args: argparse.Namespace):
     from sizing.cache.formats import get_format
     from sizing.planners.guidance import evaluate_rules, quality_notes
     from sizing.profiles import measured_efficiency
-    from sizing.efficiency import efficiency_from_report
+    from sizing.efficiency import efficiency_from_report, quality_section
     from sizing.planners.speed import parse_efficiency_overrides
     from sizing.planners.workload import read_workload
 
@@ -121,7 +121,7 @@ def plan_from_args(args: argparse.Namespace):
     efficiency = measured_efficiency()
     if args.efficiency_report:
         efficiency = efficiency_from_report(_read_report(args.efficiency_report, "--efficiency-report"),
-                                            Path(args.efficiency_report).name)
+                                            f"--efficiency-report {Path(args.efficiency_report).name}")
     efficiency = parse_efficiency_overrides(args.kv_efficiency, efficiency)
     tps = [_int_or_error(t, "--tp") for t in args.tp]
     _some_tp_splits_the_heads(base, tps, args.engine)
@@ -136,25 +136,28 @@ def plan_from_args(args: argparse.Namespace):
         say("note", "no engine source confirms " + ", ".join(f"{f} on {g}" for g, f in unconfirmed)
             + f" with {args.engine} (kvsize support)")
     plan = plan_fleet(base, candidates, workload, efficiency, load_draft(workload))
-    report = _read_report(args.quality_report, "--quality-report") if args.quality_report else None
+    report = quality_section(_read_report(args.quality_report, "--quality-report"),
+                             f"--quality-report {Path(args.quality_report).name}") if args.quality_report else None
     notes = quality_notes(formats, base.shape.serving_dtype, report,
                           Path(args.quality_report).name if args.quality_report else None)
     return plan, base, evaluate_rules(workload, engine=args.engine, gpu_ids=tuple(args.gpus)), notes
 
 
 def _read_report(path: str, option: str) -> dict:
-    from sizing.inputs import read_limited
+    """A measurement report through the one bounded reader (a few MiB at most; finite numbers of bounded digits, any
+    other refused by its field), remembered as one of the run's inputs."""
+    from sizing.inputs import load_json, read_limited
 
     p = Path(path)
-    # bounded like every input (a measurement report is a few MiB at most), and remembered as one of the inputs
-    data = read_limited(p, 64 * 1024 * 1024, option, "a JSON measurement report (kvsize measure)")
-    try:
-        report = json.loads(data.decode("utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
-        raise KvsizeError(f"{option}: {p} is not a JSON measurement report ({e})") from None
+    what = "a JSON measurement report (kvsize measure)"
+    report = load_json(read_limited(p, MAX_REPORT_BYTES, option, what), f"{option} {p.name}", what,
+                       MAX_REPORT_BYTES, finite=True)
     if not isinstance(report, dict):
         raise KvsizeError(f"{option}: {p} holds a JSON {type(report).__name__}, not a measurement report (an object)")
     return report
+
+
+MAX_REPORT_BYTES = 64 * 1024 * 1024
 
 
 def _some_tp_splits_the_heads(base, tps: list[int], engine: str) -> None:

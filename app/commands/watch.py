@@ -47,39 +47,137 @@ def add_parser(sub) -> None:
 SCRAPE_SECONDS = 20.0  # a whole scrape, not each read: a server that trickles a byte a second is cut off
 
 
-def _http_scrape(source: str, limit: int, deadline_s: float = SCRAPE_SECONDS) -> bytes:
-    """One GET of a /metrics URL, bounded in bytes and in time as a whole; every way it can fail (a malformed
-    URL or port, a bad status line or headers, a cut or short body, a slow server) is one line naming the URL."""
+class _ScrapeTooSlow(OSError):
+    """The scrape's deadline passed while a read was waiting (headers or body)."""
+
+
+class _DeadlineReader:
+    """The raw reads under an HTTP answer, each allowed only the time left before the scrape's deadline: a server
+    that trickles its status line, its headers or its body a byte at a time is cut off at the deadline, not after
+    a socket timeout per byte."""
+
+    def __init__(self, sock, end: float) -> None:
+        import io
+
+        self._sock, self._end, self._files, self._closed = sock, end, 0, False
+        outer = self
+
+        class Raw(io.RawIOBase):
+            def readable(self) -> bool:
+                return True
+
+            def readinto(self, buffer) -> int:
+                return outer._sock_read(buffer)
+
+            def close(self) -> None:
+                if not self.closed:
+                    outer._files -= 1
+                    outer._release()
+                super().close()
+
+        self.raw = Raw
+
+    def _release(self) -> None:
+        # the socket stays open while an answer is read from it (urllib closes the connection's socket before the
+        # body is read, as a socket's own makefile allows), and is closed once both are done with it
+        if self._closed and self._files == 0:
+            self._sock.close()
+
+    def close(self) -> None:
+        self._closed = True
+        self._release()
+
+    def _sock_read(self, buffer) -> int:
+        left = self._end - time.monotonic()
+        if left <= 0:
+            raise _ScrapeTooSlow("the scrape's deadline passed")
+        self._sock.settimeout(left)
+        try:
+            return self._sock.recv_into(buffer)
+        except TimeoutError:
+            raise _ScrapeTooSlow("the scrape's deadline passed") from None
+
+    def makefile(self, mode: str = "rb", *args, **kwargs):
+        import io
+
+        if "r" not in mode or "w" in mode:
+            return self._sock.makefile(mode, *args, **kwargs)
+        self._files += 1
+        return io.BufferedReader(self.raw())
+
+    def __getattr__(self, name):
+        return getattr(self._sock, name)
+
+
+def _deadline_opener(end: float):
+    """A urllib opener whose connections read under the scrape's deadline (redirects and HTTPS as urlopen)."""
     import http.client
-    import urllib.error
     import urllib.request
 
-    shown = source[:120].encode("ascii", "backslashreplace").decode()
+    def bounded(base):
+        class Connection(base):
+            def connect(self) -> None:
+                given = self.timeout if isinstance(self.timeout, (int, float)) else 10.0
+                self.timeout = max(0.001, min(given, end - time.monotonic()))
+                super().connect()
+                self.sock = _DeadlineReader(self.sock, end)
+
+        return Connection
+
+    http_class, https_class = bounded(http.client.HTTPConnection), bounded(http.client.HTTPSConnection)
+
+    class Http(urllib.request.HTTPHandler):
+        def http_open(self, req):
+            return self.do_open(http_class, req)
+
+    class Https(urllib.request.HTTPSHandler):
+        def https_open(self, req):
+            return self.do_open(https_class, req, context=self._context)
+
+    return urllib.request.build_opener(Http, Https)
+
+
+def _http_scrape(source: str, limit: int, deadline_s: float = SCRAPE_SECONDS) -> bytes:
+    """One GET of a /metrics URL, bounded in bytes and in time as a whole (every read of the status line, the
+    headers and the body waits only for what is left of `deadline_s`); every way it can fail (a malformed URL or
+    port, a bad status line or headers, a cut or short body, a slow server) is one line naming the URL."""
+    import http.client
+    import urllib.error
+
+    from sizing.errors import escaped
+
+    shown_url = escaped(source[:120]) + ("…" if len(source) > 120 else "")
     if any(c.isspace() or ord(c) < 32 for c in source):
-        raise KvsizeError(f"--source {shown!r}: a URL holds no spaces or control characters")
+        raise KvsizeError(f"--source '{shown_url}': a URL holds no spaces or control characters")
     end = time.monotonic() + deadline_s
+    too_slow = KvsizeError(f"{shown_url}: the scrape took over {deadline_s:g} s; a /metrics answer is far faster "
+                           "(is this the server's metrics URL?)")
     chunks, size = [], 0
     try:
-        with urllib.request.urlopen(source, timeout=min(10.0, deadline_s)) as response:  # noqa: S310 - the user's server
+        with _deadline_opener(end).open(source, timeout=min(10.0, deadline_s)) as response:
             length = response.headers.get("Content-Length")
             while True:
                 if time.monotonic() > end:
-                    raise KvsizeError(f"{shown}: the scrape took over {deadline_s:g} s; a /metrics answer is "
-                                      "far faster (is this the server's metrics URL?)")
+                    raise too_slow
                 chunk = response.read1(65536) if hasattr(response, "read1") else response.read(65536)
                 if not chunk:
                     break
                 chunks.append(chunk)
                 size += len(chunk)
                 if size > limit:
-                    raise KvsizeError(f"{shown} sent more than {limit:,} bytes; a /metrics scrape is far smaller")
+                    raise KvsizeError(f"{shown_url} sent more than {limit:,} bytes; a /metrics scrape is far smaller")
     except KvsizeError:
         raise
+    except _ScrapeTooSlow:
+        raise too_slow from None
     except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as e:
-        raise KvsizeError(f"cannot read {shown}: {str(getattr(e, 'reason', e))[:160] or type(e).__name__}") from None
+        reason = getattr(e, "reason", e)
+        if isinstance(reason, _ScrapeTooSlow) or (isinstance(reason, TimeoutError) and time.monotonic() >= end):
+            raise too_slow from None
+        raise KvsizeError(f"cannot read {shown_url}: {escaped(str(reason)[:160]) or type(e).__name__}") from None
     data = b"".join(chunks)
-    if length is not None and length.isdigit() and len(data) < int(length):
-        raise KvsizeError(f"{shown}: the answer ended after {len(data):,} of its {int(length):,} bytes; "
+    if length is not None and length.isdigit() and len(length) <= 20 and len(data) < int(length):
+        raise KvsizeError(f"{shown_url}: the answer ended after {len(data):,} of its {int(length):,} bytes; "
                           "a cut scrape is not judged")
     return data
 
@@ -129,13 +227,13 @@ PLAN_GIVES = {"model": "--model", "gpu": "--gpu", "engine": "--engine", "tensor_
 def _plan_file(args: argparse.Namespace):
     """The --plan file's deployment (sizing/planners/deployment.py); the options it gives may not be given too."""
     from sizing.planners.deployment import MAX_PLAN_BYTES, read_deployment
-    from sizing.inputs import limited_text, read_limited
+    from sizing.inputs import read_limited
 
     both = [flag for dest, flag in PLAN_GIVES.items() if getattr(args, dest) is not None]
     if both:
         raise KvsizeError(f"--plan gives the deployment; drop {', '.join(both)} (or drop --plan and give them all)")
     data = read_limited(Path(args.plan), MAX_PLAN_BYTES, "--plan", "a plan's or an estimate's JSON")
-    return read_deployment(limited_text(data, MAX_PLAN_BYTES, "--plan", "a plan's or an estimate's JSON"), args.plan)
+    return read_deployment(data, f"--plan {args.plan}")
 
 
 def run(args: argparse.Namespace) -> int:

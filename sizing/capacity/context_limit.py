@@ -101,7 +101,7 @@ class _File(BaseModel):
 def rope_recipes() -> tuple[RopeRecipe, ...]:
     """profiles/rope_recipes.json, validated (read once, on first use)."""
     try:
-        data = _File.model_validate(json.loads(RECIPES_FILE.read_text()))
+        data = _File.model_validate(json.loads(RECIPES_FILE.read_text(encoding="utf-8")))
     except (OSError, ValidationError, json.JSONDecodeError) as e:
         raise KvsizeError(f"profile {RECIPES_FILE.name} is invalid: {' '.join(str(e).splitlines()[:3])}") from None
     ids = [r.id for r in data.recipes]

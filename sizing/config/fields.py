@@ -3,7 +3,6 @@ model_type, and field look-ups across both that record every name asked for (wha
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -11,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import KvsizeError
-from ..inputs import limited_text, read_limited
+from ..inputs import load_json, read_limited
 from .shape import DTYPE_NAMES
 
 MAX_CONFIG_BYTES = 4 * 1024 * 1024  # a real config.json is a few KiB; refuse anything huge
@@ -28,15 +27,10 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
 
 
 def parse_config_text(data: bytes | str, where: str = "config.json") -> dict[str, Any]:
-    data = limited_text(data, MAX_CONFIG_BYTES, where, "a config.json")
-    try:
-        # Infinity and NaN are read as Python's json writes them (NVIDIA's Mamba hybrids publish
-        # "time_step_limit": [0.0, Infinity]); a field kvsize uses is checked where it is used.
-        config = json.loads(data)
-    except json.JSONDecodeError as e:
-        raise KvsizeError(f"{where} is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
-    except RecursionError:
-        raise KvsizeError(f"{where} nests arrays or objects too deeply to be a config.json") from None
+    # Infinity and NaN are read as Python's json writes them (NVIDIA's Mamba hybrids publish
+    # "time_step_limit": [0.0, Infinity]); a field kvsize uses is checked where it is used. Integers longer
+    # than any figure of a config are refused by their field's name.
+    config = load_json(data, where, "a config.json", MAX_CONFIG_BYTES)
     if not isinstance(config, dict):
         raise KvsizeError(f"{where} must hold a JSON object, got {type(config).__name__}")
     return config

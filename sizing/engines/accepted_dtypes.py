@@ -7,7 +7,6 @@ outside the checked window are not judged.
 
 from __future__ import annotations
 
-import json
 from functools import cache
 from pathlib import Path
 
@@ -43,17 +42,25 @@ class DtypesTable(BaseModel):
 
 @cache
 def dtypes_table() -> DtypesTable:
+    return parse_dtypes_table(DTYPES_FILE.read_bytes(), DTYPES_FILE.name)
+
+
+def parse_dtypes_table(data: bytes | str, where: str) -> DtypesTable:
+    """The per-release table from its JSON text through the bounded reader; one line naming the field that is wrong."""
+    from ..inputs import json_path, load_json
     from .releases import version_key
 
+    raw = load_json(data, where, "the per-release KV cache dtype table", 4 * 1024 * 1024, finite=True)
     try:
-        table = DtypesTable.model_validate(json.loads(DTYPES_FILE.read_text(encoding="utf-8")))
-    except (ValidationError, json.JSONDecodeError) as e:
-        raise KvsizeError(f"{DTYPES_FILE.name} is invalid: {' '.join(str(e).splitlines()[:3])}") from None
+        table = DtypesTable.model_validate(raw)
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise KvsizeError(f"{where} is invalid: {json_path(tuple(err['loc']))}: {err['msg']}") from None
     for name, row in table.engines.items():
         checked = [version_key(v) for v in row.checked]
         for value in row.values:
             if version_key(value.since) not in checked:
-                raise KvsizeError(f"{DTYPES_FILE.name}: {name} {value.value} since {value.since}, a release not "
+                raise KvsizeError(f"{where}: {name} {value.value} since {value.since}, a release not "
                                   "in its checked list")
     return table
 

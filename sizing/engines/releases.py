@@ -449,7 +449,7 @@ def releases(engine: str) -> tuple[Release, ...]:
     out = []
     for path in sorted(ENGINES_DIR.glob(f"{engine}-*.json")):
         try:
-            release = Release.model_validate(json.loads(path.read_text()))
+            release = Release.model_validate(json.loads(path.read_text(encoding="utf-8")))
         except (ValidationError, json.JSONDecodeError) as e:
             first = " ".join(str(e).splitlines()[0:3])
             raise KvsizeError(f"engine profile {path.name} is invalid: {first}") from None

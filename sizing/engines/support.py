@@ -47,7 +47,7 @@ class Support:
 @cache
 def support_table() -> SupportTable:
     try:
-        table = SupportTable.model_validate(json.loads(SUPPORT_FILE.read_text()))
+        table = SupportTable.model_validate(json.loads(SUPPORT_FILE.read_text(encoding="utf-8")))
     except (ValidationError, json.JSONDecodeError) as e:
         raise KvsizeError(f"{SUPPORT_FILE.name} is invalid: {' '.join(str(e).splitlines()[:3])}") from None
     from ..cache.formats import canonical_format_name

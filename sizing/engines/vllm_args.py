@@ -10,11 +10,10 @@ so instead of guessing.
 from __future__ import annotations
 
 import ast
-import json
 import re
 from dataclasses import dataclass, field
 
-from ..errors import KvsizeError
+from ..errors import KvsizeError, shown
 from .memory import uncompiled_cudagraph_mode
 
 # Fields that move memory in ways kvsize does not model; their presence is reported, never guessed.
@@ -56,15 +55,30 @@ def _name(flag: str) -> str:
     return flag.lstrip("-").replace("-", "_")
 
 
+MAX_INT_DIGITS = 20  # no count, length or size vLLM takes is written longer (2^64 has 20 digits)
+
+
 def human_int(value, name: str) -> int:
-    """An integer as vLLM's human_readable_int reads it: 32768, '32k' (10^3) or '32K' (2^10)."""
+    """An integer as vLLM's human_readable_int reads it: 32768, '32k' (10^3) or '32K' (2^10); at most 2^64."""
+    n = _human_int(value, name)
+    if n.bit_length() > 64:
+        raise KvsizeError(f"{name} must be a whole number below 2^64, got {shown(value)}")
+    return n
+
+
+def _human_int(value, name: str) -> int:
     if isinstance(value, bool):
-        raise KvsizeError(f"{name} must be a whole number, got {value!r}")
-    if isinstance(value, int):
+        raise KvsizeError(f"{name} must be a whole number, got {shown(value)}")
+    if isinstance(value, int) and value.bit_length() <= 64:
         return value
+    if isinstance(value, int):
+        raise KvsizeError(f"{name} must be a whole number of at most {MAX_INT_DIGITS} digits, got one of "
+                          f"{value.bit_length() * 0.30103:,.0f} digits")
     if isinstance(value, float) and value.is_integer():
         return int(value)
     text = str(value).strip()
+    if sum(c.isdigit() for c in text[:10_000]) > MAX_INT_DIGITS:  # before int() or float(): no count is this long
+        raise KvsizeError(f"{name} must be a whole number of at most {MAX_INT_DIGITS} digits, got {shown(value)}")
     if re.fullmatch(r"-?\d+", text):
         return int(text)
     m = _HUMAN_INT.fullmatch(text)
@@ -74,13 +88,13 @@ def human_int(value, name: str) -> int:
             return int(float(number) * 10 ** (3 * "kmgt".index(suffix) + 3))
         if "." not in number:
             return int(number) * 2 ** (10 * "KMGT".index(suffix) + 10)
-    raise KvsizeError(f"{name} must be a whole number such as 32768, 32k (x1000) or 32K (x1024), got {value!r}")
+    raise KvsizeError(f"{name} must be a whole number such as 32768, 32k (x1000) or 32K (x1024), got {shown(value)}")
 
 
 def _positive(value, name: str) -> int:
     n = human_int(value, name)
     if n <= 0:
-        raise KvsizeError(f"{name} must be greater than zero, got {value!r}")
+        raise KvsizeError(f"{name} must be greater than zero, got {shown(value)}")
     return n
 
 
@@ -88,9 +102,9 @@ def _fraction(value, name: str) -> float:
     try:
         f = float(value)
     except (TypeError, ValueError):
-        raise KvsizeError(f"{name} must be a fraction in (0, 1] such as 0.9, got {value!r}") from None
+        raise KvsizeError(f"{name} must be a fraction in (0, 1] such as 0.9, got {shown(value)}") from None
     if not 0 < f <= 1:
-        raise KvsizeError(f"{name} must be a fraction in (0, 1] such as 0.9, got {value!r}")
+        raise KvsizeError(f"{name} must be a fraction in (0, 1] such as 0.9, got {shown(value)}")
     return f
 
 
@@ -102,7 +116,7 @@ def _flag(value, name: str) -> bool:
         return True
     if text in ("false", "0", "no"):
         return False
-    raise KvsizeError(f"{name} must be true or false, got {value!r}")
+    raise KvsizeError(f"{name} must be true or false, got {shown(value)}")
 
 
 # vLLM skips a model's tower only when every modality it takes is at 0, and an unlisted one stays at its
@@ -113,12 +127,14 @@ TOWER_MODALITIES = ("image", "video")
 def _json_object(value, name: str, example: str) -> dict:
     """A dict setting as given: a dict, or its JSON text."""
     if isinstance(value, str):
+        from ..inputs import NotJson, load_json
+
         try:
-            value = json.loads(value)
-        except (json.JSONDecodeError, RecursionError):
-            raise KvsizeError(f"{name} must be a JSON object such as '{example}', got {value!r}") from None
+            value = load_json(value, name, f"a JSON object such as '{example}'", 1024 * 1024)
+        except NotJson:
+            raise KvsizeError(f"{name} must be a JSON object such as '{example}', got {shown(value)}") from None
     if not isinstance(value, dict):
-        raise KvsizeError(f"{name} must be a JSON object such as '{example}', got {value!r}")
+        raise KvsizeError(f"{name} must be a JSON object such as '{example}', got {shown(value)}")
     return value
 
 
@@ -127,12 +143,12 @@ def _text_only(value, name: str) -> bool:
     a limit that leaves either out, or above 0, keeps the tower (and its encoder profiling, not modelled)."""
     value = _json_object(value, name, '{"image": 0, "video": 0}')
     if not value:
-        raise KvsizeError(f"{name} must be a JSON object of modality counts such as {{\"image\": 0}}, got {value!r}")
+        raise KvsizeError(f"{name} must be a JSON object of modality counts such as {{\"image\": 0}}, got {shown(value)}")
     counts = []
     for modality, item in value.items():
         count = item.get("count") if isinstance(item, dict) else item
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise KvsizeError(f"{name}.{modality} must be a whole number of items (0 or more), got {item!r}")
+            raise KvsizeError(f"{name}.{modality} must be a whole number of items (0 or more), got {shown(item)}")
         counts.append(count)
     return not any(counts) and all(m in value for m in TOWER_MODALITIES)
 
@@ -149,21 +165,21 @@ def _compilation(value, name: str) -> dict:
         text = str(compile_mode).upper().removeprefix("COMPILATIONMODE.")
         if text not in ("0", "1", "2", "3", "NONE", "STOCK_TORCH_COMPILE", "DYNAMO_TRACE_ONCE", "VLLM_COMPILE"):
             raise KvsizeError(f"{name}.mode must be 0-3 or NONE, STOCK_TORCH_COMPILE, DYNAMO_TRACE_ONCE, "
-                              f"VLLM_COMPILE, got {compile_mode!r}")
+                              f"VLLM_COMPILE, got {shown(compile_mode)}")
         if text in ("0", "NONE"):
             out["torch_compile"] = False
     mode = value.get("cudagraph_mode")
     if mode is not None:
         mode = str(mode).upper().removeprefix("CUDAGRAPHMODE.")
         if mode not in CUDAGRAPH_MODES:
-            raise KvsizeError(f"{name}.cudagraph_mode must be one of {', '.join(CUDAGRAPH_MODES)}, got {mode!r}")
+            raise KvsizeError(f"{name}.cudagraph_mode must be one of {', '.join(CUDAGRAPH_MODES)}, got {shown(mode)}")
         out["cudagraph_mode"] = mode
     if out.get("torch_compile") is False:
         out["cudagraph_mode"] = uncompiled_cudagraph_mode(out.get("cudagraph_mode", "FULL_AND_PIECEWISE"))
     sizes = value.get("cudagraph_capture_sizes")
     if sizes is not None:
         if not isinstance(sizes, (list, tuple)) or not sizes:
-            raise KvsizeError(f"{name}.cudagraph_capture_sizes must be a list of batch sizes, got {sizes!r}")
+            raise KvsizeError(f"{name}.cudagraph_capture_sizes must be a list of batch sizes, got {shown(sizes)}")
         out["cudagraph_capture_sizes"] = tuple(sorted({_positive(s, f"{name}.cudagraph_capture_sizes") for s in sizes}))
     largest = value.get("max_cudagraph_capture_size")
     if largest is not None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import gzip
 import io
-import json
 import math
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..errors import KvsizeError
+from ..inputs import NotJson, load_json
 from ..planners.serving import Load
 from ..units import MiB
 
@@ -76,10 +76,10 @@ def read_bench(data: bytes, where: str) -> BenchRun:
             raise KvsizeError(f"{where}: more than {MAX_BENCH_BYTES:,} bytes once unpacked; a load generator's "
                               "result is smaller")
     try:
-        raw = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise KvsizeError(f"{where}: not JSON ({e.msg if hasattr(e, 'msg') else e}); give the file `vllm bench "
-                          "serve --save-result` wrote") from None
+        raw = load_json(data, where, "the file `vllm bench serve --save-result` wrote", MAX_BENCH_BYTES)
+    except NotJson as e:
+        raise KvsizeError(f"{where}: not JSON ({e.detail}); give the file `vllm bench serve "
+                          "--save-result` wrote") from None
     if not isinstance(raw, dict):
         raise KvsizeError(f"{where}: a JSON {type(raw).__name__}, not the object `vllm bench serve --save-result` "
                           "writes")

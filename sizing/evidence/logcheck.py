@@ -62,7 +62,7 @@ def row_scenario(row: dict, configs: Path) -> Scenario:
 
 def check_rows(path: Path, configs: Path) -> list[LogRowCheck]:
     out = []
-    for line in path.read_text().splitlines():
+    for line in path.read_text(encoding="utf-8").splitlines():
         if not line.strip():
             continue
         row = json.loads(line)

@@ -49,6 +49,27 @@ def _first(pattern: str, text: str, cast=str):
     return m.group(1) if cast is str else _cast(m.group(1), cast, m.group(0))
 
 
+MAX_MARKERS = 1000  # places one marker is tried at: an engine prints each of these lines a few times
+
+
+def _first_from(marker: str, pattern: str, text: str, cast=str):
+    """_first for a pattern that starts with `marker` (its literal text) and reaches a bounded way along that line:
+    tried at the first MAX_MARKERS places the marker stands, each within its line, so that a log of the marker
+    repeated is read in time linear in the log, not in the log times the pattern's reach."""
+    compiled = re.compile(pattern)
+    at = 0
+    for _ in range(MAX_MARKERS):
+        found = text.find(marker, at)
+        if found < 0:
+            return None
+        line_end = text.find("\n", found)
+        m = compiled.match(text, found, len(text) if line_end < 0 else line_end)
+        if m:
+            return m.group(1) if cast is str else _cast(m.group(1), cast, m.group(0))
+        at = found + len(marker)
+    return None
+
+
 def _gib(value: float | None) -> int | None:
     return None if value is None else round(value * GiB)
 
@@ -58,7 +79,8 @@ def _numbers(pattern: str, text: str) -> list[float]:
 
 
 # A log line longer than this is no engine's: matching stops there, so a hostile line cannot make
-# the patterns' scans quadratic.
+# the patterns' scans quadratic. No pattern crosses a line break or runs unbounded for the same reason: a marker
+# repeated without its closing character is passed over in time linear in the log.
 MAX_LINE_CHARS = 64 * 1024
 # vLLM's KV lines and the figure each must carry: a line without a readable figure is refused.
 _VLLM_FIGURE_LINES = (("Available KV cache memory:", "kv_budget_bytes"), ("GPU KV cache size:", "max_tokens"),
@@ -90,8 +112,27 @@ COMPILE_CACHE_LINE = "Directly load the compiled graph"
 _ENGINE_STATE = ("cudagraph_mode", "compilation_mode", "compile_cache_hit")
 
 
+def _logged_dict(marker: str, text: str) -> str | None:
+    """The {...} after the first `marker` on a line that closes it (from its brace to the line's last closing
+    brace), found in time linear in the log: a line of `marker` repeated without a closing brace is passed over
+    once, not rescanned from each repeat as a regular expression would."""
+    at = 0
+    while (found := text.find(marker, at)) >= 0:
+        start = found + len(marker)
+        line_end = text.find("\n", start)
+        line_end = len(text) if line_end < 0 else line_end
+        if text.startswith("{", start):
+            close = text.rfind("}", start, min(line_end, start + MAX_LINE_CHARS + 2))
+            if close > start:
+                return text[start:close + 1]
+            at = line_end  # no later repeat on this line closes either
+        else:
+            at = start
+    return None
+
+
 def _vllm(text: str) -> LoggedRun:
-    version = (_first(r"LLM engine \(v(\d+\.\d+\.\d+[^)]*)\)", text) or _first(r"vLLM API server version (\d+\.\d+\.\d+\S*)", text)
+    version = (_first(r"LLM engine \(v(\d+\.\d+\.\d+[^)\n]{0,64})\)", text) or _first(r"vLLM API server version (\d+\.\d+\.\d+\S*)", text)
                or _first(r"(?<!NCCL )(?<!nccl )(?<!CUDA )(?<!torch )version (\d+\.\d+\.\d+)", text))
     settings: dict = {}
     sources: dict = {}
@@ -101,8 +142,8 @@ def _vllm(text: str) -> LoggedRun:
         sources[key] = source
 
     config_line = _first(r"(Initializing a V\d LLM engine .*)", text) or ""
-    args = read_logged_args(_first(r"non-default args: (\{[^\n]{0,65536}\})", text) or "")
-    model = args.get("model") or _first(r"with config: model='([^']+)'", text)
+    args = read_logged_args(_logged_dict("non-default args: ", text) or "")
+    model = args.get("model") or _first(r"with config: model='([^'\n]{1,4096})'", text)
     for key, pattern, cast in _CONFIG_FIELDS:
         value = _first(pattern, config_line or text, cast)
         if value is not None and value != "None":
@@ -129,7 +170,7 @@ def _vllm(text: str) -> LoggedRun:
     total = (_first(r"total_memory=([\d.]+)GiB", text, float) or _first(r"total_gpu_memory \(([\d.]+)GiB\)", text, float))
     total_bytes = _gib(total)
     if total_bytes is None:
-        exact = _first(r"MemorySnapshot\(.{0,400}?total_memory=(\d+)", text, int)
+        exact = _first_from("MemorySnapshot(", r"MemorySnapshot\(.{0,400}?total_memory=(\d+)", text, int)
         total_bytes = exact
     runner = "v2" if ("Using V2 Model Runner" in text or _V2_RUNNER.search(text)) else None
     if runner is None and "gpu_model_runner.py:" in text:
@@ -198,8 +239,8 @@ def _sglang(text: str) -> LoggedRun:
     # "Load weight begin. avail mem=X GB" is the free memory profile_max_num_token starts from; the
     # end line's "mem usage" (or the drop in avail mem) is the weights. SGLang's GB are GiB.
     begin = _first(r"Load weight begin\. avail mem=([\d.]+) GB", text, float)
-    end = _first(r"Load weight end\..{0,200}?avail mem=([\d.]+) GB", text, float)
-    usage = _first(r"Load weight end\..{0,200}?mem usage=([\d.]+) GB", text, float)
+    end = _first_from("Load weight end.", r"Load weight end\..{0,200}?avail mem=([\d.]+) GB", text, float)
+    usage = _first_from("Load weight end.", r"Load weight end\..{0,200}?mem usage=([\d.]+) GB", text, float)
     if begin is None and end is not None and usage is not None:
         begin = end + usage
     if begin is not None:
@@ -208,9 +249,11 @@ def _sglang(text: str) -> LoggedRun:
         f["weights_bytes"] = _gib(usage if usage is not None else begin - end)
     if k_size is not None and v_size is not None:
         f["kv_budget_bytes"] = _gib(k_size + v_size)  # SGLang divides by 1 << 30 and calls it GB
-    elif (latent := _first(r"KV Cache is allocated\..{0,80}? KV size: ([\d.]+) GB", text, float)) is not None:
+    elif (latent := _first_from("KV Cache is allocated.", r"KV Cache is allocated\..{0,80}? KV size: ([\d.]+) GB", text,
+                                 float)) is not None:
         f["kv_budget_bytes"] = _gib(latent)  # MLA's one latent pool (MLATokenToKVPool)
-    return LoggedRun("sglang", _first(r"sglang[ =v]+(\d+\.\d+\.\d+)", text), _first(r"model_path='([^']+)'", text),
+    return LoggedRun("sglang", _first(r"sglang[ =v]+(\d+\.\d+\.\d+)", text),
+                     _first(r"model_path='([^'\n]{1,4096})'", text),
                      s, {k: v for k, v in f.items() if v is not None})
 
 

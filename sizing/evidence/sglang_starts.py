@@ -123,7 +123,7 @@ def check_start_log(start: SglangStart, folder: Path = CORPUS) -> SglangCheck:
     from .logs import log_scenario, read_log
     from ..profiles import gpu_profile
 
-    run = read_log((folder / start.log).read_text(errors="replace"))
+    run = read_log((folder / start.log).read_text(encoding="utf-8", errors="replace"))
     name, shape = _config_model(str(folder / start.config))
     scenario, _ = log_scenario(run, name, shape, gpu_profile(start.gpu))
     # the free memory the log prints is the engine's reading, not a prediction: check-log's own rows hold

@@ -121,7 +121,7 @@ def start_scenario(start: Start, folder: Path = CORPUS):
 
     # a start after one of the same model and settings on that machine loaded its compiled graph, as its log
     # says: a condition of the start (kvsize estimate --compile-cache warm), not a setting
-    warm = COMPILE_CACHE_LINE in (folder / start.log).read_text(errors="replace")
+    warm = COMPILE_CACHE_LINE in (folder / start.log).read_text(encoding="utf-8", errors="replace")
     return planned_scenario(folder / start.config, start.gpu, start.release, start.args, start.context, warm)
 
 
@@ -181,7 +181,7 @@ def check_start_log(start: Start, folder: Path = CORPUS) -> StartCheck:
     from ..capacity.estimate import estimate
     from ..profiles import gpu_profile
 
-    run = read_log((folder / start.log).read_text(errors="replace"))
+    run = read_log((folder / start.log).read_text(encoding="utf-8", errors="replace"))
     name, shape = _config_model(str(folder / start.config))
     scenario, _ = log_scenario(run, name, shape, gpu_profile(start.gpu))
     e = estimate(scenario)

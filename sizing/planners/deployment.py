@@ -8,7 +8,6 @@ server to those figures as written, not to a new estimate under whatever kvsize'
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -73,11 +72,13 @@ def deployment_record(**fields) -> dict:
     return record
 
 
-def read_deployment(text: str, where: str) -> Deployment:
+def read_deployment(text: str | bytes, where: str) -> Deployment:
     """The deployment of an estimate's or a plan's JSON text; one line naming the field when it is not one."""
+    from ..inputs import NotJson, load_json
+
     try:
-        record = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
+        record = load_json(text, where, "a plan's or an estimate's JSON", MAX_PLAN_BYTES)
+    except NotJson:
         raise KvsizeError(f"{where}: not JSON; expected the file `kvsize plan --out plan.json` or "
                           "`kvsize estimate --format json` wrote") from None
     if not isinstance(record, dict) or record.get("schema") not in DEPLOYMENT_SCHEMAS:

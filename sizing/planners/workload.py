@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..errors import KvsizeError
+from ..errors import KvsizeError, shown
 from ..inputs import limited_text, read_limited
 
 MAX_WORKLOAD_BYTES = 1024 * 1024
@@ -23,6 +23,7 @@ MAX_NESTING = 32  # a workload is 3 levels deep; deeper files are refused before
 # 16 Mi tokens a request.
 MAX_PEAK = 10**7
 MAX_TOKENS = 1 << 24
+TABLE_SUFFIXES = (".xlsx", ".xlsm", ".xls", ".ods", ".csv", ".tsv", ".parquet")  # never read as a workload
 MAX_NUMBER_DIGITS = 30  # a number written longer than this is no workload's
 # Numbers must be numbers (not "55" or true) and finite; validated in JSON mode so lists fill tuples.
 _STRICT = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
@@ -250,6 +251,9 @@ def read_workload(path: str | Path) -> Workload:
     p = Path(path)
     if not p.is_file():
         raise KvsizeError(f"--workload: {p} is not a file; give a .yaml, .yml or .json workload")
+    if p.suffix.lower() in TABLE_SUFFIXES:
+        raise KvsizeError(f"--workload: {p.name} is named as a table ({p.suffix}); a workload is a .yaml, .yml or "
+                          ".json file of fields (examples/workload.yaml shows them)")
     return parse_workload_text(read_limited(p, MAX_WORKLOAD_BYTES, "--workload", "a workload file"), p.name)
 
 
@@ -279,6 +283,8 @@ def parse_workload_text(data: bytes | str, where: str = "workload") -> Workload:
         raise KvsizeError(f"{where}: not valid YAML ({str(e).splitlines()[0]})") from None
     except (KvsizeError, RecursionError) as e:
         raise KvsizeError(f"{where}: {e if isinstance(e, KvsizeError) else 'nested too deep'}") from None
+    except (TypeError, ValueError, LookupError, AttributeError, OverflowError) as e:  # a tag applied to the wrong node
+        raise KvsizeError(f"{where}: not valid YAML for a workload ({type(e).__name__}: {shown(str(e), 80)})") from None
     return parse_workload(loaded, where)
 
 
@@ -302,8 +308,28 @@ class _UniqueKeyLoader:
                                           "accepted in a workload; write the values out")
                     return super().compose_node(parent, index)
 
+                def construct_object(self, node, deep=False):
+                    # a value its tag cannot build (!!int 0x1, !!float abc, !!bool maybe, !!map [a]) is one line
+                    # naming the line, never the constructor's own exception
+                    try:
+                        return super().construct_object(node, deep=deep)
+                    except (ValueError, TypeError, LookupError, OverflowError, AttributeError) as e:
+                        if isinstance(e, KvsizeError):
+                            raise
+                        raise KvsizeError(f"line {node.start_mark.line + 1}: {shown(getattr(node, 'value', ''), 40)} "
+                                          f"is not a value of the YAML tag {node.tag.rsplit(':', 1)[-1]!r}; give "
+                                          "plain text, numbers, lists and mappings") from None
+
                 def construct_mapping(self, node, deep=False):
                     keys = [self.construct_object(k, deep=deep) for k, _ in node.value]
+                    for (key_node, _), key in zip(node.value, keys):
+                        # a field's name is text: a number, a date, a flag or null as a key names no field
+                        if not isinstance(key, str):
+                            written = f" {shown(key_node.value, 40)}" if isinstance(key_node, yaml.ScalarNode) else ""
+                            kind = {bool: "true or false", int: "a number", float: "a number", type(None): "null",
+                                    list: "a list", dict: "a mapping"}.get(type(key), type(key).__name__)
+                            raise KvsizeError(f"line {key_node.start_mark.line + 1}: the key{written} is {kind}, "
+                                              "not text; field names are text")
                     for key in keys:
                         if keys.count(key) > 1:
                             raise KvsizeError(f"duplicate key {key!r}")
@@ -325,11 +351,20 @@ class _UniqueKeyLoader:
                 re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
                 list("-+.0123456789"))
             # a decimal integer as written (YAML 1.1's constructor reads a leading 0 as octal)
-            Loader.add_constructor("tag:yaml.org,2002:int", lambda loader, node: int(loader.construct_scalar(node), 10))
+            Loader.add_constructor("tag:yaml.org,2002:int", _decimal_int)
             for tag in ("binary", "set", "omap", "pairs", "timestamp"):
                 Loader.add_constructor(f"tag:yaml.org,2002:{tag}", _refuse_tag)
             cls._loader = Loader
         return cls._loader
+
+
+def _decimal_int(loader, node) -> int:
+    """A decimal integer as written (YAML 1.1's constructor reads a leading 0 as octal), of bounded digits."""
+    text = loader.construct_scalar(node)
+    if not isinstance(text, str) or len(text.replace("_", "").lstrip("+-")) > MAX_NUMBER_DIGITS:
+        raise KvsizeError(f"line {node.start_mark.line + 1}: a number of more than {MAX_NUMBER_DIGITS} digits; kvsize "
+                          f"plans up to {MAX_PEAK:,} requests in flight and {MAX_TOKENS:,} tokens a request")
+    return int(text, 10)
 
 
 def _refuse_tag(loader, node):
