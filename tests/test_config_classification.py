@@ -21,23 +21,23 @@ CORPUS = sorted((FIXTURES / "config-corpus").glob("*.json"))
 # may change memory and kvsize does not read it (else it is read, or goes into irrelevant.py with its reason).
 EXPECTED_UNKNOWN = {
     "activation_situ_beta", "activation_situ_linear_beta", "add_full_attention_sink_bias",
-    "add_swa_attention_sink_bias", "aligner_config", "attention_output_gate", "attn_config",
+    "add_swa_attention_sink_bias", "aligner_config", "attention_output_gate",
     "attn_res_block_size", "audio_config", "blocksparse_block_size", "blocksparse_homo_head_pattern",
     "blocksparse_num_local_blocks", "blocksparse_triton_kernel_block_size", "blocksparse_vert_stride",
     "chunk_size", "cross_attention_hidden_size", "dense_attention_every_n_layers", "dense_intermediate_size",
     "embd_layer", "enable_moe_block", "expert_dtype", "expert_intermediate_size", "ff_dim_multiplier",
-    "ff_intermediate_size", "ffn_config", "gegelu_pad_to_256", "gen_aligner_config", "gen_head_config",
-    "gen_vision_config", "hc_mult", "hidden_size_per_layer_input", "img_processor",
+    "ff_intermediate_size", "gegelu_pad_to_256", "gen_aligner_config", "gen_head_config",
+    "gen_vision_config", "hc_mult", "img_processor",
     "index_share_for_mtp_iteration", "index_skip_topk_offset", "index_topk_freq", "index_topk_pattern",
     "indexer_types", "is_causal", "language_model_only", "latent_moe_use_norm", "linear_attn_config", "lm_head",
-    "max_seq_len", "mla_use_nope", "mla_use_output_gate", "mlp_layer_types", "mm_hidden_size",
+    "mla_use_nope", "mla_use_output_gate", "mlp_layer_types", "mm_hidden_size",
     "mm_projector_type", "mm_resampler_type", "mm_vision_tower", "moe_latent_size",
     "mtp_hybrid_override_pattern", "mtp_layers_block_type", "mtp_transformer_layers",
     "mtp_use_dedicated_embeddings", "multi_query_attention", "nope_layer_interval", "num_mtp_modules",
     "num_reward_heads", "output_gate_type", "pad_sequence_to_multiple_of_64", "projector_config",
     "projector_hidden_size", "rm_head", "rotary_pct", "routed_expert_hidden_size", "share_expert_dim",
     "shared_intermediate_size", "sparse_attention_config", "swa_num_attention_heads", "time_step_rank",
-    "use_double_wide_mlp", "use_mm_proj", "use_mtp", "vocab_size_per_layer_input",
+    "use_double_wide_mlp", "use_mm_proj", "use_mtp",
 }
 
 

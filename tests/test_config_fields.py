@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from sizing.config import dense, hybrid, mla, moe, multimodal, quantization, windows
+from sizing.config import dense, hybrid, mla, moe, multimodal, nested, quantization, windows
 from sizing.config.unread import MEMORY_RELEVANT_FIELDS, NOT_READ, SUBSUMED_BY
 from sizing.errors import KvsizeError
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CONFIGS = sorted((FIXTURES / "config-corpus").glob("*.json")) + sorted((FIXTURES / "configs").glob("*.json"))
-FAMILIES = (dense, windows, mla, moe, hybrid)
+FAMILIES = (dense, windows, mla, moe, hybrid, nested)
 READ = {name for family in (*FAMILIES, quantization, multimodal) for name in family.FIELDS}
 
 

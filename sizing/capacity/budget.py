@@ -11,7 +11,8 @@ from ..engines import Budget, Engine, MemoryTerms, Pool
 from ..engines.started import architecture_evidence, release_evidence
 from ..cache.formats import FormatOptions, get_format
 from ..cache.layers import CacheLayout, build_layout, parse_layer_overrides
-from ..engines.memory import (ActivationEstimate, cuda_graph_estimate, engine_weight_format, profiling_peak,
+from ..engines.memory import (SGLANG_PER_LAYER_INPUTS, VLLM_PER_LAYER_INPUTS, ActivationEstimate,
+                     cuda_graph_estimate, engine_weight_format, per_layer_input_buffer_bytes, profiling_peak,
                      resolve_weights_dtype, weight_bytes)
 from ..engines.releases import find_release
 from ..engines.support import support
@@ -64,7 +65,9 @@ def engine_weight_bytes(engine: Engine, shape: ModelShape, wfmt, tp: int, stage:
     copies = 0
     if release is not None and release.mla_absorbed_weight_copies and shape.mla_kv_b_proj_params:
         copies = len(stage) * cdiv(shape.mla_kv_b_proj_params, tp) * DTYPE_BYTES[shape.serving_dtype]
-    return weight_bytes(shape, wfmt, tp, stage, first, last, vision, allocator).total_bytes + copies
+    # SGLang's Gemma 4 keeps its per-layer input table and projection whole on every TP rank, on the first stage
+    layout = SGLANG_PER_LAYER_INPUTS if engine.name == "sglang" else VLLM_PER_LAYER_INPUTS
+    return weight_bytes(shape, wfmt, tp, stage, first, last, vision, allocator, layout).total_bytes + copies
 
 
 @lru_cache(maxsize=4096)
@@ -180,6 +183,8 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
                                    s.gpu_architecture)
                + layout.parameter_bytes()
                + s.extra_weights_bytes)
+    if engine.name == "vllm":  # built by the multimodal wrapper on every pipeline stage
+        weights += per_layer_input_buffer_bytes(shape, s.max_num_batched_tokens)
     run, rules = profiling_model(engine)
     runner = model_runner(engine, shape)
     if runner == "v2" and rules.activation_v2 is not None:

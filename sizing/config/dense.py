@@ -7,24 +7,27 @@ import math
 from typing import Any
 
 from ..errors import KvsizeError
-from .fields import Fields, as_int, config_flag, dtype_name, optional_int, require_in_json, within_limit
+from .fields import (Fields, as_int, config_flag, dtype_name, is_architecture, optional_int, require_in_json,
+                     within_limit)
 from .reading import Reading
 from .shape import DTYPE_NAMES
 
 # every config field this module's readers look up
 FIELDS = ("alibi", "attention_bias", "attention_head_dim", "attn_output_gate", "d_model", "dim", "dtype",
-          "ffn_hidden_size", "final_logit_softcapping", "head_dim", "hidden_size", "intermediate_size",
-          "kv_channels", "max_position_embeddings", "max_sequence_length", "mlp_hidden_act",
+          "ffn_hidden_size", "final_logit_softcapping", "head_dim", "hidden_size", "hidden_size_per_layer_input",
+          "intermediate_size", "kv_channels", "max_position_embeddings", "max_sequence_length", "mlp_hidden_act",
           "mtp_num_hidden_layers", "multi_query", "multi_query_group_num", "n_embd", "n_embed", "n_head",
           "n_head_kv", "n_heads", "n_inner", "n_layer", "n_layers", "n_positions", "n_vocab",
           "new_decoder_architecture", "num_attention_heads", "num_heads", "num_hidden_layers",
           "num_key_value_heads", "num_kv_heads", "num_layers", "num_nextn_predict_layers",
           "original_max_position_embeddings", "padded_vocab_size", "partial_rotary_factor",
           "position_embedding_type", "qk_rope_head_dim", "rope_parameters", "rope_scaling", "rotary_dim",
-          "rotary_emb_base_dim", "seq_length", "tie_word_embeddings", "torch_dtype", "vocab_size")
+          "rotary_emb_base_dim", "seq_length", "tie_word_embeddings", "torch_dtype", "vocab_size",
+          "vocab_size_per_layer_input")
 # of them, those that change memory in vLLM's or SGLang's model code (unread.py)
-MEMORY_FIELDS = ("head_dim", "kv_channels", "mtp_num_hidden_layers", "multi_query_group_num", "num_key_value_heads",
-                 "num_nextn_predict_layers")
+MEMORY_FIELDS = ("head_dim", "hidden_size_per_layer_input", "kv_channels", "mtp_num_hidden_layers",
+                 "multi_query_group_num", "num_key_value_heads", "num_nextn_predict_layers",
+                 "vocab_size_per_layer_input")
 
 _LAYERS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
 _HIDDEN = ("hidden_size", "n_embd", "n_embed", "d_model", "dim")
@@ -84,6 +87,30 @@ def read_vocabulary(r: Reading) -> None:
         max_pos = 4096
         r.notes.append("config.json gives no max_position_embeddings; assumed 4096")
     r.max_pos = max_pos
+
+
+# The models whose engine classes build per-layer input embeddings (vLLM's gemma3n.py and gemma4.py): elsewhere
+# hidden_size_per_layer_input is not read, and a config setting it is named in a note
+PER_LAYER_INPUT_MODEL_TYPES = ("gemma3n", "gemma3n_text", "gemma4", "gemma4_text")
+PER_LAYER_INPUT_ARCHITECTURES = ("Gemma3nForCausalLM", "Gemma3nForConditionalGeneration", "Gemma4ForCausalLM",
+                                 "Gemma4ForConditionalGeneration")
+
+
+def read_per_layer_inputs(r: Reading) -> None:
+    """Per-layer input embeddings (Gemma 3n, Gemma 4 E2B/E4B). vLLM's Gemma4Model builds, where
+    hidden_size_per_layer_input d is above 0, embed_tokens_per_layer: a VocabParallelEmbedding of
+    vocab_size_per_layer_input (vocab_size where the config has none) x num_hidden_layers * d, and
+    per_layer_model_projection (hidden -> num_hidden_layers * d); each layer a per_layer_input_gate and a
+    per_layer_projection (ReplicatedLinear, hidden x d each) and a norm."""
+    if not is_architecture(r.raw, r.raw_text, PER_LAYER_INPUT_MODEL_TYPES, PER_LAYER_INPUT_ARCHITECTURES):
+        return
+    f = r.f
+    size = as_int(f.get("hidden_size_per_layer_input", default=0), "hidden_size_per_layer_input")
+    if not size:
+        return
+    vocab = within_limit(as_int(f.get("vocab_size_per_layer_input", default=r.vocab), "vocab_size_per_layer_input",
+                                1), "vocab_size")
+    r.per_layer_input_size, r.per_layer_input_vocab = within_limit(size, "hidden_size"), vocab
 
 
 _UNGATED_MLP = {"falcon", "gpt2", "gpt_bigcode", "gpt_neox", "gptj", "opt", "bloom", "phi", "starcoder2", "mpt"}

@@ -8,12 +8,14 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..errors import KvsizeError
-from .dense import attention_params, read_dtype, read_heads, read_mlp, read_rotary, read_size, read_vocabulary
+from .dense import (attention_params, read_dtype, read_heads, read_mlp, read_per_layer_inputs, read_rotary, read_size,
+                    read_vocabulary)
 from .fields import Fields, transformers_config
 from .hybrid import read_nas_blocks, read_nas_kinds, read_recurrent
 from .mla import compressed_attention_params, latent_attention_params, read_compression, read_latent, read_latent_sizes
 from .moe import dense_intermediate, read_experts, shared_expert_params
 from .multimodal import language_config, read_vision
+from .nested import read_nested_configs
 from .quantization import read_quantization
 from .reading import Reading
 from .shape import LayerParams, ModelShape
@@ -89,6 +91,7 @@ def read_layer_params(r: Reading) -> None:
 # point where its fields are needed. A new family is a module holding its readers, its FIELDS (and the
 # MEMORY_FIELDS among them, joined in unread.py), and a row here below the readers whose values it uses.
 READERS: tuple[Callable[[Reading], None], ...] = (
+    read_nested_configs,  # nested: DBRX's attn_config and ffn_config under the names the families read
     read_size,  # dense: layers, hidden size, heads
     read_nas_blocks,  # hybrid: NAS block_configs, per-layer KV heads and FFN widths
     read_heads,  # dense: KV heads, head_dim
@@ -100,6 +103,7 @@ READERS: tuple[Callable[[Reading], None], ...] = (
     read_dtype,  # dense
     read_recurrent,  # hybrid: Mamba-2 / gated-delta-net state
     read_vocabulary,  # dense: vocabulary, tied embeddings, max positions
+    read_per_layer_inputs,  # dense: Gemma 3n / Gemma 4's per-layer input embeddings
     read_mlp,  # dense
     read_experts,  # moe
     read_layer_params,  # each layer's parameters, from all of the above
@@ -167,6 +171,8 @@ def _shape(r: Reading) -> ModelShape:
         embedding_params=embedding,
         lm_head_params=0 if r.tied else embedding,
         vision_params=r.vision,
+        per_layer_input_size=r.per_layer_input_size,
+        per_layer_input_vocab=r.per_layer_input_vocab,
         layer_params=tuple(r.layer_params),
         weights_quantization=str(r.quant_method) if r.quant_method else None,
         weights_quantization_format=r.weights_format,

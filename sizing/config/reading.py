@@ -60,6 +60,9 @@ class Reading:
     vocab: int = 0
     tied: bool = False
     max_pos: int = 0
+    # dense.read_per_layer_inputs
+    per_layer_input_size: int = 0
+    per_layer_input_vocab: int = 0
     # dense.read_mlp
     intermediate: int = 0
     gated: bool = True

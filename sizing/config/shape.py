@@ -107,6 +107,11 @@ class ModelShape:
     # 1 keeps only the sliding window of latents; 4 and 128 also keep one compressed latent per that many
     # tokens (4 with an indexer key). Empty for every other model.
     layer_compress_ratios: tuple[int, ...] = ()
+    # Per-layer input embeddings (Gemma 3n, Gemma 4 E2B/E4B: hidden_size_per_layer_input, 0: none): a second
+    # embedding table of vocab_size_per_layer_input rows x num_layers x this width, a projection from the hidden
+    # state to the same width, and per layer a gate (hidden -> width) and a projection back (width -> hidden)
+    per_layer_input_size: int = 0
+    per_layer_input_vocab: int = 0  # vocab_size_per_layer_input (0 without per-layer inputs)
     parsed_with: str = "transformers"
     architectures: tuple[str, ...] = ()  # config.json's architectures: which vLLM model runner serves it
     notes: tuple[str, ...] = field(default=())
@@ -131,8 +136,23 @@ class ModelShape:
         return self.mla_latent_dim is not None
 
     @property
+    def per_layer_input_width(self) -> int:
+        """The width of the per-layer embedding table and of its projection: layers x per-layer input size."""
+        return self.num_layers * self.per_layer_input_size
+
+    @property
+    def per_layer_input_params(self) -> int:
+        """Per-layer inputs' parameters: the table and the projection into it with its norm, then per layer
+        the gate, the projection back and its norm."""
+        d, h = self.per_layer_input_size, self.hidden_size
+        if not d:
+            return 0
+        return ((self.per_layer_input_vocab + h) * self.per_layer_input_width + d
+                + self.num_layers * (2 * h * d + h))
+
+    @property
     def total_params(self) -> int:
-        return (self.embedding_params + self.lm_head_params + self.vision_params
+        return (self.embedding_params + self.lm_head_params + self.vision_params + self.per_layer_input_params
                 + sum(p.attention + p.mlp + p.experts + p.other for p in self.layer_params))
 
     @property

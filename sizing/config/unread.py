@@ -13,6 +13,7 @@ from .irrelevant import IRRELEVANT
 from .mla import FIELDS as MLA_READ, MEMORY_FIELDS as MLA_FIELDS
 from .moe import FIELDS as MOE_READ, MEMORY_FIELDS as MOE_FIELDS
 from .multimodal import FIELDS as MULTIMODAL_READ
+from .nested import FIELDS as NESTED_READ, MEMORY_FIELDS as NESTED_FIELDS
 from .quantization import FIELDS as QUANTIZATION_READ
 from .windows import FIELDS as WINDOWS_READ, MEMORY_FIELDS as WINDOWS_FIELDS
 
@@ -29,11 +30,11 @@ NOT_READ = ("attention_sinks", "attn_type_list", "cross_attention_layers", "glob
 # the experts a token is routed to, shared experts, per-layer types, sinks, indexers, MTP layers, recurrent
 # state): each is read, or its presence is named in a note, never passed over in silence.
 MEMORY_RELEVANT_FIELDS = frozenset({*DENSE_FIELDS, *WINDOWS_FIELDS, *MLA_FIELDS, *MOE_FIELDS, *HYBRID_FIELDS,
-                                    *SUBSUMED_BY, *NOT_READ})
+                                    *NESTED_FIELDS, *SUBSUMED_BY, *NOT_READ})
 
 # Every key some family reader looks up (its FIELDS): built from the readers, so it cannot drift from them
 READ_FIELDS = frozenset({*DENSE_READ, *WINDOWS_READ, *MLA_READ, *MOE_READ, *HYBRID_READ, *QUANTIZATION_READ,
-                         *MULTIMODAL_READ})
+                         *MULTIMODAL_READ, *NESTED_READ})
 # Every key classified as something other than unknown
 KNOWN_FIELDS = frozenset({*READ_FIELDS, *SUBSUMED_BY, *NOT_READ, *IRRELEVANT})
 

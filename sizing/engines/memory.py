@@ -122,11 +122,12 @@ class WeightBytes:
     layers_bytes: int
     buffers_bytes: int  # model buffers allocated with the weights (the rotary cos/sin cache)
     allocator_bytes: int = 0  # segment ends the caching allocator counts with the largest tensors
+    per_layer_input_bytes: int = 0  # per-layer input embeddings (Gemma 3n, Gemma 4 E2B/E4B): table, projections
 
     @property
     def total_bytes(self) -> int:
         return (self.embedding_bytes + self.lm_head_bytes + self.vision_bytes + self.layers_bytes
-                + self.buffers_bytes + self.allocator_bytes)
+                + self.buffers_bytes + self.allocator_bytes + self.per_layer_input_bytes)
 
 
 # vLLM pads the vocabulary of its embedding and lm_head to a multiple of 64
@@ -245,6 +246,58 @@ def vocab_bytes(shape: ModelShape, tp: int) -> int:
     return cdiv(padded_vocab(shape.vocab_size), tp) * shape.hidden_size * DTYPE_BYTES[shape.serving_dtype]
 
 
+@dataclass(frozen=True)
+class PerLayerInputLayout:
+    """Where an engine keeps the per-layer input table and the projection into it."""
+
+    split: bool  # split over TP ranks (vLLM: VocabParallelEmbedding, ColumnParallelLinear) or whole on each
+    every_stage: bool  # on every pipeline stage (vLLM's Gemma4Model builds them unconditionally) or the first
+
+
+# vLLM 0.33's gemma4.py: split over TP, built on every PP rank; SGLang 0.5.23's gemma4_causal.py: an nn.Embedding
+# and a ReplicatedLinear, whole on every TP rank, on the first PP rank only
+VLLM_PER_LAYER_INPUTS = PerLayerInputLayout(split=True, every_stage=True)
+SGLANG_PER_LAYER_INPUTS = PerLayerInputLayout(split=False, every_stage=False)
+
+
+def per_layer_table_bytes(shape: ModelShape, tp: int, split: bool = True) -> int:
+    """One rank's per-layer embedding table, num_layers * hidden_size_per_layer_input wide in the model dtype:
+    vLLM's VocabParallelEmbedding of vocab_size_per_layer_input rows padded to 64 and split over TP, or
+    (`split` False: SGLang's gemma4_causal.py, a plain nn.Embedding) every row on every rank."""
+    rows = cdiv(padded_vocab(shape.per_layer_input_vocab), tp) if split else shape.per_layer_input_vocab
+    return rows * shape.per_layer_input_width * DTYPE_BYTES[shape.serving_dtype]
+
+
+def per_layer_input_bytes(shape: ModelShape, linear: WeightFormat, tp: int, layers: range, first_stage: bool,
+                          layout: PerLayerInputLayout = VLLM_PER_LAYER_INPUTS) -> int:
+    """Per-layer inputs on one GPU (vLLM's gemma4.py, gemma3n.py): the table and per_layer_model_projection
+    (hidden -> layers x d: vLLM's ColumnParallelLinear) with its norm of d, on the stages and split as the
+    engine's `layout` says; on each of the stage's layers per_layer_input_gate and per_layer_projection
+    (ReplicatedLinear, hidden x d each, whole on every rank) and a norm of hidden. The linear layers in the
+    linear layers' format."""
+    d, h, dense = shape.per_layer_input_size, shape.hidden_size, DTYPE_BYTES[shape.serving_dtype]
+    if not d:
+        return 0
+    per_layer = len(layers) * (linear.bytes_for(2 * h * d) + h * dense)
+    if not (first_stage or layout.every_stage):
+        return per_layer
+    projection = linear.bytes_for(cdiv(shape.per_layer_input_width, tp if layout.split else 1) * h)
+    return per_layer_table_bytes(shape, tp, layout.split) + projection + d * dense + per_layer
+
+
+# vLLM's multimodal wrappers that keep a staging buffer of per-layer inputs beside the language model
+PER_LAYER_INPUT_BUFFER_ARCHITECTURES = frozenset({"Gemma3nForConditionalGeneration", "Gemma4ForConditionalGeneration"})
+
+
+def per_layer_input_buffer_bytes(shape: ModelShape, tokens: int) -> int:
+    """The staging buffer vLLM's multimodal Gemma 4 and Gemma 3n wrappers allocate with the model for CUDA
+    graphs, text-only too (gemma4_mm.py, gemma3n_mm.py: per_layer_embeddings, max_num_batched_tokens x layers
+    x d in the model dtype): counted in the weights' memory. 0 for other classes."""
+    if not PER_LAYER_INPUT_BUFFER_ARCHITECTURES.intersection(shape.architectures[:1]):
+        return 0
+    return tokens * shape.per_layer_input_width * DTYPE_BYTES[shape.serving_dtype]
+
+
 def large_weight_tensors(shape: ModelShape, fmt: WeightFormat, tp: int, layers: range, first_stage: bool,
                          last_stage: bool) -> list[int]:
     """Bytes of the weight tensors vLLM builds that can take a segment of their own, one GPU's share: the
@@ -259,6 +312,9 @@ def large_weight_tensors(shape: ModelShape, fmt: WeightFormat, tp: int, layers: 
         return [values, f.bytes_for(params) - values]
 
     sizes = [vocab_bytes(shape, tp)] * sum(vocab_tensors(shape, first_stage, last_stage))
+    if shape.per_layer_input_size:  # the per-layer table and the projection into it, on every stage in vLLM
+        sizes += [per_layer_table_bytes(shape, tp)]
+        sizes += stored(linear, cdiv(shape.per_layer_input_width, tp) * shape.hidden_size)
     matrices = 3 if shape.gated_mlp else 2
     for i in layers:
         p = shape.layer_params[i]
@@ -273,12 +329,14 @@ def large_weight_tensors(shape: ModelShape, fmt: WeightFormat, tp: int, layers: 
 
 
 def weight_bytes(shape: ModelShape, fmt: WeightFormat, tp: int, layers: range, first_stage: bool,
-                 last_stage: bool, vision: bool = True, allocator: WeightAllocatorModel | None = None) -> WeightBytes:
+                 last_stage: bool, vision: bool = True, allocator: WeightAllocatorModel | None = None,
+                 per_layer_inputs: PerLayerInputLayout = VLLM_PER_LAYER_INPUTS) -> WeightBytes:
     """Weights one GPU holds: its share (1/tp) of the stage's layers, embeddings on the first
     stage, the lm_head on the last; norms, routers and embeddings stay in the model dtype. A
     multimodal model's vision encoder sits on the first stage unless it is served text-only
     (`vision` False: vLLM's --language-model-only builds no tower). With the engine's `allocator`, the
-    segment ends the caching allocator counts with the largest tensors are added."""
+    segment ends the caching allocator counts with the largest tensors are added. Per-layer input tables
+    are placed as the engine places them (`per_layer_inputs`: vLLM's layout, or SGLang's)."""
     dense = DTYPE_BYTES[shape.serving_dtype]
     linear, attention = linear_format(shape, fmt), attention_format(shape, fmt)
     layer_total = 0
@@ -297,7 +355,8 @@ def weight_bytes(shape: ModelShape, fmt: WeightFormat, tp: int, layers: range, f
     if allocator is not None:
         ends = sum(segment_end_bytes(size, allocator.max_split_bytes)
                    for size in large_weight_tensors(shape, fmt, tp, layers, first_stage, last_stage))
-    return WeightBytes(embedding, lm_head, vision, layer_total, rotary_cache_bytes(shape) if len(layers) else 0, ends)
+    return WeightBytes(embedding, lm_head, vision, layer_total, rotary_cache_bytes(shape) if len(layers) else 0, ends,
+                       per_layer_input_bytes(shape, linear, tp, layers, first_stage, per_layer_inputs))
 
 
 @dataclass(frozen=True)
