@@ -15,7 +15,7 @@ if str(ROOT) not in sys.path:
 import streamlit as st  # noqa: E402
 
 from app.ui import (LIMITS, SAME_AS_K, _estimate, _gpu_choices, _gpu_label, _index, _model_choices, _query,  # noqa: E402
-                    _uploaded_shape, in_widget_terms, markdown_text, matching_release)  # noqa: E402
+                    _uploaded_shape, in_widget_terms, markdown_text, matching_release, show_error)  # noqa: E402
 from app.views.compare import page_compare  # noqa: E402
 from app.views.curves import page_curves  # noqa: E402
 from app.views.fleet import page_fleet  # noqa: E402
@@ -184,7 +184,7 @@ def read_scenario() -> Scenario | None:
                                      f"{ENGINES[engine].fraction_option}: {chosen_fraction(scenario, get_engine(engine_spec)):g} here")
         return scenario
     except KvsizeError as e:
-        st.error(in_widget_terms(str(e)))
+        show_error(in_widget_terms(str(e)))
         return None
 
 

@@ -84,6 +84,12 @@ def _gpu_label(gpu: str) -> str:
     return f"{gpu} · {g.memory_bytes / GiB:.0f} GiB · ${g.price_usd_per_hour:g}/h"
 
 
+def show_error(message: str) -> None:
+    """An error on the page as plain text: what it quotes from outside (a file's name, a config's value, a URL)
+    never renders as a link, an image or emphasis."""
+    st.error(markdown_text(message))
+
+
 def markdown_text(text: str) -> str:
     """Text from outside (a URL, a config, a scrape) shown as itself: Markdown's special characters escaped and
     control characters dropped, so a link or an image in it is never rendered live."""

@@ -1,3 +1,5 @@
+import re
+
 from sizing.capacity.scenario import Scenario
 from sizing.profiles import gpu_profile, load_model
 
@@ -37,3 +39,8 @@ def wait_until_catching(proc, signum: int, bound_s: float = 120.0) -> None:
         if int(caught, 16) & (1 << (signum - 1)):
             return
         time.sleep(0.05)
+
+
+def plain(markdown: str) -> str:
+    """An app error's text as the page shows it: app/ui.py markdown_text's backslash escapes taken off."""
+    return re.sub(r"\\([\\`*_{}\[\]()#+\-.!|<>~$])", r"\1", markdown)

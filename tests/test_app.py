@@ -8,7 +8,7 @@ pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from conftest import ROOT  # noqa: E402
-from helpers import scenario  # noqa: E402
+from helpers import plain, scenario  # noqa: E402
 from sizing.capacity.estimate import estimate  # noqa: E402
 
 APP = str(ROOT / "app" / "streamlit_app.py")
@@ -75,7 +75,7 @@ def test_plan_that_does_not_fit_shows_error():
     at.selectbox(key="gpu").set_value("l4")
     at.run()
     assert not at.exception
-    assert any("does not fit" in e.value for e in at.error)
+    assert any("does not fit" in plain(e.value) for e in at.error)
 
 
 def test_unsupported_format_for_engine_is_an_error_not_a_traceback():
@@ -84,7 +84,7 @@ def test_unsupported_format_for_engine_is_an_error_not_a_traceback():
     at.selectbox(key="v_format").set_value("q4_0")
     at.run()
     assert not at.exception
-    assert any("not a KV cache format of vllm" in e.value for e in at.error)
+    assert any("not a KV cache format of vllm" in plain(e.value) for e in at.error)
 
 
 @pytest.mark.parametrize("page", ["Plan", "Compare formats", "Capacity curves", "Fleet", "Tiers", "Validation", "Formulas"])
@@ -111,7 +111,7 @@ def test_malformed_config_upload_shows_the_cli_error():
     _upload(at, "upload", "config.json", b"{not json")
     with pytest.raises(KvsizeError) as cli_error:  # the same parser the CLI uses
         parse_config_text(b"{not json", "uploaded config.json")
-    assert [e.value for e in at.error] == [str(cli_error.value)]
+    assert [plain(e.value) for e in at.error] == [str(cli_error.value)]
     assert not at.metric  # nothing drawn from a half-read config
 
 
@@ -120,7 +120,7 @@ def test_oversized_config_upload_is_refused():
 
     at = _app()
     _upload(at, "upload", "config.json", b" " * (MAX_CONFIG_BYTES + 1))
-    assert any("MiB" in e.value and "config" in e.value for e in at.error)
+    assert any("MiB" in e.value and "config" in plain(e.value) for e in at.error)
 
 
 def test_uploaded_config_is_sized_like_the_bundled_profile():
@@ -147,10 +147,10 @@ def test_compare_page_shows_capacity_multiplier():
 def test_bad_measurement_report_upload_is_an_error():
     at = _app("Validation")
     _upload(at, "report_upload", "report.json", json.dumps({"schema": "something-else"}).encode())
-    assert any("not a kvsize measurement report" in e.value for e in at.error)
+    assert any("not a kvsize measurement report" in plain(e.value) for e in at.error)
     _upload(at, "report_upload", "report.json",
             json.dumps({"schema": "kvsize.measure/1", "allocation": [{"model": "x"}]}).encode())
-    assert any("missing field" in e.value for e in at.error)
+    assert any("missing field" in plain(e.value) for e in at.error)
 
 
 def test_formulas_page_lists_layer_groups_term_by_term():
@@ -224,7 +224,7 @@ def test_fleet_page_shows_the_fleet_that_serves_the_workload_from_sizing():
 def test_fleet_page_bad_workload_file_is_an_error():
     at = _app("Fleet")
     _upload(at, "workload_upload", "w.yaml", b"peak_concurrency: 4\nbuckets:\n  - {max_context_tokens: -1}\n")
-    assert any("buckets[0]" in e.value for e in at.error)
+    assert any("buckets[0]" in plain(e.value) for e in at.error)
 
 
 def test_validation_page_draws_the_kernel_report():
@@ -344,7 +344,7 @@ def test_errors_name_the_widget_not_the_cli_flag():
     at.number_input(key="tp").set_value(3)
     at.run()
     assert not at.exception
-    message = next(e.value for e in at.error)
+    message = next(plain(e.value) for e in at.error)
     assert "'Tensor parallel size' 3 does not divide num_attention_heads 32" in message  # Llama-3.1-8B: 32 heads
     assert "--tensor-parallel-size" not in message
 
@@ -388,7 +388,7 @@ def test_compare_and_plan_agree_on_fitting():
     at = _app()
     at.selectbox(key="model").set_value("llama-3.1-70b")
     at.run()
-    assert any("does not fit" in e.value for e in at.error)
+    assert any("does not fit" in plain(e.value) for e in at.error)
     _open(at, "Compare formats")
     table = next(d for d in at.dataframe if "capacity_vs_bf16" in d.value.columns).value.set_index("format")
     e = estimate(scenario("llama-3.1-70b", max_model_len=32768, concurrency=8, memory_fraction=0.92))
@@ -413,7 +413,7 @@ def test_an_out_of_range_entry_is_a_banner_and_clears_the_answer(key, value, nee
     at.number_input(key=key).set_value(value)
     at.run()
     assert not at.exception
-    assert any(needle in e.value for e in at.error)
+    assert any(needle in plain(e.value) for e in at.error)
     assert not any(m.label.startswith("Max concurrency") for m in at.metric)  # no stale figures
 
 
@@ -465,7 +465,7 @@ def test_mtp_layers_widget():
     assert _metric(at, "KV bytes per token") == "71,424"
     at.selectbox(key="model").set_value("llama-3.1-8b")
     at.run()
-    assert any("'MTP layers for speculative decoding' 1: config.json gives no MTP layers" in e.value for e in at.error)
+    assert any("'MTP layers for speculative decoding' 1: config.json gives no MTP layers" in plain(e.value) for e in at.error)
 
 
 def test_validation_page_holds_kvsize_to_the_real_engine():
@@ -506,7 +506,7 @@ def test_fleet_page_holds_a_saved_scrape_against_the_cheapest_plan():
     table = next(d for d in at.dataframe if "advice" in d.value.columns).value
     assert {"KV blocks", "KV dtype", "requests waiting", "preemptions"} <= set(table["figure"])
     _upload(at, "fleet_metrics_upload", "metrics.txt", b"process_cpu_seconds_total 1.0\n")
-    assert any("holds no vllm: metric" in e.value for e in at.error)
+    assert any("holds no vllm: metric" in plain(e.value) for e in at.error)
 
 
 def test_plan_page_says_what_each_gpu_holds_at_tp():

@@ -39,3 +39,4 @@ def test_validation_tab_holds_kvsize_to_real_llama_cpp_loads():
     at.run()
     assert not at.exception and not at.error
     assert any("caches agree with today's kvsize" in x.value for x in at.success)
+

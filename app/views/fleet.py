@@ -9,7 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from app.ui import UPLOADED_MODEL, _chart, _downloads, _gpu_choices, tensor_parallel_section
+from app.ui import UPLOADED_MODEL, _chart, _downloads, _gpu_choices, show_error, tensor_parallel_section
 from app.views.fleet_designs import _itl_chart, fleet_answer, page_designs, show_answer
 from sizing.errors import KvsizeError
 from sizing.planners.fleet import replica_estimate
@@ -73,7 +73,7 @@ def page_fleet(s: Scenario) -> None:
     try:
         workload = read_workload_widgets()
     except KvsizeError as e:
-        st.error(str(e))
+        show_error(str(e))
         return
     beyond = beyond_positions_warning(s.model_name, s.shape, [b.max_context_tokens for b in workload.mix()])
     if beyond:
@@ -84,7 +84,7 @@ def page_fleet(s: Scenario) -> None:
                                key="fleet_formats")
     tps = c[2].multiselect("TP sizes", [1, 2, 4, 8], default=[1, 2, 4], key="fleet_tp")
     if not (gpus and formats and tps):
-        st.error("choose at least one GPU, one KV format and one TP size")
+        show_error("choose at least one GPU, one KV format and one TP size")
         return
     prices = {}
     with st.expander("Prices (USD per GPU-hour)"):
@@ -98,7 +98,7 @@ def page_fleet(s: Scenario) -> None:
         plan = plan_fleet(replace(s, pipeline_parallel_size=1),
                           build_candidates(gpus, formats, tps, prices, engine=s.engine), workload)
     except KvsizeError as e:
-        st.error(str(e))
+        show_error(str(e))
         return
     for gpu, fmt, why in unsupported_pairs(gpus, formats, s.engine):
         st.info(f"{fmt} left out on {gpu}: {why}")
@@ -111,7 +111,7 @@ def page_fleet(s: Scenario) -> None:
     best = plan.cheapest
     st.subheader(f"Candidates, {CAPACITY_ONLY}")
     if best is None:
-        st.error("no candidate fits: try a larger TP, a GPU with more memory, or a smaller KV format")
+        show_error("no candidate fits: try a larger TP, a GPU with more memory, or a smaller KV format")
     else:
         b = best.candidate
         st.caption(f"Never the answer (the designs below serve prefill too): the fewest dollars that hold the peak's "
@@ -170,7 +170,7 @@ def page_fleet(s: Scenario) -> None:
             try:
                 tensor_parallel_section(replica_estimate(s, best))
             except KvsizeError as e:
-                st.error(str(e))
+                show_error(str(e))
         watch_panel(s, best)
     page_designs(s, workload, answer)
     st.subheader("Guidance")
@@ -203,10 +203,10 @@ def watch_panel(s: Scenario, best) -> None:
             planned = replace(planned, holds_requests=pool.requests_per_replica)
         lines = watch(read_metrics(text), planned, pool.requests_per_replica if pool else s.concurrency)
     except UnicodeDecodeError:
-        st.error("the scrape is not UTF-8 text")
+        show_error("the scrape is not UTF-8 text")
         return
     except KvsizeError as e:
-        st.error(str(e))
+        show_error(str(e))
         return
     table = pd.DataFrame([line.__dict__ for line in lines])
     outside = table[table["inside"] == False]  # noqa: E712 - None means nothing to hold it against

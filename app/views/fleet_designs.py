@@ -9,7 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from app.ui import _chart, in_widget_terms
+from app.ui import _chart, in_widget_terms, show_error
 from sizing.errors import KvsizeError
 from sizing.capacity.scenario import Scenario
 from sizing.capacity.estimate import estimate
@@ -75,11 +75,11 @@ def show_answer(answer: FleetAnswer) -> None:
     from sizing.planners.fleet import HOURS_PER_MONTH
 
     if answer.error:
-        st.error(answer.error)
+        show_error(answer.error)
         return
     d = answer.best
     if d is None:
-        st.error(f"No design serves the workload under {answer.chosen.sentence()}: loosen the targets, or add "
+        show_error(f"No design serves the workload under {answer.chosen.sentence()}: loosen the targets, or add "
                  "faster GPUs or larger TP sizes (the designs table below gives each one's reason)")
         return
     m = st.columns([3, 3, 2, 2])
@@ -119,7 +119,7 @@ def page_designs(s: Scenario, workload, answer: FleetAnswer) -> None:
     c[2].number_input("Host memory tier per replica (GiB, 0 = none)", 0, 1 << 20, 0, 64, key="host_tier_gib",
                       help="prefixes the workload's sessions find there are reloaded, not prefilled")
     if answer.error:
-        st.error(answer.error)
+        show_error(answer.error)
         return
     designs, targets = answer.designs, answer.chosen.targets
     best = cheapest(designs)

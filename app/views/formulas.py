@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app.ui import _downloads, _fmt_bytes
+from app.ui import _downloads, _fmt_bytes, show_error
 from sizing.cache.layers import layer_groups
 from sizing.capacity.estimate import Estimate
 from sizing.capacity.scenario import Scenario
@@ -15,7 +15,7 @@ from sizing.units import GiB
 
 def page_formulas(s: Scenario, e: Estimate | None, error: str | None) -> None:
     if e is None:
-        st.error(error)
+        show_error(error)
         return
     r, b = to_record(e), e.breakdown
     groups = layer_groups(e.layout, e.max_model_len) if e.layout is not None else []

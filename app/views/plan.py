@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app.ui import _chart, _downloads, breakdown_figure, in_widget_terms, tensor_parallel_section
+from app.ui import _chart, _downloads, breakdown_figure, in_widget_terms, show_error, tensor_parallel_section
 from sizing.capacity.estimate import Estimate
 from sizing.capacity.scenario import Scenario
 from sizing.capacity.record import to_record
@@ -17,7 +17,7 @@ HIDDEN = ("schema",)  # the record's format tag: for programs reading the JSON, 
 
 def page_plan(s: Scenario, e: Estimate | None, error: str | None) -> None:
     if e is None:
-        st.error(error)
+        show_error(error)
         return
     r = to_record(e)
     c = st.columns(4)
@@ -32,7 +32,7 @@ def page_plan(s: Scenario, e: Estimate | None, error: str | None) -> None:
     if stops:
         held = (f" Its memory would hold up to {e.max_concurrency:,} requests of {s.max_model_len:,} tokens, but "
                 f"{get_engine(s.engine).name} cannot serve this plan on this GPU." if e.fits else "")
-        st.error(in_widget_terms(f"does not run here: {verdict.source}.{held} Choose a format it runs here "
+        show_error(in_widget_terms(f"does not run here: {verdict.source}.{held} Choose a format it runs here "
                                  "(Compare formats lists them) or another --gpu."))
     if not (stops and e.fits):
         (st.success if e.fits else st.error)(in_widget_terms(e.fit_message))

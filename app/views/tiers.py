@@ -6,7 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from app.ui import ROOT, _chart, _downloads, in_widget_terms
+from app.ui import ROOT, _chart, _downloads, in_widget_terms, show_error
 from sizing.errors import KvsizeError
 from sizing.capacity.scenario import Scenario
 from sizing.units import GiB
@@ -27,7 +27,7 @@ def page_tiers(s: Scenario) -> None:
         workload = (parse_workload_text(upload.getvalue(), upload.name) if upload is not None
                     else read_workload(str(ROOT / "examples" / "multi-turn-chat.yaml")))
     except KvsizeError as e:
-        st.error(str(e))
+        show_error(str(e))
         return
     links = list(link_ids())
     c = st.columns(4)
@@ -41,7 +41,7 @@ def page_tiers(s: Scenario) -> None:
     try:
         e, plan = tiers_for(s, workload, sizes, {"host": host_link, "disk": disk_link}, int(session), 0.5)
     except KvsizeError as err:
-        st.error(in_widget_terms(str(err)))
+        show_error(in_widget_terms(str(err)))
         return
     m = st.columns(3)
     m[0].metric("Prefill work saved", f"{plan.prefill_work_saved:.1%}")

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import json
-
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from app.ui import ROOT, _chart, _downloads
+from app.ui import ROOT, _chart, _downloads, show_error
+from sizing.inputs import load_json
 from sizing.errors import KvsizeError
 
 REPORT_SCHEMA = "kvsize.measure/1"  # measure/run.py writes it; the app reads reports without importing torch
 
 
+MAX_REPORT_UPLOAD_BYTES = 64 * 2**20  # the largest committed report is under 2 MiB
 VERIFY_SCHEMA = "kvsize.verify/1"  # measure/verify.py: a real vLLM start, its log and kvsize's checks
 LLAMACPP_SCHEMA = "kvsize.llamacpp-loads/1"  # measure/llamacpp/report.py: real llama.cpp loads on a CPU
 
@@ -124,19 +124,18 @@ def page_validation() -> None:
     reports = sorted((ROOT / "measure" / "reports").glob("*.json"))
     names = [p.name for p in reports]
     choice = st.selectbox("Bundled report", names, key="report_choice") if names else None
-    upload = st.file_uploader("…or upload a report", type=["json"], key="report_upload", max_upload_size=64)
+    upload = st.file_uploader("…or upload a report", type=["json"], key="report_upload",
+                              max_upload_size=MAX_REPORT_UPLOAD_BYTES // 2**20)
     if upload is None and choice is None:
         st.info("no measurement report bundled; upload one written by `kvsize measure`")
         return
     try:
         raw = upload.getvalue() if upload is not None else (ROOT / "measure" / "reports" / choice).read_bytes()
-        data = json.loads(raw)
+        data = load_json(raw, f"measurement report {upload.name if upload is not None else choice}",
+                         "a kvsize measurement report (JSON)", MAX_REPORT_UPLOAD_BYTES)
         df = report_points(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        st.error(f"measurement report: not valid JSON ({e})")
-        return
     except KvsizeError as e:
-        st.error(str(e))
+        show_error(str(e))
         return
     from measure.validate import POINT_SECTIONS, report_problems
 
@@ -148,7 +147,7 @@ def page_validation() -> None:
         sum(len(data.get(k, [])) for k in POINT_SECTIONS)
     gpu = data.get("device", {}).get("name", "?")
     if problems:
-        st.error(f"{len(problems)} of the checks fail on this report ({gpu}): " + "; ".join(problems[:3]))
+        show_error(f"{len(problems)} of the checks fail on this report ({gpu}): " + "; ".join(problems[:3]))
     elif data.get("schema") == LLAMACPP_SCHEMA:
         st.success(f"{count} of {count} caches agree with today's kvsize (`kvsize validate`): predicted against what "
                    f"real llama.cpp loads printed on a {gpu}, re-read from the raw lines the report keeps.")
@@ -189,7 +188,7 @@ def decode_section(data: dict) -> None:
     df = pd.DataFrame(points)
     needed = {"format", "batch", "context", "median_ms"}
     if not needed <= set(df.columns):
-        st.error(f"measurement report decode points need fields {sorted(needed)}; found {sorted(df.columns)}")
+        show_error(f"measurement report decode points need fields {sorted(needed)}; found {sorted(df.columns)}")
         return
     if "kernel" not in df.columns:
         df["kernel"] = "torch reference"

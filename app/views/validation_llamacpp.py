@@ -22,7 +22,7 @@ def _table() -> tuple[pd.DataFrame, dict] | None:
     report = load_report()
     if report is None:
         return None
-    predictions = json.loads(PREDICTIONS.read_text()) if PREDICTIONS.exists() else None
+    predictions = json.loads(PREDICTIONS.read_text(encoding="utf-8")) if PREDICTIONS.exists() else None
     return pd.DataFrame(rows(report, predictions)), summary(report, predictions)
 
 

@@ -10,7 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from app.ui import _chart, _downloads
+from app.ui import _chart, _downloads, show_error
 from sizing.errors import KvsizeError
 from sizing.evidence.serving import SPEED_BARS
 from sizing.inputs import read_limited
@@ -32,7 +32,7 @@ def speed_section() -> None:
     try:
         df = _rows()
     except (KvsizeError, OSError, json.JSONDecodeError) as e:
-        st.error(str(e))
+        show_error(str(e))
         return
     unseen = df[df["group"] == "out of the fit"]
     shown = ("ttft_p50_ms", "itl_p50_ms")
