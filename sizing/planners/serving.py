@@ -258,6 +258,19 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
         waiting.append(_Request(sent, at, prompt, output, prompt))
         sent += 1
 
+    def retire() -> None:
+        """Finished requests leave the pool; a closed loop sends the next as each one finishes."""
+        nonlocal running, free_blocks
+        done = [r for r in running if r.generated >= r.output]
+        if not done:
+            return
+        running = [r for r in running if r.generated < r.output]
+        for r in done:
+            free_blocks += blocks(r.in_cache)
+            finished.append(r)
+            if load.concurrency is not None and sent < load.num_prompts:
+                send(now)
+
     if load.concurrency is not None:
         for _ in range(min(load.concurrency, load.num_prompts)):
             send(0.0)
@@ -287,13 +300,7 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
                 r.gaps.extend(gaps)
                 r.last_token_at = now
             free_blocks -= used
-            done = [r for r in running if r.generated >= r.output]
-            running = [r for r in running if r.generated < r.output]
-            for r in done:
-                free_blocks += blocks(r.in_cache)
-                finished.append(r)
-                if load.concurrency is not None and sent < load.num_prompts:
-                    send(now)
+            retire()
             continue
         steps += 1
         if steps > MAX_SIMULATED_STEPS:
@@ -364,14 +371,7 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
                 else:
                     r.gaps.append(now - r.last_token_at)
                 r.last_token_at = now
-        done = [r for r in running if r.generated >= r.output]
-        if done:
-            running = [r for r in running if r.generated < r.output]
-        for r in done:
-            free_blocks += blocks(r.in_cache)
-            finished.append(r)
-            if load.concurrency is not None and sent < load.num_prompts:
-                send(now)
+        retire()
     return _figures(finished, load, preemptions, steps)
 
 
