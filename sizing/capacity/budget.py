@@ -8,7 +8,7 @@ from dataclasses import dataclass, fields
 from functools import lru_cache
 
 from ..engines import Budget, Engine, MemoryTerms, Pool
-from ..engines.started import architecture_evidence, release_evidence
+from ..engines.started import architecture_evidence, gpu_evidence, release_evidence
 from ..cache.formats import FormatOptions, get_format
 from ..cache.layers import CacheLayout, build_layout, parse_layer_overrides
 from ..engines.memory import (SGLANG_PER_LAYER_INPUTS, VLLM_PER_LAYER_INPUTS, ActivationEstimate,
@@ -169,6 +169,9 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
     unstarted = architecture_evidence(engine.name, shape.architectures, family(shape))
     if unstarted:
         notes += (unstarted,)
+    elsewhere = gpu_evidence(engine.name, s.gpu_name)
+    if elsewhere:
+        notes += (elsewhere,)
     fraction = s.memory_fraction if s.memory_fraction is not None else engine.default_fraction(
         s.nvml_mib, tp, s.pipeline_parallel_size, fraction_inputs(s, shape))
     layout = _layout(shape, k_name, v_name, tp, stage, engine.layer_overrides(shape, k_name, s.layer_kv_dtype),

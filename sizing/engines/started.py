@@ -85,6 +85,21 @@ def architecture_evidence(engine: str, architectures: tuple[str, ...], family: s
             f"{100 * f.worst_token_error:+.2f}%")
 
 
+def gpu_evidence(engine: str, gpu_name: str) -> str | None:
+    """A sentence where no real start of the engine ran on this GPU (named as its profile names it), naming the GPUs
+    the starts ran on; None where one did, or for engines kvsize keeps no starts of."""
+    from ..profiles import gpu_profile
+
+    rows = started(engine) if engine in ("vllm", "sglang") else {}
+    ids = sorted({g for row in rows.values() for g in row.gpus})
+    if not ids or gpu_name in {gpu_profile(g).name for g in ids}:
+        return None
+    return (f"no real {engine} start on {gpu_name} is in kvsize's evidence (its starts ran on {', '.join(ids)}): the "
+            "CUDA context, CUDA graphs, NCCL buffers and the batch defaults this GPU's size selects are read from "
+            "source and carried from those GPUs, not confirmed here, and on a smaller GPU a term that is off weighs "
+            "more against its smaller KV pool")
+
+
 def _nearest_family(family: str, families: dict) -> str | None:
     """The started family sharing the most words with this one (MLA MoE -> MLA, MoE + sliding -> MoE)."""
     words = set(family.replace("+", " ").split())
