@@ -127,9 +127,10 @@ def page_designs(s: Scenario, workload, answer: FleetAnswer) -> None:
     dis = cheapest([d for d in designs if d.kind == "disaggregated"])
     m = st.columns(3)
     for col, kind, d in ((m[0], "aggregated", agg), (m[1], "disaggregated", dis)):
-        col.metric(f"Cheapest {kind}", f"{d.gpus} GPUs, ${d.usd_per_hour:,.2f}/h" if d else none_of_kind(designs, kind),
+        why = "" if d else none_of_kind(designs, kind)
+        col.metric(f"Cheapest {kind}", f"{d.gpus} GPUs, ${d.usd_per_hour:,.2f}/h" if d else why.split(":")[0],
                    help=(f"{d.layout}; TTFT {d.ttft_seconds * 1e3:,.0f} ms, ITL {d.itl_seconds * 1e3:.1f} ms; "
-                         f"{d.reason}") if d else None)
+                         f"{d.reason}") if d else why)
     if agg and dis:
         m[2].metric("Disaggregated against aggregated",
                     f"{dis.gpus - agg.gpus:+d} GPUs, {dis.usd_per_hour - agg.usd_per_hour:+,.2f} $/h",
