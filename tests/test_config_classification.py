@@ -37,7 +37,7 @@ EXPECTED_UNKNOWN = {
     "num_reward_heads", "output_gate_type", "pad_sequence_to_multiple_of_64", "projector_config",
     "projector_hidden_size", "rm_head", "rotary_pct", "routed_expert_hidden_size", "share_expert_dim",
     "shared_intermediate_size", "sparse_attention_config", "swa_num_attention_heads", "time_step_rank",
-    "use_double_wide_mlp", "use_mm_proj", "use_mtp",
+    "use_mm_proj", "use_mtp",
 }
 
 

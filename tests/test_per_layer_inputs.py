@@ -115,3 +115,19 @@ def test_the_field_on_an_architecture_that_does_not_build_it_is_named_not_read()
     shape = resolve_shape(config)
     assert shape.per_layer_input_size == 0
     assert any("hidden_size_per_layer_input" in note and "does not read" in note for note in shape.notes)
+
+
+def test_a_double_wide_mlp_doubles_the_kv_sharing_layers_mlp():
+    # vLLM 0.33.0 models/gemma4.py (Gemma4DecoderLayer): intermediate_size x 2 for the layers from
+    # num_hidden_layers - num_kv_shared_layers on, where use_double_wide_mlp is set. E2B: 20 such layers, each a
+    # gated MLP of 3 x 1,536 x 6,144 parameters more, in bf16
+    config = json.loads((ROOT / "profiles/models/gemma-4-e2b.json").read_text())["config"]
+    plain = resolve_shape(config)
+    config["text_config"]["use_double_wide_mlp"] = True
+    wide = resolve_shape(config)
+    fmt = resolve_weights_dtype("auto", plain)
+    layers = range(plain.num_layers)
+    grown = (weight_bytes(wide, fmt, 1, layers, True, True).total_bytes
+             - weight_bytes(plain, fmt, 1, layers, True, True).total_bytes)
+    assert grown == 20 * 3 * 1536 * 6144 * 2
+    assert [lp.mlp for lp in wide.layer_params][:15] == [lp.mlp for lp in plain.layer_params][:15]

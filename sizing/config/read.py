@@ -80,6 +80,8 @@ def read_layer_params(r: Reading) -> None:
                 mlp = shared_expert_params(f, hidden, r.moe_inter, r.intermediate, 3 if gated else 2)
             else:
                 mlp = (3 if gated else 2) * hidden * dense_intermediate(f, r.intermediate, r.num_experts)
+                if kind == "shared" and r.double_wide_shared_mlp:
+                    mlp *= 2
         layer_params.append(LayerParams(attn, mlp, experts, other))
     r.layer_params = layer_params
 

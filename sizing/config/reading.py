@@ -44,6 +44,7 @@ class Reading:
     sliding_window: int | None = None
     window_size: int | None = None
     chunk: int | None = None
+    double_wide_shared_mlp: bool = False  # Gemma 4's use_double_wide_mlp: the KV-sharing layers' MLP twice as wide
     layer_kv_heads: tuple[int, ...] = ()
     layer_head_dims: tuple[int, ...] = ()
     layer_v_dims: tuple[int, ...] = ()

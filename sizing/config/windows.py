@@ -14,11 +14,11 @@ FIELDS = ("attention_chunk_size", "attention_k_eq_v", "global_head_dim", "head_d
           "hybrid_override_pattern", "layer_types", "layers_block_type", "max_window_layers",
           "no_rope_layer_interval", "no_rope_layers", "num_global_key_value_heads", "num_key_value_heads",
           "num_kv_shared_layers", "sliding_window", "sliding_window_size", "swa_head_dim", "swa_num_key_value_heads",
-          "swa_v_head_dim", "use_mla", "use_sliding_window", "v_head_dim")
+          "swa_v_head_dim", "use_double_wide_mlp", "use_mla", "use_sliding_window", "v_head_dim")
 # of them, those that change memory in vLLM's or SGLang's model code (unread.py)
 MEMORY_FIELDS = ("attention_chunk_size", "global_head_dim", "head_dim", "hybrid_override_pattern", "layer_types",
                  "layers_block_type", "no_rope_layers", "num_global_key_value_heads", "num_key_value_heads",
-                 "num_kv_shared_layers", "sliding_window", "use_sliding_window")
+                 "num_kv_shared_layers", "sliding_window", "use_double_wide_mlp", "use_sliding_window")
 
 # Llama 4 (transformers' Llama4TextConfig, vLLM's llama4.py): a layer with rotary embedding (no_rope_layers 1)
 # attends within chunks of attention_chunk_size; every no_rope_layer_interval-th layer (NoPE) attends in full.
@@ -130,6 +130,8 @@ def read_windows(r: Reading) -> None:
             raise KvsizeError(f"config.json: num_kv_shared_layers {shared} leaves no layer of the "
                               f"{num_layers} to hold the cache")
         kinds = kinds[:num_layers - shared] + ["shared"] * shared
+        # vLLM's gemma4.py (0.33) and SGLang's build those layers' MLP at twice intermediate_size when it is set
+        r.double_wide_shared_mlp = config_flag(f.get("use_double_wide_mlp", default=False), "use_double_wide_mlp")
     sliding_window = f.get("sliding_window", "sliding_window_size")
     if "sliding" not in kinds and not _use_sliding_window(f):
         # use_sliding_window false (Qwen1.5-MoE): the window is never used, and transformers sets it to 0
