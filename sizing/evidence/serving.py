@@ -37,11 +37,12 @@ def served_settings(point: dict) -> dict:
 
 
 def predict_point(settings: dict, root, per_layer_overhead_s: float | None = None,
-                  prefill_mfu: float | None = None) -> Served:
-    """kvsize's figures for one point: the simulated load against the simulated replica."""
+                  prefill_mfu: float | None = None, engine_kv: dict[str, float] | None = None) -> Served:
+    """kvsize's figures for one point: the simulated load against the simulated replica (the fitted terms, unless a
+    fit gives its trial ones)."""
     gpu = point_gpu(settings)
     model, engine = serving_replica(point_scenario(settings, root), gpu.hbm_bandwidth_gb_s, gpu.bf16_dense_tflops,
-                                    measured_efficiency(), per_layer_overhead_s, prefill_mfu)
+                                    measured_efficiency(), per_layer_overhead_s, prefill_mfu, engine_kv)
     load = Load(settings["input_len"], settings["output_len"], settings["num_prompts"], settings["concurrency"],
                 settings["request_rate"], settings.get("seed") or 0)
     return simulate(model, engine, load)

@@ -29,11 +29,12 @@ import json
 import math
 import random
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache, cached_property, lru_cache
 from pathlib import Path
+from types import MappingProxyType
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..cache.layers import CacheLayout
 from ..config import ModelShape
@@ -53,8 +54,19 @@ class StepOverhead(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     per_layer_step_overhead_s: float = Field(ge=0, le=0.01)
     prefill_mfu: float = Field(gt=0, le=1)  # of the GPU's dense bf16 FLOP/s, reached by chunked prefill
+    # the share of HBM bandwidth the engine's own decode attention reads each KV format at, where its servers were
+    # measured (it replaces the efficiency of kvsize's kernels, which read fp8 faster than the engine does)
+    engine_kv_efficiency: dict[str, float] = Field(default_factory=dict)
     fitted_on: tuple[str, ...] = Field(min_length=1)
     source: str
+
+    @field_validator("engine_kv_efficiency")
+    @classmethod
+    def _shares(cls, value: dict[str, float]) -> dict[str, float]:
+        for name, share in value.items():
+            if not 0 < share <= 1:
+                raise ValueError(f"engine_kv_efficiency {name} must be in (0, 1], got {share}")
+        return value
 
 
 @cache
@@ -428,11 +440,20 @@ def _figures(finished: list[_Request], load: Load, preemptions: int, steps: int)
                   steps, {q: 1e3 * _percentile(tpots, q) for q in PERCENTILES})
 
 
+def engine_efficiency(efficiency: DecodeEfficiency, engine_kv: dict[str, float] | None = None) -> DecodeEfficiency:
+    """`efficiency` with the KV formats the engine's own servers were measured reading at their fitted shares."""
+    engine_kv = step_overhead().engine_kv_efficiency if engine_kv is None else engine_kv
+    if not engine_kv:
+        return efficiency
+    return replace(efficiency, kv=MappingProxyType({**efficiency.kv, **engine_kv}))
+
+
 def serving_replica(scenario, hbm_bandwidth_gb_s: float, bf16_dense_tflops: float, efficiency: DecodeEfficiency,
-                    per_layer_overhead_s: float | None = None, prefill_mfu: float | None = None
-                    ) -> tuple[StepModel, Scheduler]:
+                    per_layer_overhead_s: float | None = None, prefill_mfu: float | None = None,
+                    engine_kv: dict[str, float] | None = None) -> tuple[StepModel, Scheduler]:
     """One replica as the engine starts it (kvsize's estimate gives the pool and the release's batch defaults) and
-    its step model; the per-layer overhead and the prefill MFU are the fitted ones unless given."""
+    its step model; the per-layer overhead, the prefill MFU and the engine's KV read efficiencies are the fitted
+    ones unless given."""
     from ..capacity.estimate import estimate
     from ..engines.memory import resolve_weights_dtype
 
@@ -442,7 +463,8 @@ def serving_replica(scenario, hbm_bandwidth_gb_s: float, bf16_dense_tflops: floa
     overhead = fitted.per_layer_step_overhead_s if per_layer_overhead_s is None else per_layer_overhead_s
     mfu = fitted.prefill_mfu if prefill_mfu is None else prefill_mfu
     model = StepModel(s.shape, e.layout, resolve_weights_dtype(s.weights_dtype, s.shape), s.tensor_parallel_size,
-                      hbm_bandwidth_gb_s, bf16_dense_tflops, efficiency, e.k_format, overhead, mfu)
+                      hbm_bandwidth_gb_s, bf16_dense_tflops, engine_efficiency(efficiency, engine_kv), e.k_format,
+                      overhead, mfu)
     paged = e.pool.paged
     engine = Scheduler(s.max_num_batched_tokens, s.max_num_seqs, e.block_size if paged else 1,
                     e.num_blocks if paged else e.max_tokens)
