@@ -30,18 +30,30 @@ TARGETS_PLAN = ["--model", "llama-3.1-8b", "--gpus", "h100-sxm,h200", "--formats
 KINDS = ("aggregated", "disaggregated", "aggregated + tiers", "disaggregated + tiers")
 
 
-def plan_json(argv: list[str]) -> tuple[dict, float, str]:
-    """The plan's JSON, the seconds the command took and the text it printed."""
+def plan_json(argv: list[str], xlsx: bool = False) -> tuple[dict, float, str, list[tuple]]:
+    """The plan's JSON, the seconds the command took, the text it printed and (with `xlsx`) its summary sheet's
+    (item, value, note) rows."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "plan.json"
+        sheet = Path(tmp) / "plan.xlsx"
         start = time.perf_counter()
         text = io.StringIO()
         with contextlib.redirect_stdout(text), contextlib.redirect_stderr(io.StringIO()):
-            code = main([*argv, "--out", str(out)])
+            code = main([*argv, "--out", str(out), *(["--out", str(sheet)] if xlsx else [])])
         took = time.perf_counter() - start
         if code not in (0, 1):
             raise SystemExit(f"kvsize {' '.join(argv)} exited {code}")
-        return json.loads(out.read_text()), took, text.getvalue()
+        rows = []
+        if xlsx:
+            import openpyxl
+
+            rows = list(openpyxl.load_workbook(sheet, read_only=True)["summary"].iter_rows(values_only=True))
+        return json.loads(out.read_text()), took, text.getvalue(), rows
+
+
+# the summary sheet's rows the README quotes, in its order
+SUMMARY_ITEMS = ("recommendation", "GPUs", "fleet usd per hour", "fleet usd per month", "TTFT p50 (ms)",
+                 "ITL p50 (ms)", "TTFT target (ms)", "ITL target (ms)", "capacity only (not the answer)")
 
 
 def cheapest_of(record: dict, kind: str) -> dict | None:
@@ -53,29 +65,19 @@ def main_() -> int:
     import os
 
     os.chdir(ROOT)
-    record, took, _ = plan_json(SUMMARY_PLAN)
-    best = record["cheapest"]
-    q, t = best["targets"]["percentile"], best["targets"]
-    capacity = record["capacity_only"]
-    price = {c["gpu"]: c["usd_per_gpu_hour"] for c in record["candidates"]}[capacity["gpu"]]
+    record, took, _, summary = plan_json(SUMMARY_PLAN, xlsx=True)
     print(f"kvsize {' '.join(SUMMARY_PLAN)}  ({took:.1f} s)")
     print()
     print("| item | value | note |\n| --- | --- | --- |")
-    print(f"| recommendation | {best['design']} | {best['reason']} |")
-    print(f"| GPUs | {best['gpus']} | prefill and decode, at the peak's arrival rate |")
-    print(f"| fleet usd per hour | ${best['usd_per_hour']:,.2f} | |")
-    print(f"| fleet usd per month | ${best['usd_per_month']:,.2f} | 730 h a month (8,760 h a year / 12) |")
-    print(f"| TTFT p{q} (ms) | {best['ttft_ms']} | {best['basis']} |")
-    print(f"| ITL p{q} (ms) | {best['itl_ms']} | {best['basis']}: each request's mean gap between tokens (TPOT) |")
-    print(f"| TTFT target (ms) | {t['ttft_ms']:g} | {'given' if t['ttft_given'] else 'kvsize' + chr(39) + 's default'} |")
-    print(f"| ITL target (ms) | {t['itl_ms']:g} | {'given' if t['itl_given'] else 'kvsize' + chr(39) + 's default'} |")
-    print(f"| capacity only (not the answer) | {capacity['gpus']} × {capacity['gpu']} | holds the peak's KV, prefill "
-          f"not counted: {capacity['kv_format']} KV, TP {capacity['tensor_parallel_size']}, "
-          f"${capacity['gpus'] * price:,.2f}/h |")
+    rows = {item: (value, note) for item, value, note in summary[1:]}
+    for item in SUMMARY_ITEMS:
+        value, note = rows[item]
+        shown = f"${value:,.2f}" if "usd" in item else f"{value:g}" if isinstance(value, float) else value
+        print(f"| {item} | {shown} | {note or ''} |")
     print()
     print("| workload | " + " | ".join(KINDS) + " |")
     for workload in ("examples/shared-prefix.yaml", "examples/multi-turn-chat.yaml"):
-        record, took, text = plan_json(["plan", "--workload", workload, *TARGETS_PLAN])
+        record, took, text, _ = plan_json(["plan", "--workload", workload, *TARGETS_PLAN])
         queueing = re.search(r"HBM-only aggregated serving \((\d+)\)", text)
         cells = []
         for kind in KINDS:

@@ -533,6 +533,7 @@ def report_problems(report: dict, tolerance: float | None = None) -> list[str]:
 def validate_files(paths: list[str], tolerance: float | None = None) -> int:
     """0 when every report agrees, 1 when a check fails; a report that is not one (malformed, a field
     missing or of the wrong kind) is refused in one line (exit 2)."""
+    from .llamacpp import report as llamacpp_report
     from .verify import VERIFY_SCHEMA
 
     failed = 0
@@ -541,20 +542,15 @@ def validate_files(paths: list[str], tolerance: float | None = None) -> int:
         if not isinstance(report, dict):
             raise KvsizeError(f"{path}: not a kvsize measurement report: a JSON {type(report).__name__}, expected an object")
         problems = report_problems(report, tolerance)
-        if report.get("schema") == "kvsize.llamacpp-loads/1":
+        # reports re-read from a real engine's own lines: every problem is a disagreement, none a malformed point
+        agreed = {llamacpp_report.SCHEMA: lambda r: f"{len(r['loads'])} llama.cpp loads agree",
+                  VERIFY_SCHEMA: lambda r: "the real vLLM start agrees within 1%"}.get(report.get("schema"))
+        if agreed is not None:
             for line in problems:
                 print(f"{path}: {line}", file=sys.stderr)
             failed += bool(problems)
             if not problems:
-                print(f"{path}: {len(report['loads'])} llama.cpp loads agree ({report['device']['name']})")
-            continue
-        if report.get("schema") == VERIFY_SCHEMA:
-            for line in problems:
-                print(f"{path}: {line}", file=sys.stderr)
-            if problems:
-                failed += 1
-            else:
-                print(f"{path}: the real vLLM start agrees within 1% ({report['device']['name']})")
+                print(f"{path}: {agreed(report)} ({report['device']['name']})")
             continue
         malformed = [p for p in problems if p.startswith(MALFORMED_PREFIXES)]
         if malformed:

@@ -73,6 +73,7 @@ _ANSWERS: dict[tuple, FleetAnswer] = {}
 def show_answer(answer: FleetAnswer) -> None:
     """The headline: the fleet that serves the workload (GPUs, cost, TTFT and ITL), never the capacity-only row."""
     from sizing.planners.fleet import HOURS_PER_MONTH
+    from sizing.planners.serving import SIMULATED
 
     if answer.error:
         show_error(answer.error)
@@ -87,7 +88,7 @@ def show_answer(answer: FleetAnswer) -> None:
     m[1].metric("Fleet cost", f"${d.usd_per_hour:,.2f}/h",
                 help=f"${d.usd_per_hour * HOURS_PER_MONTH:,.0f} a month of {HOURS_PER_MONTH} h")
     q = answer.chosen.targets.percentile
-    how = ("simulated: the engine's steps at the design's share of the peak" if d.basis == "serving simulation"
+    how = ("simulated: the engine's steps at the design's share of the peak" if d.basis == SIMULATED
            else "queueing model at the peak's arrival rate")
     m[2].metric(f"TTFT p{q} ({d.basis})", f"{d.ttft_seconds * 1e3:,.0f} ms", help=how)
     m[3].metric(f"ITL p{q} ({d.basis})", f"{d.itl_seconds * 1e3:.1f} ms",

@@ -7,6 +7,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from app.ui import ROOT, _chart, _downloads, show_error
+from measure.llamacpp.report import SCHEMA as LLAMACPP_SCHEMA  # real llama.cpp loads on a CPU
 from sizing.inputs import load_json
 from sizing.errors import KvsizeError
 
@@ -15,7 +16,6 @@ REPORT_SCHEMA = "kvsize.measure/1"  # measure/run.py writes it; the app reads re
 
 MAX_REPORT_UPLOAD_BYTES = 64 * 2**20  # the largest committed report is under 2 MiB
 VERIFY_SCHEMA = "kvsize.verify/1"  # measure/verify.py: a real vLLM start, its log and kvsize's checks
-LLAMACPP_SCHEMA = "kvsize.llamacpp-loads/1"  # measure/llamacpp/report.py: real llama.cpp loads on a CPU
 
 
 def report_points(data) -> pd.DataFrame:

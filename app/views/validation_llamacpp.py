@@ -12,8 +12,6 @@ import streamlit as st
 
 from app.ui import _chart, _downloads
 
-SCHEMA = "kvsize.llamacpp-loads/1"  # measure/llamacpp/report.py
-
 
 @st.cache_data(show_spinner=False)
 def _table() -> tuple[pd.DataFrame, dict] | None:

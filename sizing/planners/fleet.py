@@ -435,7 +435,9 @@ def plan_summary(plan: FleetPlan, answer: dict, serve: list[dict], fired_rules: 
 
 def _speed_note(answer: dict, figure: str) -> str:
     """Where the answer's TTFT or ITL comes from (sizing/planners/held.py, or the queueing model of slo.py)."""
-    if answer.get("basis") == "serving simulation":
+    from .serving import SIMULATED
+
+    if answer.get("basis") == SIMULATED:
         return ("serving simulation: the engine's steps at the design's share of the peak, over requests" if
                 figure == "ttft" else "serving simulation: each request's mean gap between tokens (TPOT)")
     return ("queueing model, with queueing at the arrival rate" if figure == "ttft" else

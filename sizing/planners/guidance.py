@@ -50,11 +50,10 @@ def runnable_formats(formats: tuple[str, ...], engine: str | None, gpu_ids: tupl
     source confirms there marked so; every format where no engine or GPU is named."""
     if engine is None or not gpu_ids:
         return list(formats)
-    from ..engines import get_engine
     from ..engines.support import runs_on
     from ..profiles import gpu_profile
 
-    name = get_engine(engine).name
+    name = get_engine_name(engine)
     out = []
     for f in formats:
         if name not in get_format(f).engines:  # the engine has no such cache (compare's "not this engine")

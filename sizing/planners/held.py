@@ -20,12 +20,11 @@ from dataclasses import dataclass, replace
 from ..capacity.scenario import Scenario
 from ..efficiency import DecodeEfficiency
 from .fleet import Candidate, replica_model
-from .serving import Load, Served, serving_replica, simulate
+from .serving import SIMULATED, Load, Served, serving_replica, simulate
 from ..errors import KvsizeError
 from .slo import MAX_PREFILL_BUSY, Design, Targets, _failed, _prefill, disaggregated_design, prefill_pool
 from .workload import Workload
 
-SIMULATED = "serving simulation"
 NOT_SIMULATED = "not simulated"  # how a pruned design's reason begins
 # Requests measured per point past the closed loop's opening burst of c (each sent in a steady state of c in flight):
 # at least this many, so that a mix's rare long prompts (5% in examples/workload.yaml) are met a few times and a

@@ -46,6 +46,7 @@ from .speed import active_params, decode_step, prefill_attention_flops
 SERVING_PROFILE = Path(__file__).resolve().parents[2] / "profiles" / "serving.json"
 MAX_SIMULATED_STEPS = 2_000_000  # a point of 10^4 prompts of 10^3 tokens at batch 8 takes ~10^6 steps
 PERCENTILES = (50, 90, 99)
+SIMULATED = "serving simulation"  # the basis of a figure this simulation gave (a design held to it: held.py)
 
 
 class StepOverhead(BaseModel):

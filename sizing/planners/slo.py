@@ -29,11 +29,13 @@ from .fleet import SECONDS_PER_HOUR, Candidate, replica_model
 from ..capacity.scenario import Scenario
 from ..capacity.estimate import estimate
 from ..efficiency import DecodeEfficiency
+from .serving import PERCENTILES as TARGET_PERCENTILES  # a design's targets hold at one the simulation reports
 from .speed import prefill_seconds
 from .tiers import LinkFit, layered_send_seconds
 from .workload import Workload
 
-TARGET_PERCENTILES = (50, 90, 99)  # what the serving simulation reports (sizing/planners/serving.py PERCENTILES)
+# what sized a design
+QUEUEING_MODEL = "queueing model"  # this module's M/D/1 model; held.py's designs say serving.SIMULATED
 MAX_PREFILL_BUSY = 0.95  # a prefill queue busier than this has no steady state worth planning on
 FIXED_POINT_ROUNDS = 500  # iterations to converge λ and the ITL to 1e-12 (a few dozen suffice)
 
@@ -74,7 +76,7 @@ class Design:
     meets: bool
     reason: str
     # what sized it: the queueing model (sizing/planners/slo.py) or the serving simulation (sizing/planners/held.py)
-    basis: str = "queueing model"
+    basis: str = QUEUEING_MODEL
 
     @property
     def usd_per_million_output_tokens(self) -> float:
@@ -273,7 +275,7 @@ def prefill_pool(workload: Workload, prompt_seconds: float, move: float, itl: fl
 
 
 def disaggregated_design(decode: Candidate, decode_replicas: int, prefill: Candidate, pool: PrefillPool, itl: float,
-                         move: float, workload: Workload, basis: str = "queueing model", note: str = "") -> Design:
+                         move: float, workload: Workload, basis: str = QUEUEING_MODEL, note: str = "") -> Design:
     gpus = decode_replicas * decode.tensor_parallel_size + pool.replicas * prefill.tensor_parallel_size
     cost = (decode_replicas * decode.tensor_parallel_size * decode.gpu.usd_per_hour
             + pool.replicas * prefill.tensor_parallel_size * prefill.gpu.usd_per_hour)
