@@ -67,6 +67,11 @@ PAST_POOL_FP8 = [closed(8000, 256, 128, 256), closed(1000, 256, 768, 1536)]
 PAST_POOL_MOE = [closed(1000, 64, 96, 96), closed(8000, 256, 96, 192)]
 # a second MoE model (Mixtral-8x7B-v0.1 on one H200, then gpt-oss-20b): closed loop at 1, 16 and 64 in flight and one Poisson rate
 MOE2_POINTS = [closed(1000, 256, 1, 3), closed(1000, 256, 16, 32), closed(1000, 256, 64, 128), opened(1000, 256, 8, 80)]
+# batch b5, on H200: dense models of five sizes (1B to 70B; 16 to 80 layers) alone and at small batches, short and long
+# prompts. One request's step is the weights read plus a per-layer cost; b1-b4 had one dense size, so the two could not
+# be told apart (a fit over the one-request points of three models was collinear).
+DENSE_POINTS = [closed(1000, 256, 1, 3), closed(1000, 256, 8, 16), closed(1000, 256, 32, 64), closed(8000, 256, 1, 3),
+                closed(8000, 256, 16, 32)]
 
 
 def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len: int, points: list[dict],
@@ -102,20 +107,21 @@ def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len
 
 
 def plan() -> dict:
-    b1, b2, b3, b4 = "b1-llama8b", "b2-moe-mla", "b3-tp2-32b", "b4-past-pool-moe2"
+    b1, b2, b3, b4, b5 = "b1-llama8b", "b2-moe-mla", "b3-tp2-32b", "b4-past-pool-moe2", "b5-dense-sizes"
     ran = {b1: {"0": ["llama8b-bf16", "qwen3moe-bf16"], "1": ["llama8b-fp8", "dsv2lite-bf16"],
                 "0,1": ["qwen25-32b-tp2-bf16"]}}
     ran[b2], ran[b3] = ran[b1], ran[b1]  # b1-b3 ran as one set of lanes
     ran[b4] = {"0": ["b4-llama8b-bf16", "b4-qwen3moe-bf16"], "1": ["b4-llama8b-fp8", "b4-mixtral", "b4-gptoss20b"],
                "0,1": []}
+    ran[b5] = {"0": ["b5-llama1b", "b5-qwen3-8b"], "1": ["b5-qwen25-32b", "b5-nemo12b"], "0,1": ["b5-llama70b-tp2-fp8"]}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
         bench="vllm bench serve --backend vllm --dataset-name random (ignore_eos), --percentile-metrics "
               "ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --save-result --save-detailed",
-        batches=[b1, b2, b3, b4],
+        batches=[b1, b2, b3, b4, b5],
         # lanes run side by side; a lane's servers run one after another; '0,1' runs once both others are done.
         # `lanes` are the newest batch's (what the kit runs); `lanes_by_batch` keeps each batch's
-        lanes=ran[b4], lanes_by_batch=ran,
+        lanes=ran[b5], lanes_by_batch=ran,
         servers=[
             server("llama8b-bf16", b1, "llama-3.1-8b", "0", 8101, 65536, LLAMA_POINTS),
             server("llama8b-fp8", b1, "llama-3.1-8b", "1", 8102, 65536, LLAMA_POINTS, kv_cache_dtype="fp8"),
@@ -139,6 +145,17 @@ def plan() -> dict:
                    tokenizer_only=True),
             server("b4-mixtral", b4, "mixtral-8x7b-v0.1", "1", 8115, 32768, MOE2_POINTS, prefill_tokens_per_s=15000,
                    itl_guess_s=0.015),
+            server("b5-llama1b", b5, "llama-3.2-1b-instruct", "0", 8121, 32768,
+                   DENSE_POINTS + [closed(1000, 256, 128, 256)], prefill_tokens_per_s=60000, itl_guess_s=0.004),
+            server("b5-qwen3-8b", b5, "qwen3-8b", "0", 8122, 32768, DENSE_POINTS, prefill_tokens_per_s=30000,
+                   itl_guess_s=0.008, tokenizer_only=True),
+            server("b5-qwen25-32b", b5, "qwen2.5-32b-instruct", "1", 8123, 32768, DENSE_POINTS,
+                   prefill_tokens_per_s=8000, itl_guess_s=0.025, tokenizer_only=True),
+            server("b5-nemo12b", b5, "mistral-nemo-instruct-2407", "1", 8124, 32768, DENSE_POINTS,
+                   prefill_tokens_per_s=20000, itl_guess_s=0.01, tokenizer_only=True),
+            # the 70B with fp8 KV that issue 48 asks for at TP 4, at TP 2 (two H200s hold its bf16 weights)
+            server("b5-llama70b-tp2-fp8", b5, "llama-3.1-70b", "0,1", 8125, 32768, DENSE_POINTS, kv_cache_dtype="fp8",
+                   tp=2, prefill_tokens_per_s=8000, itl_guess_s=0.02),
         ],
     )
 
