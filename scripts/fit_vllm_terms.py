@@ -209,6 +209,123 @@ def fit_sampled_logit_non_torch() -> dict[str, dict]:
     return out
 
 
+def _tensor_parallel_v2_starts():
+    """The V2 runner's starts at TP >= 2 (one pipeline stage) of LOGIT_FILE's releases that print the non-KV total,
+    each with its sub-range's name and its scenario with the engine's defaults."""
+    import json
+
+    from sizing.engines.releases import ENGINES_DIR, version_key
+
+    data = json.loads((ENGINES_DIR / LOGIT_FILE).read_text())
+    subs = [(sub["release"], version_key(sub["first_version"]), version_key(sub["last_version"]))
+            for sub in data["sub_ranges"]]
+    out = []
+    for start in load_corpus():
+        p = start.printed
+        if start.status != "sized" or start.args.get("tensor_parallel_size", 1) < 2 \
+                or start.args.get("pipeline_parallel_size", 1) != 1 or p.runner != "v2" or not p.non_kv_gib:
+            continue
+        v = version_key(start.release)
+        name = next((n for n, lo, hi in subs if lo <= v[:len(lo)] and v[:len(hi)] <= hi), None)
+        if name is not None:
+            out.append((start, name, with_engine_defaults(start_scenario(start))))
+    return out
+
+
+def fit_tensor_parallel_non_torch() -> dict:
+    """The V2 runner's non-torch memory at TP >= 2 (printed non-KV total less weights and torch peak, rank 0; every
+    rank prints the same) as base + bytes per logit of max_num_seqs x vocab_size. The per-logit figure is the
+    one-GPU fit's of the start's sub-range (fit_sampled_logit_non_torch): the sampler's per-request state
+    (v1/worker/gpu/sample/penalties.py output_bin_counts, int32 max_num_reqs x vocab) is built over the whole
+    vocabulary on every rank. The base is the largest of what the starts leave beside it, so that no start's
+    non-torch memory is above kvsize's (the costly side is a pool larger than the engine's)."""
+    from sizing.evidence.starts import printed_non_torch_gib
+    from sizing.units import GiB
+
+    per_logit = {name: fit["v2_bytes_per_sampled_logit"] for name, fit in fit_sampled_logit_non_torch().items()}
+    rows = []
+    for start, name, s in _tensor_parallel_v2_starts():
+        a = per_logit[name]
+        rest = printed_non_torch_gib(start.printed) * GiB - a * s.max_num_seqs * s.shape.vocab_size
+        rows.append((start.id, name, a, rest))
+    if not rows:
+        return {}
+    base = max(r[3] for r in rows)
+    # the releases whose starts the figure comes from; the others of LOGIT_FILE carry it
+    source = sorted({r[1] for r in rows})
+    if len({r[2] for r in rows}) != 1:
+        raise SystemExit(f"TP starts of sub-ranges with different per-logit figures: {source}")
+    return {"tensor_parallel_bytes": int(round(base)), "tensor_parallel_bytes_per_sampled_logit": rows[0][2],
+            "from": source, "starts": sorted(r[0] for r in rows),
+            "residuals_gib": {r[0]: round(r[3] / GiB, 3) for r in rows}}
+
+
+def fit_tensor_parallel_logit_copies() -> dict:
+    """Model-dtype copies of the full logits at the V2 sampler's peak at TP >= 2 (activation_v2
+    tensor_parallel_logit_copies) beside the rank's shard, least squares (no intercept) over the TP starts whose
+    printed torch peak is above every other part of kvsize's profiling peak (the forward, the compile-time examples,
+    the MoE workspace): what is left of the peak once the workspace, the hidden states and the shard are taken out,
+    per logit of the model dtype. Models with soft-capped logits are left out (their capped copy is a floor)."""
+    from sizing.engines.memory import DTYPE_BYTES, profiling_peak
+    from sizing.units import GiB
+
+    x, y, ids = [], [], []
+    for start, _, s in _tensor_parallel_v2_starts():
+        if not start.printed.torch_peak_gib or s.shape.logit_softcap:
+            continue  # a soft-capped model's sampler keeps a capped copy whatever the copies (memory.py)
+        run = get_engine(s.engine).release.activation_v2
+        tp, tokens = s.tensor_parallel_size, s.max_num_batched_tokens
+        rows = min(s.max_num_seqs, tokens)
+        bare = profiling_peak(s.shape, run.model_copy(update={"tensor_parallel_logit_copies": 0.0}), tokens, rows, tp,
+                              range(s.shape.num_layers), True, True, s.gpu_multiprocessors or rows,
+                              s.torch_compile and not s.compile_cache_hit)
+        printed = max(map(float, start.printed.torch_peak_gib)) * GiB
+        others = max(bare.workspace_bytes + bare.moe_workspace_bytes + bare.forward_bytes,
+                     bare.workspace_bytes + bare.forward_before_moe_bytes, bare.compile_examples_bytes)
+        if others >= printed:
+            continue  # the sampler is not this start's peak
+        logits = rows * s.shape.vocab_size * DTYPE_BYTES[s.shape.serving_dtype]
+        x.append(logits)
+        y.append(printed - bare.workspace_bytes - bare.moe_workspace_bytes - bare.sampler_bytes)
+        ids.append(start.id)
+    if not x:
+        return {}
+    xs, ys = np.array(x, float), np.array(y, float)
+    return {"tensor_parallel_logit_copies": round(float(xs @ ys / (xs @ xs)), 3), "starts": sorted(ids)}
+
+
+def write_tensor_parallel(non_torch: dict, copies: dict) -> None:
+    def change(data: dict) -> None:
+        starts = ", ".join(non_torch["starts"])
+        figure = {k: non_torch[k] for k in ("tensor_parallel_bytes", "tensor_parallel_bytes_per_sampled_logit")}
+        for part in (data, *data["sub_ranges"]):
+            part["non_torch"].update(figure)
+        data["activation_v2"]["tensor_parallel_logit_copies"] = copies["tensor_parallel_logit_copies"]
+        data["sources"]["non_torch.tensor_parallel"] = (
+            "scripts/fit_vllm_terms.py --write (fit_tensor_parallel_non_torch): at TP >= 2 under the V2 runner, "
+            f"{non_torch['tensor_parallel_bytes']:,} B + {non_torch['tensor_parallel_bytes_per_sampled_logit']} B per "
+            "logit of max_num_seqs x vocab_size. vLLM 0.33.0 counts as non-KV memory all it consumed since its "
+            "baseline (vllm/utils/mem_utils.py memory_profiling: mem_get_info's total_consumed plus the "
+            "transient peak), so the sampler's per-request state, built in load_model after the weights are "
+            "measured (v1/worker/gpu/sample/penalties.py: output_bin_counts, int32 max_num_reqs x vocab, and "
+            "prompt_bin_mask), lands outside weights and torch peak, over the whole vocabulary on every rank: the "
+            "per-logit figure is the one-GPU fit's of " + ", ".join(non_torch["from"]) + ". The base is the largest "
+            f"of what the TP starts leave beside it, so none uses more than kvsize keeps: {starts} (GiB: "
+            + ", ".join(f"{k} {v}" for k, v in non_torch["residuals_gib"].items()) + "). Releases 0.27-0.32 "
+            "carry it: none of their starts ran at TP >= 2. No start ran at TP > 2; the V1 runner at TP takes the "
+            "base alone")
+        data["sources"]["activation_v2.tensor_parallel_logit_copies"] = (
+            "scripts/fit_vllm_terms.py --write (fit_tensor_parallel_logit_copies): model-dtype copies of the full "
+            "logits at the V2 sampler's peak at TP >= 2, beside the rank's shard, least squares over the TP starts "
+            "whose printed torch peak is the sampler's: " + ", ".join(copies["starts"]) + ". 0.33.0's profiling "
+            "run samples a second time with every sampling parameter set (v1/worker/gpu/model_runner.py "
+            "_dummy_sampler_run, SamplingParams.for_sampler_warmup), which copies the logits to fp32 "
+            "(sample/sampler.py apply_sampling_params): the model-dtype logits and that copy are 3 model-dtype "
+            "copies; the fit gives a little less. At TP 1 the compile-time examples stay above it in every start")
+
+    _edit_release(LOGIT_FILE, change)
+
+
 def fit_v2_graph_per_layer() -> tuple[int, list[str]]:
     """Model Runner V2's CUDA-graph estimate (0.29+) above the V1 runner's model, per layer of the model: least
     squares (no intercept) over the starts that print it ('CUDA graph pool memory: ... (estimated)')."""
@@ -284,10 +401,22 @@ def main() -> int:
               f"{len(fit['v2_starts'])} starts; V1 {fit['single_gpu_bytes']:,} B")
     per_layer, v2_ids = fit_v2_graph_per_layer()
     print(f"V2 graph estimate above the V1 model: {per_layer:,} B per layer over {len(v2_ids)} starts")
+    tp_non_torch, tp_copies = fit_tensor_parallel_non_torch(), fit_tensor_parallel_logit_copies()
+    if tp_non_torch:
+        print(f"V2 non-torch at TP >= 2 ({LOGIT_FILE}): {tp_non_torch['tensor_parallel_bytes']:,} B + "
+              f"{tp_non_torch['tensor_parallel_bytes_per_sampled_logit']} B per logit; what each start leaves beside "
+              "the per-logit part (GiB):")
+        for sid, rest in tp_non_torch["residuals_gib"].items():
+            print(f"  {sid:52} {rest:+.3f}")
+    if tp_copies:
+        print(f"V2 sampler's logit copies at TP >= 2: {tp_copies['tensor_parallel_logit_copies']} over "
+              f"{len(tp_copies['starts'])} starts")
     if "--write" in sys.argv:
         write(fitted_constants(first, further))
         write_sampled_logit_non_torch(logits)
         write_v2_graph_per_layer(per_layer, v2_ids)
+        if tp_non_torch and tp_copies:
+            write_tensor_parallel(tp_non_torch, tp_copies)
     return 0
 
 

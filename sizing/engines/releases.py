@@ -107,6 +107,9 @@ class NonTorchModel(_Strict):
     pipeline_bytes: int = Field(ge=0)
     tensor_parallel_bytes: int = Field(ge=0)
     tensor_parallel_per_rank_bytes: int = Field(ge=0)
+    # and beside it at TP >= 2 under the V2 runner, per logit of max_num_seqs x vocab_size: the sampler's
+    # per-request state, over the whole vocabulary on every rank (0: no such term)
+    tensor_parallel_bytes_per_sampled_logit: float = Field(default=0, ge=0, le=64)
 
 
 class CudaGraphModel(_Strict):
@@ -410,7 +413,8 @@ class Release(_Strict):
             return find_release("vllm", None).non_torch_bytes(tp, pp, runner, sampled_logits, embedding_elements)
         n = self.non_torch
         if tp > 1:
-            return n.tensor_parallel_bytes + tp * n.tensor_parallel_per_rank_bytes
+            sampler = round(n.tensor_parallel_bytes_per_sampled_logit * sampled_logits) if runner == "v2" else 0
+            return n.tensor_parallel_bytes + tp * n.tensor_parallel_per_rank_bytes + sampler
         if pp > 1:
             return n.pipeline_bytes
         if runner == "v2" and n.single_gpu_v2_bytes is not None:
