@@ -511,15 +511,20 @@ def checked(report, tolerance: float | None) -> list[str]:
 def report_problems(report: dict, tolerance: float | None = None) -> list[str]:
     """Every failed check of a report of either kind: a kvsize verify report (a real vLLM start, re-read from
     its log) or a measurement report (`checked`)."""
+    from .llamacpp import buffers as llamacpp_buffers
     from .llamacpp import report as llamacpp_report
     from .verify import VERIFY_SCHEMA
     from .verify import problems as verify_problems
 
-    if report.get("schema") == llamacpp_report.SCHEMA:  # llama.cpp loads on a CPU, re-read from their raw lines
-        try:
-            return llamacpp_report.problems(report)
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            return [f"a malformed llama.cpp load report ({e!r})"]
+    # llama.cpp loads on a CPU (their KV caches; the full-size loads' model, output and compute buffers), re-read
+    # from their raw lines
+    for schema, check, kind in ((llamacpp_report.SCHEMA, llamacpp_report.problems, "load"),
+                                (llamacpp_buffers.SCHEMA, llamacpp_buffers.problems, "buffers")):
+        if report.get("schema") == schema:
+            try:
+                return check(report)
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                return [f"a malformed llama.cpp {kind} report ({e!r})"]
     if report.get("schema") == VERIFY_SCHEMA:
         try:
             return verify_problems(report)
@@ -533,6 +538,7 @@ def report_problems(report: dict, tolerance: float | None = None) -> list[str]:
 def validate_files(paths: list[str], tolerance: float | None = None) -> int:
     """0 when every report agrees, 1 when a check fails; a report that is not one (malformed, a field
     missing or of the wrong kind) is refused in one line (exit 2)."""
+    from .llamacpp import buffers as llamacpp_buffers
     from .llamacpp import report as llamacpp_report
     from .verify import VERIFY_SCHEMA
 
@@ -544,6 +550,7 @@ def validate_files(paths: list[str], tolerance: float | None = None) -> int:
         problems = report_problems(report, tolerance)
         # reports re-read from a real engine's own lines: every problem is a disagreement, none a malformed point
         agreed = {llamacpp_report.SCHEMA: lambda r: f"{len(r['loads'])} llama.cpp loads agree",
+                  llamacpp_buffers.SCHEMA: lambda r: f"{len(r['loads'])} full-size llama.cpp loads' buffers agree",
                   VERIFY_SCHEMA: lambda r: "the real vLLM start agrees within 1%"}.get(report.get("schema"))
         if agreed is not None:
             for line in problems:

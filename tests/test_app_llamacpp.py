@@ -40,3 +40,18 @@ def test_validation_tab_holds_kvsize_to_real_llama_cpp_loads():
     assert not at.exception and not at.error
     assert any("caches agree with today's kvsize" in x.value for x in at.success)
 
+
+
+def test_the_full_size_loads_buffers_report_is_shown_against_kvsize():
+    from measure.llamacpp.buffers import problems
+
+    report = json.loads((ROOT / "measure" / "reports" / "llamacpp-cpu-buffers.json").read_text())
+    at = _validation()
+    at.selectbox(key="report_choice").set_value("llamacpp-cpu-buffers.json")
+    at.run()
+    assert not at.exception and not at.error
+    # one point per buffer llama.cpp printed beside the cache: model buffer(s), output and compute of every load
+    expected = sum(sum(1 for b in r["figures"]["buffers"] if b["kind"] in ("model", "output", "compute"))
+                   for r in report["loads"])
+    assert not problems(report)
+    assert any(f"{expected} of {expected} buffers agree" in x.value for x in at.success)

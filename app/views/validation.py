@@ -7,6 +7,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from app.ui import ROOT, _chart, _downloads, show_error
+from measure.llamacpp.buffers import SCHEMA as LLAMACPP_BUFFERS_SCHEMA  # full-size llama.cpp loads' buffers
 from measure.llamacpp.report import SCHEMA as LLAMACPP_SCHEMA  # real llama.cpp loads on a CPU
 from sizing.inputs import load_json
 from sizing.errors import KvsizeError
@@ -25,6 +26,13 @@ def report_points(data) -> pd.DataFrame:
         from app.views.validation_llamacpp import report_points as llamacpp_points
 
         return llamacpp_points(data)
+    if isinstance(data, dict) and data.get("schema") == LLAMACPP_BUFFERS_SCHEMA:
+        from app.views.validation_llamacpp import buffer_points
+
+        try:
+            return buffer_points(data)
+        except (KeyError, TypeError, ValueError, OSError) as e:
+            raise KvsizeError(f"llama.cpp buffers report is missing or has a malformed field ({e!r})") from None
     if isinstance(data, dict) and data.get("schema") == VERIFY_SCHEMA:
         try:
             points = [dict(kind=c["term"], point=data.get("model_name") or "model", predicted=c["predicted"],
@@ -143,7 +151,7 @@ def page_validation() -> None:
         problems = report_problems(data, None)
     except KvsizeError as e:
         problems = [str(e)]
-    count = len(df) if data.get("schema") in (VERIFY_SCHEMA, LLAMACPP_SCHEMA) else \
+    count = len(df) if data.get("schema") in (VERIFY_SCHEMA, LLAMACPP_SCHEMA, LLAMACPP_BUFFERS_SCHEMA) else \
         sum(len(data.get(k, [])) for k in POINT_SECTIONS)
     gpu = data.get("device", {}).get("name", "?")
     if problems:
@@ -151,6 +159,10 @@ def page_validation() -> None:
     elif data.get("schema") == LLAMACPP_SCHEMA:
         st.success(f"{count} of {count} caches agree with today's kvsize (`kvsize validate`): predicted against what "
                    f"real llama.cpp loads printed on a {gpu}, re-read from the raw lines the report keeps.")
+    elif data.get("schema") == LLAMACPP_BUFFERS_SCHEMA:
+        st.success(f"{count} of {count} buffers agree with today's kvsize (`kvsize validate`): the model and output "
+                   f"buffers exactly, the compute buffer within the band docs/formulas.md states, against real "
+                   f"full-size llama.cpp loads on a {gpu}.")
     elif data.get("schema") == VERIFY_SCHEMA:
         st.success(f"{count} of {count} points agree with today's kvsize (`kvsize validate`): predicted against what "
                    f"a real vLLM start printed on {gpu}, re-read from the log the report keeps (`kvsize verify`).")

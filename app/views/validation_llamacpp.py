@@ -40,6 +40,29 @@ def report_points(data: dict) -> pd.DataFrame:
     return df
 
 
+def buffer_points(data: dict) -> pd.DataFrame:
+    """Predicted vs printed MiB of each full-size load's model, output and compute buffers (the bundled-report view
+    of measure/reports/llamacpp-cpu-buffers.json)."""
+    from measure.llamacpp.buffers import CONFIGS, full_prediction, mapped, printed
+    from sizing.engines.llamacpp_weights import mib_printed
+
+    points = []
+    for row in data.get("loads", []):
+        s = row["load"]
+        p = full_prediction(s, json.loads((CONFIGS / f"{s['model']}.json").read_text()), mapped(row["lines"]))
+        want = {"model": {k: mib_printed(v) for k, v in p["model"].items()}, "output": {"CPU": mib_printed(p["output"])},
+                "compute": {"CPU": mib_printed(p["compute"])}}
+        for kind, by_device in want.items():
+            got = printed(row["figures"], kind)
+            for device, mib in by_device.items():
+                if device in got:
+                    points.append(dict(kind=f"{kind} buffer (MiB)", point=f"{s['id']} {device}",
+                                       predicted=float(mib), measured=float(got[device])))
+    df = pd.DataFrame(points, columns=["kind", "point", "predicted", "measured"])
+    df["error_%"] = 100 * (df["predicted"] - df["measured"]) / df["measured"].clip(lower=0.01)
+    return df
+
+
 def llamacpp_section() -> None:
     st.subheader("Against the real llama.cpp (loads on a CPU)")
     got = _table()

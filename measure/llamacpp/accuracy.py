@@ -91,6 +91,7 @@ def section(report_path: Path = REPORT, predictions_path: Path = PREDICTIONS) ->
             f"V bytes and recurrent state within the printed rounding, and whether the context is made; "
             f"{s['prospective_refusals_missed']} of the misses a refusal kvsize did not foresee). Missed, by "
             "architecture: " + ", ".join(f"{a} {n}" for a, n in s["missed_by_arch"].items()) + ".")
+    lines += buffers_section(report)
     lines += ["", "| load | printed | prospective (error) | today |", "|---|---|---:|---|"]
     for r in table:
         err = r["prospective_error"]
@@ -98,3 +99,41 @@ def section(report_path: Path = REPORT, predictions_path: Path = PREDICTIONS) ->
                                   else "")
         lines.append(f"| {r['load']} | {r['printed']} | {pro} | {r['today']} |")
     return lines + [""]
+
+
+BUFFERS = ROOT / "measure" / "reports" / "llamacpp-cpu-buffers.json"
+
+
+def buffers_section(loads_report: dict[str, Any], path: Path = BUFFERS) -> list[str]:
+    """The model, output and compute buffers: full-size loads (llamacpp-cpu-buffers.json) and the miniatures."""
+    import statistics
+
+    from . import buffers
+
+    report = load_report(path)
+    if report is None:
+        return []
+    mini = buffers.miniature_compute_errors(loads_report)
+    errs = [r["error"] for r in mini]
+    lines = ["", "### Beside the cache: model, output and compute buffers (CPU figures)", "",
+             f"{len(report['loads'])} full-size loads with zero weights (`python -m measure.llamacpp.full run`; "
+             "predictions in `measure/llamacpp/full-predictions.json`, written before they ran). Model buffers "
+             "(sizing/engines/llamacpp_weights.py) are held exact, for these and for every miniature; the output "
+             "buffer exact; the compute buffer is a model (the larger of the logits and attention stages), held "
+             f"within {100 * buffers.FULL_COMPUTE_BAND[0]:+.0f}%..{100 * buffers.FULL_COMPUTE_BAND[1]:+.0f}% "
+             "on the full-size loads.", "",
+             "| load | model buffers printed (MiB) | output | compute printed | compute kvsize | error |",
+             "|---|---|---:|---:|---:|---:|"]
+    for row in report["loads"]:
+        f = row["figures"]
+        config = json.loads((buffers.CONFIGS / f"{row['load']['model']}.json").read_text())
+        p = buffers.full_prediction(row["load"], config, buffers.mapped(row["lines"]))
+        compute = buffers.printed(f, "compute")["CPU"]
+        model = ", ".join(f"{k} {v}" for k, v in sorted(buffers.printed(f, "model").items()))
+        lines.append(f"| {row['load']['id']} | {model} | {buffers.printed(f, 'output')['CPU']} | {compute} | "
+                     f"{buffers.mib_printed(p['compute'])} | {100 * buffers.compute_error(p['compute'], compute):+.1f}% |")
+    if errs:
+        lines += ["", f"On the {len(errs)} miniature loads that made a context (small embedding and vocabulary, so "
+                  f"the attention stage rules) the compute model's signed error runs {100 * min(errs):+.0f}% to "
+                  f"{100 * max(errs):+.0f}% (median {100 * statistics.median(errs):+.1f}%): a model, not a bound."]
+    return lines

@@ -21,6 +21,7 @@ def load(path: str, settings: dict) -> dict:
     llama_cpp.llama_backend_init()
     mparams = llama_cpp.llama_model_default_params()
     mparams.n_gpu_layers = 0
+    mparams.use_mmap = settings.get("use_mmap", True)  # llama_model_default_params: mmap on
     model = llama_cpp.llama_model_load_from_file(path.encode(), mparams)
     if not model:
         return {"model_loaded": False, "context_made": False}

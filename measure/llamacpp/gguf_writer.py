@@ -12,6 +12,11 @@ Projections whose rows are a multiple of 256 are stored as tq1_0 (54 bytes per 2
 norms as f32.
 
     python -m measure.llamacpp.gguf_writer CONFIG.json OUT.gguf --arch llama
+
+With --full TYPE the file is the model at full size (its real embedding width, FFN and vocabulary), every matrix in
+the ggml type TYPE (as convert_hf_to_gguf.py --outtype or llama-quantize --pure write it: 1-D tensors f32), an
+output matrix where the config does not tie the embeddings and rope_freqs for llama3 rope scaling, as the converter
+writes them; still zeros. gguf and numpy are imported only to write a file: `build` and `tensor_types` need neither.
 """
 
 from __future__ import annotations
@@ -20,11 +25,6 @@ import argparse
 import json
 from pathlib import Path
 from typing import Any
-
-import numpy as np
-
-import gguf
-from gguf import GGMLQuantizationType as Q
 
 SMALL = 256  # embedding width, FFN width and vocabulary of a miniature
 MAX_EXPERTS = 8  # experts written (each is FFN; none holds cache)
@@ -53,17 +53,39 @@ class _Tensors:
     def norm(self, name: str, n: int) -> None:
         self.add(name, (n,), "f32")
 
-    def write(self, w: gguf.GGUFWriter) -> None:
+    def typed(self, full: str | None = None) -> list[tuple[str, str, tuple[int, ...]]]:
+        """(name, ggml type, ne) of each tensor in file order: a miniature's projections whose rows are a multiple
+        of 256 (and that hold at least 2^16 values) tq1_0, its other matrices f16; at full size every matrix `full`;
+        1-D tensors f32."""
+        out = []
         for name, ne, kind in self.rows:
-            count = int(np.prod(ne))
+            count = 1
+            for n in ne:
+                count *= n
             if kind == "f32":
-                w.add_tensor(name, np.zeros(ne[::-1], dtype=np.float32))
+                out.append((name, "f32", ne))
+            elif full is not None:
+                out.append((name, full, ne))
             elif ne[0] % 256 == 0 and count >= 1 << 16:
-                block, size = gguf.GGML_QUANT_SIZES[Q.TQ1_0]
-                byte_shape = (*ne[:0:-1], ne[0] // block * size)  # rows, then the bytes of one row
-                w.add_tensor(name, np.zeros(byte_shape, dtype=np.uint8), raw_dtype=Q.TQ1_0)
+                out.append((name, "tq1_0", ne))
             else:
+                out.append((name, "f16", ne))
+        return out
+
+    def write(self, w, full: str | None = None) -> None:
+        import gguf
+        import numpy as np
+
+        for name, type_name, ne in self.typed(full):
+            if type_name == "f32":
+                w.add_tensor(name, np.zeros(ne[::-1], dtype=np.float32))
+            elif type_name == "f16":
                 w.add_tensor(name, np.zeros(ne[::-1], dtype=np.float16))
+            else:
+                q = gguf.GGMLQuantizationType[type_name.upper()]
+                block, size = gguf.GGML_QUANT_SIZES[q]
+                byte_shape = (*ne[:0:-1], ne[0] // block * size)  # rows, then the bytes of one row
+                w.add_tensor(name, np.zeros(byte_shape, dtype=np.uint8), raw_dtype=q)
 
 
 def _blk(i: int, what: str, suffix: str = "weight") -> str:
@@ -100,20 +122,29 @@ def _experts(t: _Tensors, i: int, e: int, ff: int, n: int, norm: bool = True) ->
     t.add(_blk(i, "ffn_down_exps"), (ff, e, n))
 
 
-def build(config: dict[str, Any], arch: str) -> tuple[dict[str, Any], _Tensors]:
-    """(the hyperparameters as (writer method, value) pairs in order, the tensors) of the miniature."""
+FULL_ARCHES = ("llama", "qwen2", "qwen3", "gemma2", "gemma3")  # the dense ones --full writes
+
+
+def build(config: dict[str, Any], arch: str, full: bool = False, embd: int = SMALL, ffn: int = SMALL,
+          vocab: int = SMALL) -> tuple[dict[str, Any], _Tensors]:
+    """(the hyperparameters as (writer method, value) pairs in order, the tensors) of the miniature, with the
+    embedding width, FFN and vocabulary given (all 256 unless asked), or of the full-size model (`full`)."""
     if arch not in ARCHES:
         raise ValueError(f"no miniature writer for llama.cpp architecture {arch!r} (have: {', '.join(ARCHES)})")
     c = text_config(config)
+    if full:
+        if arch not in FULL_ARCHES:
+            raise ValueError(f"--full writes the dense architectures only ({', '.join(FULL_ARCHES)}), not {arch}")
+        embd, ffn, vocab = int(c["hidden_size"]), int(c["intermediate_size"]), int(c["vocab_size"])
     layers, heads, kv_heads, k_len, v_len = _dims(c)
-    e = SMALL
-    if arch in ("qwen2", "phi3"):  # wq is {n_embd, n_embd}: the queries span the embedding
+    e = embd
+    if arch in ("qwen2", "phi3") and not full:  # wq is {n_embd, n_embd}: the queries span the embedding
         e = heads * k_len
     hp: dict[str, Any] = {
         "add_context_length": int(c.get("max_position_embeddings") or DEFAULT_CONTEXT.get(arch, 4096)),
         "add_embedding_length": e,
         "add_block_count": layers,
-        "add_feed_forward_length": SMALL,
+        "add_feed_forward_length": ffn,
         "add_head_count": heads,
         "add_head_count_kv": kv_heads,
         "add_key_length": k_len,
@@ -121,10 +152,12 @@ def build(config: dict[str, Any], arch: str) -> tuple[dict[str, Any], _Tensors]:
         "add_rope_dimension_count": k_len,
         "add_rope_freq_base": float(c.get("rope_theta") or 10000.0),
         "add_layer_norm_rms_eps": float(c.get("rms_norm_eps") or 1e-6),
-        "add_vocab_size": SMALL,
+        "add_vocab_size": vocab,
     }
     t = _Tensors()
-    t.add("token_embd.weight", (e, SMALL))
+    if full and arch == "llama" and (c.get("rope_scaling") or {}).get("rope_type") == "llama3":
+        t.norm("rope_freqs.weight", k_len // 2)  # conversion/llama.py generate_extra_tensors: n_rot/2 f32 factors
+    t.add("token_embd.weight", (e, vocab))
     t.norm("output_norm.weight", e)
     if arch == "deepseek2":
         return _deepseek2(c, hp, t, layers)
@@ -168,7 +201,9 @@ def build(config: dict[str, Any], arch: str) -> tuple[dict[str, Any], _Tensors]:
             t.add(_blk(i, "ffn_up"), (e, 2 * SMALL))
             t.add(_blk(i, "ffn_down"), (SMALL, e))
         else:
-            _dense_ffn(t, i, e, SMALL)
+            _dense_ffn(t, i, e, ffn)
+    if full and not c.get("tie_word_embeddings", True) and arch not in ("gemma2", "gemma3"):
+        t.add("output.weight", (e, vocab))  # untied: the converter writes lm_head as output
     return hp, t
 
 
@@ -255,15 +290,18 @@ def _qwen3next(c: dict[str, Any], hp: dict[str, Any], t: _Tensors, layers: int, 
     return hp, t
 
 
-def write(config: dict[str, Any], arch: str, out: Path) -> Path:
-    hp, tensors = build(config, arch)
+def write(config: dict[str, Any], arch: str, out: Path, full: str | None = None, embd: int = SMALL,
+          ffn: int = SMALL, vocab: int = SMALL) -> Path:
+    import gguf
+
+    hp, tensors = build(config, arch, full is not None, embd, ffn, vocab)
     w = gguf.GGUFWriter(str(out), arch)
     w.add_name(f"kvsize miniature ({arch})")
     w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
     for method, value in hp.items():
         getattr(w, method)(value)
     w.add_tokenizer_model("none")  # src/llama-vocab.cpp: "none" adds vocab_size dummy tokens
-    tensors.write(w)
+    tensors.write(w, full)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -276,8 +314,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("config", type=Path)
     ap.add_argument("out", type=Path)
     ap.add_argument("--arch", required=True, choices=ARCHES)
+    ap.add_argument("--full", default=None, help="write the full-size model, every matrix in this ggml type")
+    for dim in ("embd", "ffn", "vocab"):
+        ap.add_argument(f"--{dim}", type=int, default=SMALL, help=f"a miniature's {dim} (default {SMALL})")
     args = ap.parse_args(argv)
-    write(json.loads(args.config.read_text()), args.arch, args.out)
+    write(json.loads(args.config.read_text()), args.arch, args.out, args.full, args.embd, args.ffn, args.vocab)
     print(f"{args.out}: {args.out.stat().st_size:,} bytes")
     return 0
 

@@ -82,7 +82,9 @@ def problems(report: dict[str, Any]) -> list[str]:
                        "otherwise")
             continue
         out += [f"{where}: {line}" for line in disagreements(settings, figures)]
-    return out
+    from .buffers import miniature_problems  # the model buffers each miniature printed, exact
+
+    return out + miniature_problems(report)
 
 
 def measured_kv_mib(figures: dict[str, Any]) -> float:
