@@ -20,6 +20,27 @@ sys.path.insert(0, str(ROOT))
 
 from measure.serving import SERVING, load_points, predictions_file, read_json  # noqa: E402
 
+GPU_IDS = {"NVIDIA H200": "h200", "NVIDIA H100 80GB HBM3": "h100-sxm"}
+
+
+def simulated_ahead(rs: list[dict]) -> list[str]:
+    """Per batch whose step simulation's figures were committed before it ran (<batch>-sim-predictions-<gpu>.json):
+    those figures against the server's, closed loop, apart from the plan and design figures above."""
+    lines = []
+    for batch in sorted({r["batch"] for r in rs}):
+        part = [r for r in rs if r["batch"] == batch and r["loop"] == "closed"]
+        f = SERVING / f"{batch}-sim-predictions-{GPU_IDS.get(part[0]['gpu'] if part else '', '')}.json"
+        if not part or not f.exists():
+            continue
+        sim = {x["id"]: x for x in read_json(f)["points"]}
+        for r in part:
+            x = sim.get(r["id"])
+            r["sim_itl"], r["sim_ttft"] = (x["itl_ms"]["50"], x["ttft_ms"]["50"]) if x else (None, None)
+            r["sim_tps"] = x["output_tokens_per_s"] if x else None
+        lines += [f"- `{batch}` (`{f.name}`): p50 ITL {summary(part, 'itl', 'sim_itl')}; p50 TTFT "
+                  f"{summary(part, 'ttft', 'sim_ttft')}; output tokens/s {summary(part, 'tps', 'sim_tps')}"]
+    return lines
+
 
 def err(pred: float | None, meas: float) -> float | None:
     return None if pred is None or not meas else 100 * (pred - meas) / meas
@@ -46,7 +67,7 @@ def rows() -> list[dict]:
         plan, design = x["predicted"]["plan"], x["predicted"]["design"]
         s = p.settings
         out.append(dict(
-            id=p.id, model=s.model, kv=s.kv_cache_dtype, tp=s.tensor_parallel_size, gpu=s.gpu_name,
+            id=p.id, batch=p.batch, model=s.model, kv=s.kv_cache_dtype, tp=s.tensor_parallel_size, gpu=s.gpu_name,
             lengths=f"{s.input_len}/{s.output_len}",
             load=f"c={s.concurrency}" if s.loop == "closed" else f"{s.request_rate:g}/s",
             loop=s.loop, itl=m.itl_p50_ms, itl_p99=m.itl_p99_ms, ttft=m.ttft_p50_ms, tps=m.output_tokens_per_s,
@@ -89,6 +110,13 @@ def render(rs: list[dict]) -> str:
         f"- output tokens/s, plan: {summary(closed, 'tps', 'plan_tps')}",
         f"- output tokens/s, design: {summary(closed, 'tps', 'design_tps')}",
         "- open loop: kvsize has no model at a given arrival rate (every open-loop figure is null).",
+        "",
+        "## The step simulation's figures, committed before the batch ran (closed loop)",
+        "",
+        "Batches that ran after the serving simulation was written had its figures committed too, before they ran:",
+        "predicted before seen, nothing fitted on them then, held here apart from the plan and design figures.",
+        "",
+        *simulated_ahead(rs),
         "",
         "## KV pool at start: the server's 'GPU KV cache size' against kvsize's cache tokens",
         "",

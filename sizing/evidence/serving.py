@@ -36,13 +36,21 @@ def served_settings(point: dict) -> dict:
     return {**point["settings"], "num_prompts": point["measured"]["completed"]}
 
 
+def point_replica(settings: dict, root, per_layer_overhead_s: float | None = None,
+                  prefill_mfu: float | None = None, engine_kv: dict[str, float] | None = None,
+                  terms: dict | None = None):
+    """The simulated replica of a point's server and its scheduler (the fitted terms unless given)."""
+    gpu = point_gpu(settings)
+    return serving_replica(point_scenario(settings, root), gpu.hbm_bandwidth_gb_s, gpu.bf16_dense_tflops,
+                           measured_efficiency(), per_layer_overhead_s, prefill_mfu, engine_kv, terms)
+
+
 def predict_point(settings: dict, root, per_layer_overhead_s: float | None = None,
-                  prefill_mfu: float | None = None, engine_kv: dict[str, float] | None = None) -> Served:
+                  prefill_mfu: float | None = None, engine_kv: dict[str, float] | None = None,
+                  terms: dict | None = None) -> Served:
     """kvsize's figures for one point: the simulated load against the simulated replica (the fitted terms, unless a
     fit gives its trial ones)."""
-    gpu = point_gpu(settings)
-    model, engine = serving_replica(point_scenario(settings, root), gpu.hbm_bandwidth_gb_s, gpu.bf16_dense_tflops,
-                                    measured_efficiency(), per_layer_overhead_s, prefill_mfu, engine_kv)
+    model, engine = point_replica(settings, root, per_layer_overhead_s, prefill_mfu, engine_kv, terms)
     load = Load(settings["input_len"], settings["output_len"], settings["num_prompts"], settings["concurrency"],
                 settings["request_rate"], settings.get("seed") or 0)
     return simulate(model, engine, load)

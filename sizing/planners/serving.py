@@ -9,14 +9,18 @@ token costs one step. When a step finds no block for a decoding request, the new
 (its blocks freed, its prompt and output so far prefilled again later), as vLLM's recompute preemption does.
 
 A step is its GEMMs (the larger of reading the weights and computing with them), its attention kernels, and a fixed
-cost per layer:
+cost per layer (and per layer's all-reduce where TP > 1), never less than the engine's fixed floor per step:
 
-    step = max(weights read, 2 × active params × step tokens / FLOP/s)   (the GEMMs: reads overlap compute)
+    GPU  = max(weights read / (HBM bandwidth × engine weights efficiency),
+               2 × active params × step tokens / FLOP/s)                    (the GEMMs: reads overlap compute)
            + Σ KV read of the decoding requests / (HBM bandwidth × efficiency)
            + causal attention FLOPs of the prompt chunks / FLOP/s
-           + layers × per-layer step overhead                               (FLOP/s = dense bf16 × MFU × TP)
+           + layers × (per-layer step overhead + TP all-reduce per layer if TP > 1)
+    step = max(GPU, step floor)                                             (FLOP/s = dense bf16 × MFU × TP)
 
-with the overhead and the prefill MFU fitted on the points profiles/serving.json names (scripts/fit_serving_terms.py).
+The floor is the host's side of a step (scheduling, sampling, sending the tokens), which the engine overlaps with the
+GPU's: it shows only where the GPU's part is shorter (a small model). Every term is fitted on the points
+profiles/serving.json names (scripts/fit_serving_terms.py).
 
 A closed loop (N in flight, `vllm bench serve --max-concurrency N --request-rate inf`) starts N requests at once and
 each finished one's client sends the next; an open loop sends them at a Poisson rate. The result is the load
@@ -58,6 +62,10 @@ class StepOverhead(BaseModel):
     # the share of HBM bandwidth the engine's own decode attention reads each KV format at, where its servers were
     # measured (it replaces the efficiency of kvsize's kernels, which read fp8 faster than the engine does)
     engine_kv_efficiency: dict[str, float] = Field(default_factory=dict)
+    # the share of HBM bandwidth the engine's GEMMs read the weights at (None: kvsize's measured kernels' share)
+    engine_weights_efficiency: float | None = Field(default=None, gt=0, le=1)
+    tp_per_layer_step_overhead_s: float = Field(default=0.0, ge=0, le=0.01)  # each layer's all-reduce, TP > 1
+    step_floor_s: float = Field(default=0.0, ge=0, le=0.1)  # the host's side of a step, overlapped with the GPU's
     fitted_on: tuple[str, ...] = Field(min_length=1)
     source: str
 
@@ -92,6 +100,8 @@ class StepModel:
     kv_format: str
     per_layer_overhead_s: float
     prefill_mfu: float
+    tp_layer_overhead_s: float = 0.0  # each layer's all-reduce where tp > 1
+    floor_s: float = 0.0  # the least a step takes: the host's side, overlapped with the GPU's
 
     def seconds(self, decoding: int, decode_tokens_in_cache: int, chunks: list[tuple[int, int]]) -> float:
         """`decoding` requests reading `decode_tokens_in_cache` cached tokens in all; `chunks`: (start, end) of the
@@ -105,7 +115,15 @@ class StepModel:
                     2 * self._active_params * step_tokens / self._flops())
         attention = sum(self._attention(end) - self._attention(start) for start, end in chunks) / self._flops()
         kv = self._kv(decoding, _rounded(mean)) if decoding else 0.0
-        return gemms + attention + kv + self.shape.num_layers * self.per_layer_overhead_s
+        return max(gemms + attention + kv + self.shape.num_layers * self._layer_overhead, self.floor_s)
+
+    @cached_property
+    def _layer_overhead(self) -> float:
+        return self.per_layer_overhead_s + (self.tp_layer_overhead_s if self.tp > 1 else 0.0)
+
+    def read_seconds(self, decoding: int, tokens_in_cache: int) -> tuple[float, float]:
+        """(weights, KV) read seconds of a step that only decodes: `decoding` requests of `tokens_in_cache` each."""
+        return self._weights(_rounded(max(decoding, 1))), self._kv(decoding, _rounded(tokens_in_cache))
 
     def prefill_compute_seconds(self, tokens: int) -> float:
         """The least time a prompt of `tokens` takes in any chunking: its GEMMs' and its causal attention's FLOPs."""
@@ -441,31 +459,39 @@ def _figures(finished: list[_Request], load: Load, preemptions: int, steps: int)
                   steps, {q: 1e3 * _percentile(tpots, q) for q in PERCENTILES})
 
 
-def engine_efficiency(efficiency: DecodeEfficiency, engine_kv: dict[str, float] | None = None) -> DecodeEfficiency:
-    """`efficiency` with the KV formats the engine's own servers were measured reading at their fitted shares."""
-    engine_kv = step_overhead().engine_kv_efficiency if engine_kv is None else engine_kv
-    if not engine_kv:
-        return efficiency
-    return replace(efficiency, kv=MappingProxyType({**efficiency.kv, **engine_kv}))
+def engine_efficiency(efficiency: DecodeEfficiency, engine_kv: dict[str, float] | None = None,
+                      engine_weights: float | None = None) -> DecodeEfficiency:
+    """`efficiency` with the KV formats and the weights the engine's own servers were measured reading at their
+    fitted shares."""
+    fitted = step_overhead()
+    engine_kv = fitted.engine_kv_efficiency if engine_kv is None else engine_kv
+    engine_weights = fitted.engine_weights_efficiency if engine_weights is None else engine_weights
+    if engine_kv:
+        efficiency = replace(efficiency, kv=MappingProxyType({**efficiency.kv, **engine_kv}))
+    return efficiency if engine_weights is None else replace(efficiency, weights=engine_weights)
 
 
 def serving_replica(scenario, hbm_bandwidth_gb_s: float, bf16_dense_tflops: float, efficiency: DecodeEfficiency,
                     per_layer_overhead_s: float | None = None, prefill_mfu: float | None = None,
-                    engine_kv: dict[str, float] | None = None) -> tuple[StepModel, Scheduler]:
+                    engine_kv: dict[str, float] | None = None, terms: dict | None = None
+                    ) -> tuple[StepModel, Scheduler]:
     """One replica as the engine starts it (kvsize's estimate gives the pool and the release's batch defaults) and
-    its step model; the per-layer overhead, the prefill MFU and the engine's KV read efficiencies are the fitted
-    ones unless given."""
+    its step model; the per-layer overhead, the prefill MFU, the engine's KV read efficiencies and the other terms
+    (`terms`: any of profiles/serving.json's, by name) are the fitted ones unless given."""
     from ..capacity.estimate import estimate
     from ..engines.memory import resolve_weights_dtype
 
     e = estimate(scenario)
     s = e.scenario
-    fitted = step_overhead()
-    overhead = fitted.per_layer_step_overhead_s if per_layer_overhead_s is None else per_layer_overhead_s
-    mfu = fitted.prefill_mfu if prefill_mfu is None else prefill_mfu
+    fitted = step_overhead().model_dump()
+    fitted.update(terms or {})
+    overhead = fitted["per_layer_step_overhead_s"] if per_layer_overhead_s is None else per_layer_overhead_s
+    mfu = fitted["prefill_mfu"] if prefill_mfu is None else prefill_mfu
+    kv = fitted["engine_kv_efficiency"] if engine_kv is None else engine_kv
     model = StepModel(s.shape, e.layout, resolve_weights_dtype(s.weights_dtype, s.shape), s.tensor_parallel_size,
-                      hbm_bandwidth_gb_s, bf16_dense_tflops, engine_efficiency(efficiency, engine_kv), e.k_format,
-                      overhead, mfu)
+                      hbm_bandwidth_gb_s, bf16_dense_tflops,
+                      engine_efficiency(efficiency, kv, fitted["engine_weights_efficiency"]), e.k_format,
+                      overhead, mfu, fitted["tp_per_layer_step_overhead_s"], fitted["step_floor_s"])
     paged = e.pool.paged
     engine = Scheduler(s.max_num_batched_tokens, s.max_num_seqs, e.block_size if paged else 1,
                     e.num_blocks if paged else e.max_tokens)
