@@ -8,6 +8,7 @@ from dataclasses import dataclass, fields
 from functools import lru_cache
 
 from ..engines import Budget, Engine, MemoryTerms, Pool
+from ..engines.mxfp4 import mxfp4_moe_layout
 from ..engines.started import architecture_evidence, gpu_evidence, release_evidence
 from ..cache.formats import FormatOptions, get_format
 from ..cache.layers import CacheLayout, build_layout, parse_layer_overrides
@@ -60,7 +61,9 @@ def engine_weight_bytes(engine: Engine, shape: ModelShape, wfmt, tp: int, stage:
     GPU, and the caching allocator's segment ends (docs/formulas.md, Weights)."""
     release = engine.release
     wfmt = engine_weight_format(wfmt, shape, release.activation_dtype_zero_points if release else None, architecture,
-                                release.moe_keeps_checkpoint_zeros if release else False)
+                                release.moe_keeps_checkpoint_zeros if release else False,
+                                mxfp4_moe_layout(release.engine, release.first_version, architecture,
+                                                 shape.weights_quantization) if release else None)
     allocator = release.weight_allocator if release is not None else None
     copies = 0
     if release is not None and release.mla_absorbed_weight_copies and shape.mla_kv_b_proj_params:

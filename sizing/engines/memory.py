@@ -14,6 +14,7 @@ from ..errors import unknown
 from .releases import CudaGraphEstimateModel, ProfilingRunModel, WeightAllocatorModel, ZeroPointKernelRule
 from ..config import DTYPE_BYTES, FORMAT_BY_METHOD, GPTQ_PACKED_METHODS, MODEL_DTYPE, ModelShape
 from ..units import cdiv
+from .mxfp4 import Mxfp4MoeLayout, mxfp4_expert_tensors
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class WeightFormat:
     # allocated); None: zero_bits
     linear_zero_bits: int | None = None
     expert_zero_bits: int | None = None  # likewise for the routed experts' kernel
+    moe_layout: Mxfp4MoeLayout | None = None  # the engine's MXFP4 experts as its backend keeps them (mxfp4.py)
 
     @property
     def attention_in_model_dtype(self) -> bool:
@@ -157,11 +159,15 @@ def segment_end_bytes(size: int, max_split_bytes: int | None) -> int:
 
 
 def engine_weight_format(fmt: WeightFormat, shape: ModelShape, rule: ZeroPointKernelRule | None,
-                         architecture: str | None, moe_keeps_checkpoint_zeros: bool = False) -> WeightFormat:
+                         architecture: str | None, moe_keeps_checkpoint_zeros: bool = False,
+                         moe_layout: Mxfp4MoeLayout | None = None) -> WeightFormat:
     """The checkpoint's format as the engine keeps it on this GPU: where its dense linear kernel takes the
     format's zero points in the activation dtype (`rule`: Machete on sm90), they weigh that many bits, and
     a symmetric checkpoint's packed zeros stay allocated beside it where the rule says so; the routed
-    experts' kernel may keep them too (`moe_keeps_checkpoint_zeros`)."""
+    experts' kernel may keep them too (`moe_keeps_checkpoint_zeros`); MXFP4 experts as the release's backend
+    lays them out on this GPU (`moe_layout`)."""
+    if moe_layout is not None and fmt.name == "mxfp4":
+        fmt = replace(fmt, moe_layout=moe_layout)
     if moe_keeps_checkpoint_zeros and fmt.checkpoint_zero_bits and not fmt.zero_bits:
         fmt = replace(fmt, expert_zero_bits=fmt.checkpoint_zero_bits)
     if rule is None or architecture not in rule.architectures or fmt.bits not in rule.bits \
@@ -321,8 +327,11 @@ def large_weight_tensors(shape: ModelShape, fmt: WeightFormat, tp: int, layers: 
         projections = attention_projections(shape, i, tp)
         if projections is not None:
             sizes += stored(attention, projections[0]) + stored(attention, projections[1])
-        for params, f in ((p.mlp, linear), (p.experts, expert_format(fmt))):
-            if params:
+        for params, f, routed in ((p.mlp, linear, False), (p.experts, expert_format(fmt), True)):
+            kept = mxfp4_expert_tensors(shape, fmt.moe_layout, params, tp) if routed else None
+            if kept is not None:
+                sizes += kept
+            elif params:
                 part = cdiv(params, tp * matrices)
                 sizes += stored(f, (matrices - 1) * part) + stored(f, part)
     return sizes
@@ -346,7 +355,8 @@ def weight_bytes(shape: ModelShape, fmt: WeightFormat, tp: int, layers: range, f
             layer_total += linear.bytes_for(attention_per_rank(shape, i, tp) + cdiv(p.mlp, tp))
         else:
             layer_total += attention.bytes_for(attention_per_rank(shape, i, tp)) + linear.bytes_for(cdiv(p.mlp, tp))
-        layer_total += expert_format(fmt).bytes_for(cdiv(p.experts, tp))
+        kept = mxfp4_expert_tensors(shape, fmt.moe_layout, p.experts, tp)
+        layer_total += expert_format(fmt).bytes_for(cdiv(p.experts, tp)) if kept is None else sum(kept)
         layer_total += cdiv(p.other, tp) * dense
     has_embedding, has_head = vocab_tensors(shape, first_stage, last_stage)
     embedding, lm_head = vocab_bytes(shape, tp) * has_embedding, vocab_bytes(shape, tp) * has_head
@@ -476,6 +486,10 @@ def moe_workspace_bytes(shape: ModelShape, tokens: int, tp: int) -> int:
 MROPE_CACHE_POSITIONS = 4
 
 
+# model classes whose rotary cache vLLM builds in fp32 (gpt_oss.py get_rope(dtype=torch.float32), 0.25.1-0.33.0)
+FP32_ROPE_ARCHITECTURES = frozenset({"GptOssForCausalLM"})
+
+
 def rotary_cache_bytes(shape: ModelShape) -> int:
     """vLLM's rotary cos/sin caches (get_rope): max_position × rotary_dim in the model dtype, one per RoPE
     the model builds (one per layer type where the config gives each its own: Gemma 3's local and global);
@@ -489,7 +503,8 @@ def rotary_cache_bytes(shape: ModelShape) -> int:
             positions += original or shape.original_max_position_embeddings or shape.max_position_embeddings
     if shape.mrope:  # MRotaryEmbedding enlarges the cache to 4 x max_position for video positions (mrope.py)
         positions *= MROPE_CACHE_POSITIONS
-    return positions * shape.rotary_dim * DTYPE_BYTES[shape.serving_dtype]
+    return positions * shape.rotary_dim * (4 if FP32_ROPE_ARCHITECTURES.intersection(shape.architectures[:1])
+                                           else DTYPE_BYTES[shape.serving_dtype])
 
 
 def cudagraph_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int, model: CudaGraphEstimateModel,
