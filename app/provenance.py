@@ -50,7 +50,7 @@ def _months_old(price_date: str, today) -> int:
 def provenance_rows(engines: list[str], gpus: list[str], now: datetime | None = None) -> list[dict]:
     """(item, value, note) rows: what the file's figures rest on, and every caveat printed while making them."""
     from sizing.engines import get_engine
-    from sizing.engines.started import release_evidence
+    from sizing.engines.started import parallel_evidence, release_evidence
     from sizing.planners.deployment import pinned_engine
     from sizing.profiles import gpu_profile
 
@@ -63,9 +63,12 @@ def provenance_rows(engines: list[str], gpus: list[str], now: datetime | None = 
         notes = [engine.label]
         if evidence is not None:
             notes.append(evidence.sentence())
-            if evidence.figures is not None:
-                notes.append(f"no start ran on more than {evidence.figures.max_gpus_per_start} GPU(s): at larger TP "
-                             "or PP the terms that come with them are read from source, not confirmed by a start")
+        parallel = parallel_evidence(engine.name, engine.version) if engine.release is not None else None
+        if parallel is not None:
+            notes.append(f"TP and PP terms confirmed by starts of {engine.name} {parallel.version} on up to "
+                         f"{parallel.max_gpus} GPU(s); on more they are carried from those starts, not confirmed"
+                         if parallel.version else "no start ran with this release's TP and PP terms: on more than "
+                         "one GPU they are read from source and public logs, not confirmed by a start")
         if engine.release is not None and engine.release.unconfirmed:
             notes.append(f"{engine.release.name} rules: {engine.release.unconfirmed}")
         started = "" if evidence is None else " (started)" if evidence.started else " (never started)"

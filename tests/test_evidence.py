@@ -98,3 +98,30 @@ def test_an_architecture_never_started_says_so_with_its_family():
     # SGLang has no hybrid start: the nearest started family stands in, and says it does
     hybrid = architecture_evidence("sglang", ("NemotronHForCausalLM",), "hybrid (Mamba/linear)")
     assert hybrid is not None and "no real sglang start" in hybrid
+
+
+def _parallel_notes(engine: str, tp: int) -> list[str]:
+    from sizing.capacity.scenario import Scenario
+    from sizing.capacity.estimate import estimate
+    from sizing.profiles import gpu_profile, load_model
+
+    _, shape = load_model("llama-3.1-70b")
+    g = gpu_profile("h100-sxm")
+    e = estimate(Scenario("llama-3.1-70b", shape, g.name, g.memory_bytes, engine=engine, tensor_parallel_size=tp,
+                          k_cache_dtype="fp8", v_cache_dtype="fp8", max_model_len=32768))
+    return [m for m in e.warnings if "TP and PP terms" in m]
+
+
+def test_tp_terms_say_how_far_real_starts_confirm_them():
+    """The TP/PP terms a release follows are confirmed by the starts of every started release that shares them
+    (0.27-0.32 carry 0.33.0's, fitted on its TP 2 starts): silent up to that many GPUs, said beyond it, and said
+    as read from source where no start ran with them."""
+    from sizing.engines.started import parallel_evidence, started
+
+    most = max(f.max_gpus_per_start for v, f in started("vllm").items() if v.startswith("0.33"))
+    assert parallel_evidence("vllm", "0.31").max_gpus == parallel_evidence("vllm", None).max_gpus == most
+    assert _parallel_notes("vllm@0.31", most) == [] and _parallel_notes("vllm", most) == []
+    beyond = _parallel_notes("vllm", 2 * most)
+    assert len(beyond) == 1 and f"on at most {most} GPU(s)" in beyond[0] and "not confirmed" in beyond[0]
+    older = _parallel_notes("vllm@0.19", 2)
+    assert len(older) == 1 and "read from source" in older[0]

@@ -9,7 +9,7 @@ from functools import lru_cache
 
 from ..engines import Budget, Engine, MemoryTerms, Pool
 from ..engines.mxfp4 import mxfp4_moe_layout
-from ..engines.started import architecture_evidence, gpu_evidence, release_evidence
+from ..engines.started import architecture_evidence, gpu_evidence, parallel_evidence, release_evidence
 from ..cache.formats import FormatOptions, get_format
 from ..cache.layers import CacheLayout, build_layout, parse_layer_overrides
 from ..engines.memory import (SGLANG_PER_LAYER_INPUTS, VLLM_PER_LAYER_INPUTS, ActivationEstimate,
@@ -163,12 +163,10 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
     evidence = release_evidence(engine.name, engine.version)
     if evidence is not None:
         notes += (evidence.sentence(),)
-        gpus = tp * s.pipeline_parallel_size
-        if evidence.started_version and evidence.figures and gpus > evidence.figures.max_gpus_per_start:
-            notes += (f"no start of {engine.name} {evidence.started_version} ran on more than "
-                      f"{evidence.figures.max_gpus_per_start} GPU(s): at {gpus} GPUs the terms that come with TP and PP "
-                      "(non-torch: NCCL's and the all-reduce's buffers) are read from source and public logs, not "
-                      "confirmed by a start",)
+    parallel = parallel_evidence(engine.name, engine.version) if engine.release is not None else None
+    parallel_note = parallel.note(engine.name, engine.release.name, tp * s.pipeline_parallel_size) if parallel else None
+    if parallel_note:
+        notes += (parallel_note,)
     unstarted = architecture_evidence(engine.name, shape.architectures, family(shape))
     if unstarted:
         notes += (unstarted,)

@@ -111,6 +111,12 @@ class NonTorchModel(_Strict):
     # per-request state, over the whole vocabulary on every rank (0: no such term)
     tensor_parallel_bytes_per_sampled_logit: float = Field(default=0, ge=0, le=64)
 
+    @property
+    def parallel_terms(self) -> tuple:
+        """The terms that come with TP and PP only (releases sharing them are confirmed by each other's starts)."""
+        return (self.pipeline_bytes, self.tensor_parallel_bytes, self.tensor_parallel_per_rank_bytes,
+                self.tensor_parallel_bytes_per_sampled_logit)
+
 
 class CudaGraphModel(_Strict):
     single_gpu_bytes: int = Field(ge=0)

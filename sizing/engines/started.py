@@ -165,6 +165,47 @@ def release_evidence(engine: str, version: str | None) -> ReleaseEvidence | None
     return ReleaseEvidence(engine, version, None, rows[nearest], nearest)
 
 
+@dataclass(frozen=True)
+class ParallelEvidence:
+    """The most GPUs a start ran on among the started releases that follow the same parallel terms (non-torch
+    at TP and PP) as the asked release: those terms are confirmed up to that many GPUs, and carried beyond."""
+    max_gpus: int
+    version: str | None  # the started release that ran on them (None: no start of these terms at all)
+
+    def note(self, engine: str, release_name: str, gpus: int) -> str | None:
+        """What an answer on `gpus` GPUs says of its TP/PP terms, or None where a start confirms them."""
+        if gpus <= self.max_gpus:
+            return None
+        if self.version is None:
+            return (f"no start of {engine} ran with {release_name}'s TP and PP terms (non-torch: NCCL's and the "
+                    f"all-reduce's buffers): at {gpus} GPUs they are read from source and public logs, not confirmed")
+        return (f"{release_name}'s TP and PP terms (non-torch: NCCL's and the all-reduce's buffers) were confirmed by "
+                f"starts of {engine} {self.version} on at most {self.max_gpus} GPU(s): at {gpus} GPUs they are carried "
+                "from those starts, not confirmed")
+
+
+def _parallel(release) -> tuple | None:
+    return release.non_torch.parallel_terms if release.non_torch is not None else None
+
+
+def parallel_evidence(engine: str, version: str | None) -> ParallelEvidence | None:
+    """How far real starts confirm the TP/PP terms the asked release follows; None for engines kvsize keeps no
+    starts of or releases it has no rules for."""
+    from .releases import find_release
+
+    if engine not in ("vllm", "sglang"):
+        return None
+    asked = find_release(engine, version)
+    if asked is None:
+        return None
+    best = ParallelEvidence(1, None)
+    for v, figures in started(engine).items():
+        rule = find_release(engine, v)
+        if rule is not None and _parallel(rule) == _parallel(asked) and figures.max_gpus_per_start >= best.max_gpus:
+            best = ParallelEvidence(figures.max_gpus_per_start, v)
+    return best
+
+
 def _distance(a: tuple[int, ...], b: tuple[int, ...]) -> int:
     width = max(len(a), len(b))
     a, b = a + (0,) * (width - len(a)), b + (0,) * (width - len(b))
