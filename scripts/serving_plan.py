@@ -73,6 +73,12 @@ MOE2_POINTS = [closed(1000, 256, 1, 3), closed(1000, 256, 16, 32), closed(1000, 
 DENSE_POINTS = [closed(1000, 256, 1, 3), closed(1000, 256, 8, 16), closed(1000, 256, 32, 64), closed(8000, 256, 1, 3),
                 closed(8000, 256, 16, 32)]
 
+# batch b6, on H200: the most a replica holds under a latency target (issue 48's goal). Closed loop at fine steps of
+# requests in flight and Poisson arrivals at fine steps of rate, 1,000/256 tokens, until past saturation, so that the
+# largest load meeting a TTFT/TPOT target can be read off the measurements between neighbouring points.
+SWEEP_CLOSED = [closed(1000, 256, c, 2 * c) for c in (48, 64, 80, 96, 112, 160, 192, 256)]
+SWEEP_OPEN = [opened(1000, 256, rate, 20 * rate) for rate in (8, 12, 16, 20, 24, 28)]
+
 
 def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len: int, points: list[dict],
            kv_cache_dtype: str = "auto", tp: int = 1, prefill_tokens_per_s: float = 15000.0,
@@ -108,20 +114,23 @@ def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len
 
 def plan() -> dict:
     b1, b2, b3, b4, b5 = "b1-llama8b", "b2-moe-mla", "b3-tp2-32b", "b4-past-pool-moe2", "b5-dense-sizes"
+    b6 = "b6-rate-sweep"
     ran = {b1: {"0": ["llama8b-bf16", "qwen3moe-bf16"], "1": ["llama8b-fp8", "dsv2lite-bf16"],
                 "0,1": ["qwen25-32b-tp2-bf16"]}}
     ran[b2], ran[b3] = ran[b1], ran[b1]  # b1-b3 ran as one set of lanes
     ran[b4] = {"0": ["b4-llama8b-bf16", "b4-qwen3moe-bf16"], "1": ["b4-llama8b-fp8", "b4-mixtral", "b4-gptoss20b"],
                "0,1": []}
     ran[b5] = {"0": ["b5-llama1b", "b5-qwen3-8b"], "1": ["b5-qwen25-32b", "b5-nemo12b"], "0,1": ["b5-llama70b-tp2-fp8"]}
+    # planned, not run yet: what the kit runs next
+    ran[b6] = {"0": ["b6-llama8b-bf16"], "1": ["b6-qwen3moe-bf16"], "0,1": []}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
         bench="vllm bench serve --backend vllm --dataset-name random (ignore_eos), --percentile-metrics "
               "ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --save-result --save-detailed",
-        batches=[b1, b2, b3, b4, b5],
+        batches=[b1, b2, b3, b4, b5, b6],
         # lanes run side by side; a lane's servers run one after another; '0,1' runs once both others are done.
         # `lanes` are the newest batch's (what the kit runs); `lanes_by_batch` keeps each batch's
-        lanes=ran[b5], lanes_by_batch=ran,
+        lanes=ran[b6], lanes_by_batch=ran,
         servers=[
             server("llama8b-bf16", b1, "llama-3.1-8b", "0", 8101, 65536, LLAMA_POINTS),
             server("llama8b-fp8", b1, "llama-3.1-8b", "1", 8102, 65536, LLAMA_POINTS, kv_cache_dtype="fp8"),
@@ -156,6 +165,10 @@ def plan() -> dict:
             # the 70B with fp8 KV that issue 48 asks for at TP 4, at TP 2 (two H200s hold its bf16 weights)
             server("b5-llama70b-tp2-fp8", b5, "llama-3.1-70b", "0,1", 8125, 32768, DENSE_POINTS, kv_cache_dtype="fp8",
                    tp=2, prefill_tokens_per_s=8000, itl_guess_s=0.02),
+            server("b6-llama8b-bf16", b6, "llama-3.1-8b", "0", 8131, 65536, SWEEP_CLOSED + SWEEP_OPEN,
+                   prefill_tokens_per_s=30000, itl_guess_s=0.01),
+            server("b6-qwen3moe-bf16", b6, "qwen3-30b-a3b", "1", 8132, 32768, SWEEP_CLOSED + SWEEP_OPEN,
+                   prefill_tokens_per_s=20000, itl_guess_s=0.015),
         ],
     )
 
