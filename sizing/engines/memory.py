@@ -424,7 +424,8 @@ def profiling_peak(shape: ModelShape, run: ProfilingRunModel, tokens: int, rows:
     the forward's hidden states and the sampled rows' hidden states with their random stand-ins.
     Stages after the first keep their received hidden and residual buffers of `tokens` rows.
     Compiled (torch.compile on), the first stage's compile autotunes the embedding-and-norm kernel on
-    example copies of its arguments: the embedding shard and the release's outputs of `tokens` rows.
+    example copies of its arguments: the embedding shard and the release's outputs of `tokens` rows
+    (no shard at TP > 1 where the release looks the embedding up in its own CUDA op).
     """
     dt = DTYPE_BYTES[shape.serving_dtype]
     h = shape.hidden_size
@@ -458,7 +459,8 @@ def profiling_peak(shape: ModelShape, run: ProfilingRunModel, tokens: int, rows:
     stage_buffers = 0 if first_stage else 2 * tokens * h * dt
     examples = 0
     if compiled and first_stage and run.compile_example_outputs:
-        examples = vocab_bytes(shape, tp) + run.compile_example_outputs * tokens * h * dt
+        shard = 0 if tp > 1 and run.tensor_parallel_embedding_op else vocab_bytes(shape, tp)
+        examples = shard + run.compile_example_outputs * tokens * h * dt
     return ActivationEstimate(tokens, rows, forward, sampler, stage_buffers, run.workspace_bytes, moe,
                               forward_bytes(before, routed=False), examples)
 

@@ -68,6 +68,9 @@ class ProfilingRunModel(_Strict):
     # compile time on fresh example copies of its arguments: the embedding shard and this many outputs of
     # tokens x hidden; 0 where the release's compile keeps none
     compile_example_outputs: int = Field(default=0, ge=0)
+    # at TP > 1 the embedding lookup is the engine's own CUDA op (vLLM 0.33 vocab_parallel_embedding.py
+    # use_fused_embedding), outside Inductor's kernels: the examples hold the outputs, not the shard
+    tensor_parallel_embedding_op: bool = False
 
     @model_validator(mode="after")
     def _upcast_within_extra(self):
