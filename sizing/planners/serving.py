@@ -22,6 +22,11 @@ The floor is the host's side of a step (scheduling, sampling, sending the tokens
 GPU's: it shows only where the GPU's part is shorter (a small model). Every term is fitted on the points
 profiles/serving.json names (scripts/fit_serving_terms.py).
 
+With async scheduling (vLLM 0.26 and later, on by default: the release's in-flight batches beyond the pipeline
+stages) the engine schedules and launches step N+1 before it processes step N's output, so a token reaches the client
+when the step after the one that sampled it ends; where no step follows, when its own ends. Every gap keeps its
+length; the first token comes one step later, which in a burst of prompts is a whole prefill step.
+
 A closed loop (N in flight, `vllm bench serve --max-concurrency N --request-rate inf`) starts N requests at once and
 each finished one's client sends the next; an open loop sends them at a Poisson rate. The result is the load
 generator's figures: TTFT and ITL percentiles over requests and gaps, output tokens and requests per second.
@@ -219,6 +224,9 @@ class Scheduler:
     max_num_seqs: int
     block_size: int
     num_blocks: int
+    # steps a sampled token waits before it reaches the client: with async scheduling the engine schedules and
+    # launches step N+1 before it processes step N's output (a batch queue of two), 0 without
+    output_delay_steps: int = 0
 
 
 @dataclass
@@ -233,6 +241,7 @@ class _Request:
     first_token_at: float | None = None
     last_token_at: float = 0.0
     gaps: list[float] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)  # when each token was sampled (the end of its step)
     # tokens whose KV the request holds: its prefilled chunks and one per token sampled since (0 once preempted)
     in_cache: int = 0
 
@@ -302,6 +311,7 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
             if load.concurrency is not None and sent < load.num_prompts:
                 send(now)
 
+    ends: dict[float, float] = {}  # each step's end by its start
     if load.concurrency is not None:
         for _ in range(min(load.concurrency, load.num_prompts)):
             send(0.0)
@@ -324,12 +334,11 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
             for dt in times:
                 now += dt
                 clock.append(now)
-            gaps = [b - a for a, b in zip(clock, clock[1:])]
+            ends.update(zip(clock, clock[1:]))
             for r in running:
                 r.generated += len(times)
                 r.in_cache += len(times)
-                r.gaps.extend(gaps)
-                r.last_token_at = now
+                r.times.extend(clock[1:])
             free_blocks -= used
             retire()
             continue
@@ -376,7 +385,7 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
                 r.done_prefill = r.in_cache = r.prompt
                 r.generated = 1
                 r.in_cache += 1
-                r.first_token_at = r.last_token_at = now
+                r.first_token_at = now
                 continue
             n = min(budget, r.prompt)
             if n <= 0:
@@ -385,25 +394,38 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
             budget -= n
         cached = sum(r.in_cache for r in decoding)
         dt = model.seconds(len(decoding), cached, [(r.done_prefill, r.done_prefill + n) for r, n in chunks])
+        ends[now] = now + dt
         now += dt
         for r in decoding:
             r.generated += 1
             r.in_cache += 1
-            r.gaps.append(now - r.last_token_at)
-            r.last_token_at = now
+            r.times.append(now)
         for r, n in chunks:
             r.done_prefill += n
             r.in_cache += n
             if r.done_prefill >= r.prompt:
                 r.generated += 1  # the step that prefills the last chunk samples a token
                 r.in_cache += 1
-                if r.first_token_at is None:
-                    r.first_token_at = now
-                else:
-                    r.gaps.append(now - r.last_token_at)
-                r.last_token_at = now
+                r.times.append(now)
         retire()
+    for r in finished:
+        _deliver(r, ends, engine.output_delay_steps)
     return _figures(finished, load, preemptions, steps)
+
+
+def _deliver(r: _Request, ends: dict[float, float], delay: int) -> None:
+    """When the client receives each token: the end of the step that sampled it or, with async scheduling, of the
+    step after (the engine processes a step's output once the next step is launched; where none followed, the
+    engine waited on the step itself). Sets the request's first and last token times and its gaps."""
+    times = r.times
+    for _ in range(delay):
+        times = [ends.get(t, t) for t in times]
+    if r.first_token_at is None:  # sampled here, not shipped with a prefilled prompt's KV
+        r.first_token_at = times[0]
+        times = times[1:]
+    clock = [r.first_token_at, *times]
+    r.gaps = [b - a for a, b in zip(clock, clock[1:])]
+    r.last_token_at = clock[-1]
 
 
 def _decode_run(model: StepModel, engine: Scheduler, running: list[_Request], waiting, free_blocks: int,
@@ -493,6 +515,8 @@ def serving_replica(scenario, hbm_bandwidth_gb_s: float, bf16_dense_tflops: floa
                       engine_efficiency(efficiency, kv, fitted["engine_weights_efficiency"]), e.k_format,
                       overhead, mfu, fitted["tp_per_layer_step_overhead_s"], fitted["step_floor_s"])
     paged = e.pool.paged
+    release = e.engine.release
     engine = Scheduler(s.max_num_batched_tokens, s.max_num_seqs, e.block_size if paged else 1,
-                    e.num_blocks if paged else e.max_tokens)
+                       e.num_blocks if paged else e.max_tokens,
+                       release.in_flight_extra_batches if release is not None else 0)
     return model, engine
