@@ -132,7 +132,8 @@ def _add_scenario_options(p: argparse.ArgumentParser, single: bool = True, model
     p.add_argument("--weights-dtype", default="auto",
                    help="auto (the config's quantization_config), bf16, fp16, fp32, fp8, fp8_channel, fp8_tensor, "
                         "nvfp4, mxfp4, int8, int4, bnb4, bnb8, or intB_gN[_sym] (B bits in groups of N or "
-                        "'channel', e.g. int4_g128_sym)")
+                        "'channel', e.g. int4_g128_sym); with --engine llamacpp a GGUF type as llama-quantize names it "
+                        "(f16, bf16, q8_0, q4_0, q4_K_M, q5_K_M, q6_K, ...)")
     p.add_argument("--headroom", type=_fraction, default=0.10,
                    help="share of GPU memory left unused by engines without their own fraction (default 0.10)")
     p.add_argument("--max-num-batched-tokens", type=_positive_int, default=None,

@@ -42,6 +42,14 @@ def compare_rows(args: argparse.Namespace) -> list[dict]:
 
 def run(args: argparse.Namespace) -> int:
     rows = compare_rows(args)
+    buffers = _llamacpp_buffers(args)
+    if buffers is not None:
+        from app.commands.llamacpp_buffers import flat_columns
+        from sizing.engines.llamacpp_quant import buffers_record
+
+        columns = flat_columns(buffers_record(buffers))
+        for r in rows:  # the same buffers for every cache type llama.cpp runs (f16 compute copies aside)
+            r.update({k: (v if r["engine"] == "llamacpp" else None) for k, v in columns.items()})
     if args.format == "json":
         _emit(json.dumps(rows, indent=2) + "\n", args.out, "json")
     elif args.format == "csv":
@@ -64,5 +72,22 @@ def run(args: argparse.Namespace) -> int:
                      f"{best['quality']}): the most requests among the near-lossless formats {best['engine']} runs "
                      "on this GPU that fit; smaller formats above need your own evaluation" if best else
                      "recommended: none (no near-lossless format the engine runs on this GPU fits)")
+        if buffers is not None:
+            from app.commands.llamacpp_buffers import table_lines
+
+            lines += table_lines(buffers)
         _emit("\n".join(lines) + "\n", args.out)
     return 0
+
+
+def _llamacpp_buffers(args: argparse.Namespace):
+    """llama.cpp's buffers beside the cache for the scenario (f16 cache), or None for another engine."""
+    from sizing.engines import get_engine
+
+    if get_engine(args.engine).name != "llamacpp":
+        return None
+    from app.commands.llamacpp_buffers import serve_buffers_of
+
+    base = scenario_from_args(args, args.model, args.gpu, args.engine, args.tensor_parallel_size,
+                              args.max_model_len, "fp16", "fp16")
+    return serve_buffers_of(base, "fp16", "fp16")

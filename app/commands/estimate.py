@@ -50,6 +50,13 @@ def run(args: argparse.Namespace) -> int:
     from sizing.planners.compare import recommend
 
     record["recommended_format"] = recommend(scenario, args.engine)
+    from app.commands.llamacpp_buffers import flat_columns, serve_buffers_of, table_lines
+
+    buffers = serve_buffers_of(scenario, result.k_format, result.v_format) if result.engine.name == "llamacpp" else None
+    if buffers is not None:
+        from sizing.engines.llamacpp_quant import buffers_record
+
+        record["llamacpp_buffers"] = buffers_record(buffers)
     if args.format != "table" or args.out is not None:
         # the table on the terminal carries its warnings; a file or JSON/CSV on stdout does not show them there
         for w in result.warnings:
@@ -64,9 +71,14 @@ def run(args: argparse.Namespace) -> int:
             raise KvsizeError(result.fit_message)
     elif args.format == "csv":
         provenance = provenance_rows([scenario.engine], [args.gpu])
-        _emit(_csv_text(with_provenance_columns([_flat(record)], provenance)), args.out, "csv")
+        flat = _flat({k: v for k, v in record.items() if k != "llamacpp_buffers"})
+        flat.update(flat_columns(record.get("llamacpp_buffers")))
+        _emit(_csv_text(with_provenance_columns([flat], provenance)), args.out, "csv")
     else:
-        _emit(render_table(record), args.out)
+        text = render_table(record)
+        if buffers is not None:
+            text += "\n".join(table_lines(buffers)) + "\n"
+        _emit(text, args.out)
     return 0
 
 

@@ -52,6 +52,10 @@ def run(args: argparse.Namespace) -> int:
     if size > limit:
         raise KvsizeError(f"the grid has {size:,} scenarios; a sweep writes at most {limit:,} rows"
                           + (" to an .xlsx sheet (use .csv)" if ".xlsx" in kinds else "") + "; sweep fewer values")
+    if any(e.strip().lower().startswith("llamacpp") for e in grid.engines):
+        from app.commands.llamacpp_buffers import check_sweep_weights
+
+        check_sweep_weights(args.weights_dtype)
     base = scenario_from_args(args, args.models[0], args.gpus[0], "ideal", 1, None, "auto", "auto")
     from sizing.profiles import load_model
 

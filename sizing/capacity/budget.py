@@ -128,7 +128,7 @@ def stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, index: in
     # Keyed by hand: an lru_cache would key on `s` whole, and so miss on every new length. SGLang's default
     # fraction reads the context length, so the fraction the engine would pick is part of the key.
     key = (_setup_key(s), chosen_fraction(s, engine), engine, k_name, v_name, index, stage.start, stage.stop,
-           num_stages)
+           num_stages, (s.max_model_len, s.concurrency) if engine.name == "llamacpp" else None)  # llama.cpp's -c
     found = _SETUPS.get(key)
     if found is None:
         if len(_SETUPS) >= _SETUPS_MAX:
@@ -180,13 +180,23 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
     block_size = s.block_size or engine.block_size_for(layout)
     pool = _pool(engine, layout, block_size, s.max_num_batched_tokens, s.pipeline_parallel_size)
 
-    wfmt = resolve_weights_dtype(s.weights_dtype, shape)
     first, last = index == 0, index == num_stages - 1
-    # Per-tensor KV scales are attention-layer parameters, loaded with the weights.
-    weights = (engine_weight_bytes(engine, shape, wfmt, tp, stage, first, last, not s.language_model_only,
-                                   s.gpu_architecture)
-               + layout.parameter_bytes()
-               + s.extra_weights_bytes)
+    served, unsized = _llamacpp_buffers(s, engine, shape, k_name, v_name)
+    if unsized:
+        notes += (unsized,)
+    if served is not None:  # llama.cpp: the GGUF's tensors on the GPU (docs/formulas.md, llama.cpp)
+        weights_format, weights = served.weights.weight_type, served.weights.gpu_bytes + s.extra_weights_bytes
+        notes += ("llama.cpp: the weights are the CUDA0 model buffer and the activation its compute buffer (a model "
+                  "measured on CPU loads only, not on a CUDA build); token_embd and the output buffer stay in host "
+                  "memory",)
+    else:
+        wfmt = resolve_weights_dtype(s.weights_dtype, shape)
+        weights_format = wfmt.name
+        # Per-tensor KV scales are attention-layer parameters, loaded with the weights.
+        weights = (engine_weight_bytes(engine, shape, wfmt, tp, stage, first, last, not s.language_model_only,
+                                       s.gpu_architecture)
+                   + layout.parameter_bytes()
+                   + s.extra_weights_bytes)
     if engine.name == "vllm":  # built by the multimodal wrapper on every pipeline stage
         weights += per_layer_input_buffer_bytes(shape, s.max_num_batched_tokens)
     run, rules = profiling_model(engine)
@@ -205,6 +215,8 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
     rows = min(s.max_num_seqs, s.max_num_batched_tokens)
     act = _activation(shape, run, s.max_num_batched_tokens, rows, tp, stage, first, last,
                       s.gpu_multiprocessors or rows, s.torch_compile and not s.compile_cache_hit)
+    if served is not None:
+        act = ActivationEstimate(min(served.n_ctx, 512), 0, served.compute_bytes, 0, 0, 0)
     non_torch = s.non_torch_bytes if s.non_torch_bytes is not None else rules.non_torch_bytes(
         tp, s.pipeline_parallel_size, runner, s.max_num_seqs * shape.vocab_size, shape.vocab_size * shape.hidden_size)
     graphs = s.cuda_graph_bytes if s.cuda_graph_bytes is not None else _cuda_graph_bytes(s, engine, rules, shape,
@@ -226,8 +238,18 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
     payload_tok, metadata_tok = layout.token_bytes()
     # vLLM keeps a hybrid model's recurrent state in its block pool, not beside it.
     state = 0 if pool.holds_recurrent else layout.state_bytes_per_sequence()
-    return StageSetup(shape, k_name, v_name, notes, layout, pool, wfmt.name, act, terms, fraction, budget, state,
+    return StageSetup(shape, k_name, v_name, notes, layout, pool, weights_format, act, terms, fraction, budget, state,
                        ceil_fraction(payload_tok), ceil_fraction(metadata_tok), runner)
+
+
+def _llamacpp_buffers(s: Scenario, engine: Engine, shape: ModelShape, k_name: str, v_name: str):
+    """llama.cpp's buffers for its serve command (sizing/engines/llamacpp_quant.py) and None, or (None, why not)."""
+    if engine.name != "llamacpp":
+        return None, None
+    from ..engines.llamacpp_quant import serve_buffers_where_sized
+
+    return serve_buffers_where_sized(shape, s.weights_dtype, s.max_model_len or engine.default_max_model_len(shape),
+                                     s.concurrency, k_name, v_name, s.tensor_parallel_size, s.pipeline_parallel_size)
 
 
 def model_runner(engine: Engine, shape: ModelShape) -> str:
