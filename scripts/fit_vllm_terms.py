@@ -4,7 +4,7 @@ usage: python scripts/fit_vllm_terms.py
 vLLM's profile_cudagraph_memory logs, at DEBUG, each mode's first capture and per-graph figure
 ("Estimated PIECEWISE CUDA graph memory: 134.00 MiB first-capture + (51-1) x 4.00 MiB per-graph").
 The starts of tests/fixtures/vllm-starts that ran at DEBUG give those figures, so each part of the
-estimate (sizing/engines/memory.py cuda_graph_estimate) is fitted to vLLM's own figure for it by least squares:
+estimate (sizing/engines/cudagraphs.py cuda_graph_estimate) is fitted to vLLM's own figure for it by least squares:
   the first PIECEWISE capture: first_capture_bytes + activation_copies x (largest size x 2 x MLP width x dtype);
   the further graphs: per_graph_layer_bytes (or per_graph_mla_layer_bytes) x layers x further graphs.
 The first FULL capture (the split-KV accumulators) is printed beside its prediction, not fitted: its
@@ -25,7 +25,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sizing.engines import get_engine  # noqa: E402
-from sizing.engines.memory import DTYPE_BYTES, graph_captures, split_kv_accumulator_bytes  # noqa: E402
+from sizing.config import DTYPE_BYTES  # noqa: E402
+from sizing.engines.cudagraphs import graph_captures, split_kv_accumulator_bytes  # noqa: E402
 from sizing.capacity.scenario import with_engine_defaults  # noqa: E402
 from sizing.evidence.starts import CORPUS, load_corpus, start_scenario  # noqa: E402
 from sizing.units import MiB  # noqa: E402
@@ -329,7 +330,7 @@ def write_tensor_parallel(non_torch: dict, copies: dict) -> None:
 def fit_v2_graph_per_layer() -> tuple[int, list[str]]:
     """Model Runner V2's CUDA-graph estimate (0.29+) above the V1 runner's model, per layer of the model: least
     squares (no intercept) over the starts that print it ('CUDA graph pool memory: ... (estimated)')."""
-    from sizing.engines.memory import cuda_graph_estimate
+    from sizing.engines.cudagraphs import cuda_graph_estimate
     from sizing.units import GiB
 
     layers, above, ids = [], [], []

@@ -12,9 +12,10 @@ from ..engines.mxfp4 import mxfp4_moe_layout
 from ..engines.started import architecture_evidence, gpu_evidence, parallel_evidence, release_evidence
 from ..cache.formats import FormatOptions, get_format
 from ..cache.layers import CacheLayout, build_layout, parse_layer_overrides
+from ..engines.cudagraphs import cuda_graph_estimate
 from ..engines.memory import (SGLANG_PER_LAYER_INPUTS, VLLM_PER_LAYER_INPUTS, ActivationEstimate,
-                     cuda_graph_estimate, engine_weight_format, per_layer_input_buffer_bytes, profiling_peak,
-                     resolve_weights_dtype, weight_bytes)
+                              engine_weight_format, per_layer_input_buffer_bytes, profiling_peak,
+                              resolve_weights_dtype, weight_bytes)
 from ..engines.releases import find_release
 from ..engines.support import support
 from ..config import DTYPE_BYTES, ModelShape

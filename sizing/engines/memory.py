@@ -1,4 +1,4 @@
-"""GPU memory beside the KV cache: weights, peak activation, non-torch memory, CUDA graphs.
+"""GPU memory beside the KV cache: weights, peak activation, non-torch memory (CUDA graphs: cudagraphs.py).
 
 Weights are exact for the parameter count derived from the config. The activation,
 non-torch and CUDA-graph figures are documented estimates; `measure/` checks them on a
@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, replace
 
 from ..errors import unknown
-from .releases import CudaGraphEstimateModel, ProfilingRunModel, WeightAllocatorModel, ZeroPointKernelRule
+from .releases import ProfilingRunModel, WeightAllocatorModel, ZeroPointKernelRule
 from ..config import DTYPE_BYTES, FORMAT_BY_METHOD, GPTQ_PACKED_METHODS, MODEL_DTYPE, ModelShape
 from ..units import cdiv
 from .mxfp4 import Mxfp4MoeLayout, mxfp4_expert_tensors
@@ -507,91 +507,3 @@ def rotary_cache_bytes(shape: ModelShape) -> int:
         positions *= MROPE_CACHE_POSITIONS
     return positions * shape.rotary_dim * (4 if FP32_ROPE_ARCHITECTURES.intersection(shape.architectures[:1])
                                            else DTYPE_BYTES[shape.serving_dtype])
-
-
-def cudagraph_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int, model: CudaGraphEstimateModel,
-                            model_type: str, largest: int | None = None) -> tuple[int, ...]:
-    """The batch sizes vLLM captures (vllm/config/vllm.py _set_cudagraph_sizes): 1, 2, 4, then every 8
-    below 256 and every 16 from 256, up to the largest size; the largest is capped by twice
-    max_num_seqs and by max_num_batched_tokens, which is added where it falls below the largest."""
-    if largest is None:
-        largest = model.max_capture_size_by_model_type.get(
-            model_type, min(model.max_capture_size, model.capture_sizes_per_seq * max_num_seqs))
-    largest = min(largest, max_num_batched_tokens)
-    sizes = {1, 2, 4, *range(8, min(largest + 1, 256), 8), *range(256, largest + 1, 16), largest}
-    return tuple(sorted(x for x in sizes if x <= largest))
-
-
-@dataclass(frozen=True)
-class GraphCaptures:
-    """What vLLM captures for one GPU, in config quantities; the release's constants multiply these."""
-
-    piecewise: tuple[int, ...]  # PIECEWISE capture sizes
-    full: tuple[int, ...]  # FULL capture sizes (uniform decode batches: one token a request)
-    splitting_layers: int  # layers that split a graph (attention, Mamba)
-    mla: bool
-    mlp_width_values: float  # the widest MLP intermediate per token (mlp_width_values)
-
-
-def graph_captures(shape: ModelShape, model: CudaGraphEstimateModel, tp: int, layers: range, max_num_seqs: int,
-                   max_num_batched_tokens: int, sizes: tuple[int, ...] | None = None,
-                   largest: int | None = None) -> GraphCaptures:
-    piecewise = sizes or cudagraph_capture_sizes(max_num_seqs, max_num_batched_tokens, model, shape.model_type,
-                                                 largest)
-    return GraphCaptures(piecewise, tuple(x for x in piecewise if x <= max_num_seqs),
-                         sum(1 for i in layers if shape.layer_kinds[i] != "none"), shape.mla_latent_dim is not None,
-                         mlp_width_values(shape, layers, tp))
-
-
-def uncompiled_cudagraph_mode(mode: str) -> str:
-    """The CUDA-graph mode vLLM keeps without torch.compile: piecewise graphs are the compiled pieces, so an
-    explicit FULL mode stays and the rest are turned off ("Cudagraph mode FULL_AND_PIECEWISE is not
-    compatible with compilation mode 0", vllm/config/vllm.py)."""
-    return mode if mode in ("FULL", "FULL_DECODE_ONLY") else "NONE"
-
-
-def cuda_graph_estimate(shape: ModelShape, model: CudaGraphEstimateModel, mode: str, tp: int, layers: range,
-                        max_num_seqs: int, max_num_batched_tokens: int, sizes: tuple[int, ...] | None = None,
-                        largest: int | None = None, compiled: bool = True) -> int:
-    """What vLLM's profile_cudagraph_memory reports for one GPU (0 when no graph is captured)."""
-    if not compiled:
-        mode = uncompiled_cudagraph_mode(mode)
-    if mode != "NONE" and model.piecewise_only_layer_kinds.intersection(shape.layer_kinds[i] for i in layers):
-        mode = "PIECEWISE" if compiled else "NONE"  # the backend captures no FULL graph
-    if mode == "NONE":
-        return 0
-    c = graph_captures(shape, model, tp, layers, max_num_seqs, max_num_batched_tokens, sizes, largest)
-    counts = {"PIECEWISE": (len(c.piecewise), 0), "FULL": (0, len(c.full)), "FULL_DECODE_ONLY": (0, len(c.full)),
-              "FULL_AND_PIECEWISE": (len(c.piecewise), len(c.full))}[mode]
-    per_graph = c.splitting_layers * (model.per_graph_mla_layer_bytes if c.mla else model.per_graph_layer_bytes)
-    if model.full_per_graph_bytes:
-        further_graphs = (max(0, counts[0] - 1) * max(0, 2 * per_graph - model.full_per_graph_bytes)
-                          + max(0, counts[1] - 1) * model.full_per_graph_bytes)
-    else:
-        further_graphs = sum(max(0, n - 1) for n in counts) * per_graph
-    # the first PIECEWISE capture holds copies of the largest size's MLP gate/up output
-    first_piecewise = model.first_capture_bytes + int(model.activation_copies * max(c.piecewise) * 2
-                                                      * c.mlp_width_values * DTYPE_BYTES[shape.serving_dtype])
-    first_full = (model.full_first_capture_bytes + split_kv_accumulator_bytes(shape, model, tp, max(c.full))
-                  if c.full else 0)
-    first = max(first_piecewise if counts[0] else 0, first_full if counts[1] else 0)
-    return first + further_graphs
-
-
-def split_kv_accumulator_bytes(shape: ModelShape, model: CudaGraphEstimateModel, tp: int, batch: int) -> int:
-    """The decode attention kernel's fp32 split-KV partial outputs for a FULL graph of `batch` requests
-    (FlashAttention 3 and FlashMLA size them for the most splits a graph may use): splits x batch x query
-    heads per rank x value width (MLA: the absorbed kernel outputs the latent, kv_lora_rank wide: the
-    cached latent less its rotary part)."""
-    if shape.model_type in model.unsplit_model_types:
-        return 0
-    heads = max(1, shape.num_attention_heads // tp)
-    if shape.mla_latent_dim is not None:
-        return model.mla_attention_splits * batch * heads * (shape.mla_latent_dim - shape.rotary_dim) * 4
-    width = max(shape.layer_v_head_dims or (shape.head_dim,))
-    return model.attention_splits * batch * heads * width * 4
-
-
-def mlp_width_values(shape: ModelShape, layers: range, tp: int) -> float:
-    """The widest MLP intermediate per token on one GPU: intermediate_size, or top-k experts' widths."""
-    return mlp_width(shape, layers, tp, values=True)

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import KvsizeError, shown
-from .memory import uncompiled_cudagraph_mode
+from .cudagraphs import uncompiled_cudagraph_mode
 
 # Fields that move memory in ways kvsize does not model; their presence is reported, never guessed.
 NOT_MODELLED = frozenset({
