@@ -59,6 +59,7 @@ def main(argv: list[str]) -> int:
                 points.append(dict(id=point["id"], server=server["tag"],
                                    ttft_ms={str(q): round(v, 3) for q, v in served.ttft_ms.items()},
                                    itl_ms={str(q): round(v, 4) for q, v in served.itl_ms.items()},
+                                   tpot_ms={str(q): round(v, 4) for q, v in served.tpot_ms.items()},
                                    output_tokens_per_s=round(served.output_tokens_per_s, 3),
                                    requests_per_s=round(served.requests_per_s, 5),
                                    preemptions=served.preemptions))
