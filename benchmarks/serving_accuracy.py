@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sizing.evidence.serving import SPEED_BARS, held_to, predict_point, served_figures, served_settings  # noqa: E402
+from sizing.evidence.slo_rate import Target, compared, most_held, target  # noqa: E402
 from sizing.planners.serving import step_overhead  # noqa: E402
 
 SERVING = ROOT / "measure" / "serving"
@@ -42,7 +43,9 @@ def rows() -> list[dict]:
         row = dict(id=p["id"], group="fitted on" if p["id"] in fitted else "out of the fit",
                    loop=st["loop"], errors={}, batch=p["batch"],
                    pair=(p["batch"], st["model"], st["input_len"], st["output_len"], st["concurrency"]),
-                   kv=st["kv_cache_dtype"])
+                   kv=st["kv_cache_dtype"], server=p["server"], lengths=(st["input_len"], st["output_len"]),
+                   load=st["concurrency"] if st["loop"] == "closed" else st["request_rate"],
+                   slo=(dict(p["measured"]), simulated_figures(served)))
         for r in held_to({k: p["measured"][k] for k in FIGURES}, served_figures(served)):
             row[r["figure"]] = (r["measured"], r["kvsize"])
             row["errors"][r["figure"]] = r["error"]
@@ -135,6 +138,14 @@ def ahead_section(ahead: list[dict]) -> list[str]:
     for f in files:
         part = [r for r in ahead if r["file"] == f]
         lines += [f"### {f.split('-sim-predictions')[0]}", "", "```", *_ahead_summary(part), "```", ""]
+    ran = {p["batch"] for p in json.loads(POINTS.read_text())["points"]}
+    for path in sorted(SERVING.glob("*-sim-predictions-h200.json")):
+        batch = path.name.split("-sim-predictions")[0]
+        if batch not in ran:
+            count = len(json.loads(path.read_text())["points"])
+            lines += [f"### {batch}", "", f"Not run yet: the simulated figures of its {count} planned points are "
+                      f"committed (`measure/serving/{path.name}`); 'The most a replica holds under a target' reads "
+                      "the rates they give.", ""]
     lines += ["| point | TTFT p50 ms | predicted | ITL p50 ms | predicted | ITL p99 ms | predicted | "
               "output tok/s | predicted | preemptions | predicted |",
               "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
@@ -142,6 +153,175 @@ def ahead_section(ahead: list[dict]) -> list[str]:
         cells = " | ".join(f"{r[k][0]:,.1f} | {r[k][1]:,.1f}" for k in ("ttft_p50_ms", "itl_p50_ms", "itl_p99_ms"))
         lines.append(f"| {r['id']} | {cells} | {r['output_tokens_per_s'][0]:,.0f} | {r['output_tokens_per_s'][1]:,.0f} "
                      f"| {r['preemptions'][0]:,.0f} | {r['preemptions'][1]:,.0f} |")
+    return lines + [""]
+
+
+# The targets the most-held rate is read under (issue 48: "the most requests per second a replica holds under an
+# SLO within 10%"): the load generator reports TPOT at p50 only (`median_tpot_ms`), TTFT at p50, p90 and p99
+SLO_TARGETS = (target(tpot_p50_ms=10), target(tpot_p50_ms=15), target(tpot_p50_ms=25), target(tpot_p50_ms=50),
+               target(ttft_p50_ms=500), target(ttft_p50_ms=1000), target(ttft_p50_ms=2000),
+               target(ttft_p50_ms=1000, tpot_p50_ms=25))
+MIN_LOADS = 3  # a ladder of fewer loads of one kind brackets too little to read a rate from
+
+
+def _figures(ttft: dict, itl: dict, tpot: dict, requests_per_s: float) -> dict:
+    out = {f"{kind}_p{q}_ms": float(v)
+           for kind, d in (("ttft", ttft), ("itl", itl), ("tpot", tpot)) for q, v in d.items()}
+    return {**out, "requests_per_s": requests_per_s}
+
+
+def simulated_figures(served) -> dict:
+    """The simulation's percentiles of one point under the load generator's names (tpot_p50_ms, ...)."""
+    return _figures(served.ttft_ms, served.itl_ms, served.tpot_ms, served.requests_per_s)
+
+
+def _committed(batch: str) -> dict[str, dict]:
+    """A batch's simulated figures as committed before it ran, by point (its H200 file, where one exists): TTFT and
+    ITL percentiles and requests/s; TPOT only in the files written from batch b6 on."""
+    path = SERVING / f"{batch}-sim-predictions-h200.json"
+    if not path.exists():
+        return {}
+    return {x["id"]: _figures(x["ttft_ms"], x["itl_ms"], x.get("tpot_ms", {}), x["requests_per_s"])
+            for x in json.loads(path.read_text())["points"]}
+
+
+def ladders(table: list[dict]) -> list[dict]:
+    """Every server's points of one length pair and one kind of load, ordered by load, with at least MIN_LOADS."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in table:
+        groups.setdefault((r["batch"], r["server"], r["lengths"], r["loop"]), []).append(r)
+    out = []
+    for (batch, server, lengths, loop), part in groups.items():
+        if len(part) >= MIN_LOADS:
+            part = sorted(part, key=lambda r: r["load"])
+            out.append(dict(batch=batch, server=server, lengths=lengths, loop=loop, loads=[r["load"] for r in part],
+                            ids=[r["id"] for r in part], measured=[{**r["slo"][0], "load": r["load"]} for r in part],
+                            kvsize=[{**r["slo"][1], "load": r["load"]} for r in part]))
+    return out
+
+
+def _read(points: list[dict], goal: Target):
+    """The most held rate, or None where the points lack a figure the target bounds."""
+    return most_held(points, goal) if all(f in pt for pt in points for f in goal.figures) else None
+
+
+def slo_rows(table: list[dict]) -> list[dict]:
+    """Per ladder and target: the most requests/s held, measured, simulated today, and committed before the batch
+    ran where that exists for every load of the ladder."""
+    out = []
+    for lad in ladders(table):
+        committed = _committed(lad["batch"])
+        ahead = ([{**committed[i], "load": load} for i, load in zip(lad["ids"], lad["loads"])]
+                 if all(i in committed for i in lad["ids"]) else None)
+        for goal in SLO_TARGETS:
+            measured, today = most_held(lad["measured"], goal), most_held(lad["kvsize"], goal)
+            before = _read(ahead, goal) if ahead else None
+            out.append(dict(ladder=lad, target=goal, measured=measured, today=today, today_vs=compared(measured, today),
+                            ahead=before, ahead_vs=compared(measured, before) if before else None,
+                            ahead_absent="no file" if ahead is None else "no TPOT" if before is None else None))
+    return out
+
+
+def _load_text(load, loop: str) -> str:
+    return f"{load:g}/s" if loop == "open" else f"{load:g}"
+
+
+def _bracket(held, loop: str) -> str:
+    """Where the measured answer was read: between two loads (too coarse to read when their rates are more than
+    20% apart), or at the grid's end."""
+    unit = "/s" if loop == "open" else " in flight"
+    if held.kind == "none":
+        return f"misses at {_load_text(held.missed, loop)}{'' if loop == 'open' else unit}: lightest"
+    if held.kind == "at least":
+        return f"meets at {_load_text(held.met, loop)}{'' if loop == 'open' else unit}: heaviest"
+    span = f"{_load_text(held.met, loop)}-{_load_text(held.missed, loop)}{'' if loop == 'open' else unit}"
+    return (f"{span}, read" if held.readable() else
+            f"{span}: too coarse ({held.low:,.1f}-{held.high:,.1f} req/s)")
+
+
+def _verdict(pair) -> str:
+    error, verdict = pair
+    return f"{error:+.0%} | {verdict}" if error is not None else f"— | {verdict}"
+
+
+def slo_summary(rows_: list[dict]) -> str:
+    """One line: how many answers the measured grid brackets, how many closely enough to be read, and how many of
+    those kvsize holds within 10%."""
+    read = [r for r in rows_ if r["measured"].kind == "interpolated"]
+    fine = [r for r in read if r["measured"].readable()]
+    ahead = [r for r in read if r["ahead_vs"] is not None and r["ahead_vs"][0] is not None]
+    ladders_ = len({id(r["ladder"]) for r in rows_})
+
+    def within(part, key="today_vs"):
+        return sum(r[key][1] == "yes" for r in part)
+
+    return (f"most req/s under a target: {len(rows_)} answers ({ladders_} ladders x {len(SLO_TARGETS)} targets), "
+            f"{len(read)} bracketed by two measured loads, {len(fine)} of them by loads within 20% of each other; "
+            f"kvsize within 10% in {within(fine)} of those {len(fine)} ({within(read)} of all {len(read)} bracketed, "
+            f"most by a coarse grid); plainly out in {sum(r['today_vs'][1] == 'no' for r in rows_)} of "
+            f"{len(rows_)}; predicted before seen within 10% in {within(ahead, 'ahead_vs')} of {len(ahead)} bracketed")
+
+
+def _planned() -> list[dict]:
+    """The planned ladders of a batch not run yet, with the rates its committed simulated figures give."""
+    measured = {p["batch"] for p in json.loads(POINTS.read_text())["points"]}
+    out = []
+    for server in json.loads((SERVING / "plan.json").read_text())["servers"]:
+        if server["batch"] in measured:
+            continue
+        committed = _committed(server["batch"])
+        groups: dict[tuple, list[dict]] = {}
+        for pt in server["points"]:
+            loop = "closed" if pt["request_rate"] is None else "open"
+            groups.setdefault((pt["input_len"], pt["output_len"], loop), []).append(pt)
+        for (i, o, loop), part in groups.items():
+            if len(part) < MIN_LOADS:
+                continue
+            loads = sorted(pt["concurrency"] if loop == "closed" else pt["request_rate"] for pt in part)
+            ahead = [{**committed[pt["id"]], "load": pt["concurrency"] if loop == "closed" else pt["request_rate"]}
+                     for pt in part if pt["id"] in committed]
+            out.append(dict(batch=server["batch"], server=server["tag"], lengths=(i, o), loop=loop, loads=loads,
+                            answers=[(g, _read(ahead, g) if len(ahead) == len(part) else None) for g in SLO_TARGETS]))
+    return out
+
+
+def slo_section(rows_: list[dict]) -> list[str]:
+    lines = ["## The most a replica holds under a target", "",
+             "Issue 48's goal: the most requests per second one replica holds under a latency target, within 10%. "
+             "For every server's points of one length pair and one kind of load (closed loop: requests in flight; "
+             f"open loop: arrivals a second) with at least {MIN_LOADS} loads, `sizing/evidence/slo_rate.py` reads the "
+             "answer off the points in load order: the requests/s of the heaviest load that meets the target before "
+             "the first that misses, moved linearly toward that miss by the figure that binds; 'none' when the "
+             "lightest load already misses, '≥' the heaviest load's rate when it still meets. The same function reads "
+             "the server's figures, the simulation's of the same points today, and the figures committed before the "
+             "batch ran where a batch has them (b4 and b5 hold no TPOT, so only their TTFT targets are read; "
+             "files from b6 on hold it). Where the two loads that bracket the measured answer are more than 20% apart in requests/s, the "
+             "grid is too coarse for the answer to be read within 10%: the straight line between them is a guess, "
+             "and the column says so with the bracket. 'both none': the lightest load misses, measured and simulated; "
+             "'both ≥': the heaviest meets on both sides; 'unread': one answer lies past an end of the grid and the "
+             "other within 10% of its range; 'no' there: the two ranges are more than 10% apart.", "",
+             "```", slo_summary(rows_), "```", "",
+             "| server | lengths, loop | loads | target | measured req/s | where read | kvsize today | error | "
+             "within 10% | predicted before seen | error | within 10% |",
+             "| --- | --- | --- | --- | ---: | --- | ---: | ---: | --- | ---: | ---: | --- |"]
+    for r in rows_:
+        lad = r["ladder"]
+        before = (f"{r['ahead'].text()} | {_verdict(r['ahead_vs'])}" if r["ahead"] is not None
+                  else f"—{' (no TPOT)' if r['ahead_absent'] == 'no TPOT' else ''} | | ")
+        lines.append(f"| {lad['server']} | {lad['lengths'][0]:,}/{lad['lengths'][1]:,} {lad['loop']} | "
+                     f"{', '.join(_load_text(x, lad['loop']) for x in lad['loads'])} | {r['target'].label()} | "
+                     f"{r['measured'].text()} | {_bracket(r['measured'], lad['loop'])} | {r['today'].text()} | "
+                     f"{_verdict(r['today_vs'])} | {before} |")
+    planned = _planned()
+    if planned:
+        lines += ["", "Planned, not run yet (`measure/serving/plan.json`), with the answers the simulated figures "
+                  "committed before the batch give ('—': the committed file lacks a figure the target bounds):", "",
+                  "| batch | server | lengths, loop | loads | " + " | ".join(g.label() for g in SLO_TARGETS) + " |",
+                  "| --- | --- | --- | --- |" + " ---: |" * len(SLO_TARGETS)]
+        for lad in planned:
+            cells = " | ".join(a.text() if a is not None else "—" for g, a in lad["answers"])
+            lines.append(f"| {lad['batch']} | {lad['server']} | {lad['lengths'][0]:,}/{lad['lengths'][1]:,} "
+                         f"{lad['loop']} | {', '.join(_load_text(x, lad['loop']) for x in lad['loads'])} | {cells} |")
     return lines + [""]
 
 
@@ -217,6 +397,7 @@ def report(table: list[dict] | None = None) -> str:
            "point at 16 in flight paid Triton kernels compiled during the requests (p50 TTFT 3.8 s; the server "
            "logged the compilation). Mixtral-8x7B's decode is within 15% (ITL p50 +1% to +15%), its TTFT 40-82% low.", "",
            "## fp8 over bf16 KV", "", "```", *speedups(table), "```", "", *ahead_section(ahead_rows()),
+           *slo_section(slo_rows(table)),
            "## Every point", "", "| point | group | TTFT p50 ms | kvsize | ITL p50 ms | kvsize | ITL p99 ms | kvsize | "
            "output tok/s | kvsize |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in table:
@@ -244,6 +425,11 @@ def main(argv: list[str]) -> int:
     print("\n".join(summary(table)))
     print()
     print("\n".join(speedups(table)))
+    print()
+    held = slo_rows(table)
+    if "--summary" not in argv:
+        print("\n".join(slo_section(held)))
+    print(slo_summary(held))
     return 0
 
 
