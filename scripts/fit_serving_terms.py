@@ -17,10 +17,15 @@ over the measured median TTFT, the median over those points. The engine's KV rea
 b1's closed-loop points of 8 or more in flight (Llama-3.1-8B, bf16 and fp8 KV), the efficiency at which the
 simulated median gap is the measured one in the median (kvsize's own decode kernels read fp8 faster than the
 engine's attention does). The two depend on each other through the long one-request points' KV reads, so they are
-fitted in turn, twice. Every other measured point (the MoE and MLA servers, more than one request in flight
-elsewhere, the open loops) is left out of the fit, so the accuracy page reports those apart as out of the fit.
+fitted in turn, twice. Then, those terms fixed, the cost per MoE layer a step (the fused-MoE kernels' router, top-k,
+block alignment and combine, which a dense MLP does not launch): a least-squares fit of the relative error of the
+measured median gap of Qwen3-30B-A3B's one-request points of batch b2 (prompts of 1K, 8K and 32K tokens). Every
+other measured point (Mixtral-8x7B, gpt-oss-20b, DeepSeek-V2-Lite, Qwen3-30B-A3B at more than one request in flight
+and in batch b4, more than one request in flight elsewhere, the open loops) is left out of the fit, so the accuracy
+page reports those apart as out of the fit.
 
 usage: python scripts/fit_serving_terms.py           (rewrites profiles/serving.json)
+       python scripts/fit_serving_terms.py --terms=weights,layer,tp_layer,floor   (a subset; moe_layer among them)
        python scripts/fit_serving_terms.py --check   (exit 1 if the file differs from the fit)
 """
 
@@ -40,7 +45,8 @@ from sizing.profiles import measured_efficiency  # noqa: E402
 
 POINTS = ROOT / "measure" / "serving" / "points.json"
 # the step terms fitted; the rest are left at their neutral values (weights: kvsize's kernels' efficiency; 0 s)
-TERMS = ("weights", "layer", "tp_layer", "floor")
+DENSE_TERMS = ("weights", "layer", "tp_layer", "floor")
+TERMS = (*DENSE_TERMS, "moe_layer")
 FLOOR_GRID_S = 1e-5
 FLOOR_MAX_S = 5e-3
 
@@ -98,7 +104,34 @@ def fit_engine_kv(points: list[dict], terms: dict) -> dict[str, float]:
 
 REFERENCE_MFU = 0.5  # any MFU: one prompt prefilled alone takes time inversely proportional to it
 FIT_ROUNDS = 2  # the step terms read the KV at the engine's efficiency and that is fitted with the step terms
-NEUTRAL = {"per_layer_step_overhead_s": 0.0, "tp_per_layer_step_overhead_s": 0.0, "step_floor_s": 0.0}
+NEUTRAL = {"per_layer_step_overhead_s": 0.0, "tp_per_layer_step_overhead_s": 0.0, "step_floor_s": 0.0,
+           "moe_layer_step_overhead_s": 0.0}
+# the MoE layer's cost: the one-request points of this server (Qwen3-30B-A3B, batch b2: prompts of 1K, 8K and 32K
+# tokens); every other MoE point (Mixtral-8x7B, gpt-oss-20b, DeepSeek-V2-Lite, Qwen3-30B-A3B at more than one request
+# in flight and in batch b4) stays out of the fit to judge it
+MOE_FIT_SERVERS = ("qwen3moe-bf16",)
+
+
+def moe_fitted_on(points: list[dict]) -> list[dict]:
+    """Closed-loop points of one request in flight on the MoE servers the MoE layer's cost is fitted on."""
+    return [p for p in points if p["settings"]["loop"] == "closed" and p["settings"]["concurrency"] == 1
+            and p["server"] in MOE_FIT_SERVERS and not is_dense(p)]
+
+
+def fit_moe_layer(points: list[dict], terms: dict) -> float:
+    """The cost per MoE layer a step, the dense terms `terms` fixed: a least-squares fit of the relative error of the
+    measured median inter-token gap of the MoE one-request points, each step taken at its request's median length
+    (every MoE step of these points is over the floor)."""
+    num = den = 0.0
+    for p in moe_fitted_on(points):
+        st = p["settings"]
+        model, _ = point_replica(st, ROOT, terms={**terms, "moe_layer_step_overhead_s": 0.0})
+        tokens = st["input_len"] + st["output_len"] // 2
+        measured = p["measured"]["itl_p50_ms"] / 1e3
+        x = sum(1 for q in model.shape.layer_params if q.experts > 0) / measured
+        y = (measured - model.decode_seconds(1, tokens)) / measured
+        num, den = num + x * y, den + x * x
+    return round(max(num / den, 0.0), 9) if den else 0.0
 
 
 def step_rows(points: list[dict], engine_kv: dict[str, float]) -> list[dict]:
@@ -151,6 +184,7 @@ def _linear(rows: list[dict], terms: tuple[str, ...]) -> tuple[dict, callable]:
 def fit_step(points: list[dict], engine_kv: dict[str, float], terms: tuple[str, ...] = TERMS) -> dict:
     """The step terms `terms` names, from the one-request points, the KV read at `engine_kv`."""
     rows = step_rows(points, engine_kv)
+    terms = tuple(t for t in terms if t in DENSE_TERMS)
     best = None
     floors = [k * FLOOR_GRID_S for k in range(int(FLOOR_MAX_S / FLOOR_GRID_S) + 1)] if "floor" in terms else [0.0]
     for floor in floors:
@@ -195,13 +229,17 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
     step = fit_step(points, engine_kv, terms)
     mfu = fit_mfu(points, {**step, "engine_kv_efficiency": engine_kv})
     kv_points = [p for group in kv_fitted_on(points).values() for p in group]
+    moe = fit_moe_layer(points, {**step, "engine_kv_efficiency": engine_kv, "prefill_mfu": mfu}) \
+        if "moe_layer" in terms else 0.0
+    moe_points = moe_fitted_on(points) if "moe_layer" in terms else []
     return {"per_layer_step_overhead_s": step["per_layer_step_overhead_s"],
             "prefill_mfu": mfu,
             "engine_kv_efficiency": engine_kv,
             "engine_weights_efficiency": step["engine_weights_efficiency"],
             "tp_per_layer_step_overhead_s": step["tp_per_layer_step_overhead_s"],
             "step_floor_s": step["step_floor_s"],
-            "fitted_on": [p["id"] for p in fitted_on(points) + kv_points],
+            "moe_layer_step_overhead_s": moe,
+            "fitted_on": [p["id"] for p in fitted_on(points) + kv_points + moe_points],
             "source": "scripts/fit_serving_terms.py over the points it names (measure/serving/points.json): one "
                       "request in flight on the dense servers (Llama-3.2-1B, Llama-3.1-8B, Qwen3-8B, "
                       "Mistral-Nemo-12B, Qwen2.5-32B; Qwen2.5-32B and Llama-3.1-70B at TP 2): the weights "
@@ -209,7 +247,10 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
                       "error of the measured median inter-token gap, the floor the grid value leaving the least "
                       "squared error; the reference MFU scaled by the simulated over the measured median TTFT, the "
                       "median; per KV format, the engine's read efficiency at which the simulated median gap of "
-                      "batch b1's points of 8 or more in flight is the measured one, in the median"}
+                      "batch b1's points of 8 or more in flight is the measured one, in the median; the cost per MoE layer "
+                      "a step (router, top-k, block alignment and combine of the fused-MoE kernels), with those terms "
+                      "fixed, a least-squares fit of the relative error of the measured median inter-token gap of "
+                      "Qwen3-30B-A3B's one-request points of batch b2"}
 
 
 def main(argv: list[str]) -> int:

@@ -155,7 +155,9 @@ def test_the_step_terms_are_fitted_on_every_dense_size_one_request_at_a_time_and
 
     points = {p["id"]: p for p in json.loads((ROOT / "measure" / "serving" / "points.json").read_text())["points"]}
     fit = step_overhead()
-    one = [points[i] for i in fit.fitted_on if points[i]["settings"]["concurrency"] == 1]
+    # the MoE layer's cost is fitted on Qwen3-30B-A3B's one-request points alone, the dense terms on the rest
+    one = [points[i] for i in fit.fitted_on if points[i]["settings"]["concurrency"] == 1
+           and points[i]["server"] != "qwen3moe-bf16"]
     models = {p["settings"]["model"] for p in one}
     assert {"llama-3.2-1b-instruct", "llama-3.1-8b", "qwen3-8b", "llama-3.1-70b"} <= models or len(models) >= 5
     assert all(point_scenario(p["settings"], ROOT).shape.num_experts == 0 for p in one)
@@ -178,3 +180,58 @@ def test_every_batch_predicted_before_it_ran_is_held_apart_with_its_committed_fi
             if r["file"] == f.name:
                 assert r["itl_p50_ms"][1] == committed[r["id"]]["itl_ms"]["50"]
     assert "b5-dense-sizes" in (ROOT / "measure" / "serving" / "comparison.md").read_text()
+
+
+def _points() -> dict:
+    return {p["id"]: p for p in json.loads((ROOT / "measure" / "serving" / "points.json").read_text())["points"]}
+
+
+def test_the_moe_layer_cost_is_added_once_a_step_for_each_layer_with_routed_experts_only():
+    from dataclasses import replace
+
+    from sizing.evidence.serving import point_replica
+
+    points = _points()
+    dense, _ = _replica()
+    assert (replace(dense, moe_layer_overhead_s=1e-4).seconds(1, 1000, []) == dense.seconds(1, 1000, []))
+    # DeepSeek-V2-Lite: 27 layers, the first dense (first_k_dense_replace 1): 26 pay the MoE layer's cost
+    mla, _ = point_replica(points["dsv2lite-bf16-p01-i1000-o256-c1"]["settings"], ROOT)
+    moe_layers = sum(1 for p in mla.shape.layer_params if p.experts > 0)
+    assert (mla.shape.num_layers, moe_layers) == (27, 26)
+    bare = replace(mla, moe_layer_overhead_s=0.0, floor_s=0.0)
+    for batch in (1, 64):
+        assert (replace(bare, moe_layer_overhead_s=1e-5).seconds(batch, batch * 1000, []) - bare.seconds(
+            batch, batch * 1000, [])) == pytest.approx(26 * 1e-5)
+
+
+def test_a_moe_step_reads_the_expected_distinct_experts_of_its_tokens():
+    from sizing.evidence.serving import point_replica
+
+    model, _ = point_replica(_points()["qwen3moe-bf16-p01-i1000-o256-c1"]["settings"], ROOT)
+    e, k = model.shape.num_experts, model.shape.num_experts_per_tok
+    assert (e, k) == (128, 8)
+    one, many = model.read_seconds(1, 0)[0], model.read_seconds(1024, 0)[0]
+    for n in (1, 8, 32):
+        share = (model.read_seconds(n, 0)[0] - one) / (many - one)  # of the experts past the top-k of one token
+        expected = (1 - (1 - k / e) ** n - k / e) / (1 - (1 - k / e) ** 1024 - k / e)
+        assert share == pytest.approx(expected, abs=1e-3)
+
+
+def test_the_moe_layer_cost_fitted_on_qwen3_moe_holds_its_points_and_mixtral_out_of_the_fit():
+    # the fit's reproduction: Qwen3-30B-A3B's three one-request points within 3% each (each 12-13% short without
+    # the term), a cost of the size of a few small kernels, and Mixtral-8x7B's one-request point, never fitted on,
+    # within 3%
+    from sizing.evidence.serving import predict_point, served_settings
+    from sizing.planners.serving import step_overhead
+
+    points = _points()
+    fit = step_overhead()
+    assert 5e-6 < fit.moe_layer_step_overhead_s < 3e-5
+    moe = [i for i in fit.fitted_on if points[i]["server"] == "qwen3moe-bf16"]
+    assert sorted(moe) == ["qwen3moe-bf16-p01-i1000-o256-c1", "qwen3moe-bf16-p05-i8000-o256-c1",
+                           "qwen3moe-bf16-p07-i32000-o128-c1"]
+    assert "b4-mixtral-p01-i1000-o256-c1" not in fit.fitted_on
+    for name in (*moe, "b4-mixtral-p01-i1000-o256-c1"):
+        p = points[name]
+        error = predict_point(served_settings(p), ROOT).itl_ms[50] / p["measured"]["itl_p50_ms"] - 1
+        assert abs(error) <= 0.03, (name, error)

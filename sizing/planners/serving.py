@@ -16,6 +16,7 @@ cost per layer (and per layer's all-reduce where TP > 1), never less than the en
            + Σ KV read of the decoding requests / (HBM bandwidth × efficiency)
            + causal attention FLOPs of the prompt chunks / FLOP/s
            + layers × (per-layer step overhead + TP all-reduce per layer if TP > 1)
+           + MoE layers × per-MoE-layer step overhead                        (the fused-expert kernels' own cost)
     step = max(GPU, step floor)                                             (FLOP/s = dense bf16 × MFU × TP)
 
 The floor is the host's side of a step (scheduling, sampling, sending the tokens), which the engine overlaps with the
@@ -71,6 +72,8 @@ class StepOverhead(BaseModel):
     engine_weights_efficiency: float | None = Field(default=None, gt=0, le=1)
     tp_per_layer_step_overhead_s: float = Field(default=0.0, ge=0, le=0.01)  # each layer's all-reduce, TP > 1
     step_floor_s: float = Field(default=0.0, ge=0, le=0.1)  # the host's side of a step, overlapped with the GPU's
+    # each MoE layer's fused-expert kernels beyond a dense MLP's (router, top-k, block alignment, combine), a step
+    moe_layer_step_overhead_s: float = Field(default=0.0, ge=0, le=0.01)
     fitted_on: tuple[str, ...] = Field(min_length=1)
     source: str
 
@@ -107,6 +110,7 @@ class StepModel:
     prefill_mfu: float
     tp_layer_overhead_s: float = 0.0  # each layer's all-reduce where tp > 1
     floor_s: float = 0.0  # the least a step takes: the host's side, overlapped with the GPU's
+    moe_layer_overhead_s: float = 0.0  # each layer with routed experts: its fused-MoE kernels beyond a dense MLP's
 
     def seconds(self, decoding: int, decode_tokens_in_cache: int, chunks: list[tuple[int, int]]) -> float:
         """`decoding` requests reading `decode_tokens_in_cache` cached tokens in all; `chunks`: (start, end) of the
@@ -120,11 +124,14 @@ class StepModel:
                     2 * self._active_params * step_tokens / self._flops())
         attention = sum(self._attention(end) - self._attention(start) for start, end in chunks) / self._flops()
         kv = self._kv(decoding, _rounded(mean)) if decoding else 0.0
-        return max(gemms + attention + kv + self.shape.num_layers * self._layer_overhead, self.floor_s)
+        return max(gemms + attention + kv + self.layers_overhead_s, self.floor_s)
 
     @cached_property
-    def _layer_overhead(self) -> float:
-        return self.per_layer_overhead_s + (self.tp_layer_overhead_s if self.tp > 1 else 0.0)
+    def layers_overhead_s(self) -> float:
+        """The fixed cost of a step's layers: each layer's, its all-reduce where TP > 1, and each MoE layer's."""
+        per_layer = self.per_layer_overhead_s + (self.tp_layer_overhead_s if self.tp > 1 else 0.0)
+        moe_layers = sum(1 for p in self.shape.layer_params if p.experts > 0)
+        return self.shape.num_layers * per_layer + moe_layers * self.moe_layer_overhead_s
 
     def read_seconds(self, decoding: int, tokens_in_cache: int) -> tuple[float, float]:
         """(weights, KV) read seconds of a step that only decodes: `decoding` requests of `tokens_in_cache` each."""
@@ -513,7 +520,8 @@ def serving_replica(scenario, hbm_bandwidth_gb_s: float, bf16_dense_tflops: floa
     model = StepModel(s.shape, e.layout, resolve_weights_dtype(s.weights_dtype, s.shape), s.tensor_parallel_size,
                       hbm_bandwidth_gb_s, bf16_dense_tflops,
                       engine_efficiency(efficiency, kv, fitted["engine_weights_efficiency"]), e.k_format,
-                      overhead, mfu, fitted["tp_per_layer_step_overhead_s"], fitted["step_floor_s"])
+                      overhead, mfu, fitted["tp_per_layer_step_overhead_s"], fitted["step_floor_s"],
+                      fitted["moe_layer_step_overhead_s"])
     paged = e.pool.paged
     release = e.engine.release
     engine = Scheduler(s.max_num_batched_tokens, s.max_num_seqs, e.block_size if paged else 1,
