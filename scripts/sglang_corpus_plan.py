@@ -1,7 +1,7 @@
 """Write the plan of real SGLang starts for tests/fixtures/sglang-starts (a JSON list), or the srun.sh command
 lines that run it on a machine's GPUs.
 
-usage: python scripts/sglang_corpus_plan.py first-h100s > plan.json
+usage: python scripts/sglang_corpus_plan.py first-h100s > plan.json      (or second, architectures, variants, first-0.5.23)
        python scripts/sglang_corpus_plan.py first-h100s --lanes 2   (one srun.sh line per lane, TP starts last)
 Every start is a dict of SGLang ServerArgs fields on a config in tests/fixtures/vllm-starts/configs/ (the same
 configs the vLLM starts use), with the tool's defaults (dummy weights, triton attention, CUDA graphs off,
@@ -110,6 +110,30 @@ def variants():
     ]
 
 
+def first_0523():
+    """The first starts of SGLang 0.5.23, the newest release, which pins torch 2.14.1 (not the 2.11.0 the 0.5.14
+    batches ran on): the core layouts again (dense GQA, MoE, MLA, sliding window, Mamba hybrid), the fp8_e4m3 KV
+    dtype on dense and MLA, the fa3 attention backend (SGLang's own choice on Hopper) with and without CUDA graphs,
+    and TP 2, each also run by 0.5.14 in the earlier batches so that the two releases can be held side by side."""
+    v = "0.5.23"
+    fa3 = {"attention_backend": "fa3"}
+    return [
+        start(v, "llama-3.1-8b"),
+        start(v, "qwen3-8b"),
+        start(v, "qwen3-30b-a3b", context_length=32768),
+        start(v, "deepseek-v2-lite", context_length=32768),
+        start(v, "gemma-2-9b"),
+        start(v, "nemotron-h-8b-base-8k"),
+        start(v, "llama-3.1-8b", "fp8", kv_cache_dtype="fp8_e4m3"),
+        start(v, "deepseek-v2-lite", "fp8", kv_cache_dtype="fp8_e4m3", context_length=32768),
+        start(v, "llama-3.1-8b", "fa3", **fa3),
+        start(v, "deepseek-v2-lite", "fa3", context_length=32768, **fa3),
+        start(v, "nemotron-h-8b-base-8k", "fa3", **fa3),
+        start(v, "llama-3.1-8b", "fa3-graphs", disable_cuda_graph=False, **fa3),
+        start(v, "qwen3-30b-a3b", "tp2", tp_size=2, context_length=32768),
+    ]
+
+
 def lanes(plan: list[dict], n: int) -> list[str]:
     """srun.sh command lines: one-GPU starts dealt over n lanes (one GPU each), then the TP starts on all."""
     single = [s for s in plan if s["args"].get("tp_size", 1) == 1]
@@ -134,7 +158,7 @@ def lanes(plan: list[dict], n: int) -> list[str]:
 
 if __name__ == "__main__":
     plan = {"first-h100s": first_h100s, "second": second, "architectures": architectures,
-            "variants": variants}[sys.argv[1]]()
+            "variants": variants, "first-0.5.23": first_0523}[sys.argv[1]]()
     plan = [s for s in plan if (CONFIGS / Path(s["config"]).name).exists()]
     if sys.argv[2:3] == ["--lanes"]:
         print("\n".join(lanes(plan, int(sys.argv[3]))))
