@@ -33,7 +33,9 @@ def _all(pattern: str, text: str, cast=str) -> list:
 def printed(text: str) -> dict:
     out = {
         "graphs_default_fraction": _all(r"SRUN-GRAPHS-DEFAULT mem_fraction_static ([\d.]+)", text),
-        "mem_fraction_static": _all(r"server_args=ServerArgs\(.*?mem_fraction_static=([\d.]+)", text),
+        # ServerArgs(... mem_fraction_static=0.9 ...) up to 0.5.2x; a dict ({... 'mem_fraction_static': 0.9 ...}) in 0.5.23
+        "mem_fraction_static": _all(r"server_args=ServerArgs\(.*?mem_fraction_static=([\d.]+)", text)
+        or _all(r"server_args=\{.*?'mem_fraction_static': ([\d.]+)", text),
         "max_total_num_tokens": _all(r"max_total_num_tokens=(\d+)", text, int),
         "pool_tokens": _all(r"KV Cache is allocated\..*?#tokens: (\d+)", text, int),
         "avail_begin_gib": _all(r"Load weight begin\. avail mem=([\d.]+) GB", text),

@@ -215,3 +215,16 @@ def test_a_logged_gpu_is_matched_by_its_name_and_total_never_guessed():
     row["total_memory_gib"] = 93.1  # an H100 NVL's total: not the 80 GB part
     with pytest.raises(KvsizeError, match="matches no bundled GPU"):
         _row_gpu(row)
+
+
+def test_sglang_server_args_read_in_both_forms():
+    """SGLang 0.5.23 prints its server_args line as a dict where earlier releases print ServerArgs(...): the
+    memory-moving fields read the same from either, and a field outside the list is not read."""
+    from sizing.evidence.logs import sglang_server_args
+
+    fields = dict(tp_size=2, mem_fraction_static=0.88, kv_cache_dtype="fp8_e4m3", context_length=8192, page_size=1,
+                  disable_cuda_graph=True)
+    old = "server_args=ServerArgs(model_path='m', " + ", ".join(f"{k}={v!r}" for k, v in fields.items()) + ", seed=3)"
+    new = "server_args={'model_path': 'm', " + ", ".join(f"{k!r}: {v!r}" for k, v in fields.items()) + ", 'seed': 3}"
+    assert sglang_server_args(new) == sglang_server_args(old)
+    assert sglang_server_args(new)["kv_cache_dtype"] == "fp8_e4m3" and "seed" not in sglang_server_args(new)

@@ -209,12 +209,13 @@ def _vllm(text: str) -> LoggedRun:
 SGLANG_LOGGED_ARGS = ("tp_size", "pp_size", "mem_fraction_static", "context_length", "kv_cache_dtype", "page_size",
                       "chunked_prefill_size", "max_running_requests", "disable_cuda_graph", "cuda_graph_max_bs",
                       "dtype")
-_SGLANG_ARG = re.compile(r"\b(" + "|".join(SGLANG_LOGGED_ARGS) + r")=('[^']{0,64}'|[\w.+-]{1,32})")
+# ServerArgs(tp_size=2, ...) up to 0.5.2x; from 0.5.23 the line prints a dict ({'tp_size': 2, ...})
+_SGLANG_ARG = re.compile(r"(?:\b|')(" + "|".join(SGLANG_LOGGED_ARGS) + r")(?:=|': )('[^']{0,64}'|[\w.+-]{1,32})")
 
 
 def sglang_server_args(text: str) -> dict:
     """The memory-moving ServerArgs of SGLang's `server_args=` line, as Python literals (None left out)."""
-    line = next((ln for ln in text.splitlines() if "server_args=ServerArgs(" in ln), "")
+    line = next((ln for ln in text.splitlines() if "server_args=ServerArgs(" in ln or "server_args={" in ln), "")
     out: dict = {}
     for key, raw in _SGLANG_ARG.findall(line):
         if key in out or raw == "None":
@@ -253,7 +254,7 @@ def _sglang(text: str) -> LoggedRun:
                                  float)) is not None:
         f["kv_budget_bytes"] = _gib(latent)  # MLA's one latent pool (MLATokenToKVPool)
     return LoggedRun("sglang", _first(r"sglang[ =v]+(\d+\.\d+\.\d+)", text),
-                     _first(r"model_path='([^'\n]{1,4096})'", text),
+                     _first(r"model_path='([^'\n]{1,4096})'", text) or _first(r"'model_path': '([^'\n]{1,4096})'", text),
                      s, {k: v for k, v in f.items() if v is not None})
 
 
