@@ -123,9 +123,16 @@ def read_scenario() -> Scenario | None:
     v_fmt = sb.selectbox("V cache format", v_choices, index=_index(v_choices, _query("v", SAME_AS_K), SAME_AS_K), key="v_format")
     if v_fmt == SAME_AS_K:
         v_fmt = k_fmt
-    weights = ["auto", *WEIGHT_FORMATS]
+    if engine == "llamacpp":  # llama.cpp sizes the GGUF's tensors: the types convert and llama-quantize write
+        from sizing.engines.llamacpp_quant import CONVERT_TYPES, QUANTIZE_PRESETS
+
+        weights = ["auto", *CONVERT_TYPES, *QUANTIZE_PRESETS]
+        weights_help = "auto: the GGUF convert_hf_to_gguf.py writes (bf16, or f16 for a float16 checkpoint)"
+    else:
+        weights = ["auto", *WEIGHT_FORMATS]
+        weights_help = "auto: the checkpoint's quantization, else its dtype"
     weights_dtype = sb.selectbox("Weights dtype", weights, index=_index(weights, _query("w", "auto"), "auto"),
-                                 key="weights_dtype", help="auto: the checkpoint's quantization, else its dtype")
+                                 key="weights_dtype", help=weights_help)
     # No bounds on the widgets themselves: a browser refuses an out-of-range entry silently and keeps
     # the last answer on screen, so the range is checked here and a wrong entry is named in a banner.
     tp = sb.number_input("Tensor parallel size", value=_query("tp", 1, int, *LIMITS["tp"]), step=1, key="tp")

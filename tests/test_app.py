@@ -568,3 +568,24 @@ def test_validation_shows_the_serving_simulation_against_the_real_server():
     within = sum(abs(r["itl_p50_ms_kvsize"] / r["itl_p50_ms_measured"] - 1) <= 0.10 for r in unseen)
     assert _metric(at, "ITL p50 within 10% (out of the fit)") == f"{within} of {len(unseen)}"
     assert any("kvsize's serving simulation against the real server" in c.proto.spec for c in at.get("plotly_chart"))
+
+
+def test_llama_cpp_weights_are_its_gguf_types():
+    """With llama.cpp chosen, the weights widget offers the GGUF types convert and llama-quantize write, and the page
+    sizes the one chosen as the CLI does (the GGUF's tensors on the GPU)."""
+    from sizing.engines.llamacpp_quant import QUANTIZE_PRESETS
+
+    at = _app()
+    at.selectbox(key="model").set_value("qwen3-8b")
+    at.selectbox(key="engine").set_value("llamacpp")
+    at.run()
+    assert not at.exception
+    assert set(QUANTIZE_PRESETS) <= set(at.selectbox(key="weights_dtype").options)
+    at.selectbox(key="weights_dtype").set_value("q4_K_M")
+    at.number_input(key="context").set_value(16384)
+    at.run()
+    assert not at.exception and not at.error
+    e = estimate(scenario("qwen3-8b", engine="llamacpp", weights_dtype="q4_K_M", max_model_len=16384, concurrency=8))
+    bf16 = estimate(scenario("qwen3-8b", engine="llamacpp", max_model_len=16384, concurrency=8))
+    assert _metric(at, "Max concurrency") == f"{e.max_concurrency:,}"
+    assert e.max_concurrency > bf16.max_concurrency  # q4_K_M weights leave more room for the cache than bf16
