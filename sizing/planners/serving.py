@@ -401,7 +401,11 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
             budget -= n
         cached = sum(r.in_cache for r in decoding)
         dt = model.seconds(len(decoding), cached, [(r.done_prefill, r.done_prefill + n) for r, n in chunks])
-        ends[now] = now + dt
+        if any(r.arrival < now for r in decoding) or any(r.arrival < now for r, _ in chunks):
+            # launched with work the engine held before the last step ended (async scheduling queues it behind
+            # that step); a step of only requests that arrived at its start (a closed loop's successors, sent once
+            # the client had the last token) did not hold back the last step's output
+            ends[now] = now + dt
         now += dt
         for r in decoding:
             r.generated += 1
