@@ -1,6 +1,6 @@
 """Write the plans of real vLLM starts that make tests/fixtures/vllm-starts (one JSON list a machine).
 
-usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200|architectures|checkpoints|compile-cache|integer-checkpoints|one-h100|release-panels|torch-stage-panels|panel-gaps|tp2-0.33 > plan.json
+usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200|architectures|checkpoints|compile-cache|integer-checkpoints|one-h100|release-panels|torch-stage-panels|panel-gaps|tp2-0.33|panels-0.32-0.31 > plan.json
 Every start is an EngineArgs dict on a config in tests/fixtures/vllm-starts/configs/, in vLLM's
 `vllm serve` usage context unless it says `llm`. Starts whose config is not there are left out.
 """
@@ -271,6 +271,16 @@ def panel_gaps():
     return panels(GAP_RELEASES)
 
 
+TORCH_213_RELEASES = ("0.32.0", "0.31.0")
+
+
+def panels_032_031():
+    """The common panel on 0.32.0 and 0.31.0, never started so far (kvsize took their rules from a neighbour): both
+    pin torch 2.13.0, and each runs on one GPU with its own vLLM over torch 2.13.0, beside 0.33.0; newest first, at
+    the settings of 0.33.0's one-GPU panel."""
+    return panels(TORCH_213_RELEASES)
+
+
 def tp2_033():
     """Tensor parallel 2 on the default release, 0.33.0 (issue 49: its TP terms were 0.19's prior): dense, MoE,
     a 70B with fp8 KV, MLA, sliding windows and gpt-oss, bf16 and fp8 KV mixed; most useful first."""
@@ -293,7 +303,8 @@ if __name__ == "__main__":
             "checkpoints": checkpoints, "compile-cache": compile_cache,
             "integer-checkpoints": integer_checkpoints, "one-h100": one_h100,
             "release-panels": release_panels, "torch-stage-panels": torch_stage_panels,
-            "panel-gaps": panel_gaps, "tp2-0.33": tp2_033}[sys.argv[1]]()
+            "panel-gaps": panel_gaps, "tp2-0.33": tp2_033,
+            "panels-0.32-0.31": panels_032_031}[sys.argv[1]]()
     plan = [s for s in plan if (CONFIGS / Path(s["config"]).name).exists()]
     json.dump(plan, sys.stdout, indent=1)
     print()
