@@ -65,10 +65,7 @@ def provenance_rows(engines: list[str], gpus: list[str], now: datetime | None = 
             notes.append(evidence.sentence())
         parallel = parallel_evidence(engine.name, engine.version) if engine.release is not None else None
         if parallel is not None:
-            notes.append(f"TP and PP terms confirmed by starts of {engine.name} {parallel.version} on up to "
-                         f"{parallel.max_gpus} GPU(s); on more they are carried from those starts, not confirmed"
-                         if parallel.version else "no start ran with this release's TP and PP terms: on more than "
-                         "one GPU they are read from source and public logs, not confirmed by a start")
+            notes.append(parallel.summary(engine.name))
         if engine.release is not None and engine.release.unconfirmed:
             notes.append(f"{engine.release.name} rules: {engine.release.unconfirmed}")
         started = "" if evidence is None else " (started)" if evidence.started else " (never started)"

@@ -197,3 +197,11 @@ def tensor_parallel_section(e) -> None:
     if notes:
         st.caption(f"Per GPU at TP {e.scenario.tensor_parallel_size}: every figure above is one GPU's.")
         st.markdown("\n".join(f"- {n}" for n in notes))
+
+
+def points_frame(points: list[dict], floor: float) -> pd.DataFrame:
+    """Predicted against measured points, with the signed error in percent (measured figures below `floor` count
+    as `floor`, so that a zero does not divide)."""
+    df = pd.DataFrame(points, columns=["kind", "point", "predicted", "measured"])
+    df["error_%"] = 100 * (df["predicted"] - df["measured"]) / df["measured"].clip(lower=floor)
+    return df

@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     record["recommended_format"] = recommend(scenario, args.engine)
     from app.commands.llamacpp_buffers import flat_columns, serve_buffers_of, table_lines
 
-    buffers = serve_buffers_of(scenario, result.k_format, result.v_format) if result.engine.name == "llamacpp" else None
+    buffers = serve_buffers_of(scenario, result.k_format, result.v_format)
     if buffers is not None:
         from sizing.engines.llamacpp_quant import buffers_record
 

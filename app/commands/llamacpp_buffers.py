@@ -4,18 +4,16 @@ from __future__ import annotations
 
 
 def serve_buffers_of(scenario, k_format: str, v_format: str):
-    """The buffers llama.cpp makes for the scenario's serve command, or None for another engine."""
+    """The buffers llama.cpp makes for the scenario's serve command; None for another engine, or where the estimate's
+    notes say why llama.cpp's own buffers are not sized."""
     from sizing.engines import get_engine
 
     engine = get_engine(scenario.engine)
     if engine.name != "llamacpp":
         return None
-    from sizing.engines.llamacpp_quant import serve_buffers_where_sized
+    from sizing.engines.llamacpp_quant import scenario_buffers
 
-    buffers, _ = serve_buffers_where_sized(
-        scenario.shape, scenario.weights_dtype, scenario.max_model_len or engine.default_max_model_len(scenario.shape),
-        scenario.concurrency, k_format, v_format, scenario.tensor_parallel_size, scenario.pipeline_parallel_size)
-    return buffers  # None where the estimate's notes say why llama.cpp's own buffers are not sized
+    return scenario_buffers(scenario, engine, k_format, v_format)[0]
 
 
 def flat_columns(record: dict | None) -> dict:
@@ -36,10 +34,10 @@ def table_lines(buffers) -> list[str]:
 
 def check_sweep_weights(weights_dtype: str) -> None:
     """A sweep's speed columns read kvsize's weight formats: a GGUF type is refused there in one line."""
-    from sizing.engines.llamacpp_quant import _BY_LOWER
+    from sizing.engines.llamacpp_quant import is_gguf_type
+    from sizing.engines.memory import WEIGHT_ALIASES, WEIGHT_FORMATS
 
-    key = str(weights_dtype).strip().lower()
-    if key in _BY_LOWER and key not in ("fp16", "fp32", "bf16", "float16", "float32", "bfloat16"):
+    if is_gguf_type(weights_dtype) and str(weights_dtype).strip().lower() not in {*WEIGHT_FORMATS, *WEIGHT_ALIASES}:
         from sizing.errors import KvsizeError
 
         raise KvsizeError(f"--weights-dtype {weights_dtype}: a sweep takes kvsize's weight formats (auto, bf16, fp16, "

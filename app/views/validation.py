@@ -6,7 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from app.ui import ROOT, _chart, _downloads, show_error
+from app.ui import ROOT, _chart, _downloads, points_frame, show_error
 from measure.llamacpp.buffers import SCHEMA as LLAMACPP_BUFFERS_SCHEMA  # full-size llama.cpp loads' buffers
 from measure.llamacpp.report import SCHEMA as LLAMACPP_SCHEMA  # real llama.cpp loads on a CPU
 from sizing.inputs import load_json
@@ -39,9 +39,7 @@ def report_points(data) -> pd.DataFrame:
                            measured=c["printed"]) for c in data["checks"]]
         except (KeyError, TypeError) as e:
             raise KvsizeError(f"verify report check is missing field {e}") from None
-        df = pd.DataFrame(points, columns=["kind", "point", "predicted", "measured"])
-        df["error_%"] = 100 * (df["predicted"] - df["measured"]) / df["measured"].clip(lower=1)
-        return df
+        return points_frame(points, floor=1)
     if not isinstance(data, dict) or data.get("schema") != REPORT_SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise KvsizeError(f"not a kvsize measurement report: schema {found!r}, expected {REPORT_SCHEMA!r}")
@@ -72,9 +70,7 @@ def report_points(data) -> pd.DataFrame:
                                    measured=t["measured"][key]))
     except (KeyError, TypeError) as e:
         raise KvsizeError(f"measurement report point is missing field {e}") from None
-    df = pd.DataFrame(points, columns=["kind", "point", "predicted", "measured"])
-    df["error_%"] = 100 * (df["predicted"] - df["measured"]) / df["measured"].clip(lower=1)
-    return df
+    return points_frame(points, floor=1)
 
 
 @st.cache_data(show_spinner=False)

@@ -10,7 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from app.ui import _chart, _downloads
+from app.ui import _chart, _downloads, points_frame
 
 
 @st.cache_data(show_spinner=False)
@@ -35,9 +35,7 @@ def report_points(data: dict) -> pd.DataFrame:
         for got, want in zip(row["figures"]["caches"], p.caches):
             points.append(dict(kind=f"{got['role']} K + V (MiB)", point=row["load"]["id"],
                                predicted=round(want.size_bytes / MIB, 2), measured=float(got["size_mib"])))
-    df = pd.DataFrame(points, columns=["kind", "point", "predicted", "measured"])
-    df["error_%"] = 100 * (df["predicted"] - df["measured"]) / df["measured"].clip(lower=0.01)
-    return df
+    return points_frame(points, floor=0.01)
 
 
 def buffer_points(data: dict) -> pd.DataFrame:
@@ -58,9 +56,7 @@ def buffer_points(data: dict) -> pd.DataFrame:
                 if device in got:
                     points.append(dict(kind=f"{kind} buffer (MiB)", point=f"{s['id']} {device}",
                                        predicted=float(mib), measured=float(got[device])))
-    df = pd.DataFrame(points, columns=["kind", "point", "predicted", "measured"])
-    df["error_%"] = 100 * (df["predicted"] - df["measured"]) / df["measured"].clip(lower=0.01)
-    return df
+    return points_frame(points, floor=0.01)
 
 
 def llamacpp_section() -> None:

@@ -129,7 +129,7 @@ def stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, index: in
     # Keyed by hand: an lru_cache would key on `s` whole, and so miss on every new length. SGLang's default
     # fraction reads the context length, so the fraction the engine would pick is part of the key.
     key = (_setup_key(s), chosen_fraction(s, engine), engine, k_name, v_name, index, stage.start, stage.stop,
-           num_stages, (s.max_model_len, s.concurrency) if engine.name == "llamacpp" else None)  # llama.cpp's -c
+           num_stages, (s.max_model_len, s.concurrency) if engine.activation_reads_context else None)
     found = _SETUPS.get(key)
     if found is None:
         if len(_SETUPS) >= _SETUPS_MAX:
@@ -247,10 +247,9 @@ def _llamacpp_buffers(s: Scenario, engine: Engine, shape: ModelShape, k_name: st
     """llama.cpp's buffers for its serve command (sizing/engines/llamacpp_quant.py) and None, or (None, why not)."""
     if engine.name != "llamacpp":
         return None, None
-    from ..engines.llamacpp_quant import serve_buffers_where_sized
+    from ..engines.llamacpp_quant import scenario_buffers
 
-    return serve_buffers_where_sized(shape, s.weights_dtype, s.max_model_len or engine.default_max_model_len(shape),
-                                     s.concurrency, k_name, v_name, s.tensor_parallel_size, s.pipeline_parallel_size)
+    return scenario_buffers(s, engine, k_name, v_name, shape)
 
 
 def model_runner(engine: Engine, shape: ModelShape) -> str:

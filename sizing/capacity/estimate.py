@@ -146,9 +146,9 @@ def _estimate_lengths(scenario: Scenario, lengths: list[int]) -> list[tuple[Esti
     release = first.engine.release
     length_sets_defaults = (scenario.max_num_batched_tokens is None and release is not None
                             and release.profile_tokens == "v0_unchunked")
-    if length_sets_defaults or scenario.pipeline_parallel_size > 1 or first.engine.name == "llamacpp":
-        # The profiled batch (V0), the tightest stage or llama.cpp's compute buffer (sized at its -c, the context
-        # times the slots) can change with the length: estimate each.
+    if length_sets_defaults or scenario.pipeline_parallel_size > 1 or first.engine.activation_reads_context:
+        # The profiled batch (V0), the tightest stage or an activation sized at the context (llama.cpp's compute
+        # buffer at its -c) can change with the length: estimate each.
         return [(e, _figures_of(e)) for e in (estimate(scenario.at_length(n)) for n in lengths)]
     s, engine, k_name, v_name = prepared(scenario.at_length(lengths[0]))
     if len({chosen_fraction(s.at_length(n), engine) for n in lengths}) > 1:

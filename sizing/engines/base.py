@@ -191,6 +191,9 @@ class Engine:
     # the context served without --max-model-len, from the release's default_context rule (None: the
     # model's max_position_embeddings)
     context_rule: ContextRule | None = None
+    # the activation is sized at the served context (llama.cpp's compute buffer at its -c), so a stage's setup
+    # holds for one context length only
+    activation_reads_context: bool = False
 
     @property
     def label(self) -> str:

@@ -313,4 +313,4 @@ def _llamacpp_pool(layout: CacheLayout, block_size: int, in_flight_tokens: int, 
 
 LLAMACPP = Engine("llamacpp", None, 0.0, None, 1, False, headroom_budget, _llamacpp_pool,
                   "src/llama-kv-cache.cpp (contiguous per-layer K and V tensors of n_ctx cells; "
-                  "n_ctx padded to 256)", model_rule=_llamacpp_model)
+                  "n_ctx padded to 256)", model_rule=_llamacpp_model, activation_reads_context=True)

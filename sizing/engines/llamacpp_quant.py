@@ -236,6 +236,21 @@ def serve_buffers_where_sized(shape: ModelShape, weights_dtype: str, max_model_l
                       "compute buffer")
 
 
+def scenario_buffers(s, engine, k_format: str, v_format: str, shape: ModelShape | None = None
+                     ) -> tuple[ServeBuffers | None, str | None]:
+    """serve_buffers_where_sized for a scenario served by `engine` (its context, else the engine's default), of the
+    model as the engine builds it where given (`shape`), else as configured."""
+    shape = shape or s.shape
+    return serve_buffers_where_sized(shape, s.weights_dtype, s.max_model_len or engine.default_max_model_len(shape),
+                                     s.concurrency, k_format, v_format, s.tensor_parallel_size,
+                                     s.pipeline_parallel_size)
+
+
+def is_gguf_type(name: str) -> bool:
+    """Whether a --weights-dtype names one of llama.cpp's GGUF types (any case, aliases included)."""
+    return str(name).strip().lower() in _BY_LOWER
+
+
 def buffer_lines(b: ServeBuffers) -> tuple[str, ...]:
     """The buffers as llama.cpp names them, each marked exact or a model (MiB = 2^20 bytes, as llama.cpp prints)."""
     from .llamacpp_weights import mib_printed

@@ -95,8 +95,11 @@ def resolve_weights_dtype(name: str, shape: ModelShape) -> WeightFormat:
     return fmt
 
 
+WEIGHT_ALIASES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}  # torch's dtype names
+
+
 def _weight_format(key: str, name: str) -> WeightFormat:
-    key = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}.get(key, key)
+    key = WEIGHT_ALIASES.get(key, key)
     grouped = re.fullmatch(r"int([2348])_g(\d{1,5}|channel)(_sym)?", key)
     if grouped:  # a checkpoint's integers in its own groups: an fp16 scale each, a zero of as many bits
         # unless symmetric

@@ -172,6 +172,14 @@ class ParallelEvidence:
     max_gpus: int
     version: str | None  # the started release that ran on them (None: no start of these terms at all)
 
+    def summary(self, engine: str) -> str:
+        """What starts confirm of the terms, whatever the GPU count (a file's assumptions)."""
+        if self.version is None:
+            return ("no start ran with this release's TP and PP terms: on more than one GPU they are read from source "
+                    "and public logs, not confirmed by a start")
+        return (f"TP and PP terms confirmed by starts of {engine} {self.version} on up to {self.max_gpus} GPU(s); "
+                "on more they are carried from those starts, not confirmed")
+
     def note(self, engine: str, release_name: str, gpus: int) -> str | None:
         """What an answer on `gpus` GPUs says of its TP/PP terms, or None where a start confirms them."""
         if gpus <= self.max_gpus:
