@@ -1,6 +1,6 @@
 """Write the plans of real vLLM starts that make tests/fixtures/vllm-starts (one JSON list a machine).
 
-usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200|architectures|checkpoints|compile-cache|integer-checkpoints|one-h100|release-panels|torch-stage-panels|panel-gaps|tp2-0.33|panels-0.32-0.31 > plan.json
+usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200|architectures|checkpoints|compile-cache|integer-checkpoints|one-h100|release-panels|torch-stage-panels|panel-gaps|tp2-0.33|tp4-0.33|panels-0.32-0.31 > plan.json
 Every start is an EngineArgs dict on a config in tests/fixtures/vllm-starts/configs/, in vLLM's
 `vllm serve` usage context unless it says `llm`. Starts whose config is not there are left out.
 """
@@ -297,13 +297,30 @@ def tp2_033():
     ]
 
 
+def tp4_033():
+    """Tensor parallel 4 on the default release, 0.33.0, on four GPUs of one host (issue 49: TP 4 was started only
+    on 0.22.1 and 0.26.0): a 70B, an MoE, gpt-oss-120b's MXFP4 experts, a small dense model (where the per-GPU
+    terms weigh most), Mixtral with fp8 KV, MLA, sliding windows and Qwen3-8B with fp8 KV; most useful first."""
+    r = "0.33.0"
+    return [
+        start(r, "llama-3.1-70b", "tp4", tensor_parallel_size=4, max_model_len=32768),
+        start(r, "qwen3-30b-a3b", "tp4", tensor_parallel_size=4, max_model_len=32768),
+        start(r, "gpt-oss-120b", "tp4", tensor_parallel_size=4, max_model_len=131072),
+        start(r, "llama-3.1-8b", "tp4", tensor_parallel_size=4),
+        start(r, "mixtral-8x7b-v0.1", "tp4-fp8", tensor_parallel_size=4, kv_cache_dtype="fp8"),
+        start(r, "deepseek-v2-lite", "tp4", tensor_parallel_size=4, max_model_len=32768),
+        start(r, "gemma-2-9b", "tp4", tensor_parallel_size=4),
+        start(r, "qwen3-8b", "tp4-fp8", tensor_parallel_size=4, kv_cache_dtype="fp8"),
+    ]
+
+
 if __name__ == "__main__":
     plan = {"four-gpus": four_gpus, "one-gpu": one_gpu, "four-h100s": four_h100s, "two-h100s": two_h100s,
             "one-h200": one_h200, "architectures": architectures,
             "checkpoints": checkpoints, "compile-cache": compile_cache,
             "integer-checkpoints": integer_checkpoints, "one-h100": one_h100,
             "release-panels": release_panels, "torch-stage-panels": torch_stage_panels,
-            "panel-gaps": panel_gaps, "tp2-0.33": tp2_033,
+            "panel-gaps": panel_gaps, "tp2-0.33": tp2_033, "tp4-0.33": tp4_033,
             "panels-0.32-0.31": panels_032_031}[sys.argv[1]]()
     plan = [s for s in plan if (CONFIGS / Path(s["config"]).name).exists()]
     json.dump(plan, sys.stdout, indent=1)
