@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -20,13 +21,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SERVING = ROOT / "measure" / "serving"
 TRIM_ABOVE = 1_000_000
-KIT_ON_MACHINE = "/work/main/.serve-kit/"
+# the kit ran from a copy of the repository wherever the machine put it: any absolute folder ending in .serve-kit/
+KIT_ON_MACHINE = re.compile(r"/[^\s\"']*/\.serve-kit/")
 RES_ON_MACHINE = "/tmp/res/"
 
 
 def clean(text: str) -> str:
-    return (text.replace(KIT_ON_MACHINE + "models/", "measure/serving/models/")
-            .replace(KIT_ON_MACHINE, "serve-kit/").replace(RES_ON_MACHINE, ""))
+    text = re.sub(KIT_ON_MACHINE.pattern + "models/", "measure/serving/models/", text)
+    return KIT_ON_MACHINE.sub("serve-kit/", text).replace(RES_ON_MACHINE, "")
 
 
 def copy_text(src: Path, dst: Path) -> None:
@@ -37,7 +39,7 @@ def copy_bench(src: Path, dst: Path) -> None:
     """The bench result gzipped (the repository's working tree stays small; the bytes inside are vllm bench serve's
     own), with the kit's folder on the machine renamed, and trimmed where it is over TRIM_ABOVE bytes."""
     raw = src.read_text()
-    if len(raw) > TRIM_ABOVE or KIT_ON_MACHINE in raw:
+    if len(raw) > TRIM_ABOVE or KIT_ON_MACHINE.search(raw):
         data = json.loads(raw)
         for key in ("model_id", "tokenizer_id"):
             if isinstance(data.get(key), str):
