@@ -105,7 +105,7 @@ class NonTorchModel(_Strict):
     # and beside it, per logit of the V2 sampler's profiling pass (max_num_seqs x vocab_size): what the
     # 0.27-0.33 starts print grows with the vocabulary (0: no such term)
     v2_bytes_per_sampled_logit: float = Field(default=0, ge=0, le=64)
-    # and per element of the vocab x hidden embedding (0.27-0.32: about one model-dtype copy of it)
+    # and per element of the vocab x hidden embedding (0.27-0.30: about one model-dtype copy of it)
     v2_bytes_per_embedding_element: float = Field(default=0, ge=0, le=64)
     pipeline_bytes: int = Field(ge=0)
     tensor_parallel_bytes: int = Field(ge=0)
