@@ -45,6 +45,45 @@ def test_a_figure_llama_cpp_did_not_print_fails(report):
                                           "llama.cpp printed (its raw lines say otherwise)"]
 
 
+def test_a_load_asked_not_to_map_is_held_to_the_load_mode_llama_cpp_printed(report):
+    # llama-cpp-python 0.3.36's model params have load_mode and no use_mmap: a load that set use_mmap=False was
+    # mapped all the same (its log said "load_mode = mmap"); the check now fails such a load
+    unmapped = [r for r in report["loads"] if not r["load"]["use_mmap"]]
+    assert len(unmapped) == 2
+    assert all(not buffers.mapped(r["lines"]) and any("(load_mode = none)" in line for line in r["lines"])
+               for r in unmapped)
+    tampered = copy.deepcopy(report)
+    row = next(r for r in tampered["loads"] if not r["load"]["use_mmap"])
+    row["lines"] = [line.replace("(load_mode = none)", "(load_mode = mmap)") for line in row["lines"]]
+    assert buffers.problems(tampered) == [f"{row['load']['id']}: the load asked for use_mmap=False but llama.cpp's "
+                                          "load mode was mmap"]
+
+
+def test_the_child_asks_for_the_load_mode_through_the_field_the_struct_has(monkeypatch):
+    import ctypes
+    import sys
+    import types
+
+    from measure.llamacpp import child
+
+    class Params(ctypes.Structure):  # 0.3.36's llama_model_params, as far as loading goes
+        _fields_ = [("n_gpu_layers", ctypes.c_int32), ("load_mode", ctypes.c_int32)]
+
+    seen = {}
+
+    def load_from_file(path, params):
+        seen.update(load_mode=params.load_mode, n_gpu_layers=params.n_gpu_layers)
+        return None  # no model: the child stops there
+
+    fake = types.SimpleNamespace(llama_backend_init=lambda: None, llama_model_default_params=Params,
+                                 llama_model_load_from_file=load_from_file)
+    monkeypatch.setitem(sys.modules, "llama_cpp", fake)
+    assert child.load("m.gguf", {"use_mmap": False}) == {"model_loaded": False, "context_made": False}
+    assert seen == {"load_mode": child.LOAD_MODE["none"], "n_gpu_layers": 0}
+    child.load("m.gguf", {"use_mmap": True})
+    assert seen["load_mode"] == child.LOAD_MODE["auto"]
+
+
 def test_a_changed_raw_line_is_held_to_kvsize(report):
     tampered = copy.deepcopy(report)
     row = tampered["loads"][3]  # the q4_0 load: a mapped and a repacked buffer
@@ -79,10 +118,8 @@ def test_the_predictions_came_first_and_are_kept_apart(report):
     for row in report["loads"]:
         p = before[row["load"]["id"]]
         got = buffers.printed(row["figures"], "model")
-        if row["load"]["use_mmap"]:  # asked to map: predicted as printed
-            assert p["model_buffers_mib"] == got, row["load"]["id"]
-        else:  # asked not to map, llama.cpp mapped it anyway (load_mode = mmap): the prediction named "CPU"
-            assert "CPU" in p["model_buffers_mib"] and "CPU_Mapped" in got
+        # mapped or not (load_mode = none: the tensors read into a CPU buffer, the repacked ones left out of it)
+        assert p["model_buffers_mib"] == got, row["load"]["id"]
         assert p["output_mib"] == buffers.printed(row["figures"], "output")["CPU"]
 
 

@@ -1,6 +1,7 @@
 """The llama.cpp buffers beside the KV cache held to what llama.cpp printed: the model buffers (exact, for the full-size
 loads of measure/reports/llamacpp-cpu-buffers.json and the miniatures of llamacpp-cpu-loads.json), the output buffer
 (exact) and the compute buffer (a model: its error is measured and held within the band docs/formulas.md states).
+A report of loads on a CUDA GPU (device kind "cuda", llamacpp-cuda-buffers.json) is checked by measure/llamacpp/cuda.py.
 
 A report whose figures are not what its raw lines say fails, as does a load whose buffers kvsize does not print as
 llama.cpp printed them.
@@ -53,7 +54,13 @@ def miniature_problems(report: dict[str, Any]) -> list[str]:
 
 
 def full_prediction(settings: dict[str, Any], config: dict[str, Any], mapped: bool) -> dict[str, Any]:
-    """kvsize's buffers for a full-size load; `mapped`: llama.cpp mapped the file (as its log says)."""
+    """kvsize's buffers for a full-size load; `mapped`: llama.cpp mapped the file (as its log says). A load with
+    layers on a CUDA GPU (measure/llamacpp/cuda.py) gets its model buffers by device, CUDA0 and CPU_Mapped."""
+    if settings.get("n_gpu_layers", 0):
+        from .cuda import kvsize_figures
+
+        f = kvsize_figures(settings)
+        return {"model": f["model"], "output": f["output"]["CUDA_Host"], "compute": f["compute"]["CUDA0"]}
     shape = resolve_shape(config)
     kv = predict_load(shape, settings["n_ctx"], settings["n_seq_max"], settings["type_k"], settings["type_v"],
                       settings["flash_attn"], settings["kv_unified"], settings["n_batch"], settings["n_ubatch"])
@@ -77,9 +84,14 @@ def compute_error(predicted_bytes: int, printed_mib: str) -> float:
 
 
 def problems(report: dict[str, Any]) -> list[str]:
-    """Every failed check of a full-size buffers report, one line each, named by load."""
+    """Every failed check of a full-size buffers report, one line each, named by load (a CUDA report's by
+    measure/llamacpp/cuda.py)."""
     if report.get("schema") != SCHEMA:
         return [f"not a llama.cpp buffers report (schema {report.get('schema')!r}, expected {SCHEMA})"]
+    if isinstance(report.get("device"), dict) and report["device"].get("kind") == "cuda":
+        from .cuda import problems as cuda_problems
+
+        return cuda_problems(report)
     if not report.get("loads"):
         return ["the report holds no loads"]
     out = []
@@ -91,6 +103,10 @@ def problems(report: dict[str, Any]) -> list[str]:
             continue
         if not row["context_made"]:
             out.append(f"{s['id']}: no context was made")
+            continue
+        if s.get("use_mmap", True) != mapped(row["lines"]):
+            out.append(f"{s['id']}: the load asked for use_mmap={s.get('use_mmap', True)} but llama.cpp's load mode "
+                       f"was {'mmap' if mapped(row['lines']) else 'not mmap'}")
             continue
         p = full_prediction(s, json.loads((CONFIGS / f"{s['model']}.json").read_text()), mapped(row["lines"]))
         want = {k: mib_printed(v) for k, v in p["model"].items()}

@@ -1,12 +1,15 @@
 """Full-size llama.cpp loads on a CPU: the model, output and compute buffers a planner needs beside the KV cache.
 
-    python -m measure.llamacpp.full predict            # kvsize's figures, written before the loads run
-    python -m measure.llamacpp.full run --python PATH/TO/llama-venv/bin/python --work DIR
-    python -m measure.llamacpp.full check [REPORT]
+    python -m measure.llamacpp.full predict [--cuda]   # kvsize's figures, written before the loads run
+    python -m measure.llamacpp.full run [--cuda] --python PATH/TO/llama-venv/bin/python --work DIR
+    python -m measure.llamacpp.full check [REPORT]     # without REPORT: the CPU report, and the CUDA one if kept
 
 Each load writes the model at full size with zero weights (gguf_writer --full TYPE: every matrix of that ggml type,
 norms f32), loads it on the CPU (mmap on, as llama.cpp's default, or off), makes one context and keeps every memory
 line; the GGUF is deleted after its loads. kvsize itself needs neither llama-cpp-python nor gguf.
+
+With --cuda the loads are measure/llamacpp/cuda.py's: on one CUDA GPU, every layer offloaded, as kvsize's serve command
+starts llama.cpp (predictions in full-cuda-predictions.json, report measure/reports/llamacpp-cuda-buffers.json).
 """
 
 from __future__ import annotations
@@ -17,8 +20,6 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-
-from .buffers import CONFIGS, SCHEMA
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / "measure" / "reports" / "llamacpp-cpu-buffers.json"
@@ -56,6 +57,8 @@ FULL_LOADS = (
 
 
 def config_of(load: FullLoad) -> dict:
+    from .buffers import CONFIGS
+
     return json.loads((CONFIGS / f"{load.config}.json").read_text())
 
 
@@ -80,6 +83,8 @@ def predict(load: FullLoad) -> dict:
 
 
 def write_predictions(out: Path = PREDICTIONS) -> None:
+    from .buffers import SCHEMA
+
     rows = [{"load": asdict(load), "prediction": predict(load)} for load in FULL_LOADS]
     out.write_text(json.dumps({"schema": SCHEMA + "-predictions", "loads": rows}, indent=1) + "\n")
     print(f"{len(rows)} predictions -> {out}")
@@ -89,6 +94,7 @@ def run(python: str, work: Path, out: Path) -> int:
     import os
     import platform
 
+    from .buffers import SCHEMA
     from .logparse import memory_lines, parse
     from .run import _versions
 
@@ -128,25 +134,36 @@ def run(python: str, work: Path, out: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m measure.llamacpp.full", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("predict")
+    p = sub.add_parser("predict")
+    p.add_argument("--cuda", action="store_true", help="the CUDA loads' predictions (full-cuda-predictions.json)")
     r = sub.add_parser("run")
+    r.add_argument("--cuda", action="store_true", help="the CUDA loads (a CUDA build of llama.cpp, one GPU)")
     r.add_argument("--python", required=True, help="an interpreter with llama-cpp-python and gguf")
     r.add_argument("--work", type=Path, required=True, help="where the full-size GGUFs go (deleted after)")
-    r.add_argument("--out", type=Path, default=REPORT)
+    r.add_argument("--out", type=Path, default=None, help=f"default {REPORT.name} (--cuda: llamacpp-cuda-buffers.json)")
     c = sub.add_parser("check")
-    c.add_argument("report", type=Path, nargs="?", default=REPORT)
+    c.add_argument("report", type=Path, nargs="?", default=None)
     args = ap.parse_args(argv)
+    from . import cuda
+
     if args.cmd == "predict":
-        write_predictions()
+        (cuda.write_predictions if args.cuda else write_predictions)()
         return 0
     if args.cmd == "run":
-        return run(args.python, args.work, args.out)
+        if args.cuda:
+            out = args.out or cuda.REPORT
+            return cuda.run(args.python, args.work, out, out.with_suffix(".log"), None)
+        return run(args.python, args.work, args.out or REPORT)
     from .buffers import problems
 
-    found = problems(json.loads(args.report.read_text()))
-    for line in found:
-        print(line)
-    return 1 if found else 0
+    reports = [args.report] if args.report else [REPORT, *([cuda.REPORT] if cuda.REPORT.exists() else [])]
+    failed = 0
+    for path in reports:
+        found = problems(json.loads(path.read_text()))
+        for line in found:
+            print(f"{path.name}: {line}")
+        failed += bool(found)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
