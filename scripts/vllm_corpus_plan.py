@@ -1,6 +1,6 @@
 """Write the plans of real vLLM starts that make tests/fixtures/vllm-starts (one JSON list a machine).
 
-usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200|architectures|checkpoints|compile-cache|integer-checkpoints|one-h100|release-panels|torch-stage-panels|panel-gaps|tp2-0.33|tp4-0.33|panels-0.32-0.31 > plan.json
+usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200|architectures|checkpoints|compile-cache|integer-checkpoints|one-h100|release-panels|torch-stage-panels|panel-gaps|tp2-0.33|tp4-0.33|panels-0.32-0.31|panels-0.29-0.27 > plan.json
 Every start is an EngineArgs dict on a config in tests/fixtures/vllm-starts/configs/, in vLLM's
 `vllm serve` usage context unless it says `llm`. Starts whose config is not there are left out.
 """
@@ -297,6 +297,16 @@ def tp2_033():
     ]
 
 
+TORCH_213_OLDER_RELEASES = ("0.29.0", "0.28.0", "0.27.0")
+
+
+def panels_029_027():
+    """The common panel on 0.29.0, 0.28.0 and 0.27.0, never started (kvsize takes their rules from 0.27.1 and
+    0.30.0, the sub-range's started releases): all three pin torch 2.13.0 and run on its overlay, as 0.31.0 and
+    0.32.0 did; 0.29.0 first, where the V2 runner took every model and began subtracting its graph estimate."""
+    return panels(TORCH_213_OLDER_RELEASES)
+
+
 def tp4_033():
     """Tensor parallel 4 on the default release, 0.33.0, on four GPUs of one host (issue 49: TP 4 was started only
     on 0.22.1 and 0.26.0): a 70B, an MoE, gpt-oss-120b's MXFP4 experts, a small dense model (where the per-GPU
@@ -320,7 +330,7 @@ if __name__ == "__main__":
             "checkpoints": checkpoints, "compile-cache": compile_cache,
             "integer-checkpoints": integer_checkpoints, "one-h100": one_h100,
             "release-panels": release_panels, "torch-stage-panels": torch_stage_panels,
-            "panel-gaps": panel_gaps, "tp2-0.33": tp2_033, "tp4-0.33": tp4_033,
+            "panel-gaps": panel_gaps, "tp2-0.33": tp2_033, "tp4-0.33": tp4_033, "panels-0.29-0.27": panels_029_027,
             "panels-0.32-0.31": panels_032_031}[sys.argv[1]]()
     plan = [s for s in plan if (CONFIGS / Path(s["config"]).name).exists()]
     json.dump(plan, sys.stdout, indent=1)
