@@ -122,6 +122,8 @@ class Settings(BaseModel):
     max_num_seqs: PositiveInt
     gpu_memory_utilization: float = Field(gt=0, le=1)
     enable_prefix_caching: bool
+    # --compilation-config's max_cudagraph_capture_size where the server set it (None: the release's default, 512)
+    max_cudagraph_capture_size: PositiveInt | None = None
     input_len: PositiveInt
     output_len: PositiveInt
     loop: Literal["closed", "open"]
@@ -348,7 +350,8 @@ def build_points(serving: Path = SERVING) -> list[Point]:
                     tensor_parallel_size=s["tensor_parallel_size"], max_model_len=s["max_model_len"],
                     max_num_batched_tokens=s["max_num_batched_tokens"], max_num_seqs=s["max_num_seqs"],
                     gpu_memory_utilization=s["gpu_memory_utilization"],
-                    enable_prefix_caching=s["enable_prefix_caching"], input_len=p["input_len"],
+                    enable_prefix_caching=s["enable_prefix_caching"],
+                    max_cudagraph_capture_size=s.get("max_cudagraph_capture_size"), input_len=p["input_len"],
                     output_len=p["output_len"], loop="closed" if p["concurrency"] is not None else "open",
                     concurrency=p["concurrency"], request_rate=p["request_rate"], num_prompts=p["num_prompts"],
                     seed=p["seed"])

@@ -78,11 +78,18 @@ DENSE_POINTS = [closed(1000, 256, 1, 3), closed(1000, 256, 8, 16), closed(1000, 
 # largest load meeting a TTFT/TPOT target can be read off the measurements between neighbouring points.
 SWEEP_CLOSED = [closed(1000, 256, c, 2 * c) for c in (48, 64, 80, 96, 112, 160, 192, 256)]
 SWEEP_OPEN = [opened(1000, 256, rate, 20 * rate) for rate in (8, 12, 16, 20, 24, 28)]
+# batch b7, on H200: what a prompt alone costs either side of the largest CUDA graph. One request's TTFT on the MoE
+# models of b2/b4 is 20-80 ms above the simulation's prefill (Qwen3-30B-A3B: 99 ms measured for 1,000 tokens, 22
+# simulated) while the dense models' is within a few ms; a step above max_cudagraph_capture_size (512 tokens by
+# default) runs without a graph. The same prompts on the same server with graphs captured up to 2,048 tokens say
+# whether the gap is the graphless launch; Llama-3.2-1B (the dense model whose step is smallest) is the control.
+PREFILL_LADDER = [closed(n, 32, 1, 3) for n in (256, 500, 520, 1000, 2000, 4000, 8000)]
 
 
 def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len: int, points: list[dict],
            kv_cache_dtype: str = "auto", tp: int = 1, prefill_tokens_per_s: float = 15000.0,
-           itl_guess_s: float = 0.012, tokenizer_only: bool = False, instead_of: str | None = None) -> dict:
+           itl_guess_s: float = 0.012, tokenizer_only: bool = False, instead_of: str | None = None,
+           max_cudagraph_capture_size: int | None = None) -> dict:
     pts = []
     for k, p in enumerate(points, start=1):
         if p["concurrency"] is not None:
@@ -106,6 +113,9 @@ def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len
     if instead_of:
         # started only where the server named failed to start (a fallback the lane decides on the machine)
         extra["instead_of"] = instead_of
+    if max_cudagraph_capture_size:
+        # passed as --compilation-config '{"max_cudagraph_capture_size": N}'
+        extra["max_cudagraph_capture_size"] = max_cudagraph_capture_size
     return dict(tag=tag, batch=batch, model=model, config=f"measure/serving/models/{model}/config.json", gpus=gpus, **extra,
                 port=port, tensor_parallel_size=tp, kv_cache_dtype=kv_cache_dtype, max_model_len=max_model_len,
                 max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS, max_num_seqs=MAX_NUM_SEQS,
@@ -114,23 +124,24 @@ def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len
 
 def plan() -> dict:
     b1, b2, b3, b4, b5 = "b1-llama8b", "b2-moe-mla", "b3-tp2-32b", "b4-past-pool-moe2", "b5-dense-sizes"
-    b6 = "b6-rate-sweep"
+    b6, b7 = "b6-rate-sweep", "b7-prefill-graphs"
     ran = {b1: {"0": ["llama8b-bf16", "qwen3moe-bf16"], "1": ["llama8b-fp8", "dsv2lite-bf16"],
                 "0,1": ["qwen25-32b-tp2-bf16"]}}
     ran[b2], ran[b3] = ran[b1], ran[b1]  # b1-b3 ran as one set of lanes
     ran[b4] = {"0": ["b4-llama8b-bf16", "b4-qwen3moe-bf16"], "1": ["b4-llama8b-fp8", "b4-mixtral", "b4-gptoss20b"],
                "0,1": []}
     ran[b5] = {"0": ["b5-llama1b", "b5-qwen3-8b"], "1": ["b5-qwen25-32b", "b5-nemo12b"], "0,1": ["b5-llama70b-tp2-fp8"]}
-    # planned, not run yet: what the kit runs next
     ran[b6] = {"0": ["b6-llama8b-bf16"], "1": ["b6-qwen3moe-bf16"], "0,1": []}
+    # planned, not run yet: what the kit runs next
+    ran[b7] = {"0": ["b7-qwen3moe", "b7-qwen3moe-cg2048"], "1": ["b7-llama1b", "b7-llama1b-cg2048"], "0,1": []}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
         bench="vllm bench serve --backend vllm --dataset-name random (ignore_eos), --percentile-metrics "
               "ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --save-result --save-detailed",
-        batches=[b1, b2, b3, b4, b5, b6],
+        batches=[b1, b2, b3, b4, b5, b6, b7],
         # lanes run side by side; a lane's servers run one after another; '0,1' runs once both others are done.
         # `lanes` are the newest batch's (what the kit runs); `lanes_by_batch` keeps each batch's
-        lanes=ran[b6], lanes_by_batch=ran,
+        lanes=ran[b7], lanes_by_batch=ran,
         servers=[
             server("llama8b-bf16", b1, "llama-3.1-8b", "0", 8101, 65536, LLAMA_POINTS),
             server("llama8b-fp8", b1, "llama-3.1-8b", "1", 8102, 65536, LLAMA_POINTS, kv_cache_dtype="fp8"),
@@ -169,6 +180,13 @@ def plan() -> dict:
                    prefill_tokens_per_s=30000, itl_guess_s=0.01),
             server("b6-qwen3moe-bf16", b6, "qwen3-30b-a3b", "1", 8132, 32768, SWEEP_CLOSED + SWEEP_OPEN,
                    prefill_tokens_per_s=20000, itl_guess_s=0.015),
+            server("b7-qwen3moe", b7, "qwen3-30b-a3b", "0", 8141, 32768, PREFILL_LADDER, prefill_tokens_per_s=20000),
+            server("b7-qwen3moe-cg2048", b7, "qwen3-30b-a3b", "0", 8142, 32768, PREFILL_LADDER,
+                   prefill_tokens_per_s=20000, max_cudagraph_capture_size=2048),
+            server("b7-llama1b", b7, "llama-3.2-1b-instruct", "1", 8143, 32768, PREFILL_LADDER,
+                   prefill_tokens_per_s=60000, itl_guess_s=0.004),
+            server("b7-llama1b-cg2048", b7, "llama-3.2-1b-instruct", "1", 8144, 32768, PREFILL_LADDER,
+                   prefill_tokens_per_s=60000, itl_guess_s=0.004, max_cudagraph_capture_size=2048),
         ],
     )
 

@@ -18,7 +18,8 @@ def point_gpu(settings: dict):
 
 
 def point_scenario(settings: dict, root) -> Scenario:
-    """The server of a point as kvsize sizes it: its config, GPU, release, TP, KV format and batch settings."""
+    """The server of a point as kvsize sizes it: its config, GPU, release, TP, KV format, batch settings and largest
+    CUDA graph."""
     gpu = point_gpu(settings)
     name, shape = load_model(str(root / settings["config"]))
     return Scenario(name, shape, gpu.name, gpu.memory_bytes, engine=f"vllm@{settings['vllm_version']}",
@@ -27,7 +28,8 @@ def point_scenario(settings: dict, root) -> Scenario:
                     memory_fraction=settings["gpu_memory_utilization"],
                     max_num_batched_tokens=settings["max_num_batched_tokens"], max_num_seqs=settings["max_num_seqs"],
                     gpu_multiprocessors=gpu.multiprocessors, gpu_nvml_mib=gpu.nvml_memory_mib,
-                    gpu_architecture=gpu.architecture)
+                    gpu_architecture=gpu.architecture,
+                    max_cudagraph_capture_size=settings.get("max_cudagraph_capture_size"))
 
 
 def served_settings(point: dict) -> dict:
