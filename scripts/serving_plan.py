@@ -84,6 +84,10 @@ SWEEP_OPEN = [opened(1000, 256, rate, 20 * rate) for rate in (8, 12, 16, 20, 24,
 # default) runs without a graph. The same prompts on the same server with graphs captured up to 2,048 tokens say
 # whether the gap is the graphless launch; Llama-3.2-1B (the dense model whose step is smallest) is the control.
 PREFILL_LADDER = [closed(n, 32, 1, 3) for n in (256, 500, 520, 1000, 2000, 4000, 8000)]
+# and on the default Llama-3.2-1B server, many short requests streaming at once: its step is so short that the API
+# server, not the engine, sets the pace (b5's 128 in flight: 111 chunks for 256 tokens, 6.84 ms between chunks
+# against a 2.44 ms step); one point cannot tell a per-stream cost from a fixed one, these five can
+STREAMS = [closed(128, 256, c, 2 * c) for c in (32, 64, 128, 256, 512)]
 
 
 def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len: int, points: list[dict],
@@ -183,7 +187,7 @@ def plan() -> dict:
             server("b7-qwen3moe", b7, "qwen3-30b-a3b", "0", 8141, 32768, PREFILL_LADDER, prefill_tokens_per_s=20000),
             server("b7-qwen3moe-cg2048", b7, "qwen3-30b-a3b", "0", 8142, 32768, PREFILL_LADDER,
                    prefill_tokens_per_s=20000, max_cudagraph_capture_size=2048),
-            server("b7-llama1b", b7, "llama-3.2-1b-instruct", "1", 8143, 32768, PREFILL_LADDER,
+            server("b7-llama1b", b7, "llama-3.2-1b-instruct", "1", 8143, 32768, PREFILL_LADDER + STREAMS,
                    prefill_tokens_per_s=60000, itl_guess_s=0.004),
             server("b7-llama1b-cg2048", b7, "llama-3.2-1b-instruct", "1", 8144, 32768, PREFILL_LADDER,
                    prefill_tokens_per_s=60000, itl_guess_s=0.004, max_cudagraph_capture_size=2048),
