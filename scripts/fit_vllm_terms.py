@@ -163,12 +163,17 @@ def fit_non_torch() -> dict[str, dict[str, tuple[int, list[str]]]]:
     return out
 
 
-def outside_the_fits(scenario) -> bool:
-    """gpt-oss (the model types whose graphs the estimate builds otherwise: their own capture size, unsplit
-    attention) runs MXFP4 experts through kernels that hold memory none of these terms models: gpt-oss-120b leaves
-    0.33 GiB of non-torch memory at TP 4 and 3.6 MB a layer of V2 graph estimate, where the other models leave at
-    most 0.11 GiB and 9-15 MB. Its starts are kept out of the fits and held to the result like any other
+def mxfp4_experts(scenario) -> bool:
+    """Routed experts in MXFP4 (gpt-oss), which vLLM runs through kernels that hold memory no non-torch term models:
+    gpt-oss-120b leaves 0.33 GiB of non-torch memory at TP 4 beside the sampler's state, where the other models leave
+    at most 0.13 GiB. Their starts are kept out of the non-torch fits and held to the result like any other
     (docs/accuracy.md), not fitted to."""
+    return scenario.shape.weights_quantization == "mxfp4" and bool(scenario.shape.num_experts)
+
+
+def graphs_built_otherwise(scenario) -> bool:
+    """A model whose CUDA graphs the estimate builds otherwise (a capture size or an unsplit attention of its own:
+    gpt-oss): what V2 adds above the V1 model is not the same there (gpt-oss-120b, 3.6 MB a layer against 9-15)."""
     model = get_engine(scenario.engine).release.cuda_graph_estimate
     return model is not None and (scenario.shape.model_type in model.unsplit_model_types
                                   or scenario.shape.model_type in model.max_capture_size_by_model_type)
@@ -197,7 +202,7 @@ def fit_sampled_logit_non_torch() -> dict[str, dict]:
         if name is None:
             continue
         s = with_engine_defaults(start_scenario(start))
-        if outside_the_fits(s):
+        if mxfp4_experts(s):
             continue
         rows.setdefault((name, start.printed.runner), []).append(
             (start.id, s.max_num_seqs * s.shape.vocab_size, printed_non_torch_gib(start.printed),
@@ -243,7 +248,7 @@ def _tensor_parallel_v2_starts():
         v = version_key(start.release)
         name = next((n for n, lo, hi in subs if lo <= v[:len(lo)] and v[:len(hi)] <= hi), None)
         s = with_engine_defaults(start_scenario(start)) if name is not None else None
-        if s is not None and not outside_the_fits(s):
+        if s is not None and not mxfp4_experts(s):
             out.append((start, name, s))
     return out
 
@@ -331,7 +336,7 @@ def write_tensor_parallel(non_torch: dict, copies: dict) -> None:
             f"of what the TP starts leave beside it, so none uses more than kvsize keeps: {starts} (GiB: "
             + ", ".join(f"{k} {v}" for k, v in non_torch["residuals_gib"].items()) + "). Releases 0.27-0.32 "
             "carry it: none of their starts ran at TP >= 2. TP sizes started: "
-            + ", ".join(str(n) for n in non_torch["tp_sizes"]) + "; gpt-oss is kept out (outside_the_fits); the V1 "
+            + ", ".join(str(n) for n in non_torch["tp_sizes"]) + "; MXFP4 experts are kept out (mxfp4_experts); the V1 "
             "runner at TP takes the base alone")
         data["sources"]["activation_v2.tensor_parallel_logit_copies"] = (
             "scripts/fit_vllm_terms.py --write (fit_tensor_parallel_logit_copies): model-dtype copies of the full "
@@ -348,7 +353,7 @@ def write_tensor_parallel(non_torch: dict, copies: dict) -> None:
 def fit_v2_graph_per_layer() -> tuple[int, list[str]]:
     """Model Runner V2's CUDA-graph estimate (0.29+) above the V1 runner's model, per layer of the model: least
     squares (no intercept) over the starts that print it ('CUDA graph pool memory: ... (estimated)'), gpt-oss left
-    out (outside_the_fits)."""
+    out (graphs_built_otherwise)."""
     from sizing.engines.cudagraphs import cuda_graph_estimate
     from sizing.units import GiB
 
@@ -362,7 +367,7 @@ def fit_v2_graph_per_layer() -> tuple[int, list[str]]:
         release = get_engine(s.engine).release
         if release.cuda_graph_estimate is None or not release.model_runners.v2_profiles_cuda_graphs:
             continue
-        if outside_the_fits(s):
+        if graphs_built_otherwise(s):
             continue
         v1 = cuda_graph_estimate(s.shape, release.cuda_graph_estimate, "FULL_AND_PIECEWISE", 1,
                                  range(s.shape.num_layers), s.max_num_seqs, s.max_num_batched_tokens,

@@ -25,17 +25,24 @@ def start(version, model, tag="", **args):
             "args": args, "version": version}
 
 
-def first_h100s():
-    """The first SGLang batch, on H100s: each layout (dense GQA and MHA, MoE, MLA, sliding window, Mamba
-    hybrid), the KV dtype, page sizes, the fraction by hand and by default, context 4K to 128K, chunked prefill
-    and running requests, CUDA graphs on and off, and TP 2."""
-    v = "0.5.14"
+def core_layouts(v: str) -> list[dict]:
+    """Dense GQA, Qwen3, MoE, MLA and sliding window at the settings every release's first batch starts them with."""
     return [
         start(v, "llama-3.1-8b"),
         start(v, "qwen3-8b"),
         start(v, "qwen3-30b-a3b", context_length=32768),
         start(v, "deepseek-v2-lite", context_length=32768),
         start(v, "gemma-2-9b"),
+    ]
+
+
+def first_h100s():
+    """The first SGLang batch, on H100s: each layout (dense GQA and MHA, MoE, MLA, sliding window, Mamba
+    hybrid), the KV dtype, page sizes, the fraction by hand and by default, context 4K to 128K, chunked prefill
+    and running requests, CUDA graphs on and off, and TP 2."""
+    v = "0.5.14"
+    return [
+        *core_layouts(v),
         start(v, "llama-2-7b", context_length=4096),
         start(v, "nemotron-h-8b-base-8k"),
         start(v, "llama-3.1-8b", "fp8", kv_cache_dtype="fp8_e4m3"),
@@ -118,11 +125,7 @@ def first_0523():
     v = "0.5.23"
     fa3 = {"attention_backend": "fa3"}
     return [
-        start(v, "llama-3.1-8b"),
-        start(v, "qwen3-8b"),
-        start(v, "qwen3-30b-a3b", context_length=32768),
-        start(v, "deepseek-v2-lite", context_length=32768),
-        start(v, "gemma-2-9b"),
+        *core_layouts(v),
         start(v, "nemotron-h-8b-base-8k"),
         start(v, "llama-3.1-8b", "fp8", kv_cache_dtype="fp8_e4m3"),
         start(v, "deepseek-v2-lite", "fp8", kv_cache_dtype="fp8_e4m3", context_length=32768),

@@ -37,7 +37,7 @@ GPT_OSS_MXFP4 = (
     "gpt-oss on 0.33.0 (MXFP4 experts) holds memory no term models: 0.18 GiB of non-torch memory at TP 2 "
     "(gpt-oss-20b) and 0.33 at TP 4 (gpt-oss-120b) beside the sampler's state, where the other models leave at most "
     "0.13, and a V2 graph estimate of 3.6 MB a layer above the V1 model against 8.5-15 for the others; its starts "
-    "are kept out of those fits (scripts/fit_vllm_terms.py outside_the_fits), and its KV budgets stay within 1%")
+    "are kept out of those fits (scripts/fit_vllm_terms.py mxfp4_experts, graphs_built_otherwise), and its KV budgets stay within 1%")
 GEMMA2_V2_GRAPHS = (
     "Gemma-2-9B (sliding and full layers alternating) on 0.33.0's V2 runner prints a graph estimate of 1.23 GiB "
     "where the per-layer fit gives 1.10: 15.3 MB a layer above the V1 model against 8.5-12.7 for the other models "

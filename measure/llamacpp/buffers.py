@@ -19,16 +19,12 @@ from sizing.engines.llamacpp_weights import (ComputeShape, GgufTensor, compute_b
                                              mib_printed, model_buffers, output_buffer_bytes, weight_buffers)
 from sizing.profiles import bundled_shape, model_profile
 
-from .logparse import parse
+from .logparse import compute_error, parse, printed
 
 SCHEMA = "kvsize.llamacpp-buffers/1"
 CONFIGS = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "vllm-starts" / "configs"  # config.json each
 # the compute-buffer model's band on the full-size loads (signed error against the printed figure)
 FULL_COMPUTE_BAND = (-0.02, 0.02)
-
-
-def printed(figures: dict[str, Any], kind: str) -> dict[str, str]:
-    return {b["device"]: b["mib"] for b in figures["buffers"] if b["kind"] == kind}
 
 
 def miniature_model_buffers(settings: dict[str, Any]) -> dict[str, int]:
@@ -76,11 +72,6 @@ def mapped(lines: list[str]) -> bool:
     """Whether llama.cpp mapped the GGUF: src/llama-model.cpp load_tensors prints its load mode ("load_mode =
     mmap"); the loader's own choice, whatever was asked."""
     return any("load_tensors:" in line and "load_mode = mmap" in line for line in lines)
-
-
-def compute_error(predicted_bytes: int, printed_mib: str) -> float:
-    measured = float(printed_mib) * (1 << 20)
-    return (predicted_bytes - measured) / measured
 
 
 def problems(report: dict[str, Any]) -> list[str]:

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .logparse import memory_lines, parse
+from .logparse import compute_error, memory_lines, parse, printed
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "tests" / "fixtures" / "vllm-starts" / "configs"  # buffers.CONFIGS, without importing sizing
@@ -270,11 +270,6 @@ def offloaded(lines: list[str]) -> tuple[int, int] | None:
     return None
 
 
-def printed(figures: dict[str, Any], kind: str) -> dict[str, str]:
-    """The buffers of a kind llama.cpp printed, MiB by device (as buffers.printed)."""
-    return {b["device"]: b["mib"] for b in figures["buffers"] if b["kind"] == kind}
-
-
 def _row_problems(row: dict[str, Any]) -> list[str]:
     from sizing.engines.llamacpp_weights import mib_printed
 
@@ -299,8 +294,7 @@ def _row_problems(row: dict[str, Any]) -> list[str]:
     compute = printed(figures, "compute")
     if "CUDA0" not in compute:
         return [*out, f"{s['id']}: no CUDA0 compute buffer was printed ({compute})"]
-    measured = float(compute["CUDA0"]) * (1 << 20)
-    err = (want["compute"]["CUDA0"] - measured) / measured
+    err = compute_error(want["compute"]["CUDA0"], compute["CUDA0"])
     if not COMPUTE_BAND[0] <= err <= COMPUTE_BAND[1]:
         out.append(f"{s['id']}: CUDA0 compute buffer: llama.cpp {compute['CUDA0']} MiB, kvsize "
                    f"{mib_printed(want['compute']['CUDA0'])} MiB ({100 * err:+.1f}%, outside the stated band)")

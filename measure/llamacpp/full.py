@@ -1,15 +1,16 @@
 """Full-size llama.cpp loads on a CPU: the model, output and compute buffers a planner needs beside the KV cache.
 
-    python -m measure.llamacpp.full predict [--cuda]   # kvsize's figures, written before the loads run
-    python -m measure.llamacpp.full run [--cuda] --python PATH/TO/llama-venv/bin/python --work DIR
+    python -m measure.llamacpp.full predict            # kvsize's figures, written before the loads run
+    python -m measure.llamacpp.full run --python PATH/TO/llama-venv/bin/python --work DIR
     python -m measure.llamacpp.full check [REPORT]     # without REPORT: the CPU report, and the CUDA one if kept
 
 Each load writes the model at full size with zero weights (gguf_writer --full TYPE: every matrix of that ggml type,
 norms f32), loads it on the CPU (mmap on, as llama.cpp's default, or off), makes one context and keeps every memory
 line; the GGUF is deleted after its loads. kvsize itself needs neither llama-cpp-python nor gguf.
 
-With --cuda the loads are measure/llamacpp/cuda.py's: on one CUDA GPU, every layer offloaded, as kvsize's serve command
-starts llama.cpp (predictions in full-cuda-predictions.json, report measure/reports/llamacpp-cuda-buffers.json).
+The loads on one CUDA GPU (every layer offloaded, as kvsize's serve command starts llama.cpp) are
+measure/llamacpp/cuda.py's, predicted and run by its own commands; `check` here holds their report too
+(measure/reports/llamacpp-cuda-buffers.json).
 """
 
 from __future__ import annotations
@@ -134,26 +135,20 @@ def run(python: str, work: Path, out: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m measure.llamacpp.full", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("predict")
-    p.add_argument("--cuda", action="store_true", help="the CUDA loads' predictions (full-cuda-predictions.json)")
+    sub.add_parser("predict")
     r = sub.add_parser("run")
-    r.add_argument("--cuda", action="store_true", help="the CUDA loads (a CUDA build of llama.cpp, one GPU)")
     r.add_argument("--python", required=True, help="an interpreter with llama-cpp-python and gguf")
     r.add_argument("--work", type=Path, required=True, help="where the full-size GGUFs go (deleted after)")
-    r.add_argument("--out", type=Path, default=None, help=f"default {REPORT.name} (--cuda: llamacpp-cuda-buffers.json)")
+    r.add_argument("--out", type=Path, default=REPORT)
     c = sub.add_parser("check")
     c.add_argument("report", type=Path, nargs="?", default=None)
     args = ap.parse_args(argv)
-    from . import cuda
-
     if args.cmd == "predict":
-        (cuda.write_predictions if args.cuda else write_predictions)()
+        write_predictions()
         return 0
     if args.cmd == "run":
-        if args.cuda:
-            out = args.out or cuda.REPORT
-            return cuda.run(args.python, args.work, out, out.with_suffix(".log"), None)
-        return run(args.python, args.work, args.out or REPORT)
+        return run(args.python, args.work, args.out)
+    from . import cuda
     from .buffers import problems
 
     reports = [args.report] if args.report else [REPORT, *([cuda.REPORT] if cuda.REPORT.exists() else [])]

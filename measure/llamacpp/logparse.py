@@ -86,3 +86,14 @@ def memory_lines(text: str) -> list[str]:
     """The lines of a load's log worth keeping as evidence: every memory line, the context's parameters, the
     model's shape as llama.cpp read it, and any refusal."""
     return [line for line in text.splitlines() if MEMORY_LINE.search(line) and not PER_LAYER.search(line)]
+
+
+def printed(figures: dict, kind: str) -> dict[str, str]:
+    """The buffers of a kind llama.cpp printed (model, KV, output, compute), MiB by device, as parse read them."""
+    return {b["device"]: b["mib"] for b in figures["buffers"] if b["kind"] == kind}
+
+
+def compute_error(predicted_bytes: int, printed_mib: str) -> float:
+    """kvsize's figure against a buffer llama.cpp printed in MiB, signed: predicted / printed - 1."""
+    measured = float(printed_mib) * (1 << 20)
+    return (predicted_bytes - measured) / measured
