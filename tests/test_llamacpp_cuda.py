@@ -296,3 +296,14 @@ def test_the_predictions_were_written_for_the_planned_loads():
             "llama_context: CUDA_Host output buffer size": mib_printed(q["bytes"]["output"]["CUDA_Host"]),
             "sched_reserve: CUDA0 compute buffer size": mib_printed(q["bytes"]["compute"]["CUDA0"])}
         assert q["exact"] == ["model", "KV", "output"] and q["model_of"] == ["compute"]
+
+
+def test_the_committed_cuda_report_agrees_and_names_its_device_from_its_own_lines():
+    # The report the three loads wrote on an H200 (measure/reports/llamacpp-cuda-buffers.json); that build printed
+    # ggml_cuda_init's "Device 0: ..." line and no "using device" line, so the device comes from the former.
+    report = json.loads(cuda.REPORT.read_text())
+    assert cuda.problems(report) == []
+    assert not any(cuda.USING_DEVICE.search(line) for row in report["loads"] for line in row["lines"])
+    assert report["device"] == {"name": "NVIDIA H200", "kind": "cuda", "llama_device": "CUDA0"}
+    relabelled = {**report, "device": {"name": "NVIDIA H100 80GB HBM3", "kind": "cuda", "llama_device": "CUDA0"}}
+    assert "is not the one its loads' lines name" in cuda.problems(relabelled)[0]

@@ -52,6 +52,9 @@ DEVICE_LINE = re.compile(r"ggml_cuda_init: |^\s*Device \d+: ")
 OFFLOADED = re.compile(r"load_tensors: offloaded (\d+)/(\d+) layers to GPU")
 # src/llama.cpp: "%s: using device %s (%s) (%s) - %zu MiB free"
 USING_DEVICE = re.compile(r"using device (\w+) \((.+?)\) \(")
+# ggml/src/ggml-cuda/ggml-cuda.cpp ggml_cuda_init: "  Device %d: %s, compute capability %d.%d, VMM: %s" (the build
+# of llama-cpp-python 0.3.36 prints this and no "using device" line)
+CUDA_INIT_DEVICE = re.compile(r"^\s*Device (\d+): (.+?), compute capability")
 # what kvsize does not predict for these loads, said once in the predictions file
 NOT_PREDICTED = (
     "sched_reserve: CUDA_Host compute buffer size (the CPU backend's compute buffer, in pinned host memory: kvsize has "
@@ -182,6 +185,8 @@ def device_of(rows: list[dict[str, Any]]) -> dict[str, str]:
         for line in row["lines"]:
             if m := USING_DEVICE.search(line):
                 return {"name": m.group(2), "kind": "cuda", "llama_device": m.group(1)}
+            if m := CUDA_INIT_DEVICE.search(line):
+                return {"name": m.group(2), "kind": "cuda", "llama_device": f"CUDA{m.group(1)}"}
     return {"name": "CUDA GPU (llama.cpp named no device)", "kind": "cuda"}
 
 
@@ -312,6 +317,9 @@ def problems(report: dict[str, Any]) -> list[str]:
                 f"{report.get('device')!r})"]
     ids = [row["load"]["id"] for row in report.get("loads") or []]
     out = []
+    if report.get("loads") and report["device"] != device_of(report["loads"]):
+        out.append(f"the report's device {report['device']} is not the one its loads' lines name "
+                   f"{device_of(report['loads'])}")
     if ids != [load.id for load in CUDA_LOADS]:
         out.append(f"the report's loads {ids} are not the planned CUDA loads {[load.id for load in CUDA_LOADS]}")
     for row in report.get("loads") or []:
