@@ -307,3 +307,12 @@ def test_the_committed_cuda_report_agrees_and_names_its_device_from_its_own_line
     assert report["device"] == {"name": "NVIDIA H200", "kind": "cuda", "llama_device": "CUDA0"}
     relabelled = {**report, "device": {"name": "NVIDIA H100 80GB HBM3", "kind": "cuda", "llama_device": "CUDA0"}}
     assert "is not the one its loads' lines name" in cuda.problems(relabelled)[0]
+
+
+def test_the_accuracy_page_shows_each_cuda_buffer_as_predicted_before_the_loads_ran():
+    from measure.llamacpp.accuracy import cuda_section
+
+    rows = [line for line in cuda_section() if line.startswith("| ") and "/" in line.split("|")[1]]
+    assert [r.split("|")[1].strip() for r in rows] == [load.id for load in cuda.CUDA_LOADS]
+    assert not any("(kvsize" in r for r in rows)  # a buffer kvsize predicted otherwise would be shown beside it
+    assert all(0 <= float(r.split("|")[-2]) < 16 for r in rows)  # beyond the printed buffers: a few MiB each

@@ -92,6 +92,7 @@ def section(report_path: Path = REPORT, predictions_path: Path = PREDICTIONS) ->
             f"{s['prospective_refusals_missed']} of the misses a refusal kvsize did not foresee). Missed, by "
             "architecture: " + ", ".join(f"{a} {n}" for a, n in s["missed_by_arch"].items()) + ".")
     lines += buffers_section(report)
+    lines += cuda_section()
     lines += ["", "| load | printed | prospective (error) | today |", "|---|---|---:|---|"]
     for r in table:
         err = r["prospective_error"]
@@ -136,4 +137,42 @@ def buffers_section(loads_report: dict[str, Any], path: Path = BUFFERS) -> list[
         lines += ["", f"On the {len(errs)} miniature loads that made a context (small embedding and vocabulary, so "
                   f"the attention stage rules) the compute model's signed error runs {100 * min(errs):+.0f}% to "
                   f"{100 * max(errs):+.0f}% (median {100 * statistics.median(errs):+.1f}%): a model, not a bound."]
+    return lines
+
+
+def cuda_section() -> list[str]:
+    """The full-size loads on a CUDA GPU (llamacpp-cuda-buffers.json): each buffer llama.cpp printed against kvsize's
+    prediction written before the load ran, and the GPU memory the load took beyond its printed CUDA0 buffers."""
+    from . import cuda
+
+    report = load_report(cuda.REPORT)
+    if report is None:
+        return []
+    predicted = {row["load"]["id"]: row["prediction"]["printed_mib"]
+                 for row in json.loads(cuda.PREDICTIONS.read_text())["loads"]}
+    lines = ["", f"### Full-size loads on a CUDA GPU ({report['device']['name']})", "",
+             f"{len(report['loads'])} loads with every layer offloaded and zero weights, as kvsize's serve command "
+             "starts llama-server (`python -m measure.llamacpp.cuda run`; predictions in "
+             "`measure/llamacpp/full-cuda-predictions.json`, written before they ran). Printed MiB, and kvsize's "
+             "prediction where it differs. Beyond: the GPU memory the load took (CUDA's free memory before the model "
+             "and after the context) less its printed CUDA0 buffers.", "",
+             "| load | CUDA0 model | CPU_Mapped model | CUDA0 KV | CUDA_Host output | CUDA0 compute | beyond (MiB) |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    keys = ("CUDA0 model buffer size", "CPU_Mapped model buffer size", "CUDA0 KV buffer size",
+            "CUDA_Host output buffer size", "CUDA0 compute buffer size")
+    kinds = (("model", "CUDA0"), ("model", "CPU_Mapped"), ("KV", "CUDA0"), ("output", "CUDA_Host"),
+             ("compute", "CUDA0"))
+    for row in report["loads"]:
+        want = {k.split(": ", 1)[1]: v for k, v in predicted[row["load"]["id"]].items()}
+        cells = []
+        for key, (kind, device) in zip(keys, kinds):
+            got = cuda.printed(row["figures"], kind).get(device, "-")
+            cells.append(got if want.get(key) == got else f"{got} (kvsize {want.get(key)})")
+        memory = row.get("cuda_memory") or {}
+        beyond = "-"
+        if "before_load" in memory and "after_context" in memory:
+            taken = memory["before_load"]["free_bytes"] - memory["after_context"]["free_bytes"]
+            shown = sum(float(cuda.printed(row["figures"], kind).get("CUDA0", 0)) for kind in ("model", "KV", "compute"))
+            beyond = f"{taken / 2**20 - shown:.1f}"
+        lines.append(f"| {row['load']['id']} | " + " | ".join(cells) + f" | {beyond} |")
     return lines
