@@ -316,3 +316,12 @@ def test_the_accuracy_page_shows_each_cuda_buffer_as_predicted_before_the_loads_
     assert [r.split("|")[1].strip() for r in rows] == [load.id for load in cuda.CUDA_LOADS]
     assert not any("(kvsize" in r for r in rows)  # a buffer kvsize predicted otherwise would be shown beside it
     assert all(0 <= float(r.split("|")[-2]) < 16 for r in rows)  # beyond the printed buffers: a few MiB each
+
+
+def test_the_validation_tab_plots_every_cuda_buffer_against_kvsize():
+    from app.views.validation import report_points
+
+    df = report_points(json.loads(cuda.REPORT.read_text()))
+    kinds = {"model buffer (MiB)": 6, "KV buffer (MiB)": 3, "output buffer (MiB)": 3, "compute buffer (MiB)": 3}
+    assert df["kind"].value_counts().to_dict() == kinds
+    assert (df["predicted"] == df["measured"]).all()
