@@ -96,6 +96,8 @@ def test_on_the_points_it_was_fitted_on_the_median_gap_is_within_ten_percent():
     many = []
     for name in step_overhead().fitted_on:
         p = points[name]
+        if p["batch"] == "b7-prefill-graphs":  # fitted on its TTFT alone (the eager step: test_serving_eager_steps)
+            continue
         error = predict_point(p["settings"], ROOT).itl_ms[50] / p["measured"]["itl_p50_ms"] - 1
         if p["settings"]["concurrency"] == 1:
             # a step at the host's floor (Llama-3.2-1B: its two points' gaps are 1.68 and 2.30 ms, 37% apart, so
@@ -155,9 +157,10 @@ def test_the_step_terms_are_fitted_on_every_dense_size_one_request_at_a_time_and
 
     points = {p["id"]: p for p in json.loads((ROOT / "measure" / "serving" / "points.json").read_text())["points"]}
     fit = step_overhead()
-    # the MoE layer's cost is fitted on Qwen3-30B-A3B's one-request points alone, the dense terms on the rest
+    # the MoE layer's cost is fitted on Qwen3-30B-A3B's one-request points alone, the eager step's on batch b7's, the
+    # dense terms on the rest
     one = [points[i] for i in fit.fitted_on if points[i]["settings"]["concurrency"] == 1
-           and points[i]["server"] != "qwen3moe-bf16"]
+           and points[i]["server"] != "qwen3moe-bf16" and points[i]["batch"] != "b7-prefill-graphs"]
     models = {p["settings"]["model"] for p in one}
     assert {"llama-3.2-1b-instruct", "llama-3.1-8b", "qwen3-8b", "llama-3.1-70b"} <= models or len(models) >= 5
     assert all(point_scenario(p["settings"], ROOT).shape.num_experts == 0 for p in one)

@@ -17,11 +17,16 @@ cost per layer (and per layer's all-reduce where TP > 1), never less than the en
            + causal attention FLOPs of the prompt chunks / FLOP/s
            + layers × (per-layer step overhead + TP all-reduce per layer if TP > 1)
            + MoE layers × per-MoE-layer step overhead                        (the fused-expert kernels' own cost)
+           + MoE layers × eager per-MoE-layer                               (a step past the largest CUDA graph)
     step = max(GPU, step floor)                                             (FLOP/s = dense bf16 × MFU × TP)
 
 The floor is the host's side of a step (scheduling, sampling, sending the tokens), which the engine overlaps with the
-GPU's: it shows only where the GPU's part is shorter (a small model). Every term is fitted on the points
-profiles/serving.json names (scripts/fit_serving_terms.py).
+GPU's: it shows only where the GPU's part is shorter (a small model). A step of more tokens than the largest CUDA
+graph the engine captured (kvsize's estimate of its capture sizes, sizing/planners/graph_steps.py) runs without one:
+its kernels are launched from the host layer by layer, and an MoE layer's fused-expert path runs its Python, a cost
+a step much larger than a graph's replay. A dense layer's share of that cost is not a term of its own: it is not
+separable from the prefill MFU, fitted on prompts that all run past the graph. Every term is fitted on the points profiles/serving.json names
+(scripts/fit_serving_terms.py).
 
 With async scheduling (vLLM 0.26 and later, on by default: the release's in-flight batches beyond the pipeline
 stages) the engine schedules and launches step N+1 before it processes step N's output, so a token reaches the client
@@ -51,6 +56,7 @@ from ..config import ModelShape
 from ..efficiency import DecodeEfficiency
 from ..engines.memory import WeightFormat
 from ..errors import KvsizeError
+from .graph_steps import UNLIMITED, GraphedSteps, graphed_steps
 from .speed import active_params, decode_step, prefill_attention_flops
 
 SERVING_PROFILE = Path(__file__).resolve().parents[2] / "profiles" / "serving.json"
@@ -74,6 +80,9 @@ class StepOverhead(BaseModel):
     step_floor_s: float = Field(default=0.0, ge=0, le=0.1)  # the host's side of a step, overlapped with the GPU's
     # each MoE layer's fused-expert kernels beyond a dense MLP's (router, top-k, block alignment, combine), a step
     moe_layer_step_overhead_s: float = Field(default=0.0, ge=0, le=0.01)
+    # a step past the largest CUDA graph the engine captured: each layer with routed experts, its fused-MoE path
+    # launched from the host (a step of Qwen3-30B-A3B runs ~50-100 ms longer than under a graph)
+    eager_moe_layer_step_overhead_s: float = Field(default=0.0, ge=0, le=0.01)
     fitted_on: tuple[str, ...] = Field(min_length=1)
     source: str
 
@@ -111,6 +120,8 @@ class StepModel:
     tp_layer_overhead_s: float = 0.0  # each layer's all-reduce where tp > 1
     floor_s: float = 0.0  # the least a step takes: the host's side, overlapped with the GPU's
     moe_layer_overhead_s: float = 0.0  # each layer with routed experts: its fused-MoE kernels beyond a dense MLP's
+    graphs: GraphedSteps = UNLIMITED  # the largest steps run under a CUDA graph (the default: every step)
+    eager_moe_layer_overhead_s: float = 0.0  # each layer with routed experts, in a step run without a graph
 
     def seconds(self, decoding: int, decode_tokens_in_cache: int, chunks: list[tuple[int, int]]) -> float:
         """`decoding` requests reading `decode_tokens_in_cache` cached tokens in all; `chunks`: (start, end) of the
@@ -124,14 +135,26 @@ class StepModel:
                     2 * self._active_params * step_tokens / self._flops())
         attention = sum(self._attention(end) - self._attention(start) for start, end in chunks) / self._flops()
         kv = self._kv(decoding, _rounded(mean)) if decoding else 0.0
-        return max(gemms + attention + kv + self.layers_overhead_s, self.floor_s)
+        # a step of more tokens than the largest graph (or any step where the engine captures none) is launched
+        # from the host; the engine pads smaller ones to a captured size and replays it. A decode-only step's
+        # tokens are its requests, so `_decode_only`'s cache by batch and length stays exact.
+        eager = self.eager_overhead_s if self.graphs.eager(step_tokens, bool(chunks)) else 0.0
+        return max(gemms + attention + kv + self.layers_overhead_s + eager, self.floor_s)
 
     @cached_property
     def layers_overhead_s(self) -> float:
         """The fixed cost of a step's layers: each layer's, its all-reduce where TP > 1, and each MoE layer's."""
         per_layer = self.per_layer_overhead_s + (self.tp_layer_overhead_s if self.tp > 1 else 0.0)
-        moe_layers = sum(1 for p in self.shape.layer_params if p.experts > 0)
-        return self.shape.num_layers * per_layer + moe_layers * self.moe_layer_overhead_s
+        return self.shape.num_layers * per_layer + self._moe_layers * self.moe_layer_overhead_s
+
+    @cached_property
+    def eager_overhead_s(self) -> float:
+        """What a step run without a CUDA graph adds: each MoE layer's fused-expert path launched from the host."""
+        return self._moe_layers * self.eager_moe_layer_overhead_s
+
+    @cached_property
+    def _moe_layers(self) -> int:
+        return sum(1 for p in self.shape.layer_params if p.experts > 0)
 
     def read_seconds(self, decoding: int, tokens_in_cache: int) -> tuple[float, float]:
         """(weights, KV) read seconds of a step that only decodes: `decoding` requests of `tokens_in_cache` each."""
@@ -508,9 +531,10 @@ def serving_replica(scenario, hbm_bandwidth_gb_s: float, bf16_dense_tflops: floa
                     per_layer_overhead_s: float | None = None, prefill_mfu: float | None = None,
                     engine_kv: dict[str, float] | None = None, terms: dict | None = None
                     ) -> tuple[StepModel, Scheduler]:
-    """One replica as the engine starts it (kvsize's estimate gives the pool and the release's batch defaults) and
-    its step model; the per-layer overhead, the prefill MFU, the engine's KV read efficiencies and the other terms
-    (`terms`: any of profiles/serving.json's, by name) are the fitted ones unless given."""
+    """One replica as the engine starts it (kvsize's estimate gives the pool, the release's batch defaults and its
+    largest CUDA graph) and its step model; the per-layer overhead, the prefill MFU, the engine's KV read
+    efficiencies and the other terms (`terms`: any of profiles/serving.json's, by name) are the fitted ones unless
+    given."""
     from ..capacity.estimate import estimate
     from ..engines.memory import resolve_weights_dtype
 
@@ -525,7 +549,8 @@ def serving_replica(scenario, hbm_bandwidth_gb_s: float, bf16_dense_tflops: floa
                       hbm_bandwidth_gb_s, bf16_dense_tflops,
                       engine_efficiency(efficiency, kv, fitted["engine_weights_efficiency"]), e.k_format,
                       overhead, mfu, fitted["tp_per_layer_step_overhead_s"], fitted["step_floor_s"],
-                      fitted["moe_layer_step_overhead_s"])
+                      fitted["moe_layer_step_overhead_s"], graphed_steps(s, e.engine),
+                      fitted["eager_moe_layer_step_overhead_s"])
     paged = e.pool.paged
     release = e.engine.release
     engine = Scheduler(s.max_num_batched_tokens, s.max_num_seqs, e.block_size if paged else 1,
