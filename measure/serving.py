@@ -124,6 +124,9 @@ class Settings(BaseModel):
     enable_prefix_caching: bool
     # --compilation-config's max_cudagraph_capture_size where the server set it (None: the release's default, 512)
     max_cudagraph_capture_size: PositiveInt | None = None
+    # vllm serve --api-server-count where the server set it (None: one API server); the simulation has no front-end
+    # term, so its figures are the same whatever the count
+    api_server_count: PositiveInt | None = None
     input_len: PositiveInt
     output_len: PositiveInt
     loop: Literal["closed", "open"]
@@ -351,7 +354,8 @@ def build_points(serving: Path = SERVING) -> list[Point]:
                     max_num_batched_tokens=s["max_num_batched_tokens"], max_num_seqs=s["max_num_seqs"],
                     gpu_memory_utilization=s["gpu_memory_utilization"],
                     enable_prefix_caching=s["enable_prefix_caching"],
-                    max_cudagraph_capture_size=s.get("max_cudagraph_capture_size"), input_len=p["input_len"],
+                    max_cudagraph_capture_size=s.get("max_cudagraph_capture_size"),
+                    api_server_count=s.get("api_server_count"), input_len=p["input_len"],
                     output_len=p["output_len"], loop="closed" if p["concurrency"] is not None else "open",
                     concurrency=p["concurrency"], request_rate=p["request_rate"], num_prompts=p["num_prompts"],
                     seed=p["seed"])

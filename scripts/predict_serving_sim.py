@@ -30,6 +30,7 @@ def settings(plan: dict, server: dict, point: dict, device_name: str) -> dict:
     keep = ("model", "config", "tensor_parallel_size", "kv_cache_dtype", "max_model_len", "max_num_batched_tokens",
             "max_num_seqs", "gpu_memory_utilization")
     return {**{k: server[k] for k in keep}, "max_cudagraph_capture_size": server.get("max_cudagraph_capture_size"),
+            "api_server_count": server.get("api_server_count"),
             "vllm_version": plan["vllm_version"], "gpu_name": device_name,
             "input_len": point["input_len"], "output_len": point["output_len"], "concurrency": point["concurrency"],
             "request_rate": point["request_rate"], "num_prompts": point["num_prompts"], "seed": point["seed"]}

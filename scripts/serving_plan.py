@@ -88,12 +88,20 @@ PREFILL_LADDER = [closed(n, 32, 1, 3) for n in (256, 500, 520, 1000, 2000, 4000,
 # server, not the engine, sets the pace (b5's 128 in flight: 111 chunks for 256 tokens, 6.84 ms between chunks
 # against a 2.44 ms step); one point cannot tell a per-stream cost from a fixed one, these five can
 STREAMS = [closed(128, 256, c, 2 * c) for c in (32, 64, 128, 256, 512)]
+# batch b8, on H200: is the API server the bound at many streams? b6's Llama-3.1-8B closed loops grow their TTFT by
+# about 9.5 ms a request in flight (0.75 s at 48, 3.2 s at 256; simulated 0.42-0.66 s) while Qwen3-30B-A3B's, whose
+# steps are longer and whose streams send fewer chunks a second, do not; b7's Llama-3.2-1B at 128 and 256 in flight got
+# a chunk every 13.8 and 27.8 ms (about 108 us a stream) against a GPU step of about 2 ms. The same servers with four
+# API server processes (vllm serve --api-server-count 4, one engine) at the same loads: if the front end is the bound,
+# these figures fall; if not, they stay. The one-API-server points repeat b6's and b7's (run to run spread).
+FRONTEND_8B = [closed(1000, 256, c, 2 * c) for c in (64, 128, 256)] + [opened(1000, 256, 24, 480)]
+FRONTEND_1B = [closed(128, 256, c, 2 * c) for c in (64, 128, 256, 512)]
 
 
 def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len: int, points: list[dict],
            kv_cache_dtype: str = "auto", tp: int = 1, prefill_tokens_per_s: float = 15000.0,
            itl_guess_s: float = 0.012, tokenizer_only: bool = False, instead_of: str | None = None,
-           max_cudagraph_capture_size: int | None = None) -> dict:
+           max_cudagraph_capture_size: int | None = None, api_server_count: int | None = None) -> dict:
     pts = []
     for k, p in enumerate(points, start=1):
         if p["concurrency"] is not None:
@@ -120,6 +128,9 @@ def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len
     if max_cudagraph_capture_size:
         # passed as --compilation-config '{"max_cudagraph_capture_size": N}'
         extra["max_cudagraph_capture_size"] = max_cudagraph_capture_size
+    if api_server_count:
+        # started as `vllm serve MODEL --api-server-count N` (the api_server module runs one API server only)
+        extra["api_server_count"] = api_server_count
     return dict(tag=tag, batch=batch, model=model, config=f"measure/serving/models/{model}/config.json", gpus=gpus, **extra,
                 port=port, tensor_parallel_size=tp, kv_cache_dtype=kv_cache_dtype, max_model_len=max_model_len,
                 max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS, max_num_seqs=MAX_NUM_SEQS,
@@ -128,7 +139,7 @@ def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len
 
 def plan() -> dict:
     b1, b2, b3, b4, b5 = "b1-llama8b", "b2-moe-mla", "b3-tp2-32b", "b4-past-pool-moe2", "b5-dense-sizes"
-    b6, b7 = "b6-rate-sweep", "b7-prefill-graphs"
+    b6, b7, b8 = "b6-rate-sweep", "b7-prefill-graphs", "b8-frontend"
     ran = {b1: {"0": ["llama8b-bf16", "qwen3moe-bf16"], "1": ["llama8b-fp8", "dsv2lite-bf16"],
                 "0,1": ["qwen25-32b-tp2-bf16"]}}
     ran[b2], ran[b3] = ran[b1], ran[b1]  # b1-b3 ran as one set of lanes
@@ -136,16 +147,17 @@ def plan() -> dict:
                "0,1": []}
     ran[b5] = {"0": ["b5-llama1b", "b5-qwen3-8b"], "1": ["b5-qwen25-32b", "b5-nemo12b"], "0,1": ["b5-llama70b-tp2-fp8"]}
     ran[b6] = {"0": ["b6-llama8b-bf16"], "1": ["b6-qwen3moe-bf16"], "0,1": []}
-    # planned, not run yet: what the kit runs next
     ran[b7] = {"0": ["b7-qwen3moe", "b7-qwen3moe-cg2048"], "1": ["b7-llama1b", "b7-llama1b-cg2048"], "0,1": []}
+    # planned, not run yet: what the kit runs next
+    ran[b8] = {"0": ["b8-llama8b", "b8-llama8b-api4"], "1": ["b8-llama1b", "b8-llama1b-api4"], "0,1": []}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
         bench="vllm bench serve --backend vllm --dataset-name random (ignore_eos), --percentile-metrics "
               "ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --save-result --save-detailed",
-        batches=[b1, b2, b3, b4, b5, b6, b7],
+        batches=[b1, b2, b3, b4, b5, b6, b7, b8],
         # lanes run side by side; a lane's servers run one after another; '0,1' runs once both others are done.
         # `lanes` are the newest batch's (what the kit runs); `lanes_by_batch` keeps each batch's
-        lanes=ran[b7], lanes_by_batch=ran,
+        lanes=ran[b8], lanes_by_batch=ran,
         servers=[
             server("llama8b-bf16", b1, "llama-3.1-8b", "0", 8101, 65536, LLAMA_POINTS),
             server("llama8b-fp8", b1, "llama-3.1-8b", "1", 8102, 65536, LLAMA_POINTS, kv_cache_dtype="fp8"),
@@ -191,6 +203,14 @@ def plan() -> dict:
                    prefill_tokens_per_s=60000, itl_guess_s=0.004),
             server("b7-llama1b-cg2048", b7, "llama-3.2-1b-instruct", "1", 8144, 32768, PREFILL_LADDER,
                    prefill_tokens_per_s=60000, itl_guess_s=0.004, max_cudagraph_capture_size=2048),
+            server("b8-llama8b", b8, "llama-3.1-8b", "0", 8151, 65536, FRONTEND_8B, prefill_tokens_per_s=30000,
+                   itl_guess_s=0.01),
+            server("b8-llama8b-api4", b8, "llama-3.1-8b", "0", 8152, 65536, FRONTEND_8B, prefill_tokens_per_s=30000,
+                   itl_guess_s=0.01, api_server_count=4),
+            server("b8-llama1b", b8, "llama-3.2-1b-instruct", "1", 8153, 32768, FRONTEND_1B,
+                   prefill_tokens_per_s=60000, itl_guess_s=0.004),
+            server("b8-llama1b-api4", b8, "llama-3.2-1b-instruct", "1", 8154, 32768, FRONTEND_1B,
+                   prefill_tokens_per_s=60000, itl_guess_s=0.004, api_server_count=4),
         ],
     )
 

@@ -71,7 +71,7 @@ def test_summary_percentiles_come_from_the_raw_requests(point):
 
 # batches planned with the serving simulation's figures alone (measure/serving/<batch>-sim-predictions-h200.json,
 # committed before they ran): each times one mechanism of the engine, not a design a planner would buy
-SIMULATION_ONLY = ("b7-prefill-graphs",)
+SIMULATION_ONLY = ("b7-prefill-graphs", "b8-frontend")
 
 
 def test_every_batch_has_its_predictions():
@@ -168,3 +168,26 @@ def test_an_oversized_or_malformed_raw_file_is_refused(tmp_path):
         read_bench(bad)
     with pytest.raises(ServingError, match="not a regular file"):
         read_bench(tmp_path)
+
+
+def test_the_kit_starts_each_planned_server_as_the_plan_says():
+    # measure/serving/kit/lane.py builds each server's command line from plan.json: several API servers in front of
+    # one engine through the CLI (batch b8), the largest CUDA graph through --compilation-config (batch b7)
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("serving_kit_lane", SERVING / "kit" / "lane.py")
+    lane = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lane)
+    counts = set()
+    for s in PLAN["servers"]:
+        args = lane.server_args(s)
+        if s.get("api_server_count"):
+            counts.add(s["api_server_count"])
+            assert args[1:4] == ["-m", "vllm.entrypoints.cli.main", "serve"] and "--model" not in args
+            assert args[args.index("--api-server-count") + 1] == str(s["api_server_count"])
+        else:
+            assert args[1:3] == ["-m", "vllm.entrypoints.openai.api_server"] and "--api-server-count" not in args
+        graphs = json.loads(args[args.index("--compilation-config") + 1]) if "--compilation-config" in args else {}
+        assert graphs.get("max_cudagraph_capture_size") == s.get("max_cudagraph_capture_size")
+        assert args[args.index("--max-num-batched-tokens") + 1] == str(s["max_num_batched_tokens"])
+    assert counts == {4}

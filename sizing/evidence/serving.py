@@ -19,7 +19,8 @@ def point_gpu(settings: dict):
 
 def point_scenario(settings: dict, root) -> Scenario:
     """The server of a point as kvsize sizes it: its config, GPU, release, TP, KV format, batch settings and largest
-    CUDA graph."""
+    CUDA graph. Its API server count (settings' api_server_count, batch b8) is not read: the simulation has no
+    front-end term, and b8 runs the same loads under one and four API servers to measure whether one is needed."""
     gpu = point_gpu(settings)
     name, shape = load_model(str(root / settings["config"]))
     return Scenario(name, shape, gpu.name, gpu.memory_bytes, engine=f"vllm@{settings['vllm_version']}",

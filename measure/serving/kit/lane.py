@@ -90,12 +90,19 @@ def tokenizer_dir(s: dict) -> Path:
 
 def server_args(s: dict) -> list[str]:
     own = ["--tokenizer", str(tokenizer_dir(s))] if s.get("tokenizer") else []
-    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir(s)), *own,
+    # several API server processes in front of one engine only start through the CLI (vllm serve MODEL
+    # --api-server-count N); the api_server module runs one
+    head = (["-m", "vllm.entrypoints.cli.main", "serve", str(model_dir(s)), "--api-server-count",
+             str(s["api_server_count"])] if s.get("api_server_count") else
+            ["-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir(s))])
+    return [sys.executable, *head, *own,
             "--served-model-name", "m", "--load-format", "dummy", "--port", str(s["port"]),
             "--max-model-len", str(s["max_model_len"]), "--gpu-memory-utilization", str(s["gpu_memory_utilization"]),
             "--max-num-seqs", str(s["max_num_seqs"]), "--max-num-batched-tokens", str(s["max_num_batched_tokens"]),
             "--tensor-parallel-size", str(s["tensor_parallel_size"]), "--kv-cache-dtype", s["kv_cache_dtype"],
-            "--enable-prefix-caching" if s["enable_prefix_caching"] else "--no-enable-prefix-caching"]
+            "--enable-prefix-caching" if s["enable_prefix_caching"] else "--no-enable-prefix-caching",
+            *(["--compilation-config", json.dumps({"max_cudagraph_capture_size": s["max_cudagraph_capture_size"]})]
+              if s.get("max_cudagraph_capture_size") else [])]
 
 
 def ensure_server(s: dict, deadline: float) -> str:
