@@ -156,49 +156,42 @@ def fit_moe_layer(points: list[dict], terms: dict) -> float:
 # prompts (all past the graph), already holds what shows
 EAGER_BATCHES = ("b7-prefill-graphs",)
 EAGER_SERVERS = ("b7-qwen3moe", "b7-qwen3moe-cg2048")
-EAGER_TERMS = ("eager_moe_layer_step_overhead_s",)
+EAGER_TERM = "eager_moe_layer_step_overhead_s"
 EAGER_PROBE_S = 1e-3  # a trial cost per layer: a prompt's TTFT grows by it times the layers of its eager steps
 
 
 def eager_rows(points: list[dict], terms: dict) -> list[dict]:
-    """Per one-request point of the eager batches: its model, the simulated median TTFT without the eager cost, how
-    much that grows per second of the eager term (the MoE layers of the steps before its first
-    token that run past the largest graph: from the simulation, so a prompt in chunks counts each; 0 for a prompt a
-    graph holds), and the measured one (seconds)."""
+    """Per one-request point of the eager servers: its model, the simulated median TTFT without the eager cost, how
+    much that grows per second of the eager term (the MoE layers of the steps before its first token that run past
+    the largest graph: from the simulation, so a prompt in chunks counts each; 0 for a prompt a graph holds), and the
+    measured one (seconds)."""
     rows = []
     for p in points:
         st = p["settings"]
         if not (p["batch"] in EAGER_BATCHES and p["server"] in EAGER_SERVERS and st["loop"] == "closed"
                 and st["concurrency"] == 1):
             continue
-        bare = {**terms, **dict.fromkeys(EAGER_TERMS, 0.0)}
+        bare = {**terms, EAGER_TERM: 0.0}
         t0 = predict_point(served_settings(p), ROOT, terms=bare).ttft_ms[50] / 1e3
-        slopes = [(predict_point(served_settings(p), ROOT, terms={**bare, name: EAGER_PROBE_S}).ttft_ms[50] / 1e3
-                   - t0) / EAGER_PROBE_S for name in EAGER_TERMS]
-        rows.append(dict(point=p, model=st["model"], bare=t0, slopes=slopes,
+        probed = predict_point(served_settings(p), ROOT, terms={**bare, EAGER_TERM: EAGER_PROBE_S}).ttft_ms[50] / 1e3
+        rows.append(dict(point=p, model=st["model"], bare=t0, slope=(probed - t0) / EAGER_PROBE_S,
                          measured=p["measured"]["ttft_p50_ms"] / 1e3))
     return rows
 
 
-def fit_eager(rows: list[dict]) -> dict[str, float]:
+def fit_eager(rows: list[dict]) -> float:
     """The eager step's cost per MoE layer, every other term fixed: a least-squares fit of the relative error of the
     measured median TTFT, beside one fixed offset per model that is not kept. Every prompt of b7 comes 10-17 ms later
     than simulated even where a graph holds it (Qwen3-30B-A3B's 256-token prompt: 31.3 ms measured, 21.3 simulated;
     Llama-3.2-1B's 18.7 and 3.8; the API server's handing of the request, which the simulation leaves out): fitted
-    without the offset, the eager term would take it for its own. A term the fit puts below 0 is 0."""
+    without the offset, the eager term would take it for its own. A cost the fit puts below 0 is 0."""
     models = sorted({r["model"] for r in rows})
-    free = list(EAGER_TERMS)
-    while True:
-        idx = [EAGER_TERMS.index(n) for n in free]
-        x = [[r["slopes"][i] / r["measured"] for i in idx] + [(r["model"] == m) / r["measured"] for m in models]
-             for r in rows]
-        y = [(r["measured"] - r["bare"]) / r["measured"] for r in rows]
-        n = len(x[0])
-        beta = _solve([[sum(row[i] * row[j] for row in x) for j in range(n)] for i in range(n)],
-                      [sum(row[i] * v for row, v in zip(x, y)) for i in range(n)])[:len(idx)]
-        if not free or min(beta) >= 0:
-            return {**dict.fromkeys(EAGER_TERMS, 0.0), **{k: round(b, 9) for k, b in zip(free, beta)}}
-        free = [k for k, b in zip(free, beta) if b >= 0]
+    x = [[r["slope"] / r["measured"]] + [(r["model"] == m) / r["measured"] for m in models] for r in rows]
+    y = [(r["measured"] - r["bare"]) / r["measured"] for r in rows]
+    n = len(x[0])
+    cost = _solve([[sum(row[i] * row[j] for row in x) for j in range(n)] for i in range(n)],
+                  [sum(row[i] * v for row, v in zip(x, y)) for i in range(n)])[0]
+    return round(max(cost, 0.0), 9)
 
 
 def step_rows(points: list[dict], engine_kv: dict[str, float]) -> list[dict]:
@@ -301,7 +294,7 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
     moe_points = moe_fitted_on(points) if "moe_layer" in terms else []
     fixed = {**step, "engine_kv_efficiency": engine_kv, "prefill_mfu": mfu, "moe_layer_step_overhead_s": moe}
     eager = eager_rows(points, fixed) if "eager" in terms else []
-    eager_terms = fit_eager(eager) if eager else dict.fromkeys(EAGER_TERMS, 0.0)
+
     return {"per_layer_step_overhead_s": step["per_layer_step_overhead_s"],
             "prefill_mfu": mfu,
             "engine_kv_efficiency": engine_kv,
@@ -309,7 +302,7 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
             "tp_per_layer_step_overhead_s": step["tp_per_layer_step_overhead_s"],
             "step_floor_s": step["step_floor_s"],
             "moe_layer_step_overhead_s": moe,
-            **eager_terms,
+            EAGER_TERM: fit_eager(eager) if eager else 0.0,
             "fitted_on": [p["id"] for p in fitted_on(points) + kv_points + moe_points + [r["point"] for r in eager]],
             "source": "scripts/fit_serving_terms.py over the points it names (measure/serving/points.json): one "
                       "request in flight on the dense servers (Llama-3.2-1B, Llama-3.1-8B, Qwen3-8B, "

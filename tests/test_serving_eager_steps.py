@@ -47,7 +47,7 @@ def test_a_prompt_one_token_past_the_largest_graph_pays_every_moe_layers_eager_c
 
 
 def test_a_dense_model_pays_nothing_past_the_graph():
-    # its share is in the prefill MFU, fitted on prompts that all run past the graph (fit_serving_terms.EAGER_TERMS)
+    # its share is in the prefill MFU, fitted on prompts that all run past the graph (fit_serving_terms.py)
     dense, _ = _replica()
     assert dense.eager_overhead_s == 0.0
     assert dense.graphs.prefill_tokens == 512

@@ -41,28 +41,15 @@ def report_points(data: dict) -> pd.DataFrame:
 def buffer_points(data: dict) -> pd.DataFrame:
     """Predicted vs printed MiB of each full-size load's model, output and compute buffers (the bundled-report view
     of measure/reports/llamacpp-cpu-buffers.json), and its KV buffer on a CUDA GPU (llamacpp-cuda-buffers.json)."""
-    from measure.llamacpp.buffers import CONFIGS, full_prediction, mapped, printed
-    from sizing.engines.llamacpp_weights import mib_printed
+    from measure.llamacpp.buffers import predicted_mib, printed
 
-    from measure.llamacpp.cuda import kvsize_figures
-
-    on_cuda = data.get("device", {}).get("kind") == "cuda"  # measure/reports/llamacpp-cuda-buffers.json
     points = []
     for row in data.get("loads", []):
-        s = row["load"]
-        if on_cuda:
-            f = kvsize_figures(s)
-            want = {kind: {device: mib_printed(n) for device, n in f[kind].items()}
-                    for kind in ("model", "KV", "output", "compute")}
-        else:
-            p = full_prediction(s, json.loads((CONFIGS / f"{s['model']}.json").read_text()), mapped(row["lines"]))
-            want = {"model": {k: mib_printed(v) for k, v in p["model"].items()},
-                    "output": {"CPU": mib_printed(p["output"])}, "compute": {"CPU": mib_printed(p["compute"])}}
-        for kind, by_device in want.items():
+        for kind, by_device in predicted_mib(data, row).items():
             got = printed(row["figures"], kind)
             for device, mib in by_device.items():
                 if device in got:
-                    points.append(dict(kind=f"{kind} buffer (MiB)", point=f"{s['id']} {device}",
+                    points.append(dict(kind=f"{kind} buffer (MiB)", point=f"{row['load']['id']} {device}",
                                        predicted=float(mib), measured=float(got[device])))
     return points_frame(points, floor=0.01)
 

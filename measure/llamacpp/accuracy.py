@@ -158,16 +158,16 @@ def cuda_section() -> list[str]:
              "and after the context) less its printed CUDA0 buffers.", "",
              "| load | CUDA0 model | CPU_Mapped model | CUDA0 KV | CUDA_Host output | CUDA0 compute | beyond (MiB) |",
              "|---|---:|---:|---:|---:|---:|---:|"]
-    keys = ("CUDA0 model buffer size", "CPU_Mapped model buffer size", "CUDA0 KV buffer size",
-            "CUDA_Host output buffer size", "CUDA0 compute buffer size")
-    kinds = (("model", "CUDA0"), ("model", "CPU_Mapped"), ("KV", "CUDA0"), ("output", "CUDA_Host"),
-             ("compute", "CUDA0"))
+    columns = (("model", "CUDA0"), ("model", "CPU_Mapped"), ("KV", "CUDA0"), ("output", "CUDA_Host"),
+               ("compute", "CUDA0"))
     for row in report["loads"]:
+        # the predictions file names each buffer by llama.cpp's line ("load_tensors: CUDA0 model buffer size")
         want = {k.split(": ", 1)[1]: v for k, v in predicted[row["load"]["id"]].items()}
         cells = []
-        for key, (kind, device) in zip(keys, kinds):
+        for kind, device in columns:
             got = cuda.printed(row["figures"], kind).get(device, "-")
-            cells.append(got if want.get(key) == got else f"{got} (kvsize {want.get(key)})")
+            expected = want.get(f"{device} {kind} buffer size")
+            cells.append(got if expected == got else f"{got} (kvsize {expected})")
         memory = row.get("cuda_memory") or {}
         beyond = "-"
         if "before_load" in memory and "after_context" in memory:

@@ -50,13 +50,7 @@ def miniature_problems(report: dict[str, Any]) -> list[str]:
 
 
 def full_prediction(settings: dict[str, Any], config: dict[str, Any], mapped: bool) -> dict[str, Any]:
-    """kvsize's buffers for a full-size load; `mapped`: llama.cpp mapped the file (as its log says). A load with
-    layers on a CUDA GPU (measure/llamacpp/cuda.py) gets its model buffers by device, CUDA0 and CPU_Mapped."""
-    if settings.get("n_gpu_layers", 0):
-        from .cuda import kvsize_figures
-
-        f = kvsize_figures(settings)
-        return {"model": f["model"], "output": f["output"]["CUDA_Host"], "compute": f["compute"]["CUDA0"]}
+    """kvsize's buffers for a full-size load on the CPU; `mapped`: llama.cpp mapped the file (as its log says)."""
     shape = resolve_shape(config)
     kv = predict_load(shape, settings["n_ctx"], settings["n_seq_max"], settings["type_k"], settings["type_v"],
                       settings["flash_attn"], settings["kv_unified"], settings["n_batch"], settings["n_ubatch"])
@@ -66,6 +60,22 @@ def full_prediction(settings: dict[str, Any], config: dict[str, Any], mapped: bo
     return {"model": weight_buffers(shape, settings["weight_type"], mapped),
             "output": output_buffer_bytes(shape.vocab_size, settings["n_seq_max"]),
             "compute": compute["compute_bytes"]}
+
+
+def predicted_mib(report: dict[str, Any], row: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """kvsize's figure for each buffer of a full-size load, by kind and device, as llama.cpp prints MiB: on a CUDA
+    GPU (a report of device kind "cuda") the model, KV, output and compute buffers of measure/llamacpp/cuda.py,
+    on the CPU the model, output and compute buffers of full_prediction."""
+    s = row["load"]
+    if report.get("device", {}).get("kind") == "cuda":
+        from .cuda import kvsize_figures
+
+        f = kvsize_figures(s)
+        return {kind: {device: mib_printed(n) for device, n in f[kind].items()}
+                for kind in ("model", "KV", "output", "compute")}
+    p = full_prediction(s, json.loads((CONFIGS / f"{s['model']}.json").read_text()), mapped(row["lines"]))
+    return {"model": {k: mib_printed(v) for k, v in p["model"].items()},
+            "output": {"CPU": mib_printed(p["output"])}, "compute": {"CPU": mib_printed(p["compute"])}}
 
 
 def mapped(lines: list[str]) -> bool:

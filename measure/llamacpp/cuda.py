@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..report_io import write_report
 from .logparse import compute_error, memory_lines, parse, printed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -160,12 +161,12 @@ def predict(load: CudaLoad) -> dict[str, Any]:
 
 def write_predictions(out: Path = PREDICTIONS) -> None:
     rows = [{"load": load.settings(), "prediction": predict(load)} for load in CUDA_LOADS]
-    out.write_text(json.dumps({
+    write_report(out, {
         "schema": SCHEMA + "-predictions", "gpu": GPU,
         "predicted": "each load's CUDA0 model, CPU_Mapped model, CUDA0 KV and CUDA_Host output buffers exactly, and "
                      "the CUDA0 compute buffer as a model (band: measure/llamacpp/buffers.py FULL_COMPUTE_BAND), from "
                      "sizing/ as it stood when this file was written, before any load ran",
-        "not_predicted": list(NOT_PREDICTED), "loads": rows}, indent=1) + "\n")
+        "not_predicted": list(NOT_PREDICTED), "loads": rows})
     print(f"{len(rows)} CUDA predictions -> {out}")
 
 
@@ -256,14 +257,14 @@ def run(python: str, work: Path, out: Path, log_path: Path, deadline: float | No
                         continue
                     rows.append(run_load(python, gguf_path, load.settings(), min(TIMEOUT_S, _left(deadline)), log))
                     report["device"] = device_of(rows)
-                    out.write_text(json.dumps(report, indent=1) + "\n")
+                    write_report(out, report)
                     print(f"{load.id}: exit {rows[-1]['exit_status']}, "
                           f"{[(b['device'], b['kind'], b['mib']) for b in rows[-1]['figures']['buffers']]}", flush=True)
             finally:
                 gguf_path.unlink(missing_ok=True)
     if not report["not_run"]:
         del report["not_run"]
-    out.write_text(json.dumps(report, indent=1) + "\n")
+    write_report(out, report)
     print(f"{len(rows)} loads -> {out}" + (f"; not run: {report['not_run']}" if report.get("not_run") else ""))
     return 0 if len(rows) == len(planned) and all(r["context_made"] for r in rows) else 1
 

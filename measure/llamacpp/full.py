@@ -22,6 +22,8 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..report_io import write_report
+
 ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / "measure" / "reports" / "llamacpp-cpu-buffers.json"
 PREDICTIONS = ROOT / "measure" / "llamacpp" / "full-predictions.json"
@@ -87,7 +89,7 @@ def write_predictions(out: Path = PREDICTIONS) -> None:
     from .buffers import SCHEMA
 
     rows = [{"load": asdict(load), "prediction": predict(load)} for load in FULL_LOADS]
-    out.write_text(json.dumps({"schema": SCHEMA + "-predictions", "loads": rows}, indent=1) + "\n")
+    write_report(out, {"schema": SCHEMA + "-predictions", "loads": rows})
     print(f"{len(rows)} predictions -> {out}")
 
 
@@ -127,7 +129,7 @@ def run(python: str, work: Path, out: Path) -> int:
     report = {"schema": SCHEMA, "device": {"name": f"CPU ({platform.machine()}, {os.cpu_count()} cores)",
                                            "kind": "cpu"},
               "engine": _versions(python), "predictions": "measure/llamacpp/full-predictions.json", "loads": rows}
-    out.write_text(json.dumps(report, indent=1) + "\n")
+    write_report(out, report)
     print(f"{len(rows)} loads -> {out}")
     return 0
 

@@ -269,7 +269,7 @@ def _cuda_graph_bytes(s: Scenario, engine: Engine, rules, shape: ModelShape, sta
     model = rules.cuda_graph_estimate
     if model is None:
         return rules.cuda_graph_bytes(s.tensor_parallel_size)
-    v1 = cuda_graph_estimate(shape, model, s.cudagraph_mode or "FULL_AND_PIECEWISE", s.tensor_parallel_size,
+    v1 = cuda_graph_estimate(shape, model, s.cudagraph_mode, s.tensor_parallel_size,
                              stage, s.max_num_seqs, s.max_num_batched_tokens, s.cudagraph_capture_sizes,
                              s.max_cudagraph_capture_size, compiled=s.torch_compile)
     return v1 + (len(stage) * model.v2_per_layer_bytes if runner == "v2" and v1 else 0)

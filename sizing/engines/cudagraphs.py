@@ -44,6 +44,21 @@ def graph_captures(shape: ModelShape, model: CudaGraphEstimateModel, tp: int, la
                          mlp_width_values(shape, layers, tp))
 
 
+DEFAULT_CUDAGRAPH_MODE = "FULL_AND_PIECEWISE"  # vLLM's compilation_config default where the release captures graphs
+
+
+def captured_mode(shape: ModelShape, model: CudaGraphEstimateModel, mode: str | None, layers: range,
+                  compiled: bool = True) -> str:
+    """The cudagraph_mode vLLM captures with: the mode asked for (its default where None), less what it cannot
+    capture without torch.compile, and PIECEWISE where a layer's attention backend captures no FULL graph."""
+    mode = mode or DEFAULT_CUDAGRAPH_MODE
+    if not compiled:
+        mode = uncompiled_cudagraph_mode(mode)
+    if mode != "NONE" and model.piecewise_only_layer_kinds.intersection(shape.layer_kinds[i] for i in layers):
+        mode = "PIECEWISE" if compiled else "NONE"  # the backend captures no FULL graph
+    return mode
+
+
 def uncompiled_cudagraph_mode(mode: str) -> str:
     """The CUDA-graph mode vLLM keeps without torch.compile: piecewise graphs are the compiled pieces, so an
     explicit FULL mode stays and the rest are turned off ("Cudagraph mode FULL_AND_PIECEWISE is not
@@ -51,14 +66,11 @@ def uncompiled_cudagraph_mode(mode: str) -> str:
     return mode if mode in ("FULL", "FULL_DECODE_ONLY") else "NONE"
 
 
-def cuda_graph_estimate(shape: ModelShape, model: CudaGraphEstimateModel, mode: str, tp: int, layers: range,
+def cuda_graph_estimate(shape: ModelShape, model: CudaGraphEstimateModel, mode: str | None, tp: int, layers: range,
                         max_num_seqs: int, max_num_batched_tokens: int, sizes: tuple[int, ...] | None = None,
                         largest: int | None = None, compiled: bool = True) -> int:
     """What vLLM's profile_cudagraph_memory reports for one GPU (0 when no graph is captured)."""
-    if not compiled:
-        mode = uncompiled_cudagraph_mode(mode)
-    if mode != "NONE" and model.piecewise_only_layer_kinds.intersection(shape.layer_kinds[i] for i in layers):
-        mode = "PIECEWISE" if compiled else "NONE"  # the backend captures no FULL graph
+    mode = captured_mode(shape, model, mode, layers, compiled)
     if mode == "NONE":
         return 0
     c = graph_captures(shape, model, tp, layers, max_num_seqs, max_num_batched_tokens, sizes, largest)

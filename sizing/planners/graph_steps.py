@@ -10,9 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..capacity.budget import profiling_model
-from ..engines.cudagraphs import cudagraph_capture_sizes, uncompiled_cudagraph_mode
-
-DEFAULT_MODE = "FULL_AND_PIECEWISE"  # vLLM's default cudagraph_mode where a release's CUDA graphs are estimated
+from ..engines.cudagraphs import captured_mode, graph_captures
 
 
 @dataclass(frozen=True)
@@ -34,8 +32,9 @@ UNLIMITED = GraphedSteps()
 
 def graphed_steps(scenario, engine) -> GraphedSteps:
     """The largest graphed steps of vLLM serving `scenario` (resolved: its batch settings filled in) under `engine`'s
-    release. Engines other than vLLM, and vLLM releases whose capture sizes kvsize does not estimate, get no limit:
-    the eager steps' cost was measured on vLLM 0.33.0's graphs alone."""
+    release: the graphs its CUDA-graph memory term counts (sizing/engines/cudagraphs.py). Engines other than vLLM,
+    and vLLM releases whose capture sizes kvsize does not estimate, get no limit: the eager steps' cost was measured
+    on vLLM 0.33.0's graphs alone."""
     if engine.name != "vllm":
         return UNLIMITED
     if not engine.cuda_graphs or scenario.cudagraph_mode == "NONE":
@@ -46,19 +45,16 @@ def graphed_steps(scenario, engine) -> GraphedSteps:
     model = release.cuda_graph_estimate
     if model is None:
         return UNLIMITED
-    mode = scenario.cudagraph_mode or DEFAULT_MODE
-    if not scenario.torch_compile:
-        mode = uncompiled_cudagraph_mode(mode)  # the piecewise graphs are torch.compile's pieces
-    if mode != "NONE" and model.piecewise_only_layer_kinds.intersection(scenario.shape.layer_kinds):
-        mode = "PIECEWISE" if scenario.torch_compile else "NONE"  # the backend captures no FULL graph
+    shape = scenario.shape
+    layers = range(shape.num_layers)
+    mode = captured_mode(shape, model, scenario.cudagraph_mode, layers, scenario.torch_compile)
     if mode == "NONE":
         return GraphedSteps(0, 0)
-    sizes = scenario.cudagraph_capture_sizes or cudagraph_capture_sizes(
-        scenario.max_num_seqs, scenario.max_num_batched_tokens, model, scenario.shape.model_type,
-        scenario.max_cudagraph_capture_size)
-    largest = max(sizes)
+    c = graph_captures(shape, model, scenario.tensor_parallel_size, layers, scenario.max_num_seqs,
+                       scenario.max_num_batched_tokens, scenario.cudagraph_capture_sizes,
+                       scenario.max_cudagraph_capture_size)
     if mode == "FULL_DECODE_ONLY":
         # FULL graphs of uniform decode batches alone (up to max_num_seqs requests): a step with a prompt chunk
         # is never replayed from one
-        return GraphedSteps(0, min(largest, scenario.max_num_seqs))
-    return GraphedSteps(largest, largest)
+        return GraphedSteps(0, min(max(c.piecewise), scenario.max_num_seqs))
+    return GraphedSteps(max(c.piecewise), max(c.piecewise))
