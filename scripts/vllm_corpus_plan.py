@@ -1,6 +1,6 @@
 """Write the plans of real vLLM starts that make tests/fixtures/vllm-starts (one JSON list a machine).
 
-usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200|architectures|checkpoints|compile-cache|integer-checkpoints|one-h100|release-panels|torch-stage-panels|panel-gaps|tp2-0.33|tp4-0.33|panels-0.32-0.31|panels-0.29-0.27 > plan.json
+usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200|architectures|checkpoints|compile-cache|integer-checkpoints|one-h100|release-panels|torch-stage-panels|panel-gaps|tp2-0.33|tp4-0.33|panels-0.32-0.31|panels-0.29-0.27|tp-0.32-0.27 > plan.json
 Every start is an EngineArgs dict on a config in tests/fixtures/vllm-starts/configs/, in vLLM's
 `vllm serve` usage context unless it says `llm`. Starts whose config is not there are left out.
 """
@@ -324,6 +324,26 @@ def tp4_033():
     ]
 
 
+def tp_032_027():
+    """Tensor parallel 2 and 4 on the torch-2.13 releases (0.32.0 down to 0.27.0), none started at TP so far
+    (issue 49: their TP terms are taken from 0.33.0's starts): each on its vLLM overlay over torch 2.13.0, a dense
+    model, an MoE, a 70B and MLA spread over the releases; TP 4 first, since it needs the whole host free."""
+    return [
+        start("0.32.0", "llama-3.1-70b", "tp4", tensor_parallel_size=4, max_model_len=32768),
+        start("0.29.0", "llama-3.1-8b", "tp4", tensor_parallel_size=4),
+        start("0.27.0", "qwen3-30b-a3b", "tp4", tensor_parallel_size=4, max_model_len=32768),
+        start("0.32.0", "llama-3.1-8b", "tp2", tensor_parallel_size=2),
+        start("0.31.0", "qwen3-30b-a3b", "tp2", tensor_parallel_size=2, max_model_len=32768),
+        start("0.29.0", "qwen3-30b-a3b", "tp2", tensor_parallel_size=2, max_model_len=32768),
+        start("0.28.0", "llama-3.1-8b", "tp2", tensor_parallel_size=2),
+        start("0.27.0", "llama-3.1-8b", "tp2", tensor_parallel_size=2),
+        start("0.31.0", "llama-3.1-70b", "tp2-fp8", tensor_parallel_size=2, kv_cache_dtype="fp8", max_model_len=32768),
+        start("0.29.0", "deepseek-v2-lite", "tp2", tensor_parallel_size=2, max_model_len=32768),
+        start("0.32.0", "gemma-2-9b", "tp2", tensor_parallel_size=2),
+        start("0.28.0", "qwen3-8b", "tp2-fp8", tensor_parallel_size=2, kv_cache_dtype="fp8"),
+    ]
+
+
 if __name__ == "__main__":
     plan = {"four-gpus": four_gpus, "one-gpu": one_gpu, "four-h100s": four_h100s, "two-h100s": two_h100s,
             "one-h200": one_h200, "architectures": architectures,
@@ -331,7 +351,7 @@ if __name__ == "__main__":
             "integer-checkpoints": integer_checkpoints, "one-h100": one_h100,
             "release-panels": release_panels, "torch-stage-panels": torch_stage_panels,
             "panel-gaps": panel_gaps, "tp2-0.33": tp2_033, "tp4-0.33": tp4_033, "panels-0.29-0.27": panels_029_027,
-            "panels-0.32-0.31": panels_032_031}[sys.argv[1]]()
+            "panels-0.32-0.31": panels_032_031, "tp-0.32-0.27": tp_032_027}[sys.argv[1]]()
     plan = [s for s in plan if (CONFIGS / Path(s["config"]).name).exists()]
     json.dump(plan, sys.stdout, indent=1)
     print()
