@@ -255,30 +255,31 @@ def _tensor_parallel_v2_starts():
 
 def fit_tensor_parallel_non_torch() -> dict:
     """The V2 runner's non-torch memory at TP >= 2 (printed non-KV total less weights and torch peak, rank 0; every
-    rank prints the same) as base + bytes per logit of max_num_seqs x vocab_size. The per-logit figure is the
-    one-GPU fit's of the start's sub-range (fit_sampled_logit_non_torch): the sampler's per-request state
+    rank prints the same) as base + bytes per logit of max_num_seqs x vocab_size + the sub-range's bytes per
+    embedding element over the rank's shard of the vocab-parallel embedding. The per-logit figure is the
+    one-GPU fit's of each sub-range (fit_sampled_logit_non_torch): the sampler's per-request state
     (v1/worker/gpu/sample/penalties.py output_bin_counts, int32 max_num_reqs x vocab) is built over the whole
-    vocabulary on every rank. The base is the largest of what the starts leave beside it, so that no start's
-    non-torch memory is above kvsize's (the costly side is a pool larger than the engine's)."""
+    vocabulary on every rank. The base is the largest of what the starts of every sub-range leave beside it, so
+    that no start's non-torch memory is above kvsize's (the costly side is a pool larger than the engine's)."""
     from sizing.evidence.starts import printed_non_torch_gib
     from sizing.units import GiB
 
-    per_logit = {name: fit["v2_bytes_per_sampled_logit"] for name, fit in fit_sampled_logit_non_torch().items()}
+    fits = fit_sampled_logit_non_torch()
+    per_logit = {name: fit["v2_bytes_per_sampled_logit"] for name, fit in fits.items()}
     rows = []
     tp_sizes = set()
     for start, name, s in _tensor_parallel_v2_starts():
         tp_sizes.add(s.tensor_parallel_size)
-        a = per_logit[name]
-        rest = printed_non_torch_gib(start.printed) * GiB - a * s.max_num_seqs * s.shape.vocab_size
+        a, per_element = per_logit[name], fits[name].get("v2_bytes_per_embedding_element", 0)
+        embedding = per_element * s.shape.vocab_size * s.shape.hidden_size / s.tensor_parallel_size
+        rest = printed_non_torch_gib(start.printed) * GiB - a * s.max_num_seqs * s.shape.vocab_size - embedding
         rows.append((start.id, name, a, rest))
     if not rows:
         return {}
     base = max(r[3] for r in rows)
-    # the releases whose starts the figure comes from; the others of LOGIT_FILE carry it
+    # the sub-ranges whose starts the base comes from; the others of LOGIT_FILE carry it
     source = sorted({r[1] for r in rows})
-    if len({r[2] for r in rows}) != 1:
-        raise SystemExit(f"TP starts of sub-ranges with different per-logit figures: {source}")
-    return {"tensor_parallel_bytes": int(round(base)), "tensor_parallel_bytes_per_sampled_logit": rows[0][2],
+    return {"tensor_parallel_bytes": int(round(base)), "per_logit_by_range": per_logit,
             "from": source, "starts": sorted(r[0] for r in rows), "tp_sizes": sorted(tp_sizes),
             "residuals_gib": {r[0]: round(r[3] / GiB, 3) for r in rows}}
 
@@ -320,22 +321,24 @@ def fit_tensor_parallel_logit_copies() -> dict:
 def write_tensor_parallel(non_torch: dict, copies: dict) -> None:
     def change(data: dict) -> None:
         starts = ", ".join(non_torch["starts"])
-        figure = {k: non_torch[k] for k in ("tensor_parallel_bytes", "tensor_parallel_bytes_per_sampled_logit")}
+        per_logit = non_torch["per_logit_by_range"]
         for part in (data, *data["sub_ranges"]):
-            part["non_torch"].update(figure)
+            # the range's own figures are its newest sub-range's (the top level names that release)
+            part["non_torch"].update(tensor_parallel_bytes=non_torch["tensor_parallel_bytes"],
+                                     tensor_parallel_bytes_per_sampled_logit=per_logit[part["release"]])
         data["activation_v2"]["tensor_parallel_logit_copies"] = copies["tensor_parallel_logit_copies"]
         data["sources"]["non_torch.tensor_parallel"] = (
             "scripts/fit_vllm_terms.py --write (fit_tensor_parallel_non_torch): at TP >= 2 under the V2 runner, "
-            f"{non_torch['tensor_parallel_bytes']:,} B + {non_torch['tensor_parallel_bytes_per_sampled_logit']} B per "
-            "logit of max_num_seqs x vocab_size. vLLM 0.33.0 counts as non-KV memory all it consumed since its "
+            f"{non_torch['tensor_parallel_bytes']:,} B + the sub-range's one-GPU B per logit of max_num_seqs x "
+            "vocab_size (" + ", ".join(f"{k}: {v}" for k, v in per_logit.items()) + "). vLLM 0.33.0 counts as non-KV memory all it consumed since its "
             "baseline (vllm/utils/mem_utils.py memory_profiling: mem_get_info's total_consumed plus the "
             "transient peak), so the sampler's per-request state, built in load_model after the weights are "
             "measured (v1/worker/gpu/sample/penalties.py: output_bin_counts, int32 max_num_reqs x vocab, and "
             "prompt_bin_mask), lands outside weights and torch peak, over the whole vocabulary on every rank: the "
-            "per-logit figure is the one-GPU fit's of " + ", ".join(non_torch["from"]) + ". The base is the largest "
-            f"of what the TP starts leave beside it, so none uses more than kvsize keeps: {starts} (GiB: "
-            + ", ".join(f"{k} {v}" for k, v in non_torch["residuals_gib"].items()) + "). Releases 0.27-0.32 "
-            "carry it: none of their starts ran at TP >= 2. TP sizes started: "
+            "per-logit figure is each sub-range's one-GPU fit. The base is the largest of what the TP starts (of "
+            + ", ".join(non_torch["from"]) + ") leave beside it, so none uses more than kvsize keeps: "
+            f"{starts} (GiB: " + ", ".join(f"{k} {v}" for k, v in non_torch["residuals_gib"].items()) + "). "
+            "Sub-ranges without a TP start carry it. TP sizes started: "
             + ", ".join(str(n) for n in non_torch["tp_sizes"]) + "; MXFP4 experts are kept out (mxfp4_experts); the V1 "
             "runner at TP takes the base alone")
         data["sources"]["activation_v2.tensor_parallel_logit_copies"] = (
@@ -430,9 +433,9 @@ def main() -> int:
     print(f"V2 graph estimate above the V1 model: {per_layer:,} B per layer over {len(v2_ids)} starts")
     tp_non_torch, tp_copies = fit_tensor_parallel_non_torch(), fit_tensor_parallel_logit_copies()
     if tp_non_torch:
-        print(f"V2 non-torch at TP >= 2 ({LOGIT_FILE}): {tp_non_torch['tensor_parallel_bytes']:,} B + "
-              f"{tp_non_torch['tensor_parallel_bytes_per_sampled_logit']} B per logit; what each start leaves beside "
-              "the per-logit part (GiB):")
+        per_logit = ", ".join(f"{k} {v}" for k, v in tp_non_torch["per_logit_by_range"].items())
+        print(f"V2 non-torch at TP >= 2 ({LOGIT_FILE}): {tp_non_torch['tensor_parallel_bytes']:,} B + each "
+              f"sub-range's B per logit ({per_logit}); what each start leaves beside the per-logit part (GiB):")
         for sid, rest in tp_non_torch["residuals_gib"].items():
             print(f"  {sid:52} {rest:+.3f}")
     if tp_copies:

@@ -422,7 +422,10 @@ class Release(_Strict):
             return find_release("vllm", None).non_torch_bytes(tp, pp, runner, sampled_logits, embedding_elements)
         n = self.non_torch
         if tp > 1:
-            sampler = round(n.tensor_parallel_bytes_per_sampled_logit * sampled_logits) if runner == "v2" else 0
+            # the sampler's state spans the whole vocabulary on every rank; the embedding-sized part follows the
+            # vocab-parallel embedding, one shard a rank (0.29.0's TP 4 start leaves what one-GPU starts fit / 4)
+            sampler = round(n.tensor_parallel_bytes_per_sampled_logit * sampled_logits
+                            + n.v2_bytes_per_embedding_element * embedding_elements / tp) if runner == "v2" else 0
             return n.tensor_parallel_bytes + tp * n.tensor_parallel_per_rank_bytes + sampler
         if pp > 1:
             return n.pipeline_bytes
