@@ -23,15 +23,17 @@ measured median gap of Qwen3-30B-A3B's one-request points of batch b2 (prompts o
 every one of those fixed, the cost per MoE layer of a step run past the largest CUDA graph kvsize estimates the
 engine captured: a least-squares fit of the relative error of the measured median TTFT of batch b7's one-request
 points of Qwen3-30B-A3B (prompts of 256 to 8,000 tokens, one prompt a step, under vLLM's default largest graph and
-under graphs up to 2,048 tokens), beside an offset that is not kept (see fit_eager). Batch b7's Llama-3.2-1B points
+under graphs up to 2,048 tokens), beside an offset that is not kept (see fit_eager). Last, the front end's seconds
+per streamed token, the engine core's and the API servers' (see fit_frontend), on batch b8's Llama-3.2-1B points
+where the host, not the GPU, sets the pace (one and four API servers). Batch b7's Llama-3.2-1B points
 stay out of every fit (see fitted_on and EAGER_SERVERS). Every other measured point (Mixtral-8x7B, gpt-oss-20b,
 DeepSeek-V2-Lite, Qwen3-30B-A3B at more than one request in flight and in batches b4 and b6, more than one request in
 flight elsewhere, the open loops, b7's Llama-3.2-1B) is left out of the fit, so the accuracy page reports those apart
 as out of the fit.
 
 usage: python scripts/fit_serving_terms.py           (rewrites profiles/serving.json)
-       python scripts/fit_serving_terms.py --terms=weights,layer,tp_layer,floor   (a subset; moe_layer, eager among
-                                                                                   them)
+       python scripts/fit_serving_terms.py --terms=weights,layer,tp_layer,floor   (a subset; moe_layer, eager,
+                                                                                   frontend among them)
        python scripts/fit_serving_terms.py --check   (exit 1 if the file differs from the fit)
 """
 
@@ -52,7 +54,7 @@ from sizing.profiles import measured_efficiency  # noqa: E402
 POINTS = ROOT / "measure" / "serving" / "points.json"
 # the step terms fitted; the rest are left at their neutral values (weights: kvsize's kernels' efficiency; 0 s)
 DENSE_TERMS = ("weights", "layer", "tp_layer", "floor")
-TERMS = (*DENSE_TERMS, "moe_layer", "eager")
+TERMS = (*DENSE_TERMS, "moe_layer", "eager", "frontend")
 FLOOR_GRID_S = 1e-5
 FLOOR_MAX_S = 5e-3
 
@@ -117,8 +119,9 @@ def fit_engine_kv(points: list[dict], terms: dict) -> dict[str, float]:
 
 REFERENCE_MFU = 0.5  # any MFU: one prompt prefilled alone takes time inversely proportional to it
 FIT_ROUNDS = 2  # the step terms read the KV at the engine's efficiency and that is fitted with the step terms
+FRONTEND_OFF = {"frontend_core_s_per_token": 0.0, "frontend_api_s_per_token": 0.0}  # until fit_frontend
 NEUTRAL = {"per_layer_step_overhead_s": 0.0, "tp_per_layer_step_overhead_s": 0.0, "step_floor_s": 0.0,
-           "moe_layer_step_overhead_s": 0.0, "eager_moe_layer_step_overhead_s": 0.0}
+           "moe_layer_step_overhead_s": 0.0, "eager_moe_layer_step_overhead_s": 0.0, **FRONTEND_OFF}
 # the MoE layer's cost: the one-request points of this server (Qwen3-30B-A3B, batch b2: prompts of 1K, 8K and 32K
 # tokens); every other MoE point (Mixtral-8x7B, gpt-oss-20b, DeepSeek-V2-Lite, Qwen3-30B-A3B at more than one request
 # in flight and in batch b4) stays out of the fit to judge it
@@ -192,6 +195,38 @@ def fit_eager(rows: list[dict]) -> float:
     cost = _solve([[sum(row[i] * row[j] for row in x) for j in range(n)] for i in range(n)],
                   [sum(row[i] * v for row, v in zip(x, y)) for i in range(n)])[0]
     return round(max(cost, 0.0), 9)
+
+
+# the front end's pace: the closed-loop points of these servers (Llama-3.2-1B, 128 tokens in and 256 out at 64-512 in
+# flight, under one API server and under four), where the GPU's decode step is ~2-4 ms and the gaps 3-29 ms
+FRONTEND_BATCHES = ("b8-frontend",)
+FRONTEND_SERVERS = ("b8-llama1b", "b8-llama1b-api4")
+FRONTEND_BOUND = 1.5  # a point whose measured gap is this many times the simulated GPU step is the host's
+
+
+def frontend_rows(points: list[dict], terms: dict) -> list[dict]:
+    """Per front-end-bound point: requests in flight, API servers, and the measured median gap (seconds)."""
+    rows = []
+    for p in points:
+        st = p["settings"]
+        if not (p["batch"] in FRONTEND_BATCHES and p["server"] in FRONTEND_SERVERS and st["loop"] == "closed"):
+            continue
+        gpu = predict_point(served_settings(p), ROOT, terms={**terms, **FRONTEND_OFF}).itl_ms[50] / 1e3
+        measured = p["measured"]["itl_p50_ms"] / 1e3
+        if measured >= FRONTEND_BOUND * gpu:
+            rows.append(dict(point=p, streams=st["concurrency"], api_servers=st.get("api_server_count") or 1,
+                             measured=measured))
+    return rows
+
+
+def fit_frontend(rows: list[dict]) -> dict[str, float]:
+    """The front end's seconds per streamed token, the engine core's (one process) and the API servers' (shared
+    among them): a least-squares fit of the relative error of the measured median gap to streams x (core + api /
+    API servers), every other term fixed. A part the fit puts below 0 is 0."""
+    x = [[r["streams"] / r["measured"], r["streams"] / r["api_servers"] / r["measured"]] for r in rows]
+    core, api = _solve([[sum(a[i] * a[j] for a in x) for j in range(2)] for i in range(2)],
+                       [sum(a[i] for a in x) for i in range(2)])
+    return {"frontend_core_s_per_token": round(max(core, 0.0), 9), "frontend_api_s_per_token": round(max(api, 0.0), 9)}
 
 
 def step_rows(points: list[dict], engine_kv: dict[str, float]) -> list[dict]:
@@ -283,17 +318,21 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
     engine_kv: dict[str, float] = {}
     for _ in range(FIT_ROUNDS):
         step = fit_step(points, engine_kv, terms)
-        trial = {**step, "engine_kv_efficiency": engine_kv}
+        trial = {**FRONTEND_OFF, **step, "engine_kv_efficiency": engine_kv}
         trial["prefill_mfu"] = fit_mfu(points, trial)
         engine_kv = fit_engine_kv(points, trial)
     step = fit_step(points, engine_kv, terms)
-    mfu = fit_mfu(points, {**step, "engine_kv_efficiency": engine_kv})
+    mfu = fit_mfu(points, {**FRONTEND_OFF, **step, "engine_kv_efficiency": engine_kv})
     kv_points = [p for group in kv_fitted_on(points).values() for p in group]
-    moe = fit_moe_layer(points, {**step, "engine_kv_efficiency": engine_kv, "prefill_mfu": mfu}) \
+    moe = fit_moe_layer(points, {**FRONTEND_OFF, **step, "engine_kv_efficiency": engine_kv, "prefill_mfu": mfu}) \
         if "moe_layer" in terms else 0.0
     moe_points = moe_fitted_on(points) if "moe_layer" in terms else []
-    fixed = {**step, "engine_kv_efficiency": engine_kv, "prefill_mfu": mfu, "moe_layer_step_overhead_s": moe}
+    fixed = {**FRONTEND_OFF, **step, "engine_kv_efficiency": engine_kv, "prefill_mfu": mfu,
+             "moe_layer_step_overhead_s": moe}
     eager = eager_rows(points, fixed) if "eager" in terms else []
+    fixed[EAGER_TERM] = fit_eager(eager) if eager else 0.0
+    front = frontend_rows(points, fixed) if "frontend" in terms else []
+    frontend = fit_frontend(front) if front else dict(FRONTEND_OFF)
 
     return {"per_layer_step_overhead_s": step["per_layer_step_overhead_s"],
             "prefill_mfu": mfu,
@@ -302,8 +341,10 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
             "tp_per_layer_step_overhead_s": step["tp_per_layer_step_overhead_s"],
             "step_floor_s": step["step_floor_s"],
             "moe_layer_step_overhead_s": moe,
-            EAGER_TERM: fit_eager(eager) if eager else 0.0,
-            "fitted_on": [p["id"] for p in fitted_on(points) + kv_points + moe_points + [r["point"] for r in eager]],
+            EAGER_TERM: fixed[EAGER_TERM],
+            **frontend,
+            "fitted_on": [p["id"] for p in fitted_on(points) + kv_points + moe_points + [r["point"] for r in eager]
+                          + [r["point"] for r in front]],
             "source": "scripts/fit_serving_terms.py over the points it names (measure/serving/points.json): one "
                       "request in flight on the dense servers (Llama-3.2-1B, Llama-3.1-8B, Qwen3-8B, "
                       "Mistral-Nemo-12B, Qwen2.5-32B; Qwen2.5-32B and Llama-3.1-70B at TP 2): the weights "
@@ -320,7 +361,11 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
                       "error of the measured median TTFT of batch b7's one-request points of Qwen3-30B-A3B (prompts "
                       "of 256 to 8,000 tokens, vLLM's default largest graph and graphs up to 2,048 tokens), beside "
                       "a fixed offset that is not kept (the request's handing to the engine, which the simulation "
-                      "leaves out)"}
+                      "leaves out); the front end's seconds per streamed token, the engine core's and the API "
+                      "servers' (shared among --api-server-count processes), every other term fixed, a least-squares "
+                      "fit of the relative error of the measured median inter-token gap of batch b8's closed-loop "
+                      "Llama-3.2-1B points whose gap is at least 1.5 times the simulated GPU step, to streams x (core "
+                      "+ API / API servers)"}
 
 
 def main(argv: list[str]) -> int:

