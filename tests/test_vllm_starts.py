@@ -75,10 +75,10 @@ TP_NON_TORCH_ENVELOPE = (
     "so that no start uses more than it leaves, and is above this start's figure by more than 0.05 GiB: its KV budget "
     "is below the engine's")
 TP_LOGIT_COPIES_033 = (
-    "vLLM 0.29.0 and 0.32.0 at TP 4 print a torch peak 0.15-0.18 GiB below kvsize's: the sampler's logit copies at "
-    "TP (activation_v2 tensor_parallel_logit_copies) are fitted on 0.33.0's starts, whose profiling run samples a "
-    "second time with every sampling parameter set; the range shares the figure, so these two sit on the safe side "
-    "(KV budget 0.5-0.9% below the engine's)")
+    "vLLM 0.27.0 at TP 2 and 0.29.0 and 0.32.0 at TP 4 print a torch peak 0.15-0.18 GiB below kvsize's: the sampler's "
+    "logit copies at TP (activation_v2 tensor_parallel_logit_copies) are fitted mostly on 0.33.0's starts, whose "
+    "profiling run samples a second time with every sampling parameter set; the range shares the figure, so these "
+    "three sit on the safe side (KV budget 0.2-0.9% below the engine's)")
 GEMMA2_TP4_SOFTCAP = (
     "gemma-2-9b at TP 4 on 0.33.0 prints a torch peak of 1.66 GiB where kvsize computes 1.53: a soft-capped model's "
     "sampler keeps a capped copy of the logits, and the TP logit-copies fit leaves soft-capped models out; its "
@@ -91,7 +91,8 @@ KNOWN_ACTIVATION_GAPS = {**{sid: TP_NON_TORCH_ENVELOPE for sid in (
                              "h200-0.33.0-deepseek-v2-lite-tp4", "h200-0.33.0-qwen3-30b-a3b-tp2",
                              "h200-0.33.0-qwen3-30b-a3b-tp4", "h200-0.33.0-gemma-2-9b-tp2",
                              "h200-0.33.0-qwen3-8b-tp4-fp8")},
-                         **{sid: TP_LOGIT_COPIES_033 for sid in ("h200-0.29.0-llama-3.1-8b-tp4",
+                         **{sid: TP_LOGIT_COPIES_033 for sid in ("h200-0.27.0-llama-3.1-8b-tp2",
+                                                                 "h200-0.29.0-llama-3.1-8b-tp4",
                                                                  "h200-0.32.0-llama-3.1-70b-tp4")},
                          "h200-0.33.0-gemma-2-9b-tp4": GEMMA2_TP4_SOFTCAP,
                          **{sid: GPT_OSS_MXFP4 for sid in ("h200-0.33.0-gpt-oss-120b", "h200-0.33.0-gpt-oss-120b-tp4")},
@@ -411,15 +412,15 @@ def test_every_started_release_of_0_27_to_0_33_is_within_1_percent():
     rows = [r for r in accuracy_rows(STARTS) if r.release in ("0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0",
                                                                "0.31.0", "0.32.0", "0.33.0")]
     # the panel starts of 0.27.0, 0.27.1, 0.29.0, 0.31.0 and 0.32.0 (6 each), 0.30.0's and 0.28.0's five (the rest
-    # of their panels did not run), 0.29.0's and 0.32.0's TP 4 start, and 0.33.0's 23
-    assert len({r.id for r in rows}) == 6 + 6 + 5 + (6 + 1) + 5 + 6 + (6 + 1) + 23
+    # of their panels did not run), 0.27.0's TP 2 start, 0.29.0's and 0.32.0's TP 4 start, and 0.33.0's 23
+    assert len({r.id for r in rows}) == (6 + 1) + 6 + 5 + (6 + 1) + 5 + 6 + (6 + 1) + 23
     for r in rows:
         assert abs(r.kv_budget_error) < 0.01 and abs(r.kv_tokens_error) < 0.01, r.id
 
 
 def test_the_fit_reproduces_the_tensor_parallel_terms_of_0_27_to_0_33():
     # the TP non-torch base (one for the range) and each sub-range's per-logit figure, and the V2 sampler's logit
-    # copies at TP, as scripts/fit_vllm_terms.py --write wrote them from the TP starts of 0.29.0, 0.32.0 and 0.33.0
+    # copies at TP, as scripts/fit_vllm_terms.py --write wrote them from the TP starts of 0.27.0-0.33.0
     import json
 
     from helpers import load_script
@@ -428,7 +429,7 @@ def test_the_fit_reproduces_the_tensor_parallel_terms_of_0_27_to_0_33():
     fit = load_script("fit_vllm_terms")
     data = json.loads((ENGINES_DIR / fit.LOGIT_FILE).read_text())
     non_torch, copies = fit.fit_tensor_parallel_non_torch(), fit.fit_tensor_parallel_logit_copies()
-    assert len(non_torch["starts"]) >= 16 and non_torch["from"] == ["0.29", "0.31", "0.33"]
+    assert len(non_torch["starts"]) >= 17 and non_torch["from"] == ["0.27", "0.29", "0.31", "0.33"]
     for part in (data, *data["sub_ranges"]):
         assert part["non_torch"]["tensor_parallel_bytes"] == non_torch["tensor_parallel_bytes"], part["release"]
         assert (part["non_torch"]["tensor_parallel_bytes_per_sampled_logit"]
