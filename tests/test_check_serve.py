@@ -72,3 +72,31 @@ def test_an_open_loop_result_is_simulated_at_its_rate(capsys):
     # at 4 requests a second a 1,000-token prompt waits for little: kvsize's TTFT is about one prefill
     rows = {r["figure"]: r for r in shown["rows"]}
     assert rows["ttft_p50_ms"]["kvsize"] < 100
+
+
+def test_the_servers_api_server_count_sets_the_front_ends_pace(capsys):
+    # b8-frontend's Llama-3.2-1B at 512 in flight under four API servers: a token every 9.3 ms measured, 29.4 ms under
+    # one; kvsize simulates the server it is told of, as the accuracy page does with the point's settings
+    from sizing.evidence.serving import predict_point
+
+    point = next(p for p in json.loads((SERVING / "points.json").read_text())["points"]
+                 if p["id"] == "b8-llama1b-api4-p04-i128-o256-c512")
+    st = point["settings"]
+    server = ["--model", str(ROOT / st["config"]), "--gpu", "h200", "--engine", f"vllm@{st['vllm_version']}",
+              "--max-model-len", str(st["max_model_len"]), "--gpu-memory-utilization", str(st["gpu_memory_utilization"]),
+              "--max-num-batched-tokens", str(st["max_num_batched_tokens"]), "--max-num-seqs", str(st["max_num_seqs"])]
+    gaps = {}
+    for count in (1, 4):
+        main(["check-serve", str(SERVING / point["raw"]), *server, "--api-server-count", str(count), "--format", "json"])
+        shown = json.loads(capsys.readouterr().out)
+        assert shown["api_server_count"] == count
+        gaps[count] = {r["figure"]: r for r in shown["rows"]}["itl_p50_ms"]["kvsize"]
+    assert gaps[4] == pytest.approx(predict_point({**st, "num_prompts": point["measured"]["completed"]}, ROOT).itl_ms[50])
+    assert gaps[1] > 2 * gaps[4]
+
+
+@pytest.mark.parametrize("count, needle", [("0", "greater than zero"), ("65", "at most 64"), ("four", "whole number")])
+def test_an_api_server_count_out_of_range_is_refused(capsys, count, needle):
+    assert main(["check-serve", str(SERVING / POINT), *SERVER, "--api-server-count", count]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--api-server-count" in err and needle in err and len(err.splitlines()) == 1

@@ -6,13 +6,25 @@ import argparse
 import json
 from pathlib import Path
 
-from app.options import _add_scenario_options, scenario_from_args
+from app.options import _add_scenario_options, _positive_int, scenario_from_args
+
+MAX_API_SERVERS = 64
+
+
+def _api_servers(text: str) -> int:
+    value = _positive_int(text)
+    if value > MAX_API_SERVERS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_API_SERVERS} API server processes, got {text!r}")
+    return value
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("check-serve", help="a load generator's result against kvsize's speed figures for that server")
     p.add_argument("result", help="the JSON `vllm bench serve --save-result` wrote (.json or .json.gz)")
     _add_scenario_options(p)
     p.add_argument("--kv-cache-dtype", default="auto", help="the server's --kv-cache-dtype (default auto)")
+    p.add_argument("--api-server-count", type=_api_servers, default=1,
+                   help="the server's --api-server-count: the processes that stream its tokens (default 1, vLLM's)")
     p.add_argument("--format", choices=["table", "json"], default="table", help="output form (default table)")
     p.set_defaults(run=run)
 
@@ -29,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
     scenario = scenario_from_args(args, args.model, args.gpu, args.engine, args.tensor_parallel_size,
                                   args.max_model_len, args.kv_cache_dtype, args.kv_cache_dtype)
     gpu = gpu_profile(args.gpu)
-    model, engine = serving_replica(scenario, gpu.hbm_bandwidth_gb_s, gpu.bf16_dense_tflops, measured_efficiency())
+    model, engine = serving_replica(scenario, gpu.hbm_bandwidth_gb_s, gpu.bf16_dense_tflops, measured_efficiency(),
+                                    api_servers=args.api_server_count)
     served = simulate(model, engine, bench.load)
     rows = held_to(bench.measured, served_figures(served))
     load = bench.load
@@ -39,13 +52,15 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(dict(schema="kvsize.check-serve/1", model=scenario.model_name, gpu=scenario.gpu_name,
                               engine=scenario.engine, kv_cache_dtype=args.kv_cache_dtype,
+                              api_server_count=args.api_server_count,
                               load=dict(input_tokens=load.input_tokens, output_tokens=load.output_tokens,
                                         prompts=load.num_prompts, concurrency=load.concurrency,
                                         request_rate=load.request_rate),
                               pool=dict(blocks=engine.num_blocks, block_size=engine.block_size),
                               preemptions_simulated=served.preemptions, rows=rows, within=within), indent=2))
     else:
-        print(f"{scenario.model_name} on {scenario.gpu_name}, {scenario.engine}, KV {args.kv_cache_dtype}: {loop}, "
+        print(f"{scenario.model_name} on {scenario.gpu_name}, {scenario.engine}, KV {args.kv_cache_dtype}, "
+              f"{args.api_server_count} API server{'s' if args.api_server_count > 1 else ''}: {loop}, "
               f"{load.num_prompts} prompts of {load.input_tokens:,} tokens in and {load.output_tokens:,} out; "
               f"kvsize's pool {engine.num_blocks:,} blocks of {engine.block_size}")
         print(f"  {'figure':<22}{'measured':>12}{'kvsize':>12}{'error':>9}  bar")
