@@ -96,6 +96,47 @@ def _used_mib(gpu_ids: list[int]) -> int:
     return used
 
 
+GPU_FREE_MIB = 1024  # what a GPU may hold and still be free to start on
+CLEAR_WAIT_S = 60
+
+
+def _gpu_processes(gpu_ids: list[int]) -> list[int]:
+    """The PIDs nvidia-smi lists as compute processes on these GPUs."""
+    try:
+        buses = subprocess.run(["nvidia-smi", "--query-gpu=index,pci.bus_id", "--format=csv,noheader"],
+                               capture_output=True, text=True).stdout
+        apps = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,gpu_bus_id", "--format=csv,noheader"],
+                              capture_output=True, text=True).stdout
+    except FileNotFoundError:
+        return []
+    mine = {bus.strip() for index, bus in (line.split(",") for line in buses.strip().splitlines() if "," in line)
+            if int(index) in gpu_ids}
+    return [int(pid) for pid, bus in (line.split(",") for line in apps.strip().splitlines() if "," in line)
+            if bus.strip() in mine]
+
+
+def clear_gpus(gpu_ids: list[int], wait_s: float = CLEAR_WAIT_S, used=None, processes=None, kill=os.kill,
+               sleep=time.sleep) -> int:
+    """Free a start's GPUs before it launches and return the MiB they still hold. A stopped start's workers can
+    outlive its process group: vLLM 0.29.0's TP 4 start, whose custom all-reduce failed on shutdown, kept ~131 GiB on
+    each GPU, and every start after it failed for want of memory. The GPUs this launcher is given are its own, so
+    the compute processes left on them are its starts': they are killed, and the memory waited for."""
+    used = used or _used_mib
+    processes = processes or _gpu_processes
+    if used(gpu_ids) < GPU_FREE_MIB:
+        return used(gpu_ids)
+    for pid in processes(gpu_ids):
+        try:
+            kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            continue
+    waited = 0.0
+    while used(gpu_ids) >= GPU_FREE_MIB and waited < wait_s:
+        sleep(1)
+        waited += 1
+    return used(gpu_ids)
+
+
 def _model_dir(config: str, root: Path) -> Path:
     """A folder holding only the config (vLLM reads a model folder; dummy weights need nothing else)."""
     folder = root / Path(config).stem
@@ -170,6 +211,11 @@ def _run(specs, log_dir, deadline_s, gpu_ids, sitedirs, start_cost_s, grace_s, t
         for spec in list(pending):
             if spec.gpus <= len(free) and end - time.time() > start_cost_s:
                 take, free = free[:spec.gpus], free[spec.gpus:]
+                held = clear_gpus(take)
+                if held >= GPU_FREE_MIB:  # kept out of every later start too: they would fail the same way
+                    print(f"== GPU {take} still holds {held} MiB after its processes were killed: not used again",
+                          flush=True)
+                    continue
                 pending.remove(spec)
                 # ports keyed by the first GPU, so launchers on disjoint GPUs of one host never share one
                 port = 20000 + 1000 * take[0] + 100 * (launched % 10)

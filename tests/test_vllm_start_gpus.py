@@ -23,3 +23,35 @@ def test_uuid_prefixes():
 def test_cuda_stops_at_the_first_entry_it_cannot_match():
     assert [r["index"] for r in visible(ROWS, "1,7,2")] == [1]
     assert visible(ROWS, "") == []
+
+
+def test_a_stopped_starts_leftover_workers_are_killed_before_the_next_start():
+    # vLLM 0.29.0's TP 4 start kept ~131 GiB a GPU after its group was stopped; the launcher frees its own GPUs
+    import signal
+
+    from measure.vllm_start import clear_gpus
+
+    held = {"mib": 134_000}
+    killed = []
+
+    def kill(pid, sig):
+        killed.append((pid, sig))
+        held["mib"] = 300  # the driver gives the memory back once the workers are gone
+
+    left = clear_gpus([0, 1], used=lambda ids: held["mib"], processes=lambda ids: [4242, 4243], kill=kill,
+                      sleep=lambda s: None)
+    assert left == 300
+    assert killed == [(4242, signal.SIGKILL), (4243, signal.SIGKILL)]
+
+
+def test_free_gpus_are_left_alone_and_memory_that_stays_is_reported():
+    from measure.vllm_start import GPU_FREE_MIB, clear_gpus
+
+    def no_kill(pid, sig):
+        raise AssertionError("nothing to kill on a free GPU")
+
+    assert clear_gpus([2], used=lambda ids: 500, processes=lambda ids: [1], kill=no_kill) == 500
+    naps = []
+    left = clear_gpus([3], wait_s=5, used=lambda ids: 90_000, processes=lambda ids: [],
+                      sleep=lambda s: naps.append(s))
+    assert left >= GPU_FREE_MIB and len(naps) == 5  # waited its bound, not forever
