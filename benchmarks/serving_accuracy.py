@@ -376,8 +376,15 @@ def report(table: list[dict] | None = None) -> str:
            "finished requests pile up meanwhile and are prefilled one after another), which is not simulated.",
            "- The smallest model (Llama-3.2-1B, 16 layers): its GPU step is about 1.3 ms, the server's 1.7-2.5 ms "
            "whatever the batch up to 32 (its gaps spread from 1.2 to 3 ms within a request): the host's side of "
-           "a step, which the fit takes as a floor of 1.9 ms; at 128 in flight its median gap is 6.8 ms against "
-           "2.3 simulated, a host cost per request a step that no larger model shows.",
+           "a step, which the fit takes as a floor of 1.9 ms. At many streams the front end sets the pace: batch "
+           "b8 ran the same loads under one API server and under four, Llama-3.2-1B's gaps at 64-512 in flight "
+           "3.9-29.4 ms under one (about 58 us a stream) and 2.7-9.3 ms under four; the simulation now paces a "
+           "step by the tokens its front end streams (the engine core's part and the API servers' shared among "
+           "them), fitted on those points. Four API servers do not share the work evenly (128 in flight 34% "
+           "short, 512 in flight 22% long), the figure is the host's (b7's same loads, on a host busy with a "
+           "build, were 1.5-1.9 times slower), and the queue the front end puts before a first token is not "
+           "simulated: Llama-3.1-8B's closed-loop TTFT at 256 in flight is 3.32 s under one API server, 0.99 s "
+           "under four, 0.66 s simulated.",
            "- Prefill of the MoE and MLA models: 80-150 ms for 1,000 tokens where their FLOPs take about 10 ms. "
            "Steps longer than the largest CUDA graph run eagerly, and a MoE or MLA layer launches many more kernels "
            "than a dense one; an eager cost per layer kind needs a second model of each kind to be fitted and checked.",
