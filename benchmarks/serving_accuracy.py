@@ -373,7 +373,10 @@ def report(table: list[dict] | None = None) -> str:
            "from 57.7% to 36.4%; what is left: the measured delay holds for the first steps of a burst of 1,000-token prompts "
            "at TP 1, not for 8,000-token prompts nor for Llama-3.1-70B at TP 2, and the API server hands a new "
            "request to the engine tens of milliseconds after it was sent (8,000-token prompts: replacements of "
-           "finished requests pile up meanwhile and are prefilled one after another), which is not simulated.",
+           "finished requests pile up meanwhile and are prefilled one after another). The simulation now holds a "
+           "constant part of that handling (16.6 ms a request, fitted on b7's short prompts alone, which took the "
+           "median p50 TTFT error out of the fit from 39.5% to 16.7%); what grows with the load, the front end's "
+           "queue, is not simulated.",
            "- The smallest model (Llama-3.2-1B, 16 layers): its GPU step is about 1.3 ms, the server's 1.7-2.5 ms "
            "whatever the batch up to 32 (its gaps spread from 1.2 to 3 ms within a request): the host's side of "
            "a step, which the fit takes as a floor of 1.9 ms. At many streams the front end sets the pace: batch "

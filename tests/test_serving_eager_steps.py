@@ -94,9 +94,12 @@ def test_the_eager_term_is_fitted_on_b7s_moe_prompts_and_closes_the_gap_they_sho
     fit = step_overhead()
     assert 5e-4 < fit.eager_moe_layer_step_overhead_s < 3e-3
     points = _points()
-    b7 = [i for i in fit.fitted_on if i.startswith("b7-")]
+    b7 = [i for i in dict.fromkeys(fit.fitted_on) if i.startswith("b7-qwen3moe")]
     assert len(b7) == 14 and all(points[i]["settings"]["concurrency"] == 1 for i in b7)
-    assert {points[i]["server"] for i in b7} == {"b7-qwen3moe", "b7-qwen3moe-cg2048"}
+    # b7's Llama-3.2-1B points are in the fit only for the request's handling (prompts a graph holds)
+    for i in fit.fitted_on:
+        if i.startswith("b7-llama1b"):
+            assert int(i.split("-i")[1].split("-")[0]) <= (2048 if "cg2048" in i else 512), i
     for prompt in ("p03-i520", "p04-i1000", "p05-i2000"):
         default = predict_point(served_settings(points[f"b7-qwen3moe-{prompt}-o32-c1"]), ROOT).ttft_ms[50]
         graphed = predict_point(served_settings(points[f"b7-qwen3moe-cg2048-{prompt}-o32-c1"]), ROOT).ttft_ms[50]

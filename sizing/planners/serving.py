@@ -40,6 +40,7 @@ generator's figures: TTFT and ITL percentiles over requests and gaps, output tok
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
 import random
@@ -88,6 +89,9 @@ class StepOverhead(BaseModel):
     # step lasts at least its decoding requests' tokens through both (the host paces small models at many streams)
     frontend_core_s_per_token: float = Field(default=0.0, ge=0, le=0.001)
     frontend_api_s_per_token: float = Field(default=0.0, ge=0, le=0.001)
+    # the front end's handling of a request, from the client's send to the engine's queue (HTTP, tokenizing, the
+    # hand-off to the engine core) and of its first token back: every request's first token comes this much later
+    request_handling_s: float = Field(default=0.0, ge=0, le=1.0)
     fitted_on: tuple[str, ...] = Field(min_length=1)
     source: str
 
@@ -128,6 +132,7 @@ class StepModel:
     graphs: GraphedSteps = UNLIMITED  # the largest steps run under a CUDA graph (the default: every step)
     eager_moe_layer_overhead_s: float = 0.0  # each layer with routed experts, in a step run without a graph
     frontend_s_per_token: float = 0.0  # the front end's time per streamed token, its API servers sharing their part
+    request_handling_s: float = 0.0  # from the client's send to the engine's queue, and the first token back
 
     def seconds(self, decoding: int, decode_tokens_in_cache: int, chunks: list[tuple[int, int]]) -> float:
         """`decoding` requests reading `decode_tokens_in_cache` cached tokens in all; `chunks`: (start, end) of the
@@ -269,7 +274,7 @@ class Scheduler:
 @dataclass
 class _Request:
     index: int  # in the order sent
-    arrival: float
+    arrival: float  # at the engine
     prompt: int  # tokens to prefill (grows to prompt + output so far after a preemption)
     output: int
     original_prompt: int
@@ -281,6 +286,7 @@ class _Request:
     times: list[float] = field(default_factory=list)  # when each token was sampled (the end of its step)
     # tokens whose KV the request holds: its prefilled chunks and one per token sampled since (0 once preempted)
     in_cache: int = 0
+    sent_at: float = 0.0  # by the client: TTFT and latency count from here
 
 
 @dataclass(frozen=True)
@@ -313,11 +319,14 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
     """Run the load against one replica, step by step (runs of steps that only decode in one pass, unless
     `decode_runs` is off: the same figures, slower)."""
     rng = random.Random(load.seed)
-    pending: deque[float] = deque()  # arrival times of requests not yet sent to the engine (open loop)
+    # requests the client has sent that have not reached the engine yet: (at the engine, order, sent by the client)
+    pending: list[tuple[float, int, float]] = []
+    # a prefilled request (disaggregated: its KV shipped from a prefill replica) was handled there, once
+    handling = 0.0 if load.prefilled else model.request_handling_s
     if load.request_rate is not None:
         t = 0.0
-        for _ in range(load.num_prompts):
-            pending.append(t)
+        for i in range(load.num_prompts):
+            pending.append((t + handling, i, t))
             t += rng.expovariate(load.request_rate)
     sent = 0
     waiting: deque[_Request] = deque()
@@ -329,11 +338,14 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
     def blocks(tokens: int) -> int:
         return -(-tokens // engine.block_size)
 
-    def send(at: float) -> None:
+    def send(at: float, client_at: float) -> None:
         nonlocal sent
         prompt, output = load.length(sent)
-        waiting.append(_Request(sent, at, prompt, output, prompt))
+        waiting.append(_Request(sent, at, prompt, output, prompt, sent_at=client_at))
         sent += 1
+
+    def client_sends(at: float) -> None:  # a closed loop's request, on the engine's queue `handling` later
+        heapq.heappush(pending, (at + handling, sent + len(pending), at))
 
     def retire() -> None:
         """Finished requests leave the pool; a closed loop sends the next as each one finishes."""
@@ -345,21 +357,22 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
         for r in done:
             free_blocks += blocks(r.in_cache)
             finished.append(r)
-            if load.concurrency is not None and sent < load.num_prompts:
-                send(now)
+            if load.concurrency is not None and sent + len(pending) < load.num_prompts:
+                client_sends(now)
 
     ends: dict[float, float] = {}  # each step's end by its start
     if load.concurrency is not None:
         for _ in range(min(load.concurrency, load.num_prompts)):
-            send(0.0)
+            client_sends(0.0)
     while len(finished) < load.num_prompts:
-        while pending and pending[0] <= now:
-            send(pending.popleft())
+        while pending and pending[0][0] <= now:
+            at, _, client_at = heapq.heappop(pending)
+            send(at, client_at)
         if not waiting and not running:
-            now = pending[0]  # idle until the next arrival
+            now = pending[0][0]  # idle until the next arrival
             continue
         run = decode_runs and _decode_run(model, engine, running, waiting, free_blocks, now,
-                                          pending[0] if pending else math.inf)
+                                          pending[0][0] if pending else math.inf)
         if run:
             # steps that only decode, until the first request finishes or the next one arrives: every request gets
             # the same tokens at the same times, the step by step loop's arithmetic in one pass
@@ -507,13 +520,13 @@ def _figures(finished: list[_Request], load: Load, preemptions: int, steps: int)
     over the measured requests' mean latency."""
     if load.measured is not None:
         finished = [r for r in finished if load.measured[0] <= r.index < load.measured[1]]
-    ttfts = [r.first_token_at - r.arrival for r in finished]
+    ttfts = [r.first_token_at - r.sent_at for r in finished]
     gaps = [g for r in finished for g in r.gaps]
     duration = max(r.last_token_at for r in finished)
     requests_per_s = len(finished) / duration
     if load.measured is not None and load.concurrency is not None:
-        duration -= min(r.arrival for r in finished)
-        requests_per_s = load.concurrency * len(finished) / sum(r.last_token_at - r.arrival for r in finished)
+        duration -= min(r.sent_at for r in finished)
+        requests_per_s = load.concurrency * len(finished) / sum(r.last_token_at - r.sent_at for r in finished)
     output_per_request = sum(r.output for r in finished) / len(finished)
     tpots = [(r.last_token_at - r.first_token_at) / (r.output - 1) for r in finished if r.output > 1]
     return Served({q: 1e3 * _percentile(ttfts, q) for q in PERCENTILES},
@@ -558,7 +571,8 @@ def serving_replica(scenario, hbm_bandwidth_gb_s: float, bf16_dense_tflops: floa
                       overhead, mfu, fitted["tp_per_layer_step_overhead_s"], fitted["step_floor_s"],
                       fitted["moe_layer_step_overhead_s"], graphed_steps(s, e.engine),
                       fitted["eager_moe_layer_step_overhead_s"],
-                      fitted["frontend_core_s_per_token"] + fitted["frontend_api_s_per_token"] / max(api_servers, 1))
+                      fitted["frontend_core_s_per_token"] + fitted["frontend_api_s_per_token"] / max(api_servers, 1),
+                      fitted["request_handling_s"])
     paged = e.pool.paged
     release = e.engine.release
     engine = Scheduler(s.max_num_batched_tokens, s.max_num_seqs, e.block_size if paged else 1,
