@@ -32,8 +32,9 @@ def test_the_mix_sent_keeps_every_share_and_leaves_the_shared_prefix_to_the_cach
 
 def test_a_steady_state_is_measured_between_the_opening_burst_and_the_drain():
     w = read_workload(EXAMPLE)
-    load = steady_load(w, 100)
-    assert load.concurrency == 100 and load.measured == (100, 200) and load.num_prompts == 300
+    load = steady_load(w, 300)  # more in flight than the least measured: as many measured as in flight
+    assert MIN_MEASURED_REQUESTS < 300
+    assert load.concurrency == 300 and load.measured == (300, 600) and load.num_prompts == 900
     small = steady_load(w, 4)
     assert small.measured == (4, 4 + MIN_MEASURED_REQUESTS) and small.num_prompts == 8 + MIN_MEASURED_REQUESTS
 
