@@ -346,42 +346,32 @@ def fit_mfu(points: list[dict], terms: dict) -> float:
 def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
     engine_kv: dict[str, float] = {}
     handling = 0.0
-    fit_handing = "handling" in terms
+    fits_handling = "handling" in terms
     for _ in range(FIT_ROUNDS):
-        step = fit_step(points, engine_kv, terms)
-        trial = {**FRONTEND_OFF, **step, "engine_kv_efficiency": engine_kv, HANDLING_TERM: handling}
+        # fit_step's terms start from NEUTRAL: every term fitted later (the front end's among them) is off here
+        trial = {**fit_step(points, engine_kv, terms), "engine_kv_efficiency": engine_kv, HANDLING_TERM: handling}
         trial["prefill_mfu"] = fit_mfu(points, trial)
-        handling = trial[HANDLING_TERM] = fit_handling(points, trial) if fit_handing else 0.0
+        handling = trial[HANDLING_TERM] = fit_handling(points, trial) if fits_handling else 0.0
         engine_kv = fit_engine_kv(points, trial)
-    step = fit_step(points, engine_kv, terms)
-    mfu = fit_mfu(points, {**FRONTEND_OFF, **step, "engine_kv_efficiency": engine_kv, HANDLING_TERM: handling})
-    if fit_handing:
-        handling = fit_handling(points, {**FRONTEND_OFF, **step, "engine_kv_efficiency": engine_kv,
-                                         "prefill_mfu": mfu, HANDLING_TERM: handling})
+    fixed = {**fit_step(points, engine_kv, terms), "engine_kv_efficiency": engine_kv, HANDLING_TERM: handling}
+    fixed["prefill_mfu"] = fit_mfu(points, fixed)
+    if fits_handling:
+        fixed[HANDLING_TERM] = fit_handling(points, fixed)
     kv_points = [p for group in kv_fitted_on(points).values() for p in group]
-    moe = fit_moe_layer(points, {**FRONTEND_OFF, **step, "engine_kv_efficiency": engine_kv, "prefill_mfu": mfu,
-                                 HANDLING_TERM: handling}) \
-        if "moe_layer" in terms else 0.0
+    fixed["moe_layer_step_overhead_s"] = fit_moe_layer(points, fixed) if "moe_layer" in terms else 0.0
     moe_points = moe_fitted_on(points) if "moe_layer" in terms else []
-    fixed = {**FRONTEND_OFF, **step, "engine_kv_efficiency": engine_kv, "prefill_mfu": mfu,
-             "moe_layer_step_overhead_s": moe, HANDLING_TERM: handling}
     eager = eager_rows(points, fixed) if "eager" in terms else []
     fixed[EAGER_TERM] = fit_eager(eager) if eager else 0.0
     front = frontend_rows(points, fixed) if "frontend" in terms else []
     frontend = fit_frontend(front) if front else dict(FRONTEND_OFF)
 
-    return {"per_layer_step_overhead_s": step["per_layer_step_overhead_s"],
-            "prefill_mfu": mfu,
-            "engine_kv_efficiency": engine_kv,
-            "engine_weights_efficiency": step["engine_weights_efficiency"],
-            "tp_per_layer_step_overhead_s": step["tp_per_layer_step_overhead_s"],
-            "step_floor_s": step["step_floor_s"],
-            "moe_layer_step_overhead_s": moe,
-            EAGER_TERM: fixed[EAGER_TERM],
+    return {**{k: fixed[k] for k in ("per_layer_step_overhead_s", "prefill_mfu", "engine_kv_efficiency",
+                                     "engine_weights_efficiency", "tp_per_layer_step_overhead_s", "step_floor_s",
+                                     "moe_layer_step_overhead_s", EAGER_TERM)},
             **frontend,
-            HANDLING_TERM: handling,
+            HANDLING_TERM: fixed[HANDLING_TERM],
             "fitted_on": [p["id"] for p in fitted_on(points) + kv_points + moe_points + [r["point"] for r in eager]
-                          + [r["point"] for r in front] + (handling_fitted_on(points) if fit_handing else [])],
+                          + [r["point"] for r in front] + (handling_fitted_on(points) if fits_handling else [])],
             "source": "scripts/fit_serving_terms.py over the points it names (measure/serving/points.json): one "
                       "request in flight on the dense servers (Llama-3.2-1B, Llama-3.1-8B, Qwen3-8B, "
                       "Mistral-Nemo-12B, Qwen2.5-32B; Qwen2.5-32B and Llama-3.1-70B at TP 2): the weights "
@@ -397,8 +387,8 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
                       "host, without a graph), with every other term fixed, a least-squares fit of the relative "
                       "error of the measured median TTFT of batch b7's one-request points of Qwen3-30B-A3B (prompts "
                       "of 256 to 8,000 tokens, vLLM's default largest graph and graphs up to 2,048 tokens), beside "
-                      "a fixed offset that is not kept (the request's handing to the engine, which the simulation "
-                      "leaves out); the front end's seconds per streamed token, the engine core's and the API "
+                      "a fixed offset per model that is not kept (what the request's handling, below, leaves of "
+                      "their lateness); the front end's seconds per streamed token, the engine core's and the API "
                       "servers' (shared among --api-server-count processes), every other term fixed, a least-squares "
                       "fit of the relative error of the measured median inter-token gap of batch b8's closed-loop "
                       "Llama-3.2-1B points whose gap is at least 1.5 times the simulated GPU step, to streams x (core "

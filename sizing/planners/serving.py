@@ -18,15 +18,18 @@ cost per layer (and per layer's all-reduce where TP > 1), never less than the en
            + layers × (per-layer step overhead + TP all-reduce per layer if TP > 1)
            + MoE layers × per-MoE-layer step overhead                        (the fused-expert kernels' own cost)
            + MoE layers × eager per-MoE-layer                               (a step past the largest CUDA graph)
-    step = max(GPU, step floor)                                             (FLOP/s = dense bf16 × MFU × TP)
+    front = decoding requests × (core + API / API servers) per streamed token (the tokens the front end sends)
+    step = max(GPU, step floor, front)                                      (FLOP/s = dense bf16 × MFU × TP)
 
 The floor is the host's side of a step (scheduling, sampling, sending the tokens), which the engine overlaps with the
 GPU's: it shows only where the GPU's part is shorter (a small model). A step of more tokens than the largest CUDA
 graph the engine captured (kvsize's estimate of its capture sizes, sizing/planners/graph_steps.py) runs without one:
 its kernels are launched from the host layer by layer, and an MoE layer's fused-expert path runs its Python, a cost
 a step much larger than a graph's replay. A dense layer's share of that cost is not a term of its own: it is not
-separable from the prefill MFU, fitted on prompts that all run past the graph. Every term is fitted on the points profiles/serving.json names
-(scripts/fit_serving_terms.py).
+separable from the prefill MFU, fitted on prompts that all run past the graph. The front end (the engine core's
+output handling and the API servers') streams each decoding request's token, overlapped with the GPU's work too, and
+hands each request to the engine a fixed time after the client sent it, which its TTFT carries. Every term is fitted
+on the points profiles/serving.json names (scripts/fit_serving_terms.py).
 
 With async scheduling (vLLM 0.26 and later, on by default: the release's in-flight batches beyond the pipeline
 stages) the engine schedules and launches step N+1 before it processes step N's output, so a token reaches the client
@@ -323,7 +326,7 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
     pending: list[tuple[float, int, float]] = []
     # a prefilled request (disaggregated: its KV shipped from a prefill replica) was handled there, once
     handling = 0.0 if load.prefilled else model.request_handling_s
-    if load.request_rate is not None:
+    if load.request_rate is not None:  # in time order, so already a heap
         t = 0.0
         for i in range(load.num_prompts):
             pending.append((t + handling, i, t))
