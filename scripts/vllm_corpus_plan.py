@@ -1,6 +1,6 @@
 """Write the plans of real vLLM starts that make tests/fixtures/vllm-starts (one JSON list a machine).
 
-usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200|architectures|checkpoints|compile-cache|integer-checkpoints|one-h100|release-panels|torch-stage-panels|panel-gaps|tp2-0.33|tp4-0.33|panels-0.32-0.31|panels-0.29-0.27|tp-0.32-0.27 > plan.json
+usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200|architectures|checkpoints|compile-cache|integer-checkpoints|one-h100|release-panels|torch-stage-panels|panel-gaps|tp2-0.33|tp4-0.33|panels-0.32-0.31|panels-0.29-0.27|tp-0.32-0.27|small-gpu-defaults > plan.json
 Every start is an EngineArgs dict on a config in tests/fixtures/vllm-starts/configs/, in vLLM's
 `vllm serve` usage context unless it says `llm`. Starts whose config is not there are left out.
 """
@@ -344,6 +344,19 @@ def tp_032_027():
     ]
 
 
+def small_gpu_defaults():
+    """The batch defaults vLLM gives a GPU under 70 GiB (2,048 batched tokens, 256 sequences; arg_utils.py
+    get_batch_defaults), set by hand on an H200: the 0.27-0.30 non-torch term that grows with the vocabulary was
+    fitted on starts at 8,192 tokens and 1,024 sequences only, and on a 24 GB GPU it is a third of the pool (issue
+    49: small GPUs). 0.31.0 beside them, where vLLM guards the profile run's pinned segments."""
+    small = dict(max_num_seqs=256, max_num_batched_tokens=2048)
+    return [
+        start("0.29.0", "qwen3-8b", "small-defaults", **small),
+        start("0.29.0", "llama-3.1-8b", "small-defaults", **small),
+        start("0.31.0", "qwen3-8b", "small-defaults", **small),
+    ]
+
+
 if __name__ == "__main__":
     plan = {"four-gpus": four_gpus, "one-gpu": one_gpu, "four-h100s": four_h100s, "two-h100s": two_h100s,
             "one-h200": one_h200, "architectures": architectures,
@@ -351,7 +364,8 @@ if __name__ == "__main__":
             "integer-checkpoints": integer_checkpoints, "one-h100": one_h100,
             "release-panels": release_panels, "torch-stage-panels": torch_stage_panels,
             "panel-gaps": panel_gaps, "tp2-0.33": tp2_033, "tp4-0.33": tp4_033, "panels-0.29-0.27": panels_029_027,
-            "panels-0.32-0.31": panels_032_031, "tp-0.32-0.27": tp_032_027}[sys.argv[1]]()
+            "panels-0.32-0.31": panels_032_031, "tp-0.32-0.27": tp_032_027,
+            "small-gpu-defaults": small_gpu_defaults}[sys.argv[1]]()
     plan = [s for s in plan if (CONFIGS / Path(s["config"]).name).exists()]
     json.dump(plan, sys.stdout, indent=1)
     print()
