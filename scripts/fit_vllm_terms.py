@@ -179,10 +179,20 @@ def graphs_built_otherwise(scenario) -> bool:
                                   or scenario.shape.model_type in model.max_capture_size_by_model_type)
 
 
+# The V2 sampler's per-request penalty state (v1/worker/gpu/sample/penalties.py PenaltiesState, 0.27.0-0.33.0):
+# output_bin_counts int32 [max_num_reqs, vocab] and prompt_bin_mask int32 [max_num_reqs, cdiv(vocab, 32)]. Taken from
+# the source rather than fitted: starts at 1,024 sequences alone cannot tell it from the base, and the two 0.29.0
+# starts at 256 sequences (small-gpu-defaults) print 0.40 and 0.47 GiB less, 4.3 B a logit, as this predicts.
+PENALTY_STATE_BYTES_PER_LOGIT = 4 + 4 / 32
+
+
 def fit_sampled_logit_non_torch() -> dict[str, dict]:
-    """Per sub-range of LOGIT_FILE: the V2 runner's non-torch memory on one GPU as base + bytes per logit of the
-    sampler's profiling pass (max_num_seqs x vocab_size), least squares over its starts (printed non-KV total
-    less weights and torch peak, two decimals of GiB); the V1 runner's as the middle of its starts' figures."""
+    """Per sub-range of LOGIT_FILE: the V2 runner's non-torch memory on one GPU as base + the sampler's penalty
+    state (PENALTY_STATE_BYTES_PER_LOGIT x max_num_seqs x vocab_size) + bytes per element of the vocab x hidden
+    embedding where the sub-range has that term, least squares over its starts (printed non-KV total less weights
+    and torch peak, two decimals of GiB). MLA models are left out of the least squares: on the V2 runner their
+    embedding-sized copy shows in the torch peak instead (DeepSeek-V2-Lite, tests/test_vllm_starts.py). The V1
+    runner's as the middle of its starts' figures."""
     import json
 
     from sizing.engines.releases import ENGINES_DIR, version_key
@@ -192,6 +202,7 @@ def fit_sampled_logit_non_torch() -> dict[str, dict]:
     data = json.loads((ENGINES_DIR / LOGIT_FILE).read_text())
     subs = [(sub["release"], version_key(sub["first_version"]), version_key(sub["last_version"]))
             for sub in data["sub_ranges"]]
+    mla = set(data["mla_model_types"])
     rows: dict[tuple[str, str], list] = {}
     for start in load_corpus():
         if start.status != "sized" or start.args.get("tensor_parallel_size", 1) != 1 \
@@ -206,7 +217,7 @@ def fit_sampled_logit_non_torch() -> dict[str, dict]:
             continue
         rows.setdefault((name, start.printed.runner), []).append(
             (start.id, s.max_num_seqs * s.shape.vocab_size, printed_non_torch_gib(start.printed),
-             s.shape.vocab_size * s.shape.hidden_size))
+             s.shape.vocab_size * s.shape.hidden_size, s.shape.model_type in mla))
     embedding = {sub["release"]: "v2_bytes_per_embedding_element" in sub["non_torch"] for sub in data["sub_ranges"]}
     grouped: dict[tuple[str, str], list] = {}
     for (name, runner), found in rows.items():
@@ -214,15 +225,16 @@ def fit_sampled_logit_non_torch() -> dict[str, dict]:
     out = {}
     for name, _, _ in subs:
         group = NON_TORCH_GROUPS.get(name, name)
-        v2, v1 = grouped.get((group, "v2"), []), grouped.get((group, "v1"), [])
+        v2, v1 = [r for r in grouped.get((group, "v2"), []) if not r[4]], grouped.get((group, "v1"), [])
         if len(v2) < 3:
             continue
-        x = np.array([[1.0, r[1], *([r[3]] if embedding[name] else [])] for r in v2])
-        y = np.array([r[2] for r in v2]) * GiB
+        x = np.array([[1.0, *([r[3]] if embedding[name] else [])] for r in v2])
+        y = np.array([r[2] for r in v2]) * GiB - PENALTY_STATE_BYTES_PER_LOGIT * np.array([r[1] for r in v2], float)
         coef = np.linalg.lstsq(x, y, rcond=None)[0]
         v1_values = [r[2] for r in v1]
-        out[name] = {"single_gpu_v2_bytes": int(round(coef[0])), "v2_bytes_per_sampled_logit": round(float(coef[1]), 3),
-                     **({"v2_bytes_per_embedding_element": round(float(coef[2]), 3)} if embedding[name] else {}),
+        out[name] = {"single_gpu_v2_bytes": int(round(coef[0])),
+                     "v2_bytes_per_sampled_logit": PENALTY_STATE_BYTES_PER_LOGIT,
+                     **({"v2_bytes_per_embedding_element": round(float(coef[1]), 3)} if embedding[name] else {}),
                      "single_gpu_bytes": int(round((min(v1_values) + max(v1_values)) / 2 * GiB)) if v1_values
                      else int(round(coef[0])),
                      "v2_starts": sorted(r[0] for r in v2), "v1_starts": sorted(r[0] for r in v1)}
@@ -397,10 +409,13 @@ def write_sampled_logit_non_torch(fits: dict[str, dict]) -> None:
                   else "; no start ran the V1 runner, which takes the V2 base")
             sub["sources"]["non_torch"] = (
                 "scripts/fit_vllm_terms.py --write: the V2 runner's one-GPU non-torch memory (the 'Total non KV cache "
-                "memory' line less weights and torch peak) as base + bytes per logit of the sampler's profiling pass "
-                "(max_num_seqs x vocab_size)" + (" + bytes per element of the vocab x hidden embedding"
-                                                 if "v2_bytes_per_embedding_element" in fit else "")
-                + ", least squares over " + ", ".join(fit["v2_starts"]) + v1)
+                "memory' line less weights and torch peak) as base + the V2 sampler's penalty state, 4.125 B per "
+                "logit of max_num_seqs x vocab_size (v1/worker/gpu/sample/penalties.py PenaltiesState: int32 "
+                "output_bin_counts and a 1-bit prompt_bin_mask packed in int32; from the source, and the 0.29.0 starts "
+                "at 256 sequences print what it predicts)" + (" + bytes per element of the vocab x hidden embedding"
+                                                             if "v2_bytes_per_embedding_element" in fit else "")
+                + ", least squares over " + ", ".join(fit["v2_starts"]) + " (MLA models left out: their "
+                "embedding-sized copy is in the torch peak on the V2 runner)" + v1)
 
     _edit_release(LOGIT_FILE, change)
 

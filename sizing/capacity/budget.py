@@ -16,7 +16,7 @@ from ..engines.cudagraphs import cuda_graph_estimate
 from ..engines.memory import (SGLANG_PER_LAYER_INPUTS, VLLM_PER_LAYER_INPUTS, ActivationEstimate,
                               engine_weight_format, per_layer_input_buffer_bytes, profiling_peak,
                               resolve_weights_dtype, weight_bytes)
-from ..engines.releases import find_release
+from ..engines.releases import find_release, penalty_state_bytes
 from ..engines.support import support
 from ..config import DTYPE_BYTES, ModelShape
 from ..config.family import family
@@ -219,7 +219,8 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
     if served is not None:
         act = ActivationEstimate(min(served.n_ctx, 512), 0, served.compute_bytes, 0, 0, 0)
     non_torch = s.non_torch_bytes if s.non_torch_bytes is not None else rules.non_torch_bytes(
-        tp, s.pipeline_parallel_size, runner, s.max_num_seqs * shape.vocab_size, shape.vocab_size * shape.hidden_size)
+        tp, s.pipeline_parallel_size, runner, s.max_num_seqs * shape.vocab_size, shape.vocab_size * shape.hidden_size,
+        last, penalty_state_bytes(s.max_num_seqs, shape.vocab_size))
     graphs = s.cuda_graph_bytes if s.cuda_graph_bytes is not None else _cuda_graph_bytes(s, engine, rules, shape,
                                                                                           stage, runner)
     profiled = runner == "v1" or engine.release.model_runners.v2_profiles_cuda_graphs
@@ -271,5 +272,6 @@ def _cuda_graph_bytes(s: Scenario, engine: Engine, rules, shape: ModelShape, sta
         return rules.cuda_graph_bytes(s.tensor_parallel_size)
     v1 = cuda_graph_estimate(shape, model, s.cudagraph_mode, s.tensor_parallel_size,
                              stage, s.max_num_seqs, s.max_num_batched_tokens, s.cudagraph_capture_sizes,
-                             s.max_cudagraph_capture_size, compiled=s.torch_compile)
+                             s.max_cudagraph_capture_size, compiled=s.torch_compile,
+                             architecture=s.gpu_architecture)
     return v1 + (len(stage) * model.v2_per_layer_bytes if runner == "v2" and v1 else 0)

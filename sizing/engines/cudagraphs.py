@@ -3,6 +3,7 @@ the model's shapes (docs/formulas.md, 'CUDA graphs')."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ..config import DTYPE_BYTES, ModelShape
@@ -66,10 +67,36 @@ def uncompiled_cudagraph_mode(mode: str) -> str:
     return mode if mode in ("FULL", "FULL_DECODE_ONLY") else "NONE"
 
 
+# vllm/v1/attention/backends/fa_utils.py get_flash_attn_version (0.27.0-0.33.0): FA3 where the compute capability's
+# major is 9, FA4 where it is 10, FA2 on every other CUDA GPU (sm80, sm86, sm89, sm120)
+FLASH_ATTN_VERSION_BY_MAJOR = {9: 3, 10: 4}
+FLASH_ATTN_OTHER_CUDA = 2
+# the versions whose FULL graphs hold the split-KV accumulators: FA3, where FlashAttentionMetadataBuilder sets
+# aot_schedule (get_flash_attn_version() == 3) and, under use_full_cuda_graph, bounds max_num_splits by
+# flash_attn_max_num_splits_for_cuda_graph (v1/attention/backends/flash_attn.py); FA4 keeps them as kvsize had them
+# (no sm100 start, its own split path not read); FA2 leaves max_num_splits 0 and captures UNIFORM_BATCH graphs
+SPLIT_KV_FLASH_ATTN_VERSIONS = frozenset({3, 4})
+
+
+def flash_attn_version(architecture: str | None) -> int | None:
+    """The FlashAttention version vLLM picks on a CUDA GPU of this architecture (sm90 -> 3); None where it is not a
+    CUDA compute capability (no GPU given, AMD)."""
+    m = re.fullmatch(r"sm(\d+)(\d)", architecture or "")
+    return FLASH_ATTN_VERSION_BY_MAJOR.get(int(m.group(1)), FLASH_ATTN_OTHER_CUDA) if m else None
+
+
+def holds_split_kv_accumulators(architecture: str | None) -> bool:
+    """Whether a FULL graph's first capture holds FlashAttention's split-KV accumulators on this GPU (kept where
+    the version is not known)."""
+    version = flash_attn_version(architecture)
+    return version is None or version in SPLIT_KV_FLASH_ATTN_VERSIONS
+
+
 def cuda_graph_estimate(shape: ModelShape, model: CudaGraphEstimateModel, mode: str | None, tp: int, layers: range,
                         max_num_seqs: int, max_num_batched_tokens: int, sizes: tuple[int, ...] | None = None,
-                        largest: int | None = None, compiled: bool = True) -> int:
-    """What vLLM's profile_cudagraph_memory reports for one GPU (0 when no graph is captured)."""
+                        largest: int | None = None, compiled: bool = True, architecture: str | None = None) -> int:
+    """What vLLM's profile_cudagraph_memory reports for one GPU (0 when no graph is captured); `architecture`
+    (sm90, sm89, ...) picks the FlashAttention version, whose FULL graphs may hold no split-KV accumulators."""
     mode = captured_mode(shape, model, mode, layers, compiled)
     if mode == "NONE":
         return 0
@@ -85,8 +112,10 @@ def cuda_graph_estimate(shape: ModelShape, model: CudaGraphEstimateModel, mode: 
     # the first PIECEWISE capture holds copies of the largest size's MLP gate/up output
     first_piecewise = model.first_capture_bytes + int(model.activation_copies * max(c.piecewise) * 2
                                                       * c.mlp_width_values * DTYPE_BYTES[shape.serving_dtype])
-    first_full = (model.full_first_capture_bytes + split_kv_accumulator_bytes(shape, model, tp, max(c.full))
-                  if c.full else 0)
+    # MLA layers run FlashMLA or another MLA backend, not FlashAttention: their accumulators keep the rule below
+    accumulators = (split_kv_accumulator_bytes(shape, model, tp, max(c.full))
+                    if c.mla or holds_split_kv_accumulators(architecture) else 0) if c.full else 0
+    first_full = model.full_first_capture_bytes + accumulators if c.full else 0
     first = max(first_piecewise if counts[0] else 0, first_full if counts[1] else 0)
     return first + further_graphs
 

@@ -1,4 +1,4 @@
-"""How vLLM keeps MXFP4 routed experts (gpt-oss) on a Hopper GPU, tensor by tensor.
+"""How vLLM keeps MXFP4 routed experts (gpt-oss) on a Hopper GPU, and through Marlin elsewhere, tensor by tensor.
 
 vLLM picks an MXFP4 MoE backend per GPU (fused_moe/oracle/mxfp4.py select_mxfp4_moe_backend): on sm90 the
 first supported of its gpt-oss priority list is 'TRITON' (OpenAI's triton_kernels matmul_ogs), as the
@@ -19,6 +19,14 @@ The values keep their bytes: HopperMXValueLayout pads the output dimension to 16
 to 32 bytes, which the rounded sizes already meet. Sources: the vllm 0.25.1, 0.26.0 and 0.33.0 wheels
 (model_executor/layers/quantization/mxfp4.py, fused_moe/oracle/mxfp4.py,
 quantization/utils/mxfp4_utils.py, third_party/triton_kernels/tensor_details/layout_details/).
+
+On sm80, sm86, sm89 and sm120 vLLM 0.27-0.33 runs the experts through MARLIN instead (the TRITON backend's
+gpt_oss_triton_kernels_moe.py _triton_kernel_moe_supports_current_device admits 9.0 <= cc < 11.0 up to 0.31 and
+puts sm12x after MARLIN from 0.32; FLASHINFER_CUTLASS_MXFP4_BF16 takes sm90 only): the per-rank intermediate size
+is rounded up to 128 and the hidden size to 256 before the weights are built
+(mxfp4_round_up_hidden_size_and_intermediate_size, its MARLIN branch), and
+quantization/utils/marlin_utils_fp4.py prepare_moe_fp4_layer_for_marlin repacks the values (same bytes), keeps the
+permuted scales as E8M0 (one byte a group of 32, no padding) and casts the biases to the params dtype (bf16).
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ class Mxfp4MoeLayout:
     scale_groups_align: int  # and its scale groups (input features / 32) to this
     bias_bytes: int  # bytes per expert bias element after loading
     source: str
+    hidden_align: int = 1  # the hidden size rounded up to this before the weights are built
 
 
 # vllm 0.25.1: fused_moe/oracle/mxfp4.py _get_priority_backends_for_gpt_oss (TRITON before FLASHINFER_CUTLASS
@@ -59,13 +68,28 @@ _TRITON_SM90_0_26 = Mxfp4MoeLayout(
     "vllm 0.26.0 and 0.33.0 fused_moe/oracle/mxfp4.py (TRITON backend on sm90, as their H100/H200 starts "
     "log; intermediate rounded up to 64, biases to fp32) and quantization/utils/mxfp4_utils.py _swizzle_mxfp4 "
     "(scale groups padded to 0 mod 4, 'Patches #47303'; HopperMXScaleLayout rows padded to 256)")
+# vllm 0.27.0, 0.28.0, 0.29.0, 0.31.0, 0.32.0 and 0.33.0: fused_moe/oracle/mxfp4.py
+# mxfp4_round_up_hidden_size_and_intermediate_size, MARLIN branch: round_up(intermediate, 128), round_up(hidden, 256)
+# (not XPU); quantization/utils/marlin_utils_fp4.py prepare_moe_fp4_layer_for_marlin: scales .to(float8_e8m0fnu)
+# after marlin_permute_scales (as many elements), biases .to(param_dtype)
+_MARLIN_0_27 = Mxfp4MoeLayout(
+    "MARLIN", 128, 1, 1, 2,
+    "vllm 0.27.0-0.33.0 fused_moe/oracle/mxfp4.py (MARLIN backend where the TRITON and FlashInfer backends refuse the "
+    "GPU; intermediate rounded up to 128, hidden to 256) and quantization/utils/marlin_utils_fp4.py "
+    "prepare_moe_fp4_layer_for_marlin (E8M0 scales, biases in the params dtype)", hidden_align=256)
+_MARLIN_ROWS = (((0, 27), _MARLIN_0_27),)
 
 # (engine, GPU architecture) -> (the first release of each layout, newest first); a release range takes the
 # layout of the newest of these at or below its first version. Ranges before 0.21 are not read from source
 # (0.10's Marlin backend, and 0.14, which kept the checkpoint's scales beside the swizzled ones, differ) and
-# keep the checkpoint's bytes.
+# keep the checkpoint's bytes; so do the Marlin GPUs before 0.27 (0.21-0.26 not read for them) and the GPUs with
+# no row (sm100/sm103: the FlashInfer TRT-LLM backends, not read).
 _LAYOUTS = {
     ("vllm", "sm90"): (((0, 26), _TRITON_SM90_0_26), ((0, 21), _TRITON_SM90_0_25)),
+    ("vllm", "sm80"): _MARLIN_ROWS,
+    ("vllm", "sm86"): _MARLIN_ROWS,
+    ("vllm", "sm89"): _MARLIN_ROWS,
+    ("vllm", "sm120"): _MARLIN_ROWS,
 }
 
 # vLLM model classes whose MXFP4 routed experts carry biases (gpt_oss.py MLPBlock: FusedMoE(has_bias=True))
@@ -95,8 +119,9 @@ def intermediate_per_rank(layout: Mxfp4MoeLayout, intermediate: int, tp: int) ->
 def expert_tensors(layout: Mxfp4MoeLayout, experts: int, hidden: int, intermediate: int, tp: int,
                    bias: bool) -> list[int]:
     """Bytes of one MoE layer's expert tensors on one TP rank after loading: the merged gate/up values,
-    its swizzled scales, the down values, its swizzled scales, then (with biases) the two fp32 biases."""
+    its (swizzled or permuted) scales, the down values, its scales, then (with biases) the two biases."""
     inter = intermediate_per_rank(layout, intermediate, tp)
+    hidden = cdiv(hidden, layout.hidden_align) * layout.hidden_align
 
     def scales(rows: int, columns: int) -> int:
         groups = cdiv(columns // MXFP4_BLOCK, layout.scale_groups_align) * layout.scale_groups_align

@@ -337,6 +337,10 @@ class Release(_Strict):
     model_runners: ModelRunnerRule | None = None  # None: every model runs on the V1 runner
     activation_v2: ProfilingRunModel | None = None  # the V2 runner's profiling run
     non_torch: NonTorchModel | None = None  # None: the newest vLLM release's measured figures
+    # The V2 runner's sampler keeps per-request penalty state (v1/worker/gpu/sample/penalties.py PenaltiesState),
+    # built on the last pipeline rank only (v1/worker/gpu/model_runner.py load_model: is_last_pp_rank): at PP > 1
+    # that stage's non-torch memory carries penalty_state_bytes beside pipeline_bytes, and no earlier stage does
+    v2_penalty_state_last_stage: bool = False
     # the allocator's count of the loaded weights; None: the weights are their tensors' bytes
     weight_allocator: WeightAllocatorModel | None = None
     # where the dense linear kernel for asymmetric integer weights keeps each zero point in the activation
@@ -415,20 +419,25 @@ class Release(_Strict):
         return self.batch_defaults[-1]
 
     def non_torch_bytes(self, tp: int, pp: int, runner: str = "v1", sampled_logits: int = 0,
-                        embedding_elements: int = 0) -> int:
+                        embedding_elements: int = 0, last_stage: bool = True, penalty_state: int = 0) -> int:
         """`sampled_logits`: max_num_seqs x vocab_size, the logits of the sampler's profiling pass;
-        `embedding_elements`: vocab_size x hidden_size."""
+        `embedding_elements`: vocab_size x hidden_size; `last_stage`: the pipeline stage is the last (it
+        builds the sampler); `penalty_state`: penalty_state_bytes of max_num_seqs and the vocabulary."""
         if self.non_torch is None:
-            return find_release("vllm", None).non_torch_bytes(tp, pp, runner, sampled_logits, embedding_elements)
+            return find_release("vllm", None).non_torch_bytes(tp, pp, runner, sampled_logits, embedding_elements,
+                                                              last_stage, penalty_state)
         n = self.non_torch
         if tp > 1:
-            # the sampler's state spans the whole vocabulary on every rank; the embedding-sized part follows the
-            # vocab-parallel embedding, one shard a rank (0.29.0's TP 4 start leaves what one-GPU starts fit / 4)
-            sampler = round(n.tensor_parallel_bytes_per_sampled_logit * sampled_logits
+            # the sampler's state spans the whole vocabulary on every rank of the last pipeline stage (the only
+            # one that builds a sampler); the embedding-sized part follows the vocab-parallel embedding, one shard
+            # a rank (0.29.0's TP 4 start leaves what one-GPU starts fit / 4)
+            per_logit = n.tensor_parallel_bytes_per_sampled_logit if last_stage else 0
+            sampler = round(per_logit * sampled_logits
                             + n.v2_bytes_per_embedding_element * embedding_elements / tp) if runner == "v2" else 0
             return n.tensor_parallel_bytes + tp * n.tensor_parallel_per_rank_bytes + sampler
         if pp > 1:
-            return n.pipeline_bytes
+            carries = runner == "v2" and last_stage and self.v2_penalty_state_last_stage
+            return n.pipeline_bytes + (penalty_state if carries else 0)
         if runner == "v2" and n.single_gpu_v2_bytes is not None:
             return n.single_gpu_v2_bytes + round(n.v2_bytes_per_sampled_logit * sampled_logits
                                                  + n.v2_bytes_per_embedding_element * embedding_elements)
@@ -446,6 +455,13 @@ class Release(_Strict):
         """total x fraction as the engine rounds it."""
         exact = Fraction(total_bytes) * Fraction(str(fraction))
         return -(-exact.numerator // exact.denominator) if self.requested_memory == "ceil" else int(exact)
+
+
+def penalty_state_bytes(max_num_seqs: int, vocab_size: int) -> int:
+    """The V2 sampler's penalty state (vllm/v1/worker/gpu/sample/penalties.py PenaltiesState.__init__, 0.27.0-0.33.0):
+    output_bin_counts int32 [max_num_reqs, vocab] and prompt_bin_mask int32 [max_num_reqs, cdiv(vocab, 32)],
+    max_num_reqs being max_num_seqs: about 4.125 B per (sequence x vocabulary entry)."""
+    return max_num_seqs * (vocab_size + -(-vocab_size // 32)) * 4
 
 
 def version_key(text: str) -> tuple[int, ...]:
