@@ -296,16 +296,24 @@ def fit_tensor_parallel_non_torch() -> dict:
             "residuals_gib": {r[0]: round(r[3] / GiB, 3) for r in rows}}
 
 
+# The sub-ranges whose V2 sampler peaks alike at TP: 0.33.0's profiling run samples a second time with every sampling
+# parameter set (see write_tensor_parallel); its TP starts print about 2.8 model-dtype copies of the logits where
+# 0.27.0-0.32.0's print about 2.0
+LOGIT_COPY_GROUPS = {"0.27": "0.27-0.32", "0.29": "0.27-0.32", "0.31": "0.27-0.32", "0.33": "0.33"}
+
+
 def fit_tensor_parallel_logit_copies() -> dict:
     """Model-dtype copies of the full logits at the V2 sampler's peak at TP >= 2 (activation_v2
-    tensor_parallel_logit_copies) beside the rank's shard, least squares (no intercept) over the TP starts whose
-    printed torch peak is above every other part of kvsize's profiling peak (the forward, the compile-time examples,
-    the MoE workspace): what is left of the peak once the workspace, the hidden states and the shard are taken out,
-    per logit of the model dtype. Models with soft-capped logits are left out (their capped copy is a floor)."""
+    tensor_parallel_logit_copies) beside the rank's shard, least squares (no intercept) per group of
+    LOGIT_COPY_GROUPS over the TP starts whose printed torch peak is above every other part of kvsize's profiling
+    peak (the forward, the compile-time examples, the MoE workspace): what is left of the peak once the workspace,
+    the hidden states and the shard are taken out, per logit of the model dtype. Models with soft-capped logits are
+    left out (their capped copy is a floor)."""
+    from sizing.engines.releases import version_key
     from sizing.engines.memory import DTYPE_BYTES, profiling_peak
     from sizing.units import GiB
 
-    x, y, ids = [], [], []
+    groups: dict[str, tuple[list, list, list]] = {}
     for start, _, s in _tensor_parallel_v2_starts():
         if not start.printed.torch_peak_gib or s.shape.logit_softcap:
             continue  # a soft-capped model's sampler keeps a capped copy whatever the copies (memory.py)
@@ -321,13 +329,18 @@ def fit_tensor_parallel_logit_copies() -> dict:
         if others >= printed:
             continue  # the sampler is not this start's peak
         logits = rows * s.shape.vocab_size * DTYPE_BYTES[s.shape.serving_dtype]
+        minor = ".".join(map(str, version_key(start.release)[:2]))
+        group = LOGIT_COPY_GROUPS[max((r for r in LOGIT_COPY_GROUPS if version_key(r) <= version_key(minor)),
+                                      key=version_key)]
+        x, y, ids = groups.setdefault(group, ([], [], []))
         x.append(logits)
         y.append(printed - bare.workspace_bytes - bare.moe_workspace_bytes - bare.sampler_bytes)
         ids.append(start.id)
-    if not x:
-        return {}
-    xs, ys = np.array(x, float), np.array(y, float)
-    return {"tensor_parallel_logit_copies": round(float(xs @ ys / (xs @ xs)), 3), "starts": sorted(ids)}
+    by_group = {}
+    for group, (x, y, ids) in groups.items():
+        xs, ys = np.array(x, float), np.array(y, float)
+        by_group[group] = {"tensor_parallel_logit_copies": round(float(xs @ ys / (xs @ xs)), 3), "starts": sorted(ids)}
+    return by_group
 
 
 def write_tensor_parallel(non_torch: dict, copies: dict) -> None:
@@ -338,7 +351,14 @@ def write_tensor_parallel(non_torch: dict, copies: dict) -> None:
             # the range's own figures are its newest sub-range's (the top level names that release)
             part["non_torch"].update(tensor_parallel_bytes=non_torch["tensor_parallel_bytes"],
                                      tensor_parallel_bytes_per_sampled_logit=per_logit[part["release"]])
-        data["activation_v2"]["tensor_parallel_logit_copies"] = copies["tensor_parallel_logit_copies"]
+        newest = copies[LOGIT_COPY_GROUPS[data["sub_ranges"][-1]["release"]]]
+        data["activation_v2"]["tensor_parallel_logit_copies"] = newest["tensor_parallel_logit_copies"]
+        for sub in data["sub_ranges"]:
+            figure = copies.get(LOGIT_COPY_GROUPS[sub["release"]], newest)["tensor_parallel_logit_copies"]
+            if figure == newest["tensor_parallel_logit_copies"]:
+                sub.pop("tensor_parallel_logit_copies", None)
+            else:
+                sub["tensor_parallel_logit_copies"] = figure
         data["sources"]["non_torch.tensor_parallel"] = (
             "scripts/fit_vllm_terms.py --write (fit_tensor_parallel_non_torch): at TP >= 2 under the V2 runner, "
             f"{non_torch['tensor_parallel_bytes']:,} B + the sub-range's one-GPU B per logit of max_num_seqs x "
@@ -356,11 +376,14 @@ def write_tensor_parallel(non_torch: dict, copies: dict) -> None:
         data["sources"]["activation_v2.tensor_parallel_logit_copies"] = (
             "scripts/fit_vllm_terms.py --write (fit_tensor_parallel_logit_copies): model-dtype copies of the full "
             "logits at the V2 sampler's peak at TP >= 2, beside the rank's shard, least squares over the TP starts "
-            "whose printed torch peak is the sampler's: " + ", ".join(copies["starts"]) + ". 0.33.0's profiling "
+            "whose printed torch peak is the sampler's, one figure a group of sub-ranges: "
+            + "; ".join(f"{g}: {c['tensor_parallel_logit_copies']} over " + ", ".join(c["starts"])
+                        for g, c in sorted(copies.items())) + ". 0.33.0's profiling "
             "run samples a second time with every sampling parameter set (v1/worker/gpu/model_runner.py "
             "_dummy_sampler_run, SamplingParams.for_sampler_warmup), which copies the logits to fp32 "
             "(sample/sampler.py apply_sampling_params): the model-dtype logits and that copy are 3 model-dtype "
-            "copies; the fit gives a little less. At TP 1 the compile-time examples stay above it in every start")
+            "copies, the fit a little less; 0.27.0-0.32.0's TP starts print about 2. At TP 1 the compile-time "
+            "examples stay above it in every start")
 
     _edit_release(LOGIT_FILE, change)
 
@@ -453,9 +476,9 @@ def main() -> int:
               f"sub-range's B per logit ({per_logit}); what each start leaves beside the per-logit part (GiB):")
         for sid, rest in tp_non_torch["residuals_gib"].items():
             print(f"  {sid:52} {rest:+.3f}")
-    if tp_copies:
-        print(f"V2 sampler's logit copies at TP >= 2: {tp_copies['tensor_parallel_logit_copies']} over "
-              f"{len(tp_copies['starts'])} starts")
+    for group, fit in sorted(tp_copies.items()):
+        print(f"V2 sampler's logit copies at TP >= 2, {group}: {fit['tensor_parallel_logit_copies']} over "
+              f"{len(fit['starts'])} starts")
     if "--write" in sys.argv:
         write(fitted_constants(first, further))
         write_sampled_logit_non_torch(logits)

@@ -70,15 +70,6 @@ TP_NON_TORCH_ENVELOPE = (
     "Qwen3-30B-A3B and 0.16 for gemma-2-9b); kvsize keeps the largest (scripts/fit_vllm_terms.py fit_tensor_parallel_non_torch) "
     "so that no start uses more than it leaves, and is above this start's figure by more than 0.05 GiB: its KV budget "
     "is below the engine's")
-TP_LOGIT_COPIES_033 = (
-    "vLLM 0.27.0-0.32.0 at TP 2 and 4 print a torch peak 0.13-0.22 GiB below kvsize's: the sampler's logit copies at "
-    "TP (activation_v2 tensor_parallel_logit_copies) are one figure for the range, fitted over 0.33.0's starts too, "
-    "whose profiling run samples a second time with every sampling parameter set; these sit on the safe side (KV "
-    "budget 0.2-0.9% below the engine's)")
-GEMMA2_TP4_SOFTCAP = (
-    "gemma-2-9b at TP 4 on 0.33.0 prints a torch peak of 1.66 GiB where kvsize computes 1.53: a soft-capped model's "
-    "sampler keeps a capped copy of the logits, and the TP logit-copies fit leaves soft-capped models out; its "
-    "non-torch memory sets the TP base, so its KV budget is within 0.2%")
 KNOWN_ACTIVATION_GAPS = {**{sid: TP_NON_TORCH_ENVELOPE for sid in (
                              "h200-0.33.0-llama-3.1-8b-tp2", "h200-0.33.0-llama-3.1-70b-tp2-fp8",
                              "h200-0.33.0-qwen3-8b-tp2-fp8", "h200-0.33.0-mixtral-8x7b-v0.1-tp2",
@@ -88,15 +79,10 @@ KNOWN_ACTIVATION_GAPS = {**{sid: TP_NON_TORCH_ENVELOPE for sid in (
                              "h200-0.33.0-qwen3-30b-a3b-tp4", "h200-0.33.0-gemma-2-9b-tp2",
                              "h200-0.33.0-qwen3-8b-tp4-fp8", "h200-0.31.0-llama-3.1-70b-tp2-fp8",
                              "h200-0.32.0-llama-3.1-8b-tp2", "h200-0.28.0-llama-3.1-8b-tp2",
-                             "h200-0.29.0-deepseek-v2-lite-tp2")},
-                         **{sid: TP_LOGIT_COPIES_033 for sid in ("h200-0.27.0-llama-3.1-8b-tp2",
-                                                                 "h200-0.29.0-llama-3.1-8b-tp4",
-                                                                 "h200-0.32.0-llama-3.1-70b-tp4",
-                                                                 "h200-0.31.0-qwen3-30b-a3b-tp2",
-                                                                 "h200-0.32.0-gemma-2-9b-tp2",
-                                                                 "h200-0.28.0-qwen3-8b-tp2-fp8",
-                                                                 "h200-0.29.0-qwen3-30b-a3b-tp2")},
-                         "h200-0.33.0-gemma-2-9b-tp4": GEMMA2_TP4_SOFTCAP,
+                             "h200-0.29.0-deepseek-v2-lite-tp2", "h200-0.27.0-llama-3.1-8b-tp2",
+                             "h200-0.29.0-llama-3.1-8b-tp4", "h200-0.32.0-llama-3.1-70b-tp4",
+                             "h200-0.32.0-gemma-2-9b-tp2", "h200-0.28.0-qwen3-8b-tp2-fp8",
+                             "h200-0.29.0-qwen3-30b-a3b-tp2")},
                          **{sid: GPT_OSS_MXFP4 for sid in ("h200-0.33.0-gpt-oss-120b", "h200-0.33.0-gpt-oss-120b-tp4")},
                          "h200-0.27.0-deepseek-v2-lite": DEEPSEEK_V2_RUNNER_PEAK,
                          "h200-0.27.1-deepseek-v2-lite": DEEPSEEK_V2_RUNNER_PEAK,
@@ -444,5 +430,14 @@ def test_the_fit_reproduces_the_tensor_parallel_terms_of_0_27_to_0_33():
     assert all(i in data["sources"]["non_torch.tensor_parallel"] for i in non_torch["starts"])
     # the envelope: no TP start leaves more beside the sampler's state than kvsize keeps
     assert max(non_torch["residuals_gib"].values()) * 2**30 <= non_torch["tensor_parallel_bytes"] + 2**20
-    assert data["activation_v2"]["tensor_parallel_logit_copies"] == copies["tensor_parallel_logit_copies"]
-    assert all(i in data["sources"]["activation_v2.tensor_parallel_logit_copies"] for i in copies["starts"])
+    # one figure a group of sub-ranges: 0.33.0's (the range's own) and 0.27.0-0.32.0's, which sample once
+    assert data["activation_v2"]["tensor_parallel_logit_copies"] == copies["0.33"]["tensor_parallel_logit_copies"]
+    for sub in data["sub_ranges"][:-1]:
+        assert sub["tensor_parallel_logit_copies"] == copies["0.27-0.32"]["tensor_parallel_logit_copies"]
+    assert copies["0.27-0.32"]["tensor_parallel_logit_copies"] < copies["0.33"]["tensor_parallel_logit_copies"]
+    from sizing.engines.releases import find_release
+    for version, group in (("0.28.0", "0.27-0.32"), ("0.32.0", "0.27-0.32"), ("0.33.0", "0.33")):
+        run = find_release("vllm", version).activation_v2  # the sub-range's figure reaches the release it resolves to
+        assert run.tensor_parallel_logit_copies == copies[group]["tensor_parallel_logit_copies"], version
+    assert all(i in data["sources"]["activation_v2.tensor_parallel_logit_copies"]
+               for fit in copies.values() for i in fit["starts"])

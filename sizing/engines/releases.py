@@ -158,6 +158,8 @@ class SubRange(_Strict):
     label: str = Field(min_length=1)
     model_runners: ModelRunnerRule | None = None
     non_torch: NonTorchModel | None = None
+    # the V2 sampler's logit copies at TP >= 2 where the sub-range's starts show another figure than the range's
+    tensor_parallel_logit_copies: float | None = Field(default=None, ge=0)
     sources: dict[str, str] = Field(min_length=1)
 
 
@@ -504,6 +506,12 @@ def _split(release: Release, file_name: str) -> list[Release]:
             update["model_runners"] = sub.model_runners
         if sub.non_torch is not None:
             update["non_torch"] = sub.non_torch
+        if sub.tensor_parallel_logit_copies is not None:
+            if release.activation_v2 is None:
+                raise KvsizeError(f"engine profile {file_name}: sub-range {sub.release} sets "
+                                  f"tensor_parallel_logit_copies, but the range has no activation_v2 to hold it")
+            update["activation_v2"] = release.activation_v2.model_copy(
+                update={"tensor_parallel_logit_copies": sub.tensor_parallel_logit_copies})
         update["sources"] = {**release.sources, **sub.sources}
         update["sub_ranges"] = ()
         parts.append(release.model_copy(update=update))
