@@ -9,7 +9,8 @@ from functools import lru_cache
 
 from ..engines import Budget, Engine, MemoryTerms, Pool
 from ..engines.mxfp4 import mxfp4_moe_layout
-from ..engines.started import architecture_evidence, gpu_evidence, parallel_evidence, release_evidence
+from ..engines.started import (CarriedTerms, architecture_evidence, gpu_evidence, parallel_evidence,
+                               release_evidence)
 from ..cache.formats import FormatOptions, get_format
 from ..cache.layers import CacheLayout, build_layout, parse_layer_overrides
 from ..engines.cudagraphs import cuda_graph_estimate
@@ -171,9 +172,6 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
     unstarted = architecture_evidence(engine.name, shape.architectures, family(shape))
     if unstarted:
         notes += (unstarted,)
-    elsewhere = gpu_evidence(engine.name, s.gpu_name)
-    if elsewhere:
-        notes += (elsewhere,)
     fraction = s.memory_fraction if s.memory_fraction is not None else engine.default_fraction(
         s.nvml_mib, tp, s.pipeline_parallel_size, fraction_inputs(s, shape))
     layout = _layout(shape, k_name, v_name, tp, stage, engine.layer_overrides(shape, k_name, s.layer_kv_dtype),
@@ -235,6 +233,10 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
     if s.kv_cache_memory_bytes is not None:
         budget = Budget(s.kv_cache_memory_bytes, s.gpu_memory_bytes - terms.model_bytes - s.kv_cache_memory_bytes,
                         s.gpu_memory_bytes, "--kv-cache-memory (fixed KV budget)")
+    elsewhere = gpu_evidence(engine.name, s.gpu_name, CarriedTerms(act.peak_bytes, non_torch, graphs,
+                                                                    budget.kv_budget_bytes))
+    if elsewhere:
+        notes += (elsewhere,)
     if engine.name == "sglang" and budget.headroom_bytes < 0:
         notes += ("activation and CUDA graphs exceed the memory outside --mem-fraction-static; lower it to avoid OOM",)
     payload_tok, metadata_tok = layout.token_bytes()

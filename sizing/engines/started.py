@@ -85,19 +85,48 @@ def architecture_evidence(engine: str, architectures: tuple[str, ...], family: s
             f"{100 * f.worst_token_error:+.2f}%")
 
 
-def gpu_evidence(engine: str, gpu_name: str) -> str | None:
+@dataclass(frozen=True)
+class CarriedTerms:
+    """The terms of one answer that kvsize fitted on the GPUs it has started (bytes), beside the KV budget they
+    leave: on a GPU never started they are carried, not confirmed."""
+
+    profiling_peak_bytes: int
+    non_torch_bytes: int
+    cuda_graph_bytes: int
+    kv_budget_bytes: int
+
+    @property
+    def carried_bytes(self) -> int:
+        return self.profiling_peak_bytes + self.non_torch_bytes + self.cuda_graph_bytes
+
+    def kv_share_per_tenth(self) -> float | None:
+        """How much of the KV budget moves when the carried terms are 10% off (None: no KV budget left)."""
+        return 0.1 * self.carried_bytes / self.kv_budget_bytes if self.kv_budget_bytes > 0 else None
+
+
+def gpu_evidence(engine: str, gpu_name: str, carried: CarriedTerms | None = None) -> str | None:
     """A sentence where no real start of the engine ran on this GPU (named as its profile names it), naming the GPUs
-    the starts ran on; None where one did, or for engines kvsize keeps no starts of."""
+    the starts ran on and, given the answer's carried terms, what they weigh against its KV budget; None where one
+    did, or for engines kvsize keeps no starts of."""
     from ..profiles import gpu_profile
 
     rows = started(engine) if engine in ("vllm", "sglang") else {}
     ids = sorted({g for row in rows.values() for g in row.gpus})
     if not ids or gpu_name in {gpu_profile(g).name for g in ids}:
         return None
-    return (f"no real {engine} start on {gpu_name} is in kvsize's evidence (its starts ran on {', '.join(ids)}): the "
-            "CUDA context, CUDA graphs, NCCL buffers and the batch defaults this GPU's size selects are read from "
-            "source and carried from those GPUs, not confirmed here, and on a smaller GPU a term that is off weighs "
-            "more against its smaller KV pool")
+    sentence = (f"no real {engine} start on {gpu_name} is in kvsize's evidence (its starts ran on {', '.join(ids)}): "
+                "the profiling peak, the non-torch memory (NCCL buffers, the sampler's state), the CUDA-graph estimate "
+                "and the batch defaults this GPU's size selects are read from source and fitted on those GPUs, not "
+                "confirmed here, and on a smaller GPU a term that is off weighs more against its smaller KV pool")
+    if carried is None:
+        return sentence
+    gib = 2 ** 30
+    weight = carried.kv_share_per_tenth()
+    return (sentence + f": here they come to {carried.carried_bytes / gib:.2f} GiB (profiling peak "
+            f"{carried.profiling_peak_bytes / gib:.2f}, non-torch {carried.non_torch_bytes / gib:.2f}, CUDA graphs "
+            f"{carried.cuda_graph_bytes / gib:.2f})"
+            + (f", so every 10% they are off moves the KV budget ({carried.kv_budget_bytes / gib:.2f} GiB) by "
+               f"{100 * weight:.0f}%" if weight is not None else ", and no KV budget is left"))
 
 
 def _nearest_family(family: str, families: dict) -> str | None:
