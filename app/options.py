@@ -28,6 +28,14 @@ def _positive_int(text: str, unit: str = "", scale: int = 1) -> int:
     return value
 
 
+def _layer_partition(text: str) -> tuple[int, ...]:
+    """Comma-separated layer counts, one a pipeline stage (vLLM's VLLM_PP_LAYER_PARTITION)."""
+    parts = text.split(",")
+    if len(text) > 400 or len(parts) > 64:
+        raise argparse.ArgumentTypeError(f"expected at most 64 comma-separated layer counts, got {text[:40]!r}...")
+    return tuple(_positive_int(part.strip(), " of layers per stage, comma-separated (17,15)") for part in parts)
+
+
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -122,6 +130,9 @@ def _add_scenario_options(p: argparse.ArgumentParser, single: bool = True, model
     p.add_argument("--gpu-memory", type=_size, default=None, help="override the GPU's memory, e.g. 80GiB")
     p.add_argument("--pipeline-parallel-size", "-pp", type=_positive_int, default=1,
                    help="pipeline stages (default 1)")
+    p.add_argument("--pp-layer-partition", type=_layer_partition, default=None,
+                   help="layers per pipeline stage, first to last, as vLLM's VLLM_PP_LAYER_PARTITION gives them "
+                        "(e.g. 17,15; default: vLLM's even split)")
     p.add_argument("--concurrency", type=_positive_int, default=1, help="concurrent requests to plan for")
     p.add_argument("--block-size", type=_positive_int, default=None,
                    help="tokens per KV block (vLLM --block-size, SGLang --page-size, TRT-LLM tokens_per_block)")
@@ -197,6 +208,7 @@ def scenario_from_args(args: argparse.Namespace, model: str, gpu: str, engine: s
         gpu_memory_bytes=args.gpu_memory or gpu_row.memory_bytes,
         engine=engine.strip(), k_cache_dtype=k, v_cache_dtype=v,
         tensor_parallel_size=tp, pipeline_parallel_size=args.pipeline_parallel_size,
+        pp_layer_partition=args.pp_layer_partition,
         max_model_len=max_model_len, concurrency=args.concurrency, block_size=args.block_size,
         memory_fraction=_memory_fraction(args, engine_row.name), kv_cache_memory_bytes=args.kv_cache_memory,
         weights_dtype=args.weights_dtype, headroom=args.headroom,

@@ -89,7 +89,7 @@ def estimate(scenario: Scenario) -> Estimate:
     vLLM sizes every rank from its own profile and keeps the smallest pool; its log prints rank
     0's "Available KV cache memory", kept here as `first_stage_kv_budget_bytes`."""
     s, engine, k_name, v_name = prepared(scenario)
-    stages = pp_stages(s.shape.num_layers, s.pipeline_parallel_size)
+    stages = pp_stages(s.shape.num_layers, s.pipeline_parallel_size, s.pp_layer_partition)
     results = [_estimate_stage(s, engine, k_name, v_name, i, stage, len(stages)) for i, stage in enumerate(stages)]
     tightest = min(results, key=lambda e: (e.fits, e.max_concurrency, e.max_tokens))
     if tightest.pipeline_stage == 0:

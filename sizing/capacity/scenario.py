@@ -40,6 +40,8 @@ class Scenario:
     v_cache_dtype: str = "auto"
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
+    # layers per pipeline stage, first to last, as vLLM's VLLM_PP_LAYER_PARTITION gives them (None: its even split)
+    pp_layer_partition: tuple[int, ...] | None = None
     max_model_len: int | None = None
     concurrency: int = 1
     block_size: int | None = None
@@ -151,6 +153,8 @@ class Scenario:
                 f"--pipeline-parallel-size {self.pipeline_parallel_size} exceeds the model's "
                 f"{self.shape.num_layers} layers"
             )
+        if self.pp_layer_partition is not None:
+            check_layer_partition(self.pp_layer_partition, self.pipeline_parallel_size, self.shape.num_layers)
         return self
 
 
@@ -163,11 +167,29 @@ def _int_at_least(value, option: str, low: int) -> int:
     return value
 
 
-def pp_stages(num_layers: int, pp: int) -> list[range]:
-    """vLLM's get_pp_indices: an even split, extra layers going to the stages before the last."""
-    sizes = [num_layers // pp] * pp
-    for i in range(2, num_layers % pp + 2):
-        sizes[-i] += 1
+def check_layer_partition(partition: tuple[int, ...], pp: int, num_layers: int) -> None:
+    """vLLM's own checks of VLLM_PP_LAYER_PARTITION (vllm/distributed/utils.py get_pp_indices): one count a stage,
+    each at least one layer, adding up to the model's layers."""
+    if len(partition) != pp:
+        raise KvsizeError(f"--pp-layer-partition names {len(partition)} stages, but --pipeline-parallel-size is {pp}: "
+                          "give one layer count a stage, first to last")
+    if any(n < 1 for n in partition):
+        raise KvsizeError(f"--pp-layer-partition {','.join(map(str, partition))}: every stage needs at least one layer")
+    if sum(partition) != num_layers:
+        raise KvsizeError(f"--pp-layer-partition {','.join(map(str, partition))} adds up to {sum(partition)} layers, "
+                          f"the model has {num_layers}: the counts must add up to its layers")
+
+
+def pp_stages(num_layers: int, pp: int, partition: tuple[int, ...] | None = None) -> list[range]:
+    """vLLM's get_pp_indices: the layer counts VLLM_PP_LAYER_PARTITION gives, else an even split, extra layers going
+    to the stages before the last."""
+    if partition is not None:
+        check_layer_partition(partition, pp, num_layers)
+        sizes = list(partition)
+    else:
+        sizes = [num_layers // pp] * pp
+        for i in range(2, num_layers % pp + 2):
+            sizes[-i] += 1
     stages, start = [], 0
     for size in sizes:
         stages.append(range(start, start + size))
