@@ -346,11 +346,10 @@ def fit_tensor_parallel_logit_copies() -> dict:
 def write_tensor_parallel(non_torch: dict, copies: dict) -> None:
     def change(data: dict) -> None:
         starts = ", ".join(non_torch["starts"])
-        per_logit = non_torch["per_logit_by_range"]
+        per_logit = non_torch["per_logit_by_range"]  # each sub-range's one-GPU figure, which TP takes as it is
         for part in (data, *data["sub_ranges"]):
             # the range's own figures are its newest sub-range's (the top level names that release)
-            part["non_torch"].update(tensor_parallel_bytes=non_torch["tensor_parallel_bytes"],
-                                     tensor_parallel_bytes_per_sampled_logit=per_logit[part["release"]])
+            part["non_torch"].update(tensor_parallel_bytes=non_torch["tensor_parallel_bytes"])
         newest = copies[LOGIT_COPY_GROUPS[data["sub_ranges"][-1]["release"]]]
         data["activation_v2"]["tensor_parallel_logit_copies"] = newest["tensor_parallel_logit_copies"]
         for sub in data["sub_ranges"]:

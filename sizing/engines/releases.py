@@ -110,15 +110,12 @@ class NonTorchModel(_Strict):
     pipeline_bytes: int = Field(ge=0)
     tensor_parallel_bytes: int = Field(ge=0)
     tensor_parallel_per_rank_bytes: int = Field(ge=0)
-    # and beside it at TP >= 2 under the V2 runner, per logit of max_num_seqs x vocab_size: the sampler's
-    # per-request state, over the whole vocabulary on every rank (0: no such term)
-    tensor_parallel_bytes_per_sampled_logit: float = Field(default=0, ge=0, le=64)
 
     @property
     def parallel_terms(self) -> tuple:
         """The terms that come with TP and PP only (releases sharing them are confirmed by each other's starts)."""
         return (self.pipeline_bytes, self.tensor_parallel_bytes, self.tensor_parallel_per_rank_bytes,
-                self.tensor_parallel_bytes_per_sampled_logit)
+                self.v2_bytes_per_sampled_logit)
 
 
 class CudaGraphModel(_Strict):
@@ -433,7 +430,8 @@ class Release(_Strict):
             # the sampler's state spans the whole vocabulary on every rank of the last pipeline stage (the only
             # one that builds a sampler); the embedding-sized part follows the vocab-parallel embedding, one shard
             # a rank (0.29.0's TP 4 start leaves what one-GPU starts fit / 4)
-            per_logit = n.tensor_parallel_bytes_per_sampled_logit if last_stage else 0
+            # the one-GPU figure: the sampler's per-request state spans the whole vocabulary on every rank
+            per_logit = n.v2_bytes_per_sampled_logit if last_stage else 0
             sampler = round(per_logit * sampled_logits
                             + n.v2_bytes_per_embedding_element * embedding_elements / tp) if runner == "v2" else 0
             return n.tensor_parallel_bytes + tp * n.tensor_parallel_per_rank_bytes + sampler
