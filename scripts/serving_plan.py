@@ -96,6 +96,12 @@ STREAMS = [closed(128, 256, c, 2 * c) for c in (32, 64, 128, 256, 512)]
 # these figures fall; if not, they stay. The one-API-server points repeat b6's and b7's (run to run spread).
 FRONTEND_8B = [closed(1000, 256, c, 2 * c) for c in (64, 128, 256)] + [opened(1000, 256, 24, 480)]
 FRONTEND_1B = [closed(128, 256, c, 2 * c) for c in (64, 128, 256, 512)]
+# The front end's queue before a first token (b8: Llama-3.1-8B's closed-loop TTFT at 256 in flight 3.32 s under one
+# API server, 0.99 s under four, 0.66 s simulated): open loops whose arrival rate walks the API server's load from
+# light to past its streaming share, the prompt length apart (a request's handling may grow with its tokens), and
+# the same loads under four API servers. Each open loop runs 40 s of arrivals.
+FRONT_QUEUE_8B = [opened(1000, 256, r, 40 * r) for r in (8, 16, 20, 28)] + [opened(4000, 256, 10, 400)]
+FRONT_QUEUE_1B = [opened(128, 256, r, 40 * r) for r in (30, 60, 90, 120)] + [opened(2000, 256, 30, 1200)]
 
 
 def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len: int, points: list[dict],
@@ -139,7 +145,7 @@ def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len
 
 def plan() -> dict:
     b1, b2, b3, b4, b5 = "b1-llama8b", "b2-moe-mla", "b3-tp2-32b", "b4-past-pool-moe2", "b5-dense-sizes"
-    b6, b7, b8 = "b6-rate-sweep", "b7-prefill-graphs", "b8-frontend"
+    b6, b7, b8, b9 = "b6-rate-sweep", "b7-prefill-graphs", "b8-frontend", "b9-frontend-queue"
     ran = {b1: {"0": ["llama8b-bf16", "qwen3moe-bf16"], "1": ["llama8b-fp8", "dsv2lite-bf16"],
                 "0,1": ["qwen25-32b-tp2-bf16"]}}
     ran[b2], ran[b3] = ran[b1], ran[b1]  # b1-b3 ran as one set of lanes
@@ -148,16 +154,17 @@ def plan() -> dict:
     ran[b5] = {"0": ["b5-llama1b", "b5-qwen3-8b"], "1": ["b5-qwen25-32b", "b5-nemo12b"], "0,1": ["b5-llama70b-tp2-fp8"]}
     ran[b6] = {"0": ["b6-llama8b-bf16"], "1": ["b6-qwen3moe-bf16"], "0,1": []}
     ran[b7] = {"0": ["b7-qwen3moe", "b7-qwen3moe-cg2048"], "1": ["b7-llama1b", "b7-llama1b-cg2048"], "0,1": []}
-    # planned, not run yet: what the kit runs next
     ran[b8] = {"0": ["b8-llama8b", "b8-llama8b-api4"], "1": ["b8-llama1b", "b8-llama1b-api4"], "0,1": []}
+    # planned, not run yet: what the kit runs next
+    ran[b9] = {"0": ["b9-llama8b", "b9-llama8b-api4"], "1": ["b9-llama1b", "b9-llama1b-api4"], "0,1": []}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
         bench="vllm bench serve --backend vllm --dataset-name random (ignore_eos), --percentile-metrics "
               "ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --save-result --save-detailed",
-        batches=[b1, b2, b3, b4, b5, b6, b7, b8],
+        batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9],
         # lanes run side by side; a lane's servers run one after another; '0,1' runs once both others are done.
         # `lanes` are the newest batch's (what the kit runs); `lanes_by_batch` keeps each batch's
-        lanes=ran[b8], lanes_by_batch=ran,
+        lanes=ran[b9], lanes_by_batch=ran,
         servers=[
             server("llama8b-bf16", b1, "llama-3.1-8b", "0", 8101, 65536, LLAMA_POINTS),
             server("llama8b-fp8", b1, "llama-3.1-8b", "1", 8102, 65536, LLAMA_POINTS, kv_cache_dtype="fp8"),
@@ -210,6 +217,14 @@ def plan() -> dict:
             server("b8-llama1b", b8, "llama-3.2-1b-instruct", "1", 8153, 32768, FRONTEND_1B,
                    prefill_tokens_per_s=60000, itl_guess_s=0.004),
             server("b8-llama1b-api4", b8, "llama-3.2-1b-instruct", "1", 8154, 32768, FRONTEND_1B,
+                   prefill_tokens_per_s=60000, itl_guess_s=0.004, api_server_count=4),
+            server("b9-llama8b", b9, "llama-3.1-8b", "0", 8161, 65536, FRONT_QUEUE_8B, prefill_tokens_per_s=30000,
+                   itl_guess_s=0.01),
+            server("b9-llama8b-api4", b9, "llama-3.1-8b", "0", 8162, 65536, FRONT_QUEUE_8B, prefill_tokens_per_s=30000,
+                   itl_guess_s=0.01, api_server_count=4),
+            server("b9-llama1b", b9, "llama-3.2-1b-instruct", "1", 8163, 32768, FRONT_QUEUE_1B,
+                   prefill_tokens_per_s=60000, itl_guess_s=0.004),
+            server("b9-llama1b-api4", b9, "llama-3.2-1b-instruct", "1", 8164, 32768, FRONT_QUEUE_1B,
                    prefill_tokens_per_s=60000, itl_guess_s=0.004, api_server_count=4),
         ],
     )
