@@ -309,12 +309,11 @@ def fit_tensor_parallel_logit_copies() -> dict:
     peak (the forward, the compile-time examples, the MoE workspace): what is left of the peak once the workspace,
     the hidden states and the shard are taken out, per logit of the model dtype. Models with soft-capped logits are
     left out (their capped copy is a floor)."""
-    from sizing.engines.releases import version_key
     from sizing.engines.memory import DTYPE_BYTES, profiling_peak
     from sizing.units import GiB
 
     groups: dict[str, tuple[list, list, list]] = {}
-    for start, _, s in _tensor_parallel_v2_starts():
+    for start, sub_range, s in _tensor_parallel_v2_starts():
         if not start.printed.torch_peak_gib or s.shape.logit_softcap:
             continue  # a soft-capped model's sampler keeps a capped copy whatever the copies (memory.py)
         run = get_engine(s.engine).release.activation_v2
@@ -329,10 +328,7 @@ def fit_tensor_parallel_logit_copies() -> dict:
         if others >= printed:
             continue  # the sampler is not this start's peak
         logits = rows * s.shape.vocab_size * DTYPE_BYTES[s.shape.serving_dtype]
-        minor = ".".join(map(str, version_key(start.release)[:2]))
-        group = LOGIT_COPY_GROUPS[max((r for r in LOGIT_COPY_GROUPS if version_key(r) <= version_key(minor)),
-                                      key=version_key)]
-        x, y, ids = groups.setdefault(group, ([], [], []))
+        x, y, ids = groups.setdefault(LOGIT_COPY_GROUPS[sub_range], ([], [], []))
         x.append(logits)
         y.append(printed - bare.workspace_bytes - bare.moe_workspace_bytes - bare.sampler_bytes)
         ids.append(start.id)

@@ -143,6 +143,15 @@ def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len
                 gpu_memory_utilization=GPU_MEMORY_UTILIZATION, enable_prefix_caching=False, points=pts)
 
 
+def frontend_pair(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len: int, points: list[dict],
+                  prefill_tokens_per_s: float, itl_guess_s: float) -> tuple[dict, dict]:
+    """One server under vLLM's one API server and the same under four (`TAG-api4`, the next port): the front-end
+    batches run every load both ways."""
+    return tuple(server(f"{tag}{suffix}", batch, model, gpus, port + i, max_model_len, points,
+                        prefill_tokens_per_s=prefill_tokens_per_s, itl_guess_s=itl_guess_s, **extra)
+                 for i, (suffix, extra) in enumerate((("", {}), ("-api4", {"api_server_count": 4}))))
+
+
 def plan() -> dict:
     b1, b2, b3, b4, b5 = "b1-llama8b", "b2-moe-mla", "b3-tp2-32b", "b4-past-pool-moe2", "b5-dense-sizes"
     b6, b7, b8, b9 = "b6-rate-sweep", "b7-prefill-graphs", "b8-frontend", "b9-frontend-queue"
@@ -210,22 +219,10 @@ def plan() -> dict:
                    prefill_tokens_per_s=60000, itl_guess_s=0.004),
             server("b7-llama1b-cg2048", b7, "llama-3.2-1b-instruct", "1", 8144, 32768, PREFILL_LADDER,
                    prefill_tokens_per_s=60000, itl_guess_s=0.004, max_cudagraph_capture_size=2048),
-            server("b8-llama8b", b8, "llama-3.1-8b", "0", 8151, 65536, FRONTEND_8B, prefill_tokens_per_s=30000,
-                   itl_guess_s=0.01),
-            server("b8-llama8b-api4", b8, "llama-3.1-8b", "0", 8152, 65536, FRONTEND_8B, prefill_tokens_per_s=30000,
-                   itl_guess_s=0.01, api_server_count=4),
-            server("b8-llama1b", b8, "llama-3.2-1b-instruct", "1", 8153, 32768, FRONTEND_1B,
-                   prefill_tokens_per_s=60000, itl_guess_s=0.004),
-            server("b8-llama1b-api4", b8, "llama-3.2-1b-instruct", "1", 8154, 32768, FRONTEND_1B,
-                   prefill_tokens_per_s=60000, itl_guess_s=0.004, api_server_count=4),
-            server("b9-llama8b", b9, "llama-3.1-8b", "0", 8161, 65536, FRONT_QUEUE_8B, prefill_tokens_per_s=30000,
-                   itl_guess_s=0.01),
-            server("b9-llama8b-api4", b9, "llama-3.1-8b", "0", 8162, 65536, FRONT_QUEUE_8B, prefill_tokens_per_s=30000,
-                   itl_guess_s=0.01, api_server_count=4),
-            server("b9-llama1b", b9, "llama-3.2-1b-instruct", "1", 8163, 32768, FRONT_QUEUE_1B,
-                   prefill_tokens_per_s=60000, itl_guess_s=0.004),
-            server("b9-llama1b-api4", b9, "llama-3.2-1b-instruct", "1", 8164, 32768, FRONT_QUEUE_1B,
-                   prefill_tokens_per_s=60000, itl_guess_s=0.004, api_server_count=4),
+            *frontend_pair("b8-llama8b", b8, "llama-3.1-8b", "0", 8151, 65536, FRONTEND_8B, 30000, 0.01),
+            *frontend_pair("b8-llama1b", b8, "llama-3.2-1b-instruct", "1", 8153, 32768, FRONTEND_1B, 60000, 0.004),
+            *frontend_pair("b9-llama8b", b9, "llama-3.1-8b", "0", 8161, 65536, FRONT_QUEUE_8B, 30000, 0.01),
+            *frontend_pair("b9-llama1b", b9, "llama-3.2-1b-instruct", "1", 8163, 32768, FRONT_QUEUE_1B, 60000, 0.004),
         ],
     )
 

@@ -16,6 +16,7 @@ from functools import cache
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import KvsizeError
+from ..units import GiB
 from .releases import ENGINES_DIR, version_key
 
 
@@ -120,12 +121,11 @@ def gpu_evidence(engine: str, gpu_name: str, carried: CarriedTerms | None = None
                 "confirmed here, and on a smaller GPU a term that is off weighs more against its smaller KV pool")
     if carried is None:
         return sentence
-    gib = 2 ** 30
     weight = carried.kv_share_per_tenth()
-    return (sentence + f": here they come to {carried.carried_bytes / gib:.2f} GiB (profiling peak "
-            f"{carried.profiling_peak_bytes / gib:.2f}, non-torch {carried.non_torch_bytes / gib:.2f}, CUDA graphs "
-            f"{carried.cuda_graph_bytes / gib:.2f})"
-            + (f", so every 10% they are off moves the KV budget ({carried.kv_budget_bytes / gib:.2f} GiB) by "
+    return (sentence + f": here they come to {carried.carried_bytes / GiB:.2f} GiB (profiling peak "
+            f"{carried.profiling_peak_bytes / GiB:.2f}, non-torch {carried.non_torch_bytes / GiB:.2f}, CUDA graphs "
+            f"{carried.cuda_graph_bytes / GiB:.2f})"
+            + (f", so every 10% they are off moves the KV budget ({carried.kv_budget_bytes / GiB:.2f} GiB) by "
                f"{100 * weight:.0f}%" if weight is not None else ", and no KV budget is left"))
 
 
