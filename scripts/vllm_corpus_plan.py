@@ -1,6 +1,6 @@
 """Write the plans of real vLLM starts that make tests/fixtures/vllm-starts (one JSON list a machine).
 
-usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200|architectures|checkpoints|compile-cache|integer-checkpoints|one-h100|release-panels|torch-stage-panels|panel-gaps|tp2-0.33|tp4-0.33|panels-0.32-0.31|panels-0.29-0.27|tp-0.32-0.27|small-gpu-defaults > plan.json
+usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200|architectures|checkpoints|compile-cache|integer-checkpoints|one-h100|release-panels|torch-stage-panels|panel-gaps|tp2-0.33|tp4-0.33|panels-0.32-0.31|panels-0.29-0.27|tp-0.32-0.27|small-gpu-defaults|pp2 > plan.json
 Every start is an EngineArgs dict on a config in tests/fixtures/vllm-starts/configs/, in vLLM's
 `vllm serve` usage context unless it says `llm`. Starts whose config is not there are left out.
 """
@@ -357,6 +357,20 @@ def small_gpu_defaults():
     ]
 
 
+def pp2():
+    """Pipeline parallel 2, never started so far: kvsize's PP terms are vLLM 0.19's prior, and the V2 sampler's
+    penalty state is held on the last stage only (read from 0.27-0.33's source, issue 49 §7). A dense model on
+    0.33.0 (the default release) and on two torch-2.13 releases, a vocabulary of 152K beside 128K, and an MoE."""
+    pp = dict(pipeline_parallel_size=2)
+    return [
+        start("0.33.0", "llama-3.1-8b", "pp2", **pp),
+        start("0.33.0", "qwen3-8b", "pp2", **pp),
+        start("0.33.0", "qwen3-30b-a3b", "pp2", max_model_len=32768, **pp),
+        start("0.29.0", "qwen3-8b", "pp2", **pp),
+        start("0.31.0", "llama-3.1-8b", "pp2", **pp),
+    ]
+
+
 if __name__ == "__main__":
     plan = {"four-gpus": four_gpus, "one-gpu": one_gpu, "four-h100s": four_h100s, "two-h100s": two_h100s,
             "one-h200": one_h200, "architectures": architectures,
@@ -365,7 +379,7 @@ if __name__ == "__main__":
             "release-panels": release_panels, "torch-stage-panels": torch_stage_panels,
             "panel-gaps": panel_gaps, "tp2-0.33": tp2_033, "tp4-0.33": tp4_033, "panels-0.29-0.27": panels_029_027,
             "panels-0.32-0.31": panels_032_031, "tp-0.32-0.27": tp_032_027,
-            "small-gpu-defaults": small_gpu_defaults}[sys.argv[1]]()
+            "small-gpu-defaults": small_gpu_defaults, "pp2": pp2}[sys.argv[1]]()
     plan = [s for s in plan if (CONFIGS / Path(s["config"]).name).exists()]
     json.dump(plan, sys.stdout, indent=1)
     print()
