@@ -63,8 +63,8 @@ def collect() -> tuple[list, list, list]:
 
     first, further, full = [], [], []
     for start in load_corpus():
-        if start.status != "sized":
-            continue
+        if start.status != "sized" or start.args.get("pipeline_parallel_size", 1) != 1:
+            continue  # a pipeline stage captures its own layers' graphs: PP starts are held apart
         modes = printed_modes((CORPUS / start.log).read_text(errors="replace"))
         if not modes:
             continue
@@ -394,7 +394,7 @@ def fit_v2_graph_per_layer() -> tuple[int, list[str]]:
     for start in load_corpus():
         p = start.printed
         if start.status != "sized" or p.runner != "v2" or not p.cuda_graph_gib \
-                or start.args.get("tensor_parallel_size", 1) != 1:
+                or start.args.get("tensor_parallel_size", 1) != 1 or start.args.get("pipeline_parallel_size", 1) != 1:
             continue
         s = with_engine_defaults(start_scenario(start))
         release = get_engine(s.engine).release

@@ -9,6 +9,7 @@ from functools import lru_cache
 
 from ..engines import Budget, Engine, MemoryTerms, Pool
 from ..engines.mxfp4 import mxfp4_moe_layout
+from ..engines.pp_vocab import FIRST_AND_LAST, stage_vocab
 from ..engines.started import (CarriedTerms, architecture_evidence, gpu_evidence, parallel_evidence,
                                release_evidence)
 from ..cache.formats import FormatOptions, get_format
@@ -17,7 +18,7 @@ from ..engines.cudagraphs import cuda_graph_estimate
 from ..engines.memory import (SGLANG_PER_LAYER_INPUTS, VLLM_PER_LAYER_INPUTS, ActivationEstimate,
                               engine_weight_format, per_layer_input_buffer_bytes, profiling_peak,
                               resolve_weights_dtype, weight_bytes)
-from ..engines.releases import find_release, penalty_state_bytes
+from ..engines.releases import find_release, penalty_state_bytes, version_key
 from ..engines.support import support
 from ..config import DTYPE_BYTES, ModelShape
 from ..config.family import family
@@ -72,7 +73,8 @@ def engine_weight_bytes(engine: Engine, shape: ModelShape, wfmt, tp: int, stage:
         copies = len(stage) * cdiv(shape.mla_kv_b_proj_params, tp) * DTYPE_BYTES[shape.serving_dtype]
     # SGLang's Gemma 4 keeps its per-layer input table and projection whole on every TP rank, on the first stage
     layout = SGLANG_PER_LAYER_INPUTS if engine.name == "sglang" else VLLM_PER_LAYER_INPUTS
-    return weight_bytes(shape, wfmt, tp, stage, first, last, vision, allocator, layout).total_bytes + copies
+    vocab = stage_vocab(engine.version, shape.architectures) if engine.name == "vllm" else FIRST_AND_LAST
+    return weight_bytes(shape, wfmt, tp, stage, first, last, vision, allocator, layout, vocab).total_bytes + copies
 
 
 @lru_cache(maxsize=4096)
@@ -169,6 +171,8 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
     parallel_note = parallel.note(engine.name, engine.release.name, tp * s.pipeline_parallel_size) if parallel else None
     if parallel_note:
         notes += (parallel_note,)
+    if engine.name == "vllm" and s.pipeline_parallel_size > 1:
+        notes += _stage_vocab_note(engine.version, shape.architectures)
     unstarted = architecture_evidence(engine.name, shape.architectures, family(shape))
     if unstarted:
         notes += (unstarted,)
@@ -244,6 +248,16 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
     state = 0 if pool.holds_recurrent else layout.state_bytes_per_sequence()
     return StageSetup(shape, k_name, v_name, notes, layout, pool, weights_format, act, terms, fraction, budget, state,
                        ceil_fraction(payload_tok), ceil_fraction(metadata_tok), runner)
+
+
+def _stage_vocab_note(version: str, architectures: tuple[str, ...]) -> tuple[str, ...]:
+    """A note where the stages' vocabulary placement comes from a newer release's source than the one asked."""
+    vocab = stage_vocab(version, architectures)
+    if vocab.scanned_release is None or version_key(vocab.scanned_release) <= version_key(version):
+        return ()
+    return (f"pipeline stages: which stages hold the embedding and lm_head is read from vLLM "
+            f"{vocab.scanned_release}'s model classes, the oldest release scanned (scripts/scan_vllm_pp_vocab.py), "
+            f"not from {version}'s",)
 
 
 def _llamacpp_buffers(s: Scenario, engine: Engine, shape: ModelShape, k_name: str, v_name: str):

@@ -15,6 +15,7 @@ from .releases import ProfilingRunModel, WeightAllocatorModel, ZeroPointKernelRu
 from ..config import DTYPE_BYTES, FORMAT_BY_METHOD, GPTQ_PACKED_METHODS, MODEL_DTYPE, ModelShape
 from ..units import cdiv
 from .mxfp4 import Mxfp4MoeLayout, mxfp4_expert_tensors
+from .pp_vocab import FIRST_AND_LAST, StageVocab
 
 
 @dataclass(frozen=True)
@@ -244,10 +245,14 @@ def attention_per_rank(shape: ModelShape, layer: int, tp: int) -> int:
     return sum(projections) + cdiv(p.attention - sum(_projection_params(shape, layer, 1)), tp)
 
 
-def vocab_tensors(shape: ModelShape, first_stage: bool, last_stage: bool) -> tuple[bool, bool]:
-    """(embedding, lm_head) on this stage: the embedding on the first, the head on the last, a tied head
-    sharing the embedding's tensor unless the last stage is another GPU, which keeps its own copy."""
-    return first_stage, last_stage and (bool(shape.lm_head_params) or not first_stage)
+def vocab_tensors(shape: ModelShape, first_stage: bool, last_stage: bool,
+                  vocab: StageVocab = FIRST_AND_LAST) -> tuple[bool, bool]:
+    """(embedding, lm_head) on this stage: the embedding on the first, the head on the last, or either on every
+    stage where the model class builds it there (`vocab`, sizing/engines/pp_vocab.py); a tied head shares the
+    embedding's tensor where the stage holds one, and is a copy of its own where it does not."""
+    embedding = first_stage or vocab.embedding_every_stage
+    head = last_stage or vocab.lm_head_every_stage
+    return embedding, head and (bool(shape.lm_head_params) or not embedding)
 
 
 def vocab_bytes(shape: ModelShape, tp: int) -> int:
@@ -308,7 +313,7 @@ def per_layer_input_buffer_bytes(shape: ModelShape, tokens: int) -> int:
 
 
 def large_weight_tensors(shape: ModelShape, fmt: WeightFormat, tp: int, layers: range, first_stage: bool,
-                         last_stage: bool) -> list[int]:
+                         last_stage: bool, vocab: StageVocab = FIRST_AND_LAST) -> list[int]:
     """Bytes of the weight tensors vLLM builds that can take a segment of their own, one GPU's share: the
     embedding and lm_head (vocabulary padded), each layer's merged q/k/v and o projections (attention with
     per-head K and V), merged gate/up and down (dense MLP and shared experts) and the two stacked expert
@@ -320,7 +325,7 @@ def large_weight_tensors(shape: ModelShape, fmt: WeightFormat, tp: int, layers: 
         values = cdiv(params * f.bits, 8)
         return [values, f.bytes_for(params) - values]
 
-    sizes = [vocab_bytes(shape, tp)] * sum(vocab_tensors(shape, first_stage, last_stage))
+    sizes = [vocab_bytes(shape, tp)] * sum(vocab_tensors(shape, first_stage, last_stage, vocab))
     if shape.per_layer_input_size:  # the per-layer table and the projection into it, on every stage in vLLM
         sizes += [per_layer_table_bytes(shape, tp)]
         sizes += stored(linear, cdiv(shape.per_layer_input_width, tp) * shape.hidden_size)
@@ -342,7 +347,8 @@ def large_weight_tensors(shape: ModelShape, fmt: WeightFormat, tp: int, layers: 
 
 def weight_bytes(shape: ModelShape, fmt: WeightFormat, tp: int, layers: range, first_stage: bool,
                  last_stage: bool, vision: bool = True, allocator: WeightAllocatorModel | None = None,
-                 per_layer_inputs: PerLayerInputLayout = VLLM_PER_LAYER_INPUTS) -> WeightBytes:
+                 per_layer_inputs: PerLayerInputLayout = VLLM_PER_LAYER_INPUTS,
+                 vocab: StageVocab = FIRST_AND_LAST) -> WeightBytes:
     """Weights one GPU holds: its share (1/tp) of the stage's layers, embeddings on the first
     stage, the lm_head on the last; norms, routers and embeddings stay in the model dtype. A
     multimodal model's vision encoder sits on the first stage unless it is served text-only
@@ -361,13 +367,13 @@ def weight_bytes(shape: ModelShape, fmt: WeightFormat, tp: int, layers: range, f
         kept = mxfp4_expert_tensors(shape, fmt.moe_layout, p.experts, tp)
         layer_total += expert_format(fmt).bytes_for(cdiv(p.experts, tp)) if kept is None else sum(kept)
         layer_total += cdiv(p.other, tp) * dense
-    has_embedding, has_head = vocab_tensors(shape, first_stage, last_stage)
+    has_embedding, has_head = vocab_tensors(shape, first_stage, last_stage, vocab)
     embedding, lm_head = vocab_bytes(shape, tp) * has_embedding, vocab_bytes(shape, tp) * has_head
     vision = cdiv(shape.vision_params, tp) * dense if first_stage and vision else 0
     ends = 0
     if allocator is not None:
         ends = sum(segment_end_bytes(size, allocator.max_split_bytes)
-                   for size in large_weight_tensors(shape, fmt, tp, layers, first_stage, last_stage))
+                   for size in large_weight_tensors(shape, fmt, tp, layers, first_stage, last_stage, vocab))
     return WeightBytes(embedding, lm_head, vision, layer_total, rotary_cache_bytes(shape) if len(layers) else 0, ends,
                        per_layer_input_bytes(shape, linear, tp, layers, first_stage, per_layer_inputs))
 
