@@ -202,7 +202,8 @@ def run_starts(specs: list[StartSpec], log_dir: Path, deadline_s: float, gpu_ids
         return _run(specs, log_dir, deadline_s, gpu_ids, sitedirs or {}, start_cost_s, grace_s, timeout_s, Path(models))
 
 
-def _run(specs, log_dir, deadline_s, gpu_ids, sitedirs, start_cost_s, grace_s, timeout_s, models) -> list[StartResult]:
+def _run(specs, log_dir, deadline_s, gpu_ids, sitedirs, start_cost_s, grace_s, timeout_s, models,
+         clear=clear_gpus) -> list[StartResult]:
     end = time.time() + deadline_s
     pending, running, results = list(specs), [], []
     free = list(gpu_ids)
@@ -211,7 +212,7 @@ def _run(specs, log_dir, deadline_s, gpu_ids, sitedirs, start_cost_s, grace_s, t
         for spec in list(pending):
             if spec.gpus <= len(free) and end - time.time() > start_cost_s:
                 take, free = free[:spec.gpus], free[spec.gpus:]
-                held = clear_gpus(take)
+                held = clear(take)
                 if held >= GPU_FREE_MIB:  # kept out of every later start too: they would fail the same way
                     print(f"== GPU {take} still holds {held} MiB after its processes were killed: not used again",
                           flush=True)
@@ -243,6 +244,9 @@ def _run(specs, log_dir, deadline_s, gpu_ids, sitedirs, start_cost_s, grace_s, t
                     print("   " + line[-220:], flush=True)
     for spec in pending:
         results.append(StartResult(spec.id, "not started", 0.0, [], None))
+    # hand the GPUs back free: a stopped PP start's workers outlived their group and held 131 GiB of GPU 0,
+    # so the serving lane that took the GPU next could not start its server
+    clear(list(gpu_ids))
     return results
 
 

@@ -55,3 +55,14 @@ def test_free_gpus_are_left_alone_and_memory_that_stays_is_reported():
     left = clear_gpus([3], wait_s=5, used=lambda ids: 90_000, processes=lambda ids: [],
                       sleep=lambda s: naps.append(s))
     assert left >= GPU_FREE_MIB and len(naps) == 5  # waited its bound, not forever
+
+
+def test_the_launcher_hands_its_gpus_back_free(tmp_path):
+    # two PP 2 starts on 0.33.0 left workers holding 131 and 32 GiB after their group was stopped; the serving lane
+    # that took GPUs 0 and 1 next found 11 GiB free and its servers failed to start
+    from measure.vllm_start import _run
+
+    cleared = []
+    assert _run([], tmp_path, 10, [0, 1], {}, 110, 2, 300, tmp_path,
+                clear=lambda ids: cleared.append(ids) or 0) == []
+    assert cleared == [[0, 1]]
