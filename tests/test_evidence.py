@@ -125,3 +125,30 @@ def test_tp_terms_say_how_far_real_starts_confirm_them():
     assert len(beyond) == 1 and f"on at most {most} GPU(s)" in beyond[0] and "not confirmed" in beyond[0]
     older = _parallel_notes("vllm@0.19", 2)
     assert len(older) == 1 and "read from source" in older[0]
+
+
+def _pp_notes(engine: str, stages: int) -> list[str]:
+    from sizing.capacity.estimate import estimate
+    from sizing.capacity.scenario import Scenario
+    from sizing.profiles import gpu_profile, load_model
+
+    _, shape = load_model("qwen3-8b")
+    g = gpu_profile("h200")
+    e = estimate(Scenario("qwen3-8b", shape, g.name, g.memory_bytes, engine=engine, pipeline_parallel_size=stages,
+                          max_model_len=8192))
+    return [m for part in e.warnings for m in part.split("; ") if m.startswith("pipeline parallel")]
+
+
+def test_pp_terms_say_how_many_stages_real_starts_ran():
+    """PP is counted apart from the GPUs: a TP 4 start confirms nothing of a pipeline stage's own terms. 0.33.0's
+    PP 2 starts (tests/fixtures/vllm-starts) confirm two stages of the releases that share its terms."""
+    from sizing.engines.started import parallel_evidence, started
+
+    stages = max(f.max_pipeline_stages for v, f in started("vllm").items())
+    evidence = parallel_evidence("vllm", None)
+    assert (evidence.max_stages, evidence.stages_version) == (stages, "0.33.0") and stages == 2
+    assert _pp_notes("vllm", 2) == []
+    beyond = _pp_notes("vllm", 4)
+    assert len(beyond) == 1 and "ran at most 2 stages" in beyond[0] and "not confirmed" in beyond[0]
+    never = _pp_notes("vllm@0.19", 2)
+    assert len(never) == 1 and "no start of vllm ran" in never[0] and "PP > 1" in never[0]

@@ -168,7 +168,8 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
     if evidence is not None:
         notes += (evidence.sentence(),)
     parallel = parallel_evidence(engine.name, engine.version) if engine.release is not None else None
-    parallel_note = parallel.note(engine.name, engine.release.name, tp * s.pipeline_parallel_size) if parallel else None
+    parallel_note = parallel.note(engine.name, engine.release.name, tp * s.pipeline_parallel_size,
+                                  s.pipeline_parallel_size) if parallel else None
     if parallel_note:
         notes += (parallel_note,)
     if engine.name == "vllm" and s.pipeline_parallel_size > 1:

@@ -29,6 +29,7 @@ class StartedRelease(BaseModel):
     worst_token_error: float
     gpus: tuple[str, ...]
     max_gpus_per_start: int = Field(default=1, ge=1)  # the most GPUs one of its starts ran on (TP x PP)
+    max_pipeline_stages: int = Field(default=1, ge=1)  # the most pipeline stages one of its starts ran with
 
 
 class EvidenceFile(BaseModel):
@@ -196,29 +197,44 @@ def release_evidence(engine: str, version: str | None) -> ReleaseEvidence | None
 
 @dataclass(frozen=True)
 class ParallelEvidence:
-    """The most GPUs a start ran on among the started releases that follow the same parallel terms (non-torch
-    at TP and PP) as the asked release: those terms are confirmed up to that many GPUs, and carried beyond."""
+    """The most GPUs a start ran on, and the most pipeline stages, among the started releases that follow the same
+    parallel terms (non-torch at TP and PP) as the asked release: those terms are confirmed up to that many GPUs
+    and stages, and carried beyond."""
     max_gpus: int
     version: str | None  # the started release that ran on them (None: no start of these terms at all)
+    max_stages: int = 1
+    stages_version: str | None = None  # the started release that ran the most stages (None: none ran PP > 1)
 
     def summary(self, engine: str) -> str:
         """What starts confirm of the terms, whatever the GPU count (a file's assumptions)."""
         if self.version is None:
             return ("no start ran with this release's TP and PP terms: on more than one GPU they are read from source "
                     "and public logs, not confirmed by a start")
-        return (f"TP and PP terms confirmed by starts of {engine} {self.version} on up to {self.max_gpus} GPU(s); "
-                "on more they are carried from those starts, not confirmed")
+        stages = (f"pipeline parallel up to {self.max_stages} stages by {engine} {self.stages_version}"
+                  if self.stages_version else "no pipeline-parallel start")
+        return (f"TP and PP terms confirmed by starts of {engine} {self.version} on up to {self.max_gpus} GPU(s), "
+                f"{stages}; beyond they are carried from those starts, not confirmed")
 
-    def note(self, engine: str, release_name: str, gpus: int) -> str | None:
-        """What an answer on `gpus` GPUs says of its TP/PP terms, or None where a start confirms them."""
-        if gpus <= self.max_gpus:
-            return None
-        if self.version is None:
-            return (f"no start of {engine} ran with {release_name}'s TP and PP terms (non-torch: NCCL's and the "
-                    f"all-reduce's buffers): at {gpus} GPUs they are read from source and public logs, not confirmed")
-        return (f"{release_name}'s TP and PP terms (non-torch: NCCL's and the all-reduce's buffers) were confirmed by "
-                f"starts of {engine} {self.version} on at most {self.max_gpus} GPU(s): at {gpus} GPUs they are carried "
-                "from those starts, not confirmed")
+    def note(self, engine: str, release_name: str, gpus: int, stages: int = 1) -> str | None:
+        """What an answer on `gpus` GPUs in `stages` pipeline stages says of its TP/PP terms, or None where
+        starts confirm them."""
+        said = []
+        if gpus > self.max_gpus:
+            if self.version is None:
+                said.append(f"no start of {engine} ran with {release_name}'s TP and PP terms (non-torch: NCCL's and "
+                            f"the all-reduce's buffers): at {gpus} GPUs they are read from source and public logs, "
+                            "not confirmed")
+            else:
+                said.append(f"{release_name}'s TP and PP terms (non-torch: NCCL's and the all-reduce's buffers) were "
+                            f"confirmed by starts of {engine} {self.version} on at most {self.max_gpus} GPU(s): at "
+                            f"{gpus} GPUs they are carried from those starts, not confirmed")
+        if stages > self.max_stages:
+            where = (f"starts of {engine} {self.stages_version} ran at most {self.max_stages} stages"
+                     if self.stages_version else f"no start of {engine} ran with {release_name}'s terms at PP > 1")
+            said.append(f"pipeline parallel {stages}: {where}, so each stage's own terms (its non-torch memory, "
+                        "its CUDA-graph estimate) are read from source, not confirmed: where PP starts ran, "
+                        "kvsize's stage terms were below the engine's and its KV pool above it (docs/accuracy.md)")
+        return "; ".join(said) or None
 
 
 def _parallel(release) -> tuple | None:
@@ -235,12 +251,16 @@ def parallel_evidence(engine: str, version: str | None) -> ParallelEvidence | No
     asked = find_release(engine, version)
     if asked is None:
         return None
-    best = ParallelEvidence(1, None)
+    gpus, gpus_version, stages, stages_version = 1, None, 1, None
     for v, figures in started(engine).items():
         rule = find_release(engine, v)
-        if rule is not None and _parallel(rule) == _parallel(asked) and figures.max_gpus_per_start >= best.max_gpus:
-            best = ParallelEvidence(figures.max_gpus_per_start, v)
-    return best
+        if rule is None or _parallel(rule) != _parallel(asked):
+            continue
+        if figures.max_gpus_per_start >= gpus:
+            gpus, gpus_version = figures.max_gpus_per_start, v
+        if figures.max_pipeline_stages > 1 and figures.max_pipeline_stages >= stages:
+            stages, stages_version = figures.max_pipeline_stages, v
+    return ParallelEvidence(gpus, gpus_version, stages, stages_version)
 
 
 def _distance(a: tuple[int, ...], b: tuple[int, ...]) -> int:

@@ -15,20 +15,21 @@ from .starts import CORPUS, _config_model, accuracy_rows, load_corpus
 def compute_started() -> dict:
     """started.json's content from the corpora of real starts (what `benchmarks/vllm_starts.py --write`
     writes and a test recomputes)."""
-    def row(ids: set, gpus: set, errors: list[float], ok: int, predictions: int, most: int) -> dict:
+    def row(ids: set, gpus: set, errors: list[float], ok: int, predictions: int, most: int, stages: int = 1) -> dict:
         return {"starts": len(ids), "predictions": predictions, "within_1pct": ok,
                 "median_abs_token_error": round(statistics.median(abs(e) for e in errors), 6),
                 "worst_token_error": round(max(errors, key=abs), 6), "gpus": sorted(gpus),
-                "max_gpus_per_start": most}
+                "max_gpus_per_start": most, "max_pipeline_stages": stages}
 
     def vllm_rows(rows) -> dict:
         errors = [r.kv_tokens_error for r in rows if r.kv_tokens_error is not None]
         ok = sum(1 for r in rows if all(abs(e) < 0.01 for e in (r.kv_budget_error, r.kv_tokens_error) if e is not None))
         return row({r.id for r in rows}, {r.gpu for r in rows}, errors, ok, len(rows),
-                   max(used[r.id] for r in rows))
+                   max(used[r.id] for r in rows), max(stages[r.id] for r in rows))
 
     vllm_starts = load_corpus()
     used = {s.id: max(1, s.gpus_used) for s in vllm_starts}
+    stages = {s.id: int(s.args.get("pipeline_parallel_size", 1)) for s in vllm_starts}
     all_rows = accuracy_rows(vllm_starts)
     vllm = {v: vllm_rows([r for r in all_rows if r.release == v]) for v in {r.release for r in all_rows}}
     vllm_families = {f: vllm_rows([r for r in all_rows if r.family == f]) for f in {r.family for r in all_rows}}
