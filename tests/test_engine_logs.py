@@ -228,3 +228,20 @@ def test_sglang_server_args_read_in_both_forms():
     new = "server_args={'model_path': 'm', " + ", ".join(f"{k!r}: {v!r}" for k, v in fields.items()) + ", 'seed': 3}"
     assert sglang_server_args(new) == sglang_server_args(old)
     assert sglang_server_args(new)["kv_cache_dtype"] == "fp8_e4m3" and "seed" not in sglang_server_args(new)
+
+
+def test_a_pipeline_parallel_log_is_read_at_its_last_stage():
+    # vLLM 0.33.0, PP 2 (tests/fixtures/vllm-starts/logs/h200-0.33.0-qwen3-30b-a3b-pp2.log): Worker_PP0 printed a
+    # torch peak of 0.84 GiB, Worker_PP1 (the sampler's stage, whose pool binds) 1.49
+    log = (Path(__file__).parent / "fixtures" / "vllm-starts" / "logs" / "h200-0.33.0-qwen3-30b-a3b-pp2.log")
+    run = read_log(log.read_text())
+    assert abs(run.figures["activation_bytes"] / GiB - 1.49) < 1e-9
+    assert run.figures["max_tokens"] == 2_104_432  # the engine's own line, which names no stage
+    # a one-stage log keeps every line
+    one = "(Worker_TP0 pid=1) DEBUG x torch peak memory increase: 1.1GiB\n"
+    from sizing.evidence.logs import _last_stage_lines
+
+    assert _last_stage_lines(one) == one
+    two = ("(Worker_PP0 pid=1) torch peak memory increase: 0.5GiB\n(Worker_PP1_TP0 pid=2) torch peak memory "
+           "increase: 0.7GiB\n(EngineCore pid=3) GPU KV cache size: 10 tokens")
+    assert _last_stage_lines(two).splitlines() == two.splitlines()[1:]

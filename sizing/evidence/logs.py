@@ -131,6 +131,20 @@ def _logged_dict(marker: str, text: str) -> str | None:
     return None
 
 
+_PP_WORKER = re.compile(r"\(Worker_PP(\d{1,3})(?:_TP\d{1,4})? pid=")
+
+
+def _last_stage_lines(text: str) -> str:
+    """The lines of the last pipeline stage's workers and those of no stage (the engine's own), where the log's
+    workers are named by stage; the text as it is otherwise."""
+    stages = {int(m) for m in _PP_WORKER.findall(text)}
+    if len(stages) < 2:
+        return text
+    last = max(stages)
+    return "\n".join(ln for ln in text.splitlines()
+                     if (m := _PP_WORKER.search(ln)) is None or int(m.group(1)) == last)
+
+
 def _vllm(text: str) -> LoggedRun:
     version = (_first(r"LLM engine \(v(\d+\.\d+\.\d+[^)\n]{0,64})\)", text) or _first(r"vLLM API server version (\d+\.\d+\.\d+\S*)", text)
                or _first(r"(?<!NCCL )(?<!nccl )(?<!CUDA )(?<!torch )version (\d+\.\d+\.\d+)", text))
@@ -178,6 +192,9 @@ def _vllm(text: str) -> LoggedRun:
     if runner:
         put("model_runner", runner, "log lines' source file")
     available = _numbers(r"Available KV cache memory: ([\d.]+) ?GiB", text)
+    # a pipeline-parallel run prints each stage's profiling lines; the last stage (it builds the sampler and its
+    # state) is the one whose pool binds, so its terms are the ones read (vLLM plans every stage at the smallest)
+    text = _last_stage_lines(text)
     graphs = _numbers(r"Estimated CUDA graph memory: ([\d.]+) ?GiB", text)
     loading = _numbers(r"Model loading took ([\d.]+) ?GiB", text)
     f = {
