@@ -43,8 +43,8 @@ GEMMA2_V2_GRAPHS = (
     "where the per-layer fit gives 1.10: 15.3 MB a layer above the V1 model against 8.5-12.7 for the other models "
     "of the fit; its KV budget is within 0.2%")
 PP_STAGE_TERMS = (
-    "Pipeline parallel 2 on 0.33.0: each stage prints its own terms (check-log reads the first stage's) and "
-    "kvsize's breakdown is the binding last stage's. That stage leaves 0.23-0.68 GiB of non-torch memory beside the "
+    "Pipeline parallel 2 on 0.33.0: each stage prints its own terms (the manifest's per-term figure is the largest "
+    "over the stages) and kvsize's breakdown is the binding last stage's. That stage leaves 0.23-0.68 GiB of non-torch memory beside the "
     "sampler's penalty state where kvsize's PP figure (vLLM 0.19's prior) leaves 0.07 (Llama-3.1-8B 0.23, Qwen3-8B "
     "0.26, Qwen3-30B-A3B 0.68), and vLLM's graph estimate is 0.81 GiB a stage for the 8B models (1.06 for the MoE), "
     "near its one-GPU figure, where kvsize scales it by the stage's layers (0.58-0.74); the KV tokens are +0.24% to "
