@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from sizing.evidence.serving import SPEED_BARS, held_to, predict_point, served_figures, served_settings  # noqa: E402
 from sizing.evidence.slo_rate import Target, compared, most_held, target  # noqa: E402
-from sizing.planners.serving import step_overhead  # noqa: E402
+from sizing.planners.step_model import step_overhead  # noqa: E402
 
 SERVING = ROOT / "measure" / "serving"
 POINTS = SERVING / "points.json"

@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sizing.evidence.serving import point_replica, predict_point, served_settings  # noqa: E402
-from sizing.planners.serving import SERVING_PROFILE  # noqa: E402
+from sizing.planners.step_model import SERVING_PROFILE  # noqa: E402
 from sizing.profiles import measured_efficiency  # noqa: E402
 
 POINTS = ROOT / "measure" / "serving" / "points.json"

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sizing.evidence.serving import predict_point  # noqa: E402
-from sizing.planners.serving import step_overhead  # noqa: E402
+from sizing.planners.step_model import step_overhead  # noqa: E402
 from sizing.profiles import gpu_profile  # noqa: E402
 
 SERVING = ROOT / "measure" / "serving"

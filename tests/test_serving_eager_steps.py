@@ -9,7 +9,8 @@ import pytest
 from conftest import ROOT
 from helpers import scenario
 from sizing.planners.graph_steps import GraphedSteps
-from sizing.planners.serving import serving_replica, step_overhead
+from sizing.planners.serving import serving_replica
+from sizing.planners.step_model import step_overhead
 from sizing.profiles import gpu_profile, measured_efficiency
 
 EAGER_MOE = 5e-4
@@ -119,7 +120,7 @@ def test_the_front_end_paces_many_streams_and_more_api_servers_share_its_work():
     # b8-frontend: Llama-3.2-1B at 512 in flight streams a token every 29.4 ms under one API server and every 9.3 ms
     # under four, against a GPU step of ~4 ms: the step lasts at least its streams' tokens through the front end
     from sizing.evidence.serving import point_replica
-    from sizing.planners.serving import step_overhead
+    from sizing.planners.step_model import step_overhead
 
     fitted = step_overhead()
     one = point_replica(_points()["b8-llama1b-p04-i128-o256-c512"]["settings"], ROOT)[0]

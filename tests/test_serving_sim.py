@@ -92,7 +92,7 @@ def test_on_the_points_it_was_fitted_on_the_median_gap_is_within_ten_percent():
     # one request in flight (the step terms): each point within 10%; 8 or more in flight (one KV read efficiency
     # per format over every batch size): within 10% in the median and 15% at worst
     from sizing.evidence.serving import predict_point
-    from sizing.planners.serving import step_overhead
+    from sizing.planners.step_model import step_overhead
 
     points = {p["id"]: p for p in json.loads((ROOT / "measure" / "serving" / "points.json").read_text())["points"]}
     many, front = [], []
@@ -160,7 +160,7 @@ def test_a_step_is_never_shorter_than_the_floor_and_the_all_reduce_counts_only_p
 
 def test_the_step_terms_are_fitted_on_every_dense_size_one_request_at_a_time_and_no_moe():
     from sizing.evidence.serving import point_scenario
-    from sizing.planners.serving import step_overhead
+    from sizing.planners.step_model import step_overhead
 
     points = {p["id"]: p for p in json.loads((ROOT / "measure" / "serving" / "points.json").read_text())["points"]}
     fit = step_overhead()
@@ -232,7 +232,7 @@ def test_the_moe_layer_cost_fitted_on_qwen3_moe_holds_its_points_and_mixtral_out
     # the term), a cost of the size of a few small kernels, and Mixtral-8x7B's one-request point, never fitted on,
     # within 3%
     from sizing.evidence.serving import predict_point, served_settings
-    from sizing.planners.serving import step_overhead
+    from sizing.planners.step_model import step_overhead
 
     points = _points()
     fit = step_overhead()

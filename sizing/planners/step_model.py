@@ -1,0 +1,206 @@
+"""One serving engine step's time (docs/formulas.md, 'Serving simulation'), what sizing/planners/serving.py's
+simulation steps through.
+
+A step is its GEMMs (the larger of reading the weights and computing with them), its attention kernels, and a fixed
+cost per layer (and per layer's all-reduce where TP > 1), never less than the engine's fixed floor per step:
+
+    GPU  = max(weights read / (HBM bandwidth × engine weights efficiency),
+               2 × active params × step tokens / FLOP/s)                    (the GEMMs: reads overlap compute)
+           + Σ KV read of the decoding requests / (HBM bandwidth × efficiency)
+           + causal attention FLOPs of the prompt chunks / FLOP/s
+           + layers × (per-layer step overhead + TP all-reduce per layer if TP > 1)
+           + MoE layers × per-MoE-layer step overhead                        (the fused-expert kernels' own cost)
+           + MoE layers × eager per-MoE-layer                               (a step past the largest CUDA graph)
+    front = decoding requests × (core + API / API servers) per streamed token (the tokens the front end sends)
+    step = max(GPU, step floor, front)                                      (FLOP/s = dense bf16 × MFU × TP)
+
+The floor is the host's side of a step (scheduling, sampling, sending the tokens), which the engine overlaps with the
+GPU's: it shows only where the GPU's part is shorter (a small model). A step of more tokens than the largest CUDA
+graph the engine captured (kvsize's estimate of its capture sizes, sizing/planners/graph_steps.py) runs without one:
+its kernels are launched from the host layer by layer, and an MoE layer's fused-expert path runs its Python, a cost
+a step much larger than a graph's replay. A dense layer's share of that cost is not a term of its own: it is not
+separable from the prefill MFU, fitted on prompts that all run past the graph. The front end (the engine core's
+output handling and the API servers') streams each decoding request's token, overlapped with the GPU's work too, and
+hands each request to the engine a fixed time after the client sent it, which its TTFT carries. Every term is fitted
+on the points profiles/serving.json names (scripts/fit_serving_terms.py).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from functools import cache, cached_property, lru_cache
+from pathlib import Path
+from types import MappingProxyType
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ..cache.layers import CacheLayout
+from ..config import ModelShape
+from ..efficiency import DecodeEfficiency
+from ..engines.memory import WeightFormat
+from ..errors import KvsizeError
+from .graph_steps import UNLIMITED, GraphedSteps
+from .speed import active_params, decode_step, prefill_attention_flops
+
+SERVING_PROFILE = Path(__file__).resolve().parents[2] / "profiles" / "serving.json"
+
+
+class StepOverhead(BaseModel):
+    """The fixed cost of one engine step per layer, with the points it was fitted on."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    per_layer_step_overhead_s: float = Field(ge=0, le=0.01)
+    prefill_mfu: float = Field(gt=0, le=1)  # of the GPU's dense bf16 FLOP/s, reached by chunked prefill
+    # the share of HBM bandwidth the engine's own decode attention reads each KV format at, where its servers were
+    # measured (it replaces the efficiency of kvsize's kernels, which read fp8 faster than the engine does)
+    engine_kv_efficiency: dict[str, float] = Field(default_factory=dict)
+    # the share of HBM bandwidth the engine's GEMMs read the weights at (None: kvsize's measured kernels' share)
+    engine_weights_efficiency: float | None = Field(default=None, gt=0, le=1)
+    tp_per_layer_step_overhead_s: float = Field(default=0.0, ge=0, le=0.01)  # each layer's all-reduce, TP > 1
+    step_floor_s: float = Field(default=0.0, ge=0, le=0.1)  # the host's side of a step, overlapped with the GPU's
+    # each MoE layer's fused-expert kernels beyond a dense MLP's (router, top-k, block alignment, combine), a step
+    moe_layer_step_overhead_s: float = Field(default=0.0, ge=0, le=0.01)
+    # a step past the largest CUDA graph the engine captured: each layer with routed experts, its fused-MoE path
+    # launched from the host (a step of Qwen3-30B-A3B runs ~50-100 ms longer than under a graph)
+    eager_moe_layer_step_overhead_s: float = Field(default=0.0, ge=0, le=0.01)
+    # the front end's work per token it streams (detokenizing, the SSE chunk): the engine core's output handling,
+    # one process whatever the API servers, and the API server's, shared among `--api-server-count` processes; a
+    # step lasts at least its decoding requests' tokens through both (the host paces small models at many streams)
+    frontend_core_s_per_token: float = Field(default=0.0, ge=0, le=0.001)
+    frontend_api_s_per_token: float = Field(default=0.0, ge=0, le=0.001)
+    # the front end's handling of a request, from the client's send to the engine's queue (HTTP, tokenizing, the
+    # hand-off to the engine core) and of its first token back: every request's first token comes this much later
+    request_handling_s: float = Field(default=0.0, ge=0, le=1.0)
+    fitted_on: tuple[str, ...] = Field(min_length=1)
+    source: str
+
+    @field_validator("engine_kv_efficiency")
+    @classmethod
+    def _shares(cls, value: dict[str, float]) -> dict[str, float]:
+        for name, share in value.items():
+            if not 0 < share <= 1:
+                raise ValueError(f"engine_kv_efficiency {name} must be in (0, 1], got {share}")
+        return value
+
+
+@cache
+def step_overhead() -> StepOverhead:
+    try:
+        return StepOverhead.model_validate(json.loads(SERVING_PROFILE.read_text(encoding="utf-8")))
+    except (OSError, ValidationError, json.JSONDecodeError) as e:
+        raise KvsizeError(f"profile {SERVING_PROFILE.name} is invalid: {str(e).splitlines()[0]}") from None
+
+
+@dataclass(frozen=True, eq=False)  # hashed by identity: its step times are cached per replica
+class StepModel:
+    """Seconds of one step of one replica (every TP rank works in parallel on its share)."""
+
+    shape: ModelShape
+    layout: CacheLayout
+    weights: WeightFormat
+    tp: int
+    hbm_bandwidth_gb_s: float
+    bf16_dense_tflops: float
+    efficiency: DecodeEfficiency
+    kv_format: str
+    per_layer_overhead_s: float
+    prefill_mfu: float
+    tp_layer_overhead_s: float = 0.0  # each layer's all-reduce where tp > 1
+    floor_s: float = 0.0  # the least a step takes: the host's side, overlapped with the GPU's
+    moe_layer_overhead_s: float = 0.0  # each layer with routed experts: its fused-MoE kernels beyond a dense MLP's
+    graphs: GraphedSteps = UNLIMITED  # the largest steps run under a CUDA graph (the default: every step)
+    eager_moe_layer_overhead_s: float = 0.0  # each layer with routed experts, in a step run without a graph
+    frontend_s_per_token: float = 0.0  # the front end's time per streamed token, its API servers sharing their part
+    request_handling_s: float = 0.0  # from the client's send to the engine's queue, and the first token back
+
+    def seconds(self, decoding: int, decode_tokens_in_cache: int, chunks: list[tuple[int, int]]) -> float:
+        """`decoding` requests reading `decode_tokens_in_cache` cached tokens in all; `chunks`: (start, end) of the
+        prompt tokens each prefilling request computes this step."""
+        mean = decode_tokens_in_cache // decoding if decoding else 0
+        # Every token of the step, prompt chunks included, goes through the same GEMMs: their weights are read once
+        # (every expert a token is routed to) while they compute. Attention is kernels of its own: the decoding
+        # requests' KV reads and the chunks' causal attention add to the GEMMs' time.
+        step_tokens = decoding + sum(end - start for start, end in chunks)
+        gemms = max(self._weights(_rounded(max(step_tokens, 1))),
+                    2 * self._active_params * step_tokens / self._flops())
+        attention = sum(self._attention(end) - self._attention(start) for start, end in chunks) / self._flops()
+        kv = self._kv(decoding, _rounded(mean)) if decoding else 0.0
+        # a step of more tokens than the largest graph (or any step where the engine captures none) is launched
+        # from the host; the engine pads smaller ones to a captured size and replays it. A decode-only step's
+        # tokens are its requests, so `_decode_only`'s cache by batch and length stays exact.
+        eager = self.eager_overhead_s if self.graphs.eager(step_tokens, bool(chunks)) else 0.0
+        return max(gemms + attention + kv + self.layers_overhead_s + eager, self.floor_s,
+                   decoding * self.frontend_s_per_token)
+
+    @cached_property
+    def layers_overhead_s(self) -> float:
+        """The fixed cost of a step's layers: each layer's, its all-reduce where TP > 1, and each MoE layer's."""
+        per_layer = self.per_layer_overhead_s + (self.tp_layer_overhead_s if self.tp > 1 else 0.0)
+        return self.shape.num_layers * per_layer + self._moe_layers * self.moe_layer_overhead_s
+
+    @cached_property
+    def eager_overhead_s(self) -> float:
+        """What a step run without a CUDA graph adds: each MoE layer's fused-expert path launched from the host."""
+        return self._moe_layers * self.eager_moe_layer_overhead_s
+
+    @cached_property
+    def _moe_layers(self) -> int:
+        return sum(1 for p in self.shape.layer_params if p.experts > 0)
+
+    def read_seconds(self, decoding: int, tokens_in_cache: int) -> tuple[float, float]:
+        """(weights, KV) read seconds of a step that only decodes: `decoding` requests of `tokens_in_cache` each."""
+        return self._weights(_rounded(max(decoding, 1))), self._kv(decoding, _rounded(tokens_in_cache))
+
+    def prefill_compute_seconds(self, tokens: int) -> float:
+        """The least time a prompt of `tokens` takes in any chunking: its GEMMs' and its causal attention's FLOPs."""
+        return (2 * self._active_params * tokens + self._attention(tokens)) / self._flops()
+
+    def decode_seconds(self, decoding: int, decode_tokens_in_cache: int) -> float:
+        """A step that only decodes: `seconds` with no chunks, kept per batch and rounded mean length."""
+        return self._decode_only(decoding, _rounded(decode_tokens_in_cache // decoding))
+
+    @lru_cache(maxsize=65536)
+    def _decode_only(self, decoding: int, mean_tokens: int) -> float:
+        return self.seconds(decoding, mean_tokens * decoding, [])
+
+    @cached_property
+    def _active_params(self) -> int:
+        return active_params(self.shape)
+
+    def _flops(self) -> float:
+        return self.bf16_dense_tflops * 1e12 * self.prefill_mfu * self.tp
+
+    @lru_cache(maxsize=65536)
+    def _weights(self, step_tokens: int) -> float:
+        return self._read(step_tokens, 0).weights_seconds
+
+    @lru_cache(maxsize=65536)
+    def _kv(self, decoding: int, mean_tokens: int) -> float:
+        return self._read(decoding, mean_tokens).kv_seconds
+
+    def _read(self, requests: int, tokens: int):
+        return decode_step(self.shape, self.layout, self.weights, self.tp, [(requests, tokens)],
+                           self.hbm_bandwidth_gb_s, self.efficiency, self.kv_format)
+
+    @lru_cache(maxsize=65536)
+    def _attention(self, tokens: int) -> int:
+        return prefill_attention_flops(self.shape, tokens)
+
+
+def _rounded(tokens: int) -> int:
+    """Cached tokens to 1/64 of their size: a step's KV read moves by less than that within a few steps."""
+    unit = max(1, 1 << max(0, tokens.bit_length() - 6))
+    return tokens // unit * unit
+
+
+def engine_efficiency(efficiency: DecodeEfficiency, engine_kv: dict[str, float] | None = None,
+                      engine_weights: float | None = None) -> DecodeEfficiency:
+    """`efficiency` with the KV formats and the weights the engine's own servers were measured reading at their
+    fitted shares."""
+    fitted = step_overhead()
+    engine_kv = fitted.engine_kv_efficiency if engine_kv is None else engine_kv
+    engine_weights = fitted.engine_weights_efficiency if engine_weights is None else engine_weights
+    if engine_kv:
+        efficiency = replace(efficiency, kv=MappingProxyType({**efficiency.kv, **engine_kv}))
+    return efficiency if engine_weights is None else replace(efficiency, weights=engine_weights)
