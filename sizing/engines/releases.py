@@ -171,7 +171,7 @@ class CudaGraphEstimateModel(_Strict):
     per layer that splits the graph (attention, Mamba; MLA layers `per_graph_mla_layer_bytes`)."""
 
     # Model Runner V2's own estimate (0.29+, v1/worker/gpu/cudagraph_utils.py profile_cudagraph_memory) runs
-    # above the V1 runner's by this much per layer of the stage (0: the same)
+    # above the V1 runner's by this much per layer of the model, on every pipeline stage (0: the same)
     v2_per_layer_bytes: int = Field(default=0, ge=0)
     max_capture_size: int = Field(gt=0)  # the largest size before max_num_seqs and batched tokens cap it
     capture_sizes_per_seq: int = Field(gt=0)  # the largest size is at most this x max_num_seqs
