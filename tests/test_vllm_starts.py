@@ -44,10 +44,9 @@ GEMMA2_V2_GRAPHS = (
     "of the fit; its KV budget is within 0.2%")
 PP_STAGE_TERMS = (
     "Pipeline parallel 2 on 0.33.0: each stage prints its own terms (the manifest's per-term figure is the largest "
-    "over the stages) and kvsize's breakdown is the binding last stage's. That stage leaves 0.23-0.68 GiB of "
-    "non-torch memory beside the sampler's penalty state where kvsize's PP figure (vLLM 0.19's prior) leaves 0.07 "
-    "(Llama-3.1-8B 0.23, Qwen3-8B 0.26, Qwen3-30B-A3B 0.68), and the torch peaks of the two stages differ "
-    "(0.88-1.29 GiB for the 8B models); the KV tokens are +0.09% to +0.68% above the engine's")
+    "over the stages, so the non-torch figure derived from them mixes the stages) and kvsize's breakdown is the "
+    "binding last stage's; the torch peaks of the two stages differ (0.88-1.29 GiB for the 8B models, 0.84-1.49 for "
+    "Qwen3-30B-A3B); the KV tokens are +0.05% to +0.64% above the engine's")
 KNOWN_BUDGET_GAPS = {"h200-0.26.0-nemotron-3-nano-30b-a3b": NEMOTRON3_ACTIVATION,
                      "h200-0.26.0-qwen3.5-35b-a3b-text-fp8": QWEN35_FP8_GRAPHS}
 KNOWN_GRAPH_GAPS = {"h200-0.26.0-nemotron-3-nano-30b-a3b": MOE_PER_GRAPH,

@@ -340,6 +340,9 @@ class Release(_Strict):
     # built on the last pipeline rank only (v1/worker/gpu/model_runner.py load_model: is_last_pp_rank): at PP > 1
     # that stage's non-torch memory carries penalty_state_bytes beside pipeline_bytes, and no earlier stage does
     v2_penalty_state_last_stage: bool = False
+    # at PP > 1 under the V2 runner the last stage leaves the one-GPU non-torch figure (its base, the sampler's
+    # state and the embedding-sized part) and the earlier stages none, in place of pipeline_bytes
+    v2_pipeline_stages_as_one_gpu: bool = False
     # the allocator's count of the loaded weights; None: the weights are their tensors' bytes
     weight_allocator: WeightAllocatorModel | None = None
     # where the dense linear kernel for asymmetric integer weights keeps each zero point in the activation
@@ -436,6 +439,10 @@ class Release(_Strict):
                             + n.v2_bytes_per_embedding_element * embedding_elements / tp) if runner == "v2" else 0
             return n.tensor_parallel_bytes + tp * n.tensor_parallel_per_rank_bytes + sampler
         if pp > 1:
+            if runner == "v2" and self.v2_pipeline_stages_as_one_gpu and n.single_gpu_v2_bytes is not None:
+                return (n.single_gpu_v2_bytes + round(n.v2_bytes_per_sampled_logit * sampled_logits
+                                                      + n.v2_bytes_per_embedding_element * embedding_elements)
+                        if last_stage else 0)
             carries = runner == "v2" and last_stage and self.v2_penalty_state_last_stage
             return n.pipeline_bytes + (penalty_state if carries else 0)
         if runner == "v2" and n.single_gpu_v2_bytes is not None:
