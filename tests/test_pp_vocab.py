@@ -95,3 +95,17 @@ def test_each_scan_names_its_release(path):
     assert data["source"].startswith(f"vLLM {path.stem}, ")
     assert data["architectures"]["Qwen3MoeForCausalLM"] == {"embedding_every_stage": True,
                                                             "lm_head_every_stage": True}
+
+
+def test_a_malformed_scan_file_is_refused_in_one_line(tmp_path, monkeypatch):
+    from sizing.engines import pp_vocab
+    from sizing.errors import KvsizeError
+
+    (tmp_path / "0.33.0.json").write_text('{"source": "vLLM 0.33.0, x", "architectures": {"A": {"embedding": 1}}}')
+    monkeypatch.setattr(pp_vocab, "FOLDER", tmp_path)
+    pp_vocab._scans.cache_clear()
+    try:
+        with pytest.raises(KvsizeError, match=r"vllm-pp-vocab/0\.33\.0\.json is invalid"):
+            stage_vocab("0.33.0", ("A",))
+    finally:
+        pp_vocab._scans.cache_clear()
