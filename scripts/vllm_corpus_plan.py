@@ -1,6 +1,6 @@
 """Write the plans of real vLLM starts that make tests/fixtures/vllm-starts (one JSON list a machine).
 
-usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200|architectures|checkpoints|compile-cache|integer-checkpoints|one-h100|release-panels|torch-stage-panels|panel-gaps|tp2-0.33|tp4-0.33|panels-0.32-0.31|panels-0.29-0.27|tp-0.32-0.27|small-gpu-defaults|pp2 > plan.json
+usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200|architectures|checkpoints|compile-cache|integer-checkpoints|one-h100|release-panels|torch-stage-panels|panel-gaps|tp2-0.33|tp4-0.33|panels-0.32-0.31|panels-0.29-0.27|tp-0.32-0.27|small-gpu-defaults|pp2|pp-vocab > plan.json
 Every start is an EngineArgs dict on a config in tests/fixtures/vllm-starts/configs/, in vLLM's
 `vllm serve` usage context unless it says `llm`. Starts whose config is not there are left out.
 """
@@ -371,6 +371,21 @@ def pp2():
     ]
 
 
+def pp_vocab():
+    """Pipeline parallel on the classes the stage-vocabulary scan places otherwise (profiles/engines/vllm-pp-vocab):
+    Mixtral (embedding and lm_head on every stage), Gemma-2 (the embedding on every stage, its tied head reading it),
+    gpt-oss-20b (both, MXFP4 experts), DeepSeek-V2-Lite (MLA; first and last), and PP 4 and TP 2 x PP 2 of a dense
+    model, on 0.33.0; PP 4 and TP 2 x PP 2 need the whole 4-GPU host."""
+    return [
+        start("0.33.0", "qwen3-8b", "pp4", pipeline_parallel_size=4),
+        start("0.33.0", "llama-3.1-8b", "tp2-pp2", tensor_parallel_size=2, pipeline_parallel_size=2),
+        start("0.33.0", "mixtral-8x7b-v0.1", "pp2", pipeline_parallel_size=2),
+        start("0.33.0", "gemma-2-9b", "pp2", pipeline_parallel_size=2),
+        start("0.33.0", "gpt-oss-20b", "pp2", pipeline_parallel_size=2),
+        start("0.33.0", "deepseek-v2-lite", "pp2", pipeline_parallel_size=2, max_model_len=32768),
+    ]
+
+
 if __name__ == "__main__":
     plan = {"four-gpus": four_gpus, "one-gpu": one_gpu, "four-h100s": four_h100s, "two-h100s": two_h100s,
             "one-h200": one_h200, "architectures": architectures,
@@ -379,7 +394,7 @@ if __name__ == "__main__":
             "release-panels": release_panels, "torch-stage-panels": torch_stage_panels,
             "panel-gaps": panel_gaps, "tp2-0.33": tp2_033, "tp4-0.33": tp4_033, "panels-0.29-0.27": panels_029_027,
             "panels-0.32-0.31": panels_032_031, "tp-0.32-0.27": tp_032_027,
-            "small-gpu-defaults": small_gpu_defaults, "pp2": pp2}[sys.argv[1]]()
+            "small-gpu-defaults": small_gpu_defaults, "pp2": pp2, "pp-vocab": pp_vocab}[sys.argv[1]]()
     plan = [s for s in plan if (CONFIGS / Path(s["config"]).name).exists()]
     json.dump(plan, sys.stdout, indent=1)
     print()
