@@ -1,6 +1,7 @@
 """Add a batch of real vLLM starts to tests/fixtures/vllm-starts: each log kept whole, one manifest line a start.
 
 usage: python scripts/vllm_corpus_ingest.py STARTS.jsonl LOG_DIR
+       python scripts/vllm_corpus_ingest.py --refresh-reasons | --refresh-pipeline-printed
 STARTS.jsonl and LOG_DIR are what `python -m measure.vllm_start` wrote on the GPU machine. The
 manifest line holds the start's settings and what vLLM printed, read with patterns of this script's
 own (not kvsize's log reader, which the tests hold against them).
@@ -20,9 +21,23 @@ from measure.verify import bundled_gpu  # noqa: E402
 from sizing.evidence.starts import CORPUS, load_corpus  # noqa: E402
 
 
+PP_WORKER = re.compile(r"\(Worker_PP(\d+)(?:_TP\d+)? pid=")
+
+
+def last_stage(text: str) -> str:
+    """A pipeline-parallel log's lines of its last stage's workers and of no stage (the engine's own): that stage
+    builds the sampler and its pool is the one vLLM serves. Any other log as it is."""
+    stages = {int(s) for s in PP_WORKER.findall(text)}
+    if len(stages) < 2:
+        return text
+    return "\n".join(ln for ln in text.splitlines()
+                     if (m := PP_WORKER.search(ln)) is None or int(m.group(1)) == max(stages))
+
+
 def printed(text: str) -> dict:
     """vLLM's memory lines as printed (numbers kept as the text shows them); one entry per rank where
-    each worker prints its own."""
+    each worker prints its own, of the last stage's ranks in a pipeline-parallel log."""
+    text = last_stage(text)
     out = {
         "version": (re.findall(r"kvsize-start: vllm (\S+)", text) or [None])[0],
         "runner": "v2" if re.search(r"\[(?:v1/worker/gpu/)?model_runner\.py:", text) else "v1",
@@ -99,7 +114,19 @@ def refresh_reasons() -> None:
     manifest.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
 
 
+def refresh_pipeline_printed() -> None:
+    """Re-read what the pipeline-parallel starts printed (after printed() learned to keep their last stage)."""
+    manifest = CORPUS / "manifest.jsonl"
+    rows = [json.loads(ln) for ln in manifest.read_text().splitlines() if ln.strip()]
+    for row in rows:
+        if row["status"] == "sized" and int(row["args"].get("pipeline_parallel_size", 1)) > 1:
+            row["printed"] = printed((CORPUS / row["log"]).read_text(errors="replace"))
+    manifest.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["--refresh-reasons"]:
         sys.exit(refresh_reasons())
+    if sys.argv[1:] == ["--refresh-pipeline-printed"]:
+        sys.exit(refresh_pipeline_printed())
     sys.exit(main(sys.argv))

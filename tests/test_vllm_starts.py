@@ -43,10 +43,10 @@ GEMMA2_V2_GRAPHS = (
     "where the per-layer fit gives 1.10: 15.3 MB a layer above the V1 model against 8.5-12.7 for the other models "
     "of the fit; its KV budget is within 0.2%")
 PP_STAGE_TERMS = (
-    "Pipeline parallel 2 on 0.33.0: each stage prints its own terms (the manifest's per-term figure is the largest "
-    "over the stages, so the non-torch figure derived from them mixes the stages) and kvsize's breakdown is the "
-    "binding last stage's; the torch peaks of the two stages differ (0.88-1.29 GiB for the 8B models, 0.84-1.49 for "
-    "Qwen3-30B-A3B); the KV tokens are +0.05% to +0.64% above the engine's")
+    "Pipeline parallel 2 on 0.33.0, the last stage's lines (the manifest keeps them; the first stage prints others): "
+    "Qwen3-8B's last stage prints a torch peak of 1.04 GiB against kvsize's 0.84 (its first stage 1.29, what one GPU "
+    "prints), Qwen3-30B-A3B's 1.49 against 0.92 (as on one GPU: MOE_V2_PEAK_033); the KV tokens are +0.21% and "
+    "+0.64% above the engine's")
 KNOWN_BUDGET_GAPS = {"h200-0.26.0-nemotron-3-nano-30b-a3b": NEMOTRON3_ACTIVATION,
                      "h200-0.26.0-qwen3.5-35b-a3b-text-fp8": QWEN35_FP8_GRAPHS}
 KNOWN_GRAPH_GAPS = {"h200-0.26.0-nemotron-3-nano-30b-a3b": MOE_PER_GRAPH,
@@ -98,7 +98,7 @@ KNOWN_ACTIVATION_GAPS = {**{sid: TP_NON_TORCH_ENVELOPE for sid in (
                          "h200-0.32.0-deepseek-v2-lite": DEEPSEEK_V2_RUNNER_PEAK,
                          "h200-0.33.0-deepseek-v2-lite": DEEPSEEK_V2_RUNNER_PEAK,
                          "h200-0.33.0-qwen3-30b-a3b": MOE_V2_PEAK_033,
-                         **{f"h200-0.33.0-{m}-pp2": PP_STAGE_TERMS for m in ("llama-3.1-8b", "qwen3-8b", "qwen3-30b-a3b")},
+                         **{f"h200-0.33.0-{m}-pp2": PP_STAGE_TERMS for m in ("qwen3-8b", "qwen3-30b-a3b")},
                          "h200-0.26.0-nemotron-3-nano-30b-a3b": NEMOTRON3_ACTIVATION,
                          "h200-0.26.0-c4ai-command-r-v01-eager-compile0": COHERE_EAGER_FORWARD,
                          "h200-0.24.0-deepseek-v2-lite": DEEPSEEK_V2_RUNNER_PEAK,
@@ -414,7 +414,9 @@ def test_every_started_release_of_0_27_to_0_33_is_within_1_percent():
     # panels, the small-GPU batch defaults (0.29.0: 2, 0.31.0: 1), and 0.33.0's 23 and its 3 PP 2 starts
     assert len({r.id for r in rows}) == (6 + 2) + 6 + (6 + 2) + (6 + 3 + 2) + 5 + (6 + 2 + 1) + (6 + 3) + 23 + 3
     for r in rows:
-        assert abs(r.kv_budget_error) < 0.01 and abs(r.kv_tokens_error) < 0.01, r.id
+        # a pipeline-parallel start's binding (last) stage prints no "Available KV cache memory": tokens alone
+        assert r.kv_tokens_error is not None and abs(r.kv_tokens_error) < 0.01, r.id
+        assert r.kv_budget_error is None or abs(r.kv_budget_error) < 0.01, r.id
 
 
 def test_the_fit_reproduces_the_tensor_parallel_terms_of_0_27_to_0_33():
