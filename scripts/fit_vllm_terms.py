@@ -348,6 +348,9 @@ def write_tensor_parallel(non_torch: dict, copies: dict) -> None:
             part["non_torch"].update(tensor_parallel_bytes=non_torch["tensor_parallel_bytes"])
         newest = copies[LOGIT_COPY_GROUPS[data["sub_ranges"][-1]["release"]]]
         data["activation_v2"]["tensor_parallel_logit_copies"] = newest["tensor_parallel_logit_copies"]
+        if "single_gpu_logit_copies" in data["activation_v2"]:
+            # the newest release samples twice on one GPU as at TP (activation_v2.single_gpu_logit_copies' source)
+            data["activation_v2"]["single_gpu_logit_copies"] = newest["tensor_parallel_logit_copies"]
         for sub in data["sub_ranges"]:
             figure = copies.get(LOGIT_COPY_GROUPS[sub["release"]], newest)["tensor_parallel_logit_copies"]
             if figure == newest["tensor_parallel_logit_copies"]:

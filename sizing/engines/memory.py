@@ -461,6 +461,8 @@ def profiling_peak(shape: ModelShape, run: ProfilingRunModel, tokens: int, rows:
         per_logit = dt + run.sampler_extra_bytes_per_logit - (run.sampler_upcast_bytes_per_logit if dt == 4 else 0)
         if tp > 1 and run.tensor_parallel_logit_copies is not None:
             per_logit = run.tensor_parallel_logit_copies * dt + dt / tp
+        elif tp == 1 and run.single_gpu_logit_copies is not None:
+            per_logit = run.single_gpu_logit_copies * dt
         if shape.logit_softcap:
             per_logit = max(per_logit, 2 * dt)  # the capped copy beside the logits it is computed from
         topk = min(multiprocessors, rows) * vocab * 4 if run.topk_buffer and rows >= 8 else 0

@@ -56,6 +56,9 @@ class ProfilingRunModel(_Strict):
     # At TP > 1, model-dtype copies of the full logits at the sampler's peak (the all-gather's output and
     # the rows put back together) beside the rank's own shard (dtype / TP); None: as at TP 1
     tensor_parallel_logit_copies: float | None = Field(default=None, ge=0)
+    # On one GPU (or a pipeline's last stage), model-dtype copies of the logits at the sampler's peak, the lm_head's
+    # output among them; None: the model-dtype logits and sampler_extra_bytes_per_logit
+    single_gpu_logit_copies: float | None = Field(default=None, ge=0)
     # model types whose profiling forward vLLM measured above this model, with the evidence (shown as a
     # warning: the term is uncertain there, and kvsize says so rather than lean either way)
     forward_above_model: tuple[tuple[str, str], ...] = ()  # (model_type, evidence)
@@ -515,8 +518,10 @@ def _split(release: Release, file_name: str) -> list[Release]:
             if release.activation_v2 is None:
                 raise KvsizeError(f"engine profile {file_name}: sub-range {sub.release} sets "
                                   f"tensor_parallel_logit_copies, but the range has no activation_v2 to hold it")
+            # a sub-range with its own TP figure samples otherwise: the range's one-GPU copies are not its own
             update["activation_v2"] = release.activation_v2.model_copy(
-                update={"tensor_parallel_logit_copies": sub.tensor_parallel_logit_copies})
+                update={"tensor_parallel_logit_copies": sub.tensor_parallel_logit_copies,
+                        "single_gpu_logit_copies": None})
         update["sources"] = {**release.sources, **sub.sources}
         update["sub_ranges"] = ()
         parts.append(release.model_copy(update=update))
