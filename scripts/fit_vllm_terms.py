@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from sizing.engines import get_engine  # noqa: E402
 from sizing.config import DTYPE_BYTES  # noqa: E402
 from sizing.engines.cudagraphs import graph_captures, split_kv_accumulator_bytes  # noqa: E402
+from sizing.engines.releases import penalty_state_bytes  # noqa: E402
 from sizing.capacity.scenario import with_engine_defaults  # noqa: E402
 from sizing.evidence.starts import CORPUS, load_corpus, start_scenario  # noqa: E402
 from sizing.units import MiB  # noqa: E402
@@ -183,7 +184,7 @@ def graphs_built_otherwise(scenario) -> bool:
 # output_bin_counts int32 [max_num_reqs, vocab] and prompt_bin_mask int32 [max_num_reqs, cdiv(vocab, 32)]. Taken from
 # the source rather than fitted: starts at 1,024 sequences alone cannot tell it from the base, and the two 0.29.0
 # starts at 256 sequences (small-gpu-defaults) print 0.40 and 0.47 GiB less, 4.3 B a logit, as this predicts.
-PENALTY_STATE_BYTES_PER_LOGIT = 4 + 4 / 32
+PENALTY_STATE_BYTES_PER_LOGIT = penalty_state_bytes(1, 32) / 32  # 4.125: a vocabulary of a whole number of words
 
 
 def fit_sampled_logit_non_torch() -> dict[str, dict]:

@@ -73,7 +73,7 @@ def _init(cls: ast.ClassDef) -> ast.FunctionDef | None:
 
 def _inner_model(init: ast.FunctionDef) -> str | None:
     """The class name of `self.model = X(...)` in a causal-LM class's __init__."""
-    for tests, _, value in _assignments(init, ("model",)):
+    for _, _, value in _assignments(init, ("model",)):
         name = value.split("(", 1)[0]
         if name.isidentifier():
             return name

@@ -61,9 +61,9 @@ def test_releases_whose_penalty_state_is_not_read_keep_the_flat_pipeline_term():
 def test_one_gpu_and_the_v1_runner_are_unchanged():
     release = find_release("vllm", "0.33.0")
     n = release.non_torch
-    logits, state = 1024 * 151936, penalty_state_bytes(1024, 151936)
-    assert release.non_torch_bytes(1, 1, "v2", logits, 0, True, state) == release.non_torch_bytes(1, 1, "v2", logits)
-    assert release.non_torch_bytes(1, 2, "v1", logits, 0, True, state) == n.pipeline_bytes
+    logits = 1024 * 151936
+    assert release.non_torch_bytes(1, 1, "v2", logits, 0, True) == release.non_torch_bytes(1, 1, "v2", logits)
+    assert release.non_torch_bytes(1, 2, "v1", logits, 0, True) == n.pipeline_bytes
 
 
 def test_at_tp_and_pp_only_the_last_stage_holds_the_sampler_state():

@@ -18,7 +18,7 @@ from ..engines.cudagraphs import cuda_graph_estimate
 from ..engines.memory import (SGLANG_PER_LAYER_INPUTS, VLLM_PER_LAYER_INPUTS, ActivationEstimate,
                               engine_weight_format, per_layer_input_buffer_bytes, profiling_peak,
                               resolve_weights_dtype, weight_bytes)
-from ..engines.releases import find_release, penalty_state_bytes, version_key
+from ..engines.releases import find_release, version_key
 from ..engines.support import support
 from ..config import DTYPE_BYTES, ModelShape
 from ..config.family import family
@@ -223,7 +223,7 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
         act = ActivationEstimate(min(served.n_ctx, 512), 0, served.compute_bytes, 0, 0, 0)
     non_torch = s.non_torch_bytes if s.non_torch_bytes is not None else rules.non_torch_bytes(
         tp, s.pipeline_parallel_size, runner, s.max_num_seqs * shape.vocab_size, shape.vocab_size * shape.hidden_size,
-        last, penalty_state_bytes(s.max_num_seqs, shape.vocab_size))
+        last)
     graphs = s.cuda_graph_bytes if s.cuda_graph_bytes is not None else _cuda_graph_bytes(s, engine, rules, shape,
                                                                                           stage, runner)
     profiled = runner == "v1" or engine.release.model_runners.v2_profiles_cuda_graphs

@@ -114,6 +114,12 @@ class NonTorchModel(_Strict):
     tensor_parallel_bytes: int = Field(ge=0)
     tensor_parallel_per_rank_bytes: int = Field(ge=0)
 
+    def single_gpu_v2(self, sampled_logits: int, embedding_elements: int) -> int:
+        """The V2 runner's figure on one GPU, where single_gpu_v2_bytes is set: its base, the sampler's per-logit
+        term and the embedding-sized part."""
+        return self.single_gpu_v2_bytes + round(self.v2_bytes_per_sampled_logit * sampled_logits
+                                                + self.v2_bytes_per_embedding_element * embedding_elements)
+
     @property
     def parallel_terms(self) -> tuple:
         """The terms that come with TP and PP only (releases sharing them are confirmed by each other's starts)."""
@@ -339,13 +345,10 @@ class Release(_Strict):
     model_runners: ModelRunnerRule | None = None  # None: every model runs on the V1 runner
     activation_v2: ProfilingRunModel | None = None  # the V2 runner's profiling run
     non_torch: NonTorchModel | None = None  # None: the newest vLLM release's measured figures
-    # The V2 runner's sampler keeps per-request penalty state (v1/worker/gpu/sample/penalties.py PenaltiesState),
-    # built on the last pipeline rank only (v1/worker/gpu/model_runner.py load_model: is_last_pp_rank): at PP > 1
-    # that stage's non-torch memory carries penalty_state_bytes beside pipeline_bytes, and no earlier stage does
-    v2_penalty_state_last_stage: bool = False
-    # at PP > 1 under the V2 runner the last stage leaves the one-GPU non-torch figure (its base, the sampler's
-    # state and the embedding-sized part) and the earlier stages none, in place of pipeline_bytes
-    v2_pipeline_stages_as_one_gpu: bool = False
+    # At PP > 1 under the V2 runner the last stage, the only one that builds the sampler and its per-request penalty
+    # state (v1/worker/gpu/model_runner.py load_model: is_last_pp_rank), leaves the one-GPU non-torch figure and the
+    # earlier stages none, in place of pipeline_bytes (False: pipeline_bytes on every stage)
+    v2_non_torch_on_last_stage: bool = False
     # the allocator's count of the loaded weights; None: the weights are their tensors' bytes
     weight_allocator: WeightAllocatorModel | None = None
     # where the dense linear kernel for asymmetric integer weights keeps each zero point in the activation
@@ -424,34 +427,28 @@ class Release(_Strict):
         return self.batch_defaults[-1]
 
     def non_torch_bytes(self, tp: int, pp: int, runner: str = "v1", sampled_logits: int = 0,
-                        embedding_elements: int = 0, last_stage: bool = True, penalty_state: int = 0) -> int:
+                        embedding_elements: int = 0, last_stage: bool = True) -> int:
         """`sampled_logits`: max_num_seqs x vocab_size, the logits of the sampler's profiling pass;
         `embedding_elements`: vocab_size x hidden_size; `last_stage`: the pipeline stage is the last (it
-        builds the sampler); `penalty_state`: penalty_state_bytes of max_num_seqs and the vocabulary."""
+        builds the sampler)."""
         if self.non_torch is None:
             return find_release("vllm", None).non_torch_bytes(tp, pp, runner, sampled_logits, embedding_elements,
-                                                              last_stage, penalty_state)
+                                                              last_stage)
         n = self.non_torch
         if tp > 1:
             # the sampler's state spans the whole vocabulary on every rank of the last pipeline stage (the only
             # one that builds a sampler); the embedding-sized part follows the vocab-parallel embedding, one shard
             # a rank (0.29.0's TP 4 start leaves what one-GPU starts fit / 4)
-            # the one-GPU figure: the sampler's per-request state spans the whole vocabulary on every rank
             per_logit = n.v2_bytes_per_sampled_logit if last_stage else 0
             sampler = round(per_logit * sampled_logits
                             + n.v2_bytes_per_embedding_element * embedding_elements / tp) if runner == "v2" else 0
             return n.tensor_parallel_bytes + tp * n.tensor_parallel_per_rank_bytes + sampler
+        single_v2 = runner == "v2" and n.single_gpu_v2_bytes is not None
         if pp > 1:
-            if runner == "v2" and self.v2_pipeline_stages_as_one_gpu and n.single_gpu_v2_bytes is not None:
-                return (n.single_gpu_v2_bytes + round(n.v2_bytes_per_sampled_logit * sampled_logits
-                                                      + n.v2_bytes_per_embedding_element * embedding_elements)
-                        if last_stage else 0)
-            carries = runner == "v2" and last_stage and self.v2_penalty_state_last_stage
-            return n.pipeline_bytes + (penalty_state if carries else 0)
-        if runner == "v2" and n.single_gpu_v2_bytes is not None:
-            return n.single_gpu_v2_bytes + round(n.v2_bytes_per_sampled_logit * sampled_logits
-                                                 + n.v2_bytes_per_embedding_element * embedding_elements)
-        return n.single_gpu_bytes
+            if single_v2 and self.v2_non_torch_on_last_stage:
+                return n.single_gpu_v2(sampled_logits, embedding_elements) if last_stage else 0
+            return n.pipeline_bytes
+        return n.single_gpu_v2(sampled_logits, embedding_elements) if single_v2 else n.single_gpu_bytes
 
     def cuda_graph_bytes(self, tp: int) -> int:
         if self.cuda_graphs is None:
