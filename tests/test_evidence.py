@@ -39,7 +39,8 @@ def test_started_and_never_started_answers():
     never = release_evidence("vllm", "0.22.0")
     assert not never.started and never.nearest_version == "0.22.1"
     assert "never started" in never.sentence() and never.nearest_version in never.sentence()
-    assert release_evidence("vllm", "0.25.0").nearest_version == "0.25.1"
+    assert release_evidence("vllm", "0.20.2").nearest_version == "0.20.0"
+    assert release_evidence("vllm", "0.25.0").started
     assert release_evidence("trtllm", None) is None
 
 
@@ -50,7 +51,7 @@ def test_an_estimate_says_whether_its_release_was_started():
 
     _, shape = load_model("qwen3-8b")
     g = gpu_profile("h100-sxm")
-    for engine, words in (("vllm", "was started"), ("vllm@0.25.0", "was never started")):
+    for engine, words in (("vllm", "was started"), ("vllm@0.20.1", "was never started")):
         e = estimate(Scenario("qwen3-8b", shape, g.name, g.memory_bytes, engine=engine, max_model_len=8192))
         assert any(words in w for w in e.warnings), e.warnings
 

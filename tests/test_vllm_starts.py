@@ -97,6 +97,7 @@ KNOWN_ACTIVATION_GAPS = {**{sid: TP_NON_TORCH_ENVELOPE for sid in (
                          "h200-0.26.0-nemotron-3-nano-30b-a3b": NEMOTRON3_ACTIVATION,
                          "h200-0.26.0-c4ai-command-r-v01-eager-compile0": COHERE_EAGER_FORWARD,
                          "h200-0.24.0-deepseek-v2-lite": DEEPSEEK_V2_RUNNER_PEAK,
+                         "h200-0.25.0-deepseek-v2-lite": DEEPSEEK_V2_RUNNER_PEAK,
                          "h200-0.25.1-deepseek-v2-lite": DEEPSEEK_V2_RUNNER_PEAK}
 
 
@@ -119,9 +120,10 @@ def test_the_corpus_is_broad():
     tp = [s for s in SIZED if s.args.get("tensor_parallel_size", 1) > 1]
     assert len(tp) >= 12 and {s.args["tensor_parallel_size"] for s in tp} >= {2, 4}
     assert any(s.config.endswith("qwen2.5-1.5b.json") and s.args["tensor_parallel_size"] == 4 for s in tp)
-    # every vLLM release that pins torch 2.11 but 0.20.1-0.20.2, 0.22.0 and 0.25.0 (their minor's other
-    # release was started), each with the common panel where it was started last
-    assert {s.release for s in SIZED} >= {"0.20.0", "0.21.0", "0.22.1", "0.23.0", "0.24.0", "0.25.1", "0.26.0"}
+    # every vLLM release that pins torch 2.11 but 0.20.1-0.20.2 and 0.22.0 (their minor's other release was
+    # started), each with the common panel where it was started last
+    assert {s.release for s in SIZED} >= {"0.20.0", "0.21.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1",
+                                          "0.26.0"}
     assert {s.gpu for s in SIZED} >= {"h100-sxm", "h200"}
     assert any(s.args.get("tensor_parallel_size", 1) == 4 for s in SIZED)
     assert any(s.context == "llm" for s in SIZED) and any(s.args.get("enforce_eager") for s in SIZED)
