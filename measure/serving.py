@@ -6,6 +6,7 @@ Layout (see measure/serving/README.md):
     measure/serving/plan.json                    servers and points as planned (scripts/serving_plan.py)
     measure/serving/<batch>-predictions.json     kvsize's predictions, committed before the batch ran
     measure/serving/<batch>/env.txt              the GPU machine: nvidia-smi, vLLM and torch versions
+    measure/serving/<batch>/<server>/env.txt     the same, where a server of the batch ran on another machine
     measure/serving/<batch>/<server>/            server.cmd, server.log, metrics.tsv (/metrics scraped each second),
                                                  <point>.json.gz (vllm bench serve --save-result --save-detailed,
                                                  gzipped),
@@ -315,7 +316,7 @@ def point_metrics(rows: list[tuple[float, str, str, float]], point: str) -> Serv
 
 
 def _env(batch_dir: Path) -> tuple[str, str]:
-    """(vLLM version, GPU name) from the batch's env.txt."""
+    """(vLLM version, GPU name) from the env.txt of a batch (or of a server that ran on a machine of its own)."""
     text = read_text(batch_dir / "env.txt", 64 * 1024)
     version = re.search(r"^vllm (\S+) torch", text, re.M)
     gpu = re.search(r"^\d+, (NVIDIA [^,]+),", text, re.M)
@@ -332,11 +333,11 @@ def build_points(serving: Path = SERVING) -> list[Point]:
         batch_dir = serving / batch
         if not batch_dir.is_dir():
             continue
-        version, gpu_name = _env(batch_dir)
         for tag, s in servers.items():
             d = batch_dir / tag
             if s["batch"] != batch or not d.is_dir():
                 continue
+            version, gpu_name = _env(d if (d / "env.txt").exists() else batch_dir)
             log = read_text(d / "server.log") if (d / "server.log").exists() else ""
             start = server_start(log)
             rows = metrics_rows(read_text(d / "metrics.tsv")) if (d / "metrics.tsv").exists() else []
