@@ -1,6 +1,6 @@
 """Write the plans of real vLLM starts that make tests/fixtures/vllm-starts (one JSON list a machine).
 
-usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200|architectures|checkpoints|compile-cache|integer-checkpoints|one-h100|release-panels|torch-stage-panels|panel-gaps|tp2-0.33|tp4-0.33|panels-0.32-0.31|panels-0.29-0.27|tp-0.32-0.27|small-gpu-defaults|pp2|pp-vocab > plan.json
+usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200|architectures|checkpoints|compile-cache|integer-checkpoints|one-h100|release-panels|torch-stage-panels|panel-gaps|tp2-0.33|tp4-0.33|panels-0.32-0.31|panels-0.29-0.27|tp-0.32-0.27|small-gpu-defaults|pp2|pp-vocab|panels-0.20-patches > plan.json
 Every start is an EngineArgs dict on a config in tests/fixtures/vllm-starts/configs/, in vLLM's
 `vllm serve` usage context unless it says `llm`. Starts whose config is not there are left out.
 """
@@ -271,6 +271,15 @@ def panel_gaps():
     return panels(GAP_RELEASES)
 
 
+PATCH_RELEASES = ("0.20.1", "0.20.2")
+
+
+def panels_020_patches():
+    """The common panel on 0.20.1 and 0.20.2, never started (their rules are 0.20.0's, started on H100s only): both
+    are torch-2.11 releases the GPU machines run as they are, at the settings of 0.25.0's one-GPU panel."""
+    return panels(PATCH_RELEASES)
+
+
 TORCH_213_RELEASES = ("0.32.0", "0.31.0")
 
 
@@ -394,7 +403,8 @@ if __name__ == "__main__":
             "release-panels": release_panels, "torch-stage-panels": torch_stage_panels,
             "panel-gaps": panel_gaps, "tp2-0.33": tp2_033, "tp4-0.33": tp4_033, "panels-0.29-0.27": panels_029_027,
             "panels-0.32-0.31": panels_032_031, "tp-0.32-0.27": tp_032_027,
-            "small-gpu-defaults": small_gpu_defaults, "pp2": pp2, "pp-vocab": pp_vocab}[sys.argv[1]]()
+            "small-gpu-defaults": small_gpu_defaults, "pp2": pp2, "pp-vocab": pp_vocab,
+            "panels-0.20-patches": panels_020_patches}[sys.argv[1]]()
     plan = [s for s in plan if (CONFIGS / Path(s["config"]).name).exists()]
     json.dump(plan, sys.stdout, indent=1)
     print()
