@@ -24,8 +24,8 @@ every one of those fixed, the cost per MoE layer of a step run past the largest 
 engine captured: a least-squares fit of the relative error of the measured median TTFT of batch b7's one-request
 points of Qwen3-30B-A3B (prompts of 256 to 8,000 tokens, one prompt a step, under vLLM's default largest graph and
 under graphs up to 2,048 tokens), beside an offset that is not kept (see fit_eager). Last, the front end's seconds
-per streamed token, the engine core's and the API servers' (see fit_frontend), on batch b8's Llama-3.2-1B points
-where the host, not the GPU, sets the pace (one and four API servers). The request's handling by the front end (see
+per streamed token, the engine core's (in the host's side of a step, after its floor) and the API servers' (a bound
+of their own; see fit_frontend), on batch b8's closed-loop Llama-3.2-1B points (one and four API servers). The request's handling by the front end (see
 fit_handling) is fitted with the MFU, in turn, on b7's one-request prompts a CUDA graph holds. Batch b7's
 Llama-3.2-1B points stay out of every other fit (see fitted_on and EAGER_SERVERS). Every other measured point
 (Mixtral-8x7B, gpt-oss-20b, DeepSeek-V2-Lite, Qwen3-30B-A3B at more than one request in flight and in batches b4 and
@@ -199,35 +199,38 @@ def fit_eager(rows: list[dict]) -> float:
 
 
 # the front end's pace: the closed-loop points of these servers (Llama-3.2-1B, 128 tokens in and 256 out at 64-512 in
-# flight, under one API server and under four), where the GPU's decode step is ~2-4 ms and the gaps 3-29 ms
+# flight, under one API server and under four), where the GPU's decode step is ~1.3-4 ms and the gaps 2.7-29 ms
 FRONTEND_BATCHES = ("b8-frontend",)
 FRONTEND_SERVERS = ("b8-llama1b", "b8-llama1b-api4")
-FRONTEND_BOUND = 1.5  # a point whose measured gap is this many times the simulated GPU step is the host's
+CORE_GRID_S = [i * 2.5e-7 for i in range(401)]  # 0-100 us a token, by 0.25 us
+API_GRID_S = [i * 2.5e-7 for i in range(801)]  # 0-200 us a token
 
 
 def frontend_rows(points: list[dict], terms: dict) -> list[dict]:
-    """Per front-end-bound point: requests in flight, API servers, and the measured median gap (seconds)."""
+    """Per point: requests in flight, API servers, the simulated gap with the front end off (the GPU's step or the
+    floor) and the measured median gap (seconds)."""
     rows = []
     for p in points:
         st = p["settings"]
         if not (p["batch"] in FRONTEND_BATCHES and p["server"] in FRONTEND_SERVERS and st["loop"] == "closed"):
             continue
         gpu = predict_point(served_settings(p), ROOT, terms={**terms, **FRONTEND_OFF}).itl_ms[50] / 1e3
-        measured = p["measured"]["itl_p50_ms"] / 1e3
-        if measured >= FRONTEND_BOUND * gpu:
-            rows.append(dict(point=p, streams=st["concurrency"], api_servers=st.get("api_server_count") or 1,
-                             measured=measured))
+        rows.append(dict(point=p, streams=st["concurrency"], api_servers=st.get("api_server_count") or 1, gpu=gpu,
+                         measured=p["measured"]["itl_p50_ms"] / 1e3))
     return rows
 
 
-def fit_frontend(rows: list[dict]) -> dict[str, float]:
-    """The front end's seconds per streamed token, the engine core's (one process) and the API servers' (shared
-    among them): a least-squares fit of the relative error of the measured median gap to streams x (core + api /
-    API servers), every other term fixed. A part the fit puts below 0 is 0."""
-    x = [[r["streams"] / r["measured"], r["streams"] / r["api_servers"] / r["measured"]] for r in rows]
-    core, api = _solve([[sum(a[i] * a[j] for a in x) for j in range(2)] for i in range(2)],
-                       [sum(a[i] for a in x) for i in range(2)])
-    return {"frontend_core_s_per_token": round(max(core, 0.0), 9), "frontend_api_s_per_token": round(max(api, 0.0), 9)}
+def fit_frontend(rows: list[dict], floor_s: float) -> dict[str, float]:
+    """The front end's seconds per streamed token, the engine core's (in the host's side of a step, after the floor)
+    and the API servers' (a bound of its own, shared among them): the grid pair whose gaps, the largest of the GPU's
+    step, floor + streams x core and streams x API / API servers, leave the least squared relative error against the
+    measured median gaps, every other term fixed."""
+    def error(core: float, api: float) -> float:
+        return sum((max(r["gpu"], floor_s + r["streams"] * core, r["streams"] * api / r["api_servers"])
+                    / r["measured"] - 1) ** 2 for r in rows)
+
+    _, core, api = min((error(c, a), c, a) for c in CORE_GRID_S for a in API_GRID_S)
+    return {"frontend_core_s_per_token": round(core, 9), "frontend_api_s_per_token": round(api, 9)}
 
 
 # the request's handling: b7's one-request points whose prompt (256-2,000 tokens) the largest CUDA graph holds, on
@@ -363,7 +366,7 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
     eager = eager_rows(points, fixed) if "eager" in terms else []
     fixed[EAGER_TERM] = fit_eager(eager) if eager else 0.0
     front = frontend_rows(points, fixed) if "frontend" in terms else []
-    frontend = fit_frontend(front) if front else dict(FRONTEND_OFF)
+    frontend = fit_frontend(front, fixed["step_floor_s"]) if front else dict(FRONTEND_OFF)
 
     return {**{k: fixed[k] for k in ("per_layer_step_overhead_s", "prefill_mfu", "engine_kv_efficiency",
                                      "engine_weights_efficiency", "tp_per_layer_step_overhead_s", "step_floor_s",
@@ -388,11 +391,11 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
                       "error of the measured median TTFT of batch b7's one-request points of Qwen3-30B-A3B (prompts "
                       "of 256 to 8,000 tokens, vLLM's default largest graph and graphs up to 2,048 tokens), beside "
                       "a fixed offset per model that is not kept (what the request's handling, below, leaves of "
-                      "their lateness); the front end's seconds per streamed token, the engine core's and the API "
-                      "servers' (shared among --api-server-count processes), every other term fixed, a least-squares "
-                      "fit of the relative error of the measured median inter-token gap of batch b8's closed-loop "
-                      "Llama-3.2-1B points whose gap is at least 1.5 times the simulated GPU step, to streams x (core "
-                      "+ API / API servers); the request's handling by the front end (added to each TTFT), the "
+                      "their lateness); the front end's seconds per streamed token, the engine core's (in the "
+                      "host's side of a step, after its floor) and the API servers' (shared among --api-server-count "
+                      "processes), every other term fixed, the grid pair leaving the least squared relative error of "
+                      "the measured median inter-token gap of batch b8's closed-loop Llama-3.2-1B points to the "
+                      "largest of the simulated GPU step, floor + streams x core and streams x API / API servers; the request's handling by the front end (added to each TTFT), the "
                       "median over batch b7's one-request points whose prompt the largest CUDA graph holds of the "
                       "measured median TTFT less the simulated one without it, fitted in turn with the MFU (which is "
                       "fitted on the TTFT less the handling)"}

@@ -104,16 +104,18 @@ def test_on_the_points_it_was_fitted_on_the_median_gap_is_within_ten_percent():
         if p["batch"] == "b8-frontend":
             front.append(error)
         elif p["settings"]["concurrency"] == 1:
-            # a step at the host's floor (Llama-3.2-1B: its two points' gaps are 1.68 and 2.30 ms, 37% apart, so
-            # one floor holds neither within 10%) is held within 20%; every step the GPU's part sets within 10%
-            floor_bound = predict_point(p["settings"], ROOT).itl_ms[50] <= step_overhead().step_floor_s * 1e3 + 1e-9
+            # a step at the host's side, its floor and one stream's work (Llama-3.2-1B: its two points' gaps are 1.68
+            # and 2.30 ms, 37% apart, so one floor holds neither within 10%) is held within 20%; every step the GPU's
+            # part sets within 10%
+            host_ms = (step_overhead().step_floor_s + step_overhead().frontend_core_s_per_token) * 1e3
+            floor_bound = predict_point(p["settings"], ROOT).itl_ms[50] <= host_ms + 1e-9
             assert abs(error) <= (0.20 if floor_bound else 0.10), name
         else:
             many.append(error)
     assert many and abs(statistics.median(many)) <= 0.10 and max(map(abs, many)) <= 0.15
-    # the front end's two parts (b8's Llama-3.2-1B, one API server and four): within 10% in the median; four API
-    # servers do not share the work evenly (128 in flight 34% short, 512 in flight 22% long), so 35% at worst
-    assert len(front) >= 5 and abs(statistics.median(front)) <= 0.10 and max(map(abs, front)) <= 0.35
+    # the front end's two parts (b8's Llama-3.2-1B at 64-512 in flight, one API server and four): within 10% in the
+    # median and 11% at worst (four API servers at 128 in flight, 10.3% short)
+    assert len(front) >= 8 and abs(statistics.median(front)) <= 0.10 and max(map(abs, front)) <= 0.11
 
 
 def test_the_speed_accuracy_page_is_what_the_benchmark_prints():
@@ -146,7 +148,8 @@ def test_a_step_is_never_shorter_than_the_floor_and_the_all_reduce_counts_only_p
 
     model, _ = _replica()
     floored = replace(model, floor_s=0.05)
-    assert floored.seconds(1, 1000, []) == pytest.approx(0.05)
+    # the host's side of the step: the floor and the engine core's work on its one stream
+    assert floored.seconds(1, 1000, []) == pytest.approx(0.05 + model.core_s_per_token)
     assert floored.seconds(0, 0, [(0, 8192)]) >= 0.05
     # the floor is under the GPU's part of an 8B's step: it changes nothing there
     assert replace(model, floor_s=1e-4).seconds(1, 1000, []) == pytest.approx(model.seconds(1, 1000, []))

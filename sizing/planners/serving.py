@@ -383,7 +383,7 @@ def serving_replica(scenario, hbm_bandwidth_gb_s: float, bf16_dense_tflops: floa
                       overhead, mfu, fitted["tp_per_layer_step_overhead_s"], fitted["step_floor_s"],
                       fitted["moe_layer_step_overhead_s"], graphed_steps(s, e.engine),
                       fitted["eager_moe_layer_step_overhead_s"],
-                      fitted["frontend_core_s_per_token"] + fitted["frontend_api_s_per_token"] / max(api_servers, 1),
+                      fitted["frontend_core_s_per_token"], fitted["frontend_api_s_per_token"] / max(api_servers, 1),
                       fitted["request_handling_s"])
     paged = e.pool.paged
     release = e.engine.release

@@ -11,17 +11,19 @@ cost per layer (and per layer's all-reduce where TP > 1), never less than the en
            + layers × (per-layer step overhead + TP all-reduce per layer if TP > 1)
            + MoE layers × per-MoE-layer step overhead                        (the fused-expert kernels' own cost)
            + MoE layers × eager per-MoE-layer                               (a step past the largest CUDA graph)
-    front = decoding requests × (core + API / API servers) per streamed token (the tokens the front end sends)
-    step = max(GPU, step floor, front)                                      (FLOP/s = dense bf16 × MFU × TP)
+    host = step floor + decoding requests × core                            (the engine core's side of the step)
+    API  = decoding requests × API / API servers                            (the tokens the API servers stream)
+    step = max(GPU, host, API)                                              (FLOP/s = dense bf16 × MFU × TP)
 
-The floor is the host's side of a step (scheduling, sampling, sending the tokens), which the engine overlaps with the
-GPU's: it shows only where the GPU's part is shorter (a small model). A step of more tokens than the largest CUDA
+The host's side of a step is the engine core's: a fixed floor (scheduling, sampling, sending the tokens) and its work
+on each decoding request's output, one after the other in its one process; the engine overlaps it with the GPU's, so
+it shows only where the GPU's part is shorter (a small model), and there it grows with the streams. A step of more tokens than the largest CUDA
 graph the engine captured (kvsize's estimate of its capture sizes, sizing/planners/graph_steps.py) runs without one:
 its kernels are launched from the host layer by layer, and an MoE layer's fused-expert path runs its Python, a cost
 a step much larger than a graph's replay. A dense layer's share of that cost is not a term of its own: it is not
 separable from the prefill MFU, fitted on prompts that all run past the graph. The front end (the engine core's
-output handling and the API servers') streams each decoding request's token, overlapped with the GPU's work too, and
-hands each request to the engine a fixed time after the client sent it, which its TTFT carries. Every term is fitted
+output handling above and the API servers', processes of their own that stream each decoding request's token beside
+the engine's step) hands each request to the engine a fixed time after the client sent it, which its TTFT carries. Every term is fitted
 on the points profiles/serving.json names (scripts/fit_serving_terms.py).
 """
 
@@ -64,9 +66,9 @@ class StepOverhead(BaseModel):
     # a step past the largest CUDA graph the engine captured: each layer with routed experts, its fused-MoE path
     # launched from the host (a step of Qwen3-30B-A3B runs ~50-100 ms longer than under a graph)
     eager_moe_layer_step_overhead_s: float = Field(default=0.0, ge=0, le=0.01)
-    # the front end's work per token it streams (detokenizing, the SSE chunk): the engine core's output handling,
-    # one process whatever the API servers, and the API server's, shared among `--api-server-count` processes; a
-    # step lasts at least its decoding requests' tokens through both (the host paces small models at many streams)
+    # the front end's work per token it streams: the engine core's output handling, in the host's side of a step
+    # beside the floor (one process whatever the API servers), and the API server's (detokenizing, the SSE chunk),
+    # shared among `--api-server-count` processes, a bound of its own (the host paces small models at many streams)
     frontend_core_s_per_token: float = Field(default=0.0, ge=0, le=0.001)
     frontend_api_s_per_token: float = Field(default=0.0, ge=0, le=0.001)
     # the front end's handling of a request, from the client's send to the engine's queue (HTTP, tokenizing, the
@@ -111,7 +113,8 @@ class StepModel:
     moe_layer_overhead_s: float = 0.0  # each layer with routed experts: its fused-MoE kernels beyond a dense MLP's
     graphs: GraphedSteps = UNLIMITED  # the largest steps run under a CUDA graph (the default: every step)
     eager_moe_layer_overhead_s: float = 0.0  # each layer with routed experts, in a step run without a graph
-    frontend_s_per_token: float = 0.0  # the front end's time per streamed token, its API servers sharing their part
+    core_s_per_token: float = 0.0  # the engine core's work on each decoding request's token, in the host's side
+    api_s_per_token: float = 0.0  # an API server's time per streamed token, divided among the API servers
     request_handling_s: float = 0.0  # from the client's send to the engine's queue, and the first token back
 
     def seconds(self, decoding: int, decode_tokens_in_cache: int, chunks: list[tuple[int, int]]) -> float:
@@ -130,8 +133,8 @@ class StepModel:
         # from the host; the engine pads smaller ones to a captured size and replays it. A decode-only step's
         # tokens are its requests, so `_decode_only`'s cache by batch and length stays exact.
         eager = self.eager_overhead_s if self.graphs.eager(step_tokens, bool(chunks)) else 0.0
-        return max(gemms + attention + kv + self.layers_overhead_s + eager, self.floor_s,
-                   decoding * self.frontend_s_per_token)
+        return max(gemms + attention + kv + self.layers_overhead_s + eager,
+                   self.floor_s + decoding * self.core_s_per_token, decoding * self.api_s_per_token)
 
     @cached_property
     def layers_overhead_s(self) -> float:
