@@ -146,6 +146,20 @@ def _at_replicas(replica: Replica, workload: Workload, most: int, prefilled: boo
     return replicas, each, replica.served(workload, each, prefilled)
 
 
+# past this share of its step time set by the host (StepModel.host_seconds), a design's speed is the host CPUs' as
+# much as the GPU's: the same server and load ran 5.4 ms and 12.6 ms a gap on two H200 hosts (batches b9, b10)
+HOST_PACED_SHARE = 0.5
+
+
+def host_note(served: Served) -> str:
+    """What a design's reason adds where the host sets most of its steps; empty where the GPU does."""
+    if served.host_paced_share < HOST_PACED_SHARE:
+        return ""
+    return (f"; the host sets {served.host_paced_share:.0%} of its step time (the engine core's work on each stream "
+            f"and the API server's streaming): the speed is the host CPUs' as much as the GPU's, measured 2.3x apart "
+            f"on two H200 hosts; more API servers (--api-server-count) share the API server's part")
+
+
 def hold_aggregated(design: Design, replica: Replica, workload: Workload, targets: Targets) -> Design:
     q = targets.percentile
     found = most_in_flight(replica, workload, targets, guess=_guess(design, workload))
@@ -163,7 +177,7 @@ def hold_aggregated(design: Design, replica: Replica, workload: Workload, target
                   served.ttft_ms[q] / 1e3, 0.0, rate, served.output_tokens_per_s * replicas, True,
                   f"{replicas} replica(s) × TP {tp}, {each} requests in flight each (simulated: at most {found[0]} "
                   f"keep the targets; p99 TTFT {served.ttft_ms[99]:,.0f} ms, ITL {served.tpot_ms[99]:.1f} ms, "
-                  f"p99 gap {served.itl_ms[99]:,.0f} ms)",
+                  f"p99 gap {served.itl_ms[99]:,.0f} ms){host_note(served)}",
                   SIMULATED)
 
 
@@ -213,7 +227,7 @@ def hold_disaggregated(design: Design, pool: DecodePool, base: Scenario, workloa
             f"misses the TTFT target: prefill {p * 1e3:.0f} ms + KV transfer {move * 1e3:.1f} ms + decode admission "
             f"{wait * 1e3:.0f} ms")), basis=SIMULATED)
     return disaggregated_design(decode, pool.replicas, prefill, prefills, itl, move, workload, SIMULATED,
-                                f"; decode simulated, {pool.each} requests in flight each")
+                                f"; decode simulated, {pool.each} requests in flight each{host_note(pool.served)}")
 
 
 # A request's token pace is at least the decode step of the requests decoding beside it; with prompts being

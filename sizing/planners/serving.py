@@ -26,7 +26,7 @@ import heapq
 import math
 import random
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..efficiency import DecodeEfficiency
 from ..errors import KvsizeError
@@ -127,6 +127,9 @@ class Served:
     # each request's mean gap between its tokens, (last − first token) / (output − 1): the load generator's TPOT,
     # over requests of more than one token
     tpot_ms: dict[int, float] = field(default_factory=dict)
+    # the share of the run's step time the host set (StepModel.host_seconds at least the step): there the figures
+    # are the host CPUs' more than the GPU's, and hosts differ
+    host_paced_share: float = 0.0
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -158,6 +161,7 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
     finished: list[_Request] = []
     free_blocks = engine.num_blocks
     now, steps, preemptions = 0.0, 0, 0
+    step_time = host_time = 0.0  # every step's seconds, and those of the steps the host set
 
     def blocks(tokens: int) -> int:
         return -(-tokens // engine.block_size)
@@ -201,6 +205,8 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
             # steps that only decode, until the first request finishes or the next one arrives: every request gets
             # the same tokens at the same times, the step by step loop's arithmetic in one pass
             times, used = run
+            step_time += sum(times)
+            host_time += sum(dt for dt in times if model.host_seconds(len(running)) >= dt)
             steps += len(times)
             if steps > MAX_SIMULATED_STEPS:
                 raise KvsizeError(f"the simulated load ran past {MAX_SIMULATED_STEPS:,} engine steps; fewer prompts")
@@ -268,6 +274,9 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
             budget -= n
         cached = sum(r.in_cache for r in decoding)
         dt = model.seconds(len(decoding), cached, [(r.done_prefill, r.done_prefill + n) for r, n in chunks])
+        step_time += dt
+        if model.host_seconds(len(decoding)) >= dt:
+            host_time += dt
         if any(r.arrival < now for r in decoding) or any(r.arrival < now for r, _ in chunks):
             # launched with work the engine held before the last step ended (async scheduling queues it behind
             # that step); a step of only requests that arrived at its start (a closed loop's successors, sent once
@@ -288,7 +297,8 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
         retire()
     for r in finished:
         _deliver(r, ends, engine.output_delay_steps)
-    return _figures(finished, load, preemptions, steps)
+    return replace(_figures(finished, load, preemptions, steps), host_paced_share=host_time / step_time if step_time
+                   else 0.0)
 
 
 def _deliver(r: _Request, ends: dict[float, float], delay: int) -> None:

@@ -136,6 +136,11 @@ class StepModel:
         return max(gemms + attention + kv + self.layers_overhead_s + eager,
                    self.floor_s + decoding * self.core_s_per_token, decoding * self.api_s_per_token)
 
+    def host_seconds(self, decoding: int) -> float:
+        """The host's part of a step of `decoding` streams: the engine core's side (its floor and its work on each
+        stream) or the API servers' streaming, the longer; a step this long or shorter is the host's, not the GPU's."""
+        return max(self.floor_s + decoding * self.core_s_per_token, decoding * self.api_s_per_token)
+
     @cached_property
     def layers_overhead_s(self) -> float:
         """The fixed cost of a step's layers: each layer's, its all-reduce where TP > 1, and each MoE layer's."""
