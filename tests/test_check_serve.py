@@ -93,6 +93,16 @@ def test_the_servers_api_server_count_sets_the_front_ends_pace(capsys):
         gaps[count] = {r["figure"]: r for r in shown["rows"]}["itl_p50_ms"]["kvsize"]
     assert gaps[4] == pytest.approx(predict_point({**st, "num_prompts": point["measured"]["completed"]}, ROOT).itl_ms[50])
     assert gaps[1] > 2 * gaps[4]
+    # the host sets those steps, and the text says a miss may be the planner's host's
+    assert shown["host_paced_share"] >= 0.5
+    main(["check-serve", str(SERVING / point["raw"]), *server, "--api-server-count", "4"])
+    note = capsys.readouterr().out.strip().splitlines()[-1]
+    assert note.startswith("  note: the host sets ") and "2.3x apart on two H200 hosts" in note
+
+
+def test_a_gpu_bound_server_gets_no_host_note(capsys):
+    main(["check-serve", str(SERVING / POINT), *SERVER, "--format", "json"])
+    assert json.loads(capsys.readouterr().out)["host_paced_share"] < 0.5
 
 
 @pytest.mark.parametrize("count, needle", [("0", "greater than zero"), ("65", "at most 64"), ("four", "whole number")])
