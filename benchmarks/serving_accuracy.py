@@ -376,7 +376,13 @@ def report(table: list[dict] | None = None) -> str:
            "finished requests pile up meanwhile and are prefilled one after another). The simulation now holds a "
            "constant part of that handling (16.6 ms a request, fitted on b7's short prompts alone, which took the "
            "median p50 TTFT error out of the fit from 39.5% to 16.7%); what grows with the load, the front end's "
-           "queue, is not simulated.",
+           "queue, is not simulated. A closed loop has two steady states, and b8's Llama-3.1-8B at 256 in flight "
+           "shows both: under one API server, which admits the opening burst in order, the first wave's 256 "
+           "requests finished within 1.2 s of each other (their first tokens 5.5 s apart: the later ones decoded in "
+           "steps no new prompt shared), so the second wave was sent in a burst and waited for its prefills (p50 "
+           "TTFT 3.3 s); under four, which admit it out of order, the first wave finished over 5.2 s, the "
+           "replacements arrived one by one, and each waited about 0.8 s, the simulation's state (0.83 s "
+           "simulated). An open loop, a planner's traffic, has only the second.",
            "- The smallest model (Llama-3.2-1B, 16 layers): its GPU step is about 1.3 ms, the server's 1.7-2.5 ms "
            "whatever the batch up to 32 (its gaps spread from 1.2 to 3 ms within a request): the host's side of "
            "a step, which the fit takes as a floor of 1.9 ms. At many streams the front end sets the pace: batch "
