@@ -161,7 +161,44 @@ def test_a_design_the_host_paces_says_its_speed_is_the_hosts(tmp_path):
                  "--formats", "auto", "--tp", "1", "--out", str(small)]) == 0
     reason = json.loads(small.read_text())["cheapest"]["reason"]
     share = int(reason.split("the host sets ")[1].split("%")[0])
-    assert 50 <= share <= 100 and "--api-server-count" in reason
+    assert 50 <= share <= 100 and "2.3x apart on two H200 hosts" in reason
     assert main(["plan", "--workload", str(EXAMPLE), "--model", "llama-3.1-8b", "--gpus", "h200", "--formats", "auto",
                  "--tp", "1", "--out", str(large)]) == 0
     assert "the host sets" not in json.loads(large.read_text())["cheapest"]["reason"]
+
+
+def test_a_host_paced_vllm_replica_is_planned_with_more_api_servers_where_they_hold_more(tmp_path):
+    # Llama-3.2-1B, 512 short streams under a 20 ms ITL target: one API server streams a token every ~30 ms at 512
+    # (b8 measured 29.4 ms), four every ~10 ms (9.3 ms), so one replica under four API servers holds what two would
+    # under one; the serve command says how to start it. An engine without API server processes is never given it.
+    from app.cli import main
+
+    root = Path(__file__).parent.parent
+    model = str(root / "measure/serving/models/llama-3.2-1b-instruct/config.json")
+    workload = tmp_path / "short.yaml"
+    workload.write_text("name: short\npeak_concurrency: 512\nttft_target_ms: 2000\nitl_target_ms: 20\nbuckets:\n"
+                        "  - max_context_tokens: 512\n    share_percent: 100\n    output_tokens: 256\n")
+    out = tmp_path / "plan.json"
+    assert main(["plan", "--workload", str(workload), "--model", model, "--gpus", "h200", "--formats", "auto",
+                 "--tp", "1", "--out", str(out)]) == 0
+    plan = json.loads(out.read_text())
+    cheapest = plan["cheapest"]
+    assert cheapest["decode_replicas"] == 1 and "--api-server-count 4" in cheapest["reason"]
+    assert cheapest["itl_ms"] <= 20
+    assert plan["serve_command"].endswith("--api-server-count 4")
+    assert all(s["command"].endswith("--api-server-count 4") for s in plan["design_serve_commands"])
+    # the same replica under one API server holds fewer under the target
+    w = read_workload(workload)
+    candidate = build_candidates(["h200"], ["auto"], [1], {}, "vllm")[0]
+    one = replica_for(scenario(model, "h200", max_model_len=512), candidate, w, measured_efficiency())
+    assert one.api_servers == 1 and one.more_api_servers
+    held_one = most_in_flight(one, w, Targets(2.0, 0.020), guess=256)
+    held_four = most_in_flight(one.with_api_servers(4), w, Targets(2.0, 0.020), guess=256)
+    assert held_one[0] < 512 <= held_four[0]
+    # SGLang's server is one process: its plan keeps two replicas and names no API servers
+    sglang = tmp_path / "sglang.json"
+    assert main(["plan", "--workload", str(workload), "--model", model, "--gpus", "h200", "--formats", "auto",
+                 "--tp", "1", "--engine", "sglang", "--out", str(sglang)]) == 0
+    other = json.loads(sglang.read_text())
+    assert other["cheapest"]["decode_replicas"] == 2 and "api-server-count" not in other["cheapest"]["reason"]
+    assert "api-server-count" not in other["serve_command"]

@@ -46,6 +46,7 @@ class ServeSettings:
     # the config's rope_scaling a published recipe adds to serve past max_position_embeddings
     # (sizing/capacity/context_limit.py; {"rope_type", "factor", "original_max_position_embeddings"})
     rope_scaling: dict | None = None
+    api_server_count: int = 1  # vLLM's API server processes (--api-server-count): a host-paced design's front end
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,8 @@ def _vllm(s: ServeSettings, dtype: str, extra: tuple[str, ...] = ()) -> str:
         args.append("--language-model-only")
     if s.enforce_eager:
         args.append("--enforce-eager")
+    if s.api_server_count > 1:
+        args += ["--api-server-count", str(s.api_server_count)]
     return _join(args + list(extra))
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 
 from ..capacity.scenario import Scenario
 from ..efficiency import DecodeEfficiency
+from ..engines import get_engine
 from .fleet import Candidate, replica_model
 from .serving import SIMULATED, Load, Served, serving_replica, simulate
 from ..errors import KvsizeError
@@ -75,6 +76,13 @@ class Replica:
     most_requests: int  # the pool's hold at the mix (or max_num_seqs): past it requests queue for blocks
     step_at: object  # ReplicaModel.step_at: the decode step alone at the peak spread over so many replicas
     prompt_seconds: float  # the mix's mean prompt at the least it takes to prefill here (its FLOPs)
+    api_servers: int = 1  # vLLM's --api-server-count: its API servers share the streaming (StepModel.api_s_per_token)
+    more_api_servers: bool = False  # the engine runs several API servers (vLLM's --api-server-count)
+
+    def with_api_servers(self, n: int) -> Replica:
+        """The same replica under `n` API servers, which share the API server's streaming work."""
+        return replace(self, model=replace(self.model, api_s_per_token=self.model.api_s_per_token * self.api_servers / n),
+                       api_servers=n)
 
     def served(self, workload: Workload, concurrency: int, prefilled: bool = False) -> Served:
         engine = replace(self.engine, max_num_seqs=concurrency)
@@ -96,7 +104,8 @@ def replica_for(base: Scenario, candidate: Candidate, workload: Workload, effici
     prompts = [(b.share_percent / 100, max(1, round(b.mean_prompt_tokens * (1 - workload.prefix_cache_share))))
                for b in workload.mix()]
     return Replica(candidate, model, engine, min(workload.peak_concurrency, sized.shared.requests_per_replica),
-                   sized.step_at, sum(share * model.prefill_compute_seconds(t) for share, t in prompts))
+                   sized.step_at, sum(share * model.prefill_compute_seconds(t) for share, t in prompts),
+                   more_api_servers=get_engine(base.engine).name == "vllm")
 
 
 def _met(served: Served, targets: Targets) -> bool:
@@ -149,6 +158,8 @@ def _at_replicas(replica: Replica, workload: Workload, most: int, prefilled: boo
 # past this share of its step time set by the host (StepModel.host_seconds), a design's speed is the host CPUs' as
 # much as the GPU's: the same server and load ran 5.4 ms and 12.6 ms a gap on two H200 hosts (batches b9, b10)
 HOST_PACED_SHARE = 0.5
+# the API servers a host-paced vLLM replica is tried with (`--api-server-count`), as batches b8 and b9 ran them
+MORE_API_SERVERS = 4
 
 
 def host_note(served: Served) -> str:
@@ -157,13 +168,30 @@ def host_note(served: Served) -> str:
         return ""
     return (f"; the host sets {served.host_paced_share:.0%} of its step time (the engine core's work on each stream "
             f"and the API server's streaming): the speed is the host CPUs' as much as the GPU's, measured 2.3x apart "
-            f"on two H200 hosts; more API servers (--api-server-count) share the API server's part")
+            f"on two H200 hosts")
+
+
+def _more_api_servers(replica: Replica, workload: Workload, targets: Targets, found: tuple[int, Served],
+                      guess: int) -> tuple[Replica, tuple[int, Served]]:
+    """Where the host paces a vLLM replica at its answer, the same replica under MORE_API_SERVERS API servers when
+    they keep more requests in flight under the targets (fewer replicas); else the replica as it was."""
+    if not replica.more_api_servers or replica.api_servers >= MORE_API_SERVERS or \
+            found[1].host_paced_share < HOST_PACED_SHARE:
+        return replica, found
+    more = replica.with_api_servers(MORE_API_SERVERS)
+    held = most_in_flight(more, workload, targets, guess=max(guess, found[0]))
+    peak = workload.peak_concurrency
+    if held is not None and math.ceil(peak / held[0]) < math.ceil(peak / found[0]):
+        return more, held
+    return replica, found
 
 
 def hold_aggregated(design: Design, replica: Replica, workload: Workload, targets: Targets) -> Design:
     q = targets.percentile
     found = most_in_flight(replica, workload, targets, guess=_guess(design, workload))
     c = design.decode
+    if found is not None:
+        replica, found = _more_api_servers(replica, workload, targets, found, _guess(design, workload))
     if found is None:
         alone = replica.served(workload, 1)
         return replace(_failed("aggregated", c, None, (
@@ -177,8 +205,15 @@ def hold_aggregated(design: Design, replica: Replica, workload: Workload, target
                   served.ttft_ms[q] / 1e3, 0.0, rate, served.output_tokens_per_s * replicas, True,
                   f"{replicas} replica(s) × TP {tp}, {each} requests in flight each (simulated: at most {found[0]} "
                   f"keep the targets; p99 TTFT {served.ttft_ms[99]:,.0f} ms, ITL {served.tpot_ms[99]:.1f} ms, "
-                  f"p99 gap {served.itl_ms[99]:,.0f} ms){host_note(served)}",
-                  SIMULATED)
+                  f"p99 gap {served.itl_ms[99]:,.0f} ms){_api_note(replica)}{host_note(served)}",
+                  SIMULATED, replica.api_servers)
+
+
+def _api_note(replica: Replica) -> str:
+    if replica.api_servers == 1:
+        return ""
+    return (f"; {replica.api_servers} API servers (--api-server-count {replica.api_servers}): one would pace the "
+            f"streams and hold fewer requests")
 
 
 @dataclass(frozen=True)

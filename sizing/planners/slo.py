@@ -77,6 +77,7 @@ class Design:
     reason: str
     # what sized it: the queueing model (sizing/planners/slo.py) or the serving simulation (sizing/planners/held.py)
     basis: str = QUEUEING_MODEL
+    api_servers: int = 1  # vLLM's --api-server-count on its replicas (held.py tries more where the host paces)
 
     @property
     def usd_per_million_output_tokens(self) -> float:
@@ -416,7 +417,8 @@ def design_serve_commands(design: Design, base: Scenario, workload: Workload, mo
             block_size=base.block_size or engine.block_size_default,
             max_num_seqs=per_replica if role != "prefill" else (base.max_num_seqs or 256), cache_tokens=0,
             language_model_only=base.language_model_only,
-            enforce_eager=base.enforce_eager, rope_scaling=rope_scaling_for(base.model_name, base.shape, longest, engine))
+            enforce_eager=base.enforce_eager, rope_scaling=rope_scaling_for(base.model_name, base.shape, longest, engine),
+            api_server_count=design.api_servers if role != "prefill" else 1)
         command = serve_command(engine.name, settings, None if role == "replica" else role, host_tier_bytes)
         out.append((f"{role} × {replicas}", command))
     return out
