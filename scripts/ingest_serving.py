@@ -1,12 +1,12 @@
 """Copy what the GPU machine's serving runs wrote (the res/ folder of go.sh's res.tgz) into measure/serving/.
 
 Per batch: env.txt (nvidia-smi, vLLM and torch versions; a server run on another machine than the batch's first keeps
-its own); per server: server.cmd, server.log, metrics.tsv; per
-point: the bench result, gzipped (<point>.json.gz), and <point>.meta.json. A bench result over 1,000,000 bytes is
-trimmed: its generated_texts (the random words the dummy weights produced) are dropped, and the file says so under
-"kvsize_trimmed"; the per-request TTFT and ITL lists are kept as they were written unless the result is still over
-measure.serving's RAW_LIMIT gzipped, when they are rounded to the microsecond (and the file says so). The folder the kit ran from on the machine is written as measure/serving (its models/) or
-as the kit's own name (its generated tokenizers/).
+its own); per server: server.cmd, server.log, metrics.tsv; per point: the bench result, gzipped (<point>.json.gz),
+and <point>.meta.json. A bench result over 1,000,000 bytes is trimmed: its generated_texts (the random words the
+dummy weights produced) are dropped, and the file says so under "kvsize_trimmed"; the per-request TTFT and ITL lists
+are kept as they were written unless the result is still over measure.serving's RAW_LIMIT gzipped, when they are
+rounded to the microsecond (and the file says so). The folder the kit ran from on the machine is written as
+measure/serving (its models/) or as the kit's own name (its generated tokenizers/).
 
 usage: python scripts/ingest_serving.py RES_DIR [BATCH ...]   (only the batches named; default: every batch found)
 """
@@ -85,13 +85,13 @@ def ingest(res: Path, batches: list[str]) -> None:
         out.mkdir(parents=True, exist_ok=True)
         # a batch may run over several machines (its servers in two calls): the batch keeps the first machine's
         # env.txt, and a server run on another keeps its own beside its results
-        first = not (out / "env.txt").exists()
-        if first:
+        if not (out / "env.txt").exists():
             shutil.copyfile(res / "env.txt", out / "env.txt")
+        elsewhere = (out / "env.txt").read_bytes() != (res / "env.txt").read_bytes()
         for server in sorted(p for p in src.iterdir() if p.is_dir()):
             dst = out / server.name
             dst.mkdir(exist_ok=True)
-            if not first and (out / "env.txt").read_bytes() != (res / "env.txt").read_bytes():
+            if elsewhere:
                 shutil.copyfile(res / "env.txt", dst / "env.txt")
             for name in ("server.cmd", "server.log", "metrics.tsv"):
                 if (server / name).exists():

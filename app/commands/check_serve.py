@@ -32,9 +32,8 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from sizing.evidence.bench import MAX_BENCH_BYTES, read_bench
     from sizing.evidence.serving import held_to, served_figures
-    from sizing.planners.held import HOST_PACED_SHARE
     from sizing.inputs import read_limited
-    from sizing.planners.serving import serving_replica, simulate
+    from sizing.planners.serving import HOST_SPREAD, serving_replica, simulate
     from sizing.profiles import gpu_profile, measured_efficiency
 
     data = read_limited(Path(args.result), MAX_BENCH_BYTES, "RESULT", "a `vllm bench serve --save-result` JSON file")
@@ -73,8 +72,8 @@ def run(args: argparse.Namespace) -> int:
                   f"±{r['bar']:.0%} {'met' if r['within'] else 'missed'}")
         print(f"kvsize's serving simulation is within its bars on {within} of {len(rows)} figures "
               "(docs/formulas.md, 'Serving simulation'; docs/speed-accuracy.md)")
-        if served.host_paced_share >= HOST_PACED_SHARE:
+        if served.host_paced:
             print(f"  note: the host sets {served.host_paced_share:.0%} of the simulated step time (the engine core's "
-                  "work on each stream, the API server's streaming): kvsize's terms are one host's, and the same "
-                  "server ran 2.3x apart on two H200 hosts, so a miss here may be your host's CPUs")
+                  f"work on each stream, the API server's streaming): kvsize's terms are one host's, and "
+                  f"{HOST_SPREAD}, so a miss here may be your host's CPUs")
     return 0 if within == len(rows) else 1  # a figure outside its bar is a check not met, as verify's

@@ -21,7 +21,7 @@ from ..capacity.scenario import Scenario
 from ..efficiency import DecodeEfficiency
 from ..engines import get_engine
 from .fleet import Candidate, replica_model
-from .serving import SIMULATED, Load, Served, serving_replica, simulate
+from .serving import HOST_SPREAD, SIMULATED, Load, Served, serving_replica, simulate
 from ..errors import KvsizeError
 from .slo import MAX_PREFILL_BUSY, Design, Targets, _failed, _prefill, disaggregated_design, prefill_pool
 from .workload import Workload
@@ -81,8 +81,8 @@ class Replica:
 
     def with_api_servers(self, n: int) -> Replica:
         """The same replica under `n` API servers, which share the API server's streaming work."""
-        return replace(self, model=replace(self.model, api_s_per_token=self.model.api_s_per_token * self.api_servers / n),
-                       api_servers=n)
+        per_token = self.model.api_s_per_token * self.api_servers / n
+        return replace(self, model=replace(self.model, api_s_per_token=per_token), api_servers=n)
 
     def served(self, workload: Workload, concurrency: int, prefilled: bool = False) -> Served:
         engine = replace(self.engine, max_num_seqs=concurrency)
@@ -155,28 +155,23 @@ def _at_replicas(replica: Replica, workload: Workload, most: int, prefilled: boo
     return replicas, each, replica.served(workload, each, prefilled)
 
 
-# past this share of its step time set by the host (StepModel.host_seconds), a design's speed is the host CPUs' as
-# much as the GPU's: the same server and load ran 5.4 ms and 12.6 ms a gap on two H200 hosts (batches b9, b10)
-HOST_PACED_SHARE = 0.5
 # the API servers a host-paced vLLM replica is tried with (`--api-server-count`), as batches b8 and b9 ran them
 MORE_API_SERVERS = 4
 
 
 def host_note(served: Served) -> str:
     """What a design's reason adds where the host sets most of its steps; empty where the GPU does."""
-    if served.host_paced_share < HOST_PACED_SHARE:
+    if not served.host_paced:
         return ""
     return (f"; the host sets {served.host_paced_share:.0%} of its step time (the engine core's work on each stream "
-            f"and the API server's streaming): the speed is the host CPUs' as much as the GPU's, measured 2.3x apart "
-            f"on two H200 hosts")
+            f"and the API server's streaming): the speed is the host CPUs' as much as the GPU's ({HOST_SPREAD})")
 
 
 def _more_api_servers(replica: Replica, workload: Workload, targets: Targets, found: tuple[int, Served],
                       guess: int) -> tuple[Replica, tuple[int, Served]]:
     """Where the host paces a vLLM replica at its answer, the same replica under MORE_API_SERVERS API servers when
     they keep more requests in flight under the targets (fewer replicas); else the replica as it was."""
-    if not replica.more_api_servers or replica.api_servers >= MORE_API_SERVERS or \
-            found[1].host_paced_share < HOST_PACED_SHARE:
+    if not (replica.more_api_servers and found[1].host_paced):
         return replica, found
     more = replica.with_api_servers(MORE_API_SERVERS)
     held = most_in_flight(more, workload, targets, guess=max(guess, found[0]))
@@ -188,10 +183,11 @@ def _more_api_servers(replica: Replica, workload: Workload, targets: Targets, fo
 
 def hold_aggregated(design: Design, replica: Replica, workload: Workload, targets: Targets) -> Design:
     q = targets.percentile
-    found = most_in_flight(replica, workload, targets, guess=_guess(design, workload))
+    guess = _guess(design, workload)
+    found = most_in_flight(replica, workload, targets, guess=guess)
     c = design.decode
     if found is not None:
-        replica, found = _more_api_servers(replica, workload, targets, found, _guess(design, workload))
+        replica, found = _more_api_servers(replica, workload, targets, found, guess)
     if found is None:
         alone = replica.served(workload, 1)
         return replace(_failed("aggregated", c, None, (

@@ -133,8 +133,7 @@ class StepModel:
         # from the host; the engine pads smaller ones to a captured size and replays it. A decode-only step's
         # tokens are its requests, so `_decode_only`'s cache by batch and length stays exact.
         eager = self.eager_overhead_s if self.graphs.eager(step_tokens, bool(chunks)) else 0.0
-        return max(gemms + attention + kv + self.layers_overhead_s + eager,
-                   self.floor_s + decoding * self.core_s_per_token, decoding * self.api_s_per_token)
+        return max(gemms + attention + kv + self.layers_overhead_s + eager, self.host_seconds(decoding))
 
     def host_seconds(self, decoding: int) -> float:
         """The host's part of a step of `decoding` streams: the engine core's side (its floor and its work on each
