@@ -36,10 +36,11 @@ def test_started_and_never_started_answers():
     assert started.started and "0.23.0 was started" in started.sentence()
     minor = release_evidence("vllm", "0.23")  # a minor names its started release
     assert minor.started_version == "0.23.0"
-    never = release_evidence("vllm", "0.22.0")
-    assert not never.started and never.nearest_version == "0.22.1"
+    never = release_evidence("vllm", "0.19.1")
+    assert not never.started and never.nearest_version == "0.20.0"
     assert "never started" in never.sentence() and never.nearest_version in never.sentence()
-    assert release_evidence("vllm", "0.20.2").nearest_version == "0.20.0"
+    assert release_evidence("vllm", "0.18.0").nearest_version == "0.20.0"
+    assert release_evidence("vllm", "0.20.2").started_version == "0.20.2"  # a patch release is its own start
     assert release_evidence("vllm", "0.25.0").started
     assert release_evidence("trtllm", None) is None
 
@@ -51,7 +52,7 @@ def test_an_estimate_says_whether_its_release_was_started():
 
     _, shape = load_model("qwen3-8b")
     g = gpu_profile("h100-sxm")
-    for engine, words in (("vllm", "was started"), ("vllm@0.20.1", "was never started")):
+    for engine, words in (("vllm", "was started"), ("vllm@0.19.1", "was never started")):
         e = estimate(Scenario("qwen3-8b", shape, g.name, g.memory_bytes, engine=engine, max_model_len=8192))
         assert any(words in w for w in e.warnings), e.warnings
 

@@ -73,17 +73,17 @@ def test_good_news_is_a_note_not_a_warning(capsys):
                "--max-model-len", "32k", "--format", "json") == 0
     err = capsys.readouterr().err
     assert "kvsize: note: vllm 0.33.0 was started: " in err and "warning: vllm 0.33.0 was started" not in err
-    assert run("estimate", "--model", "llama-3.1-8b", "--gpu", "h200", "--engine", "vllm@0.20.1",
+    assert run("estimate", "--model", "llama-3.1-8b", "--gpu", "h200", "--engine", "vllm@0.19.1",
                "--max-model-len", "32k") == 0
     out = capsys.readouterr().out
-    assert "  warning: vllm 0.20.1 was never started" in out  # a real warning stays one
+    assert "  warning: vllm 0.19.1 was never started" in out  # a real warning stays one
 
 
 def test_good_news_in_a_sweep_is_a_note(tmp_path, capsys):
-    assert run("sweep", "--models", "llama-3.1-8b", "--engines", "vllm@0.33.0,vllm@0.20.1", "--contexts", "8k",
+    assert run("sweep", "--models", "llama-3.1-8b", "--engines", "vllm@0.33.0,vllm@0.19.1", "--contexts", "8k",
                "--out", str(tmp_path / "g.csv"), "--no-progress") == 0
     err = capsys.readouterr().err
-    assert "kvsize: note: vllm 0.33.0 was started" in err and "kvsize: warning: vllm 0.20.1 was never started" in err
+    assert "kvsize: note: vllm 0.33.0 was started" in err and "kvsize: warning: vllm 0.19.1 was never started" in err
 
 
 @pytest.mark.parametrize("given, tokens", [("1M", 1_048_576), ("1m", 1_048_576), ("32k", 32_768), ("2M", 2_097_152)])
@@ -135,7 +135,7 @@ def test_sweep_files_carry_their_provenance(tmp_path, capsys):
     import openpyxl
 
     xlsx, csv = tmp_path / "g.xlsx", tmp_path / "g.csv"
-    assert run("sweep", "--models", "llama-3.1-8b", "--engines", "vllm,vllm@0.20.1", "--contexts", "8k,32k",
+    assert run("sweep", "--models", "llama-3.1-8b", "--engines", "vllm,vllm@0.19.1", "--contexts", "8k,32k",
                "--out", str(xlsx), "--out", str(csv), "--no-progress") == 0
     err = capsys.readouterr().err
     rows = _read_csv(csv)
@@ -143,12 +143,12 @@ def test_sweep_files_carry_their_provenance(tmp_path, capsys):
     assert rows[PROVENANCE].notna().all().all() and rows["max_tokens"].dtype.kind == "i"
     first = rows.iloc[0]
     assert first["provenance_kvsize_version"] and first["provenance_written_utc"].endswith("Z")
-    assert "vllm@0.33.0" in first["provenance_engine_release"] and "vllm@0.20.1" in first["provenance_engine_release"]
+    assert "vllm@0.33.0" in first["provenance_engine_release"] and "vllm@0.19.1" in first["provenance_engine_release"]
     assert "h100-sxm 2025-10" in first["provenance_price_date"]
-    assert "warning: vllm 0.20.1 was never started" in first["provenance_caveats"]
-    assert "vllm 0.20.1 was never started" in err
+    assert "warning: vllm 0.19.1 was never started" in first["provenance_caveats"]
+    assert "vllm 0.19.1 was never started" in err
     sheet = {r[0]: r for r in openpyxl.load_workbook(xlsx)["provenance"].iter_rows(values_only=True)}
-    assert {"kvsize version", "written", "engine release (vllm)", "engine release (vllm@0.20.1)",
+    assert {"kvsize version", "written", "engine release (vllm)", "engine release (vllm@0.19.1)",
             "price date (h100-sxm)", "caveat"} <= set(sheet)
     release = sheet["engine release (vllm)"]
     assert release[1] == "vllm@0.33.0 (started)" and "was started" in release[2]
@@ -166,19 +166,19 @@ def test_a_stale_price_is_flagged():
 
 
 @pytest.mark.parametrize("argv", [
-    ["estimate", "--model", "llama-3.1-8b", "--gpu", "h200", "--engine", "vllm@0.20.1", "--format", "csv"],
-    ["estimate", "--model", "llama-3.1-8b", "--gpu", "h200", "--engine", "vllm@0.20.1", "--vs", "vllm@0.33.0",
+    ["estimate", "--model", "llama-3.1-8b", "--gpu", "h200", "--engine", "vllm@0.19.1", "--format", "csv"],
+    ["estimate", "--model", "llama-3.1-8b", "--gpu", "h200", "--engine", "vllm@0.19.1", "--vs", "vllm@0.33.0",
      "--format", "csv"],
-    ["compare", "--model", "llama-3.1-8b", "--gpu", "h200", "--engine", "vllm@0.20.1", "--format", "csv"],
+    ["compare", "--model", "llama-3.1-8b", "--gpu", "h200", "--engine", "vllm@0.19.1", "--format", "csv"],
 ])
 def test_estimate_and_compare_csv_carry_their_provenance(tmp_path, argv):
     out = tmp_path / "t.csv"
     assert run(*argv, "--out", str(out)) == 0
     rows = _read_csv(out)
     assert list(rows.columns[-5:]) == PROVENANCE and rows[PROVENANCE].notna().all().all()
-    assert "vllm@0.20.1 (never started)" in rows.iloc[0]["provenance_engine_release"]
+    assert "vllm@0.19.1 (never started)" in rows.iloc[0]["provenance_engine_release"]
     if argv[0] == "estimate" and "--vs" not in argv:
-        assert "vllm 0.20.1 was never started" in rows.iloc[0]["provenance_caveats"]
+        assert "vllm 0.19.1 was never started" in rows.iloc[0]["provenance_caveats"]
 
 
 def test_plan_files_carry_their_provenance_and_its_text_names_the_release(tmp_path, capsys):
@@ -198,9 +198,9 @@ def test_plan_files_carry_their_provenance_and_its_text_names_the_release(tmp_pa
 
 def test_a_run_carries_only_its_own_caveats(tmp_path):
     # the caveats kept for the files are this run's: a second run in the same process starts afresh
-    assert run("estimate", "--model", "llama-3.1-8b", "--gpu", "h200", "--engine", "vllm@0.20.1",
+    assert run("estimate", "--model", "llama-3.1-8b", "--gpu", "h200", "--engine", "vllm@0.19.1",
                "--format", "json") == 0
     out = tmp_path / "t.csv"
     assert run("estimate", "--model", "llama-3.1-8b", "--gpu", "h200", "--engine", "vllm@0.33.0", "--format",
                "csv", "--out", str(out)) == 0
-    assert "0.20.1" not in _read_csv(out).iloc[0]["provenance_caveats"]
+    assert "0.19.1" not in _read_csv(out).iloc[0]["provenance_caveats"]

@@ -22,16 +22,23 @@ NEMOTRON3_ACTIVATION = (
     "at 8,192 tokens that kvsize does not hold, so its KV budget is +1.5%; kvsize's estimate warns of it")
 QWEN35_FP8_GRAPHS = (
     "Qwen3.5-35B-A3B with fp8 KV: vLLM measures 18 MiB per PIECEWISE graph (6 MiB with bf16 KV, same start "
-    "otherwise), so its CUDA-graph estimate is 1.23 GiB against kvsize's 0.62 and the KV budget +1.05%")
+    "otherwise), so its CUDA-graph estimate is 1.23 GiB against kvsize's 0.60 and the KV budget +1.09%")
 MOE_PER_GRAPH = (
     "vLLM measures 6 MiB per PIECEWISE graph for Nemotron-3-Nano (Mamba-2 and MoE) where the per-layer constant "
-    "fitted over all 39 DEBUG starts (scripts/fit_vllm_terms.py) gives less: the estimate is 0.52 GiB against "
-    "vLLM's 0.64 (-0.12)")
+    "fitted over all 61 DEBUG starts (scripts/fit_vllm_terms.py) gives less: the estimate is 0.50 GiB against "
+    "vLLM's 0.64 (-0.14)")
 MLA_PER_GRAPH = (
-    "GLM-4.7-Flash (MLA, 47 layers): the MLA per-layer constant of the joint fit (120,728 B a layer-graph, pulled "
-    "up by DeepSeek-V2-Lite's starts) gives 1.78 GiB against vLLM's 1.64 (+0.14); its KV budget is -0.15%")
+    "GLM-4.7-Flash (MLA, 47 layers): the MLA per-layer constant of the joint fit (130,143 B a layer-graph, pulled "
+    "up by DeepSeek-V2-Lite's one-GPU starts) gives 1.82 GiB against vLLM's 1.64 (+0.18); its KV budget is -0.15%")
+MLA_TP4_GRAPHS = (
+    "DeepSeek-V2-Lite at TP 4 (0.22.1) prints 0.32 GiB of graphs where the MLA per-layer constant, set by its "
+    "one-GPU starts (0.89 printed, 0.83 fitted, on 0.20.1-0.22.1), gives 0.45 (+0.13): a rank's MLA graphs hold less "
+    "at TP 4 than one GPU's, which a per-layer constant does not follow; its KV budget is -0.06%")
+PHI_MOE_GRAPHS = (
+    "Phi-3.5-MoE (0.26.0, 32 layers of 16 experts) prints 0.65 GiB of graphs where the per-layer constant of the "
+    "joint fit gives 0.53 (-0.12), as for Nemotron-3-Nano's MoE (MOE_PER_GRAPH); its KV budget is +0.29%")
 TP2_U80_GRAPHS = (
-    "Llama-3.1-8B at TP 2 and utilization 0.8 (0.22.1) prints 0.27 GiB of graphs where the fit gives 0.42 (+0.15): "
+    "Llama-3.1-8B at TP 2 and utilization 0.8 (0.22.1) prints 0.27 GiB of graphs where the fit gives 0.40 (+0.13): "
     "the same model at TP 1 prints 0.50 and is fitted to 0.51; its KV budget is -0.11%")
 GPT_OSS_MXFP4 = (
     "gpt-oss on 0.33.0 (MXFP4 experts) holds memory no term models: 0.18 GiB of non-torch memory at TP 2 "
@@ -49,7 +56,9 @@ KNOWN_GRAPH_GAPS = {"h200-0.26.0-nemotron-3-nano-30b-a3b": MOE_PER_GRAPH,
                     "h200-0.26.0-glm-4.7-flash": MLA_PER_GRAPH, "h200-0.26.0-glm-4.7-flash-u70": MLA_PER_GRAPH,
                     "h200-0.22.1-llama-3.1-8b-tp2-u80": TP2_U80_GRAPHS,
                     "h200-0.26.0-qwen3.5-35b-a3b-text-fp8": QWEN35_FP8_GRAPHS,
-                    "h200-0.33.0-gpt-oss-120b": GPT_OSS_MXFP4, "h200-0.33.0-gemma-2-9b": GEMMA2_V2_GRAPHS}
+                    "h200-0.33.0-gpt-oss-120b": GPT_OSS_MXFP4, "h200-0.33.0-gemma-2-9b": GEMMA2_V2_GRAPHS,
+                    "h200-0.22.1-deepseek-v2-lite-tp4": MLA_TP4_GRAPHS,
+                    "h200-0.26.0-phi-3.5-moe-instruct": PHI_MOE_GRAPHS}
 COHERE_EAGER_FORWARD = (
     "Command-R without torch.compile prints 1.69 GiB against kvsize's 1.56: its attention and MLP run in "
     "parallel off one normed input, so the attention's output (8,192 x 8,192 bf16, 0.125 GiB) is alive beside "
