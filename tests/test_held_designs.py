@@ -202,3 +202,65 @@ def test_a_host_paced_vllm_replica_is_planned_with_more_api_servers_where_they_h
     other = json.loads(sglang.read_text())
     assert other["cheapest"]["decode_replicas"] == 2 and "api-server-count" not in other["cheapest"]["reason"]
     assert "api-server-count" not in other["serve_command"]
+
+
+def _short_streams(engine: str):
+    """Llama-3.2-1B at 512 short streams under a 20 ms ITL target, its designs disaggregated over NVLink in one
+    host: (base, workload, targets, disaggregated designs by the queueing model)."""
+    from sizing.planners.slo import search_designs
+    from sizing.planners.tiers import link_fit
+
+    model = str(Path(__file__).parent.parent / "measure/serving/models/llama-3.2-1b-instruct/config.json")
+    w = parse_workload(dict(name="short", peak_concurrency=512, ttft_target_ms=2000, itl_target_ms=20, buckets=[
+        dict(max_context_tokens=512, share_percent=100, output_tokens=256)]))
+    base = scenario(model, "h200", max_model_len=512, engine=engine)
+    targets = Targets(2.0, 0.020)
+    candidates = build_candidates(["h200"], ["auto"], [1], {}, engine)
+    designs = search_designs(base, candidates, w, measured_efficiency(), targets, link_fit("nvlink4-peer"),
+                             same_host=True)
+    return base, w, targets, [d for d in designs if d.kind == "disaggregated"]
+
+
+def test_a_host_paced_vllm_decode_pool_is_held_with_more_api_servers_where_they_hold_more():
+    # The same 512 short streams as above, disaggregated: the decode replicas stream every token through the API
+    # server as an aggregated replica does, so one API server paces them and needs two decode replicas, where four
+    # hold all 512 in one; the design's reason and its decode command say so, its prefill command does not (a
+    # prefill replica streams no tokens).
+    from sizing.planners.held import decode_pool, hold_designs
+    from sizing.planners.slo import cheapest, design_serve_commands
+
+    base, w, targets, designs = _short_streams("vllm")
+    replica = replica_for(base, designs[0].decode, w, measured_efficiency())
+    one = decode_pool(replace(replica, more_api_servers=False), w, targets, 256)
+    four = decode_pool(replica, w, targets, 256)
+    assert one.api_servers == 1 and one.served.host_paced and one.replicas == 2
+    assert four.api_servers == 4 and four.replicas == 1 and four.each == 512
+    assert four.served.host_paced and four.served.tpot_ms[50] <= 20
+    held = hold_designs(designs, base, w, measured_efficiency(), targets)
+    best = cheapest(held.designs)
+    assert best.kind == "disaggregated" and best.decode_replicas == 1 and best.api_servers == 4
+    assert "512 requests in flight each; 4 API servers (--api-server-count 4)" in best.reason
+    commands = dict(design_serve_commands(best, base, w, "meta-llama/Llama-3.2-1B-Instruct"))
+    decode = next(c.command for role, c in commands.items() if role.startswith("decode"))
+    prefill = next(c.command for role, c in commands.items() if role.startswith("prefill"))
+    assert "--api-server-count 4" in decode and "--kv-transfer-config" in decode
+    assert "--api-server-count" not in prefill
+
+
+def test_an_sglang_decode_pool_is_never_held_with_more_api_servers():
+    # SGLang's server is one process: its decode replicas, host-paced as vLLM's are, keep one API server however
+    # many replicas that takes, and neither its reasons nor its commands name any
+    from sizing.planners.held import decode_pool, hold_designs
+    from sizing.planners.slo import cheapest, design_serve_commands
+
+    base, w, targets, designs = _short_streams("sglang")
+    replica = replica_for(base, designs[0].decode, w, measured_efficiency())
+    assert not replica.more_api_servers
+    pool = decode_pool(replica, w, targets, 256)
+    assert pool.api_servers == 1 and pool.served.host_paced and pool.replicas > 1
+    held = hold_designs(designs, base, w, measured_efficiency(), targets)
+    assert all(d.api_servers == 1 and "api-server-count" not in d.reason for d in held.designs)
+    best = cheapest(held.designs)
+    assert best.decode_replicas == pool.replicas
+    commands = design_serve_commands(best, base, w, "meta-llama/Llama-3.2-1B-Instruct")
+    assert all("api-server-count" not in c.command for _, c in commands)

@@ -168,13 +168,14 @@ def host_note(served: Served) -> str:
 
 
 def _more_api_servers(replica: Replica, workload: Workload, targets: Targets, found: tuple[int, Served],
-                      guess: int) -> tuple[Replica, tuple[int, Served]]:
+                      guess: int, prefilled: bool = False) -> tuple[Replica, tuple[int, Served]]:
     """Where the host paces a vLLM replica at its answer, the same replica under MORE_API_SERVERS API servers when
-    they keep more requests in flight under the targets (fewer replicas); else the replica as it was."""
+    they keep more requests in flight under the targets (fewer replicas); else the replica as it was. `prefilled`:
+    a disaggregated design's decode replica, its prompts arriving in its pool."""
     if not (replica.more_api_servers and found[1].host_paced):
         return replica, found
     more = replica.with_api_servers(MORE_API_SERVERS)
-    held = most_in_flight(more, workload, targets, guess=max(guess, found[0]))
+    held = most_in_flight(more, workload, targets, prefilled, guess=max(guess, found[0]))
     peak = workload.peak_concurrency
     if held is not None and math.ceil(peak / held[0]) < math.ceil(peak / found[0]):
         return more, held
@@ -201,15 +202,15 @@ def hold_aggregated(design: Design, replica: Replica, workload: Workload, target
                   served.ttft_ms[q] / 1e3, 0.0, rate, served.output_tokens_per_s * replicas, True,
                   f"{replicas} replica(s) × TP {tp}, {each} requests in flight each (simulated: at most {found[0]} "
                   f"keep the targets; p99 TTFT {served.ttft_ms[99]:,.0f} ms, ITL {served.tpot_ms[99]:.1f} ms, "
-                  f"p99 gap {served.itl_ms[99]:,.0f} ms){_api_note(replica)}{host_note(served)}",
+                  f"p99 gap {served.itl_ms[99]:,.0f} ms){_api_note(replica.api_servers)}{host_note(served)}",
                   SIMULATED, replica.api_servers)
 
 
-def _api_note(replica: Replica) -> str:
-    if replica.api_servers == 1:
+def _api_note(api_servers: int) -> str:
+    if api_servers == 1:
         return ""
-    return (f"; {replica.api_servers} API servers (--api-server-count {replica.api_servers}): one would pace the "
-            f"streams and hold fewer requests")
+    return (f"; {api_servers} API servers (--api-server-count {api_servers}): one would pace the streams and hold "
+            f"fewer requests")
 
 
 @dataclass(frozen=True)
@@ -220,6 +221,7 @@ class DecodePool:
     each: int
     served: Served | None  # at `each` in flight; None: one request alone misses the target
     alone: Served
+    api_servers: int = 1  # vLLM's --api-server-count on each decode replica (more where the host paces it)
 
 
 def _guess(design: Design, workload: Workload) -> int:
@@ -230,12 +232,15 @@ def _guess(design: Design, workload: Workload) -> int:
 
 
 def decode_pool(replica: Replica, workload: Workload, targets: Targets, guess: int) -> DecodePool:
-    found = most_in_flight(replica, workload, Targets(None, targets.itl_seconds, targets.percentile), prefilled=True,
-                           guess=guess)
+    """The decode replicas under the ITL target alone (TTFT is the prefill pool's); a host-paced vLLM pool is tried
+    under MORE_API_SERVERS API servers as an aggregated replica is."""
+    itl = Targets(None, targets.itl_seconds, targets.percentile)
+    found = most_in_flight(replica, workload, itl, prefilled=True, guess=guess)
     if found is None:
         return DecodePool(0, 0, None, replica.served(workload, 1, prefilled=True))
+    replica, found = _more_api_servers(replica, workload, itl, found, guess, prefilled=True)
     replicas, each, served = _at_replicas(replica, workload, found[0], True)
-    return DecodePool(replicas, each, served, found[1])
+    return DecodePool(replicas, each, served, found[1], replica.api_servers)
 
 
 def hold_disaggregated(design: Design, pool: DecodePool, base: Scenario, workload: Workload, targets: Targets,
@@ -257,8 +262,9 @@ def hold_disaggregated(design: Design, pool: DecodePool, base: Scenario, workloa
         return replace(_failed("disaggregated", decode, prefill, (
             f"misses the TTFT target: prefill {p * 1e3:.0f} ms + KV transfer {move * 1e3:.1f} ms + decode admission "
             f"{wait * 1e3:.0f} ms")), basis=SIMULATED)
+    note = f"; decode simulated, {pool.each} requests in flight each{_api_note(pool.api_servers)}"
     return disaggregated_design(decode, pool.replicas, prefill, prefills, itl, move, workload, SIMULATED,
-                                f"; decode simulated, {pool.each} requests in flight each{host_note(pool.served)}")
+                                note + host_note(pool.served), pool.api_servers)
 
 
 # A request's token pace is at least the decode step of the requests decoding beside it; with prompts being

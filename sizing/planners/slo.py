@@ -77,7 +77,7 @@ class Design:
     reason: str
     # what sized it: the queueing model (sizing/planners/slo.py) or the serving simulation (sizing/planners/held.py)
     basis: str = QUEUEING_MODEL
-    api_servers: int = 1  # vLLM's --api-server-count on its replicas (held.py tries more where the host paces)
+    api_servers: int = 1  # vLLM's --api-server-count on its (decode) replicas (held.py tries more where the host paces)
 
     @property
     def usd_per_million_output_tokens(self) -> float:
@@ -276,7 +276,8 @@ def prefill_pool(workload: Workload, prompt_seconds: float, move: float, itl: fl
 
 
 def disaggregated_design(decode: Candidate, decode_replicas: int, prefill: Candidate, pool: PrefillPool, itl: float,
-                         move: float, workload: Workload, basis: str = QUEUEING_MODEL, note: str = "") -> Design:
+                         move: float, workload: Workload, basis: str = QUEUEING_MODEL, note: str = "",
+                         api_servers: int = 1) -> Design:
     gpus = decode_replicas * decode.tensor_parallel_size + pool.replicas * prefill.tensor_parallel_size
     cost = (decode_replicas * decode.tensor_parallel_size * decode.gpu.usd_per_hour
             + pool.replicas * prefill.tensor_parallel_size * prefill.gpu.usd_per_hour)
@@ -284,7 +285,7 @@ def disaggregated_design(decode: Candidate, decode_replicas: int, prefill: Candi
     return Design("disaggregated", decode, decode_replicas, prefill, pool.replicas, gpus, cost, itl,
                   pool.ttft_seconds, move, rate, rate * workload.mean("output_tokens"), True,
                   f"P:D = {pool.replicas}:{decode_replicas} replicas, prefill busy {pool.busy:.0%}, "
-                  f"KV {move * 1e3:.1f} ms per request over the P/D link{note}", basis)
+                  f"KV {move * 1e3:.1f} ms per request over the P/D link{note}", basis, api_servers)
 
 
 PD_LINK_KINDS = ("peer", "remote")  # prefill and decode GPUs talk over NVLink in one host, or a network
