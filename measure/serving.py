@@ -33,6 +33,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from sizing.evidence.bench import tokens_per_chunk
+
 ROOT = Path(__file__).resolve().parents[1]
 SERVING = ROOT / "measure" / "serving"
 POINTS_SCHEMA = "kvsize.serving-points/1"
@@ -156,6 +158,8 @@ class Measured(BaseModel):
     output_tokens_per_s: Ms
     requests_per_s: Ms
     total_output_tokens: int = Field(ge=0)
+    # the mean tokens a streamed chunk carried (vllm bench serve times an ITL per chunk); None: no gaps kept
+    tokens_per_chunk: float | None = Field(default=None, gt=0)
 
 
 class ServerMetrics(BaseModel):
@@ -325,6 +329,12 @@ def _env(batch_dir: Path) -> tuple[str, str]:
     return version.group(1), gpu.group(1).strip()
 
 
+def _per_chunk(bench: BenchResult) -> float | None:
+    ok = successful(bench)
+    per_chunk = tokens_per_chunk([bench.output_lens[i] for i in ok], [bench.itls[i] for i in ok])
+    return None if per_chunk is None else round(per_chunk, 4)
+
+
 def build_points(serving: Path = SERVING) -> list[Point]:
     plan = read_json(serving / "plan.json")
     servers = {s["tag"]: s for s in plan["servers"]}
@@ -366,7 +376,7 @@ def build_points(serving: Path = SERVING) -> list[Point]:
                     itl_p50_ms=bench.p50_itl_ms, itl_p90_ms=bench.p90_itl_ms, itl_p99_ms=bench.p99_itl_ms,
                     tpot_p50_ms=bench.median_tpot_ms, e2el_p50_ms=bench.median_e2el_ms,
                     output_tokens_per_s=bench.output_throughput, requests_per_s=bench.request_throughput,
-                    total_output_tokens=bench.total_output_tokens)
+                    total_output_tokens=bench.total_output_tokens, tokens_per_chunk=_per_chunk(bench))
                 out.append(Point(id=p["id"], batch=batch, server=tag, raw=str(raw.relative_to(serving)),
                                  settings=settings, measured=measured, metrics=point_metrics(rows, p["id"]),
                                  server_start=start))

@@ -110,3 +110,43 @@ def test_an_api_server_count_out_of_range_is_refused(capsys, count, needle):
     assert main(["check-serve", str(SERVING / POINT), *SERVER, "--api-server-count", count]) == 2
     err = capsys.readouterr().err.strip()
     assert "--api-server-count" in err and needle in err and len(err.splitlines()) == 1
+
+
+def _server_of(point: dict) -> list[str]:
+    st = point["settings"]
+    return ["--model", str(ROOT / st["config"]), "--gpu", "h200", "--engine", f"vllm@{st['vllm_version']}",
+            "--max-model-len", str(st["max_model_len"]), "--gpu-memory-utilization", str(st["gpu_memory_utilization"]),
+            "--max-num-batched-tokens", str(st["max_num_batched_tokens"]), "--max-num-seqs", str(st["max_num_seqs"])]
+
+
+def test_chunks_that_carry_several_tokens_are_named(capsys):
+    # b8-frontend's Llama-3.2-1B at 128 in flight under one API server: the server fell behind and streamed about two
+    # tokens a chunk, and vllm bench serve times an ITL per chunk
+    point = next(p for p in json.loads((SERVING / "points.json").read_text())["points"]
+                 if p["id"] == "b8-llama1b-p02-i128-o256-c128")
+    raw = json.loads(gzip.open(SERVING / point["raw"]).read())
+    per_chunk = (sum(o - 1 for o in raw["output_lens"] if o > 0)
+                 / sum(len(g) for g, o in zip(raw["itls"], raw["output_lens"]) if o > 0))
+    assert per_chunk > 2
+    main(["check-serve", str(SERVING / point["raw"]), *_server_of(point), "--format", "json"])
+    assert json.loads(capsys.readouterr().out)["tokens_per_chunk"] == pytest.approx(per_chunk, abs=1e-3)
+    main(["check-serve", str(SERVING / point["raw"]), *_server_of(point)])
+    out = capsys.readouterr().out
+    assert f"a streamed chunk carried {per_chunk:.2f} tokens on average" in out
+
+
+def test_one_token_a_chunk_gets_no_chunk_note(capsys):
+    main(["check-serve", str(SERVING / POINT), *SERVER, "--format", "json"])
+    assert json.loads(capsys.readouterr().out)["tokens_per_chunk"] <= 1.1
+    main(["check-serve", str(SERVING / POINT), *SERVER])
+    assert "a streamed chunk carried" not in capsys.readouterr().out
+
+
+def test_gaps_for_a_different_number_of_requests_are_refused(tmp_path, capsys):
+    raw = json.loads(gzip.open(SERVING / POINT).read())
+    raw["itls"] = raw["itls"][:-1]
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(raw))
+    assert main(["check-serve", str(path), *SERVER]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "itls has" in err and "one of each per request" in err and len(err.splitlines()) == 1

@@ -38,6 +38,8 @@ class BenchResult(BaseModel):
     # --save-detailed: each request's lengths (a failed request's output is 0: it never ran)
     input_lens: list[int] | None = Field(default=None, max_length=10**7)
     output_lens: list[int] | None = Field(default=None, max_length=10**7)
+    # and each request's gaps between the chunks it streamed (a chunk can carry more than one token)
+    itls: list[list[float]] | None = Field(default=None, max_length=10**7)
 
     @field_validator("request_rate")
     @classmethod
@@ -57,10 +59,29 @@ class BenchResult(BaseModel):
         return value
 
 
+# past this many tokens a streamed chunk on average, the API server is joining tokens it fell behind on
+JOINED_CHUNKS = 1.1
+
+
+def tokens_per_chunk(output_lens: list[int], itls: list[list[float]]) -> float | None:
+    """The mean tokens a chunk carried after each request's first: the tokens past the first over the gaps the load
+    generator timed between chunks (vllm bench serve times an ITL per chunk, not per token). None without gaps."""
+    chunks = sum(len(gaps) for gaps, out in zip(itls, output_lens) if out > 0)
+    tokens = sum(out - 1 for gaps, out in zip(itls, output_lens) if out > 0)
+    return tokens / chunks if chunks else None
+
+
 @dataclass(frozen=True)
 class BenchRun:
     load: Load
     measured: dict[str, float]  # ttft_p50_ms, ttft_p99_ms, itl_p50_ms, itl_p99_ms, output_tokens_per_s, requests_per_s
+    # the mean tokens a streamed chunk carried (None: the result kept no per-request gaps); past JOINED_CHUNKS the
+    # measured ITL is the API server's pace of chunks, not the engine's of tokens
+    tokens_per_chunk: float | None = None
+
+    @property
+    def chunks_joined(self) -> bool:
+        return self.tokens_per_chunk is not None and self.tokens_per_chunk > JOINED_CHUNKS
 
 
 def read_bench(data: bytes, where: str) -> BenchRun:
@@ -107,6 +128,12 @@ def read_bench(data: bytes, where: str) -> BenchRun:
     load = Load(max(1, round(b.total_input_tokens / b.completed)), max(1, round(b.total_output_tokens / b.completed)),
                 b.completed, (b.max_concurrency or b.completed) if closed else None, None if closed else b.request_rate,
                 lengths=lengths)
+    per_chunk = None
+    if b.itls is not None and b.output_lens is not None:
+        if len(b.itls) != len(b.output_lens):
+            raise KvsizeError(f"{where}: itls has {len(b.itls):,} entries and output_lens {len(b.output_lens):,}; a "
+                              "result gives one of each per request")
+        per_chunk = tokens_per_chunk(b.output_lens, b.itls)
     return BenchRun(load, dict(ttft_p50_ms=b.median_ttft_ms, ttft_p99_ms=b.p99_ttft_ms, itl_p50_ms=b.median_itl_ms,
                                itl_p99_ms=b.p99_itl_ms, output_tokens_per_s=b.output_throughput,
-                               requests_per_s=b.request_throughput))
+                               requests_per_s=b.request_throughput), per_chunk)
