@@ -142,11 +142,15 @@ def test_one_token_a_chunk_gets_no_chunk_note(capsys):
     assert "a streamed chunk carried" not in capsys.readouterr().out
 
 
-def test_gaps_for_a_different_number_of_requests_are_refused(tmp_path, capsys):
+@pytest.mark.parametrize("change, needle", [
+    (lambda gaps: gaps[:-1], "one of each per request"),
+    (lambda gaps: [5, *gaps[1:]], "field itls: must be a list of each request's list of gaps"),
+])
+def test_gaps_that_are_not_one_list_a_request_are_refused(tmp_path, capsys, change, needle):
     raw = json.loads(gzip.open(SERVING / POINT).read())
-    raw["itls"] = raw["itls"][:-1]
+    raw["itls"] = change(raw["itls"])
     path = tmp_path / "r.json"
     path.write_text(json.dumps(raw))
     assert main(["check-serve", str(path), *SERVER]) == 2
     err = capsys.readouterr().err.strip()
-    assert "itls has" in err and "one of each per request" in err and len(err.splitlines()) == 1
+    assert needle in err and len(err.splitlines()) == 1

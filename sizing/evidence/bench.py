@@ -38,8 +38,6 @@ class BenchResult(BaseModel):
     # --save-detailed: each request's lengths (a failed request's output is 0: it never ran)
     input_lens: list[int] | None = Field(default=None, max_length=10**7)
     output_lens: list[int] | None = Field(default=None, max_length=10**7)
-    # and each request's gaps between the chunks it streamed (a chunk can carry more than one token)
-    itls: list[list[float]] | None = Field(default=None, max_length=10**7)
 
     @field_validator("request_rate")
     @classmethod
@@ -129,11 +127,14 @@ def read_bench(data: bytes, where: str) -> BenchRun:
                 b.completed, (b.max_concurrency or b.completed) if closed else None, None if closed else b.request_rate,
                 lengths=lengths)
     per_chunk = None
-    if b.itls is not None and b.output_lens is not None:
-        if len(b.itls) != len(b.output_lens):
-            raise KvsizeError(f"{where}: itls has {len(b.itls):,} entries and output_lens {len(b.output_lens):,}; a "
+    gaps = raw.get("itls")  # each request's gaps between the chunks it streamed: only their counts are read
+    if gaps is not None and b.output_lens is not None:
+        if not isinstance(gaps, list) or not all(isinstance(g, list) for g in gaps):
+            raise KvsizeError(f"{where}: field itls: must be a list of each request's list of gaps")
+        if len(gaps) != len(b.output_lens):
+            raise KvsizeError(f"{where}: itls has {len(gaps):,} entries and output_lens {len(b.output_lens):,}; a "
                               "result gives one of each per request")
-        per_chunk = tokens_per_chunk(b.output_lens, b.itls)
+        per_chunk = tokens_per_chunk(b.output_lens, gaps)
     return BenchRun(load, dict(ttft_p50_ms=b.median_ttft_ms, ttft_p99_ms=b.p99_ttft_ms, itl_p50_ms=b.median_itl_ms,
                                itl_p99_ms=b.p99_itl_ms, output_tokens_per_s=b.output_throughput,
                                requests_per_s=b.request_throughput), per_chunk)
