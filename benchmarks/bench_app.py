@@ -10,53 +10,18 @@ KVSIZE_CHROMIUM names the browser, default /usr/bin/chromium)
 from __future__ import annotations
 
 import argparse
-import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-CHROMIUM = os.environ.get("KVSIZE_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+from app.local_app import CHROMIUM, CHROMIUM_ARGS, AppDidNotStart, local_app, wait_for_metric  # noqa: E402
+
 FIRST_FIGURES_GOAL_S = 2.0
 CHANGE_GOAL_S = 0.5
-METRIC = 'const m = [...document.querySelectorAll(\'[data-testid="stMetric"]\')].find(e => e.innerText.includes(LABEL));'
-
-
-def _serve() -> tuple[subprocess.Popen, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "streamlit_app.py"), "--server.address",
-           "127.0.0.1", "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats",
-           "false", "--server.fileWatcherType", "none"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2):
-                return proc, url
-        except OSError:
-            time.sleep(0.3)
-    proc.kill()
-    raise SystemExit(f"streamlit did not start on {url}")
-
-
-def _wait_metric(page, label: str, expected: str | None = None) -> None:
-    """Until the metric shows `expected` (or any value): polled on every animation frame."""
-    check = ("m && m.querySelector('[data-testid=\"stMetricValue\"]') && "
-             + ("m.querySelector('[data-testid=\"stMetricValue\"]').innerText.trim() === EXPECTED"
-                if expected is not None else "true"))
-    page.wait_for_function(f"([LABEL, EXPECTED]) => {{ {METRIC} return {check}; }}", arg=[label, expected],
-                           polling="raf", timeout=60_000)
 
 
 def _wait_idle(page, bound_ms: int = 60_000) -> None:
@@ -93,20 +58,19 @@ def main() -> int:
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
-    proc, url = _serve()
-    try:
+    with local_app() as url:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
             page = browser.new_page(viewport={"width": 1500, "height": 1100})
             start_url = f"{url}/?model=llama-3.1-8b&gpu=h100-sxm&engine=vllm&ctx=32768&conc=8"
             page.goto(start_url)
-            _wait_metric(page, "Max concurrency")  # warms the server: profiles loaded, caches filled
+            wait_for_metric(page, "Max concurrency")  # warms the server: profiles loaded, caches filled
             _wait_idle(page)
             opening = []
             for _ in range(args.repeats):
                 t = time.perf_counter()
                 page.goto(start_url)
-                _wait_metric(page, "Max concurrency", expected_concurrency("llama-3.1-8b"))
+                wait_for_metric(page, "Max concurrency", expected_concurrency("llama-3.1-8b"))
                 opening.append(time.perf_counter() - t)
                 _wait_idle(page)
             changes: dict[str, list[float]] = {}
@@ -124,31 +88,28 @@ def main() -> int:
                     option.wait_for()
                     t = time.perf_counter()
                     option.click()
-                    _wait_metric(page, "Max concurrency", expected)
+                    wait_for_metric(page, "Max concurrency", expected)
                     changes.setdefault(f"change model to {model}", []).append(time.perf_counter() - t)
             validation = []
             for k in range(args.repeats + 1):  # the first opening fills the tab's caches: warm is what is timed
                 page.goto(start_url)
-                _wait_metric(page, "Max concurrency")
+                wait_for_metric(page, "Max concurrency")
                 _wait_idle(page)
                 t = time.perf_counter()
                 page.get_by_role("tab", name="Validation").click()
-                _wait_metric(page, "ITL p50 within")  # its third section: the real starts and llama.cpp above it
+                wait_for_metric(page, "ITL p50 within")  # its third section: the real starts and llama.cpp above it
                 if k:
                     validation.append(time.perf_counter() - t)
             fleet = []
             for _ in range(args.repeats):
                 page.goto(start_url)
-                _wait_metric(page, "Max concurrency")
+                wait_for_metric(page, "Max concurrency")
                 _wait_idle(page)
                 t = time.perf_counter()
                 page.get_by_role("tab", name="Fleet").click()
-                _wait_metric(page, "Fleet that serves the workload")
+                wait_for_metric(page, "Fleet that serves the workload")
                 fleet.append(time.perf_counter() - t)
             browser.close()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
     print(f"{'browser journey (warm server, ' + str(args.repeats) + ' repeats)':<44}{'median s':>9}{'max s':>9}"
           f"{'goal':>7}")
     ok = _report("open the page: first figures", opening, FIRST_FIGURES_GOAL_S)
@@ -160,4 +121,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except AppDidNotStart as e:
+        raise SystemExit(f"bench_app: {e}") from None

@@ -26,8 +26,9 @@ points of Qwen3-30B-A3B (prompts of 256 to 8,000 tokens, one prompt a step, unde
 under graphs up to 2,048 tokens), beside an offset that is not kept (see fit_eager). Last, the front end's seconds
 per streamed token, the engine core's (in the host's side of a step, after its floor) and the API servers' (a bound
 of their own; see fit_frontend), on batch b8's closed-loop Llama-3.2-1B points (one and four API servers). The
-request's handling by the front end (see fit_handling) is fitted with the MFU, in turn, on b7's one-request prompts a CUDA graph holds. Batch b7's
-Llama-3.2-1B points stay out of every other fit (see fitted_on and EAGER_SERVERS). Every other measured point
+request's handling by the front end (see fit_handling) is fitted with the MFU, in turn, on b7's one-request prompts
+a CUDA graph holds. Batch b7's Llama-3.2-1B points stay out of every other fit (see fitted_on and EAGER_SERVERS).
+Every other measured point
 (Mixtral-8x7B, gpt-oss-20b, DeepSeek-V2-Lite, Qwen3-30B-A3B at more than one request in flight and in batches b4 and
 b6, more than one request in flight elsewhere, the open loops, b7's Llama-3.2-1B prompts past their graph) is left out
 of the fit, so the accuracy page reports those apart as out of the fit.

@@ -5,24 +5,18 @@ Locally the test is skipped when Chromium is absent; under CI (CI=true) that is 
 """
 
 import os
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from app.local_app import CHROMIUM, CHROMIUM_ARGS, AppDidNotStart, local_app
 from conftest import ROOT
 from helpers import scenario
 from sizing.capacity.estimate import estimate
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = os.environ.get("KVSIZE_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
 SCREENSHOTS = Path(os.environ.get("KVSIZE_SCREENSHOT_DIR", ROOT / "tests" / "screenshots"))
 
 
@@ -38,41 +32,14 @@ def _need_browser():
         pytest.skip(f"needs {CHROMIUM} and the playwright package")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def app_url():
     _need_browser()
-    port = _free_port()
-    cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "streamlit_app.py"),
-           "--server.address", "127.0.0.1", "--server.port", str(port), "--server.headless", "true",
-           "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                out = proc.stdout.read().decode(errors="replace") if proc.poll() is not None else ""
-                pytest.fail(f"streamlit did not start on {url}: {out[-2000:]}")
-            time.sleep(0.5)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        with local_app() as url:
+            yield url
+    except AppDidNotStart as e:
+        pytest.fail(str(e))
 
 
 @pytest.fixture(scope="module")

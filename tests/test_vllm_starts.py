@@ -29,7 +29,8 @@ MOE_PER_GRAPH = (
     "vLLM's 0.64 (-0.14)")
 MLA_PER_GRAPH = (
     "GLM-4.7-Flash (MLA, 47 layers): the MLA per-layer constant of the joint fit (130,143 B a layer-graph, pulled "
-    "up by DeepSeek-V2-Lite's one-GPU starts) gives 1.82 GiB against vLLM's 1.64 (+0.18); its KV budget is -0.21% (-0.37% at utilization 0.7)")
+    "up by DeepSeek-V2-Lite's one-GPU starts) gives 1.82 GiB against vLLM's 1.64 (+0.18); its KV budget is -0.21% "
+    "(-0.37% at utilization 0.7)")
 MLA_TP4_GRAPHS = (
     "DeepSeek-V2-Lite at TP 4 (0.22.1) prints 0.32 GiB of graphs where the MLA per-layer constant, set by its "
     "one-GPU starts (0.89 printed, 0.83 fitted, on 0.20.1-0.22.1), gives 0.45 (+0.13): a rank's MLA graphs hold less "

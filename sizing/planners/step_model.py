@@ -15,16 +15,17 @@ cost per layer (and per layer's all-reduce where TP > 1), never less than the en
     API  = decoding requests × API / API servers                            (the tokens the API servers stream)
     step = max(GPU, host, API)                                              (FLOP/s = dense bf16 × MFU × TP)
 
-The host's side of a step is the engine core's: a fixed floor (scheduling, sampling, sending the tokens) and its work
-on each decoding request's output, one after the other in its one process; the engine overlaps it with the GPU's, so
-it shows only where the GPU's part is shorter (a small model), and there it grows with the streams. A step of more tokens than the largest CUDA
-graph the engine captured (kvsize's estimate of its capture sizes, sizing/planners/graph_steps.py) runs without one:
-its kernels are launched from the host layer by layer, and an MoE layer's fused-expert path runs its Python, a cost
-a step much larger than a graph's replay. A dense layer's share of that cost is not a term of its own: it is not
-separable from the prefill MFU, fitted on prompts that all run past the graph. The front end (the engine core's
-output handling above and the API servers', processes of their own that stream each decoding request's token beside
-the engine's step) hands each request to the engine a fixed time after the client sent it, which its TTFT carries. Every term is fitted
-on the points profiles/serving.json names (scripts/fit_serving_terms.py).
+The host's side of a step is the engine core's: a fixed floor (scheduling, sampling, sending the tokens) and its
+work on each decoding request's output, one after the other in its one process; the engine overlaps it with the
+GPU's, so it shows only where the GPU's part is shorter (a small model), and there it grows with the streams. A step
+of more tokens than the largest CUDA graph the engine captured (kvsize's estimate of its capture sizes,
+sizing/planners/graph_steps.py) runs without one: its kernels are launched from the host layer by layer, and an MoE
+layer's fused-expert path runs its Python, a cost a step much larger than a graph's replay. A dense layer's share of
+that cost is not a term of its own: it is not separable from the prefill MFU, fitted on prompts that all run past
+the graph. The front end (the engine core's output handling above and the API servers', processes of their own that
+stream each decoding request's token beside the engine's step) hands each request to the engine a fixed time after
+the client sent it, which its TTFT carries. Every term is fitted on the points profiles/serving.json names
+(scripts/fit_serving_terms.py).
 """
 
 from __future__ import annotations
