@@ -262,7 +262,11 @@ def sglang_section() -> list[str]:
     lines = ["## SGLang", "",
              "Real SGLang starts in `tests/fixtures/sglang-starts/` (dummy weights, triton attention, CUDA graphs off",
              "unless a start turns them on; the fraction SGLang itself picks with CUDA graphs, unless set by hand).",
-             "`max_total_num_tokens` predicted by estimate from the ServerArgs and by check-log from the log.", "",
+             "`max_total_num_tokens` predicted by estimate from the ServerArgs and by check-log from the log.",
+             "The 0.5.23 starts ran without the CuTe DSL's Python package (nvidia-cutlass-dsl), with SGLang patched to",
+             "select no small-batch dual-GEMM kernel for dense MLPs where `cutlass.cute` does not import",
+             "(srt/layers/dual_gemm.py `_select_mode`); that kernel holds no memory and first runs after the KV cache",
+             "is sized.", "",
              f"- {len(sized)} starts sized, {len(starts) - len(sized)} failed (listed below), {len(checks)} predictions.",
              f"- Within 1% and at most 0.5% above: {ok} of {len(checks)}.",
              f"- Worst token error {_pct(max((c.tokens_error for c in checks), key=abs))}; "

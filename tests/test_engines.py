@@ -131,6 +131,14 @@ def test_max_concurrency_fits_and_one_more_does_not(context, engine, model):
     layout = _layout(shape, e.k_format, e.v_format, 1, range(shape.num_layers), None, s.format_options)
     pool = _pool(e.engine, layout, e.block_size, e.scenario.max_num_batched_tokens, e.scenario.pipeline_parallel_size)
     state = 0 if pool.holds_recurrent else layout.state_bytes_per_sequence()
+    if e.state_pool is not None:
+        # SGLang's state slots are set aside whole; the KV pool holds the rest, and the slots cap the requests
+        budget = e.kv_budget_bytes - e.state_pool.reserved_bytes
+        assert e.state_pool.slot_bytes == state and 0 < e.max_concurrency <= e.state_pool.max_requests
+        assert concurrency_fits(pool, budget, context, 0, e.max_concurrency)
+        assert (e.max_concurrency == e.state_pool.max_requests
+                or not concurrency_fits(pool, budget, context, 0, e.max_concurrency + 1))
+        return
     assert concurrency_fits(pool, e.kv_budget_bytes, context, state, e.max_concurrency)
     assert not concurrency_fits(pool, e.kv_budget_bytes, context, state, e.max_concurrency + 1)
 

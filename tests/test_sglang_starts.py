@@ -120,3 +120,26 @@ def test_check_log_reads_sglangs_lines_within_one_percent(start, capsys):
     rows = {r["term"]: r for r in out["rows"]}
     for term in ("kv_budget_bytes", "max_tokens", "free_at_start_bytes"):
         assert abs(rows[term]["difference_percent"]) < 1, term
+
+
+HYBRID = [s for s in SIZED if "Mamba Cache is allocated" in (CORPUS / s.log).read_text()]
+
+
+@pytest.mark.parametrize("start", HYBRID, ids=[s.id for s in HYBRID])
+def test_the_mamba_state_pool_and_its_request_cap_are_the_engines(start):
+    # SGLang's own lines: "Mamba Cache is allocated. max_mamba_cache_size: N, conv_state size: X GB, ssm_state size:
+    # Y GB" and "max_running_requests is capped to M by the mamba state cache": kvsize's state pool has N slots, whose
+    # N + 1 allocated add up to X + Y, and caps the running requests at M
+    from sizing.capacity.estimate import estimate
+    from sizing.units import GiB
+
+    log = (CORPUS / start.log).read_text()
+    slots = int(re.search(r"max_mamba_cache_size: (\d+)", log).group(1))
+    conv, ssm = map(float, re.search(r"conv_state size: ([\d.]+) ?GB, ssm_state size: ([\d.]+) ?GB", log).groups())
+    cap = int(re.search(r"max_running_requests is capped to (\d+) by the mamba state cache", log).group(1))
+    e = estimate(start_scenario(start))
+    assert e.state_pool is not None
+    assert e.state_pool.slots == slots
+    assert abs(e.state_pool.reserved_bytes / GiB - (conv + ssm)) < 0.02
+    assert e.state_pool.max_requests == cap and e.max_concurrency == cap
+    assert len(HYBRID) >= 2

@@ -19,6 +19,7 @@ from ..engines.memory import (SGLANG_PER_LAYER_INPUTS, VLLM_PER_LAYER_INPUTS, Ac
                               engine_weight_format, per_layer_input_buffer_bytes, profiling_peak,
                               resolve_weights_dtype, weight_bytes)
 from ..engines.releases import find_release, version_key
+from ..engines.state_pool import StatePool
 from ..engines.support import support
 from ..config import DTYPE_BYTES, ModelShape
 from ..config.family import family
@@ -108,6 +109,8 @@ class StageSetup:
     payload_bytes_per_token: int
     metadata_bytes_per_token: int
     model_runner: str = "v1"
+    # the engine's own pool of recurrent-state slots, sized from the budget (SGLang's MambaPool), else None
+    state_pool: StatePool | None = None
 
 
 # The fields a stage's setup does not read: a sweep over contexts builds each setup once.
@@ -247,8 +250,30 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
     payload_tok, metadata_tok = layout.token_bytes()
     # vLLM keeps a hybrid model's recurrent state in its block pool, not beside it.
     state = 0 if pool.holds_recurrent else layout.state_bytes_per_sequence()
-    return StageSetup(shape, k_name, v_name, notes, layout, pool, weights_format, act, terms, fraction, budget, state,
-                       ceil_fraction(payload_tok), ceil_fraction(metadata_tok), runner)
+    slots, slot_notes = _state_slots(engine, state, budget.kv_budget_bytes)
+    return StageSetup(shape, k_name, v_name, notes + slot_notes, layout, pool, weights_format, act, terms, fraction,
+                      budget, state, ceil_fraction(payload_tok), ceil_fraction(metadata_tok), runner, slots)
+
+
+def _state_slots(engine: Engine, state_bytes: int, kv_budget_bytes: int) -> tuple[StatePool | None, tuple[str, ...]]:
+    """The engine's pool of recurrent-state slots where its release sizes one from the budget, and what a plan
+    must know of it: the running requests it caps."""
+    if state_bytes == 0:
+        return None, ()
+    rule = engine.release.recurrent_state_pool if engine.release else None
+    if rule is None:
+        if engine.name != "sglang":
+            return None, ()
+        named = engine.release.name if engine.release else engine.name
+        return None, (f"recurrent state: how {named} sizes its Mamba state pool is not confirmed (modelled "
+                      "from SGLang 0.5.12 on); kvsize keeps one request's state per running request beside the "
+                      "KV pool",)
+    slots = rule.pool(max(0, kv_budget_bytes), state_bytes)
+    return slots, (f"recurrent state: {engine.name} keeps {slots.slots:,} state slots of {state_bytes:,} B "
+                   f"(mamba_full_memory_ratio {rule.full_memory_ratio:g} of the cache memory), so at most "
+                   f"{slots.max_requests:,} requests run at once ({rule.slots_per_request} slots a request with "
+                   "the radix cache); the engine's --mamba-full-memory-ratio moves the split, kvsize follows its "
+                   "default",)
 
 
 def _stage_vocab_note(version: str, architectures: tuple[str, ...]) -> tuple[str, ...]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from ..engines import Budget, Engine, MemoryTerms, Pool
 from ..cache.layers import CacheLayout, kv_heads_per_rank
 from ..engines.memory import ActivationEstimate
+from ..engines.state_pool import StatePool
 from ..config import ModelShape
 from ..units import GiB
 from .budget import StageSetup, chosen_fraction, stage_setup
@@ -71,6 +72,7 @@ class Estimate:
     activation: ActivationEstimate | None = field(default=None, repr=False, compare=False)
     first_stage_kv_budget_bytes: int | None = None  # rank 0's budget (what vLLM's log prints)
     model_runner: str = "v1"  # vLLM's model runner for this model ("v2" profiles no CUDA graphs before sizing)
+    state_pool: StatePool | None = None  # the engine's own recurrent-state slots (SGLang), set aside whole
 
     @property
     def printed_kv_budget_bytes(self) -> int:
@@ -111,18 +113,28 @@ class LengthFigures:
     fits: bool
 
 
-def _length_figures(su: StageSetup, engine: Engine, concurrency: int, max_model_len: int) -> LengthFigures:
-    pool, state = su.pool, su.state_bytes
+def _kv_side(su: StageSetup) -> tuple[int, int, int | None]:
+    """(the budget the KV pool and per-request state share, the state each running request adds, the running
+    requests an engine's own state pool caps): a fixed state pool is set aside whole, then no request adds state."""
     kv_budget = max(0, su.budget.kv_budget_bytes)
+    if su.state_pool is None:
+        return kv_budget, su.state_bytes, None
+    return max(0, kv_budget - su.state_pool.reserved_bytes), 0, su.state_pool.max_requests
+
+
+def _length_figures(su: StageSetup, engine: Engine, concurrency: int, max_model_len: int) -> LengthFigures:
+    pool = su.pool
+    kv_budget, state, cap = _kv_side(su)
     units = units_for(pool, kv_budget - concurrency * state)
     seq_payload, seq_metadata = su.layout.sequence_bytes(max_model_len)
     request_units = pool.request_units(max_model_len)
     mc = max_concurrency(pool, kv_budget, max_model_len, state)
+    mc = mc if cap is None else min(mc, cap)
     ratio = units_for(pool, kv_budget - state) / request_units if request_units else 0.0
     # Fitting is monotone in length, so the longest context up to max(max_position_embeddings, length)
     # is one cached search for every length up to max_position_embeddings.
     limit = max(su.shape.max_position_embeddings, max_model_len)
-    mctx = max_context(pool, kv_budget, concurrency, state, limit)
+    mctx = max_context(pool, kv_budget, concurrency, state, limit) if cap is None or concurrency <= cap else 0
     fits = (su.budget.kv_budget_bytes > 0 and concurrency_fits(pool, kv_budget, max_model_len, state, 1)
             and concurrency <= mc)
     return LengthFigures(max_model_len, request_units, seq_payload + seq_metadata, mc, ratio, mctx,
@@ -189,7 +201,7 @@ def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index
     if beyond:
         at = replace(at, fits=False)
     kv_budget = max(0, budget.kv_budget_bytes)
-    state_reserved = s.concurrency * state
+    state_reserved = su.state_pool.reserved_bytes if su.state_pool else s.concurrency * state
     units = units_for(pool, kv_budget - state_reserved)
     page_payload, page_metadata = pool.payload_share()
     allocated = units * pool.unit_bytes
@@ -208,7 +220,9 @@ def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index
         headroom_bytes=budget.headroom_bytes,
         free_bytes=free if budget.kv_budget_bytes > 0 else budget.kv_budget_bytes,
     )
-    message = beyond or _fit_message(s, engine, budget, pool, kv_budget, max_model_len, state, at, terms)
+    kv_side, per_request_state, cap = _kv_side(su)
+    message = beyond or _fit_message(s, engine, budget, pool, kv_side, max_model_len, per_request_state, at, terms,
+                                     cap)
     k_name = su.k_name
     return Estimate(
         scenario=s, engine=engine, k_format=k_name if k_name != "auto" else shape.serving_dtype,
@@ -227,7 +241,7 @@ def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index
         model_runner=su.model_runner,
         budget_formula=budget.formula, breakdown=breakdown, fits=at.fits, fit_message=message,
         warnings=tuple(warnings), layout=layout, pool=pool, activation=su.activation,
-        first_stage_kv_budget_bytes=budget.kv_budget_bytes if index == 0 else None,
+        first_stage_kv_budget_bytes=budget.kv_budget_bytes if index == 0 else None, state_pool=su.state_pool,
     )
 
 
@@ -236,7 +250,7 @@ def _gib(n: int) -> str:
 
 
 def _fit_message(s: Scenario, engine: Engine, budget: Budget, pool: Pool, kv_budget: int, max_model_len: int,
-                 state: int, at: LengthFigures, terms: MemoryTerms) -> str:
+                 state: int, at: LengthFigures, terms: MemoryTerms, state_cap: int | None = None) -> str:
     setting = engine.fraction_option or "--headroom"
     if budget.kv_budget_bytes <= 0:
         return (
@@ -255,6 +269,10 @@ def _fit_message(s: Scenario, engine: Engine, budget: Budget, pool: Pool, kv_bud
             f"a smaller --kv-cache-dtype, or raising {setting}"
         )
     mc, mctx = at.max_concurrency, at.max_context_at_concurrency
+    if state_cap is not None and s.concurrency > state_cap:
+        return (f"{s.concurrency} concurrent requests: {engine.name}'s recurrent-state slots run at most {state_cap} "
+                f"at once, whatever the KV cache holds; try decreasing --concurrency, raising {setting}, or more "
+                f"replicas (the engine's own --mamba-full-memory-ratio moves the split; kvsize follows its default)")
     if s.concurrency > mc:
         need = s.concurrency * (at.request_units * pool.unit_bytes + state) + pool.fixed_bytes
         return (

@@ -86,6 +86,7 @@ def read_recurrent(r: Reading) -> None:
     f, kinds = r.f, r.kinds
     r.state_elements, r.conv_elements, r.state_dtype, r.mixer_params, r.mixer_other = \
         _recurrent(f, r.hidden, r.config_dtype) if "recurrent" in kinds else (0, 0, r.config_dtype, 0, 0)
+    r.ssm_dtype_named = (dtype_name(r.f.get("mamba_ssm_dtype")) or "") if "recurrent" in kinds else ""
     r.checkpoint_alignment = GDN_CHECKPOINT_ALIGNMENT if "recurrent" in kinds and \
         f.get("linear_num_value_heads") is not None else 1
 

@@ -162,6 +162,7 @@ def _shape(r: Reading) -> ModelShape:
         recurrent_state_elements=r.state_elements,
         recurrent_conv_elements=r.conv_elements,
         recurrent_state_dtype=r.state_dtype,
+        recurrent_ssm_dtype_named=r.ssm_dtype_named,
         vocab_size=r.vocab,
         logit_softcap=r.logit_softcap,
         max_position_embeddings=r.max_pos,

@@ -54,6 +54,7 @@ class Reading:
     state_elements: int = 0
     conv_elements: int = 0
     state_dtype: str = ""
+    ssm_dtype_named: str = ""
     mixer_params: int = 0
     mixer_other: int = 0
     checkpoint_alignment: int = 1

@@ -66,6 +66,8 @@ class ModelShape:
     gated_mlp: bool = True
     rotary_dim: int = 0  # rotary embedding width (vLLM caches max_position x rotary_dim cos/sin values)
     recurrent_conv_elements: int = 0  # of recurrent_state_elements: the conv state, kept in the model dtype
+    # the SSM dtype the config's own mamba_ssm_dtype names, the one key SGLang reads ('' where unset)
+    recurrent_ssm_dtype_named: str = ""
     # The window comes from a global sliding_window with no layer_types (Mistral-7B-v0.1): transformers
     # masks every layer with it, while vLLM applies windows only to layers layer_types marks sliding.
     window_without_layer_types: bool = False

@@ -19,6 +19,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..errors import KvsizeError
+from .state_pool import StatePoolRule
 
 ENGINES_DIR = Path(__file__).resolve().parents[2] / "profiles" / "engines"
 
@@ -370,6 +371,9 @@ class Release(_Strict):
     # State pages a request holds per Mamba group in the block pool: 1 (+ speculative tokens) where
     # prefix caching is off for hybrid models (mamba_cache_mode "none", 0.21-0.26), 3 in "align" mode.
     mamba_pages_per_request: int = Field(default=3, gt=0)
+    # A fixed pool of recurrent-state slots beside the KV pool, sized by a ratio of the cache budget
+    # (SGLang's MambaPool); None: the state is kept per running request (or in the block pool: vLLM)
+    recurrent_state_pool: StatePoolRule | None = None
     # A global sliding_window with no layer_types (Mistral-7B-v0.1) windows every layer (0.21-0.26:
     # CacheConfig.sliding_window reaches each Attention) rather than none (0.33).
     global_window_every_layer: bool = False

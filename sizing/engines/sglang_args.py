@@ -21,7 +21,7 @@ NOT_MODELLED = frozenset({
     "cpu_offload_gb", "enable_hierarchical_cache", "hicache_ratio", "hicache_size", "enable_dp_attention",
     "ep_size", "enable_ep_moe", "dp_size", "max_total_tokens", "enable_double_sparsity", "mamba_ssm_dtype",
     "max_mamba_cache_size", "enable_two_batch_overlap", "cuda_graph_bs", "enable_torch_compile",
-    "piecewise_cuda_graph_max_tokens", "disable_radix_cache", "enable_mixed_chunk",
+    "piecewise_cuda_graph_max_tokens", "disable_radix_cache", "enable_mixed_chunk", "mamba_full_memory_ratio",
 })
 IGNORED = frozenset({
     "model_path", "tokenizer_path", "load_format", "skip_tokenizer_init", "random_seed", "log_level",

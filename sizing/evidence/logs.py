@@ -265,11 +265,15 @@ def _sglang(text: str) -> LoggedRun:
         f["free_at_start_bytes"] = _gib(begin)
     if usage is not None or (begin is not None and end is not None):
         f["weights_bytes"] = _gib(usage if usage is not None else begin - end)
+    # a hybrid model's Mamba pool takes its share of the same cache memory first (MambaPool)
+    conv = _first(r"Mamba Cache is allocated\..{0,120}?conv_state size: ([\d.]+) ?GB", text, float)
+    ssm = _first(r"Mamba Cache is allocated\..{0,200}?ssm_state size: ([\d.]+) ?GB", text, float)
+    state = (conv or 0.0) + (ssm or 0.0)
     if k_size is not None and v_size is not None:
-        f["kv_budget_bytes"] = _gib(k_size + v_size)  # SGLang divides by 1 << 30 and calls it GB
+        f["kv_budget_bytes"] = _gib(k_size + v_size + state)  # SGLang divides by 1 << 30 and calls it GB
     elif (latent := _first_from("KV Cache is allocated.", r"KV Cache is allocated\..{0,80}? KV size: ([\d.]+) GB", text,
                                  float)) is not None:
-        f["kv_budget_bytes"] = _gib(latent)  # MLA's one latent pool (MLATokenToKVPool)
+        f["kv_budget_bytes"] = _gib(latent + state)  # MLA's one latent pool (MLATokenToKVPool)
     return LoggedRun("sglang", _first(r"sglang[ =v]+(\d+\.\d+\.\d+)", text),
                      _first(r"model_path='([^'\n]{1,4096})'", text) or _first(r"'model_path': '([^'\n]{1,4096})'", text),
                      s, {k: v for k, v in f.items() if v is not None})

@@ -101,7 +101,7 @@ class PoolPlan:
     requests_per_replica: int
     replicas: int
     kv_budget_bytes: int  # per rank
-    limited_by: str  # "kv cache" or "max_num_seqs"
+    limited_by: str  # "kv cache", "max_num_seqs", "recurrent-state slots" or "itl target"
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,9 @@ class FleetPlan:
 
 
 def _request_bytes(e: Estimate, tokens: int) -> int:
-    return e.pool.request_units(tokens) * e.pool.unit_bytes + e.recurrent_state_bytes_per_sequence
+    # an engine's own state pool is set aside whole (usable below), so a request adds no state to it
+    state = 0 if e.state_pool else e.recurrent_state_bytes_per_sequence
+    return e.pool.request_units(tokens) * e.pool.unit_bytes + state
 
 
 def _draft_terms(draft: Draft | None, tp: int, scenario: Scenario) -> tuple[int, object]:
@@ -200,10 +202,13 @@ def _pool_plan(name: str, e: Estimate, mix: list[tuple[float, Bucket]], requests
         per_request += share * (_request_bytes(e, unique) + draft)
     # One copy of the shared prefix per replica: prefix caching keeps it once for every request.
     prefix_bytes = e.pool.request_units(shared_prefix) * e.pool.unit_bytes if shared_prefix else 0
-    usable = e.kv_budget_bytes - e.pool.fixed_bytes - prefix_bytes
+    state_pool = e.state_pool.reserved_bytes if e.state_pool else 0
+    usable = e.kv_budget_bytes - e.pool.fixed_bytes - prefix_bytes - state_pool
     by_kv = int(usable // per_request) if per_request > 0 and usable > 0 else 0
     per_replica = min(by_kv, max_num_seqs)
     limited = "max_num_seqs" if max_num_seqs < by_kv else "kv cache"
+    if e.state_pool and e.state_pool.max_requests < per_replica:
+        per_replica, limited = e.state_pool.max_requests, "recurrent-state slots"
     replicas = math.ceil(requests / per_replica - 1e-9) if per_replica > 0 else 0
     return PoolPlan(name, e.max_model_len, requests, per_request, per_replica, replicas, e.kv_budget_bytes, limited)
 
