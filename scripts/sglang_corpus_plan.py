@@ -1,7 +1,8 @@
 """Write the plan of real SGLang starts for tests/fixtures/sglang-starts (a JSON list), or the srun.sh command
 lines that run it on a machine's GPUs.
 
-usage: python scripts/sglang_corpus_plan.py first-h100s > plan.json      (or second, architectures, variants, first-0.5.23)
+usage: python scripts/sglang_corpus_plan.py first-h100s > plan.json      (or second, architectures, variants, first-0.5.23,
+       hybrids-0.5.23)
        python scripts/sglang_corpus_plan.py first-h100s --lanes 2   (one srun.sh line per lane, TP starts last)
 Every start is a dict of SGLang ServerArgs fields on a config in tests/fixtures/vllm-starts/configs/ (the same
 configs the vLLM starts use), with the tool's defaults (dummy weights, triton attention, CUDA graphs off,
@@ -137,6 +138,17 @@ def first_0523():
     ]
 
 
+def hybrids_0523():
+    """SGLang 0.5.23's Mamba state pool (its slots from mamba_full_memory_ratio, the running requests they cap) on
+    hybrid layouts beyond Nemotron-H-8B's: Mamba-2 with routed experts (Nemotron-3-Nano) and gated delta net with
+    routed experts (Qwen3.5-35B-A3B), one GPU each."""
+    v = "0.5.23"
+    return [
+        start(v, "nemotron-3-nano-30b-a3b", context_length=32768),
+        start(v, "qwen3.5-35b-a3b", context_length=32768),
+    ]
+
+
 def lanes(plan: list[dict], n: int) -> list[str]:
     """srun.sh command lines: one-GPU starts dealt over n lanes (one GPU each), then the TP starts on all."""
     single = [s for s in plan if s["args"].get("tp_size", 1) == 1]
@@ -161,7 +173,7 @@ def lanes(plan: list[dict], n: int) -> list[str]:
 
 if __name__ == "__main__":
     plan = {"first-h100s": first_h100s, "second": second, "architectures": architectures,
-            "variants": variants, "first-0.5.23": first_0523}[sys.argv[1]]()
+            "variants": variants, "first-0.5.23": first_0523, "hybrids-0.5.23": hybrids_0523}[sys.argv[1]]()
     plan = [s for s in plan if (CONFIGS / Path(s["config"]).name).exists()]
     if sys.argv[2:3] == ["--lanes"]:
         print("\n".join(lanes(plan, int(sys.argv[3]))))

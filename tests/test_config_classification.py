@@ -24,7 +24,7 @@ EXPECTED_UNKNOWN = {
     "add_swa_attention_sink_bias", "aligner_config", "attention_output_gate",
     "attn_res_block_size", "audio_config", "blocksparse_block_size", "blocksparse_homo_head_pattern",
     "blocksparse_num_local_blocks", "blocksparse_triton_kernel_block_size", "blocksparse_vert_stride",
-    "chunk_size", "cross_attention_hidden_size", "dense_attention_every_n_layers", "dense_intermediate_size",
+    "cross_attention_hidden_size", "dense_attention_every_n_layers", "dense_intermediate_size",
     "embd_layer", "enable_moe_block", "expert_dtype", "expert_intermediate_size", "ff_dim_multiplier",
     "ff_intermediate_size", "gegelu_pad_to_256", "gen_aligner_config", "gen_head_config",
     "gen_vision_config", "hc_mult", "img_processor",

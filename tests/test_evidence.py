@@ -97,9 +97,10 @@ def test_an_architecture_never_started_says_so_with_its_family():
     said = architecture_evidence("vllm", ("MiniMaxM2ForCausalLM",), "MoE")
     assert said and "no real vllm start of MiniMaxM2ForCausalLM" in said and "its family, MoE" in said
     assert architecture_evidence("vllm", ("LlamaForCausalLM",), "dense GQA/MQA") is None  # started
-    # SGLang has no hybrid start: the nearest started family stands in, and says it does
-    hybrid = architecture_evidence("sglang", ("NemotronHForCausalLM",), "hybrid (Mamba/linear)")
-    assert hybrid is not None and "no real sglang start" in hybrid
+    # SGLang's hybrid starts are Nemotron-H's (0.5.23): another hybrid architecture says it has none of its own
+    assert architecture_evidence("sglang", ("NemotronHForCausalLM",), "hybrid (Mamba/linear)") is None
+    hybrid = architecture_evidence("sglang", ("Qwen3NextForCausalLM",), "hybrid (Mamba/linear)")
+    assert hybrid is not None and "no real sglang start of Qwen3NextForCausalLM" in hybrid
 
 
 def _parallel_notes(engine: str, tp: int) -> list[str]:

@@ -76,6 +76,10 @@ _BY_REASON: dict[str, tuple[str, ...]] = {
     "empty, and the engines build it as one": (
         "add_cross_attention", "is_decoder", "is_encoder_decoder", "pruned_heads", "tie_encoder_decoder"),
     "the sum of qk_nope_head_dim and qk_rope_head_dim, which kvsize reads": ("qk_head_dim",),
+    "the Mamba-2 scan's chunk length: how the prefill kernel tiles a sequence (vLLM 0.33 config/model.py "
+    "get_mamba_chunk_size feeds only the Mamba-2 attention metadata and its warm-up; SGLang 0.5.23 its scan "
+    "metadata and the radix cache's state-tracking interval); the state a sequence holds, SGLang's state slots "
+    "and vLLM's cache pages do not depend on it": ("chunk_size", "mamba_chunk_size"),
     "BERT's token-type embedding: a few rows of hidden_size, under 0.01% of the weights": ("type_vocab_size",),
     "Falcon's parallel attention and MLP: the same weights in another order": ("parallel_attn",),
 }

@@ -167,6 +167,7 @@ class SubRange(_Strict):
     non_torch: NonTorchModel | None = None
     # the V2 sampler's logit copies at TP >= 2 where the sub-range's starts show another figure than the range's
     tensor_parallel_logit_copies: float | None = Field(default=None, ge=0)
+    recurrent_state_pool: StatePoolRule | None = None
     sources: dict[str, str] = Field(min_length=1)
 
 
@@ -515,6 +516,8 @@ def _split(release: Release, file_name: str) -> list[Release]:
             update["model_runners"] = sub.model_runners
         if sub.non_torch is not None:
             update["non_torch"] = sub.non_torch
+        if sub.recurrent_state_pool is not None:
+            update["recurrent_state_pool"] = sub.recurrent_state_pool
         if sub.tensor_parallel_logit_copies is not None:
             if release.activation_v2 is None:
                 raise KvsizeError(f"engine profile {file_name}: sub-range {sub.release} sets "

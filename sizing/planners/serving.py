@@ -37,9 +37,10 @@ MAX_SIMULATED_STEPS = 2_000_000  # a point of 10^4 prompts of 10^3 tokens at bat
 PERCENTILES = (50, 90, 99)
 SIMULATED = "serving simulation"  # the basis of a figure this simulation gave (a design held to it: held.py)
 # past this share of its step time set by the host (StepModel.host_seconds), a run's speed is the host CPUs' as much
-# as the GPU's: the same server and load ran 5.4 ms and 12.6 ms a gap on two H200 hosts (batches b9, b10)
+# as the GPU's: the same server and load ran 5.4 ms and 12.6 ms a gap on two H200 hosts (batches b9, b10), and at
+# 120 requests/s sent, one host held 107.6 and the other 74.4 (b9-llama1b-api4-p04, b10-llama1b-api4-p02)
 HOST_PACED_SHARE = 0.5
-HOST_SPREAD = "the same server ran 2.3x apart on two H200 hosts"
+HOST_SPREAD = "the same server ran 2.3x apart on two H200 hosts and held 108 and 74 requests/s at most"
 
 
 @dataclass(frozen=True)
