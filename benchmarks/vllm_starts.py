@@ -181,7 +181,7 @@ def prospective_section(starts) -> list[str]:
                 printed = min(start.printed.kv_cache_tokens)
                 today = check_start(start).term("kv_tokens").predicted
             else:
-                printed = min(start.printed.max_total_num_tokens)
+                printed = start.printed_tokens
                 today = sglang_starts.check_start(start).predicted_tokens
             errs = (r["kv_tokens"] / printed - 1, today / printed - 1)
             groups.setdefault((r.get("engine", "vllm"), r["release"]), []).append(errs)

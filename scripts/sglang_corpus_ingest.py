@@ -74,9 +74,15 @@ def main(argv: list[str]) -> int:
             entry = {"id": sid, "version": row["version"], "gpu": gpu, "gpu_name": gpu_name, "nvml_total_mib": nvml,
                      "gpus_used": int(row["args"].get("tp_size", 1)), "config": f"../vllm-starts/{row['config'].split('vllm-starts/')[1]}",
                      "args": args, "log": f"logs/{sid}.log",
-                     "status": "sized" if seen.get("max_total_num_tokens") else "failed", "printed": seen}
+                     "status": "sized" if seen.get("max_total_num_tokens") or seen.get("pool_tokens") else "failed",
+                     "printed": seen}
             if entry["status"] != "sized":
                 entry["reason"] = failure(text) or "the log ends before SGLang's max_total_num_tokens line"
+            elif not seen.get("max_total_num_tokens"):
+                # the scheduler prints the pool's size again once its warm-ups are done; every start that printed
+                # both lines printed the same figure
+                entry["reason"] = ("the log ends after the KV pool's '#tokens' line, before the scheduler's "
+                                   "max_total_num_tokens line: the pool's figure is the one held")
             out.write(json.dumps(entry, sort_keys=True) + "\n")
             added += 1
     print(f"added {added} starts to {manifest}")

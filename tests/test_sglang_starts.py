@@ -38,8 +38,11 @@ def test_the_corpus_covers_the_layouts_and_settings():
 def test_every_start_keeps_its_log_and_config(start):
     log = (CORPUS / start.log).read_text()
     assert (CORPUS / start.config).is_file()
-    if start.status == "sized":
+    if start.status == "sized" and start.printed.max_total_num_tokens:
         assert f"max_total_num_tokens={start.printed.max_total_num_tokens[0]}" in log
+    elif start.status == "sized":  # cut between the pool's line and the scheduler's: the pool's figure, said so
+        assert f"#tokens: {start.printed.pool_tokens[0]}," in log and "max_total_num_tokens=" not in log
+        assert start.reason and "'#tokens' line" in start.reason
     else:
         assert start.reason and start.reason.split(":")[0] in log, "a start that did not size says why"
 

@@ -47,7 +47,13 @@ class SglangStart(BaseModel):
     log: str
     status: Literal["sized", "failed"]
     printed: Printed
-    reason: str | None = None
+    reason: str | None = None  # why a start failed, or what a sized start's log lacks
+
+    @property
+    def printed_tokens(self) -> int:
+        """The tokens SGLang gave the KV pool: the scheduler's max_total_num_tokens, else the pool's own #tokens
+        where the log ends between the two lines (every start that printed both printed the same figure)."""
+        return min(self.printed.max_total_num_tokens or self.printed.pool_tokens)
 
 
 def load_corpus(folder: Path = CORPUS) -> list[SglangStart]:
@@ -105,7 +111,7 @@ def _check(start: SglangStart, scenario, by: str) -> SglangCheck:
     e = estimate(scenario)
     b = e.breakdown
     p = start.printed
-    return SglangCheck(start, by, e.max_tokens, min(p.max_total_num_tokens), b.weights_bytes / GiB,
+    return SglangCheck(start, by, e.max_tokens, start.printed_tokens, b.weights_bytes / GiB,
                        max(map(float, p.weights_gib)) if p.weights_gib else None,
                        (b.total_bytes - b.non_torch_bytes) / GiB,
                        min(map(float, p.avail_begin_gib)) if p.avail_begin_gib else None)
