@@ -533,3 +533,15 @@ def test_control_characters_from_a_config_reach_the_terminal_as_escapes(tmp_path
     both = "".join(capsys.readouterr())
     assert "\x1b" not in both and "\x07" not in both and "\ud800" not in both
     assert "Llama\\x1b[2J\\x07Evil\\ud800" in both
+
+
+def test_a_smaller_format_that_holds_no_more_requests_is_not_recommended(capsys):
+    # SGLang's Mamba state slots cap Nemotron-H's running requests whatever the KV format: fp8 would hold the same
+    # requests at lower accuracy, so the model's own bf16 is named; under vLLM (no such cap) fp8 holds more
+    args = ("--model", "nemotron-h-8b-base-8k", "--gpu", "h200", "--max-model-len", "8192", "--format", "json")
+    assert run("estimate", *args, "--engine", "sglang") == 0
+    capped = json.loads(capsys.readouterr().out)
+    assert capped["recommended_format"]["format"] == "bf16"
+    assert capped["recommended_format"]["max_concurrency"] == capped["max_concurrency"]
+    assert run("estimate", *args, "--engine", "vllm") == 0
+    assert json.loads(capsys.readouterr().out)["recommended_format"]["format"] == "fp8_e4m3"

@@ -53,15 +53,17 @@ def scenario_runs_here(s: Scenario) -> Support:
     return next((v for v in verdicts.values() if v.status == "unconfirmed"), next(iter(verdicts.values())))
 
 
-def recommended_format(rows: list[dict], engine: str) -> dict | None:
+def recommended_format(rows: list[dict], engine: str, model_dtype: str | None = None) -> dict | None:
     """The format to serve: among those the engine runs on this GPU (supported) that fit, with published
     accuracy near-lossless or better (guidance.NEAR_LOSSLESS_FORMATS), the one holding the most concurrent
-    requests (then the fewest bytes a token). Smaller formats stay in the table for the planner's own trial."""
+    requests, then the most bytes a token: a smaller format that holds no more requests (a cap the KV cache does
+    not set, such as SGLang's Mamba state slots) only costs accuracy; then the model's own dtype. Smaller formats
+    stay in the table for the planner's own trial."""
     candidates = [r for r in rows if r["engine"] == engine and r.get("runs") == "supported" and r["fits"]
                   and r["format"] in NEAR_LOSSLESS_FORMATS]
     if not candidates:
         return None
-    return max(candidates, key=lambda r: (r["max_concurrency"], -r["kv_bytes_per_token"]))
+    return max(candidates, key=lambda r: (r["max_concurrency"], r["kv_bytes_per_token"], r["format"] == model_dtype))
 
 
 def recommend(base: Scenario, engine: str) -> dict | None:
@@ -70,7 +72,7 @@ def recommend(base: Scenario, engine: str) -> dict | None:
     eng = get_engine(engine)
     names = [n for n in FORMAT_NAMES
              if n in NEAR_LOSSLESS_FORMATS and eng.name in get_format(n, base.shape.serving_dtype).engines]
-    best = recommended_format(compare(base, engine, names), eng.name)
+    best = recommended_format(compare(base, engine, names), eng.name, base.shape.serving_dtype)
     return None if best is None else {"format": best["format"], "max_concurrency": best["max_concurrency"],
                                       "kv_bytes_per_token": best["kv_bytes_per_token"]}
 
@@ -118,7 +120,7 @@ def compare(base: Scenario, engine: str, format_names) -> list[dict]:
             layout_confirmed=not fmt.unconfirmed,
         ))
     bf16 = next((r for r in rows if r["format"] == "bf16" and r["kv_bytes_per_token"]), None)
-    best = recommended_format(rows, eng.name)
+    best = recommended_format(rows, eng.name, base.shape.serving_dtype)
     for r in rows:
         r["recommended"] = best is not None and r["format"] == best["format"]
         # Bytes ratio is per token; the capacity multiplier counts tokens the pool holds, so it
