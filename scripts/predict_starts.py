@@ -4,7 +4,8 @@ usage: python scripts/predict_starts.py PLAN.json GPU BATCH > tests/fixtures/vll
 PLAN.json is what scripts/vllm_corpus_plan.py writes; GPU the bundled id the batch will run on (h100-sxm, h200).
 Each line names the start as the corpus will (GPU-release-model), the code it was predicted with, and kvsize's
 terms as the engine prints them: the weights, the CUDA-graph estimate, the profiling peak, the non-torch memory and
-the KV budget in bytes, and the KV tokens. The file is committed before the batch's logs are read, so that the
+the KV budget in bytes, and the KV tokens; for SGLang's hybrid models, its Mamba state slots and the running
+requests they cap. The file is committed before the batch's logs are read, so that the
 accuracy page can hold these figures apart from the ones kvsize was later fitted to.
 """
 
@@ -42,10 +43,13 @@ def predict(row: dict, gpu: str, code: str) -> dict:
     except KvsizeError as err:
         return {**out, "refused": str(err)[:400]}
     b = e.breakdown
+    # an engine's own recurrent-state pool (SGLang): its slots and the running requests they cap, as SGLang logs them
+    slots = {} if e.state_pool is None else {"state_slots": e.state_pool.slots,
+                                             "state_capped_requests": e.state_pool.max_requests}
     return {**out, "model_runner": e.model_runner, "weights_bytes": b.weights_bytes,
             "cuda_graph_bytes": b.cuda_graph_bytes, "activation_bytes": b.activation_bytes,
             "non_torch_bytes": b.non_torch_bytes, "kv_budget_bytes": e.printed_kv_budget_bytes,
-            "kv_tokens": e.max_tokens}
+            "kv_tokens": e.max_tokens, **slots}
 
 
 def main(argv: list[str]) -> int:

@@ -2,7 +2,7 @@
 lines that run it on a machine's GPUs.
 
 usage: python scripts/sglang_corpus_plan.py first-h100s > plan.json      (or second, architectures, variants, first-0.5.23,
-       hybrids-0.5.23)
+       hybrids-0.5.23, panels-0.5.16-0.5.17)
        python scripts/sglang_corpus_plan.py first-h100s --lanes 2   (one srun.sh line per lane, TP starts last)
 Every start is a dict of SGLang ServerArgs fields on a config in tests/fixtures/vllm-starts/configs/ (the same
 configs the vLLM starts use), with the tool's defaults (dummy weights, triton attention, CUDA graphs off,
@@ -149,6 +149,17 @@ def hybrids_0523():
     ]
 
 
+def panels_0516_0517():
+    """SGLang 0.5.16 and 0.5.17, both on the image's torch 2.11 and on either side of the Mamba pool's padding slot
+    (0.5.17 counts it inside mamba_full_memory_ratio's share, 0.5.16 allocates it beside): the core layouts and
+    Nemotron-H under triton attention (which 0.5.14 refused for it) and under flashinfer."""
+    out = []
+    for v in ("0.5.16", "0.5.17"):
+        out += [*core_layouts(v), start(v, "nemotron-h-8b-base-8k"),
+                start(v, "nemotron-h-8b-base-8k", "flashinfer", attention_backend="flashinfer")]
+    return out
+
+
 def lanes(plan: list[dict], n: int) -> list[str]:
     """srun.sh command lines: one-GPU starts dealt over n lanes (one GPU each), then the TP starts on all."""
     single = [s for s in plan if s["args"].get("tp_size", 1) == 1]
@@ -173,7 +184,8 @@ def lanes(plan: list[dict], n: int) -> list[str]:
 
 if __name__ == "__main__":
     plan = {"first-h100s": first_h100s, "second": second, "architectures": architectures,
-            "variants": variants, "first-0.5.23": first_0523, "hybrids-0.5.23": hybrids_0523}[sys.argv[1]]()
+            "variants": variants, "first-0.5.23": first_0523, "hybrids-0.5.23": hybrids_0523,
+            "panels-0.5.16-0.5.17": panels_0516_0517}[sys.argv[1]]()
     plan = [s for s in plan if (CONFIGS / Path(s["config"]).name).exists()]
     if sys.argv[2:3] == ["--lanes"]:
         print("\n".join(lanes(plan, int(sys.argv[3]))))
