@@ -146,3 +146,17 @@ def test_the_mamba_state_pool_and_its_request_cap_are_the_engines(start):
     assert abs(e.state_pool.reserved_bytes / GiB - (conv + ssm)) < 0.02
     assert e.state_pool.max_requests == cap and e.max_concurrency == cap
     assert len(HYBRID) >= 2
+
+
+@pytest.mark.parametrize("start", HYBRID, ids=[s.id for s in HYBRID])
+def test_check_log_holds_the_mamba_slots_and_request_cap_to_the_log(start, capsys):
+    # a planner's own SGLang hybrid log: check-log shows SGLang's slots and request cap beside kvsize's
+    from app.cli import main
+
+    assert main(["check-log", str(CORPUS / start.log), "--model", str(CORPUS / start.config), "--gpu", start.gpu,
+                 "--format", "json"]) == 0
+    rows = {r["term"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    log = (CORPUS / start.log).read_text()
+    assert rows["state_slots"]["logged"] == int(re.search(r"max_mamba_cache_size: (\d+)", log).group(1))
+    assert rows["state_capped_requests"]["logged"] == int(re.search(r"capped to (\d+) by the mamba", log).group(1))
+    assert rows["state_slots"]["difference"] == 0 and rows["state_capped_requests"]["difference"] == 0

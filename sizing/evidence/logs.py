@@ -269,6 +269,8 @@ def _sglang(text: str) -> LoggedRun:
     conv = _first(r"Mamba Cache is allocated\..{0,120}?conv_state size: ([\d.]+) ?GB", text, float)
     ssm = _first(r"Mamba Cache is allocated\..{0,200}?ssm_state size: ([\d.]+) ?GB", text, float)
     state = (conv or 0.0) + (ssm or 0.0)
+    f["state_slots"] = _first(r"Mamba Cache is allocated\. max_mamba_cache_size: (\d+)", text, int)
+    f["state_capped_requests"] = _first(r"max_running_requests is capped to (\d+) by the mamba state cache", text, int)
     if k_size is not None and v_size is not None:
         f["kv_budget_bytes"] = _gib(k_size + v_size + state)  # SGLang divides by 1 << 30 and calls it GB
     elif (latent := _first_from("KV Cache is allocated.", r"KV Cache is allocated\..{0,80}? KV size: ([\d.]+) GB", text,
@@ -452,6 +454,10 @@ def compare_log(run: LoggedRun, scenario) -> LogComparison:
         "non_torch_bytes": b.non_torch_bytes, "cuda_graph_bytes": b.cuda_graph_bytes, "kv_budget_bytes": budget,
         "max_tokens": e.max_tokens, "max_concurrency_ratio": round(e.max_concurrency_ratio, 2),
         "free_at_start_bytes": b.total_bytes - b.non_torch_bytes,
+        # SGLang's own recurrent-state pool: its slots and the running requests they cap
+        "state_slots": e.state_pool.slots if e.state_pool else None,
+        "state_capped_requests": e.state_pool.max_requests if e.state_pool else None,
     }
-    rows = tuple((k, v, run.figures.get(k)) for k, v in predicted.items() if k in run.figures or k == "kv_budget_bytes")
+    rows = tuple((k, v, run.figures.get(k)) for k, v in predicted.items()
+                 if (k in run.figures and v is not None) or k == "kv_budget_bytes")
     return LogComparison(run, e.engine.label, rows)
