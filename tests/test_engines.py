@@ -234,16 +234,17 @@ def test_bytes_are_whole_and_bounded_or_refused_in_one_line(field, value):
 def test_sglangs_mamba_slots_follow_each_release_line():
     # SGLang's state pool by release (sources in profiles/engines/sglang-0.5.12-0.5.23.json): 0.5.12-0.5.13 cap the
     # running requests at a third of the slots, 0.5.14 on at a fifth (the radix cache's two tracking slots under the
-    # overlap scheduler), and from 0.5.17 the padding slot comes out of the ratio's share; 0.5.3-0.5.11 are not
-    # modelled and say so
+    # overlap scheduler), and from 0.5.17 the padding slot comes out of the ratio's share; 0.5.7-0.5.11 size it as
+    # 0.5.12-0.5.13 do; 0.5.3-0.5.6 (a fixed 512 slots for Nemotron-H) are not modelled and say so
     def run(version):
         return estimate(scenario("nemotron-h-8b-base-8k", "h200", engine=f"sglang@{version}", max_model_len=8192))
 
-    e13, e16, e23, e11 = run("0.5.13"), run("0.5.16"), run("0.5.23"), run("0.5.11")
+    e13, e16, e23, e11, e6 = run("0.5.13"), run("0.5.16"), run("0.5.23"), run("0.5.11"), run("0.5.6")
     assert e13.state_pool.slots == e16.state_pool.slots == e23.state_pool.slots + 1
+    assert e11.state_pool.slots_per_request == 3 and e11.state_pool.full_memory_ratio == 0.9
     assert e13.max_concurrency == e13.state_pool.slots // 3 > e16.max_concurrency == e16.state_pool.slots // 5
     assert e23.max_concurrency == e23.state_pool.slots // 5
     # 0.5.23 counts the padding slot inside the ratio's share, so it serves one slot fewer from the same bytes
     assert e16.state_pool.reserved_bytes == e23.state_pool.reserved_bytes and e16.max_tokens == e23.max_tokens
-    assert e11.state_pool is None and any("not confirmed" in w for w in e11.warnings)
+    assert e6.state_pool is None and any("not modelled (SGLang 0.5.7 on is)" in w for w in e6.warnings)
     assert any(f"at most {e23.max_concurrency:,} requests run at once" in w for w in e23.warnings)

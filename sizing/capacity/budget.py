@@ -265,9 +265,10 @@ def _state_slots(engine: Engine, state_bytes: int, kv_budget_bytes: int) -> tupl
         if engine.name != "sglang":
             return None, ()
         named = engine.release.name if engine.release else engine.name
-        return None, (f"recurrent state: how {named} sizes its Mamba state pool is not confirmed (modelled "
-                      "from SGLang 0.5.12 on); kvsize keeps one request's state per running request beside the "
-                      "KV pool",)
+        return None, (f"recurrent state: how {named} sizes its Mamba state pool is not modelled (SGLang 0.5.7 on "
+                      "is); kvsize keeps one request's state per running request beside the KV pool, where SGLang "
+                      "sets a pool of slots aside first (512, or a ratio of the cache memory): the tokens here may be "
+                      "far too many",)
     slots = rule.pool(max(0, kv_budget_bytes), state_bytes)
     return slots, (f"recurrent state: {engine.name} keeps {slots.slots:,} state slots of {state_bytes:,} B "
                    f"(mamba_full_memory_ratio {rule.full_memory_ratio:g} of the cache memory), so at most "
