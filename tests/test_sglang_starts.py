@@ -160,3 +160,31 @@ def test_check_log_holds_the_mamba_slots_and_request_cap_to_the_log(start, capsy
     assert rows["state_slots"]["logged"] == int(re.search(r"max_mamba_cache_size: (\d+)", log).group(1))
     assert rows["state_capped_requests"]["logged"] == int(re.search(r"capped to (\d+) by the mamba", log).group(1))
     assert rows["state_slots"]["difference"] == 0 and rows["state_capped_requests"]["difference"] == 0
+
+
+def test_check_log_reads_the_mamba_settings_a_log_sets(tmp_path, capsys):
+    # a log whose server_args set SGLang's Mamba pool by hand: the ratio and the SSM dtype are read and move the slots
+    # (bf16 halves the SSM state, so more slots; a smaller ratio, fewer); a fixed cache size is named as not modelled
+    from app.cli import main
+
+    start = next(s for s in HYBRID if "nemotron-h-8b" in s.id)
+    text = (CORPUS / start.log).read_text()
+
+    def slots(**args) -> tuple[int, dict]:
+        log = text
+        for key, value in args.items():
+            log = re.sub(rf"'{key}': [^,]*,", f"'{key}': {value},", log, count=1)
+        path = tmp_path / "sglang.log"
+        path.write_text(log)
+        assert main(["check-log", str(path), "--model", str(CORPUS / start.config), "--gpu", start.gpu,
+                     "--format", "json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        return next(r["predicted"] for r in out["rows"] if r["term"] == "state_slots"), out
+
+    default, _ = slots()
+    bf16, out = slots(mamba_ssm_dtype="'bfloat16'")
+    assert out["read_from_log"]["mamba_ssm_dtype"]["value"] == "bfloat16" and bf16 > 1.9 * default
+    half, out = slots(mamba_full_memory_ratio="0.45")
+    assert out["read_from_log"]["mamba_full_memory_ratio"]["value"] == "0.45" and half < default
+    _, out = slots(max_mamba_cache_size="300")
+    assert "max_mamba_cache_size" in out["not_modelled"]

@@ -4,7 +4,7 @@ the KV budget the engine release leaves from them: everything of an estimate but
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 
 from ..engines import Budget, Engine, MemoryTerms, Pool
@@ -163,6 +163,8 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
                        num_stages: int) -> StageSetup:
     tp = s.tensor_parallel_size
     shape, k_name, v_name, built_notes = engine.build_model(s.shape, k_name, v_name)
+    if s.mamba_ssm_dtype is not None and "recurrent" in shape.layer_kinds:
+        shape = replace(shape, recurrent_state_dtype=s.mamba_ssm_dtype)  # the engine's own setting wins
     notes = (*shape.notes, *built_notes, *_format_warnings(engine, s.gpu_architecture, k_name, v_name,
                                                             shape.serving_dtype))
     if engine.release is not None and engine.release.unconfirmed:
@@ -250,17 +252,20 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
     payload_tok, metadata_tok = layout.token_bytes()
     # vLLM keeps a hybrid model's recurrent state in its block pool, not beside it.
     state = 0 if pool.holds_recurrent else layout.state_bytes_per_sequence()
-    slots, slot_notes = _state_slots(engine, state, budget.kv_budget_bytes)
+    slots, slot_notes = _state_slots(engine, state, budget.kv_budget_bytes, s.mamba_full_memory_ratio)
     return StageSetup(shape, k_name, v_name, notes + slot_notes, layout, pool, weights_format, act, terms, fraction,
                       budget, state, ceil_fraction(payload_tok), ceil_fraction(metadata_tok), runner, slots)
 
 
-def _state_slots(engine: Engine, state_bytes: int, kv_budget_bytes: int) -> tuple[StatePool | None, tuple[str, ...]]:
-    """The engine's pool of recurrent-state slots where its release sizes one from the budget, and what a plan
-    must know of it: the running requests it caps."""
+def _state_slots(engine: Engine, state_bytes: int, kv_budget_bytes: int,
+                 ratio: float | None = None) -> tuple[StatePool | None, tuple[str, ...]]:
+    """The engine's pool of recurrent-state slots where its release sizes one from the budget (at `ratio`, the
+    user's --mamba-full-memory-ratio, where given), and what a plan must know of it: the running requests it caps."""
     if state_bytes == 0:
         return None, ()
     rule = engine.release.recurrent_state_pool if engine.release else None
+    if rule is not None and ratio is not None:
+        rule = rule.model_copy(update={"full_memory_ratio": ratio})
     if rule is None:
         if engine.name != "sglang":
             return None, ()
@@ -273,8 +278,7 @@ def _state_slots(engine: Engine, state_bytes: int, kv_budget_bytes: int) -> tupl
     return slots, (f"recurrent state: {engine.name} keeps {slots.slots:,} state slots of {state_bytes:,} B "
                    f"(mamba_full_memory_ratio {rule.full_memory_ratio:g} of the cache memory), so at most "
                    f"{slots.max_requests:,} requests run at once ({rule.slots_per_request} slots a request with "
-                   "the radix cache); the engine's --mamba-full-memory-ratio moves the split, kvsize follows its "
-                   "default",)
+                   "the radix cache); the engine's --mamba-full-memory-ratio moves the split",)
 
 
 def _stage_vocab_note(version: str, architectures: tuple[str, ...]) -> tuple[str, ...]:

@@ -272,7 +272,7 @@ def _fit_message(s: Scenario, engine: Engine, budget: Budget, pool: Pool, kv_bud
     if state_cap is not None and s.concurrency > state_cap:
         return (f"{s.concurrency} concurrent requests: {engine.name}'s recurrent-state slots run at most {state_cap} "
                 f"at once, whatever the KV cache holds; try decreasing --concurrency, raising {setting}, or more "
-                f"replicas (the engine's own --mamba-full-memory-ratio moves the split; kvsize follows its default)")
+                f"replicas, or a larger --mamba-full-memory-ratio in the engine")
     if s.concurrency > mc:
         need = s.concurrency * (at.request_units * pool.unit_bytes + state) + pool.fixed_bytes
         return (

@@ -80,6 +80,10 @@ class Scenario:
     max_cudagraph_capture_size: int | None = None
     # SGLang's --cuda-graph-max-bs (its default fraction reserves 2 MiB per decode graph batch); None: its rule
     cuda_graph_max_bs: int | None = None
+    # SGLang's Mamba state pool: --mamba-full-memory-ratio (state memory over attention memory; None: the release's)
+    # and --mamba-ssm-dtype (fp32, bf16 or fp16; None: the config's mamba_ssm_dtype, else the release's)
+    mamba_full_memory_ratio: float | None = None
+    mamba_ssm_dtype: str | None = None
 
     @property
     def nvml_mib(self) -> int:
@@ -133,6 +137,11 @@ class Scenario:
             raise KvsizeError(f"--headroom must be a fraction in [0, 1), got {self.headroom}")
         if self.memory_fraction is not None and not 0 < self.memory_fraction <= 1:
             raise KvsizeError(f"the engine's memory fraction must be in (0, 1], got {self.memory_fraction}")
+        if self.mamba_full_memory_ratio is not None and not 0 < self.mamba_full_memory_ratio <= 100:
+            raise KvsizeError(f"mamba_full_memory_ratio must be a ratio in (0, 100] such as 0.9, got "
+                              f"{self.mamba_full_memory_ratio}")
+        if self.mamba_ssm_dtype is not None and self.mamba_ssm_dtype not in ("fp32", "bf16", "fp16"):
+            raise KvsizeError(f"mamba_ssm_dtype must be fp32, bf16 or fp16, got {self.mamba_ssm_dtype!r}")
         for name, value in (("GPU memory", self.gpu_memory_bytes), ("--kv-cache-memory", self.kv_cache_memory_bytes),
                             ("--non-torch-memory", self.non_torch_bytes),
                             ("--cuda-graph-memory", self.cuda_graph_bytes), ("extra weights", self.extra_weights_bytes)):

@@ -15,13 +15,28 @@ from .vllm_args import _flag, _fraction, _positive
 # SGLang's KV dtypes (server_args.py --kv-cache-dtype choices) and kvsize's format for each.
 KV_DTYPES = {"auto": "auto", "bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16",
              "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2", "fp4_e2m1": "nvfp4"}
+# SGLang's --mamba-ssm-dtype choices (server_args) and kvsize's dtype for each
+SSM_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def _ratio(value, name: str) -> float:
+    try:
+        r = float(value)
+    except (TypeError, ValueError):
+        raise KvsizeError(f"{name} must be a ratio such as 0.9 (state memory over attention memory), "
+                          f"got {str(value)[:40]!r}") from None
+    if not 0 < r <= 100:
+        raise KvsizeError(f"{name} must be a ratio in (0, 100] such as 0.9, got {str(value)[:40]!r}")
+    return r
+
+
 # Fields that move memory in ways kvsize does not model; their presence is reported, never guessed.
 NOT_MODELLED = frozenset({
     "speculative_algorithm", "speculative_draft_model_path", "enable_lora", "lora_paths", "max_loras_per_batch",
     "cpu_offload_gb", "enable_hierarchical_cache", "hicache_ratio", "hicache_size", "enable_dp_attention",
-    "ep_size", "enable_ep_moe", "dp_size", "max_total_tokens", "enable_double_sparsity", "mamba_ssm_dtype",
+    "ep_size", "enable_ep_moe", "dp_size", "max_total_tokens", "enable_double_sparsity",
     "max_mamba_cache_size", "enable_two_batch_overlap", "cuda_graph_bs", "enable_torch_compile",
-    "piecewise_cuda_graph_max_tokens", "disable_radix_cache", "enable_mixed_chunk", "mamba_full_memory_ratio",
+    "piecewise_cuda_graph_max_tokens", "disable_radix_cache", "enable_mixed_chunk",
 })
 IGNORED = frozenset({
     "model_path", "tokenizer_path", "load_format", "skip_tokenizer_init", "random_seed", "log_level",
@@ -81,6 +96,17 @@ def read_server_args(args: dict) -> SglangSettings:
                 fields["cudagraph_mode"] = "NONE"  # SGLang captures CUDA graphs unless told not to
         elif name == "cuda_graph_max_bs":
             fields["cuda_graph_max_bs"] = _positive(value, name)
+        elif name == "mamba_full_memory_ratio":
+            fields["mamba_full_memory_ratio"] = _ratio(value, name)
+        elif name == "mamba_ssm_dtype":
+            text = str(value).lower()
+            if text not in SSM_DTYPES:
+                raise KvsizeError(f"mamba_ssm_dtype {str(value)[:40]!r} is not one SGLang takes; allowed: "
+                                  + ", ".join(SSM_DTYPES))
+            fields["mamba_ssm_dtype"] = SSM_DTYPES[text]
+        elif name == "disable_radix_cache" and not _flag(value, name):
+            ignored.append(name)  # the default: the radix cache on
+            continue
         elif name in NOT_MODELLED:
             not_modelled.append(name)
             continue

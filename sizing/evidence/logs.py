@@ -225,7 +225,8 @@ def _vllm(text: str) -> LoggedRun:
 # ServerArgs fields that move memory, as SGLang's "server_args=ServerArgs(...)" line prints them
 SGLANG_LOGGED_ARGS = ("tp_size", "pp_size", "mem_fraction_static", "context_length", "kv_cache_dtype", "page_size",
                       "chunked_prefill_size", "max_running_requests", "disable_cuda_graph", "cuda_graph_max_bs",
-                      "dtype")
+                      "dtype", "mamba_full_memory_ratio", "mamba_ssm_dtype", "max_mamba_cache_size",
+                      "disable_radix_cache")
 # ServerArgs(tp_size=2, ...) up to 0.5.2x; from 0.5.23 the line prints a dict ({'tp_size': 2, ...})
 _SGLANG_ARG = re.compile(r"(?:\b|')(" + "|".join(SGLANG_LOGGED_ARGS) + r")(?:=|': )('[^']{0,64}'|[\w.+-]{1,32})")
 
