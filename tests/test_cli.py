@@ -543,5 +543,9 @@ def test_a_smaller_format_that_holds_no_more_requests_is_not_recommended(capsys)
     capped = json.loads(capsys.readouterr().out)
     assert capped["recommended_format"]["format"] == "bf16"
     assert capped["recommended_format"]["max_concurrency"] == capped["max_concurrency"]
+    # the record names the slots and the cap they set (a program need not read the warning)
+    assert capped["recurrent_state_capped_requests"] == capped["max_concurrency"] > 0
+    assert capped["recurrent_state_slots"] >= 5 * capped["max_concurrency"]
     assert run("estimate", *args, "--engine", "vllm") == 0
-    assert json.loads(capsys.readouterr().out)["recommended_format"]["format"] == "fp8_e4m3"
+    paged = json.loads(capsys.readouterr().out)
+    assert paged["recommended_format"]["format"] == "fp8_e4m3" and paged["recurrent_state_slots"] is None

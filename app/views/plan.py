@@ -21,8 +21,10 @@ def page_plan(s: Scenario, e: Estimate | None, error: str | None) -> None:
         return
     r = to_record(e)
     c = st.columns(4)
+    capped = (f"; the engine's {r['recurrent_state_slots']:,} Mamba state slots cap it at "
+              f"{r['recurrent_state_capped_requests']:,}" if r.get("recurrent_state_slots") is not None else "")
     c[0].metric("Max concurrency (requests)", f"{r['max_concurrency']:,}",
-                help=f"requests of {r['max_model_len']:,} tokens")
+                help=f"requests of {r['max_model_len']:,} tokens{capped}")
     c[1].metric("Max context (tokens)", f"{r['max_context_at_concurrency']:,}", help=f"at {s.concurrency} requests")
     c[2].metric("KV bytes per token (bytes)", f"{r['kv_bytes_per_token']:,}", help="per GPU, metadata included")
     c[3].metric("Max tokens in cache (tokens)", f"{r['max_tokens']:,}", help="what the engine's startup log reports")

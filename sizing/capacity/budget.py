@@ -213,7 +213,9 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
     if runner == "v2" and rules.activation_v2 is not None:
         run = rules.activation_v2
     above = dict(run.forward_above_model)
-    if shape.model_type in above:
+    # only where the budget subtracts the profiling peak (vLLM); SGLang's activation lives outside its fraction
+    subtracts_activation = engine.release is None or "activation" in engine.release.subtracts
+    if shape.model_type in above and subtracts_activation:
         notes += (f"activation: {rules.name}'s profiling forward of {shape.model_type} models ran above "
                   f"kvsize's model ({above[shape.model_type]}): the KV pool may be that much smaller; kvsize "
                   "verify measures it",)

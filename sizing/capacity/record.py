@@ -130,6 +130,9 @@ def to_record(e: Estimate) -> dict:
         "kv_bytes_per_sequence": e.kv_bytes_per_sequence,
         "kv_reserved_bytes_per_sequence": e.kv_reserved_bytes_per_sequence,
         "recurrent_state_bytes_per_sequence": e.recurrent_state_bytes_per_sequence,
+        # the engine's own pool of recurrent-state slots (SGLang) and the running requests it caps; None: no such pool
+        "recurrent_state_slots": e.state_pool.slots if e.state_pool else None,
+        "recurrent_state_capped_requests": e.state_pool.max_requests if e.state_pool else None,
         "num_blocks": e.num_blocks,
         "block_bytes": e.block_bytes,
         "max_tokens": e.max_tokens,
