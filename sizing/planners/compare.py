@@ -110,6 +110,8 @@ def compare(base: Scenario, engine: str, format_names) -> list[dict]:
                 status = f"does not run here: {verdict.source}"
             elif runs == "unconfirmed" and e.fits:
                 status = "fits (unconfirmed on this GPU)"
+            if e.state_pool is not None and e.max_concurrency == e.state_pool.max_requests and runs != "unsupported":
+                status += f"; {e.max_concurrency:,} requests at most: the engine's state slots, not the KV cache"
         rows.append(dict(
             format=fmt.name, engine=use, status=status, runs=runs, kv_bytes_per_token=e.kv_bytes_per_token,
             kv_payload_bytes_per_token=e.kv_payload_bytes_per_token,
