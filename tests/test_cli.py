@@ -546,6 +546,10 @@ def test_a_smaller_format_that_holds_no_more_requests_is_not_recommended(capsys)
     # the record names the slots and the cap they set (a program need not read the warning)
     assert capped["recurrent_state_capped_requests"] == capped["max_concurrency"] > 0
     assert capped["recurrent_state_slots"] >= 5 * capped["max_concurrency"]
+    assert run("compare", *args[:-2], "--engine", "sglang", "--format", "json") == 0
+    sglang_rows = [r for r in json.loads(capsys.readouterr().out) if r["engine"] == "sglang" and r["fits"]]
+    assert sglang_rows and all(r["max_concurrency"] == capped["max_concurrency"] and "the engine's state slots, not "
+                               "the KV cache" in r["status"] for r in sglang_rows if r["runs"] == "supported")
     assert run("estimate", *args, "--engine", "vllm") == 0
     paged = json.loads(capsys.readouterr().out)
     assert paged["recommended_format"]["format"] == "fp8_e4m3" and paged["recurrent_state_slots"] is None
