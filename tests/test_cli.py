@@ -553,3 +553,23 @@ def test_a_smaller_format_that_holds_no_more_requests_is_not_recommended(capsys)
     assert run("estimate", *args, "--engine", "vllm") == 0
     paged = json.loads(capsys.readouterr().out)
     assert paged["recommended_format"]["format"] == "fp8_e4m3" and paged["recurrent_state_slots"] is None
+
+
+def test_vllms_mamba_ssm_cache_dtype_moves_the_state(capsys):
+    # vLLM's --mamba-ssm-cache-dtype halves a Mamba layer's SSM state in bf16 (more requests fit); it is read, never
+    # passed over as "no memory effect"; a dtype vLLM does not take is refused naming the flag
+    base = ("estimate", "--model", "nemotron-h-8b-base-8k", "--gpu", "h200", "--max-model-len", "8192")
+
+    def served(dtype: str) -> dict:
+        assert run(*base, "--format", "json", "--", "vllm", "serve", "nvidia/Nemotron-H-8B-Base-8K",
+                   "--mamba-ssm-cache-dtype", dtype) == 0
+        captured = capsys.readouterr()
+        assert ("no memory effect: mamba_ssm_cache_dtype" in captured.err) == (dtype == "auto")  # auto: the default
+        return json.loads(captured.out)
+
+    fp32, bf16 = served("float32"), served("bfloat16")
+    assert bf16["max_concurrency"] > 1.3 * fp32["max_concurrency"]
+    assert served("auto")["max_concurrency"] == fp32["max_concurrency"]  # Nemotron-H's own rule: fp32
+    assert run(*base, "--", "vllm", "serve", "x", "--mamba-ssm-cache-dtype", "int8") != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--mamba-ssm-cache-dtype must be one of" in err[0]

@@ -80,8 +80,9 @@ class Scenario:
     max_cudagraph_capture_size: int | None = None
     # SGLang's --cuda-graph-max-bs (its default fraction reserves 2 MiB per decode graph batch); None: its rule
     cuda_graph_max_bs: int | None = None
-    # SGLang's Mamba state pool: --mamba-full-memory-ratio (state memory over attention memory; None: the release's)
-    # and --mamba-ssm-dtype (fp32, bf16 or fp16; None: the config's mamba_ssm_dtype, else the release's)
+    # SGLang's --mamba-full-memory-ratio (its state pool's memory over attention memory; None: the release's), and
+    # the SSM state's dtype (SGLang --mamba-ssm-dtype, vLLM --mamba-ssm-cache-dtype: fp32, bf16 or fp16; None: the
+    # engine's rule from the config)
     mamba_full_memory_ratio: float | None = None
     mamba_ssm_dtype: str | None = None
 

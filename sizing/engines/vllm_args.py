@@ -240,6 +240,18 @@ def read_engine_args(args: dict, usage_context: str = "serve", from_log: bool = 
             elif method not in (None, *CHECKPOINT_QUANTIZATION):
                 not_modelled.append(key)
                 continue
+        elif key in ("mamba_ssm_cache_dtype", "mamba_cache_dtype"):
+            text = str(value).lower().removeprefix("torch.")
+            allowed = {"auto": None, "float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+            if text not in allowed:
+                raise KvsizeError(f"{name} must be one of {', '.join(allowed)}, got {shown(value)}")
+            if allowed[text] is None:
+                ignored.append(key)  # the default: the model's own rule (its config, else the model dtype)
+                continue
+            if key == "mamba_cache_dtype":  # the conv state too, which kvsize keeps in the model dtype
+                not_modelled.append(key)
+                continue
+            fields["mamba_ssm_dtype"] = allowed[text]
         elif key in NOT_MODELLED:
             if value not in (None, False, 0, {}, []):
                 not_modelled.append(key)
