@@ -19,6 +19,14 @@ KV_DTYPES = {"auto": "auto", "bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16",
 SSM_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
+def _choice(value, name: str, table: dict[str, str]) -> str:
+    """kvsize's name for one of SGLang's choices of a field, or a refusal naming the field and the choices."""
+    text = str(value).lower()
+    if text not in table:
+        raise KvsizeError(f"{name} {str(value)[:40]!r} is not one SGLang takes; allowed: " + ", ".join(table))
+    return table[text]
+
+
 def _ratio(value, name: str) -> float:
     try:
         r = float(value)
@@ -73,11 +81,7 @@ def read_server_args(args: dict) -> SglangSettings:
         elif name == "page_size":
             fields["block_size"] = _positive(value, name)
         elif name == "kv_cache_dtype":
-            text = str(value).lower()
-            if text not in KV_DTYPES:
-                raise KvsizeError(f"kv_cache_dtype {str(value)[:40]!r} is not one SGLang takes; allowed: "
-                                  + ", ".join(KV_DTYPES))
-            fields["k_cache_dtype"] = fields["v_cache_dtype"] = KV_DTYPES[text]
+            fields["k_cache_dtype"] = fields["v_cache_dtype"] = _choice(value, name, KV_DTYPES)
         elif name == "dtype":
             fields["dtype"] = str(value)
         elif name == "chunked_prefill_size":
@@ -99,11 +103,7 @@ def read_server_args(args: dict) -> SglangSettings:
         elif name == "mamba_full_memory_ratio":
             fields["mamba_full_memory_ratio"] = _ratio(value, name)
         elif name == "mamba_ssm_dtype":
-            text = str(value).lower()
-            if text not in SSM_DTYPES:
-                raise KvsizeError(f"mamba_ssm_dtype {str(value)[:40]!r} is not one SGLang takes; allowed: "
-                                  + ", ".join(SSM_DTYPES))
-            fields["mamba_ssm_dtype"] = SSM_DTYPES[text]
+            fields["mamba_ssm_dtype"] = _choice(value, name, SSM_DTYPES)
         elif name == "disable_radix_cache" and not _flag(value, name):
             ignored.append(name)  # the default: the radix cache on
             continue
