@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from ..engines import Budget, Engine, MemoryTerms, Pool
 from ..cache.layers import CacheLayout, kv_heads_per_rank
 from ..engines.memory import ActivationEstimate
-from ..engines.state_pool import StatePool
+from ..engines.state_pool import StatePool, state_split
 from ..config import ModelShape
 from ..units import GiB
 from .budget import StageSetup, chosen_fraction, stage_setup
@@ -84,6 +84,16 @@ class Estimate:
     def kv_bytes_per_token(self) -> int:
         return self.kv_payload_bytes_per_token + self.kv_metadata_bytes_per_token
 
+    @property
+    def state_set_aside_bytes(self) -> int:
+        """Recurrent state the engine sets aside before its KV pool (SGLang's slot pool), whatever runs."""
+        return state_split(self.state_pool, self.recurrent_state_bytes_per_sequence)[0]
+
+    @property
+    def state_bytes_per_request(self) -> int:
+        """Recurrent state each running request adds beside its KV (none where a slot pool is set aside)."""
+        return state_split(self.state_pool, self.recurrent_state_bytes_per_sequence)[1]
+
 
 def estimate(scenario: Scenario) -> Estimate:
     """The estimate for one scenario; with pipeline parallelism, for its tightest stage.
@@ -116,10 +126,9 @@ class LengthFigures:
 def _kv_side(su: StageSetup) -> tuple[int, int, int | None]:
     """(the budget the KV pool and per-request state share, the state each running request adds, the running
     requests an engine's own state pool caps): a fixed state pool is set aside whole, then no request adds state."""
-    kv_budget = max(0, su.budget.kv_budget_bytes)
-    if su.state_pool is None:
-        return kv_budget, su.state_bytes, None
-    return max(0, kv_budget - su.state_pool.reserved_bytes), 0, su.state_pool.max_requests
+    aside, per_request = state_split(su.state_pool, su.state_bytes)
+    cap = su.state_pool.max_requests if su.state_pool else None
+    return max(0, max(0, su.budget.kv_budget_bytes) - aside), per_request, cap
 
 
 def _length_figures(su: StageSetup, engine: Engine, concurrency: int, max_model_len: int) -> LengthFigures:
@@ -201,7 +210,8 @@ def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index
     if beyond:
         at = replace(at, fits=False)
     kv_budget = max(0, budget.kv_budget_bytes)
-    state_reserved = su.state_pool.reserved_bytes if su.state_pool else s.concurrency * state
+    aside, per_request_state = state_split(su.state_pool, state)
+    state_reserved = aside + s.concurrency * per_request_state
     units = units_for(pool, kv_budget - state_reserved)
     page_payload, page_metadata = pool.payload_share()
     allocated = units * pool.unit_bytes
@@ -220,9 +230,9 @@ def _estimate_stage(s: Scenario, engine: Engine, k_name: str, v_name: str, index
         headroom_bytes=budget.headroom_bytes,
         free_bytes=free if budget.kv_budget_bytes > 0 else budget.kv_budget_bytes,
     )
-    kv_side, per_request_state, cap = _kv_side(su)
-    message = beyond or _fit_message(s, engine, budget, pool, kv_side, max_model_len, per_request_state, at, terms,
-                                     cap)
+    cap = su.state_pool.max_requests if su.state_pool else None
+    message = beyond or _fit_message(s, engine, budget, pool, max(0, kv_budget - aside), max_model_len,
+                                     per_request_state, at, terms, cap)
     k_name = su.k_name
     return Estimate(
         scenario=s, engine=engine, k_format=k_name if k_name != "auto" else shape.serving_dtype,

@@ -10,13 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import KvsizeError
-from .vllm_args import _flag, _fraction, _positive
+from .vllm_args import STATE_DTYPES, _flag, _fraction, _positive
 
 # SGLang's KV dtypes (server_args.py --kv-cache-dtype choices) and kvsize's format for each.
 KV_DTYPES = {"auto": "auto", "bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16",
              "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2", "fp4_e2m1": "nvfp4"}
-# SGLang's --mamba-ssm-dtype choices (server_args) and kvsize's dtype for each
-SSM_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
 def _choice(value, name: str, table: dict[str, str]) -> str:
@@ -103,7 +101,7 @@ def read_server_args(args: dict) -> SglangSettings:
         elif name == "mamba_full_memory_ratio":
             fields["mamba_full_memory_ratio"] = _ratio(value, name)
         elif name == "mamba_ssm_dtype":
-            fields["mamba_ssm_dtype"] = _choice(value, name, SSM_DTYPES)
+            fields["mamba_ssm_dtype"] = _choice(value, name, STATE_DTYPES)
         elif name == "disable_radix_cache" and not _flag(value, name):
             ignored.append(name)  # the default: the radix cache on
             continue

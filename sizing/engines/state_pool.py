@@ -57,3 +57,9 @@ class StatePool:
     def max_requests(self) -> int:
         """The running requests the state slots hold (SGLang caps max_running_requests there)."""
         return self.slots // self.slots_per_request
+
+
+def state_split(pool: StatePool | None, state_bytes: int) -> tuple[int, int]:
+    """(state bytes set aside before the KV pool, state bytes each running request adds): an engine's own slot pool
+    is set aside whole, else each request holds its state beside its KV."""
+    return (pool.reserved_bytes, 0) if pool is not None else (0, state_bytes)

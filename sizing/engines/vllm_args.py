@@ -25,6 +25,9 @@ NOT_MODELLED = frozenset({
 # Methods that name the checkpoint's own quantization_config, which the config already gives kvsize.
 CHECKPOINT_QUANTIZATION = ("awq", "gptq", "mxfp4", "gpt_oss_mxfp4", "compressed-tensors", "modelopt", "awq_marlin",
                            "gptq_marlin", "fp8")
+# the SSM state dtypes vLLM (--mamba-ssm-cache-dtype, besides auto) and SGLang (--mamba-ssm-dtype) take, as kvsize
+# names them
+STATE_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 BOOLEAN_FLAGS = frozenset({"enforce_eager", "enable_prefix_caching", "no_enable_prefix_caching",
                            "trust_remote_code", "disable_log_stats", "enable_chunked_prefill",
@@ -242,7 +245,7 @@ def read_engine_args(args: dict, usage_context: str = "serve", from_log: bool = 
                 continue
         elif key in ("mamba_ssm_cache_dtype", "mamba_cache_dtype"):
             text = str(value).lower().removeprefix("torch.")
-            allowed = {"auto": None, "float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+            allowed = {"auto": None, **STATE_DTYPES}
             if text not in allowed:
                 raise KvsizeError(f"{name} must be one of {', '.join(allowed)}, got {shown(value)}")
             if allowed[text] is None:

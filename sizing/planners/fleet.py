@@ -164,9 +164,7 @@ class FleetPlan:
 
 
 def _request_bytes(e: Estimate, tokens: int) -> int:
-    # an engine's own state pool is set aside whole (usable below), so a request adds no state to it
-    state = 0 if e.state_pool else e.recurrent_state_bytes_per_sequence
-    return e.pool.request_units(tokens) * e.pool.unit_bytes + state
+    return e.pool.request_units(tokens) * e.pool.unit_bytes + e.state_bytes_per_request
 
 
 def _draft_terms(draft: Draft | None, tp: int, scenario: Scenario) -> tuple[int, object]:
@@ -202,8 +200,7 @@ def _pool_plan(name: str, e: Estimate, mix: list[tuple[float, Bucket]], requests
         per_request += share * (_request_bytes(e, unique) + draft)
     # One copy of the shared prefix per replica: prefix caching keeps it once for every request.
     prefix_bytes = e.pool.request_units(shared_prefix) * e.pool.unit_bytes if shared_prefix else 0
-    state_pool = e.state_pool.reserved_bytes if e.state_pool else 0
-    usable = e.kv_budget_bytes - e.pool.fixed_bytes - prefix_bytes - state_pool
+    usable = e.kv_budget_bytes - e.pool.fixed_bytes - prefix_bytes - e.state_set_aside_bytes
     by_kv = int(usable // per_request) if per_request > 0 and usable > 0 else 0
     per_replica = min(by_kv, max_num_seqs)
     limited = "max_num_seqs" if max_num_seqs < by_kv else "kv cache"
