@@ -107,12 +107,20 @@ FRONT_QUEUE_1B = [opened(128, 256, r, 40 * r) for r in (30, 60, 90, 120)] + [ope
 # 164 requests/s beside one other server. The same server and the two heaviest loads, alone on the host: if its ITL
 # falls, b9's rise was the host's CPUs shared four ways, not the engine's own per-token work.
 FRONT_QUEUE_1B_ALONE = [opened(128, 256, r, 40 * r) for r in (90, 120)]
+# batch b11, on one H200: the engine core's own steps, timed from inside it (measure/step_trace.py), on the open loops
+# where the simulation's median gap between tokens falls 30-40% short (Llama-3.1-8B at 24 requests/s: 17.1 ms
+# measured in b6, 11.2 simulated; Llama-3.2-1B under four API servers at 90/s) and a closed loop of each beside it. A
+# step's length against its prompt tokens and decoding requests tells a longer mixed step from an engine core that
+# waits on the host, which the client's timestamps cannot.
+STEPS_8B = [closed(1000, 256, 64, 128), opened(1000, 256, 16, 640), opened(1000, 256, 24, 960)]
+STEPS_1B = [closed(128, 256, 256, 512), opened(128, 256, 90, 3600)]
 
 
 def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len: int, points: list[dict],
            kv_cache_dtype: str = "auto", tp: int = 1, prefill_tokens_per_s: float = 15000.0,
            itl_guess_s: float = 0.012, tokenizer_only: bool = False, instead_of: str | None = None,
-           max_cudagraph_capture_size: int | None = None, api_server_count: int | None = None) -> dict:
+           max_cudagraph_capture_size: int | None = None, api_server_count: int | None = None,
+           step_trace: bool = False) -> dict:
     pts = []
     for k, p in enumerate(points, start=1):
         if p["concurrency"] is not None:
@@ -142,6 +150,9 @@ def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len
     if api_server_count:
         # started as `vllm serve MODEL --api-server-count N` (the api_server module runs one API server only)
         extra["api_server_count"] = api_server_count
+    if step_trace:
+        # the engine core writes one line per schedule() and update_from_output() call (measure/step_trace.py)
+        extra["step_trace"] = True
     return dict(tag=tag, batch=batch, model=model, config=f"measure/serving/models/{model}/config.json", gpus=gpus, **extra,
                 port=port, tensor_parallel_size=tp, kv_cache_dtype=kv_cache_dtype, max_model_len=max_model_len,
                 max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS, max_num_seqs=MAX_NUM_SEQS,
@@ -160,7 +171,7 @@ def frontend_pair(tag: str, batch: str, model: str, gpus: str, port: int, max_mo
 def plan() -> dict:
     b1, b2, b3, b4, b5 = "b1-llama8b", "b2-moe-mla", "b3-tp2-32b", "b4-past-pool-moe2", "b5-dense-sizes"
     b6, b7, b8, b9 = "b6-rate-sweep", "b7-prefill-graphs", "b8-frontend", "b9-frontend-queue"
-    b10 = "b10-host-alone"
+    b10, b11 = "b10-host-alone", "b11-step-trace"
     ran = {b1: {"0": ["llama8b-bf16", "qwen3moe-bf16"], "1": ["llama8b-fp8", "dsv2lite-bf16"],
                 "0,1": ["qwen25-32b-tp2-bf16"]}}
     ran[b2], ran[b3] = ran[b1], ran[b1]  # b1-b3 ran as one set of lanes
@@ -171,16 +182,17 @@ def plan() -> dict:
     ran[b7] = {"0": ["b7-qwen3moe", "b7-qwen3moe-cg2048"], "1": ["b7-llama1b", "b7-llama1b-cg2048"], "0,1": []}
     ran[b8] = {"0": ["b8-llama8b", "b8-llama8b-api4"], "1": ["b8-llama1b", "b8-llama1b-api4"], "0,1": []}
     ran[b9] = {"0": ["b9-llama8b", "b9-llama8b-api4"], "1": ["b9-llama1b", "b9-llama1b-api4"], "0,1": []}
-    # planned, not run yet: what the kit runs next, on a one-GPU machine (b9's one-API-server half is left too)
     ran[b10] = {"0": ["b10-llama1b-api4"], "1": [], "0,1": []}
+    # planned, not run yet: what the kit runs next, on a one-GPU machine
+    ran[b11] = {"0": ["b11-llama8b", "b11-llama1b-api4"], "1": [], "0,1": []}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
         bench="vllm bench serve --backend vllm --dataset-name random (ignore_eos), --percentile-metrics "
               "ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --save-result --save-detailed",
-        batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10],
+        batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11],
         # lanes run side by side; a lane's servers run one after another; '0,1' runs once both others are done.
         # `lanes` are the newest batch's (what the kit runs); `lanes_by_batch` keeps each batch's
-        lanes=ran[b10], lanes_by_batch=ran,
+        lanes=ran[b11], lanes_by_batch=ran,
         servers=[
             server("llama8b-bf16", b1, "llama-3.1-8b", "0", 8101, 65536, LLAMA_POINTS),
             server("llama8b-fp8", b1, "llama-3.1-8b", "1", 8102, 65536, LLAMA_POINTS, kv_cache_dtype="fp8"),
@@ -232,6 +244,10 @@ def plan() -> dict:
             *frontend_pair("b9-llama1b", b9, "llama-3.2-1b-instruct", "1", 8163, 32768, FRONT_QUEUE_1B, 60000, 0.004),
             server("b10-llama1b-api4", b10, "llama-3.2-1b-instruct", "0", 8171, 32768, FRONT_QUEUE_1B_ALONE,
                    prefill_tokens_per_s=60000, itl_guess_s=0.004, api_server_count=4),
+            server("b11-llama8b", b11, "llama-3.1-8b", "0", 8181, 65536, STEPS_8B, prefill_tokens_per_s=30000,
+                   itl_guess_s=0.01, step_trace=True),
+            server("b11-llama1b-api4", b11, "llama-3.2-1b-instruct", "0", 8182, 32768, STEPS_1B,
+                   prefill_tokens_per_s=60000, itl_guess_s=0.004, api_server_count=4, step_trace=True),
         ],
     )
 

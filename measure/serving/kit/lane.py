@@ -105,6 +105,16 @@ def server_args(s: dict) -> list[str]:
               if s.get("max_cudagraph_capture_size") else [])]
 
 
+def step_trace_env(d: Path, pythonpath: str) -> dict:
+    """The variables that make a server's engine core write its per-step timing into d/steps (measure/step_trace.py,
+    installed as a vLLM general plugin in RES/step-trace-plugin)."""
+    root = next(p for p in KIT.parents if (p / "measure" / "step_trace.py").exists())
+    sys.path.insert(0, str(root))
+    from measure.step_trace import ENV_DIR, install_dir
+    plugin = install_dir(RES / "step-trace-plugin")
+    return {ENV_DIR: str(d / "steps"), "PYTHONPATH": f"{plugin}:{pythonpath}"}
+
+
 def ensure_server(s: dict, deadline: float) -> str:
     """'up', 'failed' or 'deadline'."""
     d = server_dir(s)
@@ -116,6 +126,8 @@ def ensure_server(s: dict, deadline: float) -> str:
     else:
         args = server_args(s)
         env = {**os.environ, **ENV, "CUDA_VISIBLE_DEVICES": gpus(s)}
+        if s.get("step_trace"):
+            env.update(step_trace_env(d, env["PYTHONPATH"]))
         (d / "server.cmd").write_text(" ".join(args[1:]) + "\n")
         with open(d / "server.log", "ab") as out:
             p = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env, cwd="/tmp",
