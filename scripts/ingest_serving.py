@@ -2,7 +2,7 @@
 
 Per batch: env.txt (nvidia-smi, vLLM and torch versions; a server run on another machine than the batch's first keeps
 its own); per server: server.cmd, server.log, metrics.tsv; per point: the bench result, gzipped (<point>.json.gz),
-and <point>.meta.json. A bench result over 1,000,000 bytes is trimmed: its generated_texts (the random words the
+and <point>.meta.json; where the server ran with the step trace, its engine core's steps as steps.tsv.gz. A bench result over 1,000,000 bytes is trimmed: its generated_texts (the random words the
 dummy weights produced) are dropped, and the file says so under "kvsize_trimmed"; the per-request TTFT and ITL lists
 are kept as they were written unless the result is still over measure.serving's RAW_LIMIT gzipped, when they are
 rounded to the microsecond (and the file says so). The folder the kit ran from on the machine is written as
@@ -70,6 +70,18 @@ def copy_bench(src: Path, dst: Path) -> None:
         gz.write(raw.encode())
 
 
+def copy_steps(src: Path, dst: Path) -> None:
+    """The engine core's per-step lines (measure/step_trace.py), from every engine core process of the server,
+    ordered by time and gzipped as one file."""
+    files = sorted(src.glob("steps-*.tsv")) if src.is_dir() else []
+    if not files:
+        return
+    lines = [line for f in files for line in f.read_text().splitlines() if line]
+    lines.sort(key=lambda line: float(line.split("\t")[1]))
+    with open(dst, "wb") as f, gzip.GzipFile(fileobj=f, mode="wb", mtime=0, filename="") as gz:
+        gz.write(("\n".join(lines) + "\n").encode())
+
+
 def _to_microseconds(values):
     return [_to_microseconds(v) if isinstance(v, list) else round(v, 6) if isinstance(v, float) else v
             for v in values]
@@ -103,6 +115,7 @@ def ingest(res: Path, batches: list[str]) -> None:
                     copy_bench(f, dst / f.name)
             for f in sorted(server.glob("*.error.txt")):
                 copy_text(f, dst / f.name)
+            copy_steps(server / "steps", dst / "steps.tsv.gz")
         print(f"{batch}: {sum(1 for _ in out.glob('*/*.meta.json'))} points copied")
 
 

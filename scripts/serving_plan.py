@@ -183,7 +183,7 @@ def plan() -> dict:
     ran[b8] = {"0": ["b8-llama8b", "b8-llama8b-api4"], "1": ["b8-llama1b", "b8-llama1b-api4"], "0,1": []}
     ran[b9] = {"0": ["b9-llama8b", "b9-llama8b-api4"], "1": ["b9-llama1b", "b9-llama1b-api4"], "0,1": []}
     ran[b10] = {"0": ["b10-llama1b-api4"], "1": [], "0,1": []}
-    # planned, not run yet: what the kit runs next, on a one-GPU machine
+    # the newest batch, on a one-GPU machine: what the kit runs
     ran[b11] = {"0": ["b11-llama8b", "b11-llama1b-api4"], "1": [], "0,1": []}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
