@@ -125,3 +125,58 @@ def install_dir(folder: Path) -> Path:
     (info / "entry_points.txt").write_text(
         "[vllm.general_plugins]\nkvsize_step_trace = kvsize_step_trace:register\n")
     return folder
+
+
+# Reading a committed trace (measure/serving/<batch>/<server>/steps.tsv.gz, written by scripts/ingest_serving.py)
+
+TRACE_LIMIT_BYTES = 8 * 1024 * 1024  # gzipped; a 40 s open loop of a 1B model writes about 120 KB
+
+
+class TraceError(ValueError):
+    """A trace file that is not what this module writes."""
+
+
+class Step:
+    """One engine step as the trace saw it: its schedule() call and the update_from_output() that took its
+    tokens, paired in order. `period_s` is the time from the previous step's update to this one's: with the engine
+    busy, the step's own length (under async scheduling the next step's scheduling overlaps it)."""
+
+    __slots__ = ("scheduled_at", "schedule_s", "prompt_requests", "prompt_tokens", "decoding", "running", "waiting",
+                 "updated_at", "update_s", "period_s")
+
+    def __init__(self, s: list[str], u: list[str], previous_update_at: float | None):
+        self.scheduled_at, self.schedule_s = float(s[1]), float(s[2]) - float(s[1])
+        self.prompt_requests, self.prompt_tokens, self.decoding = int(s[3]), int(s[4]), int(s[5])
+        self.running, self.waiting = int(s[6]), int(s[7])
+        self.updated_at, self.update_s = float(u[1]), float(u[2]) - float(u[1])
+        self.period_s = None if previous_update_at is None else self.updated_at - previous_update_at
+
+
+def read_steps(path: Path) -> list[Step]:
+    """The steps of a gzipped trace, in order. Calls that scheduled nothing are dropped (their updates still end
+    the period before the next step); a malformed line raises TraceError naming it."""
+    import gzip
+
+    if path.stat().st_size > TRACE_LIMIT_BYTES:
+        raise TraceError(f"{path}: {path.stat().st_size:,} bytes gzipped, over the {TRACE_LIMIT_BYTES:,} allowed")
+    schedules, updates = [], []
+    with gzip.open(path, "rt") as f:
+        for n, line in enumerate(f, start=1):
+            fields = line.rstrip("\n").split("\t")
+            if fields[0] == "S" and len(fields) == 8:
+                schedules.append(fields)
+            elif fields[0] == "U" and len(fields) == 4:
+                updates.append(fields)
+            else:
+                raise TraceError(f"{path}: line {n} is neither an S line of 8 fields nor a U line of 4: {line[:80]!r}")
+            try:
+                [float(x) for x in fields[1:]]
+            except ValueError:
+                raise TraceError(f"{path}: line {n} holds a field that is not a number: {line[:80]!r}") from None
+    # every schedule() call is answered by one update_from_output(), in order, empty ones included
+    steps, previous = [], None
+    for s, u in zip(schedules, updates):
+        if int(s[4]) + int(s[5]) > 0:
+            steps.append(Step(s, u, previous))
+        previous = float(u[1])
+    return steps

@@ -1,0 +1,49 @@
+"""docs/step-trace.md is benchmarks/step_trace.py's report of the committed step traces, and the traces are what
+measure/step_trace.py reads."""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+from helpers import load_script
+
+from measure.serving import SERVING
+from measure.step_trace import TraceError, read_steps
+
+ROOT = SERVING.parents[1]
+
+
+def test_page_is_the_benchmarks_report():
+    bench = load_script("step_trace")
+    assert (ROOT / "docs" / "step-trace.md").read_text() == bench.report()
+
+
+def test_every_traced_server_has_steps_of_both_kinds():
+    bench = load_script("step_trace")
+    servers = bench.traced_servers()
+    assert {s["tag"] for s in servers} >= {"b11-llama8b", "b11-llama1b-api4"}
+    for server in servers:
+        decode, prompt = bench.server_rows(server)
+        assert sum(r["steps"] for r in decode) > 1000 and prompt
+        # a step is never shorter than its own scheduling
+        assert all(r["measured_ms"] > r["schedule_ms"] for r in decode)
+
+
+def test_steps_pair_each_schedule_with_its_update_in_order(tmp_path):
+    lines = ["S\t1.000\t1.001\t1\t1000\t0\t1\t0", "S\t1.040\t1.041\t0\t0\t1\t1\t0", "U\t1.045\t1.046\t1",
+             "S\t1.046\t1.047\t0\t0\t0\t0\t0", "U\t1.050\t1.051\t1", "U\t1.052\t1.053\t0"]
+    path = tmp_path / "steps.tsv.gz"
+    path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    steps = read_steps(path)
+    # the empty third schedule() is dropped but its update still ends the period of the step after it
+    assert [(s.prompt_tokens, s.decoding) for s in steps] == [(1000, 0), (0, 1)]
+    assert steps[0].period_s is None
+    assert steps[1].period_s == pytest.approx(0.005)
+
+
+def test_a_malformed_trace_is_refused_naming_its_line(tmp_path):
+    path = tmp_path / "steps.tsv.gz"
+    path.write_bytes(gzip.compress(b"S\t1.0\t1.1\t0\t0\t1\t1\t0\nX\t1\n"))
+    with pytest.raises(TraceError, match="line 2"):
+        read_steps(path)
