@@ -147,16 +147,20 @@ def stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, index: in
 def chosen_fraction(s: Scenario, engine: Engine) -> float:
     """The memory fraction asked for, else the engine's default for this scenario."""
     return s.memory_fraction if s.memory_fraction is not None else engine.default_fraction(
-        s.nvml_mib, s.tensor_parallel_size, s.pipeline_parallel_size, fraction_inputs(s, s.shape))
+        s.nvml_mib, s.tensor_parallel_size, s.pipeline_parallel_size, fraction_inputs(s, s.shape, engine))
 
 
-def fraction_inputs(s: Scenario, shape: ModelShape):
-    """What an engine's default memory fraction reads of the scenario beside the GPU (SGLang's rule)."""
+def fraction_inputs(s: Scenario, shape: ModelShape, engine: Engine):
+    """What an engine's default memory fraction reads of the scenario beside the GPU (SGLang's rule): the
+    release's rule says whether the model's prefill graphs are reserved for."""
     from ..engines.releases import FractionInputs
 
+    rule = engine.release.prefill_graphs if engine.release is not None else None
     return FractionInputs(mla=shape.is_mla, context_length=s.max_model_len,
                           chunked_prefill_size=s.max_num_batched_tokens, cuda_graph_max_bs=s.cuda_graph_max_bs,
-                          cuda_graphs=s.cudagraph_mode != "NONE")
+                          cuda_graphs=s.cudagraph_mode != "NONE",
+                          prefill_graphs=rule is None or rule.captures(shape),
+                          prefill_graphs_capped_by_context=rule is None or rule.sizes_capped_by_context)
 
 
 def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, index: int, stage: range,
@@ -183,7 +187,7 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
     if unstarted:
         notes += (unstarted,)
     fraction = s.memory_fraction if s.memory_fraction is not None else engine.default_fraction(
-        s.nvml_mib, tp, s.pipeline_parallel_size, fraction_inputs(s, shape))
+        s.nvml_mib, tp, s.pipeline_parallel_size, fraction_inputs(s, shape, engine))
     layout = _layout(shape, k_name, v_name, tp, stage, engine.layer_overrides(shape, k_name, s.layer_kv_dtype),
                      s.format_options)
     block_size = s.block_size or engine.block_size_for(layout)

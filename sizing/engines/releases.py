@@ -168,6 +168,7 @@ class SubRange(_Strict):
     # the V2 sampler's logit copies at TP >= 2 where the sub-range's starts show another figure than the range's
     tensor_parallel_logit_copies: float | None = Field(default=None, ge=0)
     recurrent_state_pool: StatePoolRule | None = None
+    prefill_graphs: PrefillGraphRule | None = None
     sources: dict[str, str] = Field(min_length=1)
 
 
@@ -238,6 +239,8 @@ class FractionInputs:
     cuda_graph_max_bs: int | None = None
     cuda_graphs: bool = True
     max_prefill_tokens: int = 16384  # server_args.py default, used where chunked prefill is off
+    prefill_graphs: bool = True  # the release keeps the model's prefill graphs on (PrefillGraphRule)
+    prefill_graphs_capped_by_context: bool = True  # their sizes stop at the context length
 
 
 class FractionByParallelSize(_Strict):
@@ -293,16 +296,38 @@ class FractionByReserve(_Strict):
         reserve = (b.reserve_mib + b.reserve_mib_per_rank * parallel + self.base_mib
                    + self.mib_per_prefill_token * max(prefill, self.min_prefill_tokens)
                    + self.mib_per_graph_batch * graph_bs + self.mib_per_rank * parallel)
-        if given.cuda_graphs:
-            # piecewise prefill graphs up to the chunk, capped by the context length; MLA a flat reserve
+        if given.cuda_graphs and given.prefill_graphs:
+            # prefill graphs up to the chunk (capped by the context length where the release does); MLA a flat
+            # reserve
             if given.mla and self.mla_prefill_graphs_mib is not None:
                 reserve += self.mla_prefill_graphs_mib
             else:
-                largest = min(prefill, given.context_length) if given.context_length else prefill
+                capped = given.context_length and given.prefill_graphs_capped_by_context
+                largest = min(prefill, given.context_length) if capped else prefill
                 reserve += self.mib_per_prefill_graph * len(prefill_graph_sizes(largest))
         if gpu_mib > self.floor_above_gpu_mib:
             reserve = max(reserve, self.floor_mib)
         return round((gpu_mib - reserve) / gpu_mib, 3)
+
+
+class PrefillGraphRule(_Strict):
+    """Which models a release turns its prefill CUDA graphs off for before it picks its default memory fraction,
+    so that the fraction reserves nothing for them (SGLang's checks of the breakable prefill graph against the
+    model, run in server_args before _handle_gpu_memory_settings), and whether the graphs' sizes stop at the
+    context length."""
+
+    # MLA models: "all" of them, those "without_indexer" (0.5.17 spares DeepSeek's sparse-attention models,
+    # told by their indexer), or "never"
+    off_for_mla: Literal["never", "all", "without_indexer"] = "never"
+    off_for_architectures: frozenset[str] = frozenset()  # config.json architectures the release names
+    sizes_capped_by_context: bool = True
+
+    def captures(self, shape) -> bool:
+        """Whether a model's prefill graphs stay on, and so are reserved for."""
+        if shape.is_mla and (self.off_for_mla == "all"
+                             or (self.off_for_mla == "without_indexer" and not shape.index_head_dim)):
+            return False
+        return not self.off_for_architectures.intersection(shape.architectures)
 
 
 def prefill_graph_sizes(max_tokens: int) -> list[int]:
@@ -375,6 +400,9 @@ class Release(_Strict):
     # A fixed pool of recurrent-state slots beside the KV pool, sized by a ratio of the cache budget
     # (SGLang's MambaPool); None: the state is kept per running request (or in the block pool: vLLM)
     recurrent_state_pool: StatePoolRule | None = None
+    # Which models' prefill CUDA graphs the default memory fraction leaves out (SGLang; None: every model's
+    # counted, their sizes capped by the context length)
+    prefill_graphs: PrefillGraphRule | None = None
     # A global sliding_window with no layer_types (Mistral-7B-v0.1) windows every layer (0.21-0.26:
     # CacheConfig.sliding_window reaches each Attention) rather than none (0.33).
     global_window_every_layer: bool = False
@@ -516,8 +544,9 @@ def _split(release: Release, file_name: str) -> list[Release]:
             update["model_runners"] = sub.model_runners
         if sub.non_torch is not None:
             update["non_torch"] = sub.non_torch
-        if sub.recurrent_state_pool is not None:
-            update["recurrent_state_pool"] = sub.recurrent_state_pool
+        for field in ("recurrent_state_pool", "prefill_graphs"):
+            if getattr(sub, field) is not None:
+                update[field] = getattr(sub, field)
         if sub.tensor_parallel_logit_copies is not None:
             if release.activation_v2 is None:
                 raise KvsizeError(f"engine profile {file_name}: sub-range {sub.release} sets "

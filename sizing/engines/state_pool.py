@@ -51,7 +51,15 @@ class StatePool:
 
     @property
     def reserved_bytes(self) -> int:
+        """What the engine takes out of the cache memory before the KV pool: the slots and the padding slots the
+        release counts."""
         return (self.slots + self.padding_slots) * self.slot_bytes
+
+    @property
+    def allocated_bytes(self) -> int:
+        """What the pool allocates: one padding slot beyond the slots (MambaPool's size + 1), counted out of the
+        cache memory or not (0.5.16 and earlier allocate it beyond)."""
+        return (self.slots + 1) * self.slot_bytes
 
     @property
     def max_requests(self) -> int:
