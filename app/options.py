@@ -268,6 +268,10 @@ def _read_launch(args: argparse.Namespace):
     if launch.not_modelled:
         say("warning", "the vllm command sets " + ", ".join(launch.not_modelled)
             + ", which move memory kvsize does not model: the figures leave them out")
+    if launch.unknown:
+        say("warning", "the vllm command sets " + ", ".join(launch.unknown) + ", which kvsize does not know (not "
+            "among vLLM 0.33's flags it has classified): whether they move memory is not known; the figures leave "
+            "them out")
     return launch
 
 

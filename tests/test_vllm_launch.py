@@ -202,3 +202,41 @@ def test_text_only_and_compilation_settings_are_read_and_passed_back():
     name, shape = load_model("gemma-3-27b-it")
     scenario = Scenario(name, shape, "H200", 150_109_880_320, language_model_only=True)
     assert engine_args(scenario)["language_model_only"] is True
+
+
+def test_every_flag_of_vllm_serve_is_read_classified_or_named_unknown():
+    # profiles/engines/vllm-flags/0.33.0.json holds vLLM 0.33.0's `vllm serve` parser destinations: each is read by
+    # kvsize, named as moving memory kvsize does not model, or classified from vLLM's source, and never two of these
+    from sizing.engines.vllm_args import NOT_MODELLED, READ_FLAGS
+    from sizing.engines.vllm_flags import flag_table
+
+    table = flag_table()
+    classified = set(table.flags)
+    assert not classified & READ_FLAGS and not classified & NOT_MODELLED and not READ_FLAGS & NOT_MODELLED
+    assert set(table.parser_dests) <= classified | READ_FLAGS | NOT_MODELLED
+    assert classified <= set(table.parser_dests)
+    effects = {f.effect for f in table.flags.values()}
+    assert effects == {"none", "memory"} and all(f.reason and f.source.startswith("vllm/") for f in table.flags.values())
+
+
+def test_flags_are_sorted_by_what_they_do_to_memory(capsys):
+    s = read_command("vllm serve m --port 8000 --disable-custom-all-reduce --frobnicate-cache 3 --no-enable-prefix-caching"
+                     .split())
+    assert s.ignored == ("port",)
+    # custom all-reduce's buffers (TP > 1) and prefix caching off (a hybrid model's state pages) move memory
+    assert set(s.not_modelled) == {"disable_custom_all_reduce", "enable_prefix_caching"}
+    assert s.unknown == ("frobnicate_cache",)  # no flag of vLLM 0.33: named, not taken as harmless
+    assert main(["estimate", "--gpu", "h200", "--format", "json", "--", "vllm", "serve", LLAMA,
+                 "--frobnicate-cache", "3"]) == 0
+    err = capsys.readouterr().err
+    assert "frobnicate_cache, which kvsize does not know" in err
+
+
+def test_cuda_graph_flags_of_their_own_are_read_like_the_compilation_configs():
+    s = read_command(f"vllm serve {LLAMA} --max-cudagraph-capture-size 256 --cudagraph-capture-sizes 1 2 4 8 "
+                     "--max-model-len 8192".split())
+    assert s.fields == {"max_cudagraph_capture_size": 256, "cudagraph_capture_sizes": (1, 2, 4, 8),
+                        "max_model_len": 8192}
+    assert s.model == LLAMA and not s.unknown
+    with pytest.raises(KvsizeError, match="cudagraph_capture_sizes"):
+        read_engine_args({"cudagraph_capture_sizes": "[1, 0]"})

@@ -48,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
     assumed = {k: {"value": v, "because": why} for k, (v, why) in where.assumed.items()}
     if args.format == "json":
         print(json.dumps(dict(engine=run.engine, version=run.version, model=run.model, rules=result.rules,
-                              read_from_log=read, assumed=assumed, not_modelled=list(where.not_modelled), rows=rows),
+                              read_from_log=read, assumed=assumed, not_modelled=list(where.not_modelled),
+                              unknown=list(where.unknown), rows=rows),
                          indent=2, default=str))
         return 0
     print(f"{run.engine} {run.version or '(version not in the log)'} log of {run.model or name}; predicted with "
@@ -59,6 +60,9 @@ def run(args: argparse.Namespace) -> int:
         print("  assumed: " + ", ".join(f"{k}={v} ({why})" for k, (v, why) in where.assumed.items()))
     if where.not_modelled:
         print("  warning: the log sets " + ", ".join(where.not_modelled) + ", which move memory kvsize does not model")
+    if where.unknown:
+        print("  warning: the log sets " + ", ".join(where.unknown) + ", which kvsize does not know: whether they move "
+              "memory is not known, and the figures leave them out")
     print(f"  {'term':<22}{'predicted':>18}{'logged':>18}{'difference':>16}")
     for r in rows:
         shown = _gib if r["term"].endswith("_bytes") else "{:,}".format

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from ..errors import KvsizeError, shown
 from .cudagraphs import uncompiled_cudagraph_mode
+from .vllm_flags import flag_effect
 
 # Fields that move memory in ways kvsize does not model; their presence is reported, never guessed.
 NOT_MODELLED = frozenset({
@@ -36,6 +37,16 @@ BOOLEAN_FLAGS = frozenset({"enforce_eager", "enable_prefix_caching", "no_enable_
                            "disable_log_requests", "enable_log_requests", "skip_tokenizer_init", "enable_lora",
                            "enable_sleep_mode", "disable_frontend_multiprocessing", "enable_dbo",
                            "language_model_only"})
+# the flags read above, each into the scenario field it moves (the rest: profiles/engines/vllm-flags/0.33.0.json)
+READ_FLAGS = frozenset({
+    "model", "model_tag", "max_model_len", "gpu_memory_utilization", "kv_cache_dtype", "block_size", "max_num_seqs",
+    "max_num_batched_tokens", "tensor_parallel_size", "pipeline_parallel_size", "kv_cache_memory_bytes",
+    "enforce_eager", "language_model_only", "limit_mm_per_prompt", "compilation_config", "dtype", "quantization",
+    "mamba_ssm_cache_dtype", "mamba_cache_dtype", "enable_prefix_caching", "max_cudagraph_capture_size",
+    "cudagraph_capture_sizes", "load_format"})
+# load formats that load the checkpoint's own tensors (or random ones of the same shapes: dummy)
+PLAIN_LOAD_FORMATS = frozenset({"auto", "dummy", "safetensors", "pt", "npcache", "fastsafetensors", "runai_streamer"})
+LIST_FLAGS = frozenset({"cudagraph_capture_sizes"})  # flags vLLM's parser takes several words for
 SHORT_FLAGS = {"-tp": "tensor_parallel_size", "-pp": "pipeline_parallel_size", "-dp": "data_parallel_size",
                "-q": "quantization", "-cc": "compilation_config"}
 _ENUM_REPR = re.compile(r"<(\w{1,64})\.(\w{1,64}): [^<>]{0,200}>")
@@ -52,6 +63,7 @@ class VllmSettings:
     used: tuple[str, ...] = ()  # vLLM names read into fields
     ignored: tuple[str, ...] = ()  # vLLM names that move no memory
     not_modelled: tuple[str, ...] = ()  # vLLM names that move memory kvsize does not model
+    unknown: tuple[str, ...] = ()  # names kvsize has no classification of (profiles/engines/vllm-flags/0.33.0.json)
 
 
 def _name(flag: str) -> str:
@@ -194,13 +206,13 @@ def read_engine_args(args: dict, usage_context: str = "serve", from_log: bool = 
     """EngineArgs fields (vLLM's names, as `LLM(**kwargs)` or the log's non-default args hold them).
     from_log: the engine config line's resolved values (its quantization names the checkpoint's)."""
     fields: dict = {}
-    used, ignored, not_modelled = [], [], []
+    used, ignored, not_modelled, unknown = [], [], [], []
     model = None
     for raw_key, value in args.items():
         key = _name(str(raw_key))
         name = f"the log's {key}" if from_log else f"--{key.replace('_', '-')}"
-        if key == "model":
-            model = str(value)
+        if key in ("model", "model_tag"):  # model_tag: `vllm serve`'s positional model, which wins over --model
+            model = str(value) if key == "model_tag" or model is None else model
         elif key == "max_model_len":
             n = human_int(value, name)
             if n != -1:  # -1 and auto: the model's own length
@@ -229,6 +241,20 @@ def read_engine_args(args: dict, usage_context: str = "serve", from_log: bool = 
                 continue
         elif key == "compilation_config":
             fields.update(_compilation(value, name))
+        elif key == "load_format":
+            # the formats that read the checkpoint's tensors as they are (or none: dummy) load the weights kvsize
+            # sizes; the others (bitsandbytes, gguf, sharded states, weights mapped from another process) do not
+            text = str(value).lower()
+            (ignored if text in PLAIN_LOAD_FORMATS else not_modelled).append(key)
+            continue
+        elif key == "enable_prefix_caching":
+            # on by default; off, a hybrid model's state pages change (vLLM's mamba_cache_mode), which kvsize
+            # sizes for the release's default only
+            (ignored if _flag(value, name) else not_modelled).append(key)
+            continue
+        elif key in ("max_cudagraph_capture_size", "cudagraph_capture_sizes"):
+            # the same fields as --compilation-config's, given as flags of their own
+            fields.update(_compilation({key: _sizes(value, name) if key == "cudagraph_capture_sizes" else value}, name))
         elif key == "dtype":
             text = str(value).lower().removeprefix("torch.")
             allowed = ("auto", "half", "float16", "bfloat16", "float", "float32", "fp16", "bf16", "fp32")
@@ -259,12 +285,37 @@ def read_engine_args(args: dict, usage_context: str = "serve", from_log: bool = 
             if value not in (None, False, 0, {}, []):
                 not_modelled.append(key)
             continue
-        else:  # logging, serving, tokenizer and sampling options, or a field kvsize does not know: no figure moves
-            ignored.append(key)
+        else:
+            # every other flag as vLLM's source has it: moving no memory, moving memory kvsize does not model, or
+            # one kvsize has no classification of (named, never taken as harmless)
+            {"none": ignored, "memory": not_modelled}.get(flag_effect(key), unknown).append(key)
             continue
-        if key != "model":
+        if key not in ("model", "model_tag"):
             used.append(key)
-    return VllmSettings(model, usage_context, fields, tuple(used), tuple(ignored), tuple(not_modelled))
+    return VllmSettings(model, usage_context, fields, tuple(used), tuple(ignored), tuple(not_modelled),
+                        tuple(unknown))
+
+
+def _sizes(value, name: str) -> list:
+    """--cudagraph-capture-sizes as a list: the command line's words, a JSON list, or the list itself."""
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    text = str(value).strip()
+    if text.startswith("["):
+        return _json_list(text, name)
+    return text.replace(",", " ").split()
+
+
+def _json_list(text: str, name: str) -> list:
+    import json
+
+    try:
+        found = json.loads(text)
+    except json.JSONDecodeError:
+        raise KvsizeError(f"{name} must be a list of batch sizes like [1, 2, 4, 8], got {shown(text)}") from None
+    if not isinstance(found, list):
+        raise KvsizeError(f"{name} must be a list of batch sizes like [1, 2, 4, 8], got {shown(text)}")
+    return found
 
 
 def read_command(argv: list[str]) -> VllmSettings:
@@ -309,6 +360,12 @@ def read_command(argv: list[str]) -> VllmSettings:
                 else:
                     args[key] = True
                 i += 1
+            elif key in LIST_FLAGS:  # nargs="+": every word up to the next flag
+                j = i + 1
+                while j < len(words) and not words[j].startswith("-"):
+                    j += 1
+                args[key] = words[i + 1:j]
+                i = j
             else:
                 args[key] = words[i + 1]
                 i += 2

@@ -323,6 +323,7 @@ class LogSettings:
     assumed: dict  # setting -> (value, why: the release default, the option given)
     ignored: tuple[str, ...] = ()  # logged settings that move no memory
     not_modelled: tuple[str, ...] = ()  # logged settings that move memory kvsize does not model
+    unknown: tuple[str, ...] = ()  # logged settings kvsize has no classification of
 
 
 def _log_gpu(run: LoggedRun, gpu):
@@ -375,6 +376,7 @@ def log_scenario(run: LoggedRun, model_name: str, shape, gpu=None, weights_dtype
         read["gpu"] = (g.name, gpu_source)
     ignored: tuple[str, ...] = ()
     not_modelled: tuple[str, ...] = ()
+    unknown: tuple[str, ...] = ()
     fields: dict = {}
     if run.engine == "vllm":
         args = {k: v for k, v in run.settings.items() if k != "model_runner" and k not in _ENGINE_STATE}
@@ -390,7 +392,7 @@ def log_scenario(run: LoggedRun, model_name: str, shape, gpu=None, weights_dtype
             fields["torch_compile"] = False
         if run.settings.get("compile_cache_hit"):
             fields["compile_cache_hit"] = True
-        ignored, not_modelled = settings.ignored, settings.not_modelled
+        ignored, not_modelled, unknown = settings.ignored, settings.not_modelled, settings.unknown
         for key in (*settings.used, *_ENGINE_STATE):
             if key in run.settings:
                 read[key] = (run.settings[key], run.sources.get(key, "the log"))
@@ -426,7 +428,7 @@ def log_scenario(run: LoggedRun, model_name: str, shape, gpu=None, weights_dtype
     scenario = Scenario(model_name, shape, g.name, run.figures.get("total_bytes", g.memory_bytes),
                         engine=_log_engine(run), gpu_multiprocessors=g.multiprocessors,
                         gpu_nvml_mib=g.nvml_memory_mib, gpu_architecture=g.architecture, **fields)
-    return scenario, LogSettings(read, assumed, ignored, not_modelled)
+    return scenario, LogSettings(read, assumed, ignored, not_modelled, unknown)
 
 
 @dataclass(frozen=True)

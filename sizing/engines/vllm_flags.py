@@ -1,0 +1,49 @@
+"""What each `vllm serve` flag kvsize does not read does to GPU memory, as vLLM's source has it
+(profiles/engines/vllm-flags/0.33.0.json): "none" (it moves none of the weights, the profiling peak, the non-torch
+memory, the CUDA graphs, the KV budget or its blocks) or "memory" (it moves one of them, in a way kvsize does not
+model). A flag that is in neither, nor read by kvsize, is unknown to kvsize, and the answer names it as such."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import KvsizeError
+
+FLAGS_PROFILE = Path(__file__).resolve().parents[2] / "profiles" / "engines" / "vllm-flags" / "0.33.0.json"
+PROFILE_LIMIT_BYTES = 1 << 20
+
+
+class FlagEffect(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    effect: Literal["none", "memory"] = Field(alias="class")
+    reason: str = Field(min_length=1, max_length=200)
+    source: str = Field(min_length=1, max_length=200)
+
+
+class FlagTable(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    release: str = Field(pattern=r"^\d+(\.\d+){1,3}$")  # the vLLM whose parser the flags were read from
+    source: str = Field(min_length=1)
+    parser_dests: tuple[str, ...] = Field(min_length=1)
+    flags: dict[str, FlagEffect]
+
+
+@cache
+def flag_table() -> FlagTable:
+    try:
+        if FLAGS_PROFILE.stat().st_size > PROFILE_LIMIT_BYTES:
+            raise KvsizeError(f"profile {FLAGS_PROFILE.name} is over {PROFILE_LIMIT_BYTES:,} bytes")
+        return FlagTable.model_validate(json.loads(FLAGS_PROFILE.read_text(encoding="utf-8")))
+    except (OSError, ValidationError, json.JSONDecodeError) as e:
+        raise KvsizeError(f"profile {FLAGS_PROFILE.name} is invalid: {str(e).splitlines()[0]}") from None
+
+
+def flag_effect(name: str) -> str | None:
+    """"none", "memory", or None where kvsize does not know the flag."""
+    found = flag_table().flags.get(name)
+    return found.effect if found is not None else None
