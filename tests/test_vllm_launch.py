@@ -217,6 +217,10 @@ def test_every_flag_of_vllm_serve_is_read_classified_or_named_unknown():
     assert classified <= set(table.parser_dests)
     effects = {f.effect for f in table.flags.values()}
     assert effects == {"none", "memory"} and all(f.reason and f.source.startswith("vllm/") for f in table.flags.values())
+    # the flags 0.20-0.32 take and 0.33 dropped are classified apart, from their own releases' source
+    older = set(table.older_flags)
+    assert older and not older & set(table.parser_dests) and not older & (READ_FLAGS | NOT_MODELLED)
+    assert all(f.source.startswith("vllm/") and " in 0." in f.source for f in table.older_flags.values())
 
 
 def test_flags_are_sorted_by_what_they_do_to_memory(capsys):
@@ -225,7 +229,9 @@ def test_flags_are_sorted_by_what_they_do_to_memory(capsys):
     assert s.ignored == ("port",)
     # custom all-reduce's buffers (TP > 1) and prefix caching off (a hybrid model's state pages) move memory
     assert set(s.not_modelled) == {"disable_custom_all_reduce", "enable_prefix_caching"}
-    assert s.unknown == ("frobnicate_cache",)  # no flag of vLLM 0.33: named, not taken as harmless
+    assert s.unknown == ("frobnicate_cache",)  # no flag of vLLM 0.20-0.33: named, not taken as harmless
+    # a flag only older releases take is classified from their source (0.20-0.26: refused unless at its default)
+    assert read_command("vllm serve m --max-num-partial-prefills 1".split()).ignored == ("max_num_partial_prefills",)
     assert main(["estimate", "--gpu", "h200", "--format", "json", "--", "vllm", "serve", LLAMA,
                  "--frobnicate-cache", "3"]) == 0
     err = capsys.readouterr().err

@@ -25,12 +25,19 @@ class FlagEffect(BaseModel):
     source: str = Field(min_length=1, max_length=200)
 
 
+class OlderFlagEffect(FlagEffect):
+    releases: str = Field(pattern=r"^\d+\.\d+\.\d+-\d+\.\d+\.\d+$")  # the first and last release that take it
+
+
 class FlagTable(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     release: str = Field(pattern=r"^\d+(\.\d+){1,3}$")  # the vLLM whose parser the flags were read from
     source: str = Field(min_length=1)
     parser_dests: tuple[str, ...] = Field(min_length=1)
     flags: dict[str, FlagEffect]
+    # flags earlier releases take and this one's parser does not, classified from those releases' source
+    older_source: str = ""
+    older_flags: dict[str, OlderFlagEffect] = Field(default_factory=dict)
 
 
 @cache
@@ -45,5 +52,6 @@ def flag_table() -> FlagTable:
 
 def flag_effect(name: str) -> str | None:
     """"none", "memory", or None where kvsize does not know the flag."""
-    found = flag_table().flags.get(name)
+    table = flag_table()
+    found = table.flags.get(name) or table.older_flags.get(name)
     return found.effect if found is not None else None
