@@ -4,20 +4,19 @@ chunks by their prompt tokens, each group's measured step beside the simulated o
 them; scripts/fit_serving_terms.py fits the engine's KV read share of a GPU on them).
 
 A decoding request's cached tokens are taken as its prompt plus half its output (the steady state of fixed lengths),
-the only figure the trace does not hold.
+the only figure the trace does not hold. The trace is read here, apart from measure/step_trace.py, which vLLM loads on
+the GPU machine on its own.
 """
 
 from __future__ import annotations
 
-import gzip
-import json
 import statistics
 from dataclasses import replace
+from pathlib import Path
 
 from sizing.evidence.serving import point_replica
 
-from .serving import ROOT, SERVING
-from .step_trace import read_steps
+from .serving import ROOT, SERVING, ServingError, load_points, read_bench, read_gzip, read_json
 
 DECODING_BINS = (1, 16, 32, 64, 96, 128, 160, 192, 256, 320, 512)
 PROMPT_BINS = (1, 256, 1024, 2048, 4096, 8193)
@@ -26,7 +25,7 @@ LONGEST_S = 0.25  # a longer period is the engine waiting for work, not a step
 
 
 def traced_servers() -> list[dict]:
-    plan = json.loads((SERVING / "plan.json").read_text())
+    plan = read_json(SERVING / "plan.json")
     return [s for s in plan["servers"] if s.get("step_trace") and (SERVING / s["batch"] / s["tag"] / "steps.tsv.gz").exists()]
 
 
@@ -38,9 +37,8 @@ def point_windows(server: dict) -> list[tuple[float, float, dict]]:
         meta = folder / f"{p['id']}.meta.json"
         raw = folder / f"{p['id']}.json.gz"
         if meta.exists() and raw.exists():
-            started = json.loads(meta.read_text())["started"]
-            duration = json.loads(gzip.decompress(raw.read_bytes()))["duration"]
-            out.append((started, started + duration + 5.0, p))
+            started = read_json(meta)["started"]
+            out.append((started, started + read_bench(raw).duration + 5.0, p))
     return out
 
 
@@ -51,25 +49,14 @@ def _bin(value: int, edges: tuple[int, ...]) -> tuple[int, int] | None:
     return None
 
 
-def server_settings(server: dict) -> dict:
-    """The settings of a traced server as a point of it gives them to the simulation (the GPU from its batch's
-    nvidia-smi line)."""
-    settings = {**{k: server[k] for k in ("config", "tensor_parallel_size", "kv_cache_dtype", "max_model_len",
-                                          "max_num_batched_tokens", "max_num_seqs", "gpu_memory_utilization")},
-                "vllm_version": json.loads((SERVING / "plan.json").read_text())["vllm_version"],
-                "max_cudagraph_capture_size": server.get("max_cudagraph_capture_size"),
-                "api_server_count": server.get("api_server_count")}
-    env = (SERVING / server["batch"] / "env.txt").read_text()
-    settings["gpu_name"] = next(line.split(",")[1].strip() for line in env.splitlines() if line.startswith("0,"))
-    return settings
-
-
 def server_rows(server: dict, terms: dict | None = None) -> tuple[list[dict], list[dict]]:
     """(decode-only groups, prompt-chunk groups) of one traced server, simulated with the fitted terms unless
     `terms` gives trial ones."""
     steps = read_steps(SERVING / server["batch"] / server["tag"] / "steps.tsv.gz")
     windows = point_windows(server)
-    model, _ = point_replica(server_settings(server), ROOT, terms=terms)
+    # the server's settings as points.json holds them for any of its points (they differ only in the load)
+    settings = next(p.settings for p in load_points() if p.server == server["tag"]).model_dump(mode="json")
+    model, _ = point_replica(settings, ROOT, terms=terms)
     gpu_only = replace(model, floor_s=0.0, core_s_per_token=0.0, api_s_per_token=0.0)
     decode, prompt = {}, {}
     for step in steps:
@@ -110,3 +97,54 @@ def _prompt_row(model, key, group) -> dict:
     return dict(bin=key, steps=len(group), decoding=g, prompt_tokens=tokens,
                 measured_ms=1e3 * statistics.median(s.period_s for s, _ in group),
                 simulated_ms=1e3 * model.seconds(g, g * cached, [(0, tokens)]))
+
+# ---------------------------------------------------------------------------------------------- reading a trace
+
+TRACE_LIMIT_BYTES = 8 * 1024 * 1024  # gzipped; a 40 s open loop of a 1B model writes about 120 KB
+TRACE_UNPACKED_LIMIT = 64 * 1024 * 1024
+
+
+class TraceError(ServingError):
+    """A trace file that is not what this module writes."""
+
+
+class Step:
+    """One engine step as the trace saw it: its schedule() call and the update_from_output() that took its
+    tokens, paired in order. `period_s` is the time from the previous step's update to this one's: with the engine
+    busy, the step's own length (under async scheduling the next step's scheduling overlaps it)."""
+
+    __slots__ = ("scheduled_at", "schedule_s", "prompt_requests", "prompt_tokens", "decoding", "running", "waiting",
+                 "updated_at", "update_s", "period_s")
+
+    def __init__(self, s: list[str], u: list[str], previous_update_at: float | None):
+        self.scheduled_at, self.schedule_s = float(s[1]), float(s[2]) - float(s[1])
+        self.prompt_requests, self.prompt_tokens, self.decoding = int(s[3]), int(s[4]), int(s[5])
+        self.running, self.waiting = int(s[6]), int(s[7])
+        self.updated_at, self.update_s = float(u[1]), float(u[2]) - float(u[1])
+        self.period_s = None if previous_update_at is None else self.updated_at - previous_update_at
+
+
+def read_steps(path: Path) -> list[Step]:
+    """The steps of a gzipped trace, in order. Calls that scheduled nothing are dropped (their updates still end
+    the period before the next step); a malformed line raises TraceError naming it."""
+    text = read_gzip(path, TRACE_LIMIT_BYTES, TRACE_UNPACKED_LIMIT).decode("utf-8", errors="replace")
+    schedules, updates = [], []
+    for n, line in enumerate(text.splitlines(), start=1):
+        fields = line.split("\t")
+        if fields[0] == "S" and len(fields) == 8:
+            schedules.append(fields)
+        elif fields[0] == "U" and len(fields) == 4:
+            updates.append(fields)
+        else:
+            raise TraceError(f"{path}: line {n} is neither an S line of 8 fields nor a U line of 4: {line[:80]!r}")
+        try:
+            [float(x) for x in fields[1:]]
+        except ValueError:
+            raise TraceError(f"{path}: line {n} holds a field that is not a number: {line[:80]!r}") from None
+    # every schedule() call is answered by one update_from_output(), in order, empty ones included
+    steps, previous = [], None
+    for s, u in zip(schedules, updates):
+        if int(s[4]) + int(s[5]) > 0:
+            steps.append(Step(s, u, previous))
+        previous = float(u[1])
+    return steps

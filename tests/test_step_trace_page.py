@@ -9,7 +9,7 @@ import pytest
 from helpers import load_script
 
 from measure.serving import SERVING
-from measure.step_trace import TraceError, read_steps
+from measure.steps import TraceError, read_steps
 
 ROOT = SERVING.parents[1]
 

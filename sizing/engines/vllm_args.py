@@ -301,18 +301,14 @@ def _sizes(value, name: str) -> list:
     if isinstance(value, (list, tuple)):
         return list(value)
     text = str(value).strip()
-    if text.startswith("["):
-        return _json_list(text, name)
-    return text.replace(",", " ").split()
-
-
-def _json_list(text: str, name: str) -> list:
-    import json
+    if not text.startswith("["):
+        return text.replace(",", " ").split()
+    from ..inputs import NotJson, load_json
 
     try:
-        found = json.loads(text)
-    except json.JSONDecodeError:
-        raise KvsizeError(f"{name} must be a list of batch sizes like [1, 2, 4, 8], got {shown(text)}") from None
+        found = load_json(text, name, "a JSON list of batch sizes such as [1, 2, 4, 8]", 1024 * 1024)
+    except NotJson:
+        found = None
     if not isinstance(found, list):
         raise KvsizeError(f"{name} must be a list of batch sizes like [1, 2, 4, 8], got {shown(text)}")
     return found
