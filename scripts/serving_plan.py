@@ -114,6 +114,15 @@ FRONT_QUEUE_1B_ALONE = [opened(128, 256, r, 40 * r) for r in (90, 120)]
 # waits on the host, which the client's timestamps cannot.
 STEPS_8B = [closed(1000, 256, 64, 128), opened(1000, 256, 16, 640), opened(1000, 256, 24, 960)]
 STEPS_1B = [closed(128, 256, 256, 512), opened(128, 256, 90, 3600)]
+# batch b12, on one H200: b11's trace put the simulation 4% short of Llama-3.1-8B's decode-only steps at 7 decoding
+# and 17% short at about 150, and 37% over its steps carrying a prompt chunk. A closed-loop ladder of 16-256 in flight
+# at 1,000-token prompts and 8-64 in flight at 8,000 moves the KV a step reads (tokens held) apart from the requests it
+# decodes, so that the step's KV read and its per-request cost can be told apart; the same ladder with fp8 KV gives
+# that format's read apart from bf16's, and Qwen3-30B-A3B's (an MoE, whose expert reads grow with the batch) the same
+# for a second model. Every server's steps are timed from inside the engine core.
+LADDER_8B = [closed(1000, 256, c, 2 * c) for c in (16, 32, 64, 128, 256)] + \
+    [closed(8000, 256, c, 2 * c) for c in (8, 16, 32, 64)]
+LADDER_MOE = [closed(1000, 256, c, 2 * c) for c in (16, 64, 192)] + [closed(8000, 256, c, 2 * c) for c in (8, 32)]
 
 
 def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len: int, points: list[dict],
@@ -171,7 +180,7 @@ def frontend_pair(tag: str, batch: str, model: str, gpus: str, port: int, max_mo
 def plan() -> dict:
     b1, b2, b3, b4, b5 = "b1-llama8b", "b2-moe-mla", "b3-tp2-32b", "b4-past-pool-moe2", "b5-dense-sizes"
     b6, b7, b8, b9 = "b6-rate-sweep", "b7-prefill-graphs", "b8-frontend", "b9-frontend-queue"
-    b10, b11 = "b10-host-alone", "b11-step-trace"
+    b10, b11, b12 = "b10-host-alone", "b11-step-trace", "b12-step-ladder"
     ran = {b1: {"0": ["llama8b-bf16", "qwen3moe-bf16"], "1": ["llama8b-fp8", "dsv2lite-bf16"],
                 "0,1": ["qwen25-32b-tp2-bf16"]}}
     ran[b2], ran[b3] = ran[b1], ran[b1]  # b1-b3 ran as one set of lanes
@@ -185,14 +194,15 @@ def plan() -> dict:
     ran[b10] = {"0": ["b10-llama1b-api4"], "1": [], "0,1": []}
     # the newest batch, on a one-GPU machine: what the kit runs
     ran[b11] = {"0": ["b11-llama8b", "b11-llama1b-api4"], "1": [], "0,1": []}
+    ran[b12] = {"0": ["b12-llama8b-bf16", "b12-llama8b-fp8", "b12-qwen3moe"], "1": [], "0,1": []}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
         bench="vllm bench serve --backend vllm --dataset-name random (ignore_eos), --percentile-metrics "
               "ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --save-result --save-detailed",
-        batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11],
+        batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12],
         # lanes run side by side; a lane's servers run one after another; '0,1' runs once both others are done.
         # `lanes` are the newest batch's (what the kit runs); `lanes_by_batch` keeps each batch's
-        lanes=ran[b11], lanes_by_batch=ran,
+        lanes=ran[b12], lanes_by_batch=ran,
         servers=[
             server("llama8b-bf16", b1, "llama-3.1-8b", "0", 8101, 65536, LLAMA_POINTS),
             server("llama8b-fp8", b1, "llama-3.1-8b", "1", 8102, 65536, LLAMA_POINTS, kv_cache_dtype="fp8"),
@@ -248,6 +258,12 @@ def plan() -> dict:
                    itl_guess_s=0.01, step_trace=True),
             server("b11-llama1b-api4", b11, "llama-3.2-1b-instruct", "0", 8182, 32768, STEPS_1B,
                    prefill_tokens_per_s=60000, itl_guess_s=0.004, api_server_count=4, step_trace=True),
+            server("b12-llama8b-bf16", b12, "llama-3.1-8b", "0", 8191, 65536, LADDER_8B, prefill_tokens_per_s=30000,
+                   itl_guess_s=0.01, step_trace=True),
+            server("b12-llama8b-fp8", b12, "llama-3.1-8b", "0", 8192, 65536, LADDER_8B, kv_cache_dtype="fp8",
+                   prefill_tokens_per_s=30000, itl_guess_s=0.01, step_trace=True),
+            server("b12-qwen3moe", b12, "qwen3-30b-a3b", "0", 8193, 32768, LADDER_MOE, prefill_tokens_per_s=20000,
+                   itl_guess_s=0.015, step_trace=True),
         ],
     )
 
