@@ -1,7 +1,8 @@
 """The committed step traces (measure/step_trace.py's lines, kept beside a serving batch's points as steps.tsv.gz)
 grouped for the simulation's step to be held to them: decode-only steps by the requests decoding, steps with prompt
 chunks by their prompt tokens, each group's measured step beside the simulated one (benchmarks/step_trace.py prints
-them; scripts/fit_serving_terms.py fits the engine's KV read share of a GPU on them).
+them; scripts/fit_serving_terms.py fits the engine's KV read share per format and each request's cost a step on
+the decode-only ones, decode_groups).
 
 A decoding request's cached tokens are taken as its prompt plus half its output (the steady state of fixed lengths),
 the only figure the trace does not hold. The trace is read here, apart from measure/step_trace.py, which vLLM loads on
@@ -29,6 +30,14 @@ def traced_servers() -> list[dict]:
     return [s for s in plan["servers"] if s.get("step_trace") and (SERVING / s["batch"] / s["tag"] / "steps.tsv.gz").exists()]
 
 
+HOST_PACED_SERVERS = ("b11-llama1b-api4",)  # its steps are the host's (docs/step-trace.md): no GPU term shows there
+
+
+def gpu_paced_servers() -> list[dict]:
+    """The traced servers whose steps the GPU sets: every one but the host-paced Llama-3.2-1B."""
+    return [s for s in traced_servers() if s["tag"] not in HOST_PACED_SERVERS]
+
+
 def point_windows(server: dict) -> list[tuple[float, float, dict]]:
     """(start, end, point) of each point the server ran, from its meta file and the bench's duration."""
     out = []
@@ -49,22 +58,43 @@ def _bin(value: int, edges: tuple[int, ...]) -> tuple[int, int] | None:
     return None
 
 
-def server_rows(server: dict, terms: dict | None = None) -> tuple[list[dict], list[dict]]:
-    """(decode-only groups, prompt-chunk groups) of one traced server, simulated with the fitted terms unless
-    `terms` gives trial ones."""
+def server_settings(server: dict) -> dict:
+    """The server's settings as points.json holds them for any of its points (they differ only in the load)."""
+    return next(p.settings for p in load_points() if p.server == server["tag"]).model_dump(mode="json")
+
+
+def point_steps(server: dict):
+    """(step, point) of every step of the server's trace taken while one of its points ran, the engine busy."""
     steps = read_steps(SERVING / server["batch"] / server["tag"] / "steps.tsv.gz")
     windows = point_windows(server)
-    # the server's settings as points.json holds them for any of its points (they differ only in the load)
-    settings = next(p.settings for p in load_points() if p.server == server["tag"]).model_dump(mode="json")
-    model, _ = point_replica(settings, ROOT, terms=terms)
-    gpu_only = replace(model, floor_s=0.0, core_s_per_token=0.0, api_s_per_token=0.0)
-    decode, prompt = {}, {}
     for step in steps:
         if step.period_s is None or step.period_s > LONGEST_S:
             continue
         point = next((p for t0, t1, p in windows if t0 <= step.scheduled_at <= t1), None)
-        if point is None:
-            continue
+        if point is not None:
+            yield step, point
+
+
+def decode_groups(server: dict) -> list[dict]:
+    """The decode-only steps of one traced server by the point they ran in and the requests decoding, groups of
+    LEAST_STEPS or more: the point's id, the requests decoding, the cached tokens each holds, the steps and their
+    median period in seconds (what a fit of the step's terms reads)."""
+    groups = {}
+    for step, point in point_steps(server):
+        if step.prompt_requests == 0:
+            groups.setdefault((point["id"], step.decoding), (point, []))[1].append(step.period_s)
+    return [dict(point=pid, decoding=n, cached=point["input_len"] + point["output_len"] // 2, steps=len(periods),
+                 measured_s=statistics.median(periods))
+            for (pid, n), (point, periods) in sorted(groups.items()) if len(periods) >= LEAST_STEPS]
+
+
+def server_rows(server: dict, terms: dict | None = None) -> tuple[list[dict], list[dict]]:
+    """(decode-only groups, prompt-chunk groups) of one traced server, simulated with the fitted terms unless
+    `terms` gives trial ones."""
+    model, _ = point_replica(server_settings(server), ROOT, terms=terms)
+    gpu_only = replace(model, floor_s=0.0, core_s_per_token=0.0, api_s_per_token=0.0)
+    decode, prompt = {}, {}
+    for step, point in point_steps(server):
         cached = point["input_len"] + point["output_len"] // 2
         if step.prompt_requests == 0:
             key = _bin(step.decoding, DECODING_BINS)

@@ -13,11 +13,14 @@ TP 2). The step terms: a least-squares fit of the relative error of the measured
 
 the floor chosen on a grid (10 us apart, 0 among them) as the one whose fit leaves the least squared error; a
 point under the floor takes no part in the linear fit. The prefill MFU: the reference MFU scaled by the simulated
-over the measured median TTFT, the median over those points. The engine's KV read efficiency, per format: on batch
-b1's closed-loop points of 8 or more in flight (Llama-3.1-8B, bf16 and fp8 KV), the efficiency at which the
-simulated median gap is the measured one in the median (kvsize's own decode kernels read fp8 faster than the
-engine's attention does). The two depend on each other through the long one-request points' KV reads, so they are
-fitted in turn, twice. Then, those terms fixed, the cost per MoE layer a step (the fused-MoE kernels' router, top-k,
+over the measured median TTFT, the median over those points. The engine's KV read efficiency, per format, and
+the cost of each request in a step beside its KV read (the model runner's per-request work, the sampler's row, the attention kernels' per-sequence work): on the
+step traces' decode-only steps (batches b11 and b12: Llama-3.1-8B in bf16 and fp8 KV at 16-256 requests decoding
+over 1,000- and 8,000-token prompts, Qwen3-30B-A3B; the host-paced Llama-3.2-1B left out), grouped by point and
+requests decoding, a least-squares fit of the relative error of each group's median period (see fit_trace); only
+the ladders tell the two apart, since at one prompt length the KV read grows with the requests. They depend on the
+step terms (through the one-request points' KV reads and requests) and the step terms on them, so they are fitted
+in turn, twice. Then, those terms fixed, the cost per MoE layer a step (the fused-MoE kernels' router, top-k,
 block alignment and combine, which a dense MLP does not launch): a least-squares fit of the relative error of the
 measured median gap of Qwen3-30B-A3B's one-request points of batch b2 (prompts of 1K, 8K and 32K tokens). Then,
 every one of those fixed, the cost per MoE layer of a step run past the largest CUDA graph kvsize estimates the
@@ -52,6 +55,7 @@ sys.path.insert(0, str(ROOT))
 from sizing.evidence.serving import point_replica, predict_point, served_settings  # noqa: E402
 from sizing.planners.step_model import SERVING_PROFILE  # noqa: E402
 from sizing.profiles import measured_efficiency  # noqa: E402
+from measure.steps import decode_groups, gpu_paced_servers, server_settings  # noqa: E402
 
 POINTS = ROOT / "measure" / "serving" / "points.json"
 # the step terms fitted; the rest are left at their neutral values (weights: kvsize's kernels' efficiency; 0 s)
@@ -88,41 +92,45 @@ def mfu_fitted_on(points: list[dict]) -> list[dict]:
     return [p for p in fitted_on(points) if p["batch"] in MFU_BATCHES]
 
 
-KV_FIT_FORMATS = {"llama8b-bf16": "bf16", "llama8b-fp8": "fp8_e4m3"}  # b1's servers and the format each reads
+REQUEST_TERM = "request_step_overhead_s"
+def trace_rows(terms: dict) -> list[dict]:
+    """Per group of a traced server's decode-only steps (one point, one count of requests decoding): the simulated
+    GPU step without its KV read and its per-request term, the KV read at the trial efficiency, the format, the
+    requests and the measured median period (seconds)."""
+    rows = []
+    for server in gpu_paced_servers():
+        model, _ = point_replica(server_settings(server), ROOT, terms={**terms, REQUEST_TERM: 0.0})
+        for g in decode_groups(server):
+            n, tokens = g["decoding"], g["decoding"] * g["cached"]
+            _, kv = model.read_seconds(n, g["cached"])
+            rows.append(dict(point=g["point"], format=model.kv_format, decoding=n, kv=kv,
+                             base=model.gpu_seconds(n, tokens, []) - kv, measured=g["measured_s"]))
+    return rows
 
 
-def kv_fitted_on(points: list[dict]) -> dict[str, list[dict]]:
-    """Per KV format, b1's closed-loop points of 8 or more in flight, where each decode step reads the KV of many
-    requests: what the engine's own attention reads it at."""
-    return {fmt: [p for p in points if p["batch"] == "b1-llama8b" and p["server"] == server
-                  and (p["settings"]["concurrency"] or 0) >= 8] for server, fmt in KV_FIT_FORMATS.items()}
-
-
-def fit_engine_kv(points: list[dict], terms: dict) -> dict[str, float]:
-    """Per format, the read efficiency (to 0.001) at which the simulated median inter-token gap over its points is,
-    in the median, the measured one: bisection (a lower efficiency lengthens every decode step)."""
-    out = {}
-    for fmt, chosen in kv_fitted_on(points).items():
-        def median_error(share: float) -> float:
-            trial = {**terms, "engine_kv_efficiency": {**terms["engine_kv_efficiency"], fmt: share}}
-            return statistics.median(predict_point(served_settings(p), ROOT, terms=trial).itl_ms[50]
-                                     / p["measured"]["itl_p50_ms"] - 1 for p in chosen)
-
-        lo, hi = 0.05, 1.0  # median_error(lo) > 0 > median_error(hi) where the kernels read faster than measured
-        if median_error(hi) >= 0:
-            out[fmt] = hi
-            continue
-        while hi - lo > 0.0005:
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if median_error(mid) > 0 else (lo, mid)
-        out[fmt] = round((lo + hi) / 2, 3)
-    return out
+def fit_trace(terms: dict) -> dict:
+    """The engine's KV read efficiency per format and the cost of each request in a step, from the step traces'
+    decode-only steps: a least-squares fit of the relative error of each group's median period to base + requests
+    x cost + KV read x (trial efficiency / efficiency), one unknown per format beside the shared cost. Only the
+    ladders of the traced servers tell the two apart: the KV a step reads moves with the prompt length at a fixed
+    count of requests."""
+    rows = trace_rows({**terms, "engine_kv_efficiency": {f: 1.0 for f in measured_efficiency().kv}})
+    formats = sorted({r["format"] for r in rows})
+    columns = [lambda r: r["decoding"]] + [lambda r, f=f: r["kv"] * (r["format"] == f) for f in formats]
+    x = [[c(r) / r["measured"] for c in columns] for r in rows]
+    y = [(r["measured"] - r["base"]) / r["measured"] for r in rows]
+    n = len(columns)
+    beta = _solve([[sum(row[i] * row[j] for row in x) for j in range(n)] for i in range(n)],
+                  [sum(row[i] * v for row, v in zip(x, y)) for i in range(n)])
+    shares = {f: round(min(1.0, 1 / b), 3) for f, b in zip(formats, beta[1:])}  # the trial read at a share of 1
+    return {"engine_kv_efficiency": shares, REQUEST_TERM: round(max(beta[0], 0.0), 9)}
 
 
 REFERENCE_MFU = 0.5  # any MFU: one prompt prefilled alone takes time inversely proportional to it
 FIT_ROUNDS = 2  # the step terms read the KV at the engine's efficiency and that is fitted with the step terms
 FRONTEND_OFF = {"frontend_core_s_per_token": 0.0, "frontend_api_s_per_token": 0.0}  # until fit_frontend
 NEUTRAL = {"per_layer_step_overhead_s": 0.0, "tp_per_layer_step_overhead_s": 0.0, "step_floor_s": 0.0,
+           "request_step_overhead_s": 0.0,
            "moe_layer_step_overhead_s": 0.0, "eager_moe_layer_step_overhead_s": 0.0, **FRONTEND_OFF}
 # the MoE layer's cost: the one-request points of this server (Qwen3-30B-A3B, batch b2: prompts of 1K, 8K and 32K
 # tokens); every other MoE point (Mixtral-8x7B, gpt-oss-20b, DeepSeek-V2-Lite, Qwen3-30B-A3B at more than one request
@@ -260,16 +268,17 @@ def fit_handling(points: list[dict], terms: dict) -> float:
                                        for p in handling_fitted_on(points)), 0.0), 6)
 
 
-def step_rows(points: list[dict], engine_kv: dict[str, float]) -> list[dict]:
+def step_rows(points: list[dict], engine_kv: dict[str, float], request: float) -> list[dict]:
     """Per one-request point: the weights read at the full bandwidth, the KV read at the engine's efficiency (at the
-    request's median length), its layers and whether it runs at TP > 1, and the measured median gap (seconds)."""
+    request's median length) and the one request's cost a step, its layers and whether it runs at TP > 1, and the
+    measured median gap (seconds)."""
     rows = []
     for p in fitted_on(points):
         st = p["settings"]
         model, _ = point_replica(st, ROOT, terms={**NEUTRAL, "engine_weights_efficiency": 1.0,
                                                   "engine_kv_efficiency": engine_kv})
         weights, kv = model.read_seconds(1, st["input_len"] + st["output_len"] // 2)
-        rows.append(dict(weights=weights, kv=kv, layers=model.shape.num_layers, tp=model.tp > 1,
+        rows.append(dict(weights=weights, kv=kv + request, layers=model.shape.num_layers, tp=model.tp > 1,
                          measured=p["measured"]["itl_p50_ms"] / 1e3,
                          kernel_weights=weights / measured_efficiency().weights))
     return rows
@@ -307,9 +316,11 @@ def _linear(rows: list[dict], terms: tuple[str, ...]) -> tuple[dict, callable]:
     return coef, lambda r: fixed(r) + sum(coef[name] * c(r) for name, c in columns)
 
 
-def fit_step(points: list[dict], engine_kv: dict[str, float], terms: tuple[str, ...] = TERMS) -> dict:
-    """The step terms `terms` names, from the one-request points, the KV read at `engine_kv`."""
-    rows = step_rows(points, engine_kv)
+def fit_step(points: list[dict], engine_kv: dict[str, float], terms: tuple[str, ...] = TERMS,
+             request: float = 0.0) -> dict:
+    """The step terms `terms` names, from the one-request points, the KV read at `engine_kv` and a request costing
+    `request` a step."""
+    rows = step_rows(points, engine_kv, request)
     terms = tuple(t for t in terms if t in DENSE_TERMS)
     best = None
     floors = [k * FLOOR_GRID_S for k in range(int(FLOOR_MAX_S / FLOOR_GRID_S) + 1)] if "floor" in terms else [0.0]
@@ -329,7 +340,7 @@ def fit_step(points: list[dict], engine_kv: dict[str, float], terms: tuple[str, 
         if best is None or loss < best[0] - 1e-12:
             best = (loss, floor, coef)
     _, floor, coef = best
-    out = dict(NEUTRAL, step_floor_s=round(floor, 6),
+    out = dict(NEUTRAL, step_floor_s=round(floor, 6), **{REQUEST_TERM: request},
                per_layer_step_overhead_s=round(coef.get("layer", 0.0), 9),
                tp_per_layer_step_overhead_s=round(max(coef.get("tp_layer", 0.0), 0.0), 9),
                engine_weights_efficiency=round(1 / coef["weights"], 4) if "weights" in coef else None)
@@ -348,20 +359,23 @@ def fit_mfu(points: list[dict], terms: dict) -> float:
 
 
 def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
-    engine_kv: dict[str, float] = {}
+    traced = {"engine_kv_efficiency": {}, REQUEST_TERM: 0.0}
     handling = 0.0
     fits_handling = "handling" in terms
     for _ in range(FIT_ROUNDS):
         # fit_step's terms start from NEUTRAL: every term fitted later (the front end's among them) is off here
-        trial = {**fit_step(points, engine_kv, terms), "engine_kv_efficiency": engine_kv, HANDLING_TERM: handling}
+        trial = {**fit_step(points, traced["engine_kv_efficiency"], terms, traced[REQUEST_TERM]), **traced,
+                 HANDLING_TERM: handling}
         trial["prefill_mfu"] = fit_mfu(points, trial)
         handling = trial[HANDLING_TERM] = fit_handling(points, trial) if fits_handling else 0.0
-        engine_kv = fit_engine_kv(points, trial)
-    fixed = {**fit_step(points, engine_kv, terms), "engine_kv_efficiency": engine_kv, HANDLING_TERM: handling}
+        trial["moe_layer_step_overhead_s"] = fit_moe_layer(points, trial) if "moe_layer" in terms else 0.0
+        traced = fit_trace(trial)
+    fixed = {**fit_step(points, traced["engine_kv_efficiency"], terms, traced[REQUEST_TERM]), **traced,
+             HANDLING_TERM: handling}
     fixed["prefill_mfu"] = fit_mfu(points, fixed)
     if fits_handling:
         fixed[HANDLING_TERM] = fit_handling(points, fixed)
-    kv_points = [p for group in kv_fitted_on(points).values() for p in group]
+    trace_points = sorted({r["point"] for r in trace_rows(fixed)})
     fixed["moe_layer_step_overhead_s"] = fit_moe_layer(points, fixed) if "moe_layer" in terms else 0.0
     moe_points = moe_fitted_on(points) if "moe_layer" in terms else []
     eager = eager_rows(points, fixed) if "eager" in terms else []
@@ -373,17 +387,20 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
                                      "engine_weights_efficiency", "tp_per_layer_step_overhead_s", "step_floor_s",
                                      "moe_layer_step_overhead_s", EAGER_TERM)},
             **frontend,
-            HANDLING_TERM: fixed[HANDLING_TERM],
-            "fitted_on": [p["id"] for p in fitted_on(points) + kv_points + moe_points + [r["point"] for r in eager]
-                          + [r["point"] for r in front] + (handling_fitted_on(points) if fits_handling else [])],
+            HANDLING_TERM: fixed[HANDLING_TERM], REQUEST_TERM: fixed[REQUEST_TERM],
+            "fitted_on": [p["id"] for p in fitted_on(points) + moe_points + [r["point"] for r in eager]
+                          + [r["point"] for r in front] + (handling_fitted_on(points) if fits_handling else [])]
+            + trace_points,
             "source": "scripts/fit_serving_terms.py over the points it names (measure/serving/points.json): one "
                       "request in flight on the dense servers (Llama-3.2-1B, Llama-3.1-8B, Qwen3-8B, "
                       "Mistral-Nemo-12B, Qwen2.5-32B; Qwen2.5-32B and Llama-3.1-70B at TP 2): the weights "
                       "efficiency, per-layer cost and TP all-reduce per layer a least-squares fit of the relative "
                       "error of the measured median inter-token gap, the floor the grid value leaving the least "
                       "squared error; the reference MFU scaled by the simulated over the measured median TTFT, the "
-                      "median; per KV format, the engine's read efficiency at which the simulated median gap of "
-                      "batch b1's points of 8 or more in flight is the measured one, in the median; the cost per MoE layer "
+                      "median; per KV format, the engine's read efficiency, and the cost of each request in a step, "
+                      "a least-squares fit of the relative error of the median period of the step traces' decode-only "
+                      "steps (batches b11 and b12; Llama-3.2-1B's host-paced steps left out), grouped by point and "
+                      "requests decoding; the cost per MoE layer "
                       "a step (router, top-k, block alignment and combine of the fused-MoE kernels), with those terms "
                       "fixed, a least-squares fit of the relative error of the measured median inter-token gap of "
                       "Qwen3-30B-A3B's one-request points of batch b2; the cost per MoE layer of a step past the "

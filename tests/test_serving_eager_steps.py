@@ -118,8 +118,8 @@ def test_the_eager_term_is_fitted_on_b7s_moe_prompts_and_closes_the_gap_they_sho
 
 def test_the_front_end_paces_many_streams_and_more_api_servers_share_its_work():
     # b8-frontend: Llama-3.2-1B at 512 in flight streams a token every 29.4 ms under one API server and every 9.3 ms
-    # under four, against a GPU step of ~4 ms: the step lasts at least its streams' tokens through the API servers,
-    # and the engine core's work on each stream lengthens the host's side of the step beyond its floor
+    # under four: the step lasts at least its streams' tokens through the API servers, and the engine core's work on
+    # each stream lengthens the host's side of the step beyond its floor
     from sizing.evidence.serving import point_replica
     from sizing.planners.step_model import step_overhead
 
@@ -132,7 +132,8 @@ def test_the_front_end_paces_many_streams_and_more_api_servers_share_its_work():
     gpu = replace(one, core_s_per_token=0.0, api_s_per_token=0.0).decode_seconds(512, 512 * 256)
     host = one.floor_s + 512 * one.core_s_per_token
     # one API server is the bound; four share its work and leave the engine core's side of the step the longest
-    assert gpu < 512 * four.api_s_per_token < host < 512 * one.api_s_per_token
+    # (the GPU's, its 512 requests' own cost a step among it, comes close)
+    assert 512 * four.api_s_per_token < gpu <= host < 512 * one.api_s_per_token
     assert one.decode_seconds(512, 512 * 256) == pytest.approx(512 * one.api_s_per_token)
     assert four.decode_seconds(512, 512 * 256) == pytest.approx(host)
     # held to the server: within 10% of b8's measured gaps at 512 in flight

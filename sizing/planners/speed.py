@@ -87,10 +87,22 @@ def weights_read_bytes(shape: ModelShape, fmt: WeightFormat, tp: int, batch: flo
 
 
 def active_params(shape: ModelShape) -> int:
-    """Parameters one token passes through (routed experts at top_k / num_experts)."""
+    """Parameters every token of a step passes through: its layers (routed experts at top_k / num_experts). The
+    lm_head is not among them: see head_params."""
     share = shape.num_experts_per_tok / shape.num_experts if shape.num_experts else 0
-    layers = sum(p.attention + p.mlp + p.other + p.experts * share for p in shape.layer_params)
-    return int(layers) + (shape.lm_head_params or shape.embedding_params)
+    return int(sum(p.attention + p.mlp + p.other + p.experts * share for p in shape.layer_params))
+
+
+def head_params(shape: ModelShape) -> int:
+    """The lm_head's parameters, which only a sampled position passes through: the engines compute logits for the
+    last scheduled token of each request in a step (vLLM's logits_indices), not for every prompt token."""
+    return shape.lm_head_params or shape.embedding_params
+
+
+def gemm_flops(shape: ModelShape, step_tokens: int, sampled: int) -> int:
+    """The GEMMs of a step of `step_tokens` tokens of which `sampled` get logits: 2 × (active × tokens + head ×
+    sampled)."""
+    return 2 * (active_params(shape) * step_tokens + head_params(shape) * sampled)
 
 
 @dataclass(frozen=True)
@@ -150,6 +162,7 @@ def prefill_attention_flops(shape: ModelShape, prompt_tokens: int) -> int:
 
 
 def prefill_seconds(shape: ModelShape, prompt_tokens: int, tp: int, tflops: float, mfu: float) -> float:
-    """Compute-bound prefill of one prompt: 2 × active params × tokens + causal attention."""
-    dense = 2 * active_params(shape) * prompt_tokens
+    """Compute-bound prefill of one prompt: its layers' GEMMs for every token, the lm_head for its last, and
+    causal attention."""
+    dense = gemm_flops(shape, prompt_tokens, 1)
     return (dense + prefill_attention_flops(shape, prompt_tokens)) / (tflops * 1e12 * mfu * tp)

@@ -5,12 +5,14 @@ A step is its GEMMs (the larger of reading the weights and computing with them),
 cost per layer (and per layer's all-reduce where TP > 1), never less than the engine's fixed floor per step:
 
     GPU  = max(weights read / (HBM bandwidth × engine weights efficiency),
-               2 × active params × step tokens / FLOP/s)                    (the GEMMs: reads overlap compute)
+               2 × (active params × step tokens + lm_head × requests) / FLOP/s)
+                                           (the GEMMs: reads overlap compute; logits only at each request's last token)
            + Σ KV read of the decoding requests / (HBM bandwidth × efficiency)
            + causal attention FLOPs of the prompt chunks / FLOP/s
            + layers × (per-layer step overhead + TP all-reduce per layer if TP > 1)
            + MoE layers × per-MoE-layer step overhead                        (the fused-expert kernels' own cost)
            + MoE layers × eager per-MoE-layer                               (a step past the largest CUDA graph)
+           + requests in the step × per-request step overhead               (beside their KV read)
     host = step floor + decoding requests × core                            (the engine core's side of the step)
     API  = decoding requests × API / API servers                            (the tokens the API servers stream)
     step = max(GPU, host, API)                                              (FLOP/s = dense bf16 × MFU × TP)
@@ -44,7 +46,7 @@ from ..efficiency import DecodeEfficiency
 from ..engines.memory import WeightFormat
 from ..errors import KvsizeError
 from .graph_steps import UNLIMITED, GraphedSteps
-from .speed import active_params, decode_step, prefill_attention_flops
+from .speed import decode_step, gemm_flops, prefill_attention_flops
 
 SERVING_PROFILE = Path(__file__).resolve().parents[2] / "profiles" / "serving.json"
 
@@ -75,6 +77,11 @@ class StepOverhead(BaseModel):
     # the front end's handling of a request, from the client's send to the engine's queue (HTTP, tokenizing, the
     # hand-off to the engine core) and of its first token back: every request's first token comes this much later
     request_handling_s: float = Field(default=0.0, ge=0, le=1.0)
+    # each request a step carries (decoding or prefilling a chunk): the work serialized with the step's kernels that
+    # grows with its requests apart from the KV they read (the model runner's per-request inputs, the sampler's row,
+    # the attention kernels' per-sequence work); the step traces of closed-loop ladders (one model at 1,000- and
+    # 8,000-token prompts) tell it apart from the KV read, which a fixed prompt length cannot
+    request_step_overhead_s: float = Field(default=0.0, ge=0, le=0.001)
     fitted_on: tuple[str, ...] = Field(min_length=1)
     source: str
 
@@ -117,24 +124,31 @@ class StepModel:
     core_s_per_token: float = 0.0  # the engine core's work on each decoding request's token, in the host's side
     api_s_per_token: float = 0.0  # an API server's time per streamed token, divided among the API servers
     request_handling_s: float = 0.0  # from the client's send to the engine's queue, and the first token back
+    request_overhead_s: float = 0.0  # each request in a step, beside its KV read (serialized with the kernels)
 
     def seconds(self, decoding: int, decode_tokens_in_cache: int, chunks: list[tuple[int, int]]) -> float:
         """`decoding` requests reading `decode_tokens_in_cache` cached tokens in all; `chunks`: (start, end) of the
         prompt tokens each prefilling request computes this step."""
+        return max(self.gpu_seconds(decoding, decode_tokens_in_cache, chunks), self.host_seconds(decoding))
+
+    def gpu_seconds(self, decoding: int, decode_tokens_in_cache: int, chunks: list[tuple[int, int]]) -> float:
+        """The GPU's side of `seconds`: the step's kernels and what is serialized with them."""
         mean = decode_tokens_in_cache // decoding if decoding else 0
         # Every token of the step, prompt chunks included, goes through the same GEMMs: their weights are read once
-        # (every expert a token is routed to) while they compute. Attention is kernels of its own: the decoding
-        # requests' KV reads and the chunks' causal attention add to the GEMMs' time.
+        # (every expert a token is routed to) while they compute; only each request's last token goes through the
+        # lm_head. Attention is kernels of its own: the decoding requests' KV reads and the chunks' causal attention
+        # add to the GEMMs' time.
         step_tokens = decoding + sum(end - start for start, end in chunks)
         gemms = max(self._weights(_rounded(max(step_tokens, 1))),
-                    2 * self._active_params * step_tokens / self._flops())
+                    gemm_flops(self.shape, step_tokens, decoding + len(chunks)) / self._flops())
         attention = sum(self._attention(end) - self._attention(start) for start, end in chunks) / self._flops()
         kv = self._kv(decoding, _rounded(mean)) if decoding else 0.0
         # a step of more tokens than the largest graph (or any step where the engine captures none) is launched
         # from the host; the engine pads smaller ones to a captured size and replays it. A decode-only step's
         # tokens are its requests, so `_decode_only`'s cache by batch and length stays exact.
         eager = self.eager_overhead_s if self.graphs.eager(step_tokens, bool(chunks)) else 0.0
-        return max(gemms + attention + kv + self.layers_overhead_s + eager, self.host_seconds(decoding))
+        requests = (decoding + len(chunks)) * self.request_overhead_s
+        return gemms + attention + kv + self.layers_overhead_s + eager + requests
 
     def host_seconds(self, decoding: int) -> float:
         """The host's part of a step of `decoding` streams: the engine core's side (its floor and its work on each
@@ -162,7 +176,7 @@ class StepModel:
 
     def prefill_compute_seconds(self, tokens: int) -> float:
         """The least time a prompt of `tokens` takes in any chunking: its GEMMs' and its causal attention's FLOPs."""
-        return (2 * self._active_params * tokens + self._attention(tokens)) / self._flops()
+        return (gemm_flops(self.shape, tokens, 1) + self._attention(tokens)) / self._flops()
 
     def decode_seconds(self, decoding: int, decode_tokens_in_cache: int) -> float:
         """A step that only decodes: `seconds` with no chunks, kept per batch and rounded mean length."""
@@ -171,10 +185,6 @@ class StepModel:
     @lru_cache(maxsize=65536)
     def _decode_only(self, decoding: int, mean_tokens: int) -> float:
         return self.seconds(decoding, mean_tokens * decoding, [])
-
-    @cached_property
-    def _active_params(self) -> int:
-        return active_params(self.shape)
 
     def _flops(self) -> float:
         return self.bf16_dense_tflops * 1e12 * self.prefill_mfu * self.tp
