@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from measure.steps import server_rows, traced_servers  # noqa: E402
+from measure.steps import LEAST_STEPS, server_rows, traced_servers  # noqa: E402
 
 def _err(row: dict) -> str:
     return f"{row['simulated_ms'] / row['measured_ms'] - 1:+.0%}"
@@ -60,15 +60,18 @@ def report() -> str:
 def _summary(decode: list[dict], prompt: list[dict]) -> str:
     """The step-weighted mean error of each kind of step, and the engine core's own calls per request decoding
     (a least-squares line over the decode-only groups)."""
-    def mean_error(rows):
-        return sum(r["steps"] * (r["simulated_ms"] / r["measured_ms"] - 1) for r in rows) / sum(r["steps"] for r in rows)
+    def mean_error(rows) -> str:
+        if not rows:
+            return f"none in groups of {LEAST_STEPS} or more"
+        mean = sum(r["steps"] * (r["simulated_ms"] / r["measured_ms"] - 1) for r in rows) / sum(r["steps"] for r in rows)
+        return f"{mean:+.0%}"
 
     xs = [r["decoding"] for r in decode]
     ys = [r["schedule_ms"] + r["update_ms"] for r in decode]
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    return (f"Simulated against measured, weighted by steps: decode-only {mean_error(decode):+.0%}, with prompt chunks "
-            f"{mean_error(prompt):+.0%}. The engine core's schedule() and update_from_output() together: "
+    return (f"Simulated against measured, weighted by steps: decode-only {mean_error(decode)}, with prompt chunks "
+            f"{mean_error(prompt)}. The engine core's schedule() and update_from_output() together: "
             f"{1e3 * slope:.1f} us per request decoding (least squares over the decode-only groups, "
             f"{my - slope * mx:+.2f} ms at none).")
 

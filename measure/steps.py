@@ -33,9 +33,9 @@ def traced_servers() -> list[dict]:
 HOST_PACED_SERVERS = ("b11-llama1b-api4",)  # its steps are the host's (docs/step-trace.md): no GPU term shows there
 
 
-def gpu_paced_servers() -> list[dict]:
-    """The traced servers whose steps the GPU sets: every one but the host-paced Llama-3.2-1B."""
-    return [s for s in traced_servers() if s["tag"] not in HOST_PACED_SERVERS]
+def gpu_paced_servers(batches: tuple[str, ...]) -> list[dict]:
+    """The traced servers of `batches` whose steps the GPU sets: every one but the host-paced Llama-3.2-1B."""
+    return [s for s in traced_servers() if s["batch"] in batches and s["tag"] not in HOST_PACED_SERVERS]
 
 
 def point_windows(server: dict) -> list[tuple[float, float, dict]]:

@@ -93,12 +93,15 @@ def mfu_fitted_on(points: list[dict]) -> list[dict]:
 
 
 REQUEST_TERM = "request_step_overhead_s"
+# the traced batches the KV read and each request's cost are fitted on; a later traced batch (b13: Mistral-Nemo-12B)
+# judges the fit from outside it
+TRACE_FIT_BATCHES = ("b11-step-trace", "b12-step-ladder")
 def trace_rows(terms: dict) -> list[dict]:
     """Per group of a traced server's decode-only steps (one point, one count of requests decoding): the simulated
     GPU step without its KV read and its per-request term, the KV read at the trial efficiency, the format, the
     requests and the measured median period (seconds)."""
     rows = []
-    for server in gpu_paced_servers():
+    for server in gpu_paced_servers(TRACE_FIT_BATCHES):
         model, _ = point_replica(server_settings(server), ROOT, terms={**terms, REQUEST_TERM: 0.0})
         for g in decode_groups(server):
             n, tokens = g["decoding"], g["decoding"] * g["cached"]

@@ -235,7 +235,9 @@ def test_a_host_paced_vllm_decode_pool_is_held_with_more_api_servers_where_they_
     four = decode_pool(replica, w, targets, 256)
     assert one.api_servers == 1 and one.served.host_paced and one.replicas == 2
     assert four.api_servers == 4 and four.replicas == 1 and four.each == 512
-    assert four.served.host_paced and four.served.tpot_ms[50] <= 20
+    # under four API servers the engine core's side of a step and the GPU's (its 512 requests' own cost a step among
+    # it) come close: the one API server, not the GPU, is what a second replica was bought for
+    assert four.served.tpot_ms[50] <= 20
     held = hold_designs(designs, base, w, measured_efficiency(), targets)
     best = cheapest(held.designs)
     assert best.kind == "disaggregated" and best.decode_replicas == 1 and best.api_servers == 4

@@ -126,9 +126,13 @@ def test_the_traced_decode_steps_are_what_was_fitted():
     # (one point, one count of requests decoding) is simulated within 10% of its median period, 3% in the median
     from measure.steps import decode_groups, gpu_paced_servers, server_settings
     from sizing.evidence.serving import point_replica
+    from sizing.planners.step_model import step_overhead
 
+    fitted = {p.rsplit("-p", 1)[0] for p in step_overhead().fitted_on}
+    batches = tuple({s["batch"] for s in json.loads((ROOT / "measure" / "serving" / "plan.json").read_text())["servers"]
+                     if s["tag"] in fitted and s.get("step_trace")})
     errors, formats = [], set()
-    for server in gpu_paced_servers():
+    for server in gpu_paced_servers(batches):
         model, _ = point_replica(server_settings(server), ROOT)
         formats.add(model.kv_format)
         for g in decode_groups(server):

@@ -25,7 +25,8 @@ def test_every_traced_server_has_steps_of_both_kinds():
     assert {s["tag"] for s in servers} >= {"b11-llama8b", "b11-llama1b-api4"}
     for server in servers:
         decode, prompt = bench.server_rows(server)
-        assert sum(r["steps"] for r in decode) > 1000 and prompt
+        # the open loops of b11 give groups of steps with prompt chunks; a short closed loop (b13) may give none
+        assert sum(r["steps"] for r in decode) > 1000 and (prompt or server["batch"] != "b11-step-trace")
         # a step is never shorter than its own scheduling
         assert all(r["measured_ms"] > r["schedule_ms"] for r in decode)
 
