@@ -33,7 +33,8 @@ def report() -> str:
            "(`measure/serving/<batch>/<server>/steps.tsv.gz`, written inside vLLM's engine core by "
            "`measure/step_trace.py`). A step's measured length is the time from one step's output update to the "
            "next one's while the engine is busy; the simulated one is `sizing/planners/step_model.py`'s for the same "
-           "requests decoding and prompt tokens, each decoding request taken to hold its prompt and half its output. "
+           "requests decoding and prompt tokens, each decoding request taken to hold its prompt and half its output, "
+           "the prompt tokens split evenly among the step's prompts, each chunk from its prompt's start. "
            "GPU and host are the simulation's two parts (the step is the longer); schedule and update are the engine "
            "core's own `schedule()` and `update_from_output()` calls, timed inside it.", ""]
     for server in traced_servers():
@@ -50,9 +51,11 @@ def report() -> str:
                 f"| {r['simulated_ms']:.2f} | {_err(r)} | {r['gpu_ms']:.2f} | {r['host_ms']:.2f} "
                 f"| {r['schedule_ms']:.2f} | {r['update_ms']:.2f} |" for r in decode]
         out += ["", "| prompt tokens in the step | steps | requests decoding (median) | prompt tokens (median) "
-                "| measured ms | simulated ms | error |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                "| prompts (median) | measured ms | simulated ms | error |",
+                "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         out += [f"| {r['bin'][0]}-{r['bin'][1] - 1} | {r['steps']:,} | {r['decoding']} | {r['prompt_tokens']:,} "
-                f"| {r['measured_ms']:.2f} | {r['simulated_ms']:.2f} | {_err(r)} |" for r in prompt]
+                f"| {r['prompt_requests']} | {r['measured_ms']:.2f} | {r['simulated_ms']:.2f} | {_err(r)} |"
+                for r in prompt]
         out += ["", _summary(decode, prompt), ""]
     return "\n".join(out)
 

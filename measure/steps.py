@@ -123,10 +123,13 @@ def _decode_row(model, gpu_only, key, group) -> dict:
 def _prompt_row(model, key, group) -> dict:
     g = int(statistics.median(s.decoding for s, _ in group))
     tokens = int(statistics.median(s.prompt_tokens for s, _ in group))
+    # the step's prompt tokens are its prefilling requests' chunks, taken as equal and from each prompt's start (the
+    # trace holds their count, not where each chunk begins): attention grows with each chunk's length, not their sum
+    prompts = max(1, int(statistics.median(s.prompt_requests for s, _ in group)))
     cached = int(statistics.median(c for _, c in group))
-    return dict(bin=key, steps=len(group), decoding=g, prompt_tokens=tokens,
+    return dict(bin=key, steps=len(group), decoding=g, prompt_tokens=tokens, prompt_requests=prompts,
                 measured_ms=1e3 * statistics.median(s.period_s for s, _ in group),
-                simulated_ms=1e3 * model.seconds(g, g * cached, [(0, tokens)]))
+                simulated_ms=1e3 * model.seconds(g, g * cached, [(0, tokens // prompts)] * prompts))
 
 # ---------------------------------------------------------------------------------------------- reading a trace
 
