@@ -64,15 +64,28 @@ def server_settings(server: dict) -> dict:
 
 
 def point_steps(server: dict):
-    """(step, point) of every step of the server's trace taken while one of its points ran, the engine busy."""
+    """(step, point, previous step, next step) of every step of the server's trace taken while one of its points
+    ran, the engine busy (the previous and next steps as the trace holds them, None at its ends).
+
+    Under async scheduling the engine core launches a step before it takes the previous step's output, and a step
+    with a prompt chunk takes milliseconds to launch (run past the CUDA graph, layer by layer): the previous step's
+    update waits for that launch, so part of the chunk's time shows in the period before it (Llama-3.1-8B, b11: a
+    decode step of about 50 requests before a lone 1,000-token chunk 21.2 ms, the chunk's own 11.2, a decode step
+    otherwise 7.2). A decode-only step followed by a chunk is therefore no decode step's length, and a step with
+    chunks is measured together with the one before it (prompt_rows)."""
     steps = read_steps(SERVING / server["batch"] / server["tag"] / "steps.tsv.gz")
     windows = point_windows(server)
-    for step in steps:
+    for i, step in enumerate(steps):
         if step.period_s is None or step.period_s > LONGEST_S:
             continue
         point = next((p for t0, t1, p in windows if t0 <= step.scheduled_at <= t1), None)
         if point is not None:
-            yield step, point
+            yield step, point, steps[i - 1] if i else None, steps[i + 1] if i + 1 < len(steps) else None
+
+
+def _decode_only(step, following) -> bool:
+    """A decode-only step whose period is its own: the next step carries no prompt chunk."""
+    return step.prompt_requests == 0 and (following is None or following.prompt_requests == 0)
 
 
 def decode_groups(server: dict) -> list[dict]:
@@ -80,8 +93,8 @@ def decode_groups(server: dict) -> list[dict]:
     LEAST_STEPS or more: the point's id, the requests decoding, the cached tokens each holds, the steps and their
     median period in seconds (what a fit of the step's terms reads)."""
     groups = {}
-    for step, point in point_steps(server):
-        if step.prompt_requests == 0:
+    for step, point, _, following in point_steps(server):
+        if _decode_only(step, following):
             groups.setdefault((point["id"], step.decoding), (point, []))[1].append(step.period_s)
     return [dict(point=pid, decoding=n, cached=point["input_len"] + point["output_len"] // 2, steps=len(periods),
                  measured_s=statistics.median(periods))
@@ -94,16 +107,16 @@ def server_rows(server: dict, terms: dict | None = None) -> tuple[list[dict], li
     model, _ = point_replica(server_settings(server), ROOT, terms=terms)
     gpu_only = replace(model, floor_s=0.0, core_s_per_token=0.0, api_s_per_token=0.0)
     decode, prompt = {}, {}
-    for step, point in point_steps(server):
+    for step, point, previous, following in point_steps(server):
         cached = point["input_len"] + point["output_len"] // 2
-        if step.prompt_requests == 0:
+        if _decode_only(step, following):
             key = _bin(step.decoding, DECODING_BINS)
             if key:
                 decode.setdefault(key, []).append((step, cached))
-        else:
+        elif step.prompt_requests and previous is not None and previous.period_s is not None:
             key = _bin(step.prompt_tokens, PROMPT_BINS)
             if key:
-                prompt.setdefault(key, []).append((step, cached))
+                prompt.setdefault(key, []).append((step, cached, previous))
     return ([_decode_row(model, gpu_only, key, group) for key, group in sorted(decode.items())
              if len(group) >= LEAST_STEPS],
             [_prompt_row(model, key, group) for key, group in sorted(prompt.items()) if len(group) >= LEAST_STEPS])
@@ -121,15 +134,20 @@ def _decode_row(model, gpu_only, key, group) -> dict:
 
 
 def _prompt_row(model, key, group) -> dict:
-    g = int(statistics.median(s.decoding for s, _ in group))
-    tokens = int(statistics.median(s.prompt_tokens for s, _ in group))
-    # the step's prompt tokens are its prefilling requests' chunks, taken as equal and from each prompt's start (the
-    # trace holds their count, not where each chunk begins): attention grows with each chunk's length, not their sum
-    prompts = max(1, int(statistics.median(s.prompt_requests for s, _ in group)))
-    cached = int(statistics.median(c for _, c in group))
-    return dict(bin=key, steps=len(group), decoding=g, prompt_tokens=tokens, prompt_requests=prompts,
-                measured_ms=1e3 * statistics.median(s.period_s for s, _ in group),
-                simulated_ms=1e3 * model.seconds(g, g * cached, [(0, tokens // prompts)] * prompts))
+    """A group of steps with prompt chunks, each measured with the step before it (point_steps says why): the
+    median of the two periods' sum against the two steps simulated."""
+    def simulated(step, cached) -> float:
+        # the step's prompt tokens are its prefilling requests' chunks, taken as equal and from each prompt's start
+        # (the trace holds their count, not where each chunk begins): attention grows with each chunk's length
+        prompts = max(1, step.prompt_requests)
+        chunks = [(0, step.prompt_tokens // prompts)] * prompts if step.prompt_tokens else []
+        return model.seconds(step.decoding, step.decoding * cached, chunks)
+
+    return dict(bin=key, steps=len(group), decoding=int(statistics.median(s.decoding for s, _, _ in group)),
+                prompt_tokens=int(statistics.median(s.prompt_tokens for s, _, _ in group)),
+                prompt_requests=int(statistics.median(s.prompt_requests for s, _, _ in group)),
+                measured_ms=1e3 * statistics.median(s.period_s + p.period_s for s, _, p in group),
+                simulated_ms=1e3 * statistics.median(simulated(s, c) + simulated(p, c) for s, c, p in group))
 
 # ---------------------------------------------------------------------------------------------- reading a trace
 
