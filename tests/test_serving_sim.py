@@ -124,15 +124,17 @@ def test_the_traced_decode_steps_are_what_was_fitted():
     # the engine's KV read per format and each request's cost a step are fitted on the step traces' decode-only
     # steps (Llama-3.1-8B in bf16 and fp8 KV at 1,000- and 8,000-token prompts, Qwen3-30B-A3B): every group of them
     # (one point, one count of requests decoding) is simulated within 10% of its median period, 3% in the median
+    from helpers import load_script
     from measure.steps import decode_groups, gpu_paced_servers, server_settings
     from sizing.evidence.serving import point_replica
     from sizing.planners.step_model import step_overhead
 
-    fitted = {p.rsplit("-p", 1)[0] for p in step_overhead().fitted_on}
-    batches = tuple({s["batch"] for s in json.loads((ROOT / "measure" / "serving" / "plan.json").read_text())["servers"]
-                     if s["tag"] in fitted and s.get("step_trace")})
+    batches = load_script("fit_serving_terms").TRACE_FIT_BATCHES
+    servers = gpu_paced_servers(batches)
+    # the fit names the points of every server it read
+    assert {p["id"] for s in servers for p in s["points"]} <= set(step_overhead().fitted_on)
     errors, formats = [], set()
-    for server in gpu_paced_servers(batches):
+    for server in servers:
         model, _ = point_replica(server_settings(server), ROOT)
         formats.add(model.kv_format)
         for g in decode_groups(server):
