@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from measure.steps import LEAST_STEPS, server_rows, traced_servers  # noqa: E402
 
+
 def _err(row: dict) -> str:
     return f"{row['simulated_ms'] / row['measured_ms'] - 1:+.0%}"
 

@@ -51,6 +51,12 @@ def point_windows(server: dict) -> list[tuple[float, float, dict]]:
     return out
 
 
+def cached_tokens(point: dict) -> int:
+    """A decoding request's cached tokens at a point: its prompt plus half its output (the steady state of fixed
+    lengths), the one figure the trace does not hold."""
+    return point["input_len"] + point["output_len"] // 2
+
+
 def _bin(value: int, edges: tuple[int, ...]) -> tuple[int, int] | None:
     for lo, hi in zip(edges, edges[1:]):
         if lo <= value < hi:
@@ -96,7 +102,7 @@ def decode_groups(server: dict) -> list[dict]:
     for step, point, _, following in point_steps(server):
         if _decode_only(step, following):
             groups.setdefault((point["id"], step.decoding), (point, []))[1].append(step.period_s)
-    return [dict(point=pid, decoding=n, cached=point["input_len"] + point["output_len"] // 2, steps=len(periods),
+    return [dict(point=pid, decoding=n, cached=cached_tokens(point), steps=len(periods),
                  measured_s=statistics.median(periods))
             for (pid, n), (point, periods) in sorted(groups.items()) if len(periods) >= LEAST_STEPS]
 
@@ -108,7 +114,7 @@ def server_rows(server: dict, terms: dict | None = None) -> tuple[list[dict], li
     gpu_only = replace(model, floor_s=0.0, core_s_per_token=0.0, api_s_per_token=0.0)
     decode, prompt = {}, {}
     for step, point, previous, following in point_steps(server):
-        cached = point["input_len"] + point["output_len"] // 2
+        cached = cached_tokens(point)
         if _decode_only(step, following):
             key = _bin(step.decoding, DECODING_BINS)
             if key:

@@ -14,8 +14,8 @@ TP 2). The step terms: a least-squares fit of the relative error of the measured
 the floor chosen on a grid (10 us apart, 0 among them) as the one whose fit leaves the least squared error; a
 point under the floor takes no part in the linear fit. The prefill MFU: the reference MFU scaled by the simulated
 over the measured median TTFT, the median over those points. The engine's KV read efficiency, per format, and
-the cost of each request in a step beside its KV read (the model runner's per-request work, the sampler's row, the attention kernels' per-sequence work): on the
-step traces' decode-only steps (batches b11 and b12: Llama-3.1-8B in bf16 and fp8 KV at 16-256 requests decoding
+the cost of each request in a step beside its KV read (the model runner's per-request work, the sampler's row, the
+attention kernels' per-sequence work): on the step traces' decode-only steps (batches b11 and b12: Llama-3.1-8B in bf16 and fp8 KV at 16-256 requests decoding
 over 1,000- and 8,000-token prompts, Qwen3-30B-A3B; the host-paced Llama-3.2-1B left out), grouped by point and
 requests decoding, a least-squares fit of the relative error of each group's median period (see fit_trace); only
 the ladders tell the two apart, since at one prompt length the KV read grows with the requests. They depend on the
@@ -47,6 +47,7 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,14 +97,23 @@ REQUEST_TERM = "request_step_overhead_s"
 # the traced batches the KV read and each request's cost are fitted on; a later traced batch (b13: Mistral-Nemo-12B)
 # judges the fit from outside it
 TRACE_FIT_BATCHES = ("b11-step-trace", "b12-step-ladder")
+
+
+@cache
+def trace_groups() -> tuple[tuple[dict, tuple[dict, ...]], ...]:
+    """Each GPU-paced traced server of TRACE_FIT_BATCHES: its settings and its groups of decode-only steps, read
+    once for every round of the fit."""
+    return tuple((server_settings(s), tuple(decode_groups(s))) for s in gpu_paced_servers(TRACE_FIT_BATCHES))
+
+
 def trace_rows(terms: dict) -> list[dict]:
     """Per group of a traced server's decode-only steps (one point, one count of requests decoding): the simulated
     GPU step without its KV read and its per-request term, the KV read at the trial efficiency, the format, the
     requests and the measured median period (seconds)."""
     rows = []
-    for server in gpu_paced_servers(TRACE_FIT_BATCHES):
-        model, _ = point_replica(server_settings(server), ROOT, terms={**terms, REQUEST_TERM: 0.0})
-        for g in decode_groups(server):
+    for settings, groups in trace_groups():
+        model, _ = point_replica(settings, ROOT, terms={**terms, REQUEST_TERM: 0.0})
+        for g in groups:
             n, tokens = g["decoding"], g["decoding"] * g["cached"]
             _, kv = model.read_seconds(n, g["cached"])
             rows.append(dict(point=g["point"], format=model.kv_format, decoding=n, kv=kv,
@@ -120,11 +130,7 @@ def fit_trace(terms: dict) -> dict:
     rows = trace_rows({**terms, "engine_kv_efficiency": {f: 1.0 for f in measured_efficiency().kv}})
     formats = sorted({r["format"] for r in rows})
     columns = [lambda r: r["decoding"]] + [lambda r, f=f: r["kv"] * (r["format"] == f) for f in formats]
-    x = [[c(r) / r["measured"] for c in columns] for r in rows]
-    y = [(r["measured"] - r["base"]) / r["measured"] for r in rows]
-    n = len(columns)
-    beta = _solve([[sum(row[i] * row[j] for row in x) for j in range(n)] for i in range(n)],
-                  [sum(row[i] * v for row, v in zip(x, y)) for i in range(n)])
+    beta = _relative_least_squares(rows, columns, lambda r: r["base"])
     shares = {f: round(min(1.0, 1 / b), 3) for f, b in zip(formats, beta[1:])}  # the trial read at a share of 1
     return {"engine_kv_efficiency": shares, REQUEST_TERM: round(max(beta[0], 0.0), 9)}
 
@@ -133,7 +139,7 @@ REFERENCE_MFU = 0.5  # any MFU: one prompt prefilled alone takes time inversely 
 FIT_ROUNDS = 2  # the step terms read the KV at the engine's efficiency and that is fitted with the step terms
 FRONTEND_OFF = {"frontend_core_s_per_token": 0.0, "frontend_api_s_per_token": 0.0}  # until fit_frontend
 NEUTRAL = {"per_layer_step_overhead_s": 0.0, "tp_per_layer_step_overhead_s": 0.0, "step_floor_s": 0.0,
-           "request_step_overhead_s": 0.0,
+           REQUEST_TERM: 0.0,
            "moe_layer_step_overhead_s": 0.0, "eager_moe_layer_step_overhead_s": 0.0, **FRONTEND_OFF}
 # the MoE layer's cost: the one-request points of this server (Qwen3-30B-A3B, batch b2: prompts of 1K, 8K and 32K
 # tokens); every other MoE point (Mixtral-8x7B, gpt-oss-20b, DeepSeek-V2-Lite, Qwen3-30B-A3B at more than one request
@@ -303,6 +309,16 @@ def _solve(a: list[list[float]], b: list[float]) -> list[float]:
     return x
 
 
+def _relative_least_squares(rows: list[dict], columns: list, fixed) -> list[float]:
+    """The coefficients of `columns` (each a function of a row) that best fit each row's measured seconds less
+    `fixed(row)`, in relative error: the normal equations of the rows, each divided by its measurement."""
+    x = [[c(r) / r["measured"] for c in columns] for r in rows]
+    y = [(r["measured"] - fixed(r)) / r["measured"] for r in rows]
+    n = len(columns)
+    return _solve([[sum(row[i] * row[j] for row in x) for j in range(n)] for i in range(n)],
+                  [sum(row[i] * v for row, v in zip(x, y)) for i in range(n)])
+
+
 def _linear(rows: list[dict], terms: tuple[str, ...]) -> tuple[dict, callable]:
     """Least squares of the relative error over `rows`: the unknowns are 1 / weights efficiency, the per-layer cost
     and the TP all-reduce per layer, those of them `terms` names."""
@@ -310,11 +326,7 @@ def _linear(rows: list[dict], terms: tuple[str, ...]) -> tuple[dict, callable]:
                ("tp_layer", lambda r: r["layers"] * r["tp"])]
     columns = [(n, c) for n, c in columns if n in terms]
     fixed = (lambda r: r["kv"]) if "weights" in terms else (lambda r: r["kv"] + r["kernel_weights"])
-    x = [[c(r) / r["measured"] for _, c in columns] for r in rows]
-    y = [(r["measured"] - fixed(r)) / r["measured"] for r in rows]
-    n = len(columns)
-    beta = _solve([[sum(row[i] * row[j] for row in x) for j in range(n)] for i in range(n)],
-                  [sum(row[i] * v for row, v in zip(x, y)) for i in range(n)])
+    beta = _relative_least_squares(rows, [c for _, c in columns], fixed)
     coef = dict(zip([name for name, _ in columns], beta))
     return coef, lambda r: fixed(r) + sum(coef[name] * c(r) for name, c in columns)
 

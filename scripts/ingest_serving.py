@@ -2,8 +2,8 @@
 
 Per batch: env.txt (nvidia-smi, vLLM and torch versions; a server run on another machine than the batch's first keeps
 its own); per server: server.cmd, server.log, metrics.tsv; per point: the bench result, gzipped (<point>.json.gz),
-and <point>.meta.json; where the server ran with the step trace, its engine core's steps as steps.tsv.gz. A bench result over 1,000,000 bytes is trimmed: its generated_texts (the random words the
-dummy weights produced) are dropped, and the file says so under "kvsize_trimmed"; the per-request TTFT and ITL lists
+and <point>.meta.json; where the server ran with the step trace, its engine core's steps as steps.tsv.gz. A bench
+result over 1,000,000 bytes is trimmed: its generated_texts (the random words the dummy weights produced) are dropped, and the file says so under "kvsize_trimmed"; the per-request TTFT and ITL lists
 are kept as they were written unless the result is still over measure.serving's RAW_LIMIT gzipped, when they are
 rounded to the microsecond (and the file says so). The folder the kit ran from on the machine is written as
 measure/serving (its models/) or as the kit's own name (its generated tokenizers/).
@@ -23,7 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from measure.serving import RAW_LIMIT  # noqa: E402
+from measure.serving import RAW_LIMIT, read_bounded  # noqa: E402
+from measure.steps import TRACE_UNPACKED_LIMIT  # noqa: E402
 SERVING = ROOT / "measure" / "serving"
 TRIM_ABOVE = 1_000_000
 MICROSECOND_LISTS = ("ttfts", "itls", "latencies", "start_times", "queue_times")
@@ -65,9 +66,13 @@ def copy_bench(src: Path, dst: Path) -> None:
         data["kvsize_trimmed"] = (data.get("kvsize_trimmed", "") + "; " if data.get("kvsize_trimmed") else "") + (
             f"{', '.join(MICROSECOND_LISTS)} rounded to the microsecond: the file was over {RAW_LIMIT:,} bytes gzipped")
         raw = json.dumps(data)
-    with open(dst.with_name(dst.name + ".gz"), "wb") as f, gzip.GzipFile(fileobj=f, mode="wb", mtime=0,
-                                                                         filename="") as gz:
-        gz.write(raw.encode())
+    write_gzip(dst.with_name(dst.name + ".gz"), raw)
+
+
+def write_gzip(dst: Path, text: str) -> None:
+    """`text` gzipped with no name or time in its header, so that the same bytes come out of the same input."""
+    with open(dst, "wb") as f, gzip.GzipFile(fileobj=f, mode="wb", mtime=0, filename="") as gz:
+        gz.write(text.encode())
 
 
 def copy_steps(src: Path, dst: Path) -> None:
@@ -76,10 +81,9 @@ def copy_steps(src: Path, dst: Path) -> None:
     files = sorted(src.glob("steps-*.tsv")) if src.is_dir() else []
     if not files:
         return
-    lines = [line for f in files for line in f.read_text().splitlines() if line]
+    lines = [line for f in files for line in read_bounded(f, TRACE_UNPACKED_LIMIT).decode().splitlines() if line]
     lines.sort(key=lambda line: float(line.split("\t")[1]))
-    with open(dst, "wb") as f, gzip.GzipFile(fileobj=f, mode="wb", mtime=0, filename="") as gz:
-        gz.write(("\n".join(lines) + "\n").encode())
+    write_gzip(dst, "\n".join(lines) + "\n")
 
 
 def _to_microseconds(values):

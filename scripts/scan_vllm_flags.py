@@ -15,6 +15,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from measure.report_io import write_report  # noqa: E402
+
 FOLDER = ROOT / "profiles" / "engines" / "vllm-flags"
 
 
@@ -32,9 +36,7 @@ def main() -> int:
     path = FOLDER / f"{version}.json"
     profile = json.loads(path.read_text()) if path.exists() else {"flags": {}}
     profile["release"], profile["parser_dests"] = version, dests
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(profile, indent=1) + "\n")
-    tmp.replace(path)
+    write_report(path, profile)
     print(f"vLLM {version}: {len(dests)} flags written to {path.relative_to(ROOT)}")
     return 0
 

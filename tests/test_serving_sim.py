@@ -91,12 +91,12 @@ def test_the_shipped_constants_are_the_fit():
 def test_on_the_points_it_was_fitted_on_the_median_gap_is_within_ten_percent():
     # one request in flight (the step terms): each point within 10%; the front end's points below; the traced
     # servers' points are fitted on their steps, not their gaps (test_the_traced_decode_steps_are_what_was_fitted)
+    from measure.steps import traced_servers
     from sizing.evidence.serving import predict_point
     from sizing.planners.step_model import step_overhead
 
     points = {p["id"]: p for p in json.loads((ROOT / "measure" / "serving" / "points.json").read_text())["points"]}
-    traced = {s["tag"] for s in json.loads((ROOT / "measure" / "serving" / "plan.json").read_text())["servers"]
-              if s.get("step_trace")}
+    traced = {s["tag"] for s in traced_servers()}
     front, ones = [], 0
     for name in step_overhead().fitted_on:
         p = points[name]

@@ -86,6 +86,7 @@ def weights_read_bytes(shape: ModelShape, fmt: WeightFormat, tp: int, batch: flo
     return always + int(experts * touched)
 
 
+@lru_cache(maxsize=4096)
 def active_params(shape: ModelShape) -> int:
     """Parameters every token of a step passes through: its layers (routed experts at top_k / num_experts). The
     lm_head is not among them: see head_params."""
@@ -93,6 +94,7 @@ def active_params(shape: ModelShape) -> int:
     return int(sum(p.attention + p.mlp + p.other + p.experts * share for p in shape.layer_params))
 
 
+@lru_cache(maxsize=4096)
 def head_params(shape: ModelShape) -> int:
     """The lm_head's parameters, which only a sampled position passes through: the engines compute logits for the
     last scheduled token of each request in a step (vLLM's logits_indices), not for every prompt token."""
