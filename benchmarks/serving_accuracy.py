@@ -362,7 +362,8 @@ def report(table: list[dict] | None = None) -> str:
     fit = step_overhead()
     out = ["# Speed against a real serving engine", "",
            f"Written by `python benchmarks/serving_accuracy.py --write` from `measure/serving/points.json`: {len(table)} "
-           "load points of vLLM 0.33.0's OpenAI server on H200s (Llama-3.1-8B with bf16 and fp8 KV, Qwen3-30B-A3B, "
+           "load points of vLLM 0.33.0's OpenAI server on H200s (Llama-3.1-8B with bf16, fp8, int8_per_token_head and "
+           "int4_per_token_head KV, Qwen3-30B-A3B (also in int4_per_token_head), "
            "DeepSeek-V2-Lite, Qwen2.5-32B at TP 1 and 2, Mixtral-8x7B, gpt-oss-20b, Llama-3.2-1B, Qwen3-8B, "
            "Mistral-Nemo-12B, Llama-3.1-70B at TP 2 with fp8 KV; `vllm bench serve`, closed and open loop; "
            "`measure/serving/README.md` says how they ran). kvsize's figures come from its serving simulation "
@@ -374,8 +375,11 @@ def report(table: list[dict] | None = None) -> str:
            f"{fit.step_floor_s * 1e3:.2f} ms a step, prefill MFU "
            f"{fit.prefill_mfu}, the engine's KV read efficiency "
            + ", ".join(f"{k} {v}" for k, v in fit.engine_kv_efficiency.items())
-           + "; one request in flight on every dense size and on Qwen3-30B-A3B (b2) for the MoE layer, and b1's "
-           "points of 8 or more in flight for the KV), and "
+           + ", the prompt attention's share of the prefill rate "
+           + ", ".join(f"{k} {v}" for k, v in fit.engine_prefill_attention_share.items())
+           + "; one request in flight on every dense size and on Qwen3-30B-A3B (b2) for the MoE layer, the step "
+           "traces of b11 and b12 for the KV read and each request's cost, b14's Llama-3.1-8B traces for the "
+           "per-token-head formats' read, and b14's Llama-3.1-8B points of 8,000 tokens and more for the per-token-head formats' prompt attention), and "
            "the rest, which the fit never saw: out of the fit. Batches b1-b3 were measured "
            "before the simulation was written, so they are out of the fit but not predicted before seen; what was "
            "predicted before they ran came from kvsize's earlier speed model, the plan's decode step and one prompt's "

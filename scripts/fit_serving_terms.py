@@ -20,7 +20,11 @@ over 1,000- and 8,000-token prompts, Qwen3-30B-A3B; the host-paced Llama-3.2-1B 
 requests decoding, a least-squares fit of the relative error of each group's median period (see fit_trace); only
 the ladders tell the two apart, since at one prompt length the KV read grows with the requests. They depend on the
 step terms (through the one-request points' KV reads and requests) and the step terms on them, so they are fitted
-in turn, twice. Then, those terms fixed, the cost per MoE layer a step (the fused-MoE kernels' router, top-k,
+in turn, twice. The KV formats the engine decodes in another kernel (batch b14: int4_per_token_head and
+int8_per_token_head, which vLLM 0.33.0 runs under TRITON_ATTN only, on Llama-3.1-8B) get their read share from their
+own traces, the request's cost fixed, and the share of the prefill FLOP rate their prompt attention reaches from their
+points of 8,000-token prompts and longer (see fit_prefill_attention); b14's Qwen3-30B-A3B stays out of both. Then,
+those terms fixed, the cost per MoE layer a step (the fused-MoE kernels' router, top-k,
 block alignment and combine, which a dense MLP does not launch): a least-squares fit of the relative error of the
 measured median gap of Qwen3-30B-A3B's one-request points of batch b2 (prompts of 1K, 8K and 32K tokens). Then,
 every one of those fixed, the cost per MoE layer of a step run past the largest CUDA graph kvsize estimates the
@@ -97,23 +101,32 @@ REQUEST_TERM = "request_step_overhead_s"
 # the traced batches the KV read and each request's cost are fitted on; a later traced batch (b13: Mistral-Nemo-12B)
 # judges the fit from outside it
 TRACE_FIT_BATCHES = ("b11-step-trace", "b12-step-ladder")
+# the traced servers of KV formats whose decode attention the engine runs in another kernel (vLLM 0.33.0 runs the
+# per-token-head integer formats under TRITON_ATTN only): each format's read share, the request's cost fixed at the
+# one fitted above. Their ladder does not tell the two apart for that kernel (fitted together, int4_per_token_head's
+# request would cost less than nothing), and fitted with the others' it would move bf16's share from 0.92 to 1.0.
+# Batch b14's Qwen3-30B-A3B in int4_per_token_head stays out, to judge both from outside
+FORMAT_TRACE_SERVERS = ("b14-llama8b-int4", "b14-llama8b-int8")
+FORMAT_TRACE_BATCHES = ("b14-kv-formats",)
 
 
 @cache
-def trace_groups() -> tuple[tuple[dict, tuple[dict, ...]], ...]:
-    """Each GPU-paced traced server of TRACE_FIT_BATCHES: its settings and its groups of decode-only steps, read
-    once for every round of the fit."""
-    return tuple((server_settings(s), tuple(decode_groups(s))) for s in gpu_paced_servers(TRACE_FIT_BATCHES))
+def trace_groups(batches: tuple[str, ...] = TRACE_FIT_BATCHES, servers: tuple[str, ...] | None = None
+                 ) -> tuple[tuple[dict, tuple[dict, ...]], ...]:
+    """Each GPU-paced traced server of `batches` (those of them `servers` names, if given): its settings and its
+    groups of decode-only steps, read once for every round of the fit."""
+    return tuple((server_settings(s), tuple(decode_groups(s))) for s in gpu_paced_servers(batches)
+                 if servers is None or s["tag"] in servers)
 
 
-def trace_rows(terms: dict) -> list[dict]:
+def trace_rows(terms: dict, groups=None) -> list[dict]:
     """Per group of a traced server's decode-only steps (one point, one count of requests decoding): the simulated
     GPU step without its KV read and its per-request term, the KV read at the trial efficiency, the format, the
     requests and the measured median period (seconds)."""
     rows = []
-    for settings, groups in trace_groups():
+    for settings, server_groups in trace_groups() if groups is None else groups:
         model, _ = point_replica(settings, ROOT, terms={**terms, REQUEST_TERM: 0.0})
-        for g in groups:
+        for g in server_groups:
             n, tokens = g["decoding"], g["decoding"] * g["cached"]
             _, kv = model.read_seconds(n, g["cached"])
             rows.append(dict(point=g["point"], format=model.kv_format, decoding=n, kv=kv,
@@ -121,18 +134,65 @@ def trace_rows(terms: dict) -> list[dict]:
     return rows
 
 
+def format_trace_rows(terms: dict) -> list[dict]:
+    return trace_rows(terms, trace_groups(FORMAT_TRACE_BATCHES, FORMAT_TRACE_SERVERS))
+
+
 def fit_trace(terms: dict) -> dict:
     """The engine's KV read efficiency per format and the cost of each request in a step, from the step traces'
     decode-only steps: a least-squares fit of the relative error of each group's median period to base + requests
     x cost + KV read x (trial efficiency / efficiency), one unknown per format beside the shared cost. Only the
     ladders of the traced servers tell the two apart: the KV a step reads moves with the prompt length at a fixed
-    count of requests."""
-    rows = trace_rows({**terms, "engine_kv_efficiency": {f: 1.0 for f in measured_efficiency().kv}})
+    count of requests. Then each format of FORMAT_TRACE_SERVERS: its read efficiency alone, the cost fixed."""
+    trial = {**terms, "engine_kv_efficiency": {f: 1.0 for f in measured_efficiency().kv}}
+    rows = trace_rows(trial)
     formats = sorted({r["format"] for r in rows})
     columns = [lambda r: r["decoding"]] + [lambda r, f=f: r["kv"] * (r["format"] == f) for f in formats]
     beta = _relative_least_squares(rows, columns, lambda r: r["base"])
     shares = {f: round(min(1.0, 1 / b), 3) for f, b in zip(formats, beta[1:])}  # the trial read at a share of 1
-    return {"engine_kv_efficiency": shares, REQUEST_TERM: round(max(beta[0], 0.0), 9)}
+    request = round(max(beta[0], 0.0), 9)
+    others = format_trace_rows(trial)
+    for f in sorted({r["format"] for r in others} - set(shares)):
+        own = [r for r in others if r["format"] == f]
+        b = _relative_least_squares(own, [lambda r: r["kv"]], lambda r: r["base"] + request * r["decoding"])[0]
+        shares[f] = round(min(1.0, 1 / b), 3)
+    return {"engine_kv_efficiency": shares, REQUEST_TERM: request}
+
+
+# the prompt attention of the formats FORMAT_TRACE_SERVERS read: their servers' closed-loop points of 8,000 tokens and
+# more, where the prompt's attention is a large part of the first token's time (a 32,000-token prompt's attention is
+# half its FLOPs); the 1,000-token points' first tokens carry the engine compiling its packed-attention kernel on the
+# first requests (a JIT warning in the server's log) and little attention
+PREFILL_ATTENTION_TERM = "engine_prefill_attention_share"
+PREFILL_ATTENTION_LEAST_TOKENS = 8000
+SHARE_GRID = [round(0.01 * k, 2) for k in range(1, 101)]  # 0.01-1.00
+
+
+def prefill_attention_fitted_on(points: list[dict]) -> list[dict]:
+    return [p for p in points if p["server"] in FORMAT_TRACE_SERVERS and p["settings"]["loop"] == "closed"
+            and p["settings"]["input_len"] >= PREFILL_ATTENTION_LEAST_TOKENS]
+
+
+def fit_prefill_attention(points: list[dict], terms: dict) -> dict[str, float]:
+    """Per format, the share of the prefill FLOP rate its prompt attention reaches, every other term fixed: the value
+    on SHARE_GRID whose simulated median TTFTs leave the least squared relative error against the measured ones
+    (the error falls and then rises along the grid: searched by halving the bracket)."""
+    by_format = {}
+    for p in prefill_attention_fitted_on(points):
+        by_format.setdefault(point_replica(p["settings"], ROOT)[0].kv_format, []).append(p)
+    shares = {}
+    for fmt, own in sorted(by_format.items()):
+        @cache
+        def error(k: int) -> float:
+            trial = {**terms, PREFILL_ATTENTION_TERM: {fmt: SHARE_GRID[k]}}
+            return sum((predict_point(served_settings(p), ROOT, terms=trial).ttft_ms[50]
+                        / p["measured"]["ttft_p50_ms"] - 1) ** 2 for p in own)
+        lo, hi = 0, len(SHARE_GRID) - 1
+        while hi - lo > 2:
+            a, b = lo + (hi - lo) // 3, hi - (hi - lo) // 3
+            lo, hi = (lo, b) if error(a) <= error(b) else (a, hi)
+        shares[fmt] = SHARE_GRID[min(range(lo, hi + 1), key=error)]
+    return shares
 
 
 REFERENCE_MFU = 0.5  # any MFU: one prompt prefilled alone takes time inversely proportional to it
@@ -397,14 +457,18 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
     fixed[EAGER_TERM] = fit_eager(eager) if eager else 0.0
     front = frontend_rows(points, fixed) if "frontend" in terms else []
     frontend = fit_frontend(front, fixed["step_floor_s"]) if front else dict(FRONTEND_OFF)
+    fixed.update(frontend)
+    fixed[PREFILL_ATTENTION_TERM] = fit_prefill_attention(points, fixed)
+    trace_points += sorted({r["point"] for r in format_trace_rows(fixed)})
 
     return {**{k: fixed[k] for k in ("per_layer_step_overhead_s", "prefill_mfu", "engine_kv_efficiency",
-                                     "engine_weights_efficiency", "tp_per_layer_step_overhead_s", "step_floor_s",
+                                     PREFILL_ATTENTION_TERM, "engine_weights_efficiency", "tp_per_layer_step_overhead_s", "step_floor_s",
                                      "moe_layer_step_overhead_s", EAGER_TERM)},
             **frontend,
             HANDLING_TERM: fixed[HANDLING_TERM], REQUEST_TERM: fixed[REQUEST_TERM],
             "fitted_on": [p["id"] for p in fitted_on(points) + moe_points + [r["point"] for r in eager]
-                          + [r["point"] for r in front] + (handling_fitted_on(points) if fits_handling else [])]
+                          + [r["point"] for r in front] + (handling_fitted_on(points) if fits_handling else [])
+                          + prefill_attention_fitted_on(points)]
             + trace_points,
             "source": "scripts/fit_serving_terms.py over the points it names (measure/serving/points.json): one "
                       "request in flight on the dense servers (Llama-3.2-1B, Llama-3.1-8B, Qwen3-8B, "
@@ -415,7 +479,12 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
                       "median; per KV format, the engine's read efficiency, and the cost of each request in a step, "
                       "a least-squares fit of the relative error of the median period of the step traces' decode-only "
                       "steps (batches b11 and b12; Llama-3.2-1B's host-paced steps left out), grouped by point and "
-                      "requests decoding; the cost per MoE layer "
+                      "requests decoding; for the formats the engine decodes in another kernel (batch b14's "
+                      "Llama-3.1-8B in int4_per_token_head and int8_per_token_head, under TRITON_ATTN), the read "
+                      "efficiency alone on their own traces, the request's cost fixed, and the share of the prefill "
+                      "FLOP rate their prompt attention reaches, the grid value (0.01 apart) leaving the least squared "
+                      "relative error of the simulated against the measured median TTFT of their closed-loop points "
+                      "of 8,000 tokens and more, every other term fixed; the cost per MoE layer "
                       "a step (router, top-k, block alignment and combine of the fused-MoE kernels), with those terms "
                       "fixed, a least-squares fit of the relative error of the measured median inter-token gap of "
                       "Qwen3-30B-A3B's one-request points of batch b2; the cost per MoE layer of a step past the "

@@ -404,7 +404,8 @@ def serving_replica(scenario, hbm_bandwidth_gb_s: float, bf16_dense_tflops: floa
                       fitted["moe_layer_step_overhead_s"], graphed_steps(s, e.engine),
                       fitted["eager_moe_layer_step_overhead_s"],
                       fitted["frontend_core_s_per_token"], fitted["frontend_api_s_per_token"] / max(api_servers, 1),
-                      fitted["request_handling_s"], fitted["request_step_overhead_s"])
+                      fitted["request_handling_s"], fitted["request_step_overhead_s"],
+                      fitted["engine_prefill_attention_share"].get(e.k_format, 1.0))
     paged = e.pool.paged
     release = e.engine.release
     engine = Scheduler(s.max_num_batched_tokens, s.max_num_seqs, e.block_size if paged else 1,

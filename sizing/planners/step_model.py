@@ -8,7 +8,7 @@ cost per layer (and per layer's all-reduce where TP > 1), never less than the en
                2 × (active params × step tokens + lm_head × requests) / FLOP/s)
                                            (the GEMMs: reads overlap compute; logits only at each request's last token)
            + Σ KV read of the decoding requests / (HBM bandwidth × efficiency)
-           + causal attention FLOPs of the prompt chunks / FLOP/s
+           + causal attention FLOPs of the prompt chunks / (FLOP/s × the format's prefill attention share)
            + layers × (per-layer step overhead + TP all-reduce per layer if TP > 1)
            + MoE layers × per-MoE-layer step overhead                        (the fused-expert kernels' own cost)
            + MoE layers × eager per-MoE-layer                               (a step past the largest CUDA graph)
@@ -60,6 +60,10 @@ class StepOverhead(BaseModel):
     # the share of HBM bandwidth the engine's own decode attention reads each KV format at, where its servers were
     # measured (it replaces the efficiency of kvsize's kernels, which read fp8 faster than the engine does)
     engine_kv_efficiency: dict[str, float] = Field(default_factory=dict)
+    # per KV format whose prompt attention the engine runs in another kernel than bf16's (vLLM runs the per-token-head
+    # integer formats under TRITON_ATTN only, dequantizing the cached chunks), the share of the prefill FLOP rate it
+    # reaches; a format not named runs at the prefill MFU
+    engine_prefill_attention_share: dict[str, float] = Field(default_factory=dict)
     # the share of HBM bandwidth the engine's GEMMs read the weights at (None: kvsize's measured kernels' share)
     engine_weights_efficiency: float | None = Field(default=None, gt=0, le=1)
     tp_per_layer_step_overhead_s: float = Field(default=0.0, ge=0, le=0.01)  # each layer's all-reduce, TP > 1
@@ -85,12 +89,12 @@ class StepOverhead(BaseModel):
     fitted_on: tuple[str, ...] = Field(min_length=1)
     source: str
 
-    @field_validator("engine_kv_efficiency")
+    @field_validator("engine_kv_efficiency", "engine_prefill_attention_share")
     @classmethod
-    def _shares(cls, value: dict[str, float]) -> dict[str, float]:
+    def _shares(cls, value: dict[str, float], info) -> dict[str, float]:
         for name, share in value.items():
             if not 0 < share <= 1:
-                raise ValueError(f"engine_kv_efficiency {name} must be in (0, 1], got {share}")
+                raise ValueError(f"{info.field_name} {name} must be in (0, 1], got {share}")
         return value
 
 
@@ -125,6 +129,7 @@ class StepModel:
     api_s_per_token: float = 0.0  # an API server's time per streamed token, divided among the API servers
     request_handling_s: float = 0.0  # from the client's send to the engine's queue, and the first token back
     request_overhead_s: float = 0.0  # each request in a step, beside its KV read (serialized with the kernels)
+    prefill_attention_share: float = 1.0  # the share of the prefill FLOP rate the format's prompt attention reaches
 
     def seconds(self, decoding: int, decode_tokens_in_cache: int, chunks: list[tuple[int, int]]) -> float:
         """`decoding` requests reading `decode_tokens_in_cache` cached tokens in all; `chunks`: (start, end) of the
@@ -141,7 +146,7 @@ class StepModel:
         step_tokens = decoding + sum(end - start for start, end in chunks)
         gemms = max(self._weights(_rounded(max(step_tokens, 1))),
                     gemm_flops(self.shape, step_tokens, decoding + len(chunks)) / self._flops())
-        attention = sum(self._attention(end) - self._attention(start) for start, end in chunks) / self._flops()
+        attention = sum(self._attention(end) - self._attention(start) for start, end in chunks) / self._attention_flops()
         kv = self._kv(decoding, _rounded(mean)) if decoding else 0.0
         # a step of more tokens than the largest graph (or any step where the engine captures none) is launched
         # from the host; the engine pads smaller ones to a captured size and replays it. A decode-only step's
@@ -176,7 +181,7 @@ class StepModel:
 
     def prefill_compute_seconds(self, tokens: int) -> float:
         """The least time a prompt of `tokens` takes in any chunking: its GEMMs' and its causal attention's FLOPs."""
-        return (gemm_flops(self.shape, tokens, 1) + self._attention(tokens)) / self._flops()
+        return gemm_flops(self.shape, tokens, 1) / self._flops() + self._attention(tokens) / self._attention_flops()
 
     def decode_seconds(self, decoding: int, decode_tokens_in_cache: int) -> float:
         """A step that only decodes: `seconds` with no chunks, kept per batch and rounded mean length."""
@@ -188,6 +193,9 @@ class StepModel:
 
     def _flops(self) -> float:
         return self.bf16_dense_tflops * 1e12 * self.prefill_mfu * self.tp
+
+    def _attention_flops(self) -> float:
+        return self._flops() * self.prefill_attention_share
 
     @lru_cache(maxsize=65536)
     def _weights(self, step_tokens: int) -> float:
