@@ -59,7 +59,7 @@ sys.path.insert(0, str(ROOT))
 
 from sizing.evidence.serving import point_replica, predict_point, served_settings  # noqa: E402
 from sizing.planners.step_model import SERVING_PROFILE  # noqa: E402
-from sizing.profiles import measured_efficiency  # noqa: E402
+from sizing.profiles import matching_gpus, measured_efficiency  # noqa: E402
 from measure.steps import decode_groups, gpu_paced_servers, server_settings  # noqa: E402
 
 POINTS = ROOT / "measure" / "serving" / "points.json"
@@ -461,15 +461,16 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
     fixed[PREFILL_ATTENTION_TERM] = fit_prefill_attention(points, fixed)
     trace_points += sorted({r["point"] for r in format_trace_rows(fixed)})
 
+    named = ([p["id"] for p in fitted_on(points) + moe_points + [r["point"] for r in eager]
+              + [r["point"] for r in front] + (handling_fitted_on(points) if fits_handling else [])
+              + prefill_attention_fitted_on(points)] + trace_points)
     return {**{k: fixed[k] for k in ("per_layer_step_overhead_s", "prefill_mfu", "engine_kv_efficiency",
-                                     PREFILL_ATTENTION_TERM, "engine_weights_efficiency", "tp_per_layer_step_overhead_s", "step_floor_s",
+                                     PREFILL_ATTENTION_TERM, "engine_weights_efficiency",
+                                     "tp_per_layer_step_overhead_s", "step_floor_s",
                                      "moe_layer_step_overhead_s", EAGER_TERM)},
             **frontend,
             HANDLING_TERM: fixed[HANDLING_TERM], REQUEST_TERM: fixed[REQUEST_TERM],
-            "fitted_on": [p["id"] for p in fitted_on(points) + moe_points + [r["point"] for r in eager]
-                          + [r["point"] for r in front] + (handling_fitted_on(points) if fits_handling else [])
-                          + prefill_attention_fitted_on(points)]
-            + trace_points,
+            "fitted_on": named, **fitted_where(points, named),
             "source": "scripts/fit_serving_terms.py over the points it names (measure/serving/points.json): one "
                       "request in flight on the dense servers (Llama-3.2-1B, Llama-3.1-8B, Qwen3-8B, "
                       "Mistral-Nemo-12B, Qwen2.5-32B; Qwen2.5-32B and Llama-3.1-70B at TP 2): the weights "
@@ -502,6 +503,19 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
                       "median over batch b7's one-request points whose prompt the largest CUDA graph holds of the "
                       "measured median TTFT less the simulated one without it, fitted in turn with the MFU (which is "
                       "fitted on the TTFT less the handling)"}
+
+
+def fitted_where(points: list[dict], named: list[str]) -> dict[str, str]:
+    """The one engine release and bundled GPU every point `named` ran on (the simulation carries its terms to the
+    others and says so: step_model.simulation_source)."""
+    ran = {(p["settings"]["vllm_version"], p["settings"]["gpu_name"]) for p in points if p["id"] in set(named)}
+    if len(ran) != 1:
+        raise SystemExit(f"the fitted points ran on more than one release or GPU: {sorted(ran)}")
+    version, gpu_name = ran.pop()
+    gpus = matching_gpus(gpu_name)
+    if len(gpus) != 1:
+        raise SystemExit(f"the fitted points' GPU {gpu_name!r} is not one bundled GPU: {gpus}")
+    return {"fitted_engine": f"vllm {version}", "fitted_gpu": gpus[0]}
 
 
 def main(argv: list[str]) -> int:

@@ -216,6 +216,10 @@ def test_fleet_page_shows_the_fleet_that_serves_the_workload_from_sizing():
     assert _metric(at, "Fleet cost") == f"${best.usd_per_hour:,.2f}/h"
     assert best.basis == "serving simulation"
     assert _metric(at, "TTFT p50 (serving simulation)") == f"{best.ttft_seconds * 1e3:,.0f} ms"
+    # where the speed terms were measured, and what is carried to the chosen GPU, under the headline
+    assert best.speed_source.startswith("step terms fitted on vllm 0.33.0 servers on h200")
+    assert ("carried to h100-sxm" in best.speed_source) == (best.decode.gpu.id == "h100-sxm")
+    assert any(f"speed: {best.speed_source}" in c.value for c in at.caption)
     assert any("vllm serve meta-llama/Llama-3.1-8B" in c.value for c in at.code)
     # The capacity-only candidate is shown as such, never as the headline.
     assert any("capacity only" in h.value for h in at.subheader)

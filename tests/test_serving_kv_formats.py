@@ -98,3 +98,18 @@ def test_decode_steps_of_the_per_token_head_formats_within_a_bound():
     # the named miss: one or two long requests decoding alone run faster than the share says (their steps under a
     # 32,000-token prompt's chunks: 5.0-5.2 ms measured in int8_per_token_head)
     assert max(lone) > 0.4
+
+
+def test_the_simulations_source_names_what_it_carries():
+    from sizing.planners.step_model import simulation_source
+
+    home = simulation_source("vllm", "0.33.0", "h200", "bf16")
+    assert home == "step terms fitted on vllm 0.33.0 servers on h200"
+    away = simulation_source("sglang", "0.5.23", "h100-sxm", "nvfp4")
+    assert away.startswith(home + "; carried ")
+    for part in ("to h100-sxm by its bandwidth and FLOP/s", "to sglang 0.5.23",
+                 "nvfp4's KV read at kvsize's own kernel's efficiency"):
+        assert part in away
+    # a format b14 measured is no longer carried; another release of the same engine is
+    assert simulation_source("vllm", "0.33.0", "h200", "int4_per_token_head") == home
+    assert "to vllm 0.26.0" in simulation_source("vllm", "0.26.0", "h200", "bf16")

@@ -98,7 +98,8 @@ def show_answer(answer: FleetAnswer) -> None:
         f" Held to the serving simulation: {held.simulated} replica(s) run step by step; {held.skipped} design(s) "
         "could not cost less than the cheapest that meets the targets"
         + (f"; {held.unsimulated} left unsimulated, so never chosen." if held.unsimulated else "."))
-    st.caption(f"{d.label}; targets: {answer.chosen.sentence()}.{extra}")
+    source = f"; speed: {d.speed_source}" if d.speed_source else ""
+    st.caption(f"{d.label}{source}; targets: {answer.chosen.sentence()}.{extra}")
 
 
 def page_designs(s: Scenario, workload, answer: FleetAnswer) -> None:

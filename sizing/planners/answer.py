@@ -66,7 +66,8 @@ def headline(design: Design | None, chosen: ChosenTargets) -> str:
     return (f"Fleet that serves the workload: {design.gpus} GPUs, ${design.usd_per_hour:,.2f}/h "
             f"(${design.usd_per_hour * HOURS_PER_MONTH:,.0f} a month of {HOURS_PER_MONTH} h): {design.label}; "
             f"p{chosen.targets.percentile} TTFT {design.ttft_seconds * 1e3:,.0f} ms, ITL "
-            f"{design.itl_seconds * 1e3:.1f} ms at {design.requests_per_second:,.2f} requests/s ({design.basis}); "
+            f"{design.itl_seconds * 1e3:.1f} ms at {design.requests_per_second:,.2f} requests/s ({design.basis}"
+            f"{'; ' + design.speed_source if design.speed_source else ''}); "
             f"targets: {chosen.sentence()}")
 
 

@@ -22,6 +22,7 @@ from ..efficiency import DecodeEfficiency
 from ..engines import get_engine
 from .fleet import Candidate, replica_model
 from .serving import HOST_SPREAD, SIMULATED, Load, Served, serving_replica, simulate
+from .step_model import simulation_source
 from ..errors import KvsizeError
 from .slo import MAX_PREFILL_BUSY, Design, Targets, _failed, _prefill, disaggregated_design, prefill_pool
 from .workload import Workload
@@ -78,6 +79,7 @@ class Replica:
     prompt_seconds: float  # the mix's mean prompt at the least it takes to prefill here (its FLOPs)
     api_servers: int = 1  # vLLM's --api-server-count: its API servers share the streaming (StepModel.api_s_per_token)
     more_api_servers: bool = False  # the engine runs several API servers (vLLM's --api-server-count)
+    speed_source: str = ""  # step_model.simulation_source for this replica
 
     def with_api_servers(self, n: int) -> Replica:
         """The same replica under `n` API servers, which share the API server's streaming work."""
@@ -103,9 +105,10 @@ def replica_for(base: Scenario, candidate: Candidate, workload: Workload, effici
     engine = replace(engine, num_blocks=max(0, engine.num_blocks - prefix_blocks))
     prompts = [(b.share_percent / 100, max(1, round(b.mean_prompt_tokens * (1 - workload.prefix_cache_share))))
                for b in workload.mix()]
+    source = simulation_source(sized.estimate.engine.name, sized.estimate.engine.version, g.id, model.kv_format)
     return Replica(candidate, model, engine, min(workload.peak_concurrency, sized.shared.requests_per_replica),
                    sized.step_at, sum(share * model.prefill_compute_seconds(t) for share, t in prompts),
-                   more_api_servers=get_engine(base.engine).name == "vllm")
+                   more_api_servers=get_engine(base.engine).name == "vllm", speed_source=source)
 
 
 def _met(served: Served, targets: Targets) -> bool:
@@ -365,6 +368,7 @@ def hold_designs(designs: list[Design], base: Scenario, workload: Workload, effi
         else:
             pool = pools.get(key) or pools.setdefault(key, decode_pool(r, workload, targets, _guess(d, workload)))
             h = hold_disaggregated(d, pool, base, workload, targets, efficiency.mfu)
+        h = replace(h, speed_source=r.speed_source)
         held[id(d)] = h
         if h.meets:
             best = min(best, h.usd_per_hour)

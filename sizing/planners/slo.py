@@ -78,6 +78,8 @@ class Design:
     # what sized it: the queueing model (sizing/planners/slo.py) or the serving simulation (sizing/planners/held.py)
     basis: str = QUEUEING_MODEL
     api_servers: int = 1  # vLLM's --api-server-count on its (decode) replicas (held.py tries more where the host paces)
+    # where a simulated design's step terms were measured, and what is carried from there (serving.simulation_source)
+    speed_source: str = ""
 
     @property
     def usd_per_million_output_tokens(self) -> float:
@@ -389,7 +391,7 @@ def design_row(d: Design) -> dict:
         ttft_ms=round(d.ttft_seconds * 1e3, 1) if math.isfinite(d.ttft_seconds) else None,
         itl_ms=round(d.itl_seconds * 1e3, 2) if math.isfinite(d.itl_seconds) else None,
         kv_transfer_ms=round(d.transfer_seconds * 1e3, 2), requests_per_second=round(d.requests_per_second, 3),
-        basis=d.basis, reason=d.reason,
+        basis=d.basis, speed_source=d.speed_source, reason=d.reason,
     )
 
 

@@ -87,6 +87,9 @@ class StepOverhead(BaseModel):
     # 8,000-token prompts) tell it apart from the KV read, which a fixed prompt length cannot
     request_step_overhead_s: float = Field(default=0.0, ge=0, le=0.001)
     fitted_on: tuple[str, ...] = Field(min_length=1)
+    # the engine release and the bundled GPU every fitted point ran on: a figure for another is carried there
+    fitted_engine: str = Field(min_length=1)  # "vllm 0.33.0"
+    fitted_gpu: str = Field(min_length=1)  # a bundled GPU id
     source: str
 
     @field_validator("engine_kv_efficiency", "engine_prefill_attention_share")
@@ -104,6 +107,23 @@ def step_overhead() -> StepOverhead:
         return StepOverhead.model_validate(json.loads(SERVING_PROFILE.read_text(encoding="utf-8")))
     except (OSError, ValidationError, json.JSONDecodeError) as e:
         raise KvsizeError(f"profile {SERVING_PROFILE.name} is invalid: {str(e).splitlines()[0]}") from None
+
+
+def simulation_source(engine: str, version: str | None, gpu_id: str, kv_format: str) -> str:
+    """Where a simulated replica's step terms were measured, and what of them is carried from there: to another GPU
+    (by its bandwidth and FLOP/s), another engine or release, or a KV format whose read no engine server measured
+    (kvsize's own kernel's efficiency stands in)."""
+    fit = step_overhead()
+    fitted_engine, _, fitted_version = fit.fitted_engine.partition(" ")
+    carried = []
+    if gpu_id != fit.fitted_gpu:
+        carried.append(f"to {gpu_id} by its bandwidth and FLOP/s")
+    if engine != fitted_engine or (version or "") != fitted_version:
+        carried.append(f"to {engine}{' ' + version if version else ''}")
+    if kv_format not in fit.engine_kv_efficiency:
+        carried.append(f"{kv_format}'s KV read at kvsize's own kernel's efficiency, no engine server measured")
+    own = f"step terms fitted on {fit.fitted_engine} servers on {fit.fitted_gpu}"
+    return own + (f"; carried {'; '.join(carried)}" if carried else "")
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: its step times are cached per replica
