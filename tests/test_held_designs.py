@@ -115,7 +115,7 @@ def test_plan_answers_with_the_design_the_simulation_holds(tmp_path, capsys):
     cheapest = json.loads(out.read_text())["cheapest"]
     assert cheapest["basis"] == "serving simulation" and cheapest["targets"]["percentile"] == 50
     headline = next(line for line in text.splitlines() if line.startswith("Fleet that serves the workload:"))
-    assert f"{cheapest['gpus']} GPUs" in headline and "(serving simulation)" in headline
+    assert f"{cheapest['gpus']} GPUs" in headline and f"(serving simulation; {cheapest['speed_source']})" in headline
     # the chosen design's replicas, simulated again at the share of the peak each one takes, keep the targets
     w = read_workload(EXAMPLE)
     gpu = "h100-sxm" if cheapest["decode_gpu"] == "h100-sxm" else "h200"

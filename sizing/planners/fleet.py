@@ -440,8 +440,9 @@ def _speed_note(answer: dict, figure: str) -> str:
     from .serving import SIMULATED
 
     if answer.get("basis") == SIMULATED:
+        source = f"; {answer['speed_source']}" if answer.get("speed_source") else ""
         return ("serving simulation: the engine's steps at the design's share of the peak, over requests" if
-                figure == "ttft" else "serving simulation: each request's mean gap between tokens (TPOT)")
+                figure == "ttft" else "serving simulation: each request's mean gap between tokens (TPOT)") + source
     return ("queueing model, with queueing at the arrival rate" if figure == "ttft" else
             "queueing model, prefill interleaved")
 
