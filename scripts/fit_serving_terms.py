@@ -144,7 +144,10 @@ def fit_trace(terms: dict) -> dict:
     x cost + KV read x (trial efficiency / efficiency), one unknown per format beside the shared cost. Only the
     ladders of the traced servers tell the two apart: the KV a step reads moves with the prompt length at a fixed
     count of requests. Then each format of FORMAT_TRACE_SERVERS: its read efficiency alone, the cost fixed."""
-    trial = {**terms, "engine_kv_efficiency": {f: 1.0 for f in measured_efficiency().kv}}
+    # every format the traces read at a trial share of 1, those kvsize's kernels never measured among them
+    formats = set(measured_efficiency().kv) | {point_replica(settings, ROOT)[0].kv_format for settings, _ in
+                                               trace_groups() + trace_groups(FORMAT_TRACE_BATCHES, FORMAT_TRACE_SERVERS)}
+    trial = {**terms, "engine_kv_efficiency": {f: 1.0 for f in sorted(formats)}}
     rows = trace_rows(trial)
     formats = sorted({r["format"] for r in rows})
     columns = [lambda r: r["decoding"]] + [lambda r, f=f: r["kv"] * (r["format"] == f) for f in formats]
