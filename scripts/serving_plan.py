@@ -135,6 +135,13 @@ LADDER_NEMO = [closed(1000, 256, c, 2 * c) for c in (32, 128)] + [closed(8000, 2
 FORMAT_LADDER = [closed(1000, 256, c, 2 * c) for c in (16, 64, 256)] + \
     [closed(8000, 256, c, 2 * c) for c in (8, 32, 64)] + [closed(32000, 128, 8, 8), opened(1000, 256, 16, 320)]
 FORMAT_LADDER_MOE = [closed(1000, 256, c, 2 * c) for c in (16, 64)] + [closed(8000, 256, c, 2 * c) for c in (8, 32)]
+# batch b15, on one H200 (or an H100 where that is lent): the per-token-head terms fitted on b14's Llama-3.1-8B held to
+# a dense model they never saw (Mistral-Nemo-12B: 40 layers, 8 KV heads of 128) in int4_per_token_head and
+# int8_per_token_head, on the b13 ladder and Poisson arrivals of 8,000-token prompts (a planner's traffic, where the
+# slow prompt attention queues the next prompts); and the MLA cache in fp8, which no server ran (DeepSeek-V2-Lite)
+FORMAT_CHECK = [closed(1000, 256, c, 2 * c) for c in (32, 128)] + [closed(8000, 256, c, 2 * c) for c in (16, 48)] + \
+    [opened(8000, 256, r, 30 * r) for r in (1, 2)]
+MLA_FP8 = [closed(1000, 256, c, 2 * c) for c in (1, 32, 128)] + [closed(8000, 256, c, 2 * c) for c in (8, 32)]
 
 
 def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len: int, points: list[dict],
@@ -193,7 +200,7 @@ def plan() -> dict:
     b1, b2, b3, b4, b5 = "b1-llama8b", "b2-moe-mla", "b3-tp2-32b", "b4-past-pool-moe2", "b5-dense-sizes"
     b6, b7, b8, b9 = "b6-rate-sweep", "b7-prefill-graphs", "b8-frontend", "b9-frontend-queue"
     b10, b11, b12, b13 = "b10-host-alone", "b11-step-trace", "b12-step-ladder", "b13-refit-check"
-    b14 = "b14-kv-formats"
+    b14, b15 = "b14-kv-formats", "b15-format-check"
     ran = {b1: {"0": ["llama8b-bf16", "qwen3moe-bf16"], "1": ["llama8b-fp8", "dsv2lite-bf16"],
                 "0,1": ["qwen25-32b-tp2-bf16"]}}
     ran[b2], ran[b3] = ran[b1], ran[b1]  # b1-b3 ran as one set of lanes
@@ -210,14 +217,16 @@ def plan() -> dict:
     ran[b12] = {"0": ["b12-llama8b-bf16", "b12-llama8b-fp8", "b12-qwen3moe"], "1": [], "0,1": []}
     ran[b13] = {"0": ["b13-nemo12b"], "1": [], "0,1": []}
     ran[b14] = {"0": ["b14-llama8b-int4", "b14-llama8b-int8", "b14-qwen3moe-int4"], "1": [], "0,1": []}
+    # planned, not run yet: what the kit runs next
+    ran[b15] = {"0": ["b15-nemo12b-int4", "b15-nemo12b-int8", "b15-dsv2lite-fp8"], "1": [], "0,1": []}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
         bench="vllm bench serve --backend vllm --dataset-name random (ignore_eos), --percentile-metrics "
               "ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --save-result --save-detailed",
-        batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14],
+        batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15],
         # lanes run side by side; a lane's servers run one after another; '0,1' runs once both others are done.
         # `lanes` are the newest batch's (what the kit runs); `lanes_by_batch` keeps each batch's
-        lanes=ran[b14], lanes_by_batch=ran,
+        lanes=ran[b15], lanes_by_batch=ran,
         servers=[
             server("llama8b-bf16", b1, "llama-3.1-8b", "0", 8101, 65536, LLAMA_POINTS),
             server("llama8b-fp8", b1, "llama-3.1-8b", "1", 8102, 65536, LLAMA_POINTS, kv_cache_dtype="fp8"),
@@ -288,6 +297,14 @@ def plan() -> dict:
             server("b14-qwen3moe-int4", b14, "qwen3-30b-a3b", "0", 8213, 32768, FORMAT_LADDER_MOE,
                    kv_cache_dtype="int4_per_token_head", prefill_tokens_per_s=20000, itl_guess_s=0.015,
                    step_trace=True),
+            server("b15-nemo12b-int4", b15, "mistral-nemo-instruct-2407", "0", 8221, 32768, FORMAT_CHECK,
+                   kv_cache_dtype="int4_per_token_head", prefill_tokens_per_s=8000, itl_guess_s=0.02,
+                   tokenizer_only=True, step_trace=True),
+            server("b15-nemo12b-int8", b15, "mistral-nemo-instruct-2407", "0", 8222, 32768, FORMAT_CHECK,
+                   kv_cache_dtype="int8_per_token_head", prefill_tokens_per_s=8000, itl_guess_s=0.02,
+                   tokenizer_only=True, step_trace=True),
+            server("b15-dsv2lite-fp8", b15, "deepseek-v2-lite", "0", 8223, 32768, MLA_FP8, kv_cache_dtype="fp8",
+                   prefill_tokens_per_s=20000, itl_guess_s=0.015, step_trace=True),
         ],
     )
 
