@@ -108,6 +108,11 @@ TRACE_FIT_BATCHES = ("b11-step-trace", "b12-step-ladder")
 # Batch b14's Qwen3-30B-A3B in int4_per_token_head stays out, to judge both from outside
 FORMAT_TRACE_SERVERS = ("b14-llama8b-int4", "b14-llama8b-int8")
 FORMAT_TRACE_BATCHES = ("b14-kv-formats",)
+# formats no server ran that vLLM 0.33.0 runs through the same attention path as a measured one: fp8_per_token_head
+# and int8_per_token_head are both the per-token-head branch of TRITON_ATTN's core unified kernel, dequantized inline
+# (v1/attention/backends/triton_attn.py: the three per-token-head formats, TRITON_ATTN their only backend; int4 alone
+# dispatches to the packed kernel), one byte an element and a scale per token and head
+KERNEL_TWINS = {"fp8_per_token_head": "int8_per_token_head"}
 
 
 @cache
@@ -467,8 +472,9 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
     named = ([p["id"] for p in fitted_on(points) + moe_points + [r["point"] for r in eager]
               + [r["point"] for r in front] + (handling_fitted_on(points) if fits_handling else [])
               + prefill_attention_fitted_on(points)] + trace_points)
+    fixed["engine_kernel_twins"] = KERNEL_TWINS
     return {**{k: fixed[k] for k in ("per_layer_step_overhead_s", "prefill_mfu", "engine_kv_efficiency",
-                                     PREFILL_ATTENTION_TERM, "engine_weights_efficiency",
+                                     PREFILL_ATTENTION_TERM, "engine_kernel_twins", "engine_weights_efficiency",
                                      "tp_per_layer_step_overhead_s", "step_floor_s",
                                      "moe_layer_step_overhead_s", EAGER_TERM)},
             **frontend,

@@ -113,3 +113,26 @@ def test_the_simulations_source_names_what_it_carries():
     # a format b14 measured is no longer carried; another release of the same engine is
     assert simulation_source("vllm", "0.33.0", "h200", "int4_per_token_head") == home
     assert "to vllm 0.26.0" in simulation_source("vllm", "0.26.0", "h200", "bf16")
+
+
+def test_fp8_per_token_head_takes_int8s_kernel_and_says_so():
+    from sizing.planners.step_model import simulation_source
+
+    fit = step_overhead()
+    assert fit.engine_kernel_twins == {"fp8_per_token_head": "int8_per_token_head"}
+    point = next(p for p in _points() if p["id"] == "b14-llama8b-int8-p06-i8000-o256-c64")
+    int8, _ = point_replica(point["settings"], ROOT)
+    fp8, _ = point_replica({**point["settings"], "kv_cache_dtype": "fp8_per_token_head"}, ROOT)
+    assert fp8.efficiency.kv["fp8_per_token_head"] == fit.engine_kv_efficiency["int8_per_token_head"]
+    assert fp8.prefill_attention_share == fit.engine_prefill_attention_share["int8_per_token_head"]
+    # the same bytes a token (one byte an element and a scale per token and head), so the same decode step
+    assert fp8.decode_seconds(64, 64 * 8128) == pytest.approx(int8.decode_seconds(64, 64 * 8128), rel=1e-9)
+    assert "fp8_per_token_head's kernel as int8_per_token_head's" in simulation_source(
+        "vllm", "0.33.0", "h200", "fp8_per_token_head")
+
+
+def test_a_twin_of_an_unmeasured_format_is_refused():
+    raw = json.loads((ROOT / "profiles" / "serving.json").read_text())
+    raw["engine_kernel_twins"] = {"fp8_per_token_head": "kivi2"}
+    with pytest.raises(ValueError, match="engine_kernel_twins fp8_per_token_head: needs a measured format"):
+        StepOverhead.model_validate(raw)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from ..efficiency import DecodeEfficiency
 from ..errors import KvsizeError
 from .graph_steps import graphed_steps
-from .step_model import StepModel, engine_efficiency, step_overhead
+from .step_model import StepModel, engine_efficiency, step_overhead, with_twins
 
 MAX_SIMULATED_STEPS = 2_000_000  # a point of 10^4 prompts of 10^3 tokens at batch 8 takes ~10^6 steps
 PERCENTILES = (50, 90, 99)
@@ -405,7 +405,8 @@ def serving_replica(scenario, hbm_bandwidth_gb_s: float, bf16_dense_tflops: floa
                       fitted["eager_moe_layer_step_overhead_s"],
                       fitted["frontend_core_s_per_token"], fitted["frontend_api_s_per_token"] / max(api_servers, 1),
                       fitted["request_handling_s"], fitted["request_step_overhead_s"],
-                      fitted["engine_prefill_attention_share"].get(e.k_format, 1.0))
+                      with_twins(fitted["engine_prefill_attention_share"], fitted["engine_kernel_twins"])
+                      .get(e.k_format, 1.0))
     paged = e.pool.paged
     release = e.engine.release
     engine = Scheduler(s.max_num_batched_tokens, s.max_num_seqs, e.block_size if paged else 1,

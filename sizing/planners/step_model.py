@@ -38,7 +38,7 @@ from functools import cache, cached_property, lru_cache
 from pathlib import Path
 from types import MappingProxyType
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..cache.layers import CacheLayout
 from ..config import ModelShape
@@ -64,6 +64,10 @@ class StepOverhead(BaseModel):
     # integer formats under TRITON_ATTN only, dequantizing the cached chunks), the share of the prefill FLOP rate it
     # reaches; a format not named runs at the prefill MFU
     engine_prefill_attention_share: dict[str, float] = Field(default_factory=dict)
+    # a format no server ran that the engine decodes and prefills in the same kernel as a measured one: it takes that
+    # format's shares (vLLM runs fp8_per_token_head through the same TRITON_ATTN path as int8_per_token_head, one byte
+    # an element and a scale per token and head), and a design says it was carried
+    engine_kernel_twins: dict[str, str] = Field(default_factory=dict)
     # the share of HBM bandwidth the engine's GEMMs read the weights at (None: kvsize's measured kernels' share)
     engine_weights_efficiency: float | None = Field(default=None, gt=0, le=1)
     tp_per_layer_step_overhead_s: float = Field(default=0.0, ge=0, le=0.01)  # each layer's all-reduce, TP > 1
@@ -91,6 +95,14 @@ class StepOverhead(BaseModel):
     fitted_engine: str = Field(min_length=1)  # "vllm 0.33.0"
     fitted_gpu: str = Field(min_length=1)  # a bundled GPU id
     source: str
+
+    @model_validator(mode="after")
+    def _twins_measured(self):
+        for twin, measured in self.engine_kernel_twins.items():
+            if measured not in self.engine_kv_efficiency or twin in self.engine_kv_efficiency:
+                raise ValueError(f"engine_kernel_twins {twin}: needs a measured format ({measured} must be in "
+                                 f"engine_kv_efficiency, {twin} must not)")
+        return self
 
     @field_validator("engine_kv_efficiency", "engine_prefill_attention_share")
     @classmethod
@@ -120,10 +132,18 @@ def simulation_source(engine: str, version: str | None, gpu_id: str, kv_format: 
         carried.append(f"to {gpu_id} by its bandwidth and FLOP/s")
     if engine != fitted_engine or (version or "") != fitted_version:
         carried.append(f"to {engine}{' ' + version if version else ''}")
-    if kv_format not in fit.engine_kv_efficiency:
+    if kv_format in fit.engine_kernel_twins:
+        carried.append(f"{kv_format}'s kernel as {fit.engine_kernel_twins[kv_format]}'s (the engine's same attention "
+                       "path), no engine server measured it")
+    elif kv_format not in fit.engine_kv_efficiency:
         carried.append(f"{kv_format}'s KV read at kvsize's own kernel's efficiency, no engine server measured")
     own = f"step terms fitted on {fit.fitted_engine} servers on {fit.fitted_gpu}"
     return own + (f"; carried {'; '.join(carried)}" if carried else "")
+
+
+def with_twins(shares: dict[str, float], twins: dict[str, str]) -> dict[str, float]:
+    """`shares` (per KV format) with each twin format taking its measured format's share."""
+    return {**{twin: shares[measured] for twin, measured in twins.items() if measured in shares}, **shares}
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: its step times are cached per replica
@@ -245,7 +265,8 @@ def engine_efficiency(efficiency: DecodeEfficiency, engine_kv: dict[str, float] 
     """`efficiency` with the KV formats and the weights the engine's own servers were measured reading at their
     fitted shares."""
     fitted = step_overhead()
-    engine_kv = fitted.engine_kv_efficiency if engine_kv is None else engine_kv
+    engine_kv = with_twins(fitted.engine_kv_efficiency if engine_kv is None else engine_kv,
+                           fitted.engine_kernel_twins)
     engine_weights = fitted.engine_weights_efficiency if engine_weights is None else engine_weights
     if engine_kv:
         efficiency = replace(efficiency, kv=MappingProxyType({**efficiency.kv, **engine_kv}))
