@@ -136,3 +136,19 @@ def test_a_twin_of_an_unmeasured_format_is_refused():
     raw["engine_kernel_twins"] = {"fp8_per_token_head": "kivi2"}
     with pytest.raises(ValueError, match="engine_kernel_twins fp8_per_token_head: needs a measured format"):
         StepOverhead.model_validate(raw)
+
+
+def test_guidance_says_which_named_format_the_engines_servers_ran_slower_than_bf16():
+    from sizing.planners.guidance import evaluate_rules
+    from sizing.planners.workload import parse_workload
+
+    workload = parse_workload({"peak_concurrency": 100, "buckets": [
+        {"max_context_tokens": 32768, "share_percent": 100, "output_tokens": 256}]})
+    vllm = {r.rule.name: r.explanation for r in evaluate_rules(workload, engine="vllm", gpu_ids=("h200",))}
+    eight, four = vllm["8-bit KV for long traffic"], vllm["4-bit KV for very long traffic"]
+    assert "int8_per_token_head: vllm 0.33.0's servers ran it slower than bf16" in eight
+    assert "fp8_e4m3:" not in eight  # a format the engine's servers ran faster than bf16 carries no such note
+    assert "int4_per_token_head: vllm 0.33.0's servers ran it slower than bf16" in four
+    # another engine's kernels are not the ones measured
+    other = " ".join(r.explanation for r in evaluate_rules(workload, engine="sglang", gpu_ids=("h200",)))
+    assert "servers ran it slower" not in other

@@ -78,11 +78,22 @@ def evaluate_rules(workload: Workload, rules: tuple[Rule, ...] = RULES, engine: 
         where = f"{get_engine_name(engine)} on {', '.join(gpu_ids)}" if engine and gpu_ids else ""
         formats = (f"{', '.join(named)}" + (f", as {where} runs them" if where else "") if named else
                    f"none of {', '.join(r.formats)} runs with {where}")
+        formats += "".join(f"; {note}" for note in _slow_kernels(named, engine))
         out.append(RuleResult(r, share, fires, (
             f"{r.name}: {share:.1f}% of requests are in buckets longer than {r.above_tokens:,} tokens "
             f"(threshold {r.min_share_percent:g}%) → {verdict}" + (f": {r.advice} ({formats})" if fires else "")
         )))
     return out
+
+
+def _slow_kernels(named: list[str], engine: str | None) -> list[str]:
+    """The notes of the named formats the engine's own servers ran slower than bf16 (the serving fit's engine only:
+    another engine's kernels are not the ones measured)."""
+    from .step_model import slow_kernel_note, step_overhead
+
+    if engine is None or get_engine_name(engine) != step_overhead().fitted_engine.split(" ", 1)[0]:
+        return []
+    return [n for n in (slow_kernel_note(f.split(" ", 1)[0]) for f in named) if n]
 
 
 def get_engine_name(engine: str) -> str:

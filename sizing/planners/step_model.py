@@ -141,6 +141,21 @@ def simulation_source(engine: str, version: str | None, gpu_id: str, kv_format: 
     return own + (f"; carried {'; '.join(carried)}" if carried else "")
 
 
+def slow_kernel_note(kv_format: str) -> str | None:
+    """Where the engine's servers ran `kv_format` in a kernel slower than bf16's (its prompt attention below the
+    prefill rate: sizing's fitted engine_prefill_attention_share, a twin's included), the figures that say so."""
+    fit = step_overhead()
+    measured = fit.engine_kernel_twins.get(kv_format, kv_format)
+    share = fit.engine_prefill_attention_share.get(measured)
+    if share is None or share >= 1.0:
+        return None
+    twin = f" (as {measured}, the same kernel)" if measured != kv_format else ""
+    return (f"{kv_format}: {fit.fitted_engine}'s servers ran it slower than bf16{twin}, decode reading at "
+            f"{fit.engine_kv_efficiency[measured]:g} of the HBM rate against bf16's "
+            f"{fit.engine_kv_efficiency.get('bf16', 1.0):g} and prompt attention at {share:g} of the prefill rate "
+            "(docs/speed-accuracy.md)")
+
+
 def with_twins(shares: dict[str, float], twins: dict[str, str]) -> dict[str, float]:
     """`shares` (per KV format) with each twin format taking its measured format's share."""
     return {**{twin: shares[measured] for twin, measured in twins.items() if measured in shares}, **shares}
