@@ -201,7 +201,8 @@ class StepModel:
         step_tokens = decoding + sum(end - start for start, end in chunks)
         gemms = max(self._weights(_rounded(max(step_tokens, 1))),
                     gemm_flops(self.shape, step_tokens, decoding + len(chunks)) / self._flops())
-        attention = sum(self._attention(end) - self._attention(start) for start, end in chunks) / self._attention_flops()
+        attention = (sum(self._attention(end) - self._attention(start) for start, end in chunks)
+                     / self._attention_flops())
         kv = self._kv(decoding, _rounded(mean)) if decoding else 0.0
         # a step of more tokens than the largest graph (or any step where the engine captures none) is launched
         # from the host; the engine pads smaller ones to a captured size and replays it. A decode-only step's
