@@ -1,0 +1,51 @@
+"""Every vLLM server the serving runs started (measure/serving/<batch>/<server>/server.log) is a real start on dummy
+weights: check-log, from the log alone and the server's config.json, holds kvsize's KV tokens to what the server
+printed, as it does for the start corpus (docs/accuracy.md). The per-token-head formats (batch b14) have no start of
+their own in the corpus; these logs are their only memory evidence."""
+
+import json
+
+import pytest
+
+from conftest import ROOT
+from sizing.evidence.logs import compare_log, log_scenario, read_log
+from sizing.profiles import gpu_profile, load_model, matching_gpus
+
+SERVING = ROOT / "measure" / "serving"
+PLAN = json.loads((SERVING / "plan.json").read_text())
+STARTED = [s for s in PLAN["servers"] if (SERVING / s["batch"] / s["tag"] / "server.log").exists()]
+# the GPU each server ran on, as its points' settings name it (vLLM 0.33 prints no GPU total at INFO level)
+RAN_ON = {p["server"]: p["settings"]["gpu_name"] for p in json.loads((SERVING / "points.json").read_text())["points"]}
+
+
+def test_the_serving_runs_started_servers_of_every_kind():
+    formats = {s["kv_cache_dtype"] for s in STARTED}
+    assert len(STARTED) >= 35 and {"int4_per_token_head", "int8_per_token_head", "fp8", "auto"} <= formats
+
+
+# Known misses, on the safe side (kvsize gives less KV than the engine): Qwen3-30B-A3B with CUDA graphs captured up to
+# 2,048 tokens loses 0.77 GiB of KV against vLLM's default graphs (65.43 GiB against 66.20 logged) where its CUDA-graph
+# estimate grows by 0.08 GiB (the utilization it prints as equivalent: 0.8912 and 0.8906); kvsize's graphs grow by
+# 0.92 GiB, and its default is already 0.9% below this server (the same settings elsewhere log 65.50 GiB).
+KNOWN_MISSES = {"b7-qwen3moe-cg2048": "kvsize's CUDA graphs at max_cudagraph_capture_size 2048 under the V2 runner: "
+                                      "-1.10% (706,752 tokens against 714,624)"}
+
+
+def _param(server: dict):
+    reason = KNOWN_MISSES.get(server["tag"])
+    marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+    return pytest.param(server, id=server["tag"], marks=marks)
+
+
+@pytest.mark.parametrize("server", [_param(s) for s in STARTED])
+def test_check_log_holds_the_servers_kv_tokens_within_1_percent(server):
+    text = (SERVING / server["batch"] / server["tag"] / "server.log").read_text(encoding="utf-8", errors="replace")
+    run = read_log(text)
+    tokens = run.figures.get("max_tokens")
+    assert tokens, f"{server['tag']}: no 'GPU KV cache size' line"
+    name, shape = load_model(str(ROOT / server["config"]))
+    (gpu,) = matching_gpus(RAN_ON[server["tag"]])
+    scenario, _ = log_scenario(run, name, shape, gpu_profile(gpu))
+    rows = {term: (predicted, logged) for term, predicted, logged in compare_log(run, scenario).rows}
+    predicted, logged = rows["max_tokens"]
+    assert abs(predicted / logged - 1) <= 0.01, f"{server['tag']}: {predicted:,} predicted, {logged:,} logged"
