@@ -139,6 +139,11 @@ def trace_rows(terms: dict, groups=None) -> list[dict]:
     return rows
 
 
+def _group_points(groups) -> list[str]:
+    """The points whose decode-only steps `groups` (trace_groups) hold, in order: the points a trace fit reads."""
+    return sorted({g["point"] for _, server_groups in groups for g in server_groups})
+
+
 def format_trace_rows(terms: dict) -> list[dict]:
     return trace_rows(terms, trace_groups(FORMAT_TRACE_BATCHES, FORMAT_TRACE_SERVERS))
 
@@ -458,7 +463,7 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
     fixed["prefill_mfu"] = fit_mfu(points, fixed)
     if fits_handling:
         fixed[HANDLING_TERM] = fit_handling(points, fixed)
-    trace_points = sorted({r["point"] for r in trace_rows(fixed)})
+    trace_points = _group_points(trace_groups())
     fixed["moe_layer_step_overhead_s"] = fit_moe_layer(points, fixed) if "moe_layer" in terms else 0.0
     moe_points = moe_fitted_on(points) if "moe_layer" in terms else []
     eager = eager_rows(points, fixed) if "eager" in terms else []
@@ -467,7 +472,7 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
     frontend = fit_frontend(front, fixed["step_floor_s"]) if front else dict(FRONTEND_OFF)
     fixed.update(frontend)
     fixed[PREFILL_ATTENTION_TERM] = fit_prefill_attention(points, fixed)
-    trace_points += sorted({r["point"] for r in format_trace_rows(fixed)})
+    trace_points += _group_points(trace_groups(FORMAT_TRACE_BATCHES, FORMAT_TRACE_SERVERS))
 
     named = ([p["id"] for p in fitted_on(points) + moe_points + [r["point"] for r in eager]
               + [r["point"] for r in front] + (handling_fitted_on(points) if fits_handling else [])

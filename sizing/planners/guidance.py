@@ -91,7 +91,7 @@ def _slow_kernels(named: list[str], engine: str | None) -> list[str]:
     another engine's kernels are not the ones measured)."""
     from .step_model import slow_kernel_note, step_overhead
 
-    if engine is None or get_engine_name(engine) != step_overhead().fitted_engine.split(" ", 1)[0]:
+    if engine is None or get_engine_name(engine) != step_overhead().fitted_engine_name:
         return []
     return [n for n in (slow_kernel_note(f.split(" ", 1)[0]) for f in named) if n]
 

@@ -96,6 +96,15 @@ class StepOverhead(BaseModel):
     fitted_gpu: str = Field(min_length=1)  # a bundled GPU id
     source: str
 
+    @property
+    def fitted_engine_name(self) -> str:
+        """The engine of fitted_engine ("vllm" of "vllm 0.33.0")."""
+        return self.fitted_engine.partition(" ")[0]
+
+    @property
+    def fitted_engine_version(self) -> str:
+        return self.fitted_engine.partition(" ")[2]
+
     @model_validator(mode="after")
     def _twins_measured(self):
         for twin, measured in self.engine_kernel_twins.items():
@@ -126,11 +135,10 @@ def simulation_source(engine: str, version: str | None, gpu_id: str, kv_format: 
     (by its bandwidth and FLOP/s), another engine or release, or a KV format whose read no engine server measured
     (kvsize's own kernel's efficiency stands in)."""
     fit = step_overhead()
-    fitted_engine, _, fitted_version = fit.fitted_engine.partition(" ")
     carried = []
     if gpu_id != fit.fitted_gpu:
         carried.append(f"to {gpu_id} by its bandwidth and FLOP/s")
-    if engine != fitted_engine or (version or "") != fitted_version:
+    if engine != fit.fitted_engine_name or (version or "") != fit.fitted_engine_version:
         carried.append(f"to {engine}{' ' + version if version else ''}")
     if kv_format in fit.engine_kernel_twins:
         carried.append(f"{kv_format}'s kernel as {fit.engine_kernel_twins[kv_format]}'s (the engine's same attention "
