@@ -408,11 +408,15 @@ def report(table: list[dict] | None = None) -> str:
            f"{fit.step_floor_s * 1e3:.2f} ms a step, prefill MFU "
            f"{fit.prefill_mfu}, the engine's KV read efficiency "
            + ", ".join(f"{k} {v}" for k, v in fit.engine_kv_efficiency.items())
+           + ", and where the engine splits each of a few requests' cache "
+           + ", ".join(f"{k} {v}" for k, v in fit.engine_split_kv_efficiency.items())
+           + ", the programs an SM runs at once in their waves "
+           + ", ".join(f"{k} {v}" for k, v in fit.engine_programs_per_sm.items())
            + ", the prompt attention's share of the prefill rate "
            + ", ".join(f"{k} {v}" for k, v in fit.engine_prefill_attention_share.items())
            + "; one request in flight on every dense size and on Qwen3-30B-A3B (b2) for the MoE layer, the step "
            "traces of b11 and b12 for the KV read and each request's cost, b14's Llama-3.1-8B traces for the "
-           "per-token-head formats' read, and b14's Llama-3.1-8B points of 8,000 tokens and more for the per-token-head formats' prompt attention), and "
+           "per-token-head formats' read and waves, and b14's Llama-3.1-8B points of 8,000 tokens and more for the per-token-head formats' prompt attention), and "
            "the rest, which the fit never saw: out of the fit. Batches b1-b3 were measured "
            "before the simulation was written, so they are out of the fit but not predicted before seen; what was "
            "predicted before they ran came from kvsize's earlier speed model, the plan's decode step and one prompt's "
@@ -473,10 +477,12 @@ def report(table: list[dict] | None = None) -> str:
            "its bf16 one, 0.93 and 0.94, where every later ladder ran it faster) and b4's 768 in flight (-15%).",
            "- The per-token-head integer formats (batch b14): vLLM 0.33.0 runs int4_per_token_head and "
            "int8_per_token_head under TRITON_ATTN only, 2-3x slower a decode step than bf16 at 8,000-token prompts "
-           "and 7x slower a 32,000-token prefill. Their read share and prompt attention are fitted on b14's "
-           "Llama-3.1-8B (docs/formulas.md); one share a format cannot follow that kernel over every shape: the "
-           "p50 gaps come 4-21% short of int4's at 8 to 64 in flight and 11-38% short of int8's, and the first 1,000-token requests pay the engine "
-           "compiling its packed-attention kernel (a JIT warning in the log), not modelled.",
+           "and 7x slower a 32,000-token prefill. Their read shares, the waves of their whole-request programs and "
+           "their prompt attention are fitted on b14's Llama-3.1-8B (docs/formulas.md): its closed-loop p50 gaps "
+           "come within 16% of int4's and 13% of int8's at 8 to 256 in flight, int4's open loop at 16 a second 32% "
+           "short; batch b15's Mistral-Nemo-12B, which the fit never saw, within 10% on 10 of 12 points (13% the "
+           "worst, 3 of 12 as committed before it ran, under one share a format). The first 1,000-token requests "
+           "pay the engine compiling its packed-attention kernel (a JIT warning in the log), not modelled.",
            "- ITL p99 in sparse open loops: a prompt arriving beside one decoding request stalls it for a whole "
            "prefill step in the simulation more often than the server's 1% tail shows.",
            "- Past the pool (batch b4): the preemptions are counted about right (78 against 80 for Llama-3.1-8B at 768 "

@@ -113,6 +113,9 @@ FORMAT_TRACE_BATCHES = ("b14-kv-formats",)
 # (v1/attention/backends/triton_attn.py: the three per-token-head formats, TRITON_ATTN their only backend; int4 alone
 # dispatches to the packed kernel), one byte an element and a scale per token and head
 KERNEL_TWINS = {"fp8_per_token_head": "int8_per_token_head"}
+# the programs an SM may run at once that the fit of a whole-request kernel's waves tries (step_model.StepModel)
+PROGRAMS_PER_SM = range(1, 9)
+NO_WAVES = {"engine_programs_per_sm": {}, "engine_split_kv_efficiency": {}}
 
 
 @cache
@@ -134,7 +137,8 @@ def trace_rows(terms: dict, groups=None) -> list[dict]:
         for g in server_groups:
             n, tokens = g["decoding"], g["decoding"] * g["cached"]
             _, kv = model.read_seconds(n, g["cached"])
-            rows.append(dict(point=g["point"], format=model.kv_format, decoding=n, kv=kv,
+            rows.append(dict(point=g["point"], format=model.kv_format, decoding=n, kv=kv, steps=g["steps"],
+                             split=model.kv_kernel_factor(n, False)[1],
                              base=model.gpu_seconds(n, tokens, []) - kv, measured=g["measured_s"]))
     return rows
 
@@ -153,23 +157,42 @@ def fit_trace(terms: dict) -> dict:
     decode-only steps: a least-squares fit of the relative error of each group's median period to base + requests
     x cost + KV read x (trial efficiency / efficiency), one unknown per format beside the shared cost. Only the
     ladders of the traced servers tell the two apart: the KV a step reads moves with the prompt length at a fixed
-    count of requests. Then each format of FORMAT_TRACE_SERVERS: its read efficiency alone, the cost fixed."""
+    count of requests. Then each format of FORMAT_TRACE_SERVERS, the cost fixed: for each count of programs an SM
+    runs at once on PROGRAMS_PER_SM, its two read efficiencies (a full wave of whole-request programs, and the split
+    cache of few requests) by the same least squares, each group's squared error counted once a step (a ramp of a
+    few steps, whose cached tokens are not the point's, must not weigh as much as the steady state a point's gaps
+    are made of); the count leaving the least squared error is kept."""
     # every format the traces read at a trial share of 1, those kvsize's kernels never measured among them
     formats = set(measured_efficiency().kv) | {point_replica(settings, ROOT)[0].kv_format for settings, _ in
                                                trace_groups() + trace_groups(FORMAT_TRACE_BATCHES, FORMAT_TRACE_SERVERS)}
-    trial = {**terms, "engine_kv_efficiency": {f: 1.0 for f in sorted(formats)}}
+    trial = {**terms, "engine_kv_efficiency": {f: 1.0 for f in sorted(formats)}, **NO_WAVES}
     rows = trace_rows(trial)
     formats = sorted({r["format"] for r in rows})
     columns = [lambda r: r["decoding"]] + [lambda r, f=f: r["kv"] * (r["format"] == f) for f in formats]
     beta = _relative_least_squares(rows, columns, lambda r: r["base"])
     shares = {f: round(min(1.0, 1 / b), 3) for f, b in zip(formats, beta[1:])}  # the trial read at a share of 1
     request = round(max(beta[0], 0.0), 9)
-    others = format_trace_rows(trial)
-    for f in sorted({r["format"] for r in others} - set(shares)):
-        own = [r for r in others if r["format"] == f]
-        b = _relative_least_squares(own, [lambda r: r["kv"]], lambda r: r["base"] + request * r["decoding"])[0]
-        shares[f] = round(min(1.0, 1 / b), 3)
-    return {"engine_kv_efficiency": shares, REQUEST_TERM: request}
+    others = sorted({settings_format(settings) for settings, _ in trace_groups(FORMAT_TRACE_BATCHES,
+                                                                                 FORMAT_TRACE_SERVERS)} - set(shares))
+    split, per_sm = {}, {}
+    for f in others:
+        def waves(k: int) -> tuple[float, float, float]:
+            own = [r for r in format_trace_rows({**trial, "engine_split_kv_efficiency": {f: 1.0},
+                                                 "engine_programs_per_sm": {f: k}}) if r["format"] == f]
+            fixed = lambda r: r["base"] + request * r["decoding"]  # noqa: E731
+            columns = [lambda r: r["kv"] * (not r["split"]), lambda r: r["kv"] * r["split"]]
+            beta = _relative_least_squares(own, columns, fixed, lambda r: r["steps"])
+            error = sum(r["steps"] * ((fixed(r) + r["kv"] * beta[r["split"]]) / r["measured"] - 1) ** 2 for r in own)
+            return error, *beta
+        k = min(PROGRAMS_PER_SM, key=lambda k: waves(k)[0])
+        _, whole, segments = waves(k)
+        shares[f], split[f], per_sm[f] = round(min(1.0, 1 / whole), 3), round(min(1.0, 1 / segments), 3), k
+    return {"engine_kv_efficiency": shares, "engine_programs_per_sm": per_sm, "engine_split_kv_efficiency": split,
+            REQUEST_TERM: request}
+
+
+def settings_format(settings: dict) -> str:
+    return point_replica(settings, ROOT)[0].kv_format
 
 
 # the prompt attention of the formats FORMAT_TRACE_SERVERS read: their servers' closed-loop points of 8,000 tokens and
@@ -382,14 +405,16 @@ def _solve(a: list[list[float]], b: list[float]) -> list[float]:
     return x
 
 
-def _relative_least_squares(rows: list[dict], columns: list, fixed) -> list[float]:
+def _relative_least_squares(rows: list[dict], columns: list, fixed, weight=lambda r: 1) -> list[float]:
     """The coefficients of `columns` (each a function of a row) that best fit each row's measured seconds less
-    `fixed(row)`, in relative error: the normal equations of the rows, each divided by its measurement."""
+    `fixed(row)`, in relative error: the normal equations of the rows, each divided by its measurement (and its
+    squared error counted `weight(row)` times)."""
     x = [[c(r) / r["measured"] for c in columns] for r in rows]
     y = [(r["measured"] - fixed(r)) / r["measured"] for r in rows]
+    w = [weight(r) for r in rows]
     n = len(columns)
-    return _solve([[sum(row[i] * row[j] for row in x) for j in range(n)] for i in range(n)],
-                  [sum(row[i] * v for row, v in zip(x, y)) for i in range(n)])
+    return _solve([[sum(k * row[i] * row[j] for row, k in zip(x, w)) for j in range(n)] for i in range(n)],
+                  [sum(k * row[i] * v for row, v, k in zip(x, y, w)) for i in range(n)])
 
 
 def _linear(rows: list[dict], terms: tuple[str, ...]) -> tuple[dict, callable]:
@@ -447,7 +472,7 @@ def fit_mfu(points: list[dict], terms: dict) -> float:
 
 
 def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
-    traced = {"engine_kv_efficiency": {}, REQUEST_TERM: 0.0}
+    traced = {"engine_kv_efficiency": {}, **NO_WAVES, REQUEST_TERM: 0.0}
     handling = 0.0
     fits_handling = "handling" in terms
     for _ in range(FIT_ROUNDS):
@@ -479,7 +504,8 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
               + prefill_attention_fitted_on(points)] + trace_points)
     fixed["engine_kernel_twins"] = KERNEL_TWINS
     return {**{k: fixed[k] for k in ("per_layer_step_overhead_s", "prefill_mfu", "engine_kv_efficiency",
-                                     PREFILL_ATTENTION_TERM, "engine_kernel_twins", "engine_weights_efficiency",
+                                     PREFILL_ATTENTION_TERM, "engine_kernel_twins", "engine_programs_per_sm",
+                                     "engine_split_kv_efficiency", "engine_weights_efficiency",
                                      "tp_per_layer_step_overhead_s", "step_floor_s",
                                      "moe_layer_step_overhead_s", EAGER_TERM)},
             **frontend,
@@ -495,8 +521,10 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
                       "a least-squares fit of the relative error of the median period of the step traces' decode-only "
                       "steps (batches b11 and b12; Llama-3.2-1B's host-paced steps left out), grouped by point and "
                       "requests decoding; for the formats the engine decodes in another kernel (batch b14's "
-                      "Llama-3.1-8B in int4_per_token_head and int8_per_token_head, under TRITON_ATTN), the read "
-                      "efficiency alone on their own traces, the request's cost fixed, and the share of the prefill "
+                      "Llama-3.1-8B in int4_per_token_head and int8_per_token_head, under TRITON_ATTN), on their own "
+                      "traces, the request's cost fixed, each group's error counted once a step, the programs an SM "
+                      "runs at once (1 to 8, the count leaving the least squared error) and the read efficiencies of a full wave of whole-request programs "
+                      "and of the split cache of few requests, and the share of the prefill "
                       "FLOP rate their prompt attention reaches, the grid value (0.01 apart) leaving the least squared "
                       "relative error of the simulated against the measured median TTFT of their closed-loop points "
                       "of 8,000 tokens and more, every other term fixed; the cost per MoE layer "

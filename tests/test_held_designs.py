@@ -43,7 +43,7 @@ def _replica(**kw):
     g = gpu_profile("h200")
     s = scenario("llama-3.1-8b", "h200", max_model_len=65536, memory_fraction=0.9, max_num_batched_tokens=8192,
                  max_num_seqs=1024, **kw)
-    return serving_replica(s, g.hbm_bandwidth_gb_s, g.bf16_dense_tflops, measured_efficiency())
+    return serving_replica(s, g.hbm_bandwidth_gb_s, g.bf16_dense_tflops, g.multiprocessors, measured_efficiency())
 
 
 @pytest.mark.parametrize("load, blocks", [

@@ -20,7 +20,7 @@ def _replica(name="llama-3.1-8b", **kw):
     g = gpu_profile("h200")
     s = scenario(name, "h200", max_model_len=32768, memory_fraction=0.9, max_num_batched_tokens=8192,
                  max_num_seqs=1024, **kw)
-    model, engine = serving_replica(s, g.hbm_bandwidth_gb_s, g.bf16_dense_tflops, measured_efficiency())
+    model, engine = serving_replica(s, g.hbm_bandwidth_gb_s, g.bf16_dense_tflops, g.multiprocessors, measured_efficiency())
     return replace(model, eager_moe_layer_overhead_s=EAGER_MOE, floor_s=0.0), engine
 
 

@@ -22,7 +22,7 @@ def _replica(**kw):
     g = gpu_profile("h200")
     s = scenario("llama-3.1-8b", "h200", max_model_len=65536, memory_fraction=0.9, max_num_batched_tokens=8192,
                  max_num_seqs=1024, **kw)
-    return serving_replica(s, g.hbm_bandwidth_gb_s, g.bf16_dense_tflops, measured_efficiency())
+    return serving_replica(s, g.hbm_bandwidth_gb_s, g.bf16_dense_tflops, g.multiprocessors, measured_efficiency())
 
 
 def test_one_request_alone_waits_one_prefill_and_then_one_decode_step_a_token():

@@ -15,7 +15,7 @@ def _replica(engine="vllm@0.33.0"):
     g = gpu_profile("h200")
     s = scenario("llama-3.1-8b", "h200", engine=engine, max_model_len=32768, memory_fraction=0.9,
                  max_num_batched_tokens=8192, max_num_seqs=1024)
-    model, engine = serving_replica(s, g.hbm_bandwidth_gb_s, g.bf16_dense_tflops, measured_efficiency())
+    model, engine = serving_replica(s, g.hbm_bandwidth_gb_s, g.bf16_dense_tflops, g.multiprocessors, measured_efficiency())
     # the front end's handling of each request, a constant on every TTFT, is held apart (test_serving_sim)
     return replace(model, request_handling_s=0.0), engine
 

@@ -41,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
     scenario = scenario_from_args(args, args.model, args.gpu, args.engine, args.tensor_parallel_size,
                                   args.max_model_len, args.kv_cache_dtype, args.kv_cache_dtype)
     gpu = gpu_profile(args.gpu)
-    model, engine = serving_replica(scenario, gpu.hbm_bandwidth_gb_s, gpu.bf16_dense_tflops, measured_efficiency(),
+    model, engine = serving_replica(scenario, gpu.hbm_bandwidth_gb_s, gpu.bf16_dense_tflops, gpu.multiprocessors,
+                                    measured_efficiency(),
                                     api_servers=args.api_server_count)
     served = simulate(model, engine, bench.load)
     rows = held_to(bench.measured, served_figures(served))

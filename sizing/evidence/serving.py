@@ -44,7 +44,7 @@ def point_replica(settings: dict, root, per_layer_overhead_s: float | None = Non
     """The simulated replica of a point's server and its scheduler (the fitted terms unless given)."""
     gpu = point_gpu(settings)
     return serving_replica(point_scenario(settings, root), gpu.hbm_bandwidth_gb_s, gpu.bf16_dense_tflops,
-                           measured_efficiency(), per_layer_overhead_s, prefill_mfu, engine_kv, terms,
+                           gpu.multiprocessors, measured_efficiency(), per_layer_overhead_s, prefill_mfu, engine_kv, terms,
                            settings.get("api_server_count") or 1)
 
 

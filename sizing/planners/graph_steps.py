@@ -30,6 +30,38 @@ class GraphedSteps:
 UNLIMITED = GraphedSteps()
 
 
+# vLLM's TRITON_ATTN (v1/attention/backends/triton_attn.py, MIN_LAUNCH_GRID_SIZE_2D): the fewest programs its grid of
+# one program per request and KV head must launch; a decode-only step of fewer requests splits each request's cache
+# into segments (the 3D grid) instead
+SPLIT_KV_GRID = 128
+
+
+def split_kv_requests(scenario, engine, kv_heads_per_rank: int) -> int:
+    """The most requests a decode-only step of vLLM's TRITON_ATTN splits each request's cache for: SPLIT_KV_GRID over
+    the KV heads a rank holds, moved to the nearest CUDA graph capture size (the smaller of two as near) where decode
+    steps are replayed from full graphs, so that each graph holds one kernel; 0 for another engine."""
+    threshold = SPLIT_KV_GRID // kv_heads_per_rank
+    if engine.name != "vllm":
+        return 0
+    if not engine.cuda_graphs or scenario.cudagraph_mode == "NONE":
+        return threshold
+    _, release = profiling_model(engine)
+    model = release.cuda_graph_estimate
+    shape = scenario.shape
+    layers = range(shape.num_layers)
+    if model is None or captured_mode(shape, model, scenario.cudagraph_mode, layers, scenario.torch_compile) not in (
+            "FULL_AND_PIECEWISE", "FULL_DECODE_ONLY", "FULL"):
+        return threshold
+    sizes = _captures(scenario, model, layers).piecewise
+    return min(sizes, key=lambda size: abs(size - threshold))
+
+
+def _captures(scenario, model, layers):
+    return graph_captures(scenario.shape, model, scenario.tensor_parallel_size, layers, scenario.max_num_seqs,
+                          scenario.max_num_batched_tokens, scenario.cudagraph_capture_sizes,
+                          scenario.max_cudagraph_capture_size)
+
+
 def graphed_steps(scenario, engine) -> GraphedSteps:
     """The largest graphed steps of vLLM serving `scenario` (resolved: its batch settings filled in) under `engine`'s
     release: the graphs its CUDA-graph memory term counts (sizing/engines/cudagraphs.py). Engines other than vLLM,
@@ -50,9 +82,7 @@ def graphed_steps(scenario, engine) -> GraphedSteps:
     mode = captured_mode(shape, model, scenario.cudagraph_mode, layers, scenario.torch_compile)
     if mode == "NONE":
         return GraphedSteps(0, 0)
-    c = graph_captures(shape, model, scenario.tensor_parallel_size, layers, scenario.max_num_seqs,
-                       scenario.max_num_batched_tokens, scenario.cudagraph_capture_sizes,
-                       scenario.max_cudagraph_capture_size)
+    c = _captures(scenario, model, layers)
     if mode == "FULL_DECODE_ONLY":
         # FULL graphs of uniform decode batches alone (up to max_num_seqs requests): a step with a prompt chunk
         # is never replayed from one

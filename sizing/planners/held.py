@@ -99,7 +99,8 @@ def replica_for(base: Scenario, candidate: Candidate, workload: Workload, effici
     longest = max(b.max_context_tokens for b in workload.mix())
     scenario = g.scenario(base, k_cache_dtype=candidate.kv_format, v_cache_dtype=candidate.kv_format,
                           tensor_parallel_size=tp, pipeline_parallel_size=1, max_model_len=longest, concurrency=1)
-    model, engine = serving_replica(scenario, g.hbm_bandwidth_gb_s, g.bf16_dense_tflops, sized.efficiency)
+    model, engine = serving_replica(scenario, g.hbm_bandwidth_gb_s, g.bf16_dense_tflops, g.multiprocessors,
+                                    sized.efficiency)
     shared_prefix = max(int(workload.prefix_cache_share * b.mean_prompt_tokens) for b in workload.mix())
     prefix_blocks = -(-shared_prefix // engine.block_size) if shared_prefix else 0
     engine = replace(engine, num_blocks=max(0, engine.num_blocks - prefix_blocks))

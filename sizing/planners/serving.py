@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 
 from ..efficiency import DecodeEfficiency
 from ..errors import KvsizeError
-from .graph_steps import graphed_steps
+from .graph_steps import graphed_steps, split_kv_requests
 from .step_model import StepModel, engine_efficiency, step_overhead, with_twins
 
 MAX_SIMULATED_STEPS = 2_000_000  # a point of 10^4 prompts of 10^3 tokens at batch 8 takes ~10^6 steps
@@ -379,12 +379,14 @@ def _figures(finished: list[_Request], load: Load, preemptions: int, steps: int)
                   steps, {q: 1e3 * _percentile(tpots, q) for q in PERCENTILES})
 
 
-def serving_replica(scenario, hbm_bandwidth_gb_s: float, bf16_dense_tflops: float, efficiency: DecodeEfficiency,
-                    per_layer_overhead_s: float | None = None, prefill_mfu: float | None = None,
-                    engine_kv: dict[str, float] | None = None, terms: dict | None = None, api_servers: int = 1
+def serving_replica(scenario, hbm_bandwidth_gb_s: float, bf16_dense_tflops: float, multiprocessors: int,
+                    efficiency: DecodeEfficiency, per_layer_overhead_s: float | None = None,
+                    prefill_mfu: float | None = None, engine_kv: dict[str, float] | None = None,
+                    terms: dict | None = None, api_servers: int = 1
                     ) -> tuple[StepModel, Scheduler]:
     """One replica as the engine starts it (kvsize's estimate gives the pool, the release's batch defaults and its
-    largest CUDA graph; `api_servers`: its --api-server-count, vLLM's default 1) and its step model; the per-layer
+    largest CUDA graph; `api_servers`: its --api-server-count, vLLM's default 1) and its step model on a GPU of that
+    bandwidth, FLOP/s and SM count; the per-layer
     overhead, the prefill MFU, the engine's KV read efficiencies and the other terms (`terms`: any of
     profiles/serving.json's, by name) are the fitted ones unless given."""
     from ..capacity.estimate import estimate
@@ -406,10 +408,26 @@ def serving_replica(scenario, hbm_bandwidth_gb_s: float, bf16_dense_tflops: floa
                       fitted["frontend_core_s_per_token"], fitted["frontend_api_s_per_token"] / max(api_servers, 1),
                       fitted["request_handling_s"], fitted["request_step_overhead_s"],
                       with_twins(fitted["engine_prefill_attention_share"], fitted["engine_kernel_twins"])
-                      .get(e.k_format, 1.0))
+                      .get(e.k_format, 1.0),
+                      **_kv_kernel(s, e, multiprocessors, fitted, kv))
     paged = e.pool.paged
     release = e.engine.release
     engine = Scheduler(s.max_num_batched_tokens, s.max_num_seqs, e.block_size if paged else 1,
                        e.num_blocks if paged else e.max_tokens,
                        release.in_flight_extra_batches if release is not None else 0)
     return model, engine
+
+
+def _kv_kernel(scenario, e, multiprocessors: int, fitted: dict, engine_kv: dict[str, float]) -> dict:
+    """The StepModel fields of a KV format the engine decodes in whole-request programs (profiles/serving.json's
+    engine_programs_per_sm, a twin's included): the programs a wave holds on this GPU, the requests a decode-only
+    step splits each request's cache for, and a split read's time over a full wave's; none for another format."""
+    twins = fitted["engine_kernel_twins"]
+    per_sm = with_twins(fitted["engine_programs_per_sm"], twins).get(e.k_format)
+    if per_sm is None:
+        return {}
+    heads = max(1, scenario.shape.num_kv_heads // scenario.tensor_parallel_size)
+    whole = with_twins(engine_kv, twins)[e.k_format]
+    split = with_twins(fitted["engine_split_kv_efficiency"], twins)[e.k_format]
+    return dict(kv_wave_programs=multiprocessors * per_sm, split_kv_time_ratio=whole / split,
+                split_kv_requests=split_kv_requests(scenario, e.engine, heads))

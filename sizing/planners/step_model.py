@@ -7,7 +7,7 @@ cost per layer (and per layer's all-reduce where TP > 1), never less than the en
     GPU  = max(weights read / (HBM bandwidth × engine weights efficiency),
                2 × (active params × step tokens + lm_head × requests) / FLOP/s)
                                            (the GEMMs: reads overlap compute; logits only at each request's last token)
-           + Σ KV read of the decoding requests / (HBM bandwidth × efficiency)
+           + Σ KV read of the decoding requests / (HBM bandwidth × efficiency) × the kernel's waves
            + causal attention FLOPs of the prompt chunks / (FLOP/s × the format's prefill attention share)
            + layers × (per-layer step overhead + TP all-reduce per layer if TP > 1)
            + MoE layers × per-MoE-layer step overhead                        (the fused-expert kernels' own cost)
@@ -26,7 +26,10 @@ layer's fused-expert path runs its Python, a cost a step much larger than a grap
 that cost is not a term of its own: it is not separable from the prefill MFU, fitted on prompts that all run past
 the graph. The front end (the engine core's output handling above and the API servers', processes of their own that
 stream each decoding request's token beside the engine's step) hands each request to the engine a fixed time after
-the client sent it, which its TTFT carries. Every term is fitted on the points profiles/serving.json names
+the client sent it, which its TTFT carries. A KV format the engine decodes in programs that each read one request's
+whole cache for one KV head (vLLM's TRITON_ATTN, the only backend of its per-token-head integer formats) reads in
+waves of as many programs as the GPU runs at once, the last wave as long as a full one; with few requests decoding
+the engine splits each request's cache into segments instead, read at a share of its own. Every term is fitted on the points profiles/serving.json names
 (scripts/fit_serving_terms.py).
 """
 
@@ -68,6 +71,13 @@ class StepOverhead(BaseModel):
     # format's shares (vLLM runs fp8_per_token_head through the same TRITON_ATTN path as int8_per_token_head, one byte
     # an element and a scale per token and head), and a design says it was carried
     engine_kernel_twins: dict[str, str] = Field(default_factory=dict)
+    # per KV format the engine decodes in programs of one request's whole cache for one KV head (vLLM's TRITON_ATTN
+    # 2D grid, triton_unified_attention.py), how many of them each SM runs at once: a step's programs run in waves
+    # and its last wave takes a full one's time; engine_kv_efficiency is the share a full wave reads at
+    engine_programs_per_sm: dict[str, int] = Field(default_factory=dict)
+    # per such format, the share of HBM bandwidth its read reaches where the engine splits each request's cache into
+    # segments instead (TRITON_ATTN's 3D grid: a decode-only step of few requests, SPLIT_KV_GRID below)
+    engine_split_kv_efficiency: dict[str, float] = Field(default_factory=dict)
     # the share of HBM bandwidth the engine's GEMMs read the weights at (None: kvsize's measured kernels' share)
     engine_weights_efficiency: float | None = Field(default=None, gt=0, le=1)
     tp_per_layer_step_overhead_s: float = Field(default=0.0, ge=0, le=0.01)  # each layer's all-reduce, TP > 1
@@ -111,9 +121,17 @@ class StepOverhead(BaseModel):
             if measured not in self.engine_kv_efficiency or twin in self.engine_kv_efficiency:
                 raise ValueError(f"engine_kernel_twins {twin}: needs a measured format ({measured} must be in "
                                  f"engine_kv_efficiency, {twin} must not)")
+        for name, per_sm in self.engine_programs_per_sm.items():
+            if name not in self.engine_kv_efficiency or name not in self.engine_split_kv_efficiency:
+                raise ValueError(f"engine_programs_per_sm {name}: needs its engine_kv_efficiency and "
+                                 "engine_split_kv_efficiency")
+            if not 1 <= per_sm <= 64:
+                raise ValueError(f"engine_programs_per_sm {name} must be 1-64, got {per_sm}")
+        if set(self.engine_split_kv_efficiency) - set(self.engine_programs_per_sm):
+            raise ValueError("engine_split_kv_efficiency: every format needs its engine_programs_per_sm")
         return self
 
-    @field_validator("engine_kv_efficiency", "engine_prefill_attention_share")
+    @field_validator("engine_kv_efficiency", "engine_prefill_attention_share", "engine_split_kv_efficiency")
     @classmethod
     def _shares(cls, value: dict[str, float], info) -> dict[str, float]:
         for name, share in value.items():
@@ -158,8 +176,10 @@ def slow_kernel_note(kv_format: str) -> str | None:
     if share is None or share >= 1.0:
         return None
     twin = f" (as {measured}, the same kernel)" if measured != kv_format else ""
+    split = fit.engine_split_kv_efficiency.get(measured)
+    few = f"{split:g} (a few requests, each cache split) to " if split is not None else ""
     return (f"{kv_format}: {fit.fitted_engine}'s servers ran it slower than bf16{twin}, decode reading at "
-            f"{fit.engine_kv_efficiency[measured]:g} of the HBM rate against bf16's "
+            f"{few}{fit.engine_kv_efficiency[measured]:g} of the HBM rate against bf16's "
             f"{fit.engine_kv_efficiency.get('bf16', 1.0):g} and prompt attention at {share:g} of the prefill rate "
             "(docs/speed-accuracy.md)")
 
@@ -193,6 +213,9 @@ class StepModel:
     request_handling_s: float = 0.0  # from the client's send to the engine's queue, and the first token back
     request_overhead_s: float = 0.0  # each request in a step, beside its KV read (serialized with the kernels)
     prefill_attention_share: float = 1.0  # the share of the prefill FLOP rate the format's prompt attention reaches
+    kv_wave_programs: int = 0  # whole-request programs the GPU runs at once (0: the KV read is not in waves)
+    split_kv_requests: int = 0  # the most requests a decode-only step splits each request's cache for (0: none)
+    split_kv_time_ratio: float = 1.0  # a split read's time over a full wave's, per byte
 
     def seconds(self, decoding: int, decode_tokens_in_cache: int, chunks: list[tuple[int, int]]) -> float:
         """`decoding` requests reading `decode_tokens_in_cache` cached tokens in all; `chunks`: (start, end) of the
@@ -211,7 +234,8 @@ class StepModel:
                     gemm_flops(self.shape, step_tokens, decoding + len(chunks)) / self._flops())
         attention = (sum(self._attention(end) - self._attention(start) for start, end in chunks)
                      / self._attention_flops())
-        kv = self._kv(decoding, _rounded(mean)) if decoding else 0.0
+        kv = (self._kv(decoding, _rounded(mean)) * self.kv_kernel_factor(decoding, bool(chunks))[0]
+              if decoding else 0.0)
         # a step of more tokens than the largest graph (or any step where the engine captures none) is launched
         # from the host; the engine pads smaller ones to a captured size and replays it. A decode-only step's
         # tokens are its requests, so `_decode_only`'s cache by batch and length stays exact.
@@ -241,7 +265,23 @@ class StepModel:
 
     def read_seconds(self, decoding: int, tokens_in_cache: int) -> tuple[float, float]:
         """(weights, KV) read seconds of a step that only decodes: `decoding` requests of `tokens_in_cache` each."""
-        return self._weights(_rounded(max(decoding, 1))), self._kv(decoding, _rounded(tokens_in_cache))
+        return (self._weights(_rounded(max(decoding, 1))),
+                self._kv(decoding, _rounded(tokens_in_cache)) * self.kv_kernel_factor(decoding, False)[0])
+
+    def kv_kernel_factor(self, decoding: int, prompts: bool) -> tuple[float, bool]:
+        """The decoding requests' KV read time over a read of its bytes at the format's share, and whether the
+        engine splits each request's cache (a decode-only step of at most split_kv_requests requests; a step with a
+        prompt chunk never does); otherwise, where the kernel reads in waves, the last wave is a full one's time."""
+        if not prompts and decoding <= self.split_kv_requests:
+            return self.split_kv_time_ratio, True
+        if not self.kv_wave_programs or not decoding:
+            return 1.0, False
+        programs = decoding * self.kv_heads_per_rank
+        return -(-programs // self.kv_wave_programs) * self.kv_wave_programs / programs, False
+
+    @cached_property
+    def kv_heads_per_rank(self) -> int:
+        return max(1, self.shape.num_kv_heads // self.tp)
 
     def prefill_compute_seconds(self, tokens: int) -> float:
         """The least time a prompt of `tokens` takes in any chunking: its GEMMs' and its causal attention's FLOPs."""
