@@ -142,6 +142,17 @@ FORMAT_LADDER_MOE = [closed(1000, 256, c, 2 * c) for c in (16, 64)] + [closed(80
 FORMAT_CHECK = [closed(1000, 256, c, 2 * c) for c in (32, 128)] + [closed(8000, 256, c, 2 * c) for c in (16, 48)] + \
     [opened(8000, 256, r, 30 * r) for r in (1, 2)]
 MLA_FP8 = [closed(1000, 256, c, 2 * c) for c in (1, 32, 128)] + [closed(8000, 256, c, 2 * c) for c in (8, 32)]
+# batch b16, on two H200s: the whole-request kernel's waves and its split cache (fitted on b14's Llama-3.1-8B, 8 KV
+# heads) held where the wave's edge falls elsewhere. Qwen2.5-32B (64 layers, 8 KV heads) in int4_per_token_head at
+# 48 and 56 requests of 8,000 tokens (384 programs, one wave of 396 on an H200; 448, two); Qwen3-30B-A3B (4 KV heads:
+# a split cache up to 32 requests, 99 requests a wave) in int8_per_token_head at 16, 40, 96 and 112. Then Llama-3.1-70B
+# with fp8 KV at TP 2, its steps timed: the TP terms and the fp8 read share, fitted at TP 1, judged at TP 2
+# with TP 2 (the 70B's points, some eight minutes) after the two lanes (each some eight minutes), one round of prompts a
+# wave point: the prompts prefill one after another, then every request decodes together, its steps at the count asked
+WAVE_EDGE_DENSE = [closed(8000, 256, c, c) for c in (48, 56)] + [closed(1000, 256, 128, 128)]
+WAVE_EDGE_MOE = [closed(8000, 256, c, c) for c in (16, 40, 96, 112)] + [closed(1000, 256, 128, 128)]
+TP2_LADDER = [closed(1000, 256, c, 2 * c) for c in (16, 64, 192)] + [closed(8000, 256, c, 2 * c) for c in (8, 32)] + \
+    [opened(1000, 256, 4, 120)]
 
 
 def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len: int, points: list[dict],
@@ -200,7 +211,7 @@ def plan() -> dict:
     b1, b2, b3, b4, b5 = "b1-llama8b", "b2-moe-mla", "b3-tp2-32b", "b4-past-pool-moe2", "b5-dense-sizes"
     b6, b7, b8, b9 = "b6-rate-sweep", "b7-prefill-graphs", "b8-frontend", "b9-frontend-queue"
     b10, b11, b12, b13 = "b10-host-alone", "b11-step-trace", "b12-step-ladder", "b13-refit-check"
-    b14, b15 = "b14-kv-formats", "b15-format-check"
+    b14, b15, b16 = "b14-kv-formats", "b15-format-check", "b16-wave-edges"
     ran = {b1: {"0": ["llama8b-bf16", "qwen3moe-bf16"], "1": ["llama8b-fp8", "dsv2lite-bf16"],
                 "0,1": ["qwen25-32b-tp2-bf16"]}}
     ran[b2], ran[b3] = ran[b1], ran[b1]  # b1-b3 ran as one set of lanes
@@ -217,16 +228,17 @@ def plan() -> dict:
     ran[b12] = {"0": ["b12-llama8b-bf16", "b12-llama8b-fp8", "b12-qwen3moe"], "1": [], "0,1": []}
     ran[b13] = {"0": ["b13-nemo12b"], "1": [], "0,1": []}
     ran[b14] = {"0": ["b14-llama8b-int4", "b14-llama8b-int8", "b14-qwen3moe-int4"], "1": [], "0,1": []}
-    # planned, not run yet: what the kit runs next
     ran[b15] = {"0": ["b15-nemo12b-int4", "b15-nemo12b-int8", "b15-dsv2lite-fp8"], "1": [], "0,1": []}
+    # planned, not run yet, on a machine of two GPUs: what the kit runs next
+    ran[b16] = {"0": ["b16-qwen25-32b-int4"], "1": ["b16-qwen3moe-int8"], "0,1": ["b16-llama70b-tp2-fp8"]}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
         bench="vllm bench serve --backend vllm --dataset-name random (ignore_eos), --percentile-metrics "
               "ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --save-result --save-detailed",
-        batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15],
+        batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16],
         # lanes run side by side; a lane's servers run one after another; '0,1' runs once both others are done.
         # `lanes` are the newest batch's (what the kit runs); `lanes_by_batch` keeps each batch's
-        lanes=ran[b15], lanes_by_batch=ran,
+        lanes=ran[b16], lanes_by_batch=ran,
         servers=[
             server("llama8b-bf16", b1, "llama-3.1-8b", "0", 8101, 65536, LLAMA_POINTS),
             server("llama8b-fp8", b1, "llama-3.1-8b", "1", 8102, 65536, LLAMA_POINTS, kv_cache_dtype="fp8"),
@@ -305,6 +317,13 @@ def plan() -> dict:
                    tokenizer_only=True, step_trace=True),
             server("b15-dsv2lite-fp8", b15, "deepseek-v2-lite", "0", 8223, 32768, MLA_FP8, kv_cache_dtype="fp8",
                    prefill_tokens_per_s=20000, itl_guess_s=0.015, step_trace=True),
+            server("b16-qwen25-32b-int4", b16, "qwen2.5-32b-instruct", "0", 8231, 32768, WAVE_EDGE_DENSE,
+                   kv_cache_dtype="int4_per_token_head", prefill_tokens_per_s=4000, itl_guess_s=0.04,
+                   tokenizer_only=True, step_trace=True),
+            server("b16-qwen3moe-int8", b16, "qwen3-30b-a3b", "1", 8232, 32768, WAVE_EDGE_MOE,
+                   kv_cache_dtype="int8_per_token_head", prefill_tokens_per_s=8000, itl_guess_s=0.03, step_trace=True),
+            server("b16-llama70b-tp2-fp8", b16, "llama-3.1-70b", "0,1", 8233, 32768, TP2_LADDER, kv_cache_dtype="fp8",
+                   tp=2, prefill_tokens_per_s=8000, itl_guess_s=0.025, step_trace=True),
         ],
     )
 
