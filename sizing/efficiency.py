@@ -51,6 +51,9 @@ class DecodeEfficiency:
     reference_copy_gb_s: float | None = None
     reference_issue: float | None = None
     basis: str = ""  # how on_gpu() carried these figures over from the reference GPU; "" when not carried
+    # the figures the user set (--kv-efficiency: format names, "weights"): an engine's measured share never
+    # replaces them (step_model.engine_efficiency)
+    given: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         for name, value in (("weights", self.weights), ("kv_default", self.kv_default), ("mfu", self.mfu),

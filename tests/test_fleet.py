@@ -212,11 +212,14 @@ def test_halving_kv_bytes_halves_the_itl_slope():
     bf16 = itl_slope_seconds_per_token(131_072, 32, 3350, 0.75)
     fp8 = itl_slope_seconds_per_token(65_536, 32, 3350, 0.75)
     assert fp8 / bf16 == 0.5
-    # and the plan reports it per format at equal batch: slope tracks bytes per token
+    # and the plan reports it per format at equal batch: slope tracks bytes per token over the read share (the
+    # engine's own: vLLM reads fp8 at a smaller share than bf16, so it buys 0.73 of bf16's slope, not 0.5)
     w = _workload()
     a, b = _plan(w, "auto"), _plan(w, "fp8")
     ratio = (b.itl_slope_seconds_per_1k_tokens / b.decode_batch) / (a.itl_slope_seconds_per_1k_tokens / a.decode_batch)
-    assert ratio == pytest.approx(b.kv_bytes_per_token / a.kv_bytes_per_token, rel=0.02)
+    assert ratio == pytest.approx(b.kv_bytes_per_token / a.kv_bytes_per_token * a.kv_efficiency / b.kv_efficiency,
+                                  rel=0.02)
+    assert a.kv_efficiency > b.kv_efficiency
 
 
 def test_cost_per_million_tokens_from_fleet_rate_and_price():
@@ -417,13 +420,37 @@ def test_speed_defaults_to_the_measured_kernel_efficiencies(tmp_path, capsys):
     assert eff.for_format("fp8_e4m3") == profile.kv["fp8_e4m3"]
     assert eff.for_format("q4_0") == profile.kv_default  # no kernel measured: the stated assumption
     assert efficiency_from_report(report).for_format("nvfp4") == pytest.approx(profile.kv["nvfp4"], abs=1e-4)
-    plan = plan_fleet(scenario("llama-3.1-8b"), build_candidates(["h200"], ["fp8"], [1]), _workload())
+    # a format no engine server ran reads at the kernels' share (those the engine's servers ran: its own share)
+    plan = plan_fleet(scenario("llama-3.1-8b"), build_candidates(["h200"], ["fp8_e5m2"], [1]), _workload())
     assert plan.efficiency.source.startswith("measure/reports/h200-decode-kernels.json")
-    assert plan.plans[0].kv_efficiency == profile.kv["fp8_e4m3"]
+    assert plan.plans[0].kv_efficiency == profile.kv["fp8_e5m2"]
     wl = _workload_file(tmp_path)
     assert main(["plan", "--workload", wl, "--model", "llama-3.1-8b", "--gpus", "h200", "--formats", "fp8",
                  "--tp", "1", "--kv-efficiency", "fp8_e4m3=0.9"]) == 0
     assert "overridden: fp8_e4m3=0.9" in capsys.readouterr().out
+
+
+def test_a_users_kv_efficiency_stands_over_the_engines_measured_share():
+    # --kv-efficiency sets a figure the engine's own share (profiles/serving.json) must not replace, in the
+    # capacity table and in the serving simulation alike
+    from sizing.planners.fleet import build_candidates, candidate_rows
+    from sizing.planners.serving import serving_replica
+    from sizing.planners.speed import parse_efficiency_overrides
+    from sizing.planners.step_model import engine_efficiency
+    from sizing.profiles import gpu_profile, measured_efficiency
+
+    given = parse_efficiency_overrides("fp8_e4m3=0.9,weights=0.7", measured_efficiency())
+    assert given.given == {"fp8_e4m3", "weights"}
+    engine = engine_efficiency(given)
+    assert engine.kv["fp8_e4m3"] == 0.9 and engine.weights == 0.7 and engine.kv["bf16"] != given.kv["bf16"]
+    plan = plan_fleet(scenario("llama-3.1-8b"), build_candidates(["h200"], ["fp8"], [1]), _workload(),
+                      efficiency=given)
+    row = candidate_rows(plan)[0]
+    assert row["kv_efficiency"] == 0.9 and row["kv_efficiency_basis"] == "modelled from decode kernels measured on h200"
+    g = gpu_profile("h200")
+    s = scenario("llama-3.1-8b", "h200", k_cache_dtype="fp8", v_cache_dtype="fp8", max_model_len=32768)
+    model, _ = serving_replica(s, g.hbm_bandwidth_gb_s, g.bf16_dense_tflops, g.multiprocessors, given)
+    assert model.efficiency.kv["fp8_e4m3"] == 0.9 and model.efficiency.weights == 0.7
 
 
 def test_efficiency_profiles_are_validated(tmp_path, monkeypatch):
@@ -569,10 +596,40 @@ def test_decode_time_fitted_on_one_gpu_predicts_the_other_within_10_percent(sour
 def test_plan_says_which_gpu_its_decode_times_rest_on():
     from sizing.planners.fleet import build_candidates, candidate_rows
 
-    plan = plan_fleet(scenario("llama-3.1-8b"), build_candidates(["h200", "h100-sxm"], ["fp8"], [1]), _workload())
+    # fp8_e5m2: a format kvsize's kernels measured and no engine server ran
+    plan = plan_fleet(scenario("llama-3.1-8b"), build_candidates(["h200", "h100-sxm"], ["fp8_e5m2"], [1]),
+                      _workload())
     basis = {r["gpu"]: r["kv_efficiency_basis"] for r in candidate_rows(plan)}
     assert basis["h200"] == "modelled from decode kernels measured on h200"
     assert basis["h100-sxm"].startswith("carried from h200 to h100-sxm (measured copy bandwidth 3,020 GB/s")
+
+
+def test_the_capacity_tables_decode_step_reads_at_the_engines_own_shares():
+    # the formats and weights vLLM's own servers were measured reading (profiles/serving.json) are read at those
+    # shares here too, as in the serving simulation whose fleet is the answer: fp8 KV reads at 0.63 of the HBM rate
+    # in vLLM where kvsize's own kernel reads it at about 0.88, so its ITL here is the engine's, not the kernel's
+    from sizing.planners.fleet import build_candidates, candidate_rows
+    from sizing.planners.step_model import step_overhead
+    from sizing.profiles import gpu_profile, measured_efficiency
+
+    fit = step_overhead()
+    kernels = measured_efficiency()
+    assert kernels.kv["fp8_e4m3"] > fit.engine_kv_efficiency["fp8_e4m3"] + 0.1
+    plan = plan_fleet(scenario("llama-3.1-8b"), build_candidates(["h200", "h100-sxm"], ["fp8", "auto"], [1]),
+                      _workload())
+    rows = {(r["gpu"], r["kv_format"]): r for r in candidate_rows(plan)}
+    for gpu in ("h200", "h100-sxm"):
+        for asked, fmt in (("fp8", "fp8_e4m3"), ("auto", "bf16")):
+            assert rows[gpu, asked]["kv_efficiency"] == fit.engine_kv_efficiency[fmt]
+    assert rows["h200", "fp8"]["kv_efficiency_basis"] == (
+        f"the engine's own read share, {fit.engine_kv_efficiency['fp8_e4m3']:g}, measured on vllm 0.33.0 servers "
+        "on h200")
+    assert rows["h100-sxm", "fp8"]["kv_efficiency_basis"].endswith("carried to h100-sxm as a share of its bandwidth")
+    # the step itself: its KV part is the bytes it reads at the engine's share
+    p = next(c for c in plan.plans if c.candidate.gpu.id == "h200" and c.candidate.kv_format == "fp8")
+    kv_bytes = p.decode_batch * p.kv_bytes_per_token * 1000  # 1,000 more tokens of context for every request
+    assert p.itl_slope_seconds_per_1k_tokens == pytest.approx(
+        kv_bytes / (gpu_profile("h200").hbm_bandwidth_gb_s * 1e9 * fit.engine_kv_efficiency["fp8_e4m3"]), rel=1e-9)
 
 
 @pytest.mark.parametrize("engine, pp", [("vllm", 1), ("vllm@0.7", 1), ("sglang", 1), ("trtllm", 1), ("llamacpp", 1),
@@ -644,4 +701,5 @@ def test_a_format_measured_only_in_software_is_not_carried_to_an_engine():
     plan = plan_fleet(scenario("llama-3.1-8b", "b200"), build_candidates(["b200"], ["nvfp4", "fp8_e4m3"], [1]), _workload())
     basis = {r["kv_format"]: r["kv_efficiency_basis"] for r in candidate_rows(plan)}
     assert basis["nvfp4"] == "not measured: nvfp4 assumed 75%"
-    assert basis["fp8_e4m3"].startswith("carried from h200 to b200")
+    assert basis["fp8_e4m3"].startswith("the engine's own read share")
+    assert basis["fp8_e4m3"].endswith("carried to b200 as a share of its bandwidth")

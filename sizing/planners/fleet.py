@@ -31,6 +31,7 @@ from ..capacity.budget import engine_weight_bytes
 from ..config import ModelShape
 from ..efficiency import DecodeEfficiency
 from .speed import decode_step, itl_slope_seconds_per_token, prefill_seconds
+from .step_model import engine_efficiency, engine_read_basis, engine_shares_note
 from ..units import GiB
 from .workload import Bucket, Workload
 
@@ -245,11 +246,15 @@ def replica_model(base: Scenario, candidate: Candidate, workload: Workload, effi
                                      workload.prefix_cache_share, draft_layout, max_seqs))
     fmt_name = e.k_format
     weights_fmt = resolve_weights_dtype(base.weights_dtype, base.shape)
-    carried = efficiency.on_gpu(g.id, g.hbm_bandwidth_gb_s, g.copy_bandwidth_gb_s, g.issue_rate)
-    basis = ("assumed (no measured kernels)" if efficiency.reference_gpu is None else
-             f"not measured: {fmt_name} assumed {carried.kv_default:.0%}" if fmt_name not in carried.kv else
-             f"modelled from decode kernels measured on {efficiency.reference_gpu}" if carried is efficiency
-             else carried.basis)
+    kernels = efficiency.on_gpu(g.id, g.hbm_bandwidth_gb_s, g.copy_bandwidth_gb_s, g.issue_rate)
+    # the weights and the formats the engine's own servers read at the shares they were measured at, as the serving
+    # simulation reads them (step_model.engine_efficiency): the decode step here is the simulation's without prefill
+    carried = engine_efficiency(kernels)
+    basis = (engine_read_basis(fmt_name, g.id, efficiency) or
+             ("assumed (no measured kernels)" if efficiency.reference_gpu is None else
+              f"not measured: {fmt_name} assumed {kernels.kv_default:.0%}" if fmt_name not in kernels.kv else
+              f"modelled from decode kernels measured on {efficiency.reference_gpu}" if kernels is efficiency
+              else kernels.basis))
 
     def step_at(replicas: int):
         batch = workload.peak_concurrency / replicas
@@ -345,7 +350,8 @@ def plan_fleet(base: Scenario, candidates: list[Candidate], workload: Workload,
         ref = reference.get((p.candidate.gpu.id, p.candidate.tensor_parallel_size))
         saving = 100 * (1 - p.usd_per_hour / ref.usd_per_hour) if ref and p.fits and ref.usd_per_hour else None
         out.append(replace(p, savings_vs_bf16_percent=saving))
-    return FleetPlan(workload, base.model_name, base.engine, tuple(out), efficiency)
+    return FleetPlan(workload, base.model_name, base.engine, tuple(out),
+                     replace(efficiency, source=f"{efficiency.source}; {engine_shares_note(efficiency)}"))
 
 
 def _is_bf16(name: str, shape: ModelShape) -> bool:

@@ -43,18 +43,22 @@ def parse_efficiency_overrides(text: str | None, base: DecodeEfficiency) -> Deco
         return base
     kv = dict(base.kv)
     values = {"weights": base.weights, "default": base.kv_default, "mfu": base.mfu}
+    given = set(base.given)
     for key, number in parse_assignments(text, "--kv-efficiency", "FORMAT=FRACTION", "fp8_e4m3=0.7").items():
         # below 0.1% of the copy bandwidth is no engine's: such a value only overflows the times it divides
         if not MIN_FRACTION <= number <= 1:
             raise KvsizeError(f"--kv-efficiency: {key}={number:g} must be a fraction from {MIN_FRACTION:g} to 1")
         if key in values:
             values[key] = number
+            given.add(key)
         else:
             from ..cache.formats import get_format
 
-            kv[get_format(key, option="--kv-efficiency").name] = number
+            name = get_format(key, option="--kv-efficiency").name
+            kv[name] = number
+            given.add(name)
     return replace(base, weights=values["weights"], kv=MappingProxyType(kv), kv_default=values["default"],
-                   mfu=values["mfu"], source=base.source + "; overridden: " + text)
+                   mfu=values["mfu"], source=base.source + "; overridden: " + text, given=frozenset(given))
 
 
 def experts_touched_fraction(num_experts: int, top_k: int, batch: float) -> float:

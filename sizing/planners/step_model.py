@@ -184,6 +184,31 @@ def slow_kernel_note(kv_format: str) -> str | None:
             "(docs/speed-accuracy.md)")
 
 
+def engine_read_basis(kv_format: str, gpu_id: str, efficiency: DecodeEfficiency) -> str | None:
+    """Where the engine's own read share of `kv_format` was measured (None: no engine server ran it or its twin, or
+    the user set the format's figure in `efficiency`)."""
+    fit = step_overhead()
+    measured = fit.engine_kernel_twins.get(kv_format, kv_format)
+    if measured not in fit.engine_kv_efficiency or kv_format in efficiency.given:
+        return None
+    twin = f" as {measured}'s (the same kernel)" if measured != kv_format else ""
+    where = f"{fit.fitted_engine} servers on {fit.fitted_gpu}"
+    return (f"the engine's own read share{twin}, {fit.engine_kv_efficiency[measured]:g}, measured on {where}"
+            + ("" if gpu_id == fit.fitted_gpu else f", carried to {gpu_id} as a share of its bandwidth"))
+
+
+def engine_shares_note(efficiency: DecodeEfficiency) -> str:
+    """What engine_efficiency puts over `efficiency`: the engine's own read shares, named with where they were
+    measured (the user's figures excepted)."""
+    fit = step_overhead()
+    shares = {k: v for k, v in fit.engine_kv_efficiency.items() if k not in efficiency.given}
+    weights = ("" if fit.engine_weights_efficiency is None or "weights" in efficiency.given
+               else f", weights {fit.engine_weights_efficiency:g}")
+    return ("read at the engine's own shares where its servers ran the format ("
+            f"{fit.fitted_engine} on {fit.fitted_gpu}, profiles/serving.json): "
+            + ", ".join(f"{k} {v:g}" for k, v in shares.items()) + weights)
+
+
 def with_twins(shares: dict[str, float], twins: dict[str, str]) -> dict[str, float]:
     """`shares` (per KV format) with each twin format taking its measured format's share."""
     return {**{twin: shares[measured] for twin, measured in twins.items() if measured in shares}, **shares}
@@ -331,7 +356,10 @@ def engine_efficiency(efficiency: DecodeEfficiency, engine_kv: dict[str, float] 
     fitted = step_overhead()
     engine_kv = with_twins(fitted.engine_kv_efficiency if engine_kv is None else engine_kv,
                            fitted.engine_kernel_twins)
+    engine_kv = {k: v for k, v in engine_kv.items() if k not in efficiency.given}  # the user's figures stand
     engine_weights = fitted.engine_weights_efficiency if engine_weights is None else engine_weights
     if engine_kv:
         efficiency = replace(efficiency, kv=MappingProxyType({**efficiency.kv, **engine_kv}))
-    return efficiency if engine_weights is None else replace(efficiency, weights=engine_weights)
+    if engine_weights is None or "weights" in efficiency.given:
+        return efficiency
+    return replace(efficiency, weights=engine_weights)
