@@ -160,6 +160,9 @@ class Measured(BaseModel):
     total_output_tokens: int = Field(ge=0)
     # the mean tokens a streamed chunk carried (vllm bench serve times an ITL per chunk); None: no gaps kept
     tokens_per_chunk: float | None = Field(default=None, gt=0)
+    # an open loop's completed requests' send times, seconds after the first, to the microsecond, in order (the
+    # simulation replays them: the same Poisson draws the server got); None: a closed loop, or none recorded
+    sent_s: list[Annotated[float, Field(ge=0, allow_inf_nan=False)]] | None = None
 
 
 class ServerMetrics(BaseModel):
@@ -232,6 +235,16 @@ class BenchResult(BaseModel):
     itls: list[list[Annotated[float, Field(ge=0)]]]
     output_lens: list[Annotated[int, Field(ge=0)]]
     errors: list[str]
+    start_times: list[Annotated[float, Field(allow_inf_nan=False)]] | None = None
+
+
+def sent_times(bench: BenchResult) -> list[float] | None:
+    """The successful requests' send times, seconds after the first of them, to the microsecond, in order (None:
+    the result kept none)."""
+    if not bench.start_times or len(bench.start_times) != len(bench.errors):
+        return None
+    sent = sorted(bench.start_times[i] for i in successful(bench))
+    return [round(t - sent[0], 6) for t in sent] if sent else None
 
 
 def read_bench(path: Path) -> BenchResult:
@@ -376,7 +389,8 @@ def build_points(serving: Path = SERVING) -> list[Point]:
                     itl_p50_ms=bench.p50_itl_ms, itl_p90_ms=bench.p90_itl_ms, itl_p99_ms=bench.p99_itl_ms,
                     tpot_p50_ms=bench.median_tpot_ms, e2el_p50_ms=bench.median_e2el_ms,
                     output_tokens_per_s=bench.output_throughput, requests_per_s=bench.request_throughput,
-                    total_output_tokens=bench.total_output_tokens, tokens_per_chunk=_per_chunk(bench))
+                    total_output_tokens=bench.total_output_tokens, tokens_per_chunk=_per_chunk(bench),
+                    sent_s=sent_times(bench) if p["request_rate"] is not None else None)
                 out.append(Point(id=p["id"], batch=batch, server=tag, raw=str(raw.relative_to(serving)),
                                  settings=settings, measured=measured, metrics=point_metrics(rows, p["id"]),
                                  server_start=start))

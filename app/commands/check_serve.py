@@ -48,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
     rows = held_to(bench.measured, served_figures(served))
     load = bench.load
     loop = (f"closed loop of {load.concurrency}" if load.concurrency is not None
-            else f"open loop at {load.request_rate:g} requests/s (Poisson)")
+            else f"open loop at {load.request_rate:g} requests/s "
+            + ("(its own send times replayed)" if load.sent_at else "(Poisson, seeded)"))
     within = sum(r["within"] for r in rows)
     if args.format == "json":
         print(json.dumps(dict(schema="kvsize.check-serve/1", model=scenario.model_name, gpu=scenario.gpu_name,

@@ -38,6 +38,8 @@ class BenchResult(BaseModel):
     # --save-detailed: each request's lengths (a failed request's output is 0: it never ran)
     input_lens: list[int] | None = Field(default=None, max_length=10**7)
     output_lens: list[int] | None = Field(default=None, max_length=10**7)
+    # --save-detailed: when each request was sent (the load generator's clock, seconds)
+    start_times: list[float] | None = Field(default=None, max_length=10**7)
 
     @field_validator("request_rate")
     @classmethod
@@ -84,7 +86,8 @@ class BenchRun:
 
 def read_bench(data: bytes, where: str) -> BenchRun:
     """The load a result file says was sent and what it measured: each request's lengths where the result kept them
-    (--save-detailed: a dataset of varied lengths is replayed request by request), else the means."""
+    (--save-detailed: a dataset of varied lengths is replayed request by request), else the means; an open loop's
+    requests sent when the result says they were (the same Poisson draws), where it kept that."""
     if data[:2] == b"\x1f\x8b":
         try:
             with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
@@ -123,9 +126,17 @@ def read_bench(data: bytes, where: str) -> BenchRun:
         lengths = tuple((i, o) for i, o in zip(b.input_lens, b.output_lens) if o > 0 and i > 0)
         if len(lengths) != b.completed:
             raise KvsizeError(f"{where}: {len(lengths):,} requests have lengths, but {b.completed:,} completed")
+    sent_at = ()
+    if not closed and lengths and b.start_times is not None:
+        if len(b.start_times) != len(b.output_lens) or not all(math.isfinite(x) for x in b.start_times):
+            raise KvsizeError(f"{where}: field start_times: must be one finite send time a request "
+                              f"({len(b.output_lens):,}), has {len(b.start_times):,}")
+        ran = sorted((s, (i, o)) for s, i, o in zip(b.start_times, b.input_lens, b.output_lens) if o > 0 and i > 0)
+        sent_at = tuple(s - ran[0][0] for s, _ in ran)
+        lengths = tuple(pair for _, pair in ran)
     load = Load(max(1, round(b.total_input_tokens / b.completed)), max(1, round(b.total_output_tokens / b.completed)),
                 b.completed, (b.max_concurrency or b.completed) if closed else None, None if closed else b.request_rate,
-                lengths=lengths)
+                lengths=lengths, sent_at=sent_at)
     per_chunk = None
     gaps = raw.get("itls")  # each request's gaps between the chunks it streamed: only their counts are read
     if gaps is not None and b.output_lens is not None:

@@ -34,8 +34,11 @@ def point_scenario(settings: dict, root) -> Scenario:
 
 def served_settings(point: dict) -> dict:
     """A measured point's settings as the server served them: a request the server refused (a 400 answer) never ran,
-    so the load is the completed requests under the same concurrency limit or rate."""
-    return {**point["settings"], "num_prompts": point["measured"]["completed"]}
+    so the load is the completed requests under the same concurrency limit or rate, sent when the load generator
+    sent them where it recorded that (an open loop's own Poisson draws)."""
+    sent = point["measured"].get("sent_s")
+    return {**point["settings"], "num_prompts": point["measured"]["completed"],
+            **({"sent_s": sent} if sent and len(sent) == point["measured"]["completed"] else {})}
 
 
 def point_replica(settings: dict, root, per_layer_overhead_s: float | None = None,
@@ -55,7 +58,7 @@ def predict_point(settings: dict, root, per_layer_overhead_s: float | None = Non
     fit gives its trial ones)."""
     model, engine = point_replica(settings, root, per_layer_overhead_s, prefill_mfu, engine_kv, terms)
     load = Load(settings["input_len"], settings["output_len"], settings["num_prompts"], settings["concurrency"],
-                settings["request_rate"], settings.get("seed") or 0)
+                settings["request_rate"], settings.get("seed") or 0, sent_at=tuple(settings.get("sent_s") or ()))
     return simulate(model, engine, load)
 
 

@@ -62,6 +62,10 @@ class Load:
     measured: tuple[int, int] | None = None
     # prompts arrive with their KV already in the pool (shipped from a prefill pool): they take blocks, not compute
     prefilled: bool = False
+    # an open loop's send times as the load generator recorded them (seconds after its first send, one a request,
+    # in order): replayed instead of drawing Poisson arrivals from the seed, so that a measured run is held to the
+    # very load it sent; empty: drawn
+    sent_at: tuple[float, ...] = ()
 
     def length(self, k: int) -> tuple[int, int]:
         """The k-th request's input and output tokens."""
@@ -82,6 +86,11 @@ class Load:
             raise KvsizeError(f"the load's concurrency must be at least 1, got {self.concurrency!r}")
         if self.request_rate is not None and not (math.isfinite(self.request_rate) and self.request_rate > 0):
             raise KvsizeError(f"the load's request rate must be a positive number per second, got {self.request_rate}")
+        if self.sent_at and (self.request_rate is None or len(self.sent_at) != self.num_prompts
+                             or not all(math.isfinite(t) and t >= 0 for t in self.sent_at)
+                             or any(b < a for a, b in zip(self.sent_at, self.sent_at[1:]))):
+            raise KvsizeError(f"the load's send times must be {self.num_prompts} times in order, of at least 0 s, "
+                              "and only for an open loop (a request rate)")
         if self.measured is not None and not (0 <= self.measured[0] < self.measured[1] <= self.num_prompts):
             raise KvsizeError(f"the load's measured requests {self.measured} must be a range within its "
                               f"{self.num_prompts} prompts")
@@ -162,6 +171,8 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
     if load.request_rate is not None:  # in time order, so already a heap
         t = 0.0
         for i in range(load.num_prompts):
+            if load.sent_at:
+                t = load.sent_at[i]
             pending.append((t + handling, i, t))
             t += rng.expovariate(load.request_rate)
     sent = 0
