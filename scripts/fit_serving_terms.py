@@ -163,7 +163,7 @@ def fit_trace(terms: dict) -> dict:
     few steps, whose cached tokens are not the point's, must not weigh as much as the steady state a point's gaps
     are made of); the count leaving the least squared error is kept."""
     # every format the traces read at a trial share of 1, those kvsize's kernels never measured among them
-    formats = set(measured_efficiency().kv) | {point_replica(settings, ROOT)[0].kv_format for settings, _ in
+    formats = set(measured_efficiency().kv) | {settings_format(settings) for settings, _ in
                                                trace_groups() + trace_groups(FORMAT_TRACE_BATCHES, FORMAT_TRACE_SERVERS)}
     trial = {**terms, "engine_kv_efficiency": {f: 1.0 for f in sorted(formats)}, **NO_WAVES}
     rows = trace_rows(trial)
@@ -184,14 +184,16 @@ def fit_trace(terms: dict) -> dict:
             beta = _relative_least_squares(own, columns, fixed, lambda r: r["steps"])
             error = sum(r["steps"] * ((fixed(r) + r["kv"] * beta[r["split"]]) / r["measured"] - 1) ** 2 for r in own)
             return error, *beta
-        k = min(PROGRAMS_PER_SM, key=lambda k: waves(k)[0])
-        _, whole, segments = waves(k)
+        fits = {k: waves(k) for k in PROGRAMS_PER_SM}
+        k = min(fits, key=lambda k: fits[k][0])
+        _, whole, segments = fits[k]
         shares[f], split[f], per_sm[f] = round(min(1.0, 1 / whole), 3), round(min(1.0, 1 / segments), 3), k
     return {"engine_kv_efficiency": shares, "engine_programs_per_sm": per_sm, "engine_split_kv_efficiency": split,
             REQUEST_TERM: request}
 
 
 def settings_format(settings: dict) -> str:
+    """The KV format kvsize resolves for a server's settings."""
     return point_replica(settings, ROOT)[0].kv_format
 
 
@@ -215,7 +217,7 @@ def fit_prefill_attention(points: list[dict], terms: dict) -> dict[str, float]:
     (the error falls and then rises along the grid: searched by halving the bracket)."""
     by_format = {}
     for p in prefill_attention_fitted_on(points):
-        by_format.setdefault(point_replica(p["settings"], ROOT)[0].kv_format, []).append(p)
+        by_format.setdefault(settings_format(p["settings"]), []).append(p)
     shares = {}
     for fmt, own in sorted(by_format.items()):
         @cache

@@ -28,6 +28,7 @@ import random
 from collections import deque
 from dataclasses import dataclass, field, replace
 
+from ..cache.layers import kv_heads_per_rank
 from ..efficiency import DecodeEfficiency
 from ..errors import KvsizeError
 from .graph_steps import graphed_steps, split_kv_requests
@@ -169,12 +170,8 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
     # a prefilled request (disaggregated: its KV shipped from a prefill replica) was handled there, once
     handling = 0.0 if load.prefilled else model.request_handling_s
     if load.request_rate is not None:  # in time order, so already a heap
-        t = 0.0
-        for i in range(load.num_prompts):
-            if load.sent_at:
-                t = load.sent_at[i]
+        for i, t in enumerate(load.sent_at or _poisson_sends(rng, load.request_rate, load.num_prompts)):
             pending.append((t + handling, i, t))
-            t += rng.expovariate(load.request_rate)
     sent = 0
     waiting: deque[_Request] = deque()
     running: list[_Request] = []
@@ -390,6 +387,15 @@ def _figures(finished: list[_Request], load: Load, preemptions: int, steps: int)
                   steps, {q: 1e3 * _percentile(tpots, q) for q in PERCENTILES})
 
 
+def _poisson_sends(rng: random.Random, rate: float, n: int) -> list[float]:
+    """`n` send times of a Poisson process at `rate` a second, the first at 0."""
+    sends, t = [], 0.0
+    for _ in range(n):
+        sends.append(t)
+        t += rng.expovariate(rate)
+    return sends
+
+
 def serving_replica(scenario, hbm_bandwidth_gb_s: float, bf16_dense_tflops: float, multiprocessors: int,
                     efficiency: DecodeEfficiency, per_layer_overhead_s: float | None = None,
                     prefill_mfu: float | None = None, engine_kv: dict[str, float] | None = None,
@@ -437,7 +443,7 @@ def _kv_kernel(scenario, e, multiprocessors: int, fitted: dict, engine_kv: dict[
     per_sm = with_twins(fitted["engine_programs_per_sm"], twins).get(e.k_format)
     if per_sm is None:
         return {}
-    heads = max(1, scenario.shape.num_kv_heads // scenario.tensor_parallel_size)
+    heads = kv_heads_per_rank(scenario.shape.num_kv_heads, scenario.tensor_parallel_size)
     whole = with_twins(engine_kv, twins)[e.k_format]
     split = with_twins(fitted["engine_split_kv_efficiency"], twins)[e.k_format]
     return dict(kv_wave_programs=multiprocessors * per_sm, split_kv_time_ratio=whole / split,

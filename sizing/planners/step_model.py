@@ -43,7 +43,7 @@ from types import MappingProxyType
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..cache.layers import CacheLayout
+from ..cache.layers import CacheLayout, kv_heads_per_rank
 from ..config import ModelShape
 from ..efficiency import DecodeEfficiency
 from ..engines.memory import WeightFormat
@@ -306,7 +306,7 @@ class StepModel:
 
     @cached_property
     def kv_heads_per_rank(self) -> int:
-        return max(1, self.shape.num_kv_heads // self.tp)
+        return kv_heads_per_rank(self.shape.num_kv_heads, self.tp)
 
     def prefill_compute_seconds(self, tokens: int) -> float:
         """The least time a prompt of `tokens` takes in any chunking: its GEMMs' and its causal attention's FLOPs."""
