@@ -352,7 +352,7 @@ def write_started() -> None:
 
     from sizing.evidence.accuracy import compute_started
 
-    from sizing.engines.started import started as cached_started
+    from sizing.engines.started import forget_evidence
 
     path = ROOT / "profiles" / "engines" / "started.json"
     tmp = path.with_suffix(".json.part")
@@ -361,7 +361,7 @@ def write_started() -> None:
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)
-    cached_started.cache_clear()
+    forget_evidence()  # the page below quotes what was just written
     print(f"wrote {path}", file=sys.stderr)
 
 

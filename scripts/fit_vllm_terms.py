@@ -387,11 +387,12 @@ def write_tensor_parallel(non_torch: dict, copies: dict) -> None:
     _edit_release(LOGIT_FILE, change)
 
 
-def fit_v2_graph_per_layer() -> tuple[int, list[str]]:
+def fit_v2_graph_per_layer(unsplit: bool = False) -> tuple[int, list[str]]:
     """Model Runner V2's CUDA-graph estimate (0.29+) above the V1 runner's model, per layer of the model: least
     squares (no intercept) over the starts that print it ('CUDA graph pool memory: ... (estimated)'), gpt-oss left
-    out (graphs_built_otherwise)."""
-    from sizing.engines.cudagraphs import cuda_graph_estimate
+    out (graphs_built_otherwise); with `unsplit`, over the starts whose decode attention runs unsplit instead
+    (cudagraphs.unsplit_attention: gpt-oss's sinks, the KV formats TRITON_ATTN serves)."""
+    from sizing.engines.cudagraphs import cuda_graph_estimate, unsplit_attention
     from sizing.units import GiB
 
     layers, above, ids = [], [], []
@@ -404,11 +405,12 @@ def fit_v2_graph_per_layer() -> tuple[int, list[str]]:
         release = get_engine(s.engine).release
         if release.cuda_graph_estimate is None or not release.model_runners.v2_profiles_cuda_graphs:
             continue
-        if graphs_built_otherwise(s):
+        own = unsplit_attention(s.shape, release.cuda_graph_estimate, s.k_cache_dtype)
+        if own != unsplit or (not unsplit and graphs_built_otherwise(s)):
             continue
         v1 = cuda_graph_estimate(s.shape, release.cuda_graph_estimate, "FULL_AND_PIECEWISE", 1,
                                  range(s.shape.num_layers), s.max_num_seqs, s.max_num_batched_tokens,
-                                 s.cudagraph_capture_sizes, s.max_cudagraph_capture_size)
+                                 s.cudagraph_capture_sizes, s.max_cudagraph_capture_size, kv_format=s.k_cache_dtype)
         layers.append(s.shape.num_layers)
         above.append(float(p.cuda_graph_gib[0]) * GiB - v1)
         ids.append(start.id)
@@ -468,6 +470,9 @@ def main() -> int:
               f"{len(fit['v2_starts'])} starts; V1 {fit['single_gpu_bytes']:,} B")
     per_layer, v2_ids = fit_v2_graph_per_layer()
     print(f"V2 graph estimate above the V1 model: {per_layer:,} B per layer over {len(v2_ids)} starts")
+    unsplit_per_layer, unsplit_ids = fit_v2_graph_per_layer(unsplit=True)
+    print(f"  where the decode attention runs unsplit: {unsplit_per_layer:,} B per layer over "
+          f"{len(unsplit_ids)} starts ({', '.join(unsplit_ids)})")
     tp_non_torch, tp_copies = fit_tensor_parallel_non_torch(), fit_tensor_parallel_logit_copies()
     if tp_non_torch:
         per_logit = ", ".join(f"{k} {v}" for k, v in tp_non_torch["per_logit_by_range"].items())
@@ -482,6 +487,8 @@ def main() -> int:
         write(fitted_constants(first, further))
         write_sampled_logit_non_torch(logits)
         write_v2_graph_per_layer(per_layer, v2_ids)
+        if unsplit_ids:
+            write_unsplit_v2_graph_per_layer(unsplit_per_layer, unsplit_ids)
         if tp_non_torch and tp_copies:
             write_tensor_parallel(tp_non_torch, tp_copies)
     return 0
@@ -527,6 +534,17 @@ def write_v2_graph_per_layer(per_layer: int, ids: list[str]) -> None:
             "profile_cudagraph_memory: a throwaway KV cache and pool, FULL graphs extrapolated from samples) printed "
             "as 'CUDA graph pool memory: ... (estimated)', less the V1 runner's model, per layer, least squares over "
             + ", ".join(ids))
+
+    _edit_release(LOGIT_FILE, change)
+
+
+def write_unsplit_v2_graph_per_layer(per_layer: int, ids: list[str]) -> None:
+    def change(data: dict) -> None:
+        data["cuda_graph_estimate"]["unsplit_v2_per_layer_bytes"] = per_layer
+        data["sources"]["cuda_graph_estimate.unsplit_v2_per_layer"] = (
+            "scripts/fit_vllm_terms.py --write: as v2_per_layer, over the starts whose decode attention runs unsplit "
+            "(sizing/engines/cudagraphs.py unsplit_attention): " + ", ".join(ids) + ". Held from outside it to "
+            "the servers measure/serving started with the per-token-head formats (tests/test_serving_server_logs.py)")
 
     _edit_release(LOGIT_FILE, change)
 

@@ -25,8 +25,10 @@ def test_every_traced_server_has_steps_of_both_kinds():
     assert {s["tag"] for s in servers} >= {"b11-llama8b", "b11-llama1b-api4"}
     for server in servers:
         decode, prompt = bench.server_rows(server)
-        # the open loops of b11 give groups of steps with prompt chunks; a short closed loop (b13) may give none
-        assert sum(r["steps"] for r in decode) > 1000 and (prompt or server["batch"] != "b11-step-trace")
+        # the open loops of b11 give groups of steps with prompt chunks; a short closed loop (b13) may give none.
+        # Each traced point decodes 256 tokens a request, so a server of three points gives at least 3 x 256 steps
+        # less the ramps (b16's Qwen2.5-32B: 747 in groups of 20 or more)
+        assert sum(r["steps"] for r in decode) > 600 and (prompt or server["batch"] != "b11-step-trace")
         # a step is never shorter than its own scheduling
         assert all(r["measured_ms"] > r["schedule_ms"] for r in decode)
 

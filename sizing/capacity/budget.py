@@ -14,7 +14,7 @@ from ..engines.started import (CarriedTerms, architecture_evidence, gpu_evidence
                                release_evidence)
 from ..cache.formats import FormatOptions, get_format
 from ..cache.layers import CacheLayout, build_layout, parse_layer_overrides
-from ..engines.cudagraphs import cuda_graph_estimate
+from ..engines.cudagraphs import cuda_graph_estimate, unsplit_attention
 from ..engines.memory import (SGLANG_PER_LAYER_INPUTS, VLLM_PER_LAYER_INPUTS, ActivationEstimate,
                               engine_weight_format, per_layer_input_buffer_bytes, profiling_peak,
                               resolve_weights_dtype, weight_bytes)
@@ -236,7 +236,7 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
         tp, s.pipeline_parallel_size, runner, s.max_num_seqs * shape.vocab_size, shape.vocab_size * shape.hidden_size,
         last)
     graphs = s.cuda_graph_bytes if s.cuda_graph_bytes is not None else _cuda_graph_bytes(s, engine, rules, shape,
-                                                                                          stage, runner)
+                                                                                          stage, runner, k_name)
     profiled = runner == "v1" or engine.release.model_runners.v2_profiles_cuda_graphs
     estimate_model = rules.cuda_graph_estimate
     if (graphs and profiled and s.cuda_graph_bytes is None and estimate_model is not None
@@ -315,7 +315,8 @@ def model_runner(engine: Engine, shape: ModelShape) -> str:
                        "recurrent" in shape.layer_kinds)
 
 
-def _cuda_graph_bytes(s: Scenario, engine: Engine, rules, shape: ModelShape, stage: range, runner: str = "v1") -> int:
+def _cuda_graph_bytes(s: Scenario, engine: Engine, rules, shape: ModelShape, stage: range, runner: str = "v1",
+                      kv_format: str | None = None) -> int:
     """The CUDA-graph term: 0 without graphs (--enforce-eager, cudagraph_mode NONE), vLLM's estimate
     from its capture sizes where the release models it, else the release's fixed figure."""
     if not engine.cuda_graphs or s.cudagraph_mode == "NONE":
@@ -326,7 +327,15 @@ def _cuda_graph_bytes(s: Scenario, engine: Engine, rules, shape: ModelShape, sta
     v1 = cuda_graph_estimate(shape, model, s.cudagraph_mode, s.tensor_parallel_size,
                              stage, s.max_num_seqs, s.max_num_batched_tokens, s.cudagraph_capture_sizes,
                              s.max_cudagraph_capture_size, compiled=s.torch_compile,
-                             architecture=s.gpu_architecture)
+                             architecture=s.gpu_architecture, kv_format=kv_format)
     # V2's part above the V1 model follows the whole model's layers, not the stage's: each PP 2 stage of 0.33.0
     # printed 0.41-0.59 GiB above the V1 model of its layers, what a one-GPU start of the same model prints
-    return v1 + (shape.num_layers * model.v2_per_layer_bytes if runner == "v2" and v1 else 0)
+    return v1 + (shape.num_layers * v2_per_layer_bytes(shape, model, kv_format) if runner == "v2" and v1 else 0)
+
+
+def v2_per_layer_bytes(shape: ModelShape, model, kv_format: str | None) -> int:
+    """Model Runner V2's CUDA-graph estimate above the V1 model, per layer: its own figure where the decode
+    attention is unsplit (cudagraphs.unsplit_attention), where the release has one."""
+    if model.unsplit_v2_per_layer_bytes is not None and unsplit_attention(shape, model, kv_format):
+        return model.unsplit_v2_per_layer_bytes
+    return model.v2_per_layer_bytes

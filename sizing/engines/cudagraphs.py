@@ -92,11 +92,21 @@ def holds_split_kv_accumulators(architecture: str | None) -> bool:
     return version is None or version in SPLIT_KV_FLASH_ATTN_VERSIONS
 
 
+def unsplit_attention(shape: ModelShape, model: CudaGraphEstimateModel, kv_format: str | None) -> bool:
+    """Whether the decode attention a FULL graph captures keeps no split-KV accumulators in the graph: a model type
+    whose attention runs unsplit (gpt-oss's sinks) or a KV format whose backend holds its scratch outside it (not
+    for MLA, whose layers run an MLA backend of their own)."""
+    return shape.model_type in model.unsplit_model_types or (kv_format in model.unsplit_kv_formats
+                                                              and shape.mla_latent_dim is None)
+
+
 def cuda_graph_estimate(shape: ModelShape, model: CudaGraphEstimateModel, mode: str | None, tp: int, layers: range,
                         max_num_seqs: int, max_num_batched_tokens: int, sizes: tuple[int, ...] | None = None,
-                        largest: int | None = None, compiled: bool = True, architecture: str | None = None) -> int:
+                        largest: int | None = None, compiled: bool = True, architecture: str | None = None,
+                        kv_format: str | None = None) -> int:
     """What vLLM's profile_cudagraph_memory reports for one GPU (0 when no graph is captured); `architecture`
-    (sm90, sm89, ...) picks the FlashAttention version, whose FULL graphs may hold no split-KV accumulators."""
+    (sm90, sm89, ...) picks the FlashAttention version, whose FULL graphs may hold no split-KV accumulators, and
+    `kv_format` the backend, whose FULL graphs may hold none either (unsplit_attention)."""
     mode = captured_mode(shape, model, mode, layers, compiled)
     if mode == "NONE":
         return 0
@@ -113,8 +123,8 @@ def cuda_graph_estimate(shape: ModelShape, model: CudaGraphEstimateModel, mode: 
     first_piecewise = model.first_capture_bytes + int(model.activation_copies * max(c.piecewise) * 2
                                                       * c.mlp_width_values * DTYPE_BYTES[shape.serving_dtype])
     # MLA layers run FlashMLA or another MLA backend, not FlashAttention: their accumulators keep the rule below
-    accumulators = (split_kv_accumulator_bytes(shape, model, tp, max(c.full))
-                    if c.mla or holds_split_kv_accumulators(architecture) else 0) if c.full else 0
+    holds = c.mla or (holds_split_kv_accumulators(architecture) and not unsplit_attention(shape, model, kv_format))
+    accumulators = split_kv_accumulator_bytes(shape, model, tp, max(c.full)) if c.full and holds else 0
     first_full = model.full_first_capture_bytes + accumulators if c.full else 0
     first = max(first_piecewise if counts[0] else 0, first_full if counts[1] else 0)
     return first + further_graphs

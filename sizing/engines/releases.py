@@ -196,6 +196,12 @@ class CudaGraphEstimateModel(_Strict):
     # model types whose decode attention runs unsplit in a FULL graph (gpt-oss's attention sinks), so its
     # first FULL capture holds no accumulators
     unsplit_model_types: frozenset[str] = frozenset()
+    # KV formats whose decode attention runs in a backend that keeps its split-KV scratch outside the graphs (vLLM's
+    # TRITON_ATTN allocates it when its metadata builder is made): their first FULL capture holds no accumulators
+    unsplit_kv_formats: frozenset[str] = frozenset()
+    # Model Runner V2's surplus per layer where the decode attention is unsplit (a model type or KV format above);
+    # None: the same as v2_per_layer_bytes
+    unsplit_v2_per_layer_bytes: int | None = Field(default=None, ge=0)
     # layer kinds whose attention backend captures no FULL graph (AttentionCGSupport.NEVER): a model with
     # one runs FULL modes piecewise (vllm/config/compilation.py)
     piecewise_only_layer_kinds: frozenset[str] = frozenset()

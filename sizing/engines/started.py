@@ -275,3 +275,9 @@ def is_good_news(message: str) -> bool:
     import re
 
     return re.match(r"\S+ \S+ was started: \d", message) is not None
+
+
+def forget_evidence() -> None:
+    """Drop what was read of the evidence files, so that the next question reads them again (after a rewrite)."""
+    for cached in (started, _evidence, published):
+        cached.cache_clear()

@@ -15,7 +15,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import KvsizeError
 from ..units import GiB
 
 CORPUS = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "sglang-starts"
