@@ -151,6 +151,10 @@ MLA_FP8 = [closed(1000, 256, c, 2 * c) for c in (1, 32, 128)] + [closed(8000, 25
 # wave point: the prompts prefill one after another, then every request decodes together, its steps at the count asked
 WAVE_EDGE_DENSE = [closed(8000, 256, c, c) for c in (48, 56)] + [closed(1000, 256, 128, 128)]
 WAVE_EDGE_MOE = [closed(8000, 256, c, c) for c in (16, 40, 96, 112)] + [closed(1000, 256, 128, 128)]
+# batch b17, on one H200: the graph estimate of a decode attention run unsplit (TRITON_ATTN; profiles/engines
+# vllm-0.27-0.33.json unsplit_kv_formats), judged on a model and a format no server ran (Qwen3-8B, 36 layers, in
+# fp8_per_token_head, which kvsize reads as int8_per_token_head's kernel twin), and that twin's speed: two short points
+UNSPLIT_CHECK = [closed(1000, 256, 32, 32), closed(8000, 256, 16, 16)]
 TP2_LADDER = [closed(1000, 256, c, 2 * c) for c in (16, 64, 192)] + [closed(8000, 256, c, 2 * c) for c in (8, 32)] + \
     [opened(1000, 256, 4, 120)]
 
@@ -211,7 +215,7 @@ def plan() -> dict:
     b1, b2, b3, b4, b5 = "b1-llama8b", "b2-moe-mla", "b3-tp2-32b", "b4-past-pool-moe2", "b5-dense-sizes"
     b6, b7, b8, b9 = "b6-rate-sweep", "b7-prefill-graphs", "b8-frontend", "b9-frontend-queue"
     b10, b11, b12, b13 = "b10-host-alone", "b11-step-trace", "b12-step-ladder", "b13-refit-check"
-    b14, b15, b16 = "b14-kv-formats", "b15-format-check", "b16-wave-edges"
+    b14, b15, b16, b17 = "b14-kv-formats", "b15-format-check", "b16-wave-edges", "b17-unsplit-check"
     ran = {b1: {"0": ["llama8b-bf16", "qwen3moe-bf16"], "1": ["llama8b-fp8", "dsv2lite-bf16"],
                 "0,1": ["qwen25-32b-tp2-bf16"]}}
     ran[b2], ran[b3] = ran[b1], ran[b1]  # b1-b3 ran as one set of lanes
@@ -229,16 +233,18 @@ def plan() -> dict:
     ran[b13] = {"0": ["b13-nemo12b"], "1": [], "0,1": []}
     ran[b14] = {"0": ["b14-llama8b-int4", "b14-llama8b-int8", "b14-qwen3moe-int4"], "1": [], "0,1": []}
     ran[b15] = {"0": ["b15-nemo12b-int4", "b15-nemo12b-int8", "b15-dsv2lite-fp8"], "1": [], "0,1": []}
-    # planned, not run yet, on a machine of two GPUs: what the kit runs next
+    # ran on one H200, its lanes one after another; its TP 2 lane waits for a machine of two GPUs
     ran[b16] = {"0": ["b16-qwen25-32b-int4"], "1": ["b16-qwen3moe-int8"], "0,1": ["b16-llama70b-tp2-fp8"]}
+    # the newest batch, on a one-GPU machine: what the kit runs
+    ran[b17] = {"0": ["b17-qwen3-8b-fp8pth"], "1": [], "0,1": []}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
         bench="vllm bench serve --backend vllm --dataset-name random (ignore_eos), --percentile-metrics "
               "ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --save-result --save-detailed",
-        batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16],
+        batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16, b17],
         # lanes run side by side; a lane's servers run one after another; '0,1' runs once both others are done.
         # `lanes` are the newest batch's (what the kit runs); `lanes_by_batch` keeps each batch's
-        lanes=ran[b16], lanes_by_batch=ran,
+        lanes=ran[b17], lanes_by_batch=ran,
         servers=[
             server("llama8b-bf16", b1, "llama-3.1-8b", "0", 8101, 65536, LLAMA_POINTS),
             server("llama8b-fp8", b1, "llama-3.1-8b", "1", 8102, 65536, LLAMA_POINTS, kv_cache_dtype="fp8"),
@@ -324,6 +330,9 @@ def plan() -> dict:
                    kv_cache_dtype="int8_per_token_head", prefill_tokens_per_s=8000, itl_guess_s=0.03, step_trace=True),
             server("b16-llama70b-tp2-fp8", b16, "llama-3.1-70b", "0,1", 8233, 32768, TP2_LADDER, kv_cache_dtype="fp8",
                    tp=2, prefill_tokens_per_s=8000, itl_guess_s=0.025, step_trace=True),
+            server("b17-qwen3-8b-fp8pth", b17, "qwen3-8b", "0", 8241, 32768, UNSPLIT_CHECK,
+                   kv_cache_dtype="fp8_per_token_head", prefill_tokens_per_s=15000, itl_guess_s=0.015,
+                   step_trace=True),
         ],
     )
 
