@@ -26,9 +26,10 @@ def test_every_traced_server_has_steps_of_both_kinds():
     for server in servers:
         decode, prompt = bench.server_rows(server)
         # the open loops of b11 give groups of steps with prompt chunks; a short closed loop (b13) may give none.
-        # Each traced point decodes 256 tokens a request, so a server of three points gives at least 3 x 256 steps
-        # less the ramps (b16's Qwen2.5-32B: 747 in groups of 20 or more)
-        assert sum(r["steps"] for r in decode) > 600 and (prompt or server["batch"] != "b11-step-trace")
+        # Each traced point decodes 256 or more tokens a request, so a server gives some 256 steps a point less the
+        # ramps shown in groups under 20 steps (b17's Qwen3-8B: 493 over two points; b16's Qwen2.5-32B: 747 over three)
+        assert server["points"] and sum(r["steps"] for r in decode) > 200 * len(server["points"])
+        assert prompt or server["batch"] != "b11-step-trace"
         # a step is never shorter than its own scheduling
         assert all(r["measured_ms"] > r["schedule_ms"] for r in decode)
 
