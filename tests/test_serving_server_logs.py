@@ -49,3 +49,31 @@ def test_check_log_holds_the_servers_kv_tokens_within_1_percent(server):
     rows = {term: (predicted, logged) for term, predicted, logged in compare_log(run, scenario).rows}
     predicted, logged = rows["max_tokens"]
     assert abs(predicted / logged - 1) <= 0.01, f"{server['tag']}: {predicted:,} predicted, {logged:,} logged"
+
+
+def _memory_predictions() -> list:
+    """Each server's KV tokens as committed before its batch ran (scripts/predict_serving_memory.py; b17's one server
+    as a single object), with its log where the server has run."""
+    out = []
+    for path in sorted(SERVING.glob("*-memory-predictions-*.json")):
+        data = json.loads(path.read_text())
+        for row in data.get("servers", [data]):
+            batch = data["batch"]
+            log = SERVING / batch / row["server"] / "server.log"
+            out.append(pytest.param(row, log, id=f"{row['server']}{'' if log.exists() else ' (not run)'}"))
+    return out
+
+
+def test_memory_predictions_are_committed_for_planned_servers():
+    planned = {s["tag"] for s in PLAN["servers"] if not (SERVING / s["batch"] / s["tag"] / "server.log").exists()}
+    predicted = {p.values[0]["server"] for p in _memory_predictions()}
+    # every server planned and not run yet has its memory figures committed (the batches from b16 on)
+    assert planned and planned <= predicted
+
+
+@pytest.mark.parametrize("row,log", [p for p in _memory_predictions() if p.values[1].exists()])
+def test_the_kv_tokens_committed_before_a_server_ran_held_within_1_percent(row, log):
+    run = read_log(log.read_text(encoding="utf-8", errors="replace"))
+    logged = run.figures["max_tokens"]
+    assert abs(row["kv_tokens"] / logged - 1) <= 0.01, \
+        f"{row['server']}: {row['kv_tokens']:,} committed, {logged:,} logged"
