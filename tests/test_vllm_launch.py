@@ -11,7 +11,7 @@ from app.cli import main
 from sizing.errors import KvsizeError
 from sizing.evidence.starts import CORPUS, load_corpus
 from sizing.units import GiB, parse_size
-from sizing.engines.vllm_args import human_int, read_command, read_engine_args, read_llm_call
+from sizing.engines.vllm_args import for_layers, human_int, read_command, read_engine_args, read_llm_call
 
 LLAMA = str(CORPUS / "configs" / "llama-3.1-8b.json")
 
@@ -236,6 +236,25 @@ def test_flags_are_sorted_by_what_they_do_to_memory(capsys):
                  "--frobnicate-cache", "3"]) == 0
     err = capsys.readouterr().err
     assert "frobnicate_cache, which kvsize does not know" in err
+
+
+def test_prefix_caching_off_moves_memory_only_for_a_hybrid_model():
+    s = read_command("vllm serve m --no-enable-prefix-caching --disable-custom-all-reduce".split())
+    dense = for_layers(s, ("full", "sliding"))
+    assert dense.not_modelled == ("disable_custom_all_reduce",) and "enable_prefix_caching" in dense.ignored
+    assert for_layers(s, ("full", "recurrent")) == s  # a Mamba hybrid's state pages: still named
+    # check-log of a dense model's server started with it off names no unmodelled setting
+    from conftest import ROOT
+    from sizing.evidence.logs import log_scenario, read_log
+    from sizing.profiles import gpu_profile, load_model
+
+    log = ROOT / "measure" / "serving" / "b17-unsplit-check" / "b17-qwen3-8b-fp8pth" / "server.log"
+    text = log.read_text(encoding="utf-8", errors="replace")
+    assert "'enable_prefix_caching': False" in text  # the server was started with it off
+    run = read_log(text)
+    name, shape = load_model(str(ROOT / "measure" / "serving" / "models" / "qwen3-8b" / "config.json"))
+    _, settings = log_scenario(run, name, shape, gpu_profile("h200"))
+    assert "enable_prefix_caching" not in settings.not_modelled and "enable_prefix_caching" in settings.ignored
 
 
 def test_cuda_graph_flags_of_their_own_are_read_like_the_compilation_configs():

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..errors import KvsizeError, shown
 from .cudagraphs import uncompiled_cudagraph_mode
@@ -64,6 +64,21 @@ class VllmSettings:
     ignored: tuple[str, ...] = ()  # vLLM names that move no memory
     not_modelled: tuple[str, ...] = ()  # vLLM names that move memory kvsize does not model
     unknown: tuple[str, ...] = ()  # names kvsize has no classification of (profiles/engines/vllm-flags/0.33.0.json)
+
+
+# settings whose memory effect kvsize leaves out only for a model with recurrent (Mamba) layers: prefix caching off
+# changes a hybrid model's state pages (vLLM's mamba_cache_mode) and nothing of an attention-only model's pool
+HYBRID_ONLY = frozenset({"enable_prefix_caching"})
+
+
+def for_layers(settings: VllmSettings, layer_kinds) -> VllmSettings:
+    """The settings as they bear on a model of these layer kinds: a hybrid-only setting of a model without recurrent
+    layers moves no memory."""
+    if "recurrent" in layer_kinds:
+        return settings
+    moved = tuple(k for k in settings.not_modelled if k in HYBRID_ONLY)
+    return replace(settings, ignored=(*settings.ignored, *moved),
+                   not_modelled=tuple(k for k in settings.not_modelled if k not in HYBRID_ONLY))
 
 
 def _name(flag: str) -> str:

@@ -367,7 +367,7 @@ def log_scenario(run: LoggedRun, model_name: str, shape, gpu=None, weights_dtype
     """The scenario a logged run describes, and which of its settings the log gave and which were
     assumed. `gpu`: a GpuProfile, or None to take it from the log's printed total."""
     from ..capacity.scenario import Scenario
-    from ..engines.vllm_args import read_engine_args
+    from ..engines.vllm_args import for_layers, read_engine_args
 
     g, gpu_source = _log_gpu(run, gpu)
     read: dict = {}
@@ -382,7 +382,7 @@ def log_scenario(run: LoggedRun, model_name: str, shape, gpu=None, weights_dtype
         args = {k: v for k, v in run.settings.items() if k != "model_runner" and k not in _ENGINE_STATE}
         if run.sources.get("dtype") == "engine config line" and DTYPE_NAMES.get(str(args.get("dtype"))) == shape.serving_dtype:
             args.pop("dtype")  # the engine's resolution of auto, not a choice of the user's
-        settings = read_engine_args(args, from_log=True)
+        settings = for_layers(read_engine_args(args, from_log=True), shape.layer_kinds)
         fields = dict(settings.fields)
         if str(run.settings.get("quantization", "")).lower() == "fp8" and shape.weights_quantization is None:
             fields["weights_dtype"] = "fp8"  # online fp8 of a 16-bit checkpoint (an fp8 checkpoint names its own)
