@@ -410,6 +410,40 @@ def predictions_file(batch: str, gpu_name: str) -> Path:
     return SERVING / (f"{batch}-predictions.json" if gpu == PLAN_GPU else f"{batch}-predictions-{gpu}.json")
 
 
+def planned_server_settings(plan: dict, server: dict, device_name: str) -> dict:
+    """A planned server's settings as a measured point's settings name them (sizing.evidence.serving reads both), on
+    the device nvidia-smi names `device_name`."""
+    keep = ("model", "config", "tensor_parallel_size", "kv_cache_dtype", "max_model_len", "max_num_batched_tokens",
+            "max_num_seqs", "gpu_memory_utilization")
+    return {**{k: server[k] for k in keep}, "max_cudagraph_capture_size": server.get("max_cudagraph_capture_size"),
+            "api_server_count": server.get("api_server_count"),
+            "vllm_version": plan["vllm_version"], "gpu_name": device_name}
+
+
+def prediction_inputs(gpu: str) -> tuple[str, dict, str]:
+    """What predicting a planned batch on the bundled GPU `gpu` starts from: the device name nvidia-smi prints for it
+    (the profile's name less its form factor, as a measured point names it: "NVIDIA H100 80GB HBM3"), plan.json and
+    the commit that predicts."""
+    import subprocess
+
+    from sizing.profiles import gpu_profile
+
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    return gpu_profile(gpu).name.split(" (")[0], read_json(SERVING / "plan.json"), commit
+
+
+def new_predictions_file(plan: dict, batch: str, kind: str, gpu: str) -> Path | None:
+    """measure/serving/<batch>-<kind>-predictions-<gpu>.json, to be written; None where it exists (predictions are
+    made once, before the batch runs, and never rewritten)."""
+    if batch not in plan["batches"]:
+        raise ServingError(f"no batch {batch!r} in plan.json (batches: {', '.join(plan['batches'])})")
+    out = SERVING / f"{batch}-{kind}-predictions-{gpu}.json"
+    if out.exists():
+        print(f"{out.relative_to(ROOT)} exists: predictions are made once, before the batch runs", file=sys.stderr)
+        return None
+    return out
+
+
 def points_record(points: list[Point]) -> dict:
     return {"schema": POINTS_SCHEMA, "points": [p.model_dump(mode="json") for p in points]}
 

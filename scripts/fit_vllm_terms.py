@@ -486,9 +486,7 @@ def main() -> int:
     if "--write" in sys.argv:
         write(fitted_constants(first, further))
         write_sampled_logit_non_torch(logits)
-        write_v2_graph_per_layer(per_layer, v2_ids)
-        if unsplit_ids:
-            write_unsplit_v2_graph_per_layer(unsplit_per_layer, unsplit_ids)
+        write_v2_graph_per_layer(per_layer, v2_ids, unsplit_per_layer, unsplit_ids)
         if tp_non_torch and tp_copies:
             write_tensor_parallel(tp_non_torch, tp_copies)
     return 0
@@ -526,7 +524,10 @@ def write(constants: dict) -> None:
         _edit_release(name, change)
 
 
-def write_v2_graph_per_layer(per_layer: int, ids: list[str]) -> None:
+def write_v2_graph_per_layer(per_layer: int, ids: list[str], unsplit_per_layer: int,
+                             unsplit_ids: list[str]) -> None:
+    """V2's graph estimate above the V1 model per layer, and where the decode attention runs unsplit (if any start
+    had one), into the release file in one edit, naming the starts of each."""
     def change(data: dict) -> None:
         data["cuda_graph_estimate"]["v2_per_layer_bytes"] = per_layer
         data["sources"]["cuda_graph_estimate.v2_per_layer"] = (
@@ -534,17 +535,13 @@ def write_v2_graph_per_layer(per_layer: int, ids: list[str]) -> None:
             "profile_cudagraph_memory: a throwaway KV cache and pool, FULL graphs extrapolated from samples) printed "
             "as 'CUDA graph pool memory: ... (estimated)', less the V1 runner's model, per layer, least squares over "
             + ", ".join(ids))
-
-    _edit_release(LOGIT_FILE, change)
-
-
-def write_unsplit_v2_graph_per_layer(per_layer: int, ids: list[str]) -> None:
-    def change(data: dict) -> None:
-        data["cuda_graph_estimate"]["unsplit_v2_per_layer_bytes"] = per_layer
-        data["sources"]["cuda_graph_estimate.unsplit_v2_per_layer"] = (
-            "scripts/fit_vllm_terms.py --write: as v2_per_layer, over the starts whose decode attention runs unsplit "
-            "(sizing/engines/cudagraphs.py unsplit_attention): " + ", ".join(ids) + ". Held from outside it to "
-            "the servers measure/serving started with the per-token-head formats (tests/test_serving_server_logs.py)")
+        if unsplit_ids:
+            data["cuda_graph_estimate"]["unsplit_v2_per_layer_bytes"] = unsplit_per_layer
+            data["sources"]["cuda_graph_estimate.unsplit_v2_per_layer"] = (
+                "scripts/fit_vllm_terms.py --write: as v2_per_layer, over the starts whose decode attention runs "
+                "unsplit (sizing/engines/cudagraphs.py unsplit_attention): " + ", ".join(unsplit_ids) + ". Held from "
+                "outside it to the servers measure/serving started with the per-token-head formats "
+                "(tests/test_serving_server_logs.py)")
 
     _edit_release(LOGIT_FILE, change)
 

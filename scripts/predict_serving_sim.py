@@ -11,27 +11,21 @@ usage: python scripts/predict_serving_sim.py h100-sxm          (every batch of p
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from measure.serving import ServingError, new_predictions_file, planned_server_settings, prediction_inputs  # noqa: E402
 from sizing.evidence.serving import predict_point  # noqa: E402
 from sizing.planners.step_model import step_overhead  # noqa: E402
-from sizing.profiles import gpu_profile  # noqa: E402
 
-SERVING = ROOT / "measure" / "serving"
 SCHEMA = "kvsize.serving-sim-predictions/1"
 
 
 def settings(plan: dict, server: dict, point: dict, device_name: str) -> dict:
-    keep = ("model", "config", "tensor_parallel_size", "kv_cache_dtype", "max_model_len", "max_num_batched_tokens",
-            "max_num_seqs", "gpu_memory_utilization")
-    return {**{k: server[k] for k in keep}, "max_cudagraph_capture_size": server.get("max_cudagraph_capture_size"),
-            "api_server_count": server.get("api_server_count"),
-            "vllm_version": plan["vllm_version"], "gpu_name": device_name,
+    return {**planned_server_settings(plan, server, device_name),
             "input_len": point["input_len"], "output_len": point["output_len"], "concurrency": point["concurrency"],
             "request_rate": point["request_rate"], "num_prompts": point["num_prompts"], "seed": point["seed"]}
 
@@ -41,18 +35,15 @@ def main(argv: list[str]) -> int:
         print(__doc__.split("usage:")[1].strip(), file=sys.stderr)
         return 2
     gpu, named = argv[0], argv[1:]
-    # the device name nvidia-smi prints is the profile's name less its form factor: "NVIDIA H100 80GB HBM3 (SXM)"
-    device_name = gpu_profile(gpu).name.split(" (")[0]
-    plan = json.loads((SERVING / "plan.json").read_text())
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    device_name, plan, commit = prediction_inputs(gpu)
     fit = step_overhead()
     for batch in named or plan["batches"]:
-        if batch not in plan["batches"]:
-            print(f"no batch {batch!r} in plan.json", file=sys.stderr)
+        try:
+            out = new_predictions_file(plan, batch, "sim", gpu)
+        except ServingError as e:
+            print(e, file=sys.stderr)
             return 2
-        out = SERVING / f"{batch}-sim-predictions-{gpu}.json"
-        if out.exists():
-            print(f"{out.relative_to(ROOT)} exists: predictions are made once, before the batch runs", file=sys.stderr)
+        if out is None:
             continue
         points = []
         for server in (s for s in plan["servers"] if s["batch"] == batch):

@@ -14,7 +14,7 @@ from ..engines.started import (CarriedTerms, architecture_evidence, gpu_evidence
                                release_evidence)
 from ..cache.formats import FormatOptions, get_format
 from ..cache.layers import CacheLayout, build_layout, parse_layer_overrides
-from ..engines.cudagraphs import cuda_graph_estimate, unsplit_attention
+from ..engines.cudagraphs import cuda_graph_estimate, v2_per_layer_bytes
 from ..engines.memory import (SGLANG_PER_LAYER_INPUTS, VLLM_PER_LAYER_INPUTS, ActivationEstimate,
                               engine_weight_format, per_layer_input_buffer_bytes, profiling_peak,
                               resolve_weights_dtype, weight_bytes)
@@ -331,11 +331,3 @@ def _cuda_graph_bytes(s: Scenario, engine: Engine, rules, shape: ModelShape, sta
     # V2's part above the V1 model follows the whole model's layers, not the stage's: each PP 2 stage of 0.33.0
     # printed 0.41-0.59 GiB above the V1 model of its layers, what a one-GPU start of the same model prints
     return v1 + (shape.num_layers * v2_per_layer_bytes(shape, model, kv_format) if runner == "v2" and v1 else 0)
-
-
-def v2_per_layer_bytes(shape: ModelShape, model, kv_format: str | None) -> int:
-    """Model Runner V2's CUDA-graph estimate above the V1 model, per layer: its own figure where the decode
-    attention is unsplit (cudagraphs.unsplit_attention), where the release has one."""
-    if model.unsplit_v2_per_layer_bytes is not None and unsplit_attention(shape, model, kv_format):
-        return model.unsplit_v2_per_layer_bytes
-    return model.v2_per_layer_bytes

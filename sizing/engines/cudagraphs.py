@@ -100,6 +100,14 @@ def unsplit_attention(shape: ModelShape, model: CudaGraphEstimateModel, kv_forma
                                                               and shape.mla_latent_dim is None)
 
 
+def v2_per_layer_bytes(shape: ModelShape, model: CudaGraphEstimateModel, kv_format: str | None) -> int:
+    """Model Runner V2's CUDA-graph estimate above the V1 model, per layer: its own figure where the decode
+    attention is unsplit (unsplit_attention), where the release has one."""
+    if model.unsplit_v2_per_layer_bytes is not None and unsplit_attention(shape, model, kv_format):
+        return model.unsplit_v2_per_layer_bytes
+    return model.v2_per_layer_bytes
+
+
 def cuda_graph_estimate(shape: ModelShape, model: CudaGraphEstimateModel, mode: str | None, tp: int, layers: range,
                         max_num_seqs: int, max_num_batched_tokens: int, sizes: tuple[int, ...] | None = None,
                         largest: int | None = None, compiled: bool = True, architecture: str | None = None,
