@@ -155,7 +155,7 @@ WAVE_EDGE_MOE = [closed(8000, 256, c, c) for c in (16, 40, 96, 112)] + [closed(1
 # vllm-0.27-0.33.json unsplit_kv_formats), judged on a model and a format no server ran (Qwen3-8B, 36 layers, in
 # fp8_per_token_head, which kvsize reads as int8_per_token_head's kernel twin), and that twin's speed: two short points
 UNSPLIT_CHECK = [closed(1000, 256, 32, 32), closed(8000, 256, 16, 16)]
-# batch b18, on one H200: what kept b16's Qwen3-30B-A3B in int8_per_token_head from its wave's edge at 99 requests
+# batch b18, on two H200s side by side: what kept b16's Qwen3-30B-A3B in int8_per_token_head from its wave's edge at 99 requests
 # (75.0 and 75.8 ms at 96 and 112, against 61.3 and 104.7 simulated). Qwen3-32B (8 KV heads, 8 queries a KV head, as
 # the MoE's ratio; 64 layers, as Qwen2.5-32B, whose edge held) in int8 at 48 and 56 requests of 8,000 tokens, either
 # side of 396 programs; Qwen2.5-7B-Instruct (dense, 4 KV heads as the MoE, 7 queries a KV head) in int8 at 40, 96
@@ -244,16 +244,17 @@ def plan() -> dict:
     # ran on one H200, its lanes one after another; its TP 2 lane waits for a machine of two GPUs
     ran[b16] = {"0": ["b16-qwen25-32b-int4"], "1": ["b16-qwen3moe-int8"], "0,1": ["b16-llama70b-tp2-fp8"]}
     ran[b17] = {"0": ["b17-qwen3-8b-fp8pth"], "1": [], "0,1": []}
-    # planned, not run yet, on a one-GPU machine (its servers one after another): what the kit runs next
-    ran[b18] = {"0": ["b18-qwen3-32b-int8", "b18-qwen25-7b-int8"], "1": [], "0,1": []}
+    # planned, not run yet, on a two-GPU machine: b18's servers side by side, then b16's TP 2 lane
+    ran[b18] = {"0": ["b18-qwen3-32b-int8"], "1": ["b18-qwen25-7b-int8"], "0,1": []}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
         bench="vllm bench serve --backend vllm --dataset-name random (ignore_eos), --percentile-metrics "
               "ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --save-result --save-detailed",
         batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16, b17, b18],
         # lanes run side by side; a lane's servers run one after another; '0,1' runs once both others are done.
-        # `lanes` are the newest batch's (what the kit runs); `lanes_by_batch` keeps each batch's
-        lanes=ran[b18], lanes_by_batch=ran,
+        # `lanes` are what the kit runs next (b18's two lanes, then b16's TP 2 lane, which waits for two GPUs);
+        # `lanes_by_batch` keeps each batch's
+        lanes={**ran[b18], "0,1": ran[b16]["0,1"]}, lanes_by_batch=ran,
         servers=[
             server("llama8b-bf16", b1, "llama-3.1-8b", "0", 8101, 65536, LLAMA_POINTS),
             server("llama8b-fp8", b1, "llama-3.1-8b", "1", 8102, 65536, LLAMA_POINTS, kv_cache_dtype="fp8"),
@@ -345,7 +346,7 @@ def plan() -> dict:
             server("b18-qwen3-32b-int8", b18, "qwen3-32b", "0", 8251, 32768, RATIO_EDGE,
                    kv_cache_dtype="int8_per_token_head", prefill_tokens_per_s=4000, itl_guess_s=0.04,
                    tokenizer_only=True, step_trace=True),
-            server("b18-qwen25-7b-int8", b18, "qwen2.5-7b-instruct", "0", 8252, 32768, FOUR_HEAD_EDGE,
+            server("b18-qwen25-7b-int8", b18, "qwen2.5-7b-instruct", "1", 8252, 32768, FOUR_HEAD_EDGE,
                    kv_cache_dtype="int8_per_token_head", prefill_tokens_per_s=15000, itl_guess_s=0.03,
                    tokenizer_only=True, step_trace=True),
         ],
