@@ -65,10 +65,13 @@ def _memory_predictions() -> list:
 
 
 def test_memory_predictions_are_committed_for_planned_servers():
-    planned = {s["tag"] for s in PLAN["servers"] if not (SERVING / s["batch"] / s["tag"] / "server.log").exists()}
+    # memory figures are committed before a server runs from batch b17 on (b16's TP 2 lane waited for them); every
+    # server planned since, run or not, has its own
+    since = PLAN["batches"][PLAN["batches"].index("b17-unsplit-check"):]
+    planned = {s["tag"] for s in PLAN["servers"]
+               if s["batch"] in since or not (SERVING / s["batch"] / s["tag"] / "server.log").exists()}
     predicted = {p.values[0]["server"] for p in _memory_predictions()}
-    # every server planned and not run yet has its memory figures committed (the batches from b16 on)
-    assert planned and planned <= predicted
+    assert planned and planned <= predicted, f"no memory figures committed for {sorted(planned - predicted)}"
 
 
 @pytest.mark.parametrize("row,log", [p for p in _memory_predictions() if p.values[1].exists()])
