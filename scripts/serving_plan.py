@@ -162,6 +162,14 @@ UNSPLIT_CHECK = [closed(1000, 256, 32, 32), closed(8000, 256, 16, 16)]
 # and 112. An edge on both points at the MoE; on neither, at the queries a KV head (the kernel's BLOCK_Q)
 RATIO_EDGE = [closed(8000, 256, c, c) for c in (48, 56)] + [closed(1000, 256, 128, 128)]
 FOUR_HEAD_EDGE = [closed(8000, 256, c, c) for c in (40, 96, 112)]
+# batch b19, on two H200s side by side: b18 put the missing edge on the queries a KV head (8 on Qwen3-30B-A3B and
+# Qwen3-32B, no edge; 4, 5 and 7 on Llama-3.1-8B, Qwen2.5-32B and Qwen2.5-7B, an edge), where the family (Qwen3) fits
+# the same split. Two servers in int8_per_token_head cross the two: Qwen2.5-3B (Qwen2, 2 KV heads, 8 queries a KV
+# head) at 160 and 224 requests of 8,000 tokens, either side of 396 programs (198 requests); Qwen3-14B (Qwen3, 8 KV
+# heads, 5 queries a KV head) at 48 and 56, either side of 49.5. An edge on Qwen3-14B and none on Qwen2.5-3B keeps
+# it on the count; the other way round, on the family
+COUNT_NOT_FAMILY_SMALL = [closed(8000, 256, c, c) for c in (160, 224)]
+COUNT_NOT_FAMILY_QWEN3 = [closed(8000, 256, c, c) for c in (48, 56)]
 TP2_LADDER = [closed(1000, 256, c, 2 * c) for c in (16, 64, 192)] + [closed(8000, 256, c, 2 * c) for c in (8, 32)] + \
     [opened(1000, 256, 4, 120)]
 
@@ -223,7 +231,7 @@ def plan() -> dict:
     b6, b7, b8, b9 = "b6-rate-sweep", "b7-prefill-graphs", "b8-frontend", "b9-frontend-queue"
     b10, b11, b12, b13 = "b10-host-alone", "b11-step-trace", "b12-step-ladder", "b13-refit-check"
     b14, b15, b16, b17 = "b14-kv-formats", "b15-format-check", "b16-wave-edges", "b17-unsplit-check"
-    b18 = "b18-wave-ratio"
+    b18, b19 = "b18-wave-ratio", "b19-count-or-family"
     ran = {b1: {"0": ["llama8b-bf16", "qwen3moe-bf16"], "1": ["llama8b-fp8", "dsv2lite-bf16"],
                 "0,1": ["qwen25-32b-tp2-bf16"]}}
     ran[b2], ran[b3] = ran[b1], ran[b1]  # b1-b3 ran as one set of lanes
@@ -244,17 +252,18 @@ def plan() -> dict:
     # ran on one H200, its lanes one after another; its TP 2 lane waits for a machine of two GPUs
     ran[b16] = {"0": ["b16-qwen25-32b-int4"], "1": ["b16-qwen3moe-int8"], "0,1": ["b16-llama70b-tp2-fp8"]}
     ran[b17] = {"0": ["b17-qwen3-8b-fp8pth"], "1": [], "0,1": []}
-    # planned, not run yet, on a two-GPU machine: b18's servers side by side, then b16's TP 2 lane
+    # ran on two H200s: b18's servers side by side, then b16's TP 2 lane
     ran[b18] = {"0": ["b18-qwen3-32b-int8"], "1": ["b18-qwen25-7b-int8"], "0,1": []}
+    # planned, not run yet, on a two-GPU machine: what the kit runs next
+    ran[b19] = {"0": ["b19-qwen25-3b-int8"], "1": ["b19-qwen3-14b-int8"], "0,1": []}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
         bench="vllm bench serve --backend vllm --dataset-name random (ignore_eos), --percentile-metrics "
               "ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --save-result --save-detailed",
-        batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16, b17, b18],
+        batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16, b17, b18, b19],
         # lanes run side by side; a lane's servers run one after another; '0,1' runs once both others are done.
-        # `lanes` are what the kit runs next (b18's two lanes, then b16's TP 2 lane, which waits for two GPUs);
-        # `lanes_by_batch` keeps each batch's
-        lanes={**ran[b18], "0,1": ran[b16]["0,1"]}, lanes_by_batch=ran,
+        # `lanes` are the newest batch's (what the kit runs); `lanes_by_batch` keeps each batch's
+        lanes=ran[b19], lanes_by_batch=ran,
         servers=[
             server("llama8b-bf16", b1, "llama-3.1-8b", "0", 8101, 65536, LLAMA_POINTS),
             server("llama8b-fp8", b1, "llama-3.1-8b", "1", 8102, 65536, LLAMA_POINTS, kv_cache_dtype="fp8"),
@@ -348,6 +357,12 @@ def plan() -> dict:
                    tokenizer_only=True, step_trace=True),
             server("b18-qwen25-7b-int8", b18, "qwen2.5-7b-instruct", "1", 8252, 32768, FOUR_HEAD_EDGE,
                    kv_cache_dtype="int8_per_token_head", prefill_tokens_per_s=15000, itl_guess_s=0.03,
+                   tokenizer_only=True, step_trace=True),
+            server("b19-qwen25-3b-int8", b19, "qwen2.5-3b", "0", 8261, 32768, COUNT_NOT_FAMILY_SMALL,
+                   kv_cache_dtype="int8_per_token_head", prefill_tokens_per_s=40000, itl_guess_s=0.03,
+                   tokenizer_only=True, step_trace=True),
+            server("b19-qwen3-14b-int8", b19, "qwen3-14b", "1", 8262, 32768, COUNT_NOT_FAMILY_QWEN3,
+                   kv_cache_dtype="int8_per_token_head", prefill_tokens_per_s=10000, itl_guess_s=0.05,
                    tokenizer_only=True, step_trace=True),
         ],
     )
