@@ -72,10 +72,14 @@ def _summary(decode: list[dict], prompt: list[dict]) -> str:
 
     xs = [r["decoding"] for r in decode]
     ys = [r["schedule_ms"] + r["update_ms"] for r in decode]
+    head = (f"Simulated against measured, weighted by steps: decode-only {mean_error(decode)}, with prompt chunks "
+            f"{mean_error(prompt)}.")
+    if len(set(xs)) < 2:  # one count of requests decoding (a server that ran one point) draws no line
+        return head + (" The engine core's schedule() and update_from_output() together: "
+                       f"{statistics.fmean(ys):.2f} ms a step at {xs[0]} decoding." if xs else "")
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    return (f"Simulated against measured, weighted by steps: decode-only {mean_error(decode)}, with prompt chunks "
-            f"{mean_error(prompt)}. The engine core's schedule() and update_from_output() together: "
+    return (head + " The engine core's schedule() and update_from_output() together: "
             f"{1e3 * slope:.1f} us per request decoding (least squares over the decode-only groups, "
             f"{my - slope * mx:+.2f} ms at none).")
 

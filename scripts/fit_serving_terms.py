@@ -23,7 +23,9 @@ step terms (through the one-request points' KV reads and requests) and the step 
 in turn, twice. The KV formats the engine decodes in another kernel (batch b14: int4_per_token_head and
 int8_per_token_head, which vLLM 0.33.0 runs under TRITON_ATTN only, on Llama-3.1-8B) get their read share from their
 own traces, the request's cost fixed, and the share of the prefill FLOP rate their prompt attention reaches from their
-points of 8,000-token prompts and longer (see fit_prefill_attention); b14's Qwen3-30B-A3B stays out of both. Then,
+points of 8,000-token prompts and longer (see fit_prefill_attention); b14's Qwen3-30B-A3B stays out of both. Where
+the engine's kernel is compiled for another count of query heads a KV head (8: b16's Qwen3-30B-A3B and b18's Qwen3-32B
+in int8_per_token_head), that count's waves come from those traces alike (see fit_query_groups). Then,
 those terms fixed, the cost per MoE layer a step (the fused-MoE kernels' router, top-k,
 block alignment and combine, which a dense MLP does not launch): a least-squares fit of the relative error of the
 measured median gap of Qwen3-30B-A3B's one-request points of batch b2 (prompts of 1K, 8K and 32K tokens). Then,
@@ -56,11 +58,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
 from sizing.evidence.serving import point_replica, predict_point, served_settings  # noqa: E402
-from sizing.planners.step_model import SERVING_PROFILE  # noqa: E402
+from sizing.planners.step_model import SERVING_PROFILE, queries_per_kv_head  # noqa: E402
 from sizing.profiles import matching_gpus, measured_efficiency  # noqa: E402
 from measure.steps import decode_groups, gpu_paced_servers, server_settings  # noqa: E402
+from least_squares import best_count, relative_least_squares, solve  # noqa: E402
 
 POINTS = ROOT / "measure" / "serving" / "points.json"
 # the step terms fitted; the rest are left at their neutral values (weights: kvsize's kernels' efficiency; 0 s)
@@ -115,7 +119,12 @@ FORMAT_TRACE_BATCHES = ("b14-kv-formats",)
 KERNEL_TWINS = {"fp8_per_token_head": "int8_per_token_head"}
 # the programs an SM may run at once that the fit of a whole-request kernel's waves tries (step_model.StepModel)
 PROGRAMS_PER_SM = range(1, 9)
-NO_WAVES = {"engine_programs_per_sm": {}, "engine_split_kv_efficiency": {}}
+NO_WAVES = {"engine_programs_per_sm": {}, "engine_split_kv_efficiency": {}, "engine_query_group_waves": {}}
+# the traced servers whose kernel was compiled for another count of query heads a KV head than FORMAT_TRACE_SERVERS'
+# (8 on Qwen3-30B-A3B and Qwen3-32B, against Llama-3.1-8B's 4): that count's waves (fit_query_groups). b19's
+# Qwen2.5-3B (8, another family) stays out, to judge them from outside
+QUERY_GROUP_TRACE_SERVERS = ("b16-qwen3moe-int8", "b18-qwen3-32b-int8")
+QUERY_GROUP_TRACE_BATCHES = ("b16-wave-edges", "b18-wave-ratio")
 
 
 @cache
@@ -138,6 +147,7 @@ def trace_rows(terms: dict, groups=None) -> list[dict]:
             n, tokens = g["decoding"], g["decoding"] * g["cached"]
             _, kv = model.read_seconds(n, g["cached"])
             rows.append(dict(point=g["point"], format=model.kv_format, decoding=n, kv=kv, steps=g["steps"],
+                             queries_per_kv=queries_per_kv_head(model.shape),
                              split=model.kv_kernel_factor(n, False)[1],
                              base=model.gpu_seconds(n, tokens, []) - kv, measured=g["measured_s"]))
     return rows
@@ -169,27 +179,61 @@ def fit_trace(terms: dict) -> dict:
     rows = trace_rows(trial)
     formats = sorted({r["format"] for r in rows})
     columns = [lambda r: r["decoding"]] + [lambda r, f=f: r["kv"] * (r["format"] == f) for f in formats]
-    beta = _relative_least_squares(rows, columns, lambda r: r["base"])
+    beta = relative_least_squares(rows, columns, lambda r: r["base"])
     shares = {f: round(min(1.0, 1 / b), 3) for f, b in zip(formats, beta[1:])}  # the trial read at a share of 1
     request = round(max(beta[0], 0.0), 9)
     others = sorted({settings_format(settings) for settings, _ in trace_groups(FORMAT_TRACE_BATCHES,
                                                                                  FORMAT_TRACE_SERVERS)} - set(shares))
     split, per_sm = {}, {}
+    fixed = lambda r: r["base"] + request * r["decoding"]  # noqa: E731
     for f in others:
-        def waves(k: int) -> tuple[float, float, float]:
-            own = [r for r in format_trace_rows({**trial, "engine_split_kv_efficiency": {f: 1.0},
-                                                 "engine_programs_per_sm": {f: k}}) if r["format"] == f]
-            fixed = lambda r: r["base"] + request * r["decoding"]  # noqa: E731
-            columns = [lambda r: r["kv"] * (not r["split"]), lambda r: r["kv"] * r["split"]]
-            beta = _relative_least_squares(own, columns, fixed, lambda r: r["steps"])
-            error = sum(r["steps"] * ((fixed(r) + r["kv"] * beta[r["split"]]) / r["measured"] - 1) ** 2 for r in own)
-            return error, *beta
-        fits = {k: waves(k) for k in PROGRAMS_PER_SM}
-        k = min(fits, key=lambda k: fits[k][0])
-        _, whole, segments = fits[k]
+        def rows_at(k: int, f=f) -> list[dict]:
+            return [r for r in format_trace_rows({**trial, "engine_split_kv_efficiency": {f: 1.0},
+                                                  "engine_programs_per_sm": {f: k}}) if r["format"] == f]
+        columns = [lambda r: r["kv"] * (not r["split"]), lambda r: r["kv"] * r["split"]]
+        k, (whole, segments) = best_count(rows_at, columns, fixed, PROGRAMS_PER_SM)
         shares[f], split[f], per_sm[f] = round(min(1.0, 1 / whole), 3), round(min(1.0, 1 / segments), 3), k
-    return {"engine_kv_efficiency": shares, "engine_programs_per_sm": per_sm, "engine_split_kv_efficiency": split,
-            REQUEST_TERM: request}
+    fitted = {"engine_kv_efficiency": shares, "engine_programs_per_sm": per_sm, "engine_split_kv_efficiency": split,
+              REQUEST_TERM: request}
+    query_groups = fit_query_groups({**terms, **fitted}, request)
+    fitted_groups = {f: sorted(set(query_groups.get(f, {})) | {q}) for f, q in trace_query_groups(
+        FORMAT_TRACE_BATCHES, FORMAT_TRACE_SERVERS) if f in per_sm}
+    return {**fitted, "engine_query_group_waves": query_groups, "engine_waves_query_groups": fitted_groups}
+
+
+def trace_query_groups(batches: tuple[str, ...], servers: tuple[str, ...]) -> list[tuple[str, int]]:
+    """(KV format, query heads a KV head) of each traced server of `batches` that `servers` names."""
+    out = []
+    for settings, _ in trace_groups(batches, servers):
+        model, _ = point_replica(settings, ROOT)
+        out.append((model.kv_format, queries_per_kv_head(model.shape)))
+    return out
+
+
+def fit_query_groups(terms: dict, request: float) -> dict[str, dict[int, dict]]:
+    """Per format and count of query heads a KV head that QUERY_GROUP_TRACE_SERVERS ran, the waves of the kernel
+    compiled for that count: on their traces, every other term fixed (the request's cost, the format's split
+    read), the programs an SM runs at once (PROGRAMS_PER_SM, the count leaving the least squared error, each
+    group's error counted once a step) and the read share of a full wave of whole-request programs."""
+    out: dict[str, dict[int, dict]] = {}
+    for f, q in trace_query_groups(QUERY_GROUP_TRACE_BATCHES, QUERY_GROUP_TRACE_SERVERS):
+        out.setdefault(f, {})[q] = None
+    for f, groups in out.items():
+        split = terms["engine_split_kv_efficiency"][f]
+        for q in groups:
+            def rows_at(k: int, f=f, q=q) -> list[dict]:
+                waves = {"programs_per_sm": k, "kv_efficiency": 1.0}
+                trial = {**terms, "engine_query_group_waves": {f: {q: waves}},
+                         "engine_kv_efficiency": {**terms["engine_kv_efficiency"], f: 1.0},
+                         "engine_split_kv_efficiency": {**terms["engine_split_kv_efficiency"], f: 1.0}}
+                rows = trace_rows(trial, trace_groups(QUERY_GROUP_TRACE_BATCHES, QUERY_GROUP_TRACE_SERVERS))
+                return [r for r in rows if r["format"] == f and r["queries_per_kv"] == q]
+
+            def fixed(r: dict, split: float = split) -> float:  # the split reads at the format's own share
+                return r["base"] + request * r["decoding"] + r["kv"] * r["split"] / split
+            k, (whole,) = best_count(rows_at, [lambda r: r["kv"] * (not r["split"])], fixed, PROGRAMS_PER_SM)
+            groups[q] = {"programs_per_sm": k, "kv_efficiency": round(min(1.0, 1 / whole), 3)}
+    return out
 
 
 def settings_format(settings: dict) -> str:
@@ -309,7 +353,7 @@ def fit_eager(rows: list[dict]) -> float:
     x = [[r["slope"] / r["measured"]] + [(r["model"] == m) / r["measured"] for m in models] for r in rows]
     y = [(r["measured"] - r["bare"]) / r["measured"] for r in rows]
     n = len(x[0])
-    cost = _solve([[sum(row[i] * row[j] for row in x) for j in range(n)] for i in range(n)],
+    cost = solve([[sum(row[i] * row[j] for row in x) for j in range(n)] for i in range(n)],
                   [sum(row[i] * v for row, v in zip(x, y)) for i in range(n)])[0]
     return round(max(cost, 0.0), 9)
 
@@ -391,34 +435,6 @@ def step_rows(points: list[dict], engine_kv: dict[str, float], request: float) -
     return rows
 
 
-def _solve(a: list[list[float]], b: list[float]) -> list[float]:
-    """Gaussian elimination with partial pivoting (a small dense system)."""
-    n = len(b)
-    m = [row[:] + [v] for row, v in zip(a, b)]
-    for i in range(n):
-        k = max(range(i, n), key=lambda r: abs(m[r][i]))
-        m[i], m[k] = m[k], m[i]
-        for r in range(i + 1, n):
-            f = m[r][i] / m[i][i]
-            m[r] = [x - f * y for x, y in zip(m[r], m[i])]
-    x = [0.0] * n
-    for i in reversed(range(n)):
-        x[i] = (m[i][n] - sum(m[i][j] * x[j] for j in range(i + 1, n))) / m[i][i]
-    return x
-
-
-def _relative_least_squares(rows: list[dict], columns: list, fixed, weight=lambda r: 1) -> list[float]:
-    """The coefficients of `columns` (each a function of a row) that best fit each row's measured seconds less
-    `fixed(row)`, in relative error: the normal equations of the rows, each divided by its measurement (and its
-    squared error counted `weight(row)` times)."""
-    x = [[c(r) / r["measured"] for c in columns] for r in rows]
-    y = [(r["measured"] - fixed(r)) / r["measured"] for r in rows]
-    w = [weight(r) for r in rows]
-    n = len(columns)
-    return _solve([[sum(k * row[i] * row[j] for row, k in zip(x, w)) for j in range(n)] for i in range(n)],
-                  [sum(k * row[i] * v for row, v, k in zip(x, y, w)) for i in range(n)])
-
-
 def _linear(rows: list[dict], terms: tuple[str, ...]) -> tuple[dict, callable]:
     """Least squares of the relative error over `rows`: the unknowns are 1 / weights efficiency, the per-layer cost
     and the TP all-reduce per layer, those of them `terms` names."""
@@ -426,7 +442,7 @@ def _linear(rows: list[dict], terms: tuple[str, ...]) -> tuple[dict, callable]:
                ("tp_layer", lambda r: r["layers"] * r["tp"])]
     columns = [(n, c) for n, c in columns if n in terms]
     fixed = (lambda r: r["kv"]) if "weights" in terms else (lambda r: r["kv"] + r["kernel_weights"])
-    beta = _relative_least_squares(rows, [c for _, c in columns], fixed)
+    beta = relative_least_squares(rows, [c for _, c in columns], fixed)
     coef = dict(zip([name for name, _ in columns], beta))
     return coef, lambda r: fixed(r) + sum(coef[name] * c(r) for name, c in columns)
 
@@ -500,6 +516,7 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
     fixed.update(frontend)
     fixed[PREFILL_ATTENTION_TERM] = fit_prefill_attention(points, fixed)
     trace_points += _group_points(trace_groups(FORMAT_TRACE_BATCHES, FORMAT_TRACE_SERVERS))
+    trace_points += _group_points(trace_groups(QUERY_GROUP_TRACE_BATCHES, QUERY_GROUP_TRACE_SERVERS))
 
     named = ([p["id"] for p in fitted_on(points) + moe_points + [r["point"] for r in eager]
               + [r["point"] for r in front] + (handling_fitted_on(points) if fits_handling else [])
@@ -507,7 +524,8 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
     fixed["engine_kernel_twins"] = KERNEL_TWINS
     return {**{k: fixed[k] for k in ("per_layer_step_overhead_s", "prefill_mfu", "engine_kv_efficiency",
                                      PREFILL_ATTENTION_TERM, "engine_kernel_twins", "engine_programs_per_sm",
-                                     "engine_split_kv_efficiency", "engine_weights_efficiency",
+                                     "engine_split_kv_efficiency", "engine_query_group_waves",
+                                     "engine_waves_query_groups", "engine_weights_efficiency",
                                      "tp_per_layer_step_overhead_s", "step_floor_s",
                                      "moe_layer_step_overhead_s", EAGER_TERM)},
             **frontend,
@@ -526,7 +544,10 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
                       "Llama-3.1-8B in int4_per_token_head and int8_per_token_head, under TRITON_ATTN), on their own "
                       "traces, the request's cost fixed, each group's error counted once a step, the programs an SM "
                       "runs at once (1 to 8, the count leaving the least squared error) and the read efficiencies of a full wave of whole-request programs "
-                      "and of the split cache of few requests, and the share of the prefill "
+                      "and of the split cache of few requests; for a count of query heads a KV head whose kernel "
+                      "runs other waves (batch b16's Qwen3-30B-A3B and b18's Qwen3-32B in int8_per_token_head, 8 "
+                      "against Llama-3.1-8B's 4), on their traces, the split read and every other term fixed, that "
+                      "count's programs an SM and full-wave read efficiency alike; and the share of the prefill "
                       "FLOP rate their prompt attention reaches, the grid value (0.01 apart) leaving the least squared "
                       "relative error of the simulated against the measured median TTFT of their closed-loop points "
                       "of 8,000 tokens and more, every other term fixed; the cost per MoE layer "

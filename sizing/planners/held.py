@@ -22,7 +22,7 @@ from ..efficiency import DecodeEfficiency
 from ..engines import get_engine
 from .fleet import Candidate, replica_model
 from .serving import HOST_SPREAD, SIMULATED, Load, Served, serving_replica, simulate
-from .step_model import simulation_source
+from .step_model import queries_per_kv_head, simulation_source
 from ..errors import KvsizeError
 from .slo import MAX_PREFILL_BUSY, Design, Targets, _failed, _prefill, disaggregated_design, prefill_pool
 from .workload import Workload
@@ -106,7 +106,8 @@ def replica_for(base: Scenario, candidate: Candidate, workload: Workload, effici
     engine = replace(engine, num_blocks=max(0, engine.num_blocks - prefix_blocks))
     prompts = [(b.share_percent / 100, max(1, round(b.mean_prompt_tokens * (1 - workload.prefix_cache_share))))
                for b in workload.mix()]
-    source = simulation_source(sized.estimate.engine.name, sized.estimate.engine.version, g.id, model.kv_format)
+    source = simulation_source(sized.estimate.engine.name, sized.estimate.engine.version, g.id, model.kv_format,
+                               queries_per_kv_head(model.shape))
     return Replica(candidate, model, engine, min(workload.peak_concurrency, sized.shared.requests_per_replica),
                    sized.step_at, sum(share * model.prefill_compute_seconds(t) for share, t in prompts),
                    more_api_servers=get_engine(base.engine).name == "vllm", speed_source=source)

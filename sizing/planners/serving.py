@@ -32,7 +32,7 @@ from ..cache.layers import kv_heads_per_rank
 from ..efficiency import DecodeEfficiency
 from ..errors import KvsizeError
 from .graph_steps import graphed_steps, split_kv_requests
-from .step_model import StepModel, engine_efficiency, step_overhead, with_twins
+from .step_model import StepModel, engine_efficiency, query_group_waves, step_overhead, with_twins
 
 MAX_SIMULATED_STEPS = 2_000_000  # a point of 10^4 prompts of 10^3 tokens at batch 8 takes ~10^6 steps
 PERCENTILES = (50, 90, 99)
@@ -416,6 +416,9 @@ def serving_replica(scenario, hbm_bandwidth_gb_s: float, bf16_dense_tflops: floa
     overhead = fitted["per_layer_step_overhead_s"] if per_layer_overhead_s is None else per_layer_overhead_s
     mfu = fitted["prefill_mfu"] if prefill_mfu is None else prefill_mfu
     kv = fitted["engine_kv_efficiency"] if engine_kv is None else engine_kv
+    group = query_group_waves(fitted, e.k_format, s.shape)
+    if group is not None:  # the kernel compiled for this model's query heads a KV head reads its full waves so
+        kv = {**kv, fitted["engine_kernel_twins"].get(e.k_format, e.k_format): group["kv_efficiency"]}
     model = StepModel(s.shape, e.layout, resolve_weights_dtype(s.weights_dtype, s.shape), s.tensor_parallel_size,
                       hbm_bandwidth_gb_s, bf16_dense_tflops,
                       engine_efficiency(efficiency, kv, fitted["engine_weights_efficiency"]), e.k_format,
@@ -426,7 +429,7 @@ def serving_replica(scenario, hbm_bandwidth_gb_s: float, bf16_dense_tflops: floa
                       fitted["request_handling_s"], fitted["request_step_overhead_s"],
                       with_twins(fitted["engine_prefill_attention_share"], fitted["engine_kernel_twins"])
                       .get(e.k_format, 1.0),
-                      **_kv_kernel(s, e, multiprocessors, fitted, kv))
+                      **_kv_kernel(s, e, multiprocessors, fitted, kv, group))
     paged = e.pool.paged
     release = e.engine.release
     engine = Scheduler(s.max_num_batched_tokens, s.max_num_seqs, e.block_size if paged else 1,
@@ -435,14 +438,17 @@ def serving_replica(scenario, hbm_bandwidth_gb_s: float, bf16_dense_tflops: floa
     return model, engine
 
 
-def _kv_kernel(scenario, e, multiprocessors: int, fitted: dict, engine_kv: dict[str, float]) -> dict:
+def _kv_kernel(scenario, e, multiprocessors: int, fitted: dict, engine_kv: dict[str, float],
+               group: dict | None = None) -> dict:
     """The StepModel fields of a KV format the engine decodes in whole-request programs (profiles/serving.json's
-    engine_programs_per_sm, a twin's included): the programs a wave holds on this GPU, the requests a decode-only
-    step splits each request's cache for, and a split read's time over a full wave's; none for another format."""
+    engine_programs_per_sm, a twin's included; `group`: the waves of the kernel compiled for the model's query heads
+    a KV head, where they differ): the programs a wave holds on this GPU, the requests a decode-only step splits each
+    request's cache for, and a split read's time over a full wave's; none for another format."""
     twins = fitted["engine_kernel_twins"]
     per_sm = with_twins(fitted["engine_programs_per_sm"], twins).get(e.k_format)
     if per_sm is None:
         return {}
+    per_sm = per_sm if group is None else group["programs_per_sm"]
     heads = kv_heads_per_rank(scenario.shape.num_kv_heads, scenario.tensor_parallel_size)
     whole = with_twins(engine_kv, twins)[e.k_format]
     split = with_twins(fitted["engine_split_kv_efficiency"], twins)[e.k_format]

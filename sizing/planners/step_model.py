@@ -54,6 +54,15 @@ from .speed import decode_step, gemm_flops, prefill_attention_flops
 SERVING_PROFILE = Path(__file__).resolve().parents[2] / "profiles" / "serving.json"
 
 
+class QueryGroupWaves(BaseModel):
+    """A whole-request kernel as compiled for one count of query heads a KV head: the programs each SM runs at once
+    and the share of HBM bandwidth a full wave of them reads at."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    programs_per_sm: int = Field(ge=1, le=64)
+    kv_efficiency: float = Field(gt=0, le=1)
+
+
 class StepOverhead(BaseModel):
     """The fixed cost of one engine step per layer, with the points it was fitted on."""
 
@@ -78,6 +87,14 @@ class StepOverhead(BaseModel):
     # per such format, the share of HBM bandwidth its read reaches where the engine splits each request's cache into
     # segments instead (TRITON_ATTN's 3D grid: a decode-only step of few requests, SPLIT_KV_GRID below)
     engine_split_kv_efficiency: dict[str, float] = Field(default_factory=dict)
+    # per such format, the counts of query heads a KV head whose kernel runs other waves: vLLM's unified attention is
+    # a Triton kernel compiled for each num_queries_per_kv (a constexpr), and a compiled kernel's registers set how
+    # many programs an SM holds. A count named here takes its own programs an SM and full-wave share; any other count
+    # takes the format's (engine_programs_per_sm, engine_kv_efficiency)
+    engine_query_group_waves: dict[str, dict[int, QueryGroupWaves]] = Field(default_factory=dict)
+    # per such format, the counts of query heads a KV head whose servers' traces fitted its waves (the format's own
+    # and engine_query_group_waves'): a model of another count takes the format's own waves, carried, and says so
+    engine_waves_query_groups: dict[str, tuple[int, ...]] = Field(default_factory=dict)
     # the share of HBM bandwidth the engine's GEMMs read the weights at (None: kvsize's measured kernels' share)
     engine_weights_efficiency: float | None = Field(default=None, gt=0, le=1)
     tp_per_layer_step_overhead_s: float = Field(default=0.0, ge=0, le=0.01)  # each layer's all-reduce, TP > 1
@@ -129,6 +146,15 @@ class StepOverhead(BaseModel):
                 raise ValueError(f"engine_programs_per_sm {name} must be 1-64, got {per_sm}")
         if set(self.engine_split_kv_efficiency) - set(self.engine_programs_per_sm):
             raise ValueError("engine_split_kv_efficiency: every format needs its engine_programs_per_sm")
+        for name, groups in self.engine_query_group_waves.items():
+            if name not in self.engine_programs_per_sm:
+                raise ValueError(f"engine_query_group_waves {name}: needs the format's engine_programs_per_sm")
+            if any(q < 1 for q in groups):
+                raise ValueError(f"engine_query_group_waves {name}: query heads a KV head must be 1 or more")
+            if not set(groups) <= set(self.engine_waves_query_groups.get(name, ())):
+                raise ValueError(f"engine_query_group_waves {name}: each count must be in engine_waves_query_groups")
+        if set(self.engine_waves_query_groups) - set(self.engine_programs_per_sm):
+            raise ValueError("engine_waves_query_groups: every format needs its engine_programs_per_sm")
         return self
 
     @field_validator("engine_kv_efficiency", "engine_prefill_attention_share", "engine_split_kv_efficiency")
@@ -148,12 +174,19 @@ def step_overhead() -> StepOverhead:
         raise KvsizeError(f"profile {SERVING_PROFILE.name} is invalid: {str(e).splitlines()[0]}") from None
 
 
-def simulation_source(engine: str, version: str | None, gpu_id: str, kv_format: str) -> str:
+def simulation_source(engine: str, version: str | None, gpu_id: str, kv_format: str,
+                      queries_per_kv: int | None = None) -> str:
     """Where a simulated replica's step terms were measured, and what of them is carried from there: to another GPU
-    (by its bandwidth and FLOP/s), another engine or release, or a KV format whose read no engine server measured
-    (kvsize's own kernel's efficiency stands in)."""
+    (by its bandwidth and FLOP/s), another engine or release, a KV format whose read no engine server measured
+    (kvsize's own kernel's efficiency stands in), or a format's waves to a count of query heads a KV head
+    (`queries_per_kv`, the model's) whose kernel no server ran."""
     fit = step_overhead()
     carried = []
+    groups = fit.engine_waves_query_groups.get(fit.engine_kernel_twins.get(kv_format, kv_format), ())
+    if queries_per_kv is not None and groups and queries_per_kv not in groups:
+        carried.append(f"{kv_format}'s decode waves to {queries_per_kv} query heads a KV head from "
+                       f"{', '.join(map(str, groups))} (the engine compiles its kernel for each count; no server "
+                       f"ran {queries_per_kv})")
     if gpu_id != fit.fitted_gpu:
         carried.append(f"to {gpu_id} by its bandwidth and FLOP/s")
     if engine != fit.fitted_engine_name or (version or "") != fit.fitted_engine_version:
@@ -209,9 +242,23 @@ def engine_shares_note(efficiency: DecodeEfficiency) -> str:
             + ", ".join(f"{k} {v:g}" for k, v in shares.items()) + weights)
 
 
-def with_twins(shares: dict[str, float], twins: dict[str, str]) -> dict[str, float]:
+def with_twins(shares: dict, twins: dict[str, str]) -> dict:
     """`shares` (per KV format) with each twin format taking its measured format's share."""
     return {**{twin: shares[measured] for twin, measured in twins.items() if measured in shares}, **shares}
+
+
+def queries_per_kv_head(shape: ModelShape) -> int:
+    """The query heads that share one KV head: the count the engine's attention kernel is compiled for (the same on
+    every TP rank, which splits both alike)."""
+    return max(shape.num_attention_heads // max(shape.num_kv_heads, 1), 1)
+
+
+def query_group_waves(fitted: dict, kv_format: str, shape: ModelShape) -> dict | None:
+    """The waves (programs_per_sm, kv_efficiency) of `kv_format`'s kernel as compiled for `shape`'s query heads a KV
+    head, where the fitted terms (a StepOverhead's model_dump) name that count; None: the format's own."""
+    groups = with_twins(fitted.get("engine_query_group_waves", {}), fitted["engine_kernel_twins"])
+    waves = groups.get(kv_format, {}).get(queries_per_kv_head(shape))
+    return None if waves is None else dict(waves)
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: its step times are cached per replica
