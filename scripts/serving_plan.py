@@ -170,6 +170,13 @@ FOUR_HEAD_EDGE = [closed(8000, 256, c, c) for c in (40, 96, 112)]
 # it on the count; the other way round, on the family
 COUNT_NOT_FAMILY_SMALL = [closed(8000, 256, c, c) for c in (160, 224)]
 COUNT_NOT_FAMILY_QWEN3 = [closed(8000, 256, c, c) for c in (48, 56)]
+# batch b20, on two H200s side by side: the waves fitted for 8 query heads a KV head (2 programs an SM, 264 on an H200;
+# b16's and b18's Qwen3 traces) judged where their edge falls, with b19's points that did not run. Qwen2.5-3B (2 KV
+# heads, 8 queries a KV head) in int8_per_token_head at 120, 144 and 224 requests of 8,000 tokens: 240 programs (one
+# wave), 288 and 448 (two); the format's own 3 an SM would put one edge at 198 requests, between 144 and 224. Qwen3-14B
+# (8 KV heads, 5) at 48 and 56: 384 and 448 programs, either side of the format's 396
+GROUP_WAVES_SMALL = [closed(8000, 256, c, c) for c in (120, 144, 224)]
+GROUP_WAVES_QWEN3 = [closed(8000, 256, c, c) for c in (48, 56)]
 TP2_LADDER = [closed(1000, 256, c, 2 * c) for c in (16, 64, 192)] + [closed(8000, 256, c, 2 * c) for c in (8, 32)] + \
     [opened(1000, 256, 4, 120)]
 
@@ -231,7 +238,7 @@ def plan() -> dict:
     b6, b7, b8, b9 = "b6-rate-sweep", "b7-prefill-graphs", "b8-frontend", "b9-frontend-queue"
     b10, b11, b12, b13 = "b10-host-alone", "b11-step-trace", "b12-step-ladder", "b13-refit-check"
     b14, b15, b16, b17 = "b14-kv-formats", "b15-format-check", "b16-wave-edges", "b17-unsplit-check"
-    b18, b19 = "b18-wave-ratio", "b19-count-or-family"
+    b18, b19, b20 = "b18-wave-ratio", "b19-count-or-family", "b20-group-waves"
     ran = {b1: {"0": ["llama8b-bf16", "qwen3moe-bf16"], "1": ["llama8b-fp8", "dsv2lite-bf16"],
                 "0,1": ["qwen25-32b-tp2-bf16"]}}
     ran[b2], ran[b3] = ran[b1], ran[b1]  # b1-b3 ran as one set of lanes
@@ -254,16 +261,18 @@ def plan() -> dict:
     ran[b17] = {"0": ["b17-qwen3-8b-fp8pth"], "1": [], "0,1": []}
     # ran on two H200s: b18's servers side by side, then b16's TP 2 lane
     ran[b18] = {"0": ["b18-qwen3-32b-int8"], "1": ["b18-qwen25-7b-int8"], "0,1": []}
-    # planned, not run yet, on a two-GPU machine: what the kit runs next
+    # ran in part on two H200s (one point a server: the device time ran out)
     ran[b19] = {"0": ["b19-qwen25-3b-int8"], "1": ["b19-qwen3-14b-int8"], "0,1": []}
+    # planned, not run yet, on a two-GPU machine: what the kit runs next
+    ran[b20] = {"0": ["b20-qwen25-3b-int8"], "1": ["b20-qwen3-14b-int8"], "0,1": []}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
         bench="vllm bench serve --backend vllm --dataset-name random (ignore_eos), --percentile-metrics "
               "ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --save-result --save-detailed",
-        batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16, b17, b18, b19],
+        batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16, b17, b18, b19, b20],
         # lanes run side by side; a lane's servers run one after another; '0,1' runs once both others are done.
         # `lanes` are the newest batch's (what the kit runs); `lanes_by_batch` keeps each batch's
-        lanes=ran[b19], lanes_by_batch=ran,
+        lanes=ran[b20], lanes_by_batch=ran,
         servers=[
             server("llama8b-bf16", b1, "llama-3.1-8b", "0", 8101, 65536, LLAMA_POINTS),
             server("llama8b-fp8", b1, "llama-3.1-8b", "1", 8102, 65536, LLAMA_POINTS, kv_cache_dtype="fp8"),
@@ -362,6 +371,12 @@ def plan() -> dict:
                    kv_cache_dtype="int8_per_token_head", prefill_tokens_per_s=40000, itl_guess_s=0.03,
                    tokenizer_only=True, step_trace=True),
             server("b19-qwen3-14b-int8", b19, "qwen3-14b", "1", 8262, 32768, COUNT_NOT_FAMILY_QWEN3,
+                   kv_cache_dtype="int8_per_token_head", prefill_tokens_per_s=10000, itl_guess_s=0.05,
+                   tokenizer_only=True, step_trace=True),
+            server("b20-qwen25-3b-int8", b20, "qwen2.5-3b", "0", 8271, 32768, GROUP_WAVES_SMALL,
+                   kv_cache_dtype="int8_per_token_head", prefill_tokens_per_s=40000, itl_guess_s=0.03,
+                   tokenizer_only=True, step_trace=True),
+            server("b20-qwen3-14b-int8", b20, "qwen3-14b", "1", 8272, 32768, GROUP_WAVES_QWEN3,
                    kv_cache_dtype="int8_per_token_head", prefill_tokens_per_s=10000, itl_guess_s=0.05,
                    tokenizer_only=True, step_trace=True),
         ],
