@@ -432,16 +432,21 @@ def prediction_inputs(gpu: str) -> tuple[str, dict, str]:
     return gpu_profile(gpu).name.split(" (")[0], read_json(SERVING / "plan.json"), commit
 
 
-def new_predictions_file(plan: dict, batch: str, kind: str, gpu: str) -> Path | None:
-    """measure/serving/<batch>-<kind>-predictions-<gpu>.json, to be written; None where it exists (predictions are
-    made once, before the batch runs, and never rewritten)."""
-    if batch not in plan["batches"]:
-        raise ServingError(f"no batch {batch!r} in plan.json (batches: {', '.join(plan['batches'])})")
-    out = SERVING / f"{batch}-{kind}-predictions-{gpu}.json"
-    if out.exists():
-        print(f"{out.relative_to(ROOT)} exists: predictions are made once, before the batch runs", file=sys.stderr)
-        return None
-    return out
+def new_predictions_files(plan: dict, batches: list[str], kind: str, gpu: str) -> list[tuple[str, Path]]:
+    """(batch, measure/serving/<batch>-<kind>-predictions-<gpu>.json) for each of `batches` whose file is still to be
+    written: one that exists is left out, named on stderr (predictions are made once, before the batch runs, and
+    never rewritten). Every batch is checked against plan.json before any is predicted."""
+    unknown = [b for b in batches if b not in plan["batches"]]
+    if unknown:
+        raise ServingError(f"no batch {unknown[0]!r} in plan.json (batches: {', '.join(plan['batches'])})")
+    todo = []
+    for batch in batches:
+        out = SERVING / f"{batch}-{kind}-predictions-{gpu}.json"
+        if out.exists():
+            print(f"{out.relative_to(ROOT)} exists: predictions are made once, before the batch runs", file=sys.stderr)
+        else:
+            todo.append((batch, out))
+    return todo
 
 
 def points_record(points: list[Point]) -> dict:

@@ -216,23 +216,19 @@ def fit_query_groups(terms: dict, request: float) -> dict[str, dict[int, dict]]:
     read), the programs an SM runs at once (PROGRAMS_PER_SM, the count leaving the least squared error, each
     group's error counted once a step) and the read share of a full wave of whole-request programs."""
     out: dict[str, dict[int, dict]] = {}
-    for f, q in trace_query_groups(QUERY_GROUP_TRACE_BATCHES, QUERY_GROUP_TRACE_SERVERS):
-        out.setdefault(f, {})[q] = None
-    for f, groups in out.items():
-        split = terms["engine_split_kv_efficiency"][f]
-        for q in groups:
-            def rows_at(k: int, f=f, q=q) -> list[dict]:
-                waves = {"programs_per_sm": k, "kv_efficiency": 1.0}
-                trial = {**terms, "engine_query_group_waves": {f: {q: waves}},
-                         "engine_kv_efficiency": {**terms["engine_kv_efficiency"], f: 1.0},
-                         "engine_split_kv_efficiency": {**terms["engine_split_kv_efficiency"], f: 1.0}}
-                rows = trace_rows(trial, trace_groups(QUERY_GROUP_TRACE_BATCHES, QUERY_GROUP_TRACE_SERVERS))
-                return [r for r in rows if r["format"] == f and r["queries_per_kv"] == q]
+    for f, q in sorted(set(trace_query_groups(QUERY_GROUP_TRACE_BATCHES, QUERY_GROUP_TRACE_SERVERS))):
+        def rows_at(k: int, f=f, q=q) -> list[dict]:
+            waves = {"programs_per_sm": k, "kv_efficiency": 1.0}
+            trial = {**terms, "engine_query_group_waves": {f: {q: waves}},
+                     "engine_kv_efficiency": {**terms["engine_kv_efficiency"], f: 1.0},
+                     "engine_split_kv_efficiency": {**terms["engine_split_kv_efficiency"], f: 1.0}}
+            rows = trace_rows(trial, trace_groups(QUERY_GROUP_TRACE_BATCHES, QUERY_GROUP_TRACE_SERVERS))
+            return [r for r in rows if r["format"] == f and r["queries_per_kv"] == q]
 
-            def fixed(r: dict, split: float = split) -> float:  # the split reads at the format's own share
-                return r["base"] + request * r["decoding"] + r["kv"] * r["split"] / split
-            k, (whole,) = best_count(rows_at, [lambda r: r["kv"] * (not r["split"])], fixed, PROGRAMS_PER_SM)
-            groups[q] = {"programs_per_sm": k, "kv_efficiency": round(min(1.0, 1 / whole), 3)}
+        def fixed(r: dict, split: float = terms["engine_split_kv_efficiency"][f]) -> float:
+            return r["base"] + request * r["decoding"] + r["kv"] * r["split"] / split  # the split at its own share
+        k, (whole,) = best_count(rows_at, [lambda r: r["kv"] * (not r["split"])], fixed, PROGRAMS_PER_SM)
+        out.setdefault(f, {})[q] = {"programs_per_sm": k, "kv_efficiency": round(min(1.0, 1 / whole), 3)}
     return out
 
 

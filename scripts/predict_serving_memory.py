@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from measure.serving import (SERVING, ServingError, new_predictions_file, planned_server_settings,  # noqa: E402
+from measure.serving import (SERVING, ServingError, new_predictions_files, planned_server_settings,  # noqa: E402
                              prediction_inputs)
 from sizing.capacity.estimate import estimate  # noqa: E402
 from sizing.evidence.serving import point_scenario  # noqa: E402
@@ -39,14 +39,12 @@ def main(argv: list[str]) -> int:
         return 2
     gpu, named = argv[0], argv[1:]
     device_name, plan, commit = prediction_inputs(gpu)
-    for batch in named:
-        try:
-            out = new_predictions_file(plan, batch, "memory", gpu)
-        except ServingError as e:
-            print(e, file=sys.stderr)
-            return 2
-        if out is None:
-            continue
+    try:
+        todo = new_predictions_files(plan, named, "memory", gpu)
+    except ServingError as e:
+        print(e, file=sys.stderr)
+        return 2
+    for batch, out in todo:
         # a server that has already run is not predicted: its log was seen
         servers = [predicted(plan, s, device_name) for s in plan["servers"] if s["batch"] == batch
                    and not (SERVING / batch / s["tag"] / "server.log").exists()]

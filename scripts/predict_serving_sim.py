@@ -17,7 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from measure.serving import ServingError, new_predictions_file, planned_server_settings, prediction_inputs  # noqa: E402
+from measure.serving import (ServingError, new_predictions_files, planned_server_settings,  # noqa: E402
+                             prediction_inputs)
 from sizing.evidence.serving import predict_point  # noqa: E402
 from sizing.planners.step_model import step_overhead  # noqa: E402
 
@@ -37,14 +38,12 @@ def main(argv: list[str]) -> int:
     gpu, named = argv[0], argv[1:]
     device_name, plan, commit = prediction_inputs(gpu)
     fit = step_overhead()
-    for batch in named or plan["batches"]:
-        try:
-            out = new_predictions_file(plan, batch, "sim", gpu)
-        except ServingError as e:
-            print(e, file=sys.stderr)
-            return 2
-        if out is None:
-            continue
+    try:
+        todo = new_predictions_files(plan, named or plan["batches"], "sim", gpu)
+    except ServingError as e:
+        print(e, file=sys.stderr)
+        return 2
+    for batch, out in todo:
         points = []
         for server in (s for s in plan["servers"] if s["batch"] == batch):
             for point in server["points"]:

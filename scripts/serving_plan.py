@@ -233,6 +233,15 @@ def frontend_pair(tag: str, batch: str, model: str, gpus: str, port: int, max_mo
                  for i, (suffix, extra) in enumerate((("", {}), ("-api4", {"api_server_count": 4}))))
 
 
+def wave_server(tag: str, batch: str, model: str, gpus: str, port: int, points: list[dict],
+                prefill_tokens_per_s: float, itl_guess_s: float) -> dict:
+    """A server of the wave batches (b18-b20): a Qwen model in int8_per_token_head at 32,768 tokens, read through the
+    word-level tokenizer's own folder, its steps timed."""
+    return server(tag, batch, model, gpus, port, 32768, points, kv_cache_dtype="int8_per_token_head",
+                  prefill_tokens_per_s=prefill_tokens_per_s, itl_guess_s=itl_guess_s, tokenizer_only=True,
+                  step_trace=True)
+
+
 def plan() -> dict:
     b1, b2, b3, b4, b5 = "b1-llama8b", "b2-moe-mla", "b3-tp2-32b", "b4-past-pool-moe2", "b5-dense-sizes"
     b6, b7, b8, b9 = "b6-rate-sweep", "b7-prefill-graphs", "b8-frontend", "b9-frontend-queue"
@@ -361,24 +370,12 @@ def plan() -> dict:
             server("b17-qwen3-8b-fp8pth", b17, "qwen3-8b", "0", 8241, 32768, UNSPLIT_CHECK,
                    kv_cache_dtype="fp8_per_token_head", prefill_tokens_per_s=15000, itl_guess_s=0.015,
                    step_trace=True),
-            server("b18-qwen3-32b-int8", b18, "qwen3-32b", "0", 8251, 32768, RATIO_EDGE,
-                   kv_cache_dtype="int8_per_token_head", prefill_tokens_per_s=4000, itl_guess_s=0.04,
-                   tokenizer_only=True, step_trace=True),
-            server("b18-qwen25-7b-int8", b18, "qwen2.5-7b-instruct", "1", 8252, 32768, FOUR_HEAD_EDGE,
-                   kv_cache_dtype="int8_per_token_head", prefill_tokens_per_s=15000, itl_guess_s=0.03,
-                   tokenizer_only=True, step_trace=True),
-            server("b19-qwen25-3b-int8", b19, "qwen2.5-3b", "0", 8261, 32768, COUNT_NOT_FAMILY_SMALL,
-                   kv_cache_dtype="int8_per_token_head", prefill_tokens_per_s=40000, itl_guess_s=0.03,
-                   tokenizer_only=True, step_trace=True),
-            server("b19-qwen3-14b-int8", b19, "qwen3-14b", "1", 8262, 32768, COUNT_NOT_FAMILY_QWEN3,
-                   kv_cache_dtype="int8_per_token_head", prefill_tokens_per_s=10000, itl_guess_s=0.05,
-                   tokenizer_only=True, step_trace=True),
-            server("b20-qwen25-3b-int8", b20, "qwen2.5-3b", "0", 8271, 32768, GROUP_WAVES_SMALL,
-                   kv_cache_dtype="int8_per_token_head", prefill_tokens_per_s=40000, itl_guess_s=0.03,
-                   tokenizer_only=True, step_trace=True),
-            server("b20-qwen3-14b-int8", b20, "qwen3-14b", "1", 8272, 32768, GROUP_WAVES_QWEN3,
-                   kv_cache_dtype="int8_per_token_head", prefill_tokens_per_s=10000, itl_guess_s=0.05,
-                   tokenizer_only=True, step_trace=True),
+            wave_server("b18-qwen3-32b-int8", b18, "qwen3-32b", "0", 8251, RATIO_EDGE, 4000, 0.04),
+            wave_server("b18-qwen25-7b-int8", b18, "qwen2.5-7b-instruct", "1", 8252, FOUR_HEAD_EDGE, 15000, 0.03),
+            wave_server("b19-qwen25-3b-int8", b19, "qwen2.5-3b", "0", 8261, COUNT_NOT_FAMILY_SMALL, 40000, 0.03),
+            wave_server("b19-qwen3-14b-int8", b19, "qwen3-14b", "1", 8262, COUNT_NOT_FAMILY_QWEN3, 10000, 0.05),
+            wave_server("b20-qwen25-3b-int8", b20, "qwen2.5-3b", "0", 8271, GROUP_WAVES_SMALL, 40000, 0.03),
+            wave_server("b20-qwen3-14b-int8", b20, "qwen3-14b", "1", 8272, GROUP_WAVES_QWEN3, 10000, 0.05),
         ],
     )
 

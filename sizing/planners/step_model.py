@@ -256,7 +256,7 @@ def queries_per_kv_head(shape: ModelShape) -> int:
 def query_group_waves(fitted: dict, kv_format: str, shape: ModelShape) -> dict | None:
     """The waves (programs_per_sm, kv_efficiency) of `kv_format`'s kernel as compiled for `shape`'s query heads a KV
     head, where the fitted terms (a StepOverhead's model_dump) name that count; None: the format's own."""
-    groups = with_twins(fitted.get("engine_query_group_waves", {}), fitted["engine_kernel_twins"])
+    groups = with_twins(fitted["engine_query_group_waves"], fitted["engine_kernel_twins"])
     waves = groups.get(kv_format, {}).get(queries_per_kv_head(shape))
     return None if waves is None else dict(waves)
 
