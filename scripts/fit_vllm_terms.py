@@ -82,7 +82,8 @@ def collect() -> tuple[list, list, list]:
             activation = max(c.piecewise) * 2 * c.mlp_width_values * DTYPE_BYTES[shape.serving_dtype]
             first.append((start.id, fam, [1.0, activation], modes["PIECEWISE"][0] * MiB))
         if "FULL" in modes:
-            predicted = model.full_first_capture_bytes + split_kv_accumulator_bytes(shape, model, tp, max(c.full))
+            predicted = model.full_first_capture_bytes + split_kv_accumulator_bytes(
+                shape, model, tp, max(c.full), s.k_cache_dtype, s.gpu_architecture, s.gpu_multiprocessors)
             full.append((start.id, fam, predicted, modes["FULL"][0] * MiB))
         graphs = sum(n - 1 for _, n, _ in modes.values())
         row = [0.0, graphs * c.splitting_layers] if c.mla else [graphs * c.splitting_layers, 0.0]
@@ -390,9 +391,10 @@ def write_tensor_parallel(non_torch: dict, copies: dict) -> None:
 def fit_v2_graph_per_layer(unsplit: bool = False) -> tuple[int, list[str]]:
     """Model Runner V2's CUDA-graph estimate (0.29+) above the V1 runner's model, per layer of the model: least
     squares (no intercept) over the starts that print it ('CUDA graph pool memory: ... (estimated)'), gpt-oss left
-    out (graphs_built_otherwise); with `unsplit`, over the starts whose decode attention runs unsplit instead
-    (cudagraphs.unsplit_attention: gpt-oss's sinks, the KV formats TRITON_ATTN serves)."""
-    from sizing.engines.cudagraphs import cuda_graph_estimate, unsplit_attention
+    out (graphs_built_otherwise); with `unsplit`, over the starts whose decode attention schedules its splits its
+    own way instead (cudagraphs.own_decode_scratch: gpt-oss's sinks, the KV formats TRITON_ATTN serves, FlashMLA's
+    fp8 MLA decode)."""
+    from sizing.engines.cudagraphs import cuda_graph_estimate, own_decode_scratch
     from sizing.units import GiB
 
     layers, above, ids = [], [], []
@@ -405,12 +407,13 @@ def fit_v2_graph_per_layer(unsplit: bool = False) -> tuple[int, list[str]]:
         release = get_engine(s.engine).release
         if release.cuda_graph_estimate is None or not release.model_runners.v2_profiles_cuda_graphs:
             continue
-        own = unsplit_attention(s.shape, release.cuda_graph_estimate, s.k_cache_dtype)
+        own = own_decode_scratch(s.shape, release.cuda_graph_estimate, s.k_cache_dtype, s.gpu_architecture)
         if own != unsplit or (not unsplit and graphs_built_otherwise(s)):
             continue
         v1 = cuda_graph_estimate(s.shape, release.cuda_graph_estimate, "FULL_AND_PIECEWISE", 1,
                                  range(s.shape.num_layers), s.max_num_seqs, s.max_num_batched_tokens,
-                                 s.cudagraph_capture_sizes, s.max_cudagraph_capture_size, kv_format=s.k_cache_dtype)
+                                 s.cudagraph_capture_sizes, s.max_cudagraph_capture_size, architecture=s.gpu_architecture,
+                                 kv_format=s.k_cache_dtype, multiprocessors=s.gpu_multiprocessors)
         layers.append(s.shape.num_layers)
         above.append(float(p.cuda_graph_gib[0]) * GiB - v1)
         ids.append(start.id)
@@ -539,7 +542,7 @@ def write_v2_graph_per_layer(per_layer: int, ids: list[str], unsplit_per_layer: 
             data["cuda_graph_estimate"]["unsplit_v2_per_layer_bytes"] = unsplit_per_layer
             data["sources"]["cuda_graph_estimate.unsplit_v2_per_layer"] = (
                 "scripts/fit_vllm_terms.py --write: as v2_per_layer, over the starts whose decode attention runs "
-                "unsplit (sizing/engines/cudagraphs.py unsplit_attention): " + ", ".join(unsplit_ids) + ". Held from "
+                "its own way (sizing/engines/cudagraphs.py own_decode_scratch): " + ", ".join(unsplit_ids) + ". Held from "
                 "outside it to the servers measure/serving started with the per-token-head formats "
                 "(tests/test_serving_server_logs.py)")
 

@@ -72,3 +72,37 @@ def test_the_fit_reproduces_the_unsplit_figure_and_names_its_start():
     # the per-token-head formats' servers are not among the starts it was fitted on: they judge it from outside
     assert not any("per_token_head" in i or "int4" in i or "int8" in i for i in ids)
     assert (ROOT / "measure" / "serving" / "b16-wave-edges" / "b16-qwen25-32b-int4" / "server.log").exists()
+
+
+def test_an_fp8_mla_cache_on_hopper_holds_flashmlas_accumulators_not_the_splits():
+    # FLASH_ATTN_MLA takes 16-bit caches only, so fp8 runs FlashMLA's dense kernel: batch + SM-part rows of the
+    # latent's fp32 partial output and log-sum-exp (H200: 132 SMs, DeepSeek-V2's 128 heads make 2 tiles of 64)
+    from sizing.engines.cudagraphs import flashmla_decode, own_decode_scratch
+    from sizing.errors import KvsizeError
+
+    _, shape = load_model("deepseek-v2")
+    latent = shape.mla_latent_dim - shape.rotary_dim
+    fp8 = split_kv_accumulator_bytes(shape, MODEL, 1, 256, "fp8_e4m3", "sm90", 132)
+    assert fp8 == (256 + 132 // 2) * 128 * (latent + 1) * 4
+    assert split_kv_accumulator_bytes(shape, MODEL, 8, 256, "fp8", "sm90", 132) == (256 + 132) * 16 * (latent + 1) * 4
+    splits = split_kv_accumulator_bytes(shape, MODEL, 1, 256, "bf16", "sm90", 132)
+    assert splits == MODEL.mla_attention_splits * 256 * 128 * latent * 4 > 20 * fp8
+    # not on a GPU where FlashMLA's dense kernel does not run, and not for a model without MLA
+    assert split_kv_accumulator_bytes(shape, MODEL, 1, 256, "fp8_e4m3", "sm100", 148) == splits
+    _, dense = load_model("qwen3-8b")
+    assert not flashmla_decode(dense, MODEL, "fp8_e4m3", "sm90")
+    # V2's per-layer figure is the one of the decodes that schedule their own splits
+    assert own_decode_scratch(shape, MODEL, "fp8_e4m3", "sm90") and not own_decode_scratch(shape, MODEL, "bf16", "sm90")
+    with pytest.raises(KvsizeError, match="multiprocessor count"):
+        split_kv_accumulator_bytes(shape, MODEL, 1, 256, "fp8_e4m3", "sm90")
+
+
+def test_the_fp8_mla_starts_graph_estimates_come_within_the_bar():
+    # the two one-GPU fp8 MLA starts of 0.33.0 (mla-fp8-0.33) printed 0.43 and 0.88 GiB, where the splits rule
+    # gave 0.75 and 2.36
+    from sizing.evidence.starts import check_start, load_corpus
+
+    starts = {s.id: s for s in load_corpus()}
+    for sid, printed in (("h200-0.33.0-deepseek-v2-lite-fp8-s128", 0.43), ("h200-0.33.0-glm-4.7-flash-fp8", 0.88)):
+        term = check_start(starts[sid]).term("cuda_graphs")
+        assert term.printed == printed and abs(term.predicted - printed) < 0.12, (sid, term)

@@ -327,7 +327,8 @@ def _cuda_graph_bytes(s: Scenario, engine: Engine, rules, shape: ModelShape, sta
     v1 = cuda_graph_estimate(shape, model, s.cudagraph_mode, s.tensor_parallel_size,
                              stage, s.max_num_seqs, s.max_num_batched_tokens, s.cudagraph_capture_sizes,
                              s.max_cudagraph_capture_size, compiled=s.torch_compile,
-                             architecture=s.gpu_architecture, kv_format=kv_format)
+                             architecture=s.gpu_architecture, kv_format=kv_format,
+                             multiprocessors=s.gpu_multiprocessors)
     # V2's part above the V1 model follows the whole model's layers, not the stage's: each PP 2 stage of 0.33.0
     # printed 0.41-0.59 GiB above the V1 model of its layers, what a one-GPU start of the same model prints
-    return v1 + (shape.num_layers * v2_per_layer_bytes(shape, model, kv_format) if runner == "v2" and v1 else 0)
+    return v1 + (shape.num_layers * v2_per_layer_bytes(shape, model, kv_format, s.gpu_architecture) if runner == "v2" and v1 else 0)

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 
 from ..config import DTYPE_BYTES, ModelShape
+from ..errors import KvsizeError
 from .memory import mlp_width
 from .releases import CudaGraphEstimateModel
 
@@ -76,6 +77,11 @@ FLASH_ATTN_OTHER_CUDA = 2
 # flash_attn_max_num_splits_for_cuda_graph (v1/attention/backends/flash_attn.py); FA4 keeps them as kvsize had them
 # (no sm100 start, its own split path not read); FA2 leaves max_num_splits 0 and captures UNIFORM_BATCH graphs
 SPLIT_KV_FLASH_ATTN_VERSIONS = frozenset({3, 4})
+# FlashMLA's dense decode: the compute-capability majors it runs on (vllm/v1/attention/ops/flashmla.py
+# is_flashmla_dense_supported, 0.33.0: "FlashMLA Dense is only supported on Hopper devices") and the query heads
+# one SM part takes (FlashMLA get_mla_metadata, block_size_m 64: num_sm_parts = SMs / KV heads / ceil(heads / 64))
+FLASHMLA_DENSE_MAJORS = frozenset({9})
+FLASHMLA_HEADS_PER_TILE = 64
 
 
 def flash_attn_version(architecture: str | None) -> int | None:
@@ -100,21 +106,32 @@ def unsplit_attention(shape: ModelShape, model: CudaGraphEstimateModel, kv_forma
                                                               and shape.mla_latent_dim is None)
 
 
-def v2_per_layer_bytes(shape: ModelShape, model: CudaGraphEstimateModel, kv_format: str | None) -> int:
+def v2_per_layer_bytes(shape: ModelShape, model: CudaGraphEstimateModel, kv_format: str | None,
+                       architecture: str | None = None) -> int:
     """Model Runner V2's CUDA-graph estimate above the V1 model, per layer: its own figure where the decode
-    attention is unsplit (unsplit_attention), where the release has one."""
-    if model.unsplit_v2_per_layer_bytes is not None and unsplit_attention(shape, model, kv_format):
+    attention is not FlashAttention's split path (own_decode_scratch), where the release has one."""
+    if model.unsplit_v2_per_layer_bytes is not None and own_decode_scratch(shape, model, kv_format, architecture):
         return model.unsplit_v2_per_layer_bytes
     return model.v2_per_layer_bytes
+
+
+def own_decode_scratch(shape: ModelShape, model: CudaGraphEstimateModel, kv_format: str | None,
+                       architecture: str | None) -> bool:
+    """Whether the decode attention schedules its splits its own way rather than FlashAttention's: unsplit
+    (unsplit_attention) or FlashMLA's SM parts (flashmla_decode). Both take V2's smaller per-layer figure: 0.33.0's
+    fp8 MLA starts printed 4.5 and 5.6 MiB a layer above the V1 model, the unsplit figure's 4.3, not FlashAttention's
+    12.3 (tests/fixtures/vllm-starts: h200-0.33.0-glm-4.7-flash-fp8, h200-0.33.0-deepseek-v2-lite-fp8-s128)."""
+    return unsplit_attention(shape, model, kv_format) or flashmla_decode(shape, model, kv_format, architecture)
 
 
 def cuda_graph_estimate(shape: ModelShape, model: CudaGraphEstimateModel, mode: str | None, tp: int, layers: range,
                         max_num_seqs: int, max_num_batched_tokens: int, sizes: tuple[int, ...] | None = None,
                         largest: int | None = None, compiled: bool = True, architecture: str | None = None,
-                        kv_format: str | None = None) -> int:
+                        kv_format: str | None = None, multiprocessors: int | None = None) -> int:
     """What vLLM's profile_cudagraph_memory reports for one GPU (0 when no graph is captured); `architecture`
     (sm90, sm89, ...) picks the FlashAttention version, whose FULL graphs may hold no split-KV accumulators, and
-    `kv_format` the backend, whose FULL graphs may hold none either (unsplit_attention)."""
+    `kv_format` the backend, whose FULL graphs may hold none either (unsplit_attention) or, for MLA, hold
+    FlashMLA's, one row per request and per SM part (`multiprocessors`: the GPU's SMs)."""
     mode = captured_mode(shape, model, mode, layers, compiled)
     if mode == "NONE":
         return 0
@@ -132,22 +149,43 @@ def cuda_graph_estimate(shape: ModelShape, model: CudaGraphEstimateModel, mode: 
                                                       * c.mlp_width_values * DTYPE_BYTES[shape.serving_dtype])
     # MLA layers run FlashMLA or another MLA backend, not FlashAttention: their accumulators keep the rule below
     holds = c.mla or (holds_split_kv_accumulators(architecture) and not unsplit_attention(shape, model, kv_format))
-    accumulators = split_kv_accumulator_bytes(shape, model, tp, max(c.full)) if c.full and holds else 0
+    accumulators = split_kv_accumulator_bytes(shape, model, tp, max(c.full), kv_format, architecture,
+                                              multiprocessors) if c.full and holds else 0
     first_full = model.full_first_capture_bytes + accumulators if c.full else 0
     first = max(first_piecewise if counts[0] else 0, first_full if counts[1] else 0)
     return first + further_graphs
 
 
-def split_kv_accumulator_bytes(shape: ModelShape, model: CudaGraphEstimateModel, tp: int, batch: int) -> int:
-    """The decode attention kernel's fp32 split-KV partial outputs for a FULL graph of `batch` requests
-    (FlashAttention 3 and FlashMLA size them for the most splits a graph may use): splits x batch x query
-    heads per rank x value width (MLA: the absorbed kernel outputs the latent, kv_lora_rank wide: the
-    cached latent less its rotary part)."""
+def flashmla_decode(shape: ModelShape, model: CudaGraphEstimateModel, kv_format: str | None,
+                    architecture: str | None) -> bool:
+    """Whether an MLA model's decode runs FlashMLA's dense kernel: a format FLASH_ATTN_MLA does not take, on a GPU
+    where the dense kernel runs (vllm/v1/attention/ops/flashmla.py is_flashmla_dense_supported: Hopper only)."""
+    m = re.fullmatch(r"sm(\d+)(\d)", architecture or "")
+    return (shape.mla_latent_dim is not None and kv_format in model.flashmla_kv_formats
+            and m is not None and int(m.group(1)) in FLASHMLA_DENSE_MAJORS)
+
+
+def split_kv_accumulator_bytes(shape: ModelShape, model: CudaGraphEstimateModel, tp: int, batch: int,
+                               kv_format: str | None = None, architecture: str | None = None,
+                               multiprocessors: int | None = None) -> int:
+    """The decode attention kernel's fp32 split-KV partial outputs for a FULL graph of `batch` requests.
+    FlashAttention 3 and its MLA backend size them for the most splits a graph may use: splits x batch x query
+    heads per rank x value width (MLA: the absorbed kernel outputs the latent, kv_lora_rank wide: the cached latent
+    less its rotary part). FlashMLA's dense kernel (flashmla_decode) holds one row per request and one per SM part
+    (get_mla_metadata: the SMs over the tiles of 64 query heads one KV head needs), each the latent's partial output
+    and its log-sum-exp."""
     if shape.model_type in model.unsplit_model_types:
         return 0
     heads = max(1, shape.num_attention_heads // tp)
     if shape.mla_latent_dim is not None:
-        return model.mla_attention_splits * batch * heads * (shape.mla_latent_dim - shape.rotary_dim) * 4
+        latent = shape.mla_latent_dim - shape.rotary_dim
+        if flashmla_decode(shape, model, kv_format, architecture):
+            if multiprocessors is None:
+                raise KvsizeError(f"FlashMLA's decode accumulators ({kv_format} MLA cache on {architecture}) need "
+                                  "the GPU's multiprocessor count: name the GPU")
+            sm_parts = multiprocessors // -(-heads // FLASHMLA_HEADS_PER_TILE)
+            return (batch + sm_parts) * heads * (latent + 1) * 4
+        return model.mla_attention_splits * batch * heads * latent * 4
     width = max(shape.layer_v_head_dims or (shape.head_dim,))
     return model.attention_splits * batch * heads * width * 4
 

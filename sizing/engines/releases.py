@@ -199,6 +199,9 @@ class CudaGraphEstimateModel(_Strict):
     # KV formats whose decode attention runs in a backend that keeps its split-KV scratch outside the graphs (vLLM's
     # TRITON_ATTN allocates it when its metadata builder is made): their first FULL capture holds no accumulators
     unsplit_kv_formats: frozenset[str] = frozenset()
+    # KV formats whose MLA decode runs FlashMLA's dense kernel on Hopper, because FLASH_ATTN_MLA (first on sm90) takes
+    # 16-bit caches only: its fp32 accumulators hold batch + SM parts rows, not splits x batch (flashmla_decode)
+    flashmla_kv_formats: frozenset[str] = frozenset()
     # Model Runner V2's surplus per layer where the decode attention is unsplit (a model type or KV format above);
     # None: the same as v2_per_layer_bytes
     unsplit_v2_per_layer_bytes: int | None = Field(default=None, ge=0)
