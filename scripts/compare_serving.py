@@ -6,6 +6,9 @@ beside kvsize's predictions committed before the batch ran, for the GPU the batc
 TTFT = one prompt's prefill alone) and the `design` figure (the aggregated design: ITL = step / (1 - rho),
 TTFT = prefill + M/D/1 wait). These are prospective errors: nothing was fitted to these runs.
 
+The batches the plan and design figures were committed for are b1-b6; later batches were predicted by the serving
+simulation alone, and benchmarks/serving_accuracy.py holds them to it (docs/speed-accuracy.md).
+
 usage: python scripts/compare_serving.py          (writes measure/serving/comparison.md)
 """
 
@@ -60,6 +63,8 @@ def rows() -> list[dict]:
     out = []
     for p in points:
         f = predictions_file(p.batch, p.settings.gpu_name)
+        if not f.is_file():
+            continue  # from b7 on, batches were predicted by the serving simulation alone: docs/speed-accuracy.md
         if f not in preds:
             preds[f] = {x["id"]: x for x in read_json(f)["points"]}
         x = preds[f][p.id]
