@@ -177,6 +177,15 @@ COUNT_NOT_FAMILY_QWEN3 = [closed(8000, 256, c, c) for c in (48, 56)]
 # (8 KV heads, 5) at 48 and 56: 384 and 448 programs, either side of the format's 396
 GROUP_WAVES_SMALL = [closed(8000, 256, c, c) for c in (120, 144, 224)]
 GROUP_WAVES_QWEN3 = [closed(8000, 256, c, c) for c in (48, 56)]
+# batch b21, on two H200s side by side: b20 kept the edge where the waves of 2 programs an SM put it (between 120
+# and 144 requests of Qwen2.5-3B) but not its size: one wave 91% full (120 requests, 240 programs) ran 38.1 ms a
+# decode-only step against 26.9 simulated, two waves 46.8-47.8 against 49.7-51.4, so a wave's time depends on how
+# full it is. A ladder on Qwen2.5-3B (8 queries a KV head, 2 KV heads) at 64, 96, 128, 136, 176 and 264 requests of
+# 8,000 tokens: 128-528 programs, one wave from half to full, then two from a sliver to full. Beside it Qwen2.5-1.5B
+# (6 queries a KV head, so the format's own 3 programs an SM, 396 a wave; 2 KV heads as the 3B) at 96, 160, 192,
+# 208, 256 and 384: 192-768 programs, the same fills under the other kernel build. Steps timed on both
+WAVE_FILL_SMALL = [closed(8000, 256, c, c) for c in (64, 96, 128, 136, 176, 264)]
+WAVE_FILL_SIX = [closed(8000, 256, c, c) for c in (96, 160, 192, 208, 256, 384)]
 TP2_LADDER = [closed(1000, 256, c, 2 * c) for c in (16, 64, 192)] + [closed(8000, 256, c, 2 * c) for c in (8, 32)] + \
     [opened(1000, 256, 4, 120)]
 
@@ -247,7 +256,7 @@ def plan() -> dict:
     b6, b7, b8, b9 = "b6-rate-sweep", "b7-prefill-graphs", "b8-frontend", "b9-frontend-queue"
     b10, b11, b12, b13 = "b10-host-alone", "b11-step-trace", "b12-step-ladder", "b13-refit-check"
     b14, b15, b16, b17 = "b14-kv-formats", "b15-format-check", "b16-wave-edges", "b17-unsplit-check"
-    b18, b19, b20 = "b18-wave-ratio", "b19-count-or-family", "b20-group-waves"
+    b18, b19, b20, b21 = "b18-wave-ratio", "b19-count-or-family", "b20-group-waves", "b21-wave-fill"
     ran = {b1: {"0": ["llama8b-bf16", "qwen3moe-bf16"], "1": ["llama8b-fp8", "dsv2lite-bf16"],
                 "0,1": ["qwen25-32b-tp2-bf16"]}}
     ran[b2], ran[b3] = ran[b1], ran[b1]  # b1-b3 ran as one set of lanes
@@ -272,16 +281,17 @@ def plan() -> dict:
     ran[b18] = {"0": ["b18-qwen3-32b-int8"], "1": ["b18-qwen25-7b-int8"], "0,1": []}
     # ran in part on two H200s (one point a server: the device time ran out)
     ran[b19] = {"0": ["b19-qwen25-3b-int8"], "1": ["b19-qwen3-14b-int8"], "0,1": []}
-    # planned, not run yet, on a two-GPU machine: what the kit runs next
     ran[b20] = {"0": ["b20-qwen25-3b-int8"], "1": ["b20-qwen3-14b-int8"], "0,1": []}
+    # planned, not run yet, on a two-GPU machine: what the kit runs next
+    ran[b21] = {"0": ["b21-qwen25-3b-int8"], "1": ["b21-qwen25-15b-int8"], "0,1": []}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
         bench="vllm bench serve --backend vllm --dataset-name random (ignore_eos), --percentile-metrics "
               "ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --save-result --save-detailed",
-        batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16, b17, b18, b19, b20],
+        batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16, b17, b18, b19, b20, b21],
         # lanes run side by side; a lane's servers run one after another; '0,1' runs once both others are done.
         # `lanes` are the newest batch's (what the kit runs); `lanes_by_batch` keeps each batch's
-        lanes=ran[b20], lanes_by_batch=ran,
+        lanes=ran[b21], lanes_by_batch=ran,
         servers=[
             server("llama8b-bf16", b1, "llama-3.1-8b", "0", 8101, 65536, LLAMA_POINTS),
             server("llama8b-fp8", b1, "llama-3.1-8b", "1", 8102, 65536, LLAMA_POINTS, kv_cache_dtype="fp8"),
@@ -376,6 +386,8 @@ def plan() -> dict:
             wave_server("b19-qwen3-14b-int8", b19, "qwen3-14b", "1", 8262, COUNT_NOT_FAMILY_QWEN3, 10000, 0.05),
             wave_server("b20-qwen25-3b-int8", b20, "qwen2.5-3b", "0", 8271, GROUP_WAVES_SMALL, 40000, 0.03),
             wave_server("b20-qwen3-14b-int8", b20, "qwen3-14b", "1", 8272, GROUP_WAVES_QWEN3, 10000, 0.05),
+            wave_server("b21-qwen25-3b-int8", b21, "qwen2.5-3b", "0", 8281, WAVE_FILL_SMALL, 40000, 0.03),
+            wave_server("b21-qwen25-15b-int8", b21, "qwen2.5-1.5b", "1", 8282, WAVE_FILL_SIX, 60000, 0.03),
         ],
     )
 
