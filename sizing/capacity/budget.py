@@ -16,7 +16,7 @@ from ..cache.formats import FormatOptions, get_format
 from ..cache.layers import CacheLayout, build_layout, parse_layer_overrides
 from ..engines.cudagraphs import cuda_graph_estimate, v2_per_layer_bytes
 from ..engines.memory import (SGLANG_PER_LAYER_INPUTS, VLLM_PER_LAYER_INPUTS, ActivationEstimate,
-                              engine_weight_format, per_layer_input_buffer_bytes, profiling_peak,
+                              engine_weight_format, mla_workspace_tokens, per_layer_input_buffer_bytes, profiling_peak,
                               resolve_weights_dtype, weight_bytes)
 from ..engines.releases import find_release, version_key
 from ..engines.state_pool import StatePool
@@ -79,8 +79,17 @@ def engine_weight_bytes(engine: Engine, shape: ModelShape, wfmt, tp: int, stage:
 
 
 @lru_cache(maxsize=4096)
-def _activation(shape, run, tokens, rows, tp, stage, first, last, sms, compiled=True) -> ActivationEstimate:
-    return profiling_peak(shape, run, tokens, rows, tp, stage, first, last, sms, compiled)
+def _activation(shape, run, tokens, rows, tp, stage, first, last, sms, compiled=True,
+                mla_workspace: int = 0) -> ActivationEstimate:
+    return profiling_peak(shape, run, tokens, rows, tp, stage, first, last, sms, compiled, mla_workspace)
+
+
+def mla_workspace_of(s: Scenario, engine: Engine, shape: ModelShape, block_size: int) -> int:
+    """vLLM's MLA chunked-prefill workspace in tokens for this scenario (0 for another engine or a model without
+    MLA): it reads the context length, so an MLA model's profiling peak can move with --max-model-len."""
+    if engine.name != "vllm" or not shape.is_mla:
+        return 0
+    return mla_workspace_tokens(s.max_model_len, s.max_num_seqs, block_size)
 
 
 def profiling_model(engine: Engine):
@@ -135,7 +144,8 @@ def stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, index: in
     # Keyed by hand: an lru_cache would key on `s` whole, and so miss on every new length. SGLang's default
     # fraction reads the context length, so the fraction the engine would pick is part of the key.
     key = (_setup_key(s), chosen_fraction(s, engine), engine, k_name, v_name, index, stage.start, stage.stop,
-           num_stages, (s.max_model_len, s.concurrency) if engine.activation_reads_context else None)
+           num_stages, (s.max_model_len, s.concurrency) if engine.activation_reads_context else None,
+           s.max_model_len if s.shape.is_mla else None)
     found = _SETUPS.get(key)
     if found is None:
         if len(_SETUPS) >= _SETUPS_MAX:
@@ -229,7 +239,8 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
                   "may be smaller; --language-model-only serves the model without it, kvsize verify measures it",)
     rows = min(s.max_num_seqs, s.max_num_batched_tokens)
     act = _activation(shape, run, s.max_num_batched_tokens, rows, tp, stage, first, last,
-                      s.gpu_multiprocessors or rows, s.torch_compile and not s.compile_cache_hit)
+                      s.gpu_multiprocessors or rows, s.torch_compile and not s.compile_cache_hit,
+                      mla_workspace_of(s, engine, shape, block_size))
     if served is not None:
         act = ActivationEstimate(min(served.n_ctx, 512), 0, served.compute_bytes, 0, 0, 0)
     non_torch = s.non_torch_bytes if s.non_torch_bytes is not None else rules.non_torch_bytes(

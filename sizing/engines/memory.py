@@ -394,12 +394,43 @@ class ActivationEstimate:
     forward_before_moe_bytes: int = 0
     # the compile-time autotuning's example arguments, live before the first matmul takes its workspace
     compile_examples_bytes: int = 0
+    # an MLA layer's attention in the profiling run: the up-projected context it allocates (mla_context_bytes) beside
+    # the layer's inputs, once the fused-MoE workspace exists
+    mla_attention_bytes: int = 0
 
     @property
     def peak_bytes(self) -> int:
-        run = self.workspace_bytes + max(self.moe_workspace_bytes + max(self.forward_bytes, self.sampler_bytes),
-                                         self.forward_before_moe_bytes)
+        run = self.workspace_bytes + max(
+            self.moe_workspace_bytes + max(self.forward_bytes, self.sampler_bytes, self.mla_attention_bytes),
+            self.forward_before_moe_bytes)
         return self.stage_buffer_bytes + max(run, self.compile_examples_bytes)
+
+
+# vLLM's MLA chunked-prefill workspace, in tokens (vllm/model_executor/layers/attention/mla_attention.py
+# MLACommonMetadataBuilder.determine_chunked_prefill_workspace_size, the same in 0.20.0, 0.26.0 and 0.33.0): room for
+# 8 full-length requests or 4 blocks of every request, at most 64 Ki tokens, rounded up to whole blocks
+MLA_WORKSPACE_REQUESTS = 8
+MLA_WORKSPACE_BLOCKS_PER_REQUEST = 4
+MLA_WORKSPACE_MAX_TOKENS = 64 * 1024
+# the context length from which the workspace is at its cap, whatever the batch: longer contexts share one peak
+MLA_WORKSPACE_FULL_LENGTH = MLA_WORKSPACE_MAX_TOKENS // MLA_WORKSPACE_REQUESTS
+
+
+def mla_workspace_tokens(max_model_len: int, max_num_seqs: int, block_size: int) -> int:
+    rows = min(max(MLA_WORKSPACE_REQUESTS * max_model_len, MLA_WORKSPACE_BLOCKS_PER_REQUEST * max_num_seqs * block_size),
+               MLA_WORKSPACE_MAX_TOKENS)
+    return cdiv(max(rows, block_size), block_size) * block_size
+
+
+def mla_context_bytes(shape: ModelShape, workspace_tokens: int, tp: int) -> int:
+    """What vLLM's MLAAttention allocates in the profiling run (forward_impl with no attention metadata, 0.20.0-0.33.0)
+    to stand for the largest up-projected context a chunked prefill builds: workspace tokens x heads per rank x
+    (qk_nope_head_dim + v_head_dim) in the model dtype, beside the layer's inputs. 0 for a model vLLM builds without
+    MLA, or without the up-projection's width."""
+    if not shape.is_mla or not shape.mla_kv_b_proj_params:
+        return 0
+    width = shape.mla_kv_b_proj_params // (shape.mla_latent_dim - shape.rotary_dim)  # heads x (nope + v)
+    return workspace_tokens * cdiv(width, tp) * DTYPE_BYTES[shape.serving_dtype]
 
 
 def mlp_width(shape: ModelShape, layers: range, tp: int, routed: bool = True, values: bool = False) -> float:
@@ -422,7 +453,7 @@ def mlp_width(shape: ModelShape, layers: range, tp: int, routed: bool = True, va
 
 def profiling_peak(shape: ModelShape, run: ProfilingRunModel, tokens: int, rows: int, tp: int, layers: range,
                    first_stage: bool, last_stage: bool, multiprocessors: int,
-                   compiled: bool = True) -> ActivationEstimate:
+                   compiled: bool = True, mla_workspace: int = 0) -> ActivationEstimate:
     """What the engine's profiling run holds at its peak on one GPU.
 
     Forward: `tokens` tokens through the stage's layers; hidden-size tensors (residual and normed
@@ -435,6 +466,8 @@ def profiling_peak(shape: ModelShape, run: ProfilingRunModel, tokens: int, rows:
     Compiled (torch.compile on), the first stage's compile autotunes the embedding-and-norm kernel on
     example copies of its arguments: the embedding shard and the release's outputs of `tokens` rows
     (no shard at TP > 1 where the release looks the embedding up in its own CUDA op).
+    MLA attention (`mla_workspace`: vLLM's chunked-prefill workspace in tokens): the up-projected context it allocates
+    (mla_context_bytes) beside the forward's hidden-size and query-width tensors.
     """
     dt = DTYPE_BYTES[shape.serving_dtype]
     h = shape.hidden_size
@@ -446,15 +479,19 @@ def profiling_peak(shape: ModelShape, run: ProfilingRunModel, tokens: int, rows:
         first_moe = next((i for i in layers if shape.layer_params[i].experts), layers.start)
         before, layers = range(layers.start, first_moe), range(first_moe, layers.stop)
 
+    query = shape.num_attention_heads * shape.head_dim / tp
+
     def forward_bytes(span: range, routed: bool) -> int:
         if not span:
             return 0
         width = mlp_width(shape, span, tp, routed=routed)
-        query = shape.num_attention_heads * shape.head_dim / tp
         return int(tokens * dt * (run.forward_hidden_copies * h + run.forward_attention_copies * query
                                   + run.forward_mlp_copies * width))
 
     forward = forward_bytes(layers, routed=not moe)
+    context = mla_context_bytes(shape, mla_workspace, tp) if mla_workspace else 0
+    mla_attention = context + int(tokens * dt * (run.forward_hidden_copies * h + run.forward_attention_copies * query)) \
+        if context else 0
     sampler = 0
     if last_stage:
         vocab = shape.vocab_size
@@ -473,7 +510,7 @@ def profiling_peak(shape: ModelShape, run: ProfilingRunModel, tokens: int, rows:
         shard = 0 if tp > 1 and run.tensor_parallel_embedding_op else vocab_bytes(shape, tp)
         examples = shard + run.compile_example_outputs * tokens * h * dt
     return ActivationEstimate(tokens, rows, forward, sampler, stage_buffers, run.workspace_bytes, moe,
-                              forward_bytes(before, routed=False), examples)
+                              forward_bytes(before, routed=False), examples, mla_attention)
 
 
 # Checkpoint formats whose MoE runs on a monolithic kernel that keeps no workspace of the manager's
