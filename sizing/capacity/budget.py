@@ -89,7 +89,7 @@ def mla_workspace_of(s: Scenario, engine: Engine, shape: ModelShape, block_size:
     MLA): it reads the context length, so an MLA model's profiling peak can move with --max-model-len."""
     if engine.name != "vllm" or not shape.is_mla:
         return 0
-    return mla_workspace_tokens(s.max_model_len, s.max_num_seqs, block_size)
+    return mla_workspace_tokens(s.max_model_len or engine.default_max_model_len(shape), s.max_num_seqs, block_size)
 
 
 def profiling_model(engine: Engine):
