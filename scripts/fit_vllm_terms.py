@@ -412,8 +412,9 @@ def fit_v2_graph_per_layer(unsplit: bool = False) -> tuple[int, list[str]]:
             continue
         v1 = cuda_graph_estimate(s.shape, release.cuda_graph_estimate, "FULL_AND_PIECEWISE", 1,
                                  range(s.shape.num_layers), s.max_num_seqs, s.max_num_batched_tokens,
-                                 s.cudagraph_capture_sizes, s.max_cudagraph_capture_size, architecture=s.gpu_architecture,
-                                 kv_format=s.k_cache_dtype, multiprocessors=s.gpu_multiprocessors)
+                                 s.cudagraph_capture_sizes, s.max_cudagraph_capture_size,
+                                 architecture=s.gpu_architecture, kv_format=s.k_cache_dtype,
+                                 multiprocessors=s.gpu_multiprocessors)
         layers.append(s.shape.num_layers)
         above.append(float(p.cuda_graph_gib[0]) * GiB - v1)
         ids.append(start.id)

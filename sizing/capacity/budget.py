@@ -342,4 +342,6 @@ def _cuda_graph_bytes(s: Scenario, engine: Engine, rules, shape: ModelShape, sta
                              multiprocessors=s.gpu_multiprocessors)
     # V2's part above the V1 model follows the whole model's layers, not the stage's: each PP 2 stage of 0.33.0
     # printed 0.41-0.59 GiB above the V1 model of its layers, what a one-GPU start of the same model prints
-    return v1 + (shape.num_layers * v2_per_layer_bytes(shape, model, kv_format, s.gpu_architecture) if runner == "v2" and v1 else 0)
+    if runner != "v2" or not v1:
+        return v1
+    return v1 + shape.num_layers * v2_per_layer_bytes(shape, model, kv_format, s.gpu_architecture)

@@ -417,8 +417,8 @@ MLA_WORKSPACE_FULL_LENGTH = MLA_WORKSPACE_MAX_TOKENS // MLA_WORKSPACE_REQUESTS
 
 
 def mla_workspace_tokens(max_model_len: int, max_num_seqs: int, block_size: int) -> int:
-    rows = min(max(MLA_WORKSPACE_REQUESTS * max_model_len, MLA_WORKSPACE_BLOCKS_PER_REQUEST * max_num_seqs * block_size),
-               MLA_WORKSPACE_MAX_TOKENS)
+    wanted = max(MLA_WORKSPACE_REQUESTS * max_model_len, MLA_WORKSPACE_BLOCKS_PER_REQUEST * max_num_seqs * block_size)
+    rows = min(wanted, MLA_WORKSPACE_MAX_TOKENS)
     return cdiv(max(rows, block_size), block_size) * block_size
 
 
@@ -490,8 +490,8 @@ def profiling_peak(shape: ModelShape, run: ProfilingRunModel, tokens: int, rows:
 
     forward = forward_bytes(layers, routed=not moe)
     context = mla_context_bytes(shape, mla_workspace, tp) if mla_workspace else 0
-    mla_attention = context + int(tokens * dt * (run.forward_hidden_copies * h + run.forward_attention_copies * query)) \
-        if context else 0
+    inputs = int(tokens * dt * (run.forward_hidden_copies * h + run.forward_attention_copies * query))
+    mla_attention = context + inputs if context else 0
     sampler = 0
     if last_stage:
         vocab = shape.vocab_size
