@@ -64,7 +64,7 @@ from sizing.evidence.serving import point_replica, predict_point, served_setting
 from sizing.planners.step_model import SERVING_PROFILE, queries_per_kv_head  # noqa: E402
 from sizing.profiles import matching_gpus, measured_efficiency  # noqa: E402
 from measure.steps import decode_groups, gpu_paced_servers, server_settings  # noqa: E402
-from least_squares import best_count, relative_least_squares, solve  # noqa: E402
+from least_squares import best_count, relative_least_squares  # noqa: E402
 
 POINTS = ROOT / "measure" / "serving" / "points.json"
 # the step terms fitted; the rest are left at their neutral values (weights: kvsize's kernels' efficiency; 0 s)
@@ -346,11 +346,8 @@ def fit_eager(rows: list[dict]) -> float:
     graph holds it (Qwen3-30B-A3B's 256-token prompt: 31.3 ms measured, 21.3 simulated; Llama-3.2-1B's 18.7 and 3.8):
     fitted without the offset, the eager term would take it for its own. A cost the fit puts below 0 is 0."""
     models = sorted({r["model"] for r in rows})
-    x = [[r["slope"] / r["measured"]] + [(r["model"] == m) / r["measured"] for m in models] for r in rows]
-    y = [(r["measured"] - r["bare"]) / r["measured"] for r in rows]
-    n = len(x[0])
-    cost = solve([[sum(row[i] * row[j] for row in x) for j in range(n)] for i in range(n)],
-                  [sum(row[i] * v for row, v in zip(x, y)) for i in range(n)])[0]
+    columns = [lambda r: r["slope"]] + [lambda r, m=m: float(r["model"] == m) for m in models]
+    cost = relative_least_squares(rows, columns, lambda r: r["bare"])[0]
     return round(max(cost, 0.0), 9)
 
 

@@ -15,9 +15,9 @@ from ..engines.started import (CarriedTerms, architecture_evidence, gpu_evidence
 from ..cache.formats import FormatOptions, get_format
 from ..cache.layers import CacheLayout, build_layout, parse_layer_overrides
 from ..engines.cudagraphs import cuda_graph_estimate, v2_per_layer_bytes
-from ..engines.memory import (SGLANG_PER_LAYER_INPUTS, VLLM_PER_LAYER_INPUTS, ActivationEstimate,
-                              engine_weight_format, mla_workspace_tokens, per_layer_input_buffer_bytes, profiling_peak,
-                              resolve_weights_dtype, weight_bytes)
+from ..engines.memory import (MLA_WORKSPACE_FULL_LENGTH, SGLANG_PER_LAYER_INPUTS, VLLM_PER_LAYER_INPUTS,
+                              ActivationEstimate, engine_weight_format, mla_workspace_tokens,
+                              per_layer_input_buffer_bytes, profiling_peak, resolve_weights_dtype, weight_bytes)
 from ..engines.releases import find_release, version_key
 from ..engines.state_pool import StatePool
 from ..engines.support import support
@@ -92,6 +92,17 @@ def mla_workspace_of(s: Scenario, engine: Engine, shape: ModelShape, block_size:
     return mla_workspace_tokens(s.max_model_len or engine.default_max_model_len(shape), s.max_num_seqs, block_size)
 
 
+def activation_context_key(s: Scenario, engine: Engine):
+    """What of the context length the profiling peak reads, so that a setup is shared only by lengths it gives the
+    same peak: llama.cpp's compute buffer reads the length and the concurrency, vLLM's MLA workspace the length up to
+    MLA_WORKSPACE_FULL_LENGTH (mla_workspace_tokens); None where neither does."""
+    if engine.activation_reads_context:
+        return s.max_model_len, s.concurrency
+    if engine.name == "vllm" and s.shape.is_mla and s.max_model_len is not None:
+        return min(s.max_model_len, MLA_WORKSPACE_FULL_LENGTH)
+    return None
+
+
 def profiling_model(engine: Engine):
     """The engine release's profiling-run model; engines without release files use vLLM's newest."""
     newest = find_release("vllm", None)
@@ -142,10 +153,10 @@ _SETUPS_MAX = 4096
 def stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, index: int, stage: range,
                  num_stages: int) -> StageSetup:
     # Keyed by hand: an lru_cache would key on `s` whole, and so miss on every new length. SGLang's default
-    # fraction reads the context length, so the fraction the engine would pick is part of the key.
+    # fraction reads the context length, so the fraction the engine would pick is part of the key, and so is what of
+    # the length the profiling peak reads.
     key = (_setup_key(s), chosen_fraction(s, engine), engine, k_name, v_name, index, stage.start, stage.stop,
-           num_stages, (s.max_model_len, s.concurrency) if engine.activation_reads_context else None,
-           s.max_model_len if s.shape.is_mla else None)
+           num_stages, activation_context_key(s, engine))
     found = _SETUPS.get(key)
     if found is None:
         if len(_SETUPS) >= _SETUPS_MAX:

@@ -8,11 +8,11 @@ from dataclasses import dataclass, field, replace
 
 from ..engines import Budget, Engine, MemoryTerms, Pool
 from ..cache.layers import CacheLayout, kv_heads_per_rank
-from ..engines.memory import MLA_WORKSPACE_FULL_LENGTH, ActivationEstimate
+from ..engines.memory import ActivationEstimate
 from ..engines.state_pool import StatePool, state_split
 from ..config import ModelShape
 from ..units import GiB
-from .budget import StageSetup, chosen_fraction, stage_setup
+from .budget import StageSetup, activation_context_key, chosen_fraction, stage_setup
 from .context_limit import context_refusal, recipe_note
 from .concurrency import concurrency_fits, max_concurrency, max_context, units_for
 from .scenario import Scenario, check_length, pp_stages, prepared
@@ -172,10 +172,10 @@ def _estimate_lengths(scenario: Scenario, lengths: list[int]) -> list[tuple[Esti
         # buffer at its -c) can change with the length: estimate each.
         return [(e, _figures_of(e)) for e in (estimate(scenario.at_length(n)) for n in lengths)]
     s, engine, k_name, v_name = prepared(scenario.at_length(lengths[0]))
-    if len({chosen_fraction(s.at_length(n), engine) for n in lengths}) > 1 or (
-            engine.name == "vllm" and s.shape.is_mla and len({min(n, MLA_WORKSPACE_FULL_LENGTH) for n in lengths}) > 1):
+    if any(len({read(s.at_length(n), engine) for n in lengths}) > 1 for read in (chosen_fraction,
+                                                                              activation_context_key)):
         # SGLang's default fraction reads the context length, and so does vLLM's MLA workspace below 8 Ki tokens
-        # (mla_workspace_tokens): each length has its own budget.
+        # (activation_context_key): each length has its own budget.
         return [(e, _figures_of(e)) for e in (estimate(scenario.at_length(n)) for n in lengths)]
     su = stage_setup(s, engine, k_name, v_name, 0, range(s.shape.num_layers), 1)
     return [(first, _length_figures(su, engine, s.concurrency, n)) for n in lengths]

@@ -138,6 +138,12 @@ class ModelShape:
         return self.mla_latent_dim is not None
 
     @property
+    def mla_kv_lora_rank(self) -> int:
+        """The MLA latent less its rotary part (kv_lora_rank): what the absorbed decode outputs per head and what
+        kv_b_proj up-projects from; 0 without MLA."""
+        return self.mla_latent_dim - self.rotary_dim if self.is_mla else 0
+
+    @property
     def per_layer_input_width(self) -> int:
         """The width of the per-layer embedding table and of its projection: layers x per-layer input size."""
         return self.num_layers * self.per_layer_input_size

@@ -84,11 +84,18 @@ FLASHMLA_DENSE_MAJORS = frozenset({9})
 FLASHMLA_HEADS_PER_TILE = 64
 
 
+def compute_capability_major(architecture: str | None) -> int | None:
+    """The CUDA compute capability's major of an architecture id (sm90 -> 9, sm120 -> 12); None where it is not one
+    (no GPU given, AMD)."""
+    m = re.fullmatch(r"sm(\d+)(\d)", architecture or "")
+    return int(m.group(1)) if m else None
+
+
 def flash_attn_version(architecture: str | None) -> int | None:
     """The FlashAttention version vLLM picks on a CUDA GPU of this architecture (sm90 -> 3); None where it is not a
     CUDA compute capability (no GPU given, AMD)."""
-    m = re.fullmatch(r"sm(\d+)(\d)", architecture or "")
-    return FLASH_ATTN_VERSION_BY_MAJOR.get(int(m.group(1)), FLASH_ATTN_OTHER_CUDA) if m else None
+    major = compute_capability_major(architecture)
+    return None if major is None else FLASH_ATTN_VERSION_BY_MAJOR.get(major, FLASH_ATTN_OTHER_CUDA)
 
 
 def holds_split_kv_accumulators(architecture: str | None) -> bool:
@@ -160,9 +167,8 @@ def flashmla_decode(shape: ModelShape, model: CudaGraphEstimateModel, kv_format:
                     architecture: str | None) -> bool:
     """Whether an MLA model's decode runs FlashMLA's dense kernel: a format FLASH_ATTN_MLA does not take, on a GPU
     where the dense kernel runs (vllm/v1/attention/ops/flashmla.py is_flashmla_dense_supported: Hopper only)."""
-    m = re.fullmatch(r"sm(\d+)(\d)", architecture or "")
-    return (shape.mla_latent_dim is not None and kv_format in model.flashmla_kv_formats
-            and m is not None and int(m.group(1)) in FLASHMLA_DENSE_MAJORS)
+    return (shape.is_mla and kv_format in model.flashmla_kv_formats
+            and compute_capability_major(architecture) in FLASHMLA_DENSE_MAJORS)
 
 
 def split_kv_accumulator_bytes(shape: ModelShape, model: CudaGraphEstimateModel, tp: int, batch: int,
@@ -177,8 +183,8 @@ def split_kv_accumulator_bytes(shape: ModelShape, model: CudaGraphEstimateModel,
     if shape.model_type in model.unsplit_model_types:
         return 0
     heads = max(1, shape.num_attention_heads // tp)
-    if shape.mla_latent_dim is not None:
-        latent = shape.mla_latent_dim - shape.rotary_dim
+    if shape.is_mla:
+        latent = shape.mla_kv_lora_rank
         if flashmla_decode(shape, model, kv_format, architecture):
             if multiprocessors is None:
                 raise KvsizeError(f"FlashMLA's decode accumulators ({kv_format} MLA cache on {architecture}) need "

@@ -429,7 +429,7 @@ def mla_context_bytes(shape: ModelShape, workspace_tokens: int, tp: int) -> int:
     MLA, or without the up-projection's width."""
     if not shape.is_mla or not shape.mla_kv_b_proj_params:
         return 0
-    width = shape.mla_kv_b_proj_params // (shape.mla_latent_dim - shape.rotary_dim)  # heads x (nope + v)
+    width = shape.mla_kv_b_proj_params // shape.mla_kv_lora_rank  # heads x (qk_nope_head_dim + v_head_dim)
     return workspace_tokens * cdiv(width, tp) * DTYPE_BYTES[shape.serving_dtype]
 
 
