@@ -186,6 +186,14 @@ GROUP_WAVES_QWEN3 = [closed(8000, 256, c, c) for c in (48, 56)]
 # 208, 256 and 384: 192-768 programs, the same fills under the other kernel build. Steps timed on both
 WAVE_FILL_SMALL = [closed(8000, 256, c, c) for c in (64, 96, 128, 136, 176, 264)]
 WAVE_FILL_SIX = [closed(8000, 256, c, c) for c in (96, 160, 192, 208, 256, 384)]
+# batch b22, on two H200s side by side: b20 and b21 timed steps of an 8,000-token prompt chunk beside ~110 decoders
+# at 1.6-2.0x the simulation on Qwen2.5-3B and -1.5B in int8_per_token_head, whose prompt attention share was fitted
+# on Llama-3.1-8B (4 queries a KV head). vLLM's Triton kernel gives each program BLOCK_M = 16 query rows: BLOCK_Q =
+# 16 // (queries a KV head) prompt positions of one KV head, so the rows it fills are BLOCK_Q x queries (16 of 16 at
+# 4 and 8, 15 at 5, 14 at 7, 12 at 6). One request in flight, prompts of 2,000, 8,000 and 32,000 tokens (32 out), on
+# five models that cross the count: Qwen2.5-1.5B (6, 2 KV heads), Qwen2.5-3B (8, 2), Qwen2.5-7B (7, 4), Qwen3-14B
+# (5, 8) and Llama-3.1-8B (4, 8); prompts alone, so the chunks' own attention is timed without decoders
+PROMPT_TILES = [closed(2000, 32, 1, 3), closed(8000, 32, 1, 3), closed(32000, 32, 1, 2)]
 TP2_LADDER = [closed(1000, 256, c, 2 * c) for c in (16, 64, 192)] + [closed(8000, 256, c, 2 * c) for c in (8, 32)] + \
     [opened(1000, 256, 4, 120)]
 
@@ -257,6 +265,7 @@ def plan() -> dict:
     b10, b11, b12, b13 = "b10-host-alone", "b11-step-trace", "b12-step-ladder", "b13-refit-check"
     b14, b15, b16, b17 = "b14-kv-formats", "b15-format-check", "b16-wave-edges", "b17-unsplit-check"
     b18, b19, b20, b21 = "b18-wave-ratio", "b19-count-or-family", "b20-group-waves", "b21-wave-fill"
+    b22 = "b22-prompt-tiles"
     ran = {b1: {"0": ["llama8b-bf16", "qwen3moe-bf16"], "1": ["llama8b-fp8", "dsv2lite-bf16"],
                 "0,1": ["qwen25-32b-tp2-bf16"]}}
     ran[b2], ran[b3] = ran[b1], ran[b1]  # b1-b3 ran as one set of lanes
@@ -282,16 +291,18 @@ def plan() -> dict:
     # ran in part on two H200s (one point a server: the device time ran out)
     ran[b19] = {"0": ["b19-qwen25-3b-int8"], "1": ["b19-qwen3-14b-int8"], "0,1": []}
     ran[b20] = {"0": ["b20-qwen25-3b-int8"], "1": ["b20-qwen3-14b-int8"], "0,1": []}
-    # planned, not run yet, on a two-GPU machine: what the kit runs next
     ran[b21] = {"0": ["b21-qwen25-3b-int8"], "1": ["b21-qwen25-15b-int8"], "0,1": []}
+    # planned, not run yet, on a two-GPU machine: what the kit runs next
+    ran[b22] = {"0": ["b22-qwen25-3b-int8", "b22-qwen3-14b-int8"],
+                "1": ["b22-qwen25-15b-int8", "b22-qwen25-7b-int8", "b22-llama8b-int8"], "0,1": []}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
         bench="vllm bench serve --backend vllm --dataset-name random (ignore_eos), --percentile-metrics "
               "ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --save-result --save-detailed",
-        batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16, b17, b18, b19, b20, b21],
+        batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16, b17, b18, b19, b20, b21, b22],
         # lanes run side by side; a lane's servers run one after another; '0,1' runs once both others are done.
         # `lanes` are the newest batch's (what the kit runs); `lanes_by_batch` keeps each batch's
-        lanes=ran[b21], lanes_by_batch=ran,
+        lanes=ran[b22], lanes_by_batch=ran,
         servers=[
             server("llama8b-bf16", b1, "llama-3.1-8b", "0", 8101, 65536, LLAMA_POINTS),
             server("llama8b-fp8", b1, "llama-3.1-8b", "1", 8102, 65536, LLAMA_POINTS, kv_cache_dtype="fp8"),
@@ -388,6 +399,13 @@ def plan() -> dict:
             wave_server("b20-qwen3-14b-int8", b20, "qwen3-14b", "1", 8272, GROUP_WAVES_QWEN3, 10000, 0.05),
             wave_server("b21-qwen25-3b-int8", b21, "qwen2.5-3b", "0", 8281, WAVE_FILL_SMALL, 40000, 0.03),
             wave_server("b21-qwen25-15b-int8", b21, "qwen2.5-1.5b", "1", 8282, WAVE_FILL_SIX, 60000, 0.03),
+            wave_server("b22-qwen25-3b-int8", b22, "qwen2.5-3b", "0", 8291, PROMPT_TILES, 30000, 0.01),
+            wave_server("b22-qwen3-14b-int8", b22, "qwen3-14b", "0", 8292, PROMPT_TILES, 10000, 0.02),
+            wave_server("b22-qwen25-15b-int8", b22, "qwen2.5-1.5b", "1", 8293, PROMPT_TILES, 40000, 0.01),
+            wave_server("b22-qwen25-7b-int8", b22, "qwen2.5-7b-instruct", "1", 8294, PROMPT_TILES, 15000, 0.015),
+            server("b22-llama8b-int8", b22, "llama-3.1-8b", "1", 8295, 32768, PROMPT_TILES,
+                   kv_cache_dtype="int8_per_token_head", prefill_tokens_per_s=15000, itl_guess_s=0.015,
+                   step_trace=True),
         ],
     )
 
