@@ -399,7 +399,7 @@ def report(table: list[dict] | None = None) -> str:
            "int4_per_token_head KV, Qwen3-30B-A3B (also in int4_per_token_head), "
            "DeepSeek-V2-Lite, Qwen2.5-32B at TP 1 and 2, Mixtral-8x7B, gpt-oss-20b, Llama-3.2-1B, Qwen3-8B, "
            "Mistral-Nemo-12B, Llama-3.1-70B at TP 2 with fp8 KV, and in int8_per_token_head Qwen3-32B, Qwen3-14B, "
-           "Qwen2.5-7B and Qwen2.5-3B; `vllm bench serve`, closed and open loop; "
+           "Qwen2.5-7B, Qwen2.5-3B and Qwen2.5-1.5B; `vllm bench serve`, closed and open loop; "
            "`measure/serving/README.md` says how they ran). kvsize's figures come from its serving simulation "
            "(docs/formulas.md, 'Serving simulation'). Bars: p50 within 10%, p99 within 25%.", "",
            "Two groups, never mixed: the points the simulation's constants were fitted on "
@@ -416,12 +416,17 @@ def report(table: list[dict] | None = None) -> str:
            + ", and where the engine's kernel is compiled for another count of query heads a KV head, "
            + ", ".join(f"{k} at {q}: {w.programs_per_sm} programs an SM, {w.kv_efficiency} a full wave"
                        for k, groups in fit.engine_query_group_waves.items() for q, w in groups.items())
+           + ", a program's pace (cached tokens a microsecond, of a request's whole cache and of a split one's "
+           "segment) "
+           + ", ".join(f"{k} {v.whole / 1e6:g} and {v.split / 1e6:g}"
+                       for k, v in fit.engine_program_pace_tokens_per_s.items())
            + ", the prompt attention's share of the prefill rate "
            + ", ".join(f"{k} {v}" for k, v in fit.engine_prefill_attention_share.items())
            + "; one request in flight on every dense size and on Qwen3-30B-A3B (b2) for the MoE layer, the step "
            "traces of b11 and b12 for the KV read and each request's cost, b14's Llama-3.1-8B traces for the "
            "per-token-head formats' read and waves, b16's Qwen3-30B-A3B and b18's Qwen3-32B traces for the "
-           "waves of 8 query heads a KV head, and b14's Llama-3.1-8B points of 8,000 tokens and more for the per-token-head formats' prompt attention), and "
+           "waves of 8 query heads a KV head and, the split pace fixed, for the whole cache's pace, b22's one request of "
+           "8,000 and 32,000 tokens for the split pace, and b14's Llama-3.1-8B points of 8,000 tokens and more for the per-token-head formats' prompt attention), and "
            "the rest, which the fit never saw: out of the fit. Batches b1-b3 were measured "
            "before the simulation was written, so they are out of the fit but not predicted before seen; what was "
            "predicted before they ran came from kvsize's earlier speed model, the plan's decode step and one prompt's "

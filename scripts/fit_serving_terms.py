@@ -65,6 +65,8 @@ from sizing.planners.step_model import SERVING_PROFILE, queries_per_kv_head  # n
 from sizing.profiles import matching_gpus, measured_efficiency  # noqa: E402
 from measure.steps import decode_groups, gpu_paced_servers, server_settings  # noqa: E402
 from least_squares import best_count, relative_least_squares  # noqa: E402
+from fit_serving_kernels import (PACE_TERM, PREFILL_ATTENTION_TERM, fit_prefill_attention,  # noqa: E402
+                                 fit_program_pace, pace_fitted_on, prefill_attention_fitted_on)
 
 POINTS = ROOT / "measure" / "serving" / "points.json"
 # the step terms fitted; the rest are left at their neutral values (weights: kvsize's kernels' efficiency; 0 s)
@@ -78,8 +80,9 @@ def is_dense(p: dict) -> bool:
     return point_replica(p["settings"], ROOT)[0].shape.num_experts == 0
 
 
-# batches run to measure one mechanism, not the step: kept out of the dense one-request fit (see fitted_on)
-NOT_STEP_BATCHES = ("b7-prefill-graphs",)
+# batches run to measure one mechanism, not the step: kept out of the dense one-request fit (see fitted_on); b22's
+# one request in int8_per_token_head times the program pace (fit_serving_kernels.py)
+NOT_STEP_BATCHES = ("b7-prefill-graphs", "b22-prompt-tiles")
 
 
 def fitted_on(points: list[dict]) -> list[dict]:
@@ -235,42 +238,6 @@ def fit_query_groups(terms: dict, request: float) -> dict[str, dict[int, dict]]:
 def settings_format(settings: dict) -> str:
     """The KV format kvsize resolves for a server's settings."""
     return point_replica(settings, ROOT)[0].kv_format
-
-
-# the prompt attention of the formats FORMAT_TRACE_SERVERS read: their servers' closed-loop points of 8,000 tokens and
-# more, where the prompt's attention is a large part of the first token's time (a 32,000-token prompt's attention is
-# half its FLOPs); the 1,000-token points' first tokens carry the engine compiling its packed-attention kernel on the
-# first requests (a JIT warning in the server's log) and little attention
-PREFILL_ATTENTION_TERM = "engine_prefill_attention_share"
-PREFILL_ATTENTION_LEAST_TOKENS = 8000
-SHARE_GRID = [round(0.01 * k, 2) for k in range(1, 101)]  # 0.01-1.00
-
-
-def prefill_attention_fitted_on(points: list[dict]) -> list[dict]:
-    return [p for p in points if p["server"] in FORMAT_TRACE_SERVERS and p["settings"]["loop"] == "closed"
-            and p["settings"]["input_len"] >= PREFILL_ATTENTION_LEAST_TOKENS]
-
-
-def fit_prefill_attention(points: list[dict], terms: dict) -> dict[str, float]:
-    """Per format, the share of the prefill FLOP rate its prompt attention reaches, every other term fixed: the value
-    on SHARE_GRID whose simulated median TTFTs leave the least squared relative error against the measured ones
-    (the error falls and then rises along the grid: searched by halving the bracket)."""
-    by_format = {}
-    for p in prefill_attention_fitted_on(points):
-        by_format.setdefault(settings_format(p["settings"]), []).append(p)
-    shares = {}
-    for fmt, own in sorted(by_format.items()):
-        @cache
-        def error(k: int) -> float:
-            trial = {**terms, PREFILL_ATTENTION_TERM: {fmt: SHARE_GRID[k]}}
-            return sum((predict_point(served_settings(p), ROOT, terms=trial).ttft_ms[50]
-                        / p["measured"]["ttft_p50_ms"] - 1) ** 2 for p in own)
-        lo, hi = 0, len(SHARE_GRID) - 1
-        while hi - lo > 2:
-            a, b = lo + (hi - lo) // 3, hi - (hi - lo) // 3
-            lo, hi = (lo, b) if error(a) <= error(b) else (a, hi)
-        shares[fmt] = SHARE_GRID[min(range(lo, hi + 1), key=error)]
-    return shares
 
 
 REFERENCE_MFU = 0.5  # any MFU: one prompt prefilled alone takes time inversely proportional to it
@@ -489,13 +456,13 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
     for _ in range(FIT_ROUNDS):
         # fit_step's terms start from NEUTRAL: every term fitted later (the front end's among them) is off here
         trial = {**fit_step(points, traced["engine_kv_efficiency"], terms, traced[REQUEST_TERM]), **traced,
-                 HANDLING_TERM: handling}
+                 HANDLING_TERM: handling, PACE_TERM: {}}
         trial["prefill_mfu"] = fit_mfu(points, trial)
         handling = trial[HANDLING_TERM] = fit_handling(points, trial) if fits_handling else 0.0
         trial["moe_layer_step_overhead_s"] = fit_moe_layer(points, trial) if "moe_layer" in terms else 0.0
         traced = fit_trace(trial)
     fixed = {**fit_step(points, traced["engine_kv_efficiency"], terms, traced[REQUEST_TERM]), **traced,
-             HANDLING_TERM: handling}
+             HANDLING_TERM: handling, PACE_TERM: {}}  # the pace is fitted last (fit_serving_kernels.py)
     fixed["prefill_mfu"] = fit_mfu(points, fixed)
     if fits_handling:
         fixed[HANDLING_TERM] = fit_handling(points, fixed)
@@ -507,18 +474,21 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
     front = frontend_rows(points, fixed) if "frontend" in terms else []
     frontend = fit_frontend(front, fixed["step_floor_s"]) if front else dict(FRONTEND_OFF)
     fixed.update(frontend)
-    fixed[PREFILL_ATTENTION_TERM] = fit_prefill_attention(points, fixed)
+    fixed[PACE_TERM] = fit_program_pace(points, fixed, lambda trial: format_trace_rows(trial) + trace_rows(
+        trial, trace_groups(QUERY_GROUP_TRACE_BATCHES, QUERY_GROUP_TRACE_SERVERS)), REQUEST_TERM)
+    fixed[PREFILL_ATTENTION_TERM] = fit_prefill_attention(points, fixed, FORMAT_TRACE_SERVERS)
     trace_points += _group_points(trace_groups(FORMAT_TRACE_BATCHES, FORMAT_TRACE_SERVERS))
     trace_points += _group_points(trace_groups(QUERY_GROUP_TRACE_BATCHES, QUERY_GROUP_TRACE_SERVERS))
 
     named = ([p["id"] for p in fitted_on(points) + moe_points + [r["point"] for r in eager]
               + [r["point"] for r in front] + (handling_fitted_on(points) if fits_handling else [])
-              + prefill_attention_fitted_on(points)] + trace_points)
+              + pace_fitted_on(points) + prefill_attention_fitted_on(points, FORMAT_TRACE_SERVERS)]
+             + trace_points)
     fixed["engine_kernel_twins"] = KERNEL_TWINS
     return {**{k: fixed[k] for k in ("per_layer_step_overhead_s", "prefill_mfu", "engine_kv_efficiency",
                                      PREFILL_ATTENTION_TERM, "engine_kernel_twins", "engine_programs_per_sm",
                                      "engine_split_kv_efficiency", "engine_query_group_waves",
-                                     "engine_waves_query_groups", "engine_weights_efficiency",
+                                     "engine_waves_query_groups", PACE_TERM, "engine_weights_efficiency",
                                      "tp_per_layer_step_overhead_s", "step_floor_s",
                                      "moe_layer_step_overhead_s", EAGER_TERM)},
             **frontend,
@@ -540,7 +510,11 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
                       "and of the split cache of few requests; for a count of query heads a KV head whose kernel "
                       "runs other waves (batch b16's Qwen3-30B-A3B and b18's Qwen3-32B in int8_per_token_head, 8 "
                       "against Llama-3.1-8B's 4), on their traces, the split read and every other term fixed, that "
-                      "count's programs an SM and full-wave read efficiency alike; and the share of the prefill "
+                      "count's programs an SM and full-wave read efficiency alike; the cached tokens one of their programs reads a "
+                      "second, the grid value (0.1 a microsecond apart) leaving the least squared relative error of "
+                      "the simulated against the measured median inter-token gap of batch b22's one-request points "
+                      "of 8,000 and 32,000 tokens (five models, 2-8 KV heads), every other term fixed; and the share "
+                      "of the prefill "
                       "FLOP rate their prompt attention reaches, the grid value (0.01 apart) leaving the least squared "
                       "relative error of the simulated against the measured median TTFT of their closed-loop points "
                       "of 8,000 tokens and more, every other term fixed; the cost per MoE layer "

@@ -292,7 +292,7 @@ def plan() -> dict:
     ran[b19] = {"0": ["b19-qwen25-3b-int8"], "1": ["b19-qwen3-14b-int8"], "0,1": []}
     ran[b20] = {"0": ["b20-qwen25-3b-int8"], "1": ["b20-qwen3-14b-int8"], "0,1": []}
     ran[b21] = {"0": ["b21-qwen25-3b-int8"], "1": ["b21-qwen25-15b-int8"], "0,1": []}
-    # planned, not run yet, on a two-GPU machine: what the kit runs next
+    # ran on two H200s side by side: the newest batch, what the kit runs
     ran[b22] = {"0": ["b22-qwen25-3b-int8", "b22-qwen3-14b-int8"],
                 "1": ["b22-qwen25-15b-int8", "b22-qwen25-7b-int8", "b22-llama8b-int8"], "0,1": []}
     return dict(

@@ -306,6 +306,13 @@ class CacheLayout:
         return payload, metadata
 
     @lru_cache(maxsize=65536)  # noqa: B019
+    def read_tokens(self, tokens: int) -> int:
+        """The cached tokens one sequence of `tokens` has in all its KV layers, each layer's window or chunk
+        respected: what a kernel that reads each layer's cache in its own program walks through, one layer after
+        another."""
+        return sum(spec.tokens_held(tokens) * layers for spec, layers in self.distinct_kv())
+
+    @lru_cache(maxsize=65536)  # noqa: B019
     def sequence_bytes(self, tokens: int) -> tuple[int, int]:
         """Exact (payload, metadata) bytes for one sequence: every layer holds min(tokens, its window)."""
         payload = metadata = 0

@@ -34,6 +34,9 @@ UNLIMITED = GraphedSteps()
 # one program per request and KV head must launch; a decode-only step of fewer requests splits each request's cache
 # into segments (the 3D grid) instead
 SPLIT_KV_GRID = 128
+# the same file's NUM_PAR_SOFTMAX_SEGMENTS: the segments the 3D grid splits each request's cache into, one program each
+# (64 only on compute capability 12.0, whose SMs a 16-segment grid under-fills)
+SPLIT_KV_SEGMENTS = 16
 
 
 def split_kv_requests(scenario, engine, kv_heads_per_rank: int) -> int:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from ..cache.layers import kv_heads_per_rank
 from ..efficiency import DecodeEfficiency
 from ..errors import KvsizeError
-from .graph_steps import graphed_steps, split_kv_requests
+from .graph_steps import SPLIT_KV_SEGMENTS, graphed_steps, split_kv_requests
 from .step_model import StepModel, engine_efficiency, query_group_waves, step_overhead, with_twins
 
 MAX_SIMULATED_STEPS = 2_000_000  # a point of 10^4 prompts of 10^3 tokens at batch 8 takes ~10^6 steps
@@ -452,5 +452,8 @@ def _kv_kernel(scenario, e, multiprocessors: int, fitted: dict, engine_kv: dict[
     heads = kv_heads_per_rank(scenario.shape.num_kv_heads, scenario.tensor_parallel_size)
     whole = with_twins(engine_kv, twins)[e.k_format]
     split = with_twins(fitted["engine_split_kv_efficiency"], twins)[e.k_format]
+    pace = with_twins(fitted["engine_program_pace_tokens_per_s"], twins).get(e.k_format, {})
     return dict(kv_wave_programs=multiprocessors * per_sm, split_kv_time_ratio=whole / split,
-                split_kv_requests=split_kv_requests(scenario, e.engine, heads))
+                split_kv_requests=split_kv_requests(scenario, e.engine, heads),
+                kv_whole_pace_tokens_per_s=pace.get("whole", 0.0), kv_split_pace_tokens_per_s=pace.get("split", 0.0),
+                kv_split_segments=SPLIT_KV_SEGMENTS)

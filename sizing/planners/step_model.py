@@ -63,6 +63,15 @@ class QueryGroupWaves(BaseModel):
     kv_efficiency: float = Field(gt=0, le=1)
 
 
+class ProgramPace(BaseModel):
+    """The cached tokens one program of a format's kernel reads a second: a program of a request's whole cache for one
+    KV head (the 2D grid) and one of a segment of it (the 3D grid, whose partial results a second kernel reduces)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    whole: float = Field(gt=0, le=1e9)
+    split: float = Field(gt=0, le=1e9)
+
+
 class StepOverhead(BaseModel):
     """The fixed cost of one engine step per layer, with the points it was fitted on."""
 
@@ -95,6 +104,11 @@ class StepOverhead(BaseModel):
     # per such format, the counts of query heads a KV head whose servers' traces fitted its waves (the format's own
     # and engine_query_group_waves'): a model of another count takes the format's own waves, carried, and says so
     engine_waves_query_groups: dict[str, tuple[int, ...]] = Field(default_factory=dict)
+    # per such format, the cached tokens one of its programs reads a second: a program walks its request's cache for
+    # its KV head one tile after another, so no step's KV read is shorter than its longest program's tokens (a
+    # request's, or a segment's where the cache is split) at this pace, layer after layer, however few the programs
+    # and however little of the HBM rate they draw. A pace of the SM's, carried to another GPU unchanged
+    engine_program_pace_tokens_per_s: dict[str, ProgramPace] = Field(default_factory=dict)
     # the share of HBM bandwidth the engine's GEMMs read the weights at (None: kvsize's measured kernels' share)
     engine_weights_efficiency: float | None = Field(default=None, gt=0, le=1)
     tp_per_layer_step_overhead_s: float = Field(default=0.0, ge=0, le=0.01)  # each layer's all-reduce, TP > 1
@@ -155,6 +169,8 @@ class StepOverhead(BaseModel):
                 raise ValueError(f"engine_query_group_waves {name}: each count must be in engine_waves_query_groups")
         if set(self.engine_waves_query_groups) - set(self.engine_programs_per_sm):
             raise ValueError("engine_waves_query_groups: every format needs its engine_programs_per_sm")
+        if set(self.engine_program_pace_tokens_per_s) - set(self.engine_programs_per_sm):
+            raise ValueError("engine_program_pace_tokens_per_s: every format needs its engine_programs_per_sm")
         return self
 
     @field_validator("engine_kv_efficiency", "engine_prefill_attention_share", "engine_split_kv_efficiency")
@@ -288,6 +304,10 @@ class StepModel:
     kv_wave_programs: int = 0  # whole-request programs the GPU runs at once (0: the KV read is not in waves)
     split_kv_requests: int = 0  # the most requests a decode-only step splits each request's cache for (0: none)
     split_kv_time_ratio: float = 1.0  # a split read's time over a full wave's, per byte
+    # cached tokens a program reads a second, of a request's whole cache and of a split one's segment (0: no bound)
+    kv_whole_pace_tokens_per_s: float = 0.0
+    kv_split_pace_tokens_per_s: float = 0.0
+    kv_split_segments: int = 1  # the segments a split read cuts each request's cache into, one program each
 
     def seconds(self, decoding: int, decode_tokens_in_cache: int, chunks: list[tuple[int, int]]) -> float:
         """`decoding` requests reading `decode_tokens_in_cache` cached tokens in all; `chunks`: (start, end) of the
@@ -306,8 +326,7 @@ class StepModel:
                     gemm_flops(self.shape, step_tokens, decoding + len(chunks)) / self._flops())
         attention = (sum(self._attention(end) - self._attention(start) for start, end in chunks)
                      / self._attention_flops())
-        kv = (self._kv(decoding, _rounded(mean)) * self.kv_kernel_factor(decoding, bool(chunks))[0]
-              if decoding else 0.0)
+        kv = self._kv_read_seconds(decoding, mean, bool(chunks)) if decoding else 0.0
         # a step of more tokens than the largest graph (or any step where the engine captures none) is launched
         # from the host; the engine pads smaller ones to a captured size and replays it. A decode-only step's
         # tokens are its requests, so `_decode_only`'s cache by batch and length stays exact.
@@ -337,8 +356,19 @@ class StepModel:
 
     def read_seconds(self, decoding: int, tokens_in_cache: int) -> tuple[float, float]:
         """(weights, KV) read seconds of a step that only decodes: `decoding` requests of `tokens_in_cache` each."""
-        return (self._weights(_rounded(max(decoding, 1))),
-                self._kv(decoding, _rounded(tokens_in_cache)) * self.kv_kernel_factor(decoding, False)[0])
+        return self._weights(_rounded(max(decoding, 1))), self._kv_read_seconds(decoding, tokens_in_cache, False)
+
+    def _kv_read_seconds(self, decoding: int, mean_tokens: int, prompts: bool) -> float:
+        """The decoding requests' KV read: their bytes at the format's share and the kernel's factor, and no
+        shorter than the longest program's tokens at the program pace, layer after layer (a request's cache, or a
+        segment of it where the engine splits each)."""
+        factor, split = self.kv_kernel_factor(decoding, prompts)
+        read = self._kv(decoding, _rounded(mean_tokens)) * factor
+        pace = self.kv_split_pace_tokens_per_s if split else self.kv_whole_pace_tokens_per_s
+        if not pace:
+            return read
+        program = -(-mean_tokens // self.kv_split_segments) if split else mean_tokens
+        return max(read, self.layout.read_tokens(_rounded(program)) / pace)
 
     def kv_kernel_factor(self, decoding: int, prompts: bool) -> tuple[float, bool]:
         """The decoding requests' KV read time over a read of its bytes at the format's share, and whether the

@@ -1,0 +1,105 @@
+"""The serving simulation's terms of the engine's Triton attention kernels that are fitted last, every other term
+fixed (scripts/fit_serving_terms.py calls them): the pace of one program's KV read, on the one-request points whose
+decode is that pace, and the share of the prefill FLOP rate the per-token-head formats' prompt attention reaches.
+Each searches a grid by halving its bracket: the squared relative error of the simulated against the measured
+figures falls and then rises along it."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sizing.evidence.serving import point_replica, predict_point, served_settings  # noqa: E402
+
+# the prompt attention of the formats the format traces read: their servers' closed-loop points of 8,000 tokens and
+# more, where the prompt's attention is a large part of the first token's time (a 32,000-token prompt's attention is
+# half its FLOPs); the 1,000-token points' first tokens carry the engine compiling its packed-attention kernel on the
+# first requests (a JIT warning in the server's log) and little attention
+PREFILL_ATTENTION_TERM = "engine_prefill_attention_share"
+PREFILL_ATTENTION_LEAST_TOKENS = 8000
+SHARE_GRID = [round(0.01 * k, 2) for k in range(1, 101)]  # 0.01-1.00
+
+# the program pace: batch b22's one request in flight on five models in int8_per_token_head (2 to 8 KV heads, 4 to
+# 8 query heads a KV head) at prompts of 8,000 and 32,000 tokens, where each decode step splits the request's cache
+# into 16 segments and 32-128 programs read 500-2,000 tokens each: far from the HBM rate, the step is the programs'
+# pace; the 2,000-token points, whose segments are 125 tokens, stay out to judge it
+PACE_TERM = "engine_program_pace_tokens_per_s"
+PACE_BATCHES = ("b22-prompt-tiles",)
+PACE_LEAST_TOKENS = 8000
+PACE_GRID = [round(1e5 * k) for k in range(10, 1001)]  # 1 to 100 tokens a microsecond, 0.1 apart
+
+
+def settings_format(settings: dict) -> str:
+    """The KV format kvsize resolves for a server's settings."""
+    return point_replica(settings, ROOT)[0].kv_format
+
+
+def _least_on_grid(grid: list, error: Callable[[int], float]):
+    lo, hi = 0, len(grid) - 1
+    while hi - lo > 2:
+        a, b = lo + (hi - lo) // 3, hi - (hi - lo) // 3
+        lo, hi = (lo, b) if error(a) <= error(b) else (a, hi)
+    return grid[min(range(lo, hi + 1), key=error)]
+
+
+def _by_format(points: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for p in points:
+        out.setdefault(settings_format(p["settings"]), []).append(p)
+    return out
+
+
+def prefill_attention_fitted_on(points: list[dict], servers: tuple[str, ...]) -> list[dict]:
+    return [p for p in points if p["server"] in servers and p["settings"]["loop"] == "closed"
+            and p["settings"]["input_len"] >= PREFILL_ATTENTION_LEAST_TOKENS]
+
+
+def fit_prefill_attention(points: list[dict], terms: dict, servers: tuple[str, ...]) -> dict[str, float]:
+    """Per format of `servers`, the share of the prefill FLOP rate its prompt attention reaches, every other term
+    fixed: the value on SHARE_GRID whose simulated median TTFTs leave the least squared relative error against the
+    measured ones."""
+    shares = {}
+    for fmt, own in sorted(_by_format(prefill_attention_fitted_on(points, servers)).items()):
+        @cache
+        def error(k: int, fmt=fmt, own=own) -> float:
+            trial = {**terms, PREFILL_ATTENTION_TERM: {fmt: SHARE_GRID[k]}}
+            return sum((predict_point(served_settings(p), ROOT, terms=trial).ttft_ms[50]
+                        / p["measured"]["ttft_p50_ms"] - 1) ** 2 for p in own)
+        shares[fmt] = _least_on_grid(SHARE_GRID, error)
+    return shares
+
+
+def pace_fitted_on(points: list[dict]) -> list[dict]:
+    return [p for p in points if p["batch"] in PACE_BATCHES and p["settings"]["loop"] == "closed"
+            and p["settings"]["concurrency"] == 1 and p["settings"]["input_len"] >= PACE_LEAST_TOKENS]
+
+
+def fit_program_pace(points: list[dict], terms: dict, trace_rows: Callable[[dict], list[dict]],
+                     request_term: str) -> dict[str, dict[str, float]]:
+    """Per format, the cached tokens a program reads a second, every other term fixed, each the value on PACE_GRID
+    leaving the least squared relative error: a segment's (the split cache) against the measured median inter-token
+    gaps of its one-request points (pace_fitted_on), the whole cache's pace left unbound; then a whole request's
+    against the median periods of the decode-only step groups `trace_rows` gives (the format traces', each group
+    counted once a step), the split pace fixed."""
+    paces = {}
+    unbound = float(PACE_GRID[-1])
+    for fmt, own in sorted(_by_format(pace_fitted_on(points)).items()):
+        @cache
+        def split_error(k: int, fmt=fmt, own=own) -> float:
+            trial = {**terms, PACE_TERM: {fmt: {"whole": unbound, "split": float(PACE_GRID[k])}}}
+            return sum((predict_point(served_settings(p), ROOT, terms=trial).itl_ms[50]
+                        / p["measured"]["itl_p50_ms"] - 1) ** 2 for p in own)
+        split = float(_least_on_grid(PACE_GRID, split_error))
+
+        @cache
+        def whole_error(k: int, fmt=fmt, split=split) -> float:
+            trial = {**terms, PACE_TERM: {fmt: {"whole": float(PACE_GRID[k]), "split": split}}}
+            return sum(r["steps"] * ((r["base"] + r["kv"] + terms[request_term] * r["decoding"]) / r["measured"] - 1)
+                       ** 2 for r in trace_rows(trial) if r["format"] == fmt)
+        paces[fmt] = {"whole": float(_least_on_grid(PACE_GRID, whole_error)), "split": split}
+    return paces

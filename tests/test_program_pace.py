@@ -1,0 +1,93 @@
+"""The program pace of vLLM's TRITON_ATTN decode (sizing/planners/step_model.py, docs/formulas.md 'Serving
+simulation'): each program walks its cache one tile after another, so a step's KV read is never shorter than its
+longest program's tokens at the pace, layer after layer, however few programs run."""
+
+from dataclasses import replace
+
+import pytest
+from pydantic import ValidationError
+
+from helpers import scenario
+from sizing.cache.layers import SlidingWindowSpec
+from sizing.planners.graph_steps import SPLIT_KV_SEGMENTS
+from sizing.planners.serving import serving_replica
+from sizing.planners.step_model import StepOverhead, step_overhead
+from sizing.profiles import gpu_profile, measured_efficiency
+
+
+def _replica(model="llama-3.1-8b", fmt="int8_per_token_head"):
+    g = gpu_profile("h200")
+    s = scenario(model, "h200", max_model_len=32768, memory_fraction=0.9, max_num_batched_tokens=8192,
+                 max_num_seqs=1024, k_cache_dtype=fmt, v_cache_dtype=fmt)
+    return serving_replica(s, g.hbm_bandwidth_gb_s, g.bf16_dense_tflops, g.multiprocessors, measured_efficiency())[0]
+
+
+def _kv(model, decoding: int, tokens: int) -> float:
+    return model.gpu_seconds(decoding, decoding * tokens, []) - model.gpu_seconds(decoding, 0, [])
+
+
+def test_one_long_request_reads_at_its_segments_pace_not_the_hbm_rate():
+    model = _replica()
+    pace = step_overhead().engine_program_pace_tokens_per_s["int8_per_token_head"].split
+    assert model.kv_split_pace_tokens_per_s == pace and model.kv_split_segments == SPLIT_KV_SEGMENTS == 16
+    unpaced = replace(model, kv_split_pace_tokens_per_s=0.0)
+    for tokens in (8000, 32000):
+        paced = _kv(model, 1, tokens)
+        # 32 layers of one 16th of the cache each, at the pace (the step model rounds a length to 1/64 of itself)
+        assert paced == pytest.approx(32 * tokens / 16 / pace, rel=0.02)
+        assert paced > 3 * _kv(unpaced, 1, tokens)  # 8 KV heads x 16 segments = 128 programs: far from the HBM rate
+
+
+def test_the_pace_grows_with_the_programs_tokens_and_not_with_their_count():
+    model = _replica()
+    # 1 to 16 requests split their caches (the threshold is 128 programs over 8 KV heads); the pace bounds each
+    # program's walk, so at a fixed length more requests do not lengthen it while it binds
+    assert model.split_kv_requests == 16
+    one, two = _kv(model, 1, 32000), _kv(model, 2, 32000)
+    assert two == pytest.approx(one, rel=0.01)
+    assert _kv(model, 1, 16000) == pytest.approx(one / 2, rel=0.02)
+
+
+def test_a_whole_request_program_reads_at_the_whole_pace_past_the_split():
+    whole = step_overhead().engine_program_pace_tokens_per_s["int8_per_token_head"].whole
+    # Qwen2.5-0.5B: 2 KV heads, so 65 requests (one past the split) are 130 programs, a third of a wave: each walks
+    # its request's 8,000 tokens in 24 layers, longer than the wave's bytes take at the format's share
+    model = _replica("qwen2.5-0.5b")
+    assert model.kv_whole_pace_tokens_per_s == whole and model.split_kv_requests == 64
+    decoding = 65
+    assert decoding * model.kv_heads_per_rank <= model.kv_wave_programs
+    assert _kv(model, decoding, 8000) == pytest.approx(24 * 8000 / whole, rel=0.02)
+    assert _kv(replace(model, kv_whole_pace_tokens_per_s=0.0), decoding, 8000) < 0.7 * _kv(model, decoding, 8000)
+    # Llama-3.1-8B's 8 KV heads fill the wave's bytes first: there the pace does not bind, and never shortens a read
+    llama = _replica()
+    assert _kv(llama, 24, 8000) == _kv(replace(llama, kv_whole_pace_tokens_per_s=0.0), 24, 8000) >= 32 * 8000 / whole
+
+
+def test_a_windowed_layer_walks_its_window_only():
+    model = _replica("gpt-oss-20b")
+    layout = model.layout
+    windows = [spec.window for spec in layout.kv.values() if isinstance(spec, SlidingWindowSpec)]
+    full = len(layout.kv) - len(windows)
+    assert windows and full
+    assert layout.read_tokens(32000) == full * 32000 + sum(min(32000, w) for w in windows)
+    assert layout.read_tokens(100) == len(layout.kv) * 100
+
+
+def test_a_format_without_its_kernels_waves_cannot_take_a_pace():
+    data = step_overhead().model_dump()
+    data["engine_program_pace_tokens_per_s"] = {"bf16": {"whole": 1e7, "split": 1e7}}
+    with pytest.raises(ValidationError, match="engine_program_pace_tokens_per_s"):
+        StepOverhead.model_validate(data)
+    data["engine_program_pace_tokens_per_s"] = {"int8_per_token_head": {"whole": 0.0, "split": 1e7}}
+    with pytest.raises(ValidationError):
+        StepOverhead.model_validate(data)
+
+
+def test_a_twin_format_takes_its_kernels_pace():
+    # vLLM runs fp8_per_token_head through int8_per_token_head's kernel (engine_kernel_twins)
+    assert _replica(fmt="fp8_per_token_head").kv_split_pace_tokens_per_s == _replica().kv_split_pace_tokens_per_s
+
+
+def test_bf16_decode_has_no_program_pace():
+    model = _replica(fmt="auto")
+    assert model.kv_split_pace_tokens_per_s == model.kv_whole_pace_tokens_per_s == 0.0
