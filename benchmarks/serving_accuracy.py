@@ -420,7 +420,7 @@ def report(table: list[dict] | None = None) -> str:
            "segment) "
            + ", ".join(f"{k} {v.whole / 1e6:g} and {v.split / 1e6:g}"
                        for k, v in fit.engine_program_pace_tokens_per_s.items())
-           + ", the prompt attention's share of the prefill rate "
+           + ", the prompt attention's share of the prefill rate at a full tile of query rows "
            + ", ".join(f"{k} {v}" for k, v in fit.engine_prefill_attention_share.items())
            + "; one request in flight on every dense size and on Qwen3-30B-A3B (b2) for the MoE layer, the step "
            "traces of b11 and b12 for the KV read and each request's cost, b14's Llama-3.1-8B traces for the "

@@ -3,6 +3,7 @@ simulation'): each program walks its cache one tile after another, so a step's K
 longest program's tokens at the pace, layer after layer, however few programs run."""
 
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 from pydantic import ValidationError
@@ -11,8 +12,8 @@ from helpers import scenario
 from sizing.cache.layers import SlidingWindowSpec
 from sizing.planners.graph_steps import SPLIT_KV_SEGMENTS
 from sizing.planners.serving import serving_replica
-from sizing.planners.step_model import StepOverhead, step_overhead
-from sizing.profiles import gpu_profile, measured_efficiency
+from sizing.planners.step_model import StepOverhead, queries_per_kv_head, query_tile_fill, step_overhead
+from sizing.profiles import gpu_profile, load_model, measured_efficiency
 
 
 def _replica(model="llama-3.1-8b", fmt="int8_per_token_head"):
@@ -91,3 +92,24 @@ def test_a_twin_format_takes_its_kernels_pace():
 def test_bf16_decode_has_no_program_pace():
     model = _replica(fmt="auto")
     assert model.kv_split_pace_tokens_per_s == model.kv_whole_pace_tokens_per_s == 0.0
+
+
+@pytest.mark.parametrize(("model", "queries", "fill"), [
+    ("llama-3.1-8b", 4, 1.0),          # BLOCK_Q 4 x 4 = 16 rows
+    ("qwen2.5-7b-instruct", 7, 0.875),  # BLOCK_Q 2 x 7 = 14 of 16
+    ("qwen2.5-0.5b", 7, 0.875),
+    ("qwen3-30b-a3b", 8, 1.0),          # BLOCK_Q 2 x 8
+])
+def test_a_prompt_fills_the_triton_programs_query_rows_by_its_query_heads_a_kv_head(model, queries, fill):
+    shape = load_model(model)[1]
+    assert queries_per_kv_head(shape) == queries and query_tile_fill(shape) == fill
+    share = step_overhead().engine_prefill_attention_share["int8_per_token_head"]
+    assert _replica(model).prefill_attention_share == pytest.approx(share * fill)
+    assert _replica(model, fmt="auto").prefill_attention_share == 1.0  # bf16's prompt attention: FlashAttention
+
+
+def test_more_query_heads_a_kv_head_than_a_tile_take_the_next_power_of_two():
+    # 20 query heads a KV head: BLOCK_M 32, one position a program, 20 of 32 rows; 6: BLOCK_Q 2, 12 of 16
+    assert query_tile_fill(SimpleNamespace(num_attention_heads=40, num_kv_heads=2)) == 20 / 32
+    assert query_tile_fill(SimpleNamespace(num_attention_heads=12, num_kv_heads=2)) == 12 / 16
+    assert query_tile_fill(SimpleNamespace(num_attention_heads=32, num_kv_heads=32)) == 1.0

@@ -32,7 +32,8 @@ from ..cache.layers import kv_heads_per_rank
 from ..efficiency import DecodeEfficiency
 from ..errors import KvsizeError
 from .graph_steps import SPLIT_KV_SEGMENTS, graphed_steps, split_kv_requests
-from .step_model import StepModel, engine_efficiency, query_group_waves, step_overhead, with_twins
+from .step_model import (StepModel, engine_efficiency, query_group_waves, query_tile_fill, step_overhead,
+                         with_twins)
 
 MAX_SIMULATED_STEPS = 2_000_000  # a point of 10^4 prompts of 10^3 tokens at batch 8 takes ~10^6 steps
 PERCENTILES = (50, 90, 99)
@@ -427,8 +428,7 @@ def serving_replica(scenario, hbm_bandwidth_gb_s: float, bf16_dense_tflops: floa
                       fitted["eager_moe_layer_step_overhead_s"],
                       fitted["frontend_core_s_per_token"], fitted["frontend_api_s_per_token"] / max(api_servers, 1),
                       fitted["request_handling_s"], fitted["request_step_overhead_s"],
-                      with_twins(fitted["engine_prefill_attention_share"], fitted["engine_kernel_twins"])
-                      .get(e.k_format, 1.0),
+                      _prompt_attention_share(fitted, e.k_format, s.shape),
                       **_kv_kernel(s, e, multiprocessors, fitted, kv, group))
     paged = e.pool.paged
     release = e.engine.release
@@ -436,6 +436,14 @@ def serving_replica(scenario, hbm_bandwidth_gb_s: float, bf16_dense_tflops: floa
                        e.num_blocks if paged else e.max_tokens,
                        release.in_flight_extra_batches if release is not None else 0)
     return model, engine
+
+
+def _prompt_attention_share(fitted: dict, kv_format: str, shape) -> float:
+    """The share of the prefill FLOP rate `kv_format`'s prompt attention reaches (profiles/serving.json's, a twin's
+    included), where it runs in the engine's Triton kernel scaled by the query rows a program fills (query_tile_fill);
+    1 for a format run in bf16's kernel."""
+    share = with_twins(fitted["engine_prefill_attention_share"], fitted["engine_kernel_twins"]).get(kv_format)
+    return 1.0 if share is None else share * query_tile_fill(shape)
 
 
 def _kv_kernel(scenario, e, multiprocessors: int, fitted: dict, engine_kv: dict[str, float],

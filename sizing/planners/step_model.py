@@ -83,7 +83,8 @@ class StepOverhead(BaseModel):
     engine_kv_efficiency: dict[str, float] = Field(default_factory=dict)
     # per KV format whose prompt attention the engine runs in another kernel than bf16's (vLLM runs the per-token-head
     # integer formats under TRITON_ATTN only, dequantizing the cached chunks), the share of the prefill FLOP rate it
-    # reaches; a format not named runs at the prefill MFU
+    # reaches with its programs' query rows full (query_tile_fill scales it); a format not named runs at the prefill
+    # MFU
     engine_prefill_attention_share: dict[str, float] = Field(default_factory=dict)
     # a format no server ran that the engine decodes and prefills in the same kernel as a measured one: it takes that
     # format's shares (vLLM runs fp8_per_token_head through the same TRITON_ATTN path as int8_per_token_head, one byte
@@ -230,7 +231,7 @@ def slow_kernel_note(kv_format: str) -> str | None:
     return (f"{kv_format}: {fit.fitted_engine}'s servers ran it slower than bf16{twin}, decode reading at "
             f"{few}{fit.engine_kv_efficiency[measured]:g} of the HBM rate against bf16's "
             f"{fit.engine_kv_efficiency.get('bf16', 1.0):g} and prompt attention at {share:g} of the prefill rate "
-            "(docs/speed-accuracy.md)")
+            "at a full tile (docs/speed-accuracy.md)")
 
 
 def engine_read_basis(kv_format: str, gpu_id: str, efficiency: DecodeEfficiency) -> str | None:
@@ -267,6 +268,20 @@ def queries_per_kv_head(shape: ModelShape) -> int:
     """The query heads that share one KV head: the count the engine's attention kernel is compiled for (the same on
     every TP rank, which splits both alike)."""
     return max(shape.num_attention_heads // max(shape.num_kv_heads, 1), 1)
+
+
+# vLLM's unified Triton attention (v1/attention/ops/triton_unified_attention.py): a program's tile is BLOCK_M query
+# rows, 16 while a KV head has at most 16 query heads (else the next power of two), holding BLOCK_Q = BLOCK_M //
+# (query heads a KV head) prompt positions of one KV head's query heads; the rows left over compute nothing
+TRITON_BLOCK_M = 16
+
+
+def query_tile_fill(shape: ModelShape) -> float:
+    """The share of a Triton attention program's query rows a prompt fills: BLOCK_Q positions x the query heads a KV
+    head over BLOCK_M (12 of 16 at 6 query heads a KV head, 14 at 7, 15 at 5, all 16 at 4 and 8)."""
+    queries = queries_per_kv_head(shape)
+    block_m = TRITON_BLOCK_M if queries <= TRITON_BLOCK_M else 1 << (queries - 1).bit_length()
+    return (block_m // queries) * queries / block_m
 
 
 def query_group_waves(fitted: dict, kv_format: str, shape: ModelShape) -> dict | None:
