@@ -493,6 +493,19 @@ def report(table: list[dict] | None = None) -> str:
            "short; batch b15's Mistral-Nemo-12B, which the fit never saw, within 10% on 10 of 12 points (13% the "
            "worst, 3 of 12 as committed before it ran, under one share a format). The first 1,000-token requests "
            "pay the engine compiling its packed-attention kernel (a JIT warning in the log), not modelled.",
+           "- One long request in a per-token-head format (batch b22, int8_per_token_head on five models of 2-8 KV "
+           "heads): its decode splits the cache into 16 segments a KV head, 32-128 programs that each walk 500-2,000 "
+           "tokens at 7-8 tokens a microsecond, a few percent of the HBM rate, so p50 ITL at 32,000 tokens was "
+           "2.1-3.9x what the read shares gave (as committed before the batch ran). A program's pace now bounds the "
+           "read (docs/formulas.md): those points within 7%, the 2,000-token ones, out of the fit, within 11%, and "
+           "the first waves of Qwen2.5-3B (b20, b21), which also walk whole 8,000-token caches, from -30% to -14%. "
+           "Their prompt attention fills a Triton program's 16 query rows with 16 // q positions of q query heads: "
+           "Qwen2.5-1.5B's prompts (q = 6) were 20-33% slower than a full tile; the fill brings them within 8% "
+           "beside decoders (b21) and 13-17% alone (b22).",
+           "- A prompt chunk beside ~100 decoders in int8_per_token_head on two-KV-head models (Qwen2.5-3B and -1.5B, "
+           "b20 and b21): the step runs 578-773 ms against 333-482 simulated, though the same prompts alone (b22) "
+           "come within 6-17% and the decoders alone within 14%. The two share one Triton launch; what they cost "
+           "together is not modelled yet.",
            "- ITL p99 in sparse open loops: a prompt arriving beside one decoding request stalls it for a whole "
            "prefill step in the simulation more often than the server's 1% tail shows.",
            "- Past the pool (batch b4): the preemptions are counted about right (78 against 80 for Llama-3.1-8B at 768 "
