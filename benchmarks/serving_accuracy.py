@@ -502,10 +502,6 @@ def report(table: list[dict] | None = None) -> str:
            "Their prompt attention fills a Triton program's 16 query rows with 16 // q positions of q query heads: "
            "Qwen2.5-1.5B's prompts (q = 6) were 20-33% slower than a full tile; the fill brings them within 8% "
            "beside decoders (b21) and 13-17% alone (b22).",
-           "- A prompt chunk beside ~100 decoders in int8_per_token_head on two-KV-head models (Qwen2.5-3B and -1.5B, "
-           "b20 and b21): the step runs 578-773 ms against 333-482 simulated, though the same prompts alone (b22) "
-           "come within 6-17% and the decoders alone within 14%. The two share one Triton launch; what they cost "
-           "together is not modelled yet.",
            "- ITL p99 in sparse open loops: a prompt arriving beside one decoding request stalls it for a whole "
            "prefill step in the simulation more often than the server's 1% tail shows.",
            "- Past the pool (batch b4): the preemptions are counted about right (78 against 80 for Llama-3.1-8B at 768 "

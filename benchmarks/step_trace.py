@@ -35,7 +35,9 @@ def report() -> str:
            "`measure/step_trace.py`). A step's measured length is the time from one step's output update to the "
            "next one's while the engine is busy; the simulated one is `sizing/planners/step_model.py`'s for the same "
            "requests decoding and prompt tokens, each decoding request taken to hold its prompt and half its output, "
-           "the prompt tokens split evenly among the step's prompts, each chunk from its prompt's start. "
+           "the prompt tokens placed where the point's stream of prompts had reached (its prompts end to end, one "
+           "finished before the next starts: measure/steps.py prompt_chunks), so a chunk late in its prompt "
+           "attends to all the tokens before it. "
            "GPU and host are the simulation's two parts (the step is the longer); schedule and update are the engine "
            "core's own `schedule()` and `update_from_output()` calls, timed inside it.", ""]
     for server in traced_servers():

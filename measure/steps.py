@@ -81,12 +81,29 @@ def point_steps(server: dict):
     chunks is measured together with the one before it (prompt_rows)."""
     steps = read_steps(SERVING / server["batch"] / server["tag"] / "steps.tsv.gz")
     windows = point_windows(server)
-    for i, step in enumerate(steps):
-        if step.period_s is None or step.period_s > LONGEST_S:
-            continue
+    points, scheduled = [], {}
+    for step in steps:  # every step, the long ones too, counts toward where the next chunk starts
         point = next((p for t0, t1, p in windows if t0 <= step.scheduled_at <= t1), None)
         if point is not None:
+            step.prompt_start = scheduled.get(point["id"], 0)
+            scheduled[point["id"]] = step.prompt_start + step.prompt_tokens
+        points.append(point)
+    for i, (step, point) in enumerate(zip(steps, points)):
+        if point is not None and step.period_s is not None and step.period_s <= LONGEST_S:
             yield step, point, steps[i - 1] if i else None, steps[i + 1] if i + 1 < len(steps) else None
+
+
+def prompt_chunks(start: int, tokens: int, prompt_len: int) -> list[tuple[int, int]]:
+    """(start, end) within each prompt of the prompt tokens [start, start + tokens) of a point's stream: every
+    prompt of a point is `prompt_len` tokens, and the engine finishes a prompt's chunks before it starts the next's
+    (a partly prefilled request is scheduled before any waiting one), so the stream is the prompts end to end."""
+    out, end = [], start + tokens
+    while start < end:
+        offset = start % prompt_len
+        take = min(prompt_len - offset, end - start)
+        out.append((offset, offset + take))
+        start += take
+    return out
 
 
 def _decode_only(step, following) -> bool:
@@ -122,7 +139,7 @@ def server_rows(server: dict, terms: dict | None = None) -> tuple[list[dict], li
         elif step.prompt_requests and previous is not None and previous.period_s is not None:
             key = _bin(step.prompt_tokens, PROMPT_BINS)
             if key:
-                prompt.setdefault(key, []).append((step, cached, previous))
+                prompt.setdefault(key, []).append((step, point, previous))
     return ([_decode_row(model, gpu_only, key, group) for key, group in sorted(decode.items())
              if len(group) >= LEAST_STEPS],
             [_prompt_row(model, key, group) for key, group in sorted(prompt.items()) if len(group) >= LEAST_STEPS])
@@ -142,18 +159,17 @@ def _decode_row(model, gpu_only, key, group) -> dict:
 def _prompt_row(model, key, group) -> dict:
     """A group of steps with prompt chunks, each measured with the step before it (point_steps says why): the
     median of the two periods' sum against the two steps simulated."""
-    def simulated(step, cached) -> float:
-        # the step's prompt tokens are its prefilling requests' chunks, taken as equal and from each prompt's start
-        # (the trace holds their count, not where each chunk begins): attention grows with each chunk's length
-        prompts = max(1, step.prompt_requests)
-        chunks = [(0, step.prompt_tokens // prompts)] * prompts if step.prompt_tokens else []
-        return model.seconds(step.decoding, step.decoding * cached, chunks)
+    def simulated(step, point) -> float:
+        # the step's prompt tokens are where the point's stream of prompts had reached (prompt_chunks): a chunk late
+        # in its prompt attends to all the tokens before it
+        chunks = prompt_chunks(step.prompt_start, step.prompt_tokens, point["input_len"])
+        return model.seconds(step.decoding, step.decoding * cached_tokens(point), chunks)
 
     return dict(bin=key, steps=len(group), decoding=int(statistics.median(s.decoding for s, _, _ in group)),
                 prompt_tokens=int(statistics.median(s.prompt_tokens for s, _, _ in group)),
                 prompt_requests=int(statistics.median(s.prompt_requests for s, _, _ in group)),
                 measured_ms=1e3 * statistics.median(s.period_s + p.period_s for s, _, p in group),
-                simulated_ms=1e3 * statistics.median(simulated(s, c) + simulated(p, c) for s, c, p in group))
+                simulated_ms=1e3 * statistics.median(simulated(s, pt) + simulated(p, pt) for s, pt, p in group))
 
 # ---------------------------------------------------------------------------------------------- reading a trace
 
@@ -171,7 +187,7 @@ class Step:
     busy, the step's own length (under async scheduling the next step's scheduling overlaps it)."""
 
     __slots__ = ("scheduled_at", "schedule_s", "prompt_requests", "prompt_tokens", "decoding", "running", "waiting",
-                 "updated_at", "update_s", "period_s")
+                 "updated_at", "update_s", "period_s", "prompt_start")
 
     def __init__(self, s: list[str], u: list[str], previous_update_at: float | None):
         self.scheduled_at, self.schedule_s = float(s[1]), float(s[2]) - float(s[1])
@@ -179,6 +195,7 @@ class Step:
         self.running, self.waiting = int(s[6]), int(s[7])
         self.updated_at, self.update_s = float(u[1]), float(u[2]) - float(u[1])
         self.period_s = None if previous_update_at is None else self.updated_at - previous_update_at
+        self.prompt_start = 0  # the prompt tokens its point scheduled before it (point_steps sets it)
 
 
 def read_steps(path: Path) -> list[Step]:

@@ -9,7 +9,7 @@ import pytest
 from helpers import load_script
 
 from measure.serving import SERVING
-from measure.steps import TraceError, read_steps
+from measure.steps import TraceError, point_steps, prompt_chunks, read_steps, traced_servers
 
 ROOT = SERVING.parents[1]
 
@@ -58,3 +58,24 @@ def test_a_malformed_trace_is_refused_naming_its_line(tmp_path):
     path.write_bytes(gzip.compress(b"S\t1.0\t1.1\t0\t0\t1\t1\t0\nX\t1\n"))
     with pytest.raises(TraceError, match="line 2"):
         read_steps(path)
+
+
+def test_a_steps_prompt_tokens_are_placed_where_the_points_stream_of_prompts_had_reached():
+    # prompts of 8,000 tokens end to end: a step of 8,080 tokens from token 16,000 is the whole of the third prompt
+    # and the first 80 of the fourth; one from 7,920 the last 80 of the first and 8,000 of the second
+    assert prompt_chunks(16000, 8080, 8000) == [(0, 8000), (0, 80)]
+    assert prompt_chunks(7920, 8080, 8000) == [(7920, 8000), (0, 8000)]
+    assert prompt_chunks(24100, 8192, 32000) == [(24100, 32000), (0, 292)]
+    assert prompt_chunks(0, 0, 1000) == []
+
+
+def test_the_placed_chunks_match_the_prompts_the_trace_counts_in_nearly_every_step():
+    steps = placed = 0
+    for server in traced_servers():
+        for step, point, _, _ in point_steps(server):
+            if step.prompt_tokens:
+                steps += 1
+                placed += len(prompt_chunks(step.prompt_start, step.prompt_tokens, point["input_len"])) \
+                    == step.prompt_requests
+    # the rest are steps around a preemption's recompute (batch b4) or a point's edge
+    assert steps > 4000 and placed / steps > 0.97
