@@ -12,7 +12,8 @@ from helpers import scenario
 from sizing.cache.layers import SlidingWindowSpec
 from sizing.planners.graph_steps import SPLIT_KV_SEGMENTS
 from sizing.planners.serving import serving_replica
-from sizing.planners.step_model import StepOverhead, queries_per_kv_head, query_tile_fill, step_overhead
+from sizing.planners.step_model import (StepOverhead, queries_per_kv_head, query_tile_fill, simulation_source,
+                                        step_overhead)
 from sizing.profiles import gpu_profile, load_model, measured_efficiency
 
 
@@ -113,3 +114,11 @@ def test_more_query_heads_a_kv_head_than_a_tile_take_the_next_power_of_two():
     assert query_tile_fill(SimpleNamespace(num_attention_heads=40, num_kv_heads=2)) == 20 / 32
     assert query_tile_fill(SimpleNamespace(num_attention_heads=12, num_kv_heads=2)) == 12 / 16
     assert query_tile_fill(SimpleNamespace(num_attention_heads=32, num_kv_heads=32)) == 1.0
+
+
+def test_a_pace_carried_to_another_gpu_says_so():
+    carried = simulation_source("vllm", "0.33.0", "h100-sxm", "int8_per_token_head")
+    assert "int8_per_token_head's program pace unchanged" in carried
+    assert "program pace" not in simulation_source("vllm", "0.33.0", "h200", "int8_per_token_head")
+    assert "program pace" not in simulation_source("vllm", "0.33.0", "h100-sxm", "bf16")
+    assert "fp8_per_token_head's program pace" in simulation_source("vllm", "0.33.0", "h100-sxm", "fp8_per_token_head")

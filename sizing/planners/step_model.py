@@ -206,6 +206,8 @@ def simulation_source(engine: str, version: str | None, gpu_id: str, kv_format: 
                        f"ran {queries_per_kv})")
     if gpu_id != fit.fitted_gpu:
         carried.append(f"to {gpu_id} by its bandwidth and FLOP/s")
+        if fit.engine_kernel_twins.get(kv_format, kv_format) in fit.engine_program_pace_tokens_per_s:
+            carried.append(f"{kv_format}'s program pace unchanged (a pace of the SM's, not measured on {gpu_id})")
     if engine != fit.fitted_engine_name or (version or "") != fit.fitted_engine_version:
         carried.append(f"to {engine}{' ' + version if version else ''}")
     if kv_format in fit.engine_kernel_twins:
