@@ -194,6 +194,13 @@ WAVE_FILL_SIX = [closed(8000, 256, c, c) for c in (96, 160, 192, 208, 256, 384)]
 # five models that cross the count: Qwen2.5-1.5B (6, 2 KV heads), Qwen2.5-3B (8, 2), Qwen2.5-7B (7, 4), Qwen3-14B
 # (5, 8) and Llama-3.1-8B (4, 8); prompts alone, so the chunks' own attention is timed without decoders
 PROMPT_TILES = [closed(2000, 32, 1, 3), closed(8000, 32, 1, 3), closed(32000, 32, 1, 2)]
+# batch b23, on two H200s side by side: the program pace fitted on b22's one request (split segments) and on the
+# Qwen3 traces (whole caches, 10.2 tokens a microsecond) judged where a whole cache is long and its programs few:
+# Qwen2.5-3B (2 KV heads, 8 queries a KV head) in int8_per_token_head at 40 and 72 requests of 16,000 tokens (80 and
+# 144 programs, one wave of 264), Qwen2.5-7B-Instruct (4 KV heads, 7) at 40 and 64 (160 and 256 of 396); each
+# program walks 16,000 tokens a layer, about twice b21's, so the pace binds harder than the read shares
+LONG_WAVES_SMALL = [closed(16000, 128, c, c) for c in (40, 72)]
+LONG_WAVES_SEVEN = [closed(16000, 128, c, c) for c in (40, 64)]
 TP2_LADDER = [closed(1000, 256, c, 2 * c) for c in (16, 64, 192)] + [closed(8000, 256, c, 2 * c) for c in (8, 32)] + \
     [opened(1000, 256, 4, 120)]
 
@@ -265,7 +272,7 @@ def plan() -> dict:
     b10, b11, b12, b13 = "b10-host-alone", "b11-step-trace", "b12-step-ladder", "b13-refit-check"
     b14, b15, b16, b17 = "b14-kv-formats", "b15-format-check", "b16-wave-edges", "b17-unsplit-check"
     b18, b19, b20, b21 = "b18-wave-ratio", "b19-count-or-family", "b20-group-waves", "b21-wave-fill"
-    b22 = "b22-prompt-tiles"
+    b22, b23 = "b22-prompt-tiles", "b23-long-waves"
     ran = {b1: {"0": ["llama8b-bf16", "qwen3moe-bf16"], "1": ["llama8b-fp8", "dsv2lite-bf16"],
                 "0,1": ["qwen25-32b-tp2-bf16"]}}
     ran[b2], ran[b3] = ran[b1], ran[b1]  # b1-b3 ran as one set of lanes
@@ -292,17 +299,19 @@ def plan() -> dict:
     ran[b19] = {"0": ["b19-qwen25-3b-int8"], "1": ["b19-qwen3-14b-int8"], "0,1": []}
     ran[b20] = {"0": ["b20-qwen25-3b-int8"], "1": ["b20-qwen3-14b-int8"], "0,1": []}
     ran[b21] = {"0": ["b21-qwen25-3b-int8"], "1": ["b21-qwen25-15b-int8"], "0,1": []}
-    # ran on two H200s side by side: the newest batch, what the kit runs
+    # ran on two H200s side by side
     ran[b22] = {"0": ["b22-qwen25-3b-int8", "b22-qwen3-14b-int8"],
                 "1": ["b22-qwen25-15b-int8", "b22-qwen25-7b-int8", "b22-llama8b-int8"], "0,1": []}
+    # planned, not run yet, on a two-GPU machine: what the kit runs next
+    ran[b23] = {"0": ["b23-qwen25-3b-int8"], "1": ["b23-qwen25-7b-int8"], "0,1": []}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
         bench="vllm bench serve --backend vllm --dataset-name random (ignore_eos), --percentile-metrics "
               "ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --save-result --save-detailed",
-        batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16, b17, b18, b19, b20, b21, b22],
+        batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16, b17, b18, b19, b20, b21, b22, b23],
         # lanes run side by side; a lane's servers run one after another; '0,1' runs once both others are done.
         # `lanes` are the newest batch's (what the kit runs); `lanes_by_batch` keeps each batch's
-        lanes=ran[b22], lanes_by_batch=ran,
+        lanes=ran[b23], lanes_by_batch=ran,
         servers=[
             server("llama8b-bf16", b1, "llama-3.1-8b", "0", 8101, 65536, LLAMA_POINTS),
             server("llama8b-fp8", b1, "llama-3.1-8b", "1", 8102, 65536, LLAMA_POINTS, kv_cache_dtype="fp8"),
@@ -406,6 +415,8 @@ def plan() -> dict:
             server("b22-llama8b-int8", b22, "llama-3.1-8b", "1", 8295, 32768, PROMPT_TILES,
                    kv_cache_dtype="int8_per_token_head", prefill_tokens_per_s=15000, itl_guess_s=0.015,
                    step_trace=True),
+            wave_server("b23-qwen25-3b-int8", b23, "qwen2.5-3b", "0", 8301, LONG_WAVES_SMALL, 12000, 0.06),
+            wave_server("b23-qwen25-7b-int8", b23, "qwen2.5-7b-instruct", "1", 8302, LONG_WAVES_SEVEN, 7000, 0.06),
         ],
     )
 
