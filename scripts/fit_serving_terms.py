@@ -66,7 +66,7 @@ from sizing.profiles import matching_gpus, measured_efficiency  # noqa: E402
 from measure.steps import decode_groups, gpu_paced_servers, server_settings  # noqa: E402
 from least_squares import best_count, relative_least_squares  # noqa: E402
 from fit_serving_kernels import (PACE_TERM, PREFILL_ATTENTION_TERM, fit_prefill_attention,  # noqa: E402
-                                 fit_program_pace, pace_fitted_on, prefill_attention_fitted_on)
+                                 fit_program_pace, pace_fitted_on, prefill_attention_fitted_on, settings_format)
 
 POINTS = ROOT / "measure" / "serving" / "points.json"
 # the step terms fitted; the rest are left at their neutral values (weights: kvsize's kernels' efficiency; 0 s)
@@ -233,11 +233,6 @@ def fit_query_groups(terms: dict, request: float) -> dict[str, dict[int, dict]]:
         k, (whole,) = best_count(rows_at, [lambda r: r["kv"] * (not r["split"])], fixed, PROGRAMS_PER_SM)
         out.setdefault(f, {})[q] = {"programs_per_sm": k, "kv_efficiency": round(min(1.0, 1 / whole), 3)}
     return out
-
-
-def settings_format(settings: dict) -> str:
-    """The KV format kvsize resolves for a server's settings."""
-    return point_replica(settings, ROOT)[0].kv_format
 
 
 REFERENCE_MFU = 0.5  # any MFU: one prompt prefilled alone takes time inversely proportional to it
