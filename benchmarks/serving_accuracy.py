@@ -425,7 +425,7 @@ def report(table: list[dict] | None = None) -> str:
            + "; one request in flight on every dense size and on Qwen3-30B-A3B (b2) for the MoE layer, the step "
            "traces of b11 and b12 for the KV read and each request's cost, b14's Llama-3.1-8B traces for the "
            "per-token-head formats' read and waves, b16's Qwen3-30B-A3B and b18's Qwen3-32B traces for the "
-           "waves of 8 query heads a KV head and, the split pace fixed, for the whole cache's pace, b22's one request of "
+           "waves of 8 query heads a KV head and, the split pace fixed, the whole cache's pace, b22's one request of "
            "8,000 and 32,000 tokens for the split pace, and b14's Llama-3.1-8B points of 8,000 tokens and more for the per-token-head formats' prompt attention), and "
            "the rest, which the fit never saw: out of the fit. Batches b1-b3 were measured "
            "before the simulation was written, so they are out of the fit but not predicted before seen; what was "

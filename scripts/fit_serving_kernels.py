@@ -47,6 +47,13 @@ def _least_on_grid(grid: list, error: Callable[[int], float]):
     return grid[min(range(lo, hi + 1), key=error)]
 
 
+def _squared_error(points: list[dict], terms: dict, figure: str) -> float:
+    """The squared relative error of the simulated median `figure` ("ttft" or "itl") of `points` under `terms`
+    against the measured one."""
+    return sum((getattr(predict_point(served_settings(p), ROOT, terms=terms), f"{figure}_ms")[50]
+                / p["measured"][f"{figure}_p50_ms"] - 1) ** 2 for p in points)
+
+
 def _by_format(points: list[dict]) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
     for p in points:
@@ -67,9 +74,7 @@ def fit_prefill_attention(points: list[dict], terms: dict, servers: tuple[str, .
     for fmt, own in sorted(_by_format(prefill_attention_fitted_on(points, servers)).items()):
         @cache
         def error(k: int, fmt=fmt, own=own) -> float:
-            trial = {**terms, PREFILL_ATTENTION_TERM: {fmt: SHARE_GRID[k]}}
-            return sum((predict_point(served_settings(p), ROOT, terms=trial).ttft_ms[50]
-                        / p["measured"]["ttft_p50_ms"] - 1) ** 2 for p in own)
+            return _squared_error(own, {**terms, PREFILL_ATTENTION_TERM: {fmt: SHARE_GRID[k]}}, "ttft")
         shares[fmt] = _least_on_grid(SHARE_GRID, error)
     return shares
 
@@ -91,9 +96,8 @@ def fit_program_pace(points: list[dict], terms: dict, trace_rows: Callable[[dict
     for fmt, own in sorted(_by_format(pace_fitted_on(points)).items()):
         @cache
         def split_error(k: int, fmt=fmt, own=own) -> float:
-            trial = {**terms, PACE_TERM: {fmt: {"whole": unbound, "split": float(PACE_GRID[k])}}}
-            return sum((predict_point(served_settings(p), ROOT, terms=trial).itl_ms[50]
-                        / p["measured"]["itl_p50_ms"] - 1) ** 2 for p in own)
+            return _squared_error(own, {**terms, PACE_TERM: {fmt: {"whole": unbound, "split": float(PACE_GRID[k])}}},
+                                  "itl")
         split = float(_least_on_grid(PACE_GRID, split_error))
 
         @cache

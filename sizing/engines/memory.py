@@ -480,18 +480,18 @@ def profiling_peak(shape: ModelShape, run: ProfilingRunModel, tokens: int, rows:
         before, layers = range(layers.start, first_moe), range(first_moe, layers.stop)
 
     query = shape.num_attention_heads * shape.head_dim / tp
+    # a layer's hidden-size and query-width tensors a token, the attention's inputs
+    layer_inputs = run.forward_hidden_copies * h + run.forward_attention_copies * query
 
     def forward_bytes(span: range, routed: bool) -> int:
         if not span:
             return 0
         width = mlp_width(shape, span, tp, routed=routed)
-        return int(tokens * dt * (run.forward_hidden_copies * h + run.forward_attention_copies * query
-                                  + run.forward_mlp_copies * width))
+        return int(tokens * dt * (layer_inputs + run.forward_mlp_copies * width))
 
     forward = forward_bytes(layers, routed=not moe)
     context = mla_context_bytes(shape, mla_workspace, tp) if mla_workspace else 0
-    inputs = int(tokens * dt * (run.forward_hidden_copies * h + run.forward_attention_copies * query))
-    mla_attention = context + inputs if context else 0
+    mla_attention = context + int(tokens * dt * layer_inputs) if context else 0
     sampler = 0
     if last_stage:
         vocab = shape.vocab_size
