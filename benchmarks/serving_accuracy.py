@@ -418,14 +418,16 @@ def report(table: list[dict] | None = None) -> str:
                        for k, groups in fit.engine_query_group_waves.items() for q, w in groups.items())
            + ", a program's pace (cached tokens a microsecond, of a request's whole cache and of a split one's "
            "segment) "
-           + ", ".join(f"{k} {v.whole / 1e6:g} and {v.split / 1e6:g}"
+           + ", ".join(f"{k} {v.whole / 1e6:g} and {v.split / 1e6:g}, {v.split_programs_per_sm} segment programs an "
+                       f"SM at once reading {v.split_sm / 1e6:g} a microsecond across them"
                        for k, v in fit.engine_program_pace_tokens_per_s.items())
            + ", the prompt attention's share of the prefill rate at a full tile of query rows "
            + ", ".join(f"{k} {v}" for k, v in fit.engine_prefill_attention_share.items())
            + "; one request in flight on every dense size and on Qwen3-30B-A3B (b2) for the MoE layer, the step "
            "traces of b11 and b12 for the KV read and each request's cost, b14's Llama-3.1-8B traces for the "
            "per-token-head formats' read and waves, b16's Qwen3-30B-A3B and b18's Qwen3-32B traces for the "
-           "waves of 8 query heads a KV head and, the split pace fixed, the whole cache's pace, b22's one request of "
+           "waves of 8 query heads a KV head and, the split pace fixed, the whole cache's pace and the split "
+           "segments' rounds, b22's one request of "
            "8,000 and 32,000 tokens for the split pace, and b14's Llama-3.1-8B points of 8,000 tokens and more for the per-token-head formats' prompt attention), and "
            "the rest, which the fit never saw: out of the fit. Batches b1-b3 were measured "
            "before the simulation was written, so they are out of the fit but not predicted before seen; what was "
@@ -502,6 +504,14 @@ def report(table: list[dict] | None = None) -> str:
            "Their prompt attention fills a Triton program's 16 query rows with 16 // q positions of q query heads: "
            "Qwen2.5-1.5B's prompts (q = 6) were 20-33% slower than a full tile; the fill brings them within 8% "
            "beside decoders (b21) and 13-17% alone (b22).",
+           "- Many long requests in int8_per_token_head (batch b23, Qwen2.5-3B and -7B at 40-72 requests of 16,000 "
+           "tokens): the split decode steps climbed in stairs where the segment programs needed another round of 4 "
+           "an SM (Qwen2.5-3B 16.6 -> 19.7 ms from 33 to 34 requests), 15% slower than the read share gave as "
+           "committed. The rounds, fitted on the format traces (4 programs an SM, 22.1 tokens a microsecond an SM), "
+           "bring every int8 server's median split step within 4% and the int8-over-bf16 ITL ratios within 10% on 9 "
+           "of 12 pairs (7 before). The whole-cache steps of Qwen2.5-7B (7 query heads a KV head) past 40 requests "
+           "run 13-15% slower than at 33-40 at 8,000 and 16,000 tokens alike, the same 4 programs a KV head and "
+           "fewer than a wave: still 9% short, with 10-14% on other servers' whole-cache steps (b18, b20, b21).",
            "- ITL p99 in sparse open loops: a prompt arriving beside one decoding request stalls it for a whole "
            "prefill step in the simulation more often than the server's 1% tail shows.",
            "- Past the pool (batch b4): the preemptions are counted about right (78 against 80 for Llama-3.1-8B at 768 "

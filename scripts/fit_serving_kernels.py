@@ -32,6 +32,7 @@ PACE_TERM = "engine_program_pace_tokens_per_s"
 PACE_BATCHES = ("b22-prompt-tiles",)
 PACE_LEAST_TOKENS = 8000
 PACE_GRID = [round(1e5 * k) for k in range(10, 1001)]  # 1 to 100 tokens a microsecond, 0.1 apart
+SPLIT_PROGRAMS_PER_SM = range(1, 9)
 
 
 def settings_format(settings: dict) -> str:
@@ -105,5 +106,28 @@ def fit_program_pace(points: list[dict], terms: dict, trace_rows: Callable[[dict
             trial = {**terms, PACE_TERM: {fmt: {"whole": float(PACE_GRID[k]), "split": split}}}
             return sum(r["steps"] * ((r["base"] + r["kv"] + terms[request_term] * r["decoding"]) / r["measured"] - 1)
                        ** 2 for r in trace_rows(trial) if r["format"] == fmt)
-        paces[fmt] = {"whole": float(_least_on_grid(PACE_GRID, whole_error)), "split": split}
+        whole = float(_least_on_grid(PACE_GRID, whole_error))
+        paces[fmt] = {"whole": whole, "split": split,
+                      **_fit_split_rounds(fmt, {"whole": whole, "split": split}, terms, trace_rows, request_term)}
     return paces
+
+
+def _fit_split_rounds(fmt: str, pace: dict, terms: dict, trace_rows: Callable[[dict], list[dict]],
+                      request_term: str) -> dict:
+    """The segment programs an SM holds at once (SPLIT_PROGRAMS_PER_SM) and the cached tokens an SM reads a second
+    across them (PACE_GRID), the pair leaving the least squared relative error of the same step groups as the whole
+    pace's (each counted once a step), both paces fixed: the count sets where a step's segments need another round,
+    the rate how long a round of them takes."""
+    def error_at(per_sm: int) -> tuple[float, float]:
+        @cache
+        def error(k: int) -> float:
+            trial = {**terms, PACE_TERM: {fmt: {**pace, "split_programs_per_sm": per_sm,
+                                                "split_sm": float(PACE_GRID[k])}}}
+            return sum(r["steps"] * ((r["base"] + r["kv"] + terms[request_term] * r["decoding"]) / r["measured"] - 1)
+                       ** 2 for r in trace_rows(trial) if r["format"] == fmt)
+        rate = _least_on_grid(PACE_GRID, error)
+        return error(PACE_GRID.index(rate)), float(rate)
+
+    fits = {per_sm: error_at(per_sm) for per_sm in SPLIT_PROGRAMS_PER_SM}
+    per_sm = min(fits, key=lambda k: fits[k][0])
+    return {"split_programs_per_sm": per_sm, "split_sm": fits[per_sm][1]}

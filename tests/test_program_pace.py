@@ -3,6 +3,7 @@ simulation'): each program walks its cache one tile after another, so a step's K
 longest program's tokens at the pace, layer after layer, however few programs run."""
 
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -13,8 +14,10 @@ from sizing.cache.layers import SlidingWindowSpec
 from sizing.planners.graph_steps import SPLIT_KV_SEGMENTS
 from sizing.planners.serving import serving_replica
 from sizing.planners.step_model import (StepOverhead, queries_per_kv_head, query_tile_fill, simulation_source,
-                                        step_overhead)
+                                        split_rounds_seconds, step_overhead)
 from sizing.profiles import gpu_profile, load_model, measured_efficiency
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _replica(model="llama-3.1-8b", fmt="int8_per_token_head"):
@@ -122,3 +125,67 @@ def test_a_pace_carried_to_another_gpu_says_so():
     assert "program pace" not in simulation_source("vllm", "0.33.0", "h200", "int8_per_token_head")
     assert "program pace" not in simulation_source("vllm", "0.33.0", "h100-sxm", "bf16")
     assert "fp8_per_token_head's program pace" in simulation_source("vllm", "0.33.0", "h100-sxm", "fp8_per_token_head")
+
+
+def test_split_segments_run_in_rounds_of_the_programs_an_sm_holds():
+    t, alone, sm = 1_000, 8e6, 20e6
+    # no more programs than SMs: one each, at the pace alone
+    assert split_rounds_seconds(132, 132, 4, t, alone, sm) == pytest.approx(t / alone)
+    # two an SM share the SM's rate (10 a microsecond each) but the pace alone (8) is slower still
+    assert split_rounds_seconds(264, 132, 4, t, alone, sm) == pytest.approx(t / alone)
+    # four an SM: the SM's rate shared, 5 each
+    assert split_rounds_seconds(528, 132, 4, t, alone, sm) == pytest.approx(t / 5e6)
+    # one program past a full round starts a round of its own, alone on its SM
+    assert split_rounds_seconds(529, 132, 4, t, alone, sm) == pytest.approx(t / 5e6 + t / alone)
+    assert split_rounds_seconds(1056, 132, 4, t, alone, sm) == pytest.approx(2 * t / 5e6)
+
+
+def test_the_fitted_rounds_come_from_the_traces_the_fit_names():
+    pace = step_overhead().engine_program_pace_tokens_per_s["int8_per_token_head"]
+    # fitted on b14's, b16's and b18's Qwen3-32B traces (scripts/fit_serving_kernels.py): a few programs an SM, and
+    # an SM's rate above one program's pace (else co-resident programs would gain nothing)
+    assert 2 <= pace.split_programs_per_sm <= 8
+    assert pace.split < pace.split_sm < pace.split_programs_per_sm * pace.split
+    model = _replica()
+    assert (model.kv_split_programs_per_sm, model.kv_split_sm_tokens_per_s) == (pace.split_programs_per_sm,
+                                                                                 pace.split_sm)
+    assert model.multiprocessors == gpu_profile("h200").multiprocessors
+
+
+def _trace_steps(tag: str) -> tuple[dict, dict[int, tuple[float, int]]]:
+    """(the server, and by requests decoding the median period in seconds of its decode-only steps with the cached
+    tokens each request holds in their point) of one traced server."""
+    import statistics
+
+    from measure.steps import _decode_only, cached_tokens, point_steps, traced_servers
+    server = next(s for s in traced_servers() if s["tag"] == tag)
+    steps: dict[int, tuple[list[float], int]] = {}
+    for step, point, _, following in point_steps(server):
+        if _decode_only(step, following):
+            steps.setdefault(step.decoding, ([], cached_tokens(point)))[0].append(step.period_s)
+    return server, {n: (statistics.median(periods), cached) for n, (periods, cached) in steps.items()}
+
+
+@pytest.mark.parametrize(("tag", "below", "above"), [
+    # Qwen2.5-3B, 2 KV heads x 16 segments: 33 requests are 1,056 programs (two rounds of 528 on 132 SMs), 34 need a
+    # third; 49 -> 50 crosses 1,584. Qwen2.5-7B, 4 KV heads: 24 -> 25 crosses 1,584 (b18 at 8,000 tokens, b23 at
+    # 16,000). None of these servers is in the fit.
+    ("b23-qwen25-3b-int8", 33, 34),
+    ("b23-qwen25-3b-int8", 49, 50),
+    ("b23-qwen25-7b-int8", 24, 25),
+    ("b18-qwen25-7b-int8", 24, 25),
+])
+def test_split_decode_steps_climb_where_the_segments_need_another_round(tag, below, above):
+    from measure.steps import server_settings
+    from sizing.evidence.serving import point_replica
+    server, measured = _trace_steps(tag)
+    model, _ = point_replica(server_settings(server), ROOT)
+    assert model.split_kv_requests >= above
+    simulated = {n: model.decode_seconds(n, n * measured[n][1]) for n in (below, above)}
+    # one request more adds 1/n of the cache read; a new round adds far more: the step climbs by 5% or more, in the
+    # engine and in the simulation. The simulation runs the rounds one after another, so it climbs 1.5-2.1 times as
+    # much there and then holds through the round, where the engine's rounds overlap and it rises through the round
+    for steps in ({n: measured[n][0] for n in (below, above)}, simulated):
+        assert steps[above] - steps[below] > 0.05 * steps[below]
+    for n in (below, above):
+        assert simulated[n] == pytest.approx(measured[n][0], rel=0.10)

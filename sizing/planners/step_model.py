@@ -29,7 +29,8 @@ stream each decoding request's token beside the engine's step) hands each reques
 the client sent it, which its TTFT carries. A KV format the engine decodes in programs that each read one request's
 whole cache for one KV head (vLLM's TRITON_ATTN, the only backend of its per-token-head integer formats) reads in
 waves of as many programs as the GPU runs at once, the last wave as long as a full one; with few requests decoding
-the engine splits each request's cache into segments instead, read at a share of its own. Every term is fitted on the points profiles/serving.json names
+the engine splits each request's cache into segments instead, read at a share of its own and in rounds of as many
+segment programs as an SM holds, no faster than its pace alone nor than the SM's rate shared among them. Every term is fitted on the points profiles/serving.json names
 (scripts/fit_serving_terms.py).
 """
 
@@ -65,11 +66,16 @@ class QueryGroupWaves(BaseModel):
 
 class ProgramPace(BaseModel):
     """The cached tokens one program of a format's kernel reads a second: a program of a request's whole cache for one
-    KV head (the 2D grid) and one of a segment of it (the 3D grid, whose partial results a second kernel reduces)."""
+    KV head (the 2D grid) and one of a segment of it (the 3D grid, whose partial results a second kernel reduces);
+    and the segment programs one SM holds at once, with the cached tokens an SM reads a second across them (the
+    segments of many requests run in rounds of that many programs an SM, each program slower than alone once the
+    SM's own rate is shared)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     whole: float = Field(gt=0, le=1e9)
     split: float = Field(gt=0, le=1e9)
+    split_programs_per_sm: int = Field(ge=1, le=64)
+    split_sm: float = Field(gt=0, le=1e10)
 
 
 class StepOverhead(BaseModel):
@@ -325,6 +331,11 @@ class StepModel:
     kv_whole_pace_tokens_per_s: float = 0.0
     kv_split_pace_tokens_per_s: float = 0.0
     kv_split_segments: int = 1  # the segments a split read cuts each request's cache into, one program each
+    # the segment programs an SM holds at once, the cached tokens an SM reads a second across them, and the SMs
+    # (0: a split read is bound by one program's pace alone)
+    kv_split_programs_per_sm: int = 0
+    kv_split_sm_tokens_per_s: float = 0.0
+    multiprocessors: int = 0
 
     def seconds(self, decoding: int, decode_tokens_in_cache: int, chunks: list[tuple[int, int]]) -> float:
         """`decoding` requests reading `decode_tokens_in_cache` cached tokens in all; `chunks`: (start, end) of the
@@ -384,8 +395,14 @@ class StepModel:
         pace = self.kv_split_pace_tokens_per_s if split else self.kv_whole_pace_tokens_per_s
         if not pace:
             return read
-        program = -(-mean_tokens // self.kv_split_segments) if split else mean_tokens
-        return max(read, self.layout.read_tokens(_rounded(program)) / pace)
+        if not split:
+            return max(read, self.layout.read_tokens(_rounded(mean_tokens)) / pace)
+        tokens = self.layout.read_tokens(_rounded(-(-mean_tokens // self.kv_split_segments)))
+        if not self.kv_split_programs_per_sm:
+            return max(read, tokens / pace)
+        programs = decoding * self.kv_heads_per_rank * self.kv_split_segments
+        return max(read, split_rounds_seconds(programs, self.multiprocessors, self.kv_split_programs_per_sm, tokens,
+                                              pace, self.kv_split_sm_tokens_per_s))
 
     def kv_kernel_factor(self, decoding: int, prompts: bool) -> tuple[float, bool]:
         """The decoding requests' KV read time over a read of its bytes at the format's share, and whether the
@@ -435,6 +452,18 @@ class StepModel:
     @lru_cache(maxsize=65536)
     def _attention(self, tokens: int) -> int:
         return prefill_attention_flops(self.shape, tokens)
+
+
+def split_rounds_seconds(programs: int, sms: int, per_sm: int, tokens: int, alone_tokens_per_s: float,
+                         sm_tokens_per_s: float) -> float:
+    """Seconds for `programs` segment programs of `tokens` cached tokens each (every layer's, one after another) on
+    `sms` SMs that hold `per_sm` of them at once: full rounds of per_sm programs an SM, then a last round of the
+    rest spread over the SMs. A program reads at its pace alone until the programs an SM holds share the SM's
+    rate (sm_tokens_per_s over their count)."""
+    per_round = sms * per_sm
+    full = (programs - 1) // per_round
+    last = -(-(programs - full * per_round) // sms)
+    return sum(tokens / min(alone_tokens_per_s, sm_tokens_per_s / held) for held in (per_sm,) * full + (last,))
 
 
 def _rounded(tokens: int) -> int:
