@@ -419,7 +419,8 @@ def report(table: list[dict] | None = None) -> str:
            + ", a program's pace (cached tokens a microsecond, of a request's whole cache and of a split one's "
            "segment) "
            + ", ".join(f"{k} {v.whole / 1e6:g} and {v.split / 1e6:g}, {v.split_programs_per_sm} segment programs an "
-                       f"SM at once reading {v.split_sm / 1e6:g} a microsecond across them"
+                       f"SM at once reading {v.split_sm / 1e6:g} a microsecond across them, "
+                       f"{v.whole_sm / 1e6:g} across whole-cache programs"
                        for k, v in fit.engine_program_pace_tokens_per_s.items())
            + ", the prompt attention's share of the prefill rate at a full tile of query rows "
            + ", ".join(f"{k} {v}" for k, v in fit.engine_prefill_attention_share.items())
@@ -509,9 +510,13 @@ def report(table: list[dict] | None = None) -> str:
            "an SM (Qwen2.5-3B 16.6 -> 19.7 ms from 33 to 34 requests), 15% slower than the read share gave as "
            "committed. The rounds, fitted on the format traces (4 programs an SM, 22.1 tokens a microsecond an SM), "
            "bring every int8 server's median split step within 4% and the int8-over-bf16 ITL ratios within 10% on 9 "
-           "of 12 pairs (7 before). The whole-cache steps of Qwen2.5-7B (7 query heads a KV head) past 40 requests "
-           "run 13-15% slower than at 33-40 at 8,000 and 16,000 tokens alike, the same 4 programs a KV head and "
-           "fewer than a wave: still 9% short, with 10-14% on other servers' whole-cache steps (b18, b20, b21).",
+           "of 12 pairs (7 before). The whole-cache steps of Qwen2.5-7B past 40 requests ran 13-15% slower than at "
+           "33-40, at 8,000 and 16,000 tokens alike, and Llama-3.1-8B's past 24: a decode step launches the query "
+           "blocks of its graph's batch, the empty ones among them (vLLM's upper bound), and past 264 blocks a "
+           "third program shares an SM. With the SM's rate across whole-cache programs fitted alike (23.7), "
+           "Qwen2.5-7B's, Qwen3-14B's and Mistral-Nemo's whole-cache steps come from 9-10% short to within 2%, and "
+           "the int8-over-bf16 ITL ratios within 10% on 11 of 12 pairs. Qwen2.5-3B's first waves (8 query heads a "
+           "KV head) stay 14% short.",
            "- ITL p99 in sparse open loops: a prompt arriving beside one decoding request stalls it for a whole "
            "prefill step in the simulation more often than the server's 1% tail shows.",
            "- Past the pool (batch b4): the preemptions are counted about right (78 against 80 for Llama-3.1-8B at 768 "

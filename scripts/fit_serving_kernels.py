@@ -103,13 +103,25 @@ def fit_program_pace(points: list[dict], terms: dict, trace_rows: Callable[[dict
 
         @cache
         def whole_error(k: int, fmt=fmt, split=split) -> float:
-            trial = {**terms, PACE_TERM: {fmt: {"whole": float(PACE_GRID[k]), "split": split}}}
-            return sum(r["steps"] * ((r["base"] + r["kv"] + terms[request_term] * r["decoding"]) / r["measured"] - 1)
-                       ** 2 for r in trace_rows(trial) if r["format"] == fmt)
+            return _trace_error(fmt, {**terms, PACE_TERM: {fmt: {"whole": float(PACE_GRID[k]), "split": split}}},
+                                trace_rows, request_term)
         whole = float(_least_on_grid(PACE_GRID, whole_error))
-        paces[fmt] = {"whole": whole, "split": split,
-                      **_fit_split_rounds(fmt, {"whole": whole, "split": split}, terms, trace_rows, request_term)}
+        pace = {"whole": whole, "split": split}
+        pace.update(_fit_split_rounds(fmt, pace, terms, trace_rows, request_term))
+
+        @cache
+        def whole_sm_error(k: int, fmt=fmt, pace=dict(pace)) -> float:
+            return _trace_error(fmt, {**terms, PACE_TERM: {fmt: {**pace, "whole_sm": float(PACE_GRID[k])}}},
+                                trace_rows, request_term)
+        paces[fmt] = {**pace, "whole_sm": float(_least_on_grid(PACE_GRID, whole_sm_error))}
     return paces
+
+
+def _trace_error(fmt: str, trial: dict, trace_rows: Callable[[dict], list[dict]], request_term: str) -> float:
+    """The squared relative error of `fmt`'s decode-only step groups (`trace_rows` under `trial`), each counted once
+    a step."""
+    return sum(r["steps"] * ((r["base"] + r["kv"] + trial[request_term] * r["decoding"]) / r["measured"] - 1) ** 2
+               for r in trace_rows(trial) if r["format"] == fmt)
 
 
 def _fit_split_rounds(fmt: str, pace: dict, terms: dict, trace_rows: Callable[[dict], list[dict]],
@@ -121,10 +133,9 @@ def _fit_split_rounds(fmt: str, pace: dict, terms: dict, trace_rows: Callable[[d
     def error_at(per_sm: int) -> tuple[float, float]:
         @cache
         def error(k: int) -> float:
-            trial = {**terms, PACE_TERM: {fmt: {**pace, "split_programs_per_sm": per_sm,
-                                                "split_sm": float(PACE_GRID[k])}}}
-            return sum(r["steps"] * ((r["base"] + r["kv"] + terms[request_term] * r["decoding"]) / r["measured"] - 1)
-                       ** 2 for r in trace_rows(trial) if r["format"] == fmt)
+            return _trace_error(fmt, {**terms, PACE_TERM: {fmt: {**pace, "split_programs_per_sm": per_sm,
+                                                                 "split_sm": float(PACE_GRID[k])}}},
+                                trace_rows, request_term)
         rate = _least_on_grid(PACE_GRID, error)
         return error(PACE_GRID.index(rate)), float(rate)
 

@@ -14,7 +14,8 @@ from sizing.cache.layers import SlidingWindowSpec
 from sizing.planners.graph_steps import SPLIT_KV_SEGMENTS
 from sizing.planners.serving import serving_replica
 from sizing.planners.step_model import (StepOverhead, queries_per_kv_head, query_tile_fill, simulation_source,
-                                        split_rounds_seconds, step_overhead)
+                                        program_rounds_seconds, query_block_positions,
+                                        step_overhead)
 from sizing.profiles import gpu_profile, load_model, measured_efficiency
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -130,14 +131,14 @@ def test_a_pace_carried_to_another_gpu_says_so():
 def test_split_segments_run_in_rounds_of_the_programs_an_sm_holds():
     t, alone, sm = 1_000, 8e6, 20e6
     # no more programs than SMs: one each, at the pace alone
-    assert split_rounds_seconds(132, 132, 4, t, alone, sm) == pytest.approx(t / alone)
+    assert program_rounds_seconds(132, 132, 132, 4, t, alone, sm) == pytest.approx(t / alone)
     # two an SM share the SM's rate (10 a microsecond each) but the pace alone (8) is slower still
-    assert split_rounds_seconds(264, 132, 4, t, alone, sm) == pytest.approx(t / alone)
+    assert program_rounds_seconds(264, 264, 132, 4, t, alone, sm) == pytest.approx(t / alone)
     # four an SM: the SM's rate shared, 5 each
-    assert split_rounds_seconds(528, 132, 4, t, alone, sm) == pytest.approx(t / 5e6)
+    assert program_rounds_seconds(528, 528, 132, 4, t, alone, sm) == pytest.approx(t / 5e6)
     # one program past a full round starts a round of its own, alone on its SM
-    assert split_rounds_seconds(529, 132, 4, t, alone, sm) == pytest.approx(t / 5e6 + t / alone)
-    assert split_rounds_seconds(1056, 132, 4, t, alone, sm) == pytest.approx(2 * t / 5e6)
+    assert program_rounds_seconds(529, 529, 132, 4, t, alone, sm) == pytest.approx(t / 5e6 + t / alone)
+    assert program_rounds_seconds(1056, 1056, 132, 4, t, alone, sm) == pytest.approx(2 * t / 5e6)
 
 
 def test_the_fitted_rounds_come_from_the_traces_the_fit_names():
@@ -189,3 +190,44 @@ def test_split_decode_steps_climb_where_the_segments_need_another_round(tag, bel
         assert steps[above] - steps[below] > 0.05 * steps[below]
     for n in (below, above):
         assert simulated[n] == pytest.approx(measured[n][0], rel=0.10)
+
+
+@pytest.mark.parametrize(("tag", "below", "above"), [
+    # whole-cache programs (past the split): Llama-3.1-8B (4 query heads a KV head, BLOCK_Q 4, 8 KV heads) pads 24
+    # requests to a graph of 24, launching (24 // 4 + 24) x 8 = 240 blocks, at most 2 an SM of 132; 25 pad to 32:
+    # 320 blocks, 3 on some SMs, sharing the SM's rate. Qwen2.5-7B (7, BLOCK_Q 2, 4 KV heads): 40 -> 240 blocks,
+    # 41 pad to 48 -> 288. The b18 and b23 servers are out of the fit, and b14's single ramp steps are too (the fit
+    # reads groups of 20 steps or more).
+    ("b14-llama8b-int8", 24, 25),
+    ("b18-qwen25-7b-int8", 40, 41),
+    ("b23-qwen25-7b-int8", 40, 41),
+])
+def test_whole_cache_steps_climb_where_the_launched_grid_puts_a_third_program_on_an_sm(tag, below, above):
+    from measure.steps import server_settings
+    from sizing.evidence.serving import point_replica
+    server, measured = _trace_steps(tag)
+    model, _ = point_replica(server_settings(server), ROOT)
+    assert model.split_kv_requests < below and above * model.kv_heads_per_rank <= model.kv_wave_programs
+    simulated = {n: model.decode_seconds(n, n * measured[n][1]) for n in (below, above)}
+    for steps in ({n: measured[n][0] for n in (below, above)}, simulated):
+        assert steps[above] - steps[below] > 0.05 * steps[below]
+    for n in (below, above):
+        assert simulated[n] == pytest.approx(measured[n][0], rel=0.06)
+
+
+def test_a_decode_step_launches_its_graphs_batch():
+    model = _replica()
+    sizes = model.graphs.decode_batches
+    assert sizes and 24 in sizes and 32 in sizes and 25 not in sizes
+    assert model.graphs.padded_batch(25) == 32 and model.graphs.padded_batch(24) == 24
+    assert model.graphs.padded_batch(10 ** 6) == 10 ** 6  # past the largest graph: no padding
+    assert query_block_positions(load_model("llama-3.1-8b")[1]) == 4
+    assert query_block_positions(load_model("qwen2.5-7b-instruct")[1]) == 2
+    # eager: the attention runs with the step's own requests
+    g = gpu_profile("h200")
+    eager = scenario("llama-3.1-8b", "h200", max_model_len=32768, memory_fraction=0.9, max_num_batched_tokens=8192,
+                     max_num_seqs=1024, k_cache_dtype="int8_per_token_head", v_cache_dtype="int8_per_token_head",
+                     cudagraph_mode="NONE")
+    model = serving_replica(eager, g.hbm_bandwidth_gb_s, g.bf16_dense_tflops, g.multiprocessors,
+                            measured_efficiency())[0]
+    assert model.graphs.padded_batch(25) == 25

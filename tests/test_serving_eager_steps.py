@@ -57,7 +57,9 @@ def test_a_dense_model_pays_nothing_past_the_graph():
 def test_a_larger_capture_size_takes_the_eager_cost_away():
     small = _moe("b7-qwen3moe-p04-i1000-o32-c1")
     large = _moe("b7-qwen3moe-cg2048-p04-i1000-o32-c1")
-    assert large.graphs == GraphedSteps(2048, 2048)
+    assert (large.graphs.prefill_tokens, large.graphs.decode_tokens) == (2048, 2048)
+    # a decode-only step pads to a FULL graph of at most max_num_seqs requests (1,024 on these servers)
+    assert max(large.graphs.decode_batches) == 1024 and large.graphs.padded_batch(1000) == 1008
     assert small.seconds(0, 0, [(0, 1000)]) - large.seconds(0, 0, [(0, 1000)]) == pytest.approx(48 * EAGER_MOE)
     # past both graphs the two engines' steps cost the same
     assert large.seconds(0, 0, [(0, 4000)]) == pytest.approx(small.seconds(0, 0, [(0, 4000)]))

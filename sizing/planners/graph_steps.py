@@ -20,6 +20,13 @@ class GraphedSteps:
 
     prefill_tokens: int | None = None
     decode_tokens: int | None = None
+    # the batch sizes of the FULL graphs a decode-only step is padded to, attention inside them (empty: its attention
+    # runs with the step's own requests)
+    decode_batches: tuple[int, ...] = ()
+
+    def padded_batch(self, decoding: int) -> int:
+        """The requests a decode-only step of `decoding` launches its attention for: the next FULL graph's batch."""
+        return min((b for b in self.decode_batches if b >= decoding), default=decoding)
 
     def eager(self, tokens: int, prefills: bool) -> bool:
         """Whether a step of `tokens` tokens (with prompt chunks or not) runs without a graph."""
@@ -37,6 +44,8 @@ SPLIT_KV_GRID = 128
 # the same file's NUM_PAR_SOFTMAX_SEGMENTS: the segments the 3D grid splits each request's cache into, one program each
 # (64 only on compute capability 12.0, whose SMs a 16-segment grid under-fills)
 SPLIT_KV_SEGMENTS = 16
+# the CUDA-graph modes whose decode-only steps replay a FULL graph, attention inside it at the graph's batch
+FULL_DECODE_MODES = ("FULL_AND_PIECEWISE", "FULL_DECODE_ONLY", "FULL")
 
 
 def split_kv_requests(scenario, engine, kv_heads_per_rank: int) -> int:
@@ -52,8 +61,8 @@ def split_kv_requests(scenario, engine, kv_heads_per_rank: int) -> int:
     model = release.cuda_graph_estimate
     shape = scenario.shape
     layers = range(shape.num_layers)
-    if model is None or captured_mode(shape, model, scenario.cudagraph_mode, layers, scenario.torch_compile) not in (
-            "FULL_AND_PIECEWISE", "FULL_DECODE_ONLY", "FULL"):
+    if model is None or captured_mode(shape, model, scenario.cudagraph_mode, layers,
+                                      scenario.torch_compile) not in FULL_DECODE_MODES:
         return threshold
     sizes = _captures(scenario, model, layers).piecewise
     return min(sizes, key=lambda size: abs(size - threshold))
@@ -86,8 +95,9 @@ def graphed_steps(scenario, engine) -> GraphedSteps:
     if mode == "NONE":
         return GraphedSteps(0, 0)
     c = _captures(scenario, model, layers)
+    full = tuple(sorted(b for b in c.piecewise if b <= scenario.max_num_seqs)) if mode in FULL_DECODE_MODES else ()
     if mode == "FULL_DECODE_ONLY":
         # FULL graphs of uniform decode batches alone (up to max_num_seqs requests): a step with a prompt chunk
         # is never replayed from one
-        return GraphedSteps(0, min(max(c.piecewise), scenario.max_num_seqs))
-    return GraphedSteps(max(c.piecewise), max(c.piecewise))
+        return GraphedSteps(0, min(max(c.piecewise), scenario.max_num_seqs), full)
+    return GraphedSteps(max(c.piecewise), max(c.piecewise), full)

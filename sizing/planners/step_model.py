@@ -69,13 +69,14 @@ class ProgramPace(BaseModel):
     KV head (the 2D grid) and one of a segment of it (the 3D grid, whose partial results a second kernel reduces);
     and the segment programs one SM holds at once, with the cached tokens an SM reads a second across them (the
     segments of many requests run in rounds of that many programs an SM, each program slower than alone once the
-    SM's own rate is shared)."""
+    SM's own rate is shared), and the SM's rate across the whole-cache programs it holds."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     whole: float = Field(gt=0, le=1e9)
     split: float = Field(gt=0, le=1e9)
     split_programs_per_sm: int = Field(ge=1, le=64)
     split_sm: float = Field(gt=0, le=1e10)
+    whole_sm: float = Field(gt=0, le=1e10)  # the same across the whole-cache programs an SM holds (its waves' count)
 
 
 class StepOverhead(BaseModel):
@@ -284,12 +285,21 @@ def queries_per_kv_head(shape: ModelShape) -> int:
 TRITON_BLOCK_M = 16
 
 
+def _block_m(queries: int) -> int:
+    return TRITON_BLOCK_M if queries <= TRITON_BLOCK_M else 1 << (queries - 1).bit_length()
+
+
+def query_block_positions(shape: ModelShape) -> int:
+    """BLOCK_Q: the prompt positions one Triton attention program holds (BLOCK_M // query heads a KV head)."""
+    queries = queries_per_kv_head(shape)
+    return _block_m(queries) // queries
+
+
 def query_tile_fill(shape: ModelShape) -> float:
     """The share of a Triton attention program's query rows a prompt fills: BLOCK_Q positions x the query heads a KV
     head over BLOCK_M (12 of 16 at 6 query heads a KV head, 14 at 7, 15 at 5, all 16 at 4 and 8)."""
     queries = queries_per_kv_head(shape)
-    block_m = TRITON_BLOCK_M if queries <= TRITON_BLOCK_M else 1 << (queries - 1).bit_length()
-    return (block_m // queries) * queries / block_m
+    return query_block_positions(shape) * queries / _block_m(queries)
 
 
 def query_group_waves(fitted: dict, kv_format: str, shape: ModelShape) -> dict | None:
@@ -335,6 +345,7 @@ class StepModel:
     # (0: a split read is bound by one program's pace alone)
     kv_split_programs_per_sm: int = 0
     kv_split_sm_tokens_per_s: float = 0.0
+    kv_whole_sm_tokens_per_s: float = 0.0  # the same across the whole-cache programs an SM holds (0: no SM bound)
     multiprocessors: int = 0
 
     def seconds(self, decoding: int, decode_tokens_in_cache: int, chunks: list[tuple[int, int]]) -> float:
@@ -395,14 +406,24 @@ class StepModel:
         pace = self.kv_split_pace_tokens_per_s if split else self.kv_whole_pace_tokens_per_s
         if not pace:
             return read
-        if not split:
-            return max(read, self.layout.read_tokens(_rounded(mean_tokens)) / pace)
-        tokens = self.layout.read_tokens(_rounded(-(-mean_tokens // self.kv_split_segments)))
-        if not self.kv_split_programs_per_sm:
+        segments = self.kv_split_segments if split else 1
+        tokens = self.layout.read_tokens(_rounded(-(-mean_tokens // segments)))
+        per_sm, sm_rate = ((self.kv_split_programs_per_sm, self.kv_split_sm_tokens_per_s) if split else
+                           (self.kv_wave_programs // max(self.multiprocessors, 1), self.kv_whole_sm_tokens_per_s))
+        if not (per_sm and sm_rate and self.multiprocessors):
             return max(read, tokens / pace)
-        programs = decoding * self.kv_heads_per_rank * self.kv_split_segments
-        return max(read, split_rounds_seconds(programs, self.multiprocessors, self.kv_split_programs_per_sm, tokens,
-                                              pace, self.kv_split_sm_tokens_per_s))
+        programs = decoding * self.kv_heads_per_rank * segments
+        # a decode-only step launches the query blocks of its graph's batch (vLLM's upper bound, q tokens // BLOCK_Q
+        # + sequences, a KV head and segment), the empty ones among them; a step with prompts its own requests'
+        batch = decoding if prompts else self.graphs.padded_batch(decoding)
+        launched = max(programs, (batch // self.query_block + batch) * self.kv_heads_per_rank * segments)
+        if not split:
+            # whole-cache programs past one round overlap the next round's: the read's waves are the bytes' (factor
+            # above), and the pace binds the programs an SM holds at once
+            held = min(per_sm, -(-launched // self.multiprocessors))
+            return max(read, tokens / min(pace, sm_rate / held))
+        return max(read, program_rounds_seconds(programs, launched, self.multiprocessors, per_sm, tokens, pace,
+                                                sm_rate))
 
     def kv_kernel_factor(self, decoding: int, prompts: bool) -> tuple[float, bool]:
         """The decoding requests' KV read time over a read of its bytes at the format's share, and whether the
@@ -414,6 +435,10 @@ class StepModel:
             return 1.0, False
         programs = decoding * self.kv_heads_per_rank
         return -(-programs // self.kv_wave_programs) * self.kv_wave_programs / programs, False
+
+    @cached_property
+    def query_block(self) -> int:
+        return query_block_positions(self.shape)
 
     @cached_property
     def kv_heads_per_rank(self) -> int:
@@ -454,15 +479,16 @@ class StepModel:
         return prefill_attention_flops(self.shape, tokens)
 
 
-def split_rounds_seconds(programs: int, sms: int, per_sm: int, tokens: int, alone_tokens_per_s: float,
-                         sm_tokens_per_s: float) -> float:
-    """Seconds for `programs` segment programs of `tokens` cached tokens each (every layer's, one after another) on
-    `sms` SMs that hold `per_sm` of them at once: full rounds of per_sm programs an SM, then a last round of the
-    rest spread over the SMs. A program reads at its pace alone until the programs an SM holds share the SM's
-    rate (sm_tokens_per_s over their count)."""
+def program_rounds_seconds(programs: int, launched: int, sms: int, per_sm: int, tokens: int,
+                           alone_tokens_per_s: float, sm_tokens_per_s: float) -> float:
+    """Seconds for `programs` programs of `tokens` cached tokens each (every layer's, one after another) on `sms` SMs
+    that hold `per_sm` of them at once: full rounds of per_sm programs an SM, then a last round of the rest spread
+    over the SMs. A program reads at its pace alone until the programs an SM holds share the SM's rate
+    (sm_tokens_per_s over their count). A step of one round places every block it launched at once (`launched`:
+    its programs and the grid's empty blocks), so as many share an SM as the grid puts there."""
     per_round = sms * per_sm
     full = (programs - 1) // per_round
-    last = -(-(programs - full * per_round) // sms)
+    last = min(per_sm, -(-(launched if not full else programs - full * per_round) // sms))
     return sum(tokens / min(alone_tokens_per_s, sm_tokens_per_s / held) for held in (per_sm,) * full + (last,))
 
 
