@@ -201,6 +201,17 @@ PROMPT_TILES = [closed(2000, 32, 1, 3), closed(8000, 32, 1, 3), closed(32000, 32
 # program walks 16,000 tokens a layer, about twice b21's, so the pace binds harder than the read shares
 LONG_WAVES_SMALL = [closed(16000, 128, c, c) for c in (40, 72)]
 LONG_WAVES_SEVEN = [closed(16000, 128, c, c) for c in (40, 64)]
+# batch b24, on two H200s side by side: the SM rounds fitted on the format traces judged on three models no trace
+# fitted, each a closed loop whose last requests finish one by one (the steps' ramp down through every count of
+# requests): Qwen3-8B (8 KV heads, 4 queries a KV head, BLOCK_Q 4) at 48 of 16,000 tokens, whose whole-cache steps
+# should climb from 24 to 25 requests (graphs of 24 and 32: 240 and 320 query blocks) and split ones at 4 -> 5, 8 -> 9
+# and 12 -> 13 (128 segment programs a request, rounds of 528); Qwen2.5-1.5B (2, 6, BLOCK_Q 2) at 112 of 8,000, whose
+# split steps (up to 64 requests, 32 programs each) should climb at 16 -> 17, 33 -> 34 and 49 -> 50 and whole ones
+# from 88 to 89 (graphs of 88 and 96: 264 and 288 blocks; its real programs never pass 264 below 133);
+# Qwen2.5-32B-Instruct (8, 5, BLOCK_Q 3) at 40 of 8,000, from 24 to 25 (256 and 336 blocks)
+GRID_BLOCKS_EIGHT = [closed(16000, 128, 48, 48)]
+GRID_BLOCKS_SMALL = [closed(8000, 128, 112, 112)]
+GRID_BLOCKS_LARGE = [closed(8000, 128, 40, 40)]
 TP2_LADDER = [closed(1000, 256, c, 2 * c) for c in (16, 64, 192)] + [closed(8000, 256, c, 2 * c) for c in (8, 32)] + \
     [opened(1000, 256, 4, 120)]
 
@@ -272,7 +283,7 @@ def plan() -> dict:
     b10, b11, b12, b13 = "b10-host-alone", "b11-step-trace", "b12-step-ladder", "b13-refit-check"
     b14, b15, b16, b17 = "b14-kv-formats", "b15-format-check", "b16-wave-edges", "b17-unsplit-check"
     b18, b19, b20, b21 = "b18-wave-ratio", "b19-count-or-family", "b20-group-waves", "b21-wave-fill"
-    b22, b23 = "b22-prompt-tiles", "b23-long-waves"
+    b22, b23, b24 = "b22-prompt-tiles", "b23-long-waves", "b24-grid-blocks"
     ran = {b1: {"0": ["llama8b-bf16", "qwen3moe-bf16"], "1": ["llama8b-fp8", "dsv2lite-bf16"],
                 "0,1": ["qwen25-32b-tp2-bf16"]}}
     ran[b2], ran[b3] = ran[b1], ran[b1]  # b1-b3 ran as one set of lanes
@@ -302,16 +313,18 @@ def plan() -> dict:
     # ran on two H200s side by side
     ran[b22] = {"0": ["b22-qwen25-3b-int8", "b22-qwen3-14b-int8"],
                 "1": ["b22-qwen25-15b-int8", "b22-qwen25-7b-int8", "b22-llama8b-int8"], "0,1": []}
-    # planned, not run yet, on a two-GPU machine: what the kit runs next
     ran[b23] = {"0": ["b23-qwen25-3b-int8"], "1": ["b23-qwen25-7b-int8"], "0,1": []}
+    # planned, not run yet, on a two-GPU machine: what the kit runs next
+    ran[b24] = {"0": ["b24-qwen3-8b-int8", "b24-qwen25-15b-int8"], "1": ["b24-qwen25-32b-int8"], "0,1": []}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
         bench="vllm bench serve --backend vllm --dataset-name random (ignore_eos), --percentile-metrics "
               "ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --save-result --save-detailed",
-        batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16, b17, b18, b19, b20, b21, b22, b23],
+        batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16, b17, b18, b19, b20, b21, b22, b23,
+                 b24],
         # lanes run side by side; a lane's servers run one after another; '0,1' runs once both others are done.
         # `lanes` are the newest batch's (what the kit runs); `lanes_by_batch` keeps each batch's
-        lanes=ran[b23], lanes_by_batch=ran,
+        lanes=ran[b24], lanes_by_batch=ran,
         servers=[
             server("llama8b-bf16", b1, "llama-3.1-8b", "0", 8101, 65536, LLAMA_POINTS),
             server("llama8b-fp8", b1, "llama-3.1-8b", "1", 8102, 65536, LLAMA_POINTS, kv_cache_dtype="fp8"),
@@ -417,6 +430,10 @@ def plan() -> dict:
                    step_trace=True),
             wave_server("b23-qwen25-3b-int8", b23, "qwen2.5-3b", "0", 8301, LONG_WAVES_SMALL, 12000, 0.06),
             wave_server("b23-qwen25-7b-int8", b23, "qwen2.5-7b-instruct", "1", 8302, LONG_WAVES_SEVEN, 7000, 0.06),
+            wave_server("b24-qwen3-8b-int8", b24, "qwen3-8b", "0", 8311, GRID_BLOCKS_EIGHT, 6000, 0.06),
+            wave_server("b24-qwen25-15b-int8", b24, "qwen2.5-1.5b", "0", 8312, GRID_BLOCKS_SMALL, 20000, 0.03),
+            wave_server("b24-qwen25-32b-int8", b24, "qwen2.5-32b-instruct", "1", 8313, GRID_BLOCKS_LARGE, 2500,
+                        0.08),
         ],
     )
 
