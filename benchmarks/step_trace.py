@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from measure.steps import LEAST_STEPS, server_rows, traced_servers  # noqa: E402
+from measure.steps import LEAST_STEPS, climbs, committed_steps, server_rows, traced_servers  # noqa: E402
 
 
 def _err(row: dict) -> str:
@@ -60,7 +60,31 @@ def report() -> str:
                 f"| {r['prompt_requests']} | {r['measured_ms']:.2f} | {r['simulated_ms']:.2f} | {_err(r)} |"
                 for r in prompt]
         out += ["", _summary(decode, prompt), ""]
-    return "\n".join(out)
+    return "\n".join(out + _ahead())
+
+
+def _ahead() -> list[str]:
+    """The decode-only steps whose simulated length was committed before their batch ran, each count of requests
+    a closed loop's steps passed through (its last requests finish one by one)."""
+    out = ["## Decode steps predicted before seen", "",
+           "Where a batch's predictions (`measure/serving/<batch>-sim-predictions-h200.json`, `decode_steps`) hold "
+           "the simulated decode-only step of every count of requests up to a closed loop's, committed before the "
+           "batch ran: each count's measured median step against that figure, and the counts where the committed "
+           "step climbs by 5% or more (another round of segment programs, or another program an SM).", "",
+           "| server | counts | within 10% | median error | climbs: requests, measured ms, committed ms |",
+           "| --- | ---: | ---: | ---: | --- |"]
+    found = False
+    for server in traced_servers():
+        rows = committed_steps(server)
+        if not rows:
+            continue
+        found = True
+        errors = [r["committed_ms"] / r["measured_ms"] - 1 for r in rows]
+        steps = "; ".join(f"{b['decoding']} -> {a['decoding']}: {b['measured_ms']:.1f} -> {a['measured_ms']:.1f}, "
+                          f"{b['committed_ms']:.1f} -> {a['committed_ms']:.1f}" for b, a in climbs(rows))
+        out.append(f"| {server['tag']} | {len(rows)} | {sum(abs(e) <= 0.10 for e in errors)} "
+                   f"| {statistics.median(errors):+.1%} | {steps or 'none'} |")
+    return out + ([""] if found else ["| none yet | | | | |", ""])
 
 
 def _summary(decode: list[dict], prompt: list[dict]) -> str:

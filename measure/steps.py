@@ -222,3 +222,31 @@ def read_steps(path: Path) -> list[Step]:
             steps.append(Step(s, u, previous))
         previous = float(u[1])
     return steps
+
+
+def committed_steps(server: dict, gpu: str = "h200") -> list[dict]:
+    """Per closed loop of one traced server whose decode-only steps were predicted before its batch ran (the batch's
+    <batch>-sim-predictions-<gpu>.json `decode_steps`): by requests decoding, the measured median step against the
+    committed one, in ms."""
+    path = SERVING / f"{server['batch']}-sim-predictions-{gpu}.json"
+    if not path.exists():
+        return []
+    committed = {s["id"]: s["step_ms"] for s in read_json(path).get("decode_steps", [])}
+    steps: dict[tuple[str, int], list[float]] = {}
+    for step, point, _, following in point_steps(server):
+        if point["id"] in committed and _decode_only(step, following):
+            steps.setdefault((point["id"], step.decoding), []).append(step.period_s)
+    return [dict(point=pid, decoding=n, steps=len(periods), measured_ms=1e3 * statistics.median(periods),
+                 committed_ms=committed[pid][str(n)])
+            for (pid, n), periods in sorted(steps.items()) if str(n) in committed[pid]]
+
+
+def climbs(rows: list[dict], least: float = 0.05) -> list[tuple[dict, dict]]:
+    """(row below, row above) of one point's consecutive counts of requests where the committed step climbs by
+    `least` or more: where the simulation said another round or another program an SM begins."""
+    out = []
+    for below, above in zip(rows, rows[1:]):
+        if (below["point"] == above["point"] and above["decoding"] == below["decoding"] + 1
+                and above["committed_ms"] >= (1 + least) * below["committed_ms"]):
+            out.append((below, above))
+    return out

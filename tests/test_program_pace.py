@@ -231,3 +231,20 @@ def test_a_decode_step_launches_its_graphs_batch():
     model = serving_replica(eager, g.hbm_bandwidth_gb_s, g.bf16_dense_tflops, g.multiprocessors,
                             measured_efficiency())[0]
     assert model.graphs.padded_batch(25) == 25
+
+
+@pytest.mark.parametrize(("tag", "below", "above"), [
+    ("b24-qwen3-8b-int8", 24, 25),     # whole: graphs of 24 and 32, 240 and 320 blocks
+    ("b24-qwen25-15b-int8", 88, 89),   # whole: graphs of 88 and 96, 264 and 288 blocks (6 query heads a KV head)
+    ("b24-qwen25-15b-int8", 49, 50),   # split: 1,568 and 1,600 segment programs, past three rounds of 528
+    ("b24-qwen25-32b-int8", 24, 25),   # whole: 256 and 336 blocks (5 query heads a KV head, BLOCK_Q 3)
+    ("b24-qwen25-32b-int8", 8, 9),     # split: 1,024 and 1,152, past two rounds
+])
+def test_steps_committed_before_b24_ran_climb_where_the_engines_did(tag, below, above):
+    from measure.steps import climbs, committed_steps, traced_servers
+    rows = committed_steps(next(s for s in traced_servers() if s["tag"] == tag))
+    # every count the closed loop passed through, within 10% of the figure committed before the batch ran
+    assert len(rows) >= 30
+    assert sum(abs(r["committed_ms"] / r["measured_ms"] - 1) <= 0.10 for r in rows) >= 0.9 * len(rows)
+    step = next((b, a) for b, a in climbs(rows) if (b["decoding"], a["decoding"]) == (below, above))
+    assert step[1]["measured_ms"] > 1.05 * step[0]["measured_ms"]
