@@ -212,6 +212,12 @@ LONG_WAVES_SEVEN = [closed(16000, 128, c, c) for c in (40, 64)]
 GRID_BLOCKS_EIGHT = [closed(16000, 128, 48, 48)]
 GRID_BLOCKS_SMALL = [closed(8000, 128, 112, 112)]
 GRID_BLOCKS_LARGE = [closed(8000, 128, 40, 40)]
+# batch b25, on two H200s side by side: int4_per_token_head, whose decode no one-request point has timed (its split
+# pace, and so its SM rounds, are not fitted: the simulation reads it at its split share alone), judged as b22 judged
+# int8: one request of 8,000 and 32,000 tokens (32 out) on Qwen2.5-7B-Instruct (4 KV heads, 7 queries a KV head)
+# and Llama-3.1-8B (8, 4); Qwen2.5-7B then at 24 of 16,000 tokens (1,536 segment programs, past two rounds of 528)
+INT4_PACE = [closed(8000, 32, 1, 3), closed(32000, 32, 1, 2)]
+INT4_ROUNDS = INT4_PACE + [closed(16000, 128, 24, 24)]
 TP2_LADDER = [closed(1000, 256, c, 2 * c) for c in (16, 64, 192)] + [closed(8000, 256, c, 2 * c) for c in (8, 32)] + \
     [opened(1000, 256, 4, 120)]
 
@@ -283,7 +289,7 @@ def plan() -> dict:
     b10, b11, b12, b13 = "b10-host-alone", "b11-step-trace", "b12-step-ladder", "b13-refit-check"
     b14, b15, b16, b17 = "b14-kv-formats", "b15-format-check", "b16-wave-edges", "b17-unsplit-check"
     b18, b19, b20, b21 = "b18-wave-ratio", "b19-count-or-family", "b20-group-waves", "b21-wave-fill"
-    b22, b23, b24 = "b22-prompt-tiles", "b23-long-waves", "b24-grid-blocks"
+    b22, b23, b24, b25 = "b22-prompt-tiles", "b23-long-waves", "b24-grid-blocks", "b25-int4-pace"
     ran = {b1: {"0": ["llama8b-bf16", "qwen3moe-bf16"], "1": ["llama8b-fp8", "dsv2lite-bf16"],
                 "0,1": ["qwen25-32b-tp2-bf16"]}}
     ran[b2], ran[b3] = ran[b1], ran[b1]  # b1-b3 ran as one set of lanes
@@ -314,17 +320,18 @@ def plan() -> dict:
     ran[b22] = {"0": ["b22-qwen25-3b-int8", "b22-qwen3-14b-int8"],
                 "1": ["b22-qwen25-15b-int8", "b22-qwen25-7b-int8", "b22-llama8b-int8"], "0,1": []}
     ran[b23] = {"0": ["b23-qwen25-3b-int8"], "1": ["b23-qwen25-7b-int8"], "0,1": []}
-    # planned, not run yet, on a two-GPU machine: what the kit runs next
     ran[b24] = {"0": ["b24-qwen3-8b-int8", "b24-qwen25-15b-int8"], "1": ["b24-qwen25-32b-int8"], "0,1": []}
+    # planned, not run yet, on a two-GPU machine: what the kit runs next
+    ran[b25] = {"0": ["b25-qwen25-7b-int4"], "1": ["b25-llama8b-int4"], "0,1": []}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
         bench="vllm bench serve --backend vllm --dataset-name random (ignore_eos), --percentile-metrics "
               "ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --save-result --save-detailed",
         batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16, b17, b18, b19, b20, b21, b22, b23,
-                 b24],
+                 b24, b25],
         # lanes run side by side; a lane's servers run one after another; '0,1' runs once both others are done.
         # `lanes` are the newest batch's (what the kit runs); `lanes_by_batch` keeps each batch's
-        lanes=ran[b24], lanes_by_batch=ran,
+        lanes=ran[b25], lanes_by_batch=ran,
         servers=[
             server("llama8b-bf16", b1, "llama-3.1-8b", "0", 8101, 65536, LLAMA_POINTS),
             server("llama8b-fp8", b1, "llama-3.1-8b", "1", 8102, 65536, LLAMA_POINTS, kv_cache_dtype="fp8"),
@@ -434,6 +441,12 @@ def plan() -> dict:
             wave_server("b24-qwen25-15b-int8", b24, "qwen2.5-1.5b", "0", 8312, GRID_BLOCKS_SMALL, 20000, 0.03),
             wave_server("b24-qwen25-32b-int8", b24, "qwen2.5-32b-instruct", "1", 8313, GRID_BLOCKS_LARGE, 2500,
                         0.08),
+            server("b25-qwen25-7b-int4", b25, "qwen2.5-7b-instruct", "0", 8321, 32768, INT4_ROUNDS,
+                   kv_cache_dtype="int4_per_token_head", prefill_tokens_per_s=6000, itl_guess_s=0.04,
+                   tokenizer_only=True, step_trace=True),
+            server("b25-llama8b-int4", b25, "llama-3.1-8b", "1", 8322, 32768, INT4_PACE,
+                   kv_cache_dtype="int4_per_token_head", prefill_tokens_per_s=10000, itl_guess_s=0.015,
+                   step_trace=True),
         ],
     )
 
