@@ -248,3 +248,24 @@ def test_steps_committed_before_b24_ran_climb_where_the_engines_did(tag, below, 
     assert sum(abs(r["committed_ms"] / r["measured_ms"] - 1) <= 0.10 for r in rows) >= 0.9 * len(rows)
     step = next((b, a) for b, a in climbs(rows) if (b["decoding"], a["decoding"]) == (below, above))
     assert step[1]["measured_ms"] > 1.05 * step[0]["measured_ms"]
+
+
+def test_int4_takes_its_own_pace_and_no_sm_rounds_until_a_ramp_shows_them():
+    fit = step_overhead()
+    pace = fit.engine_program_pace_tokens_per_s["int4_per_token_head"]
+    # fitted on b25's one request at 8,000 and 32,000 tokens (scripts/fit_serving_kernels.py, PACE_BATCHES)
+    assert {p for p in fit.fitted_on if p.startswith("b25-")} == {
+        "b25-qwen25-7b-int4-p01-i8000-o32-c1", "b25-qwen25-7b-int4-p02-i32000-o32-c1",
+        "b25-llama8b-int4-p01-i8000-o32-c1", "b25-llama8b-int4-p02-i32000-o32-c1"}
+    assert pace.split_programs_per_sm is pace.split_sm is pace.whole_sm is None
+    model = _replica(fmt="int4_per_token_head")
+    assert model.kv_split_pace_tokens_per_s == pace.split and model.kv_split_programs_per_sm == 0
+    # one request of 32,000 tokens reads at the pace, not at the format's split share
+    assert _kv(model, 1, 32000) == pytest.approx(32 * 32000 / 16 / pace.split, rel=0.02)
+
+
+def test_the_sm_terms_of_a_pace_come_together():
+    data = step_overhead().model_dump()
+    data["engine_program_pace_tokens_per_s"]["int4_per_token_head"]["split_sm"] = 2e7
+    with pytest.raises(ValidationError, match="all three or none"):
+        StepOverhead.model_validate(data)

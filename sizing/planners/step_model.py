@@ -74,9 +74,16 @@ class ProgramPace(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     whole: float = Field(gt=0, le=1e9)
     split: float = Field(gt=0, le=1e9)
-    split_programs_per_sm: int = Field(ge=1, le=64)
-    split_sm: float = Field(gt=0, le=1e10)
-    whole_sm: float = Field(gt=0, le=1e10)  # the same across the whole-cache programs an SM holds (its waves' count)
+    # None: not fitted (no ramp of steps has shown the format's rounds), a program's pace alone bounds its read
+    split_programs_per_sm: int | None = Field(default=None, ge=1, le=64)
+    split_sm: float | None = Field(default=None, gt=0, le=1e10)
+    whole_sm: float | None = Field(default=None, gt=0, le=1e10)  # across the whole-cache programs an SM holds
+
+    @model_validator(mode="after")
+    def _sm_terms_together(self):
+        if len({self.split_programs_per_sm is None, self.split_sm is None, self.whole_sm is None}) > 1:
+            raise ValueError("split_programs_per_sm, split_sm and whole_sm: all three or none")
+        return self
 
 
 class StepOverhead(BaseModel):
