@@ -30,8 +30,9 @@ the client sent it, which its TTFT carries. A KV format the engine decodes in pr
 whole cache for one KV head (vLLM's TRITON_ATTN, the only backend of its per-token-head integer formats) reads in
 waves of as many programs as the GPU runs at once, the last wave as long as a full one; with few requests decoding
 the engine splits each request's cache into segments instead, read at a share of its own and in rounds of as many
-segment programs as an SM holds, no faster than its pace alone nor than the SM's rate shared among them. Every term is fitted on the points profiles/serving.json names
-(scripts/fit_serving_terms.py).
+segment programs as an SM holds. No program reads faster than its pace alone, nor than the SM's rate shared among the
+programs the SM holds (for whole caches, as many as the launched grid, its empty query blocks included, puts there).
+Every term is fitted on the points profiles/serving.json names (scripts/fit_serving_terms.py).
 """
 
 from __future__ import annotations
@@ -421,7 +422,8 @@ class StepModel:
             return max(read, tokens / pace)
         programs = decoding * self.kv_heads_per_rank * segments
         # a decode-only step launches the query blocks of its graph's batch (vLLM's upper bound, q tokens // BLOCK_Q
-        # + sequences, a KV head and segment), the empty ones among them; a step with prompts its own requests'
+        # + sequences, a KV head and segment), the empty ones among them; in a step with prompt chunks only the
+        # decoding requests' blocks are counted here (the chunks' attention is timed apart, beside this read)
         batch = decoding if prompts else self.graphs.padded_batch(decoding)
         launched = max(programs, (batch // self.query_block + batch) * self.kv_heads_per_rank * segments)
         if not split:
