@@ -525,6 +525,12 @@ def report(table: list[dict] | None = None) -> str:
            "decoded 30-53% slower than committed, its pace never fitted. Its pace is now fitted on those four "
            "points as b22's were for int8; its segment rounds are not, no ramp of its steps having run (b25's "
            "24-request loop was left): the trace groups alone cannot tell its programs an SM apart.",
+           "- ITL p99 of closed loops of long prompts (b23, b24: 26-51% short, p90 within 8%): the slowest 1-1.5% "
+           "of gaps are steps whose token reached the client together with the next step's. In those fresh "
+           "servers it happened once at each new multiple of 8 requests running in a step with a prompt chunk "
+           "(Qwen3-8B at 16,000 tokens: a 2.7 s gap, then 0.02 s, where the neighbouring pairs ran 1.1-1.9 s "
+           "each); a later point on the same server repeated it only at counts not seen before: a first use per "
+           "padded batch, not the steady state, and not simulated.",
            "- ITL p99 in sparse open loops: a prompt arriving beside one decoding request stalls it for a whole "
            "prefill step in the simulation more often than the server's 1% tail shows.",
            "- Past the pool (batch b4): the preemptions are counted about right (78 against 80 for Llama-3.1-8B at 768 "
