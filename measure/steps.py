@@ -111,17 +111,18 @@ def _decode_only(step, following) -> bool:
     return step.prompt_requests == 0 and (following is None or following.prompt_requests == 0)
 
 
-def decode_groups(server: dict) -> list[dict]:
+def decode_groups(server: dict, least: int = LEAST_STEPS) -> list[dict]:
     """The decode-only steps of one traced server by the point they ran in and the requests decoding, groups of
-    LEAST_STEPS or more: the point's id, the requests decoding, the cached tokens each holds, the steps and their
-    median period in seconds (what a fit of the step's terms reads)."""
+    `least` steps or more (LEAST_STEPS: what a fit of the step's terms reads; 1: every count a closed loop passed
+    through): the point's id, the requests decoding, the cached tokens each holds, the steps and their median period
+    in seconds."""
     groups = {}
     for step, point, _, following in point_steps(server):
         if _decode_only(step, following):
             groups.setdefault((point["id"], step.decoding), (point, []))[1].append(step.period_s)
     return [dict(point=pid, decoding=n, cached=cached_tokens(point), steps=len(periods),
                  measured_s=statistics.median(periods))
-            for (pid, n), (point, periods) in sorted(groups.items()) if len(periods) >= LEAST_STEPS]
+            for (pid, n), (point, periods) in sorted(groups.items()) if len(periods) >= least]
 
 
 def server_rows(server: dict, terms: dict | None = None) -> tuple[list[dict], list[dict]]:
@@ -232,13 +233,9 @@ def committed_steps(server: dict, gpu: str = "h200") -> list[dict]:
     if not path.exists():
         return []
     committed = {s["id"]: s["step_ms"] for s in read_json(path).get("decode_steps", [])}
-    steps: dict[tuple[str, int], list[float]] = {}
-    for step, point, _, following in point_steps(server):
-        if point["id"] in committed and _decode_only(step, following):
-            steps.setdefault((point["id"], step.decoding), []).append(step.period_s)
-    return [dict(point=pid, decoding=n, steps=len(periods), measured_ms=1e3 * statistics.median(periods),
-                 committed_ms=committed[pid][str(n)])
-            for (pid, n), periods in sorted(steps.items()) if str(n) in committed[pid]]
+    return [dict(point=g["point"], decoding=g["decoding"], steps=g["steps"], measured_ms=1e3 * g["measured_s"],
+                 committed_ms=committed[g["point"]][str(g["decoding"])])
+            for g in decode_groups(server, least=1) if str(g["decoding"]) in committed.get(g["point"], {})]
 
 
 def climbs(rows: list[dict], least: float = 0.05) -> list[tuple[dict, dict]]:

@@ -106,24 +106,26 @@ def fit_program_pace(points: list[dict], terms: dict, trace_rows: Callable[[dict
             return _squared_error(own, {**terms, PACE_TERM: {fmt: {"whole": unbound, "split": float(PACE_GRID[k])}}},
                                   "itl")
         split = float(_least_on_grid(PACE_GRID, split_error))
-
-        @cache
-        def whole_error(k: int, fmt=fmt, split=split) -> float:
-            return _trace_error(fmt, {**terms, PACE_TERM: {fmt: {"whole": float(PACE_GRID[k]), "split": split}}},
-                                trace_rows, request_term)
-        whole = float(_least_on_grid(PACE_GRID, whole_error))
+        whole, _ = _pace_on_grid(fmt, {"split": split}, "whole", terms, trace_rows, request_term)
         pace = {"whole": whole, "split": split}
-        if fmt not in ROUNDS_FORMATS:
-            paces[fmt] = pace
-            continue
-        pace.update(_fit_split_rounds(fmt, pace, terms, trace_rows, request_term))
-
-        @cache
-        def whole_sm_error(k: int, fmt=fmt, pace=dict(pace)) -> float:
-            return _trace_error(fmt, {**terms, PACE_TERM: {fmt: {**pace, "whole_sm": float(PACE_GRID[k])}}},
-                                trace_rows, request_term)
-        paces[fmt] = {**pace, "whole_sm": float(_least_on_grid(PACE_GRID, whole_sm_error))}
+        if fmt in ROUNDS_FORMATS:
+            pace.update(_fit_split_rounds(fmt, pace, terms, trace_rows, request_term))
+            pace["whole_sm"] = _pace_on_grid(fmt, pace, "whole_sm", terms, trace_rows, request_term)[0]
+        paces[fmt] = pace
     return paces
+
+
+def _pace_on_grid(fmt: str, pace: dict, term: str, terms: dict, trace_rows: Callable[[dict], list[dict]],
+                  request_term: str) -> tuple[float, float]:
+    """(value, squared error) of one rate of `fmt`'s pace, `term`, on PACE_GRID: the value leaving the least squared
+    relative error of the decode-only step groups `trace_rows` gives, each counted once a step, the rest of `pace`
+    fixed."""
+    @cache
+    def error(k: int) -> float:
+        return _trace_error(fmt, {**terms, PACE_TERM: {fmt: {**pace, term: float(PACE_GRID[k])}}}, trace_rows,
+                            request_term)
+    value = _least_on_grid(PACE_GRID, error)
+    return float(value), error(PACE_GRID.index(value))
 
 
 def _trace_error(fmt: str, trial: dict, trace_rows: Callable[[dict], list[dict]], request_term: str) -> float:
@@ -139,15 +141,7 @@ def _fit_split_rounds(fmt: str, pace: dict, terms: dict, trace_rows: Callable[[d
     across them (PACE_GRID), the pair leaving the least squared relative error of the same step groups as the whole
     pace's (each counted once a step), both paces fixed: the count sets where a step's segments need another round,
     the rate how long a round of them takes."""
-    def error_at(per_sm: int) -> tuple[float, float]:
-        @cache
-        def error(k: int) -> float:
-            return _trace_error(fmt, {**terms, PACE_TERM: {fmt: {**pace, "split_programs_per_sm": per_sm,
-                                                                 "split_sm": float(PACE_GRID[k])}}},
-                                trace_rows, request_term)
-        rate = _least_on_grid(PACE_GRID, error)
-        return error(PACE_GRID.index(rate)), float(rate)
-
-    fits = {per_sm: error_at(per_sm) for per_sm in SPLIT_PROGRAMS_PER_SM}
-    per_sm = min(fits, key=lambda k: fits[k][0])
-    return {"split_programs_per_sm": per_sm, "split_sm": fits[per_sm][1]}
+    fits = {per_sm: _pace_on_grid(fmt, {**pace, "split_programs_per_sm": per_sm}, "split_sm", terms, trace_rows,
+                                  request_term) for per_sm in SPLIT_PROGRAMS_PER_SM}
+    per_sm = min(fits, key=lambda k: fits[k][1])
+    return {"split_programs_per_sm": per_sm, "split_sm": fits[per_sm][0]}

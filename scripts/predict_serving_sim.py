@@ -60,9 +60,10 @@ def main(argv: list[str]) -> int:
         points, steps = [], []
         for server in (s for s in plan["servers"] if s["batch"] == batch):
             for point in server["points"]:
-                served = predict_point(settings(plan, server, point, device_name), ROOT)
+                point_settings = settings(plan, server, point, device_name)
+                served = predict_point(point_settings, ROOT)
                 if server.get("step_trace") and point["concurrency"]:
-                    steps.append(decode_steps(settings(plan, server, point, device_name), point))
+                    steps.append(decode_steps(point_settings, point))
                 points.append(dict(id=point["id"], server=server["tag"],
                                    ttft_ms={str(q): round(v, 3) for q, v in served.ttft_ms.items()},
                                    itl_ms={str(q): round(v, 4) for q, v in served.itl_ms.items()},

@@ -275,10 +275,10 @@ def frontend_pair(tag: str, batch: str, model: str, gpus: str, port: int, max_mo
 
 
 def wave_server(tag: str, batch: str, model: str, gpus: str, port: int, points: list[dict],
-                prefill_tokens_per_s: float, itl_guess_s: float) -> dict:
-    """A server of the wave batches (b18-b20): a Qwen model in int8_per_token_head at 32,768 tokens, read through the
-    word-level tokenizer's own folder, its steps timed."""
-    return server(tag, batch, model, gpus, port, 32768, points, kv_cache_dtype="int8_per_token_head",
+                prefill_tokens_per_s: float, itl_guess_s: float, kv_cache_dtype: str = "int8_per_token_head") -> dict:
+    """A server of the wave batches (b18 on): a Qwen model in a per-token-head format (int8_per_token_head unless
+    named) at 32,768 tokens, read through the word-level tokenizer's own folder, its steps timed."""
+    return server(tag, batch, model, gpus, port, 32768, points, kv_cache_dtype=kv_cache_dtype,
                   prefill_tokens_per_s=prefill_tokens_per_s, itl_guess_s=itl_guess_s, tokenizer_only=True,
                   step_trace=True)
 
@@ -441,9 +441,8 @@ def plan() -> dict:
             wave_server("b24-qwen25-15b-int8", b24, "qwen2.5-1.5b", "0", 8312, GRID_BLOCKS_SMALL, 20000, 0.03),
             wave_server("b24-qwen25-32b-int8", b24, "qwen2.5-32b-instruct", "1", 8313, GRID_BLOCKS_LARGE, 2500,
                         0.08),
-            server("b25-qwen25-7b-int4", b25, "qwen2.5-7b-instruct", "0", 8321, 32768, INT4_ROUNDS,
-                   kv_cache_dtype="int4_per_token_head", prefill_tokens_per_s=6000, itl_guess_s=0.04,
-                   tokenizer_only=True, step_trace=True),
+            wave_server("b25-qwen25-7b-int4", b25, "qwen2.5-7b-instruct", "0", 8321, INT4_ROUNDS, 6000, 0.04,
+                        kv_cache_dtype="int4_per_token_head"),
             server("b25-llama8b-int4", b25, "llama-3.1-8b", "1", 8322, 32768, INT4_PACE,
                    kv_cache_dtype="int4_per_token_head", prefill_tokens_per_s=10000, itl_guess_s=0.015,
                    step_trace=True),

@@ -155,16 +155,15 @@ def test_the_fitted_rounds_come_from_the_traces_the_fit_names():
 
 def _trace_steps(tag: str) -> tuple[dict, dict[int, tuple[float, int]]]:
     """(the server, and by requests decoding the median period in seconds of its decode-only steps with the cached
-    tokens each request holds in their point) of one traced server."""
-    import statistics
-
-    from measure.steps import _decode_only, cached_tokens, point_steps, traced_servers
+    tokens each request holds in their point) of one traced server; where two of its points passed through a count,
+    the one with more steps there."""
+    from measure.steps import decode_groups, traced_servers
     server = next(s for s in traced_servers() if s["tag"] == tag)
-    steps: dict[int, tuple[list[float], int]] = {}
-    for step, point, _, following in point_steps(server):
-        if _decode_only(step, following):
-            steps.setdefault(step.decoding, ([], cached_tokens(point)))[0].append(step.period_s)
-    return server, {n: (statistics.median(periods), cached) for n, (periods, cached) in steps.items()}
+    out: dict[int, dict] = {}
+    for g in decode_groups(server, least=1):
+        if g["steps"] > out.get(g["decoding"], {"steps": 0})["steps"]:
+            out[g["decoding"]] = g
+    return server, {n: (g["measured_s"], g["cached"]) for n, g in out.items()}
 
 
 @pytest.mark.parametrize(("tag", "below", "above"), [
