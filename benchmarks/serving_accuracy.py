@@ -416,11 +416,11 @@ def report(table: list[dict] | None = None) -> str:
            + ", and where the engine's kernel is compiled for another count of query heads a KV head, "
            + ", ".join(f"{k} at {q}: {w.programs_per_sm} programs an SM, {w.kv_efficiency} a full wave"
                        for k, groups in fit.engine_query_group_waves.items() for q, w in groups.items())
-           + ", a program's pace (cached tokens a microsecond, of a request's whole cache and of a split one's "
-           "segment) "
+           + ", a program's pace (cached tokens a microsecond, of a request's whole cache and of a split one's segment) "
            + ", ".join(f"{k} {v.whole / 1e6:g} and {v.split / 1e6:g}"
                        + (f", {v.split_programs_per_sm} segment programs an SM at once reading {v.split_sm / 1e6:g} a "
-                          f"microsecond across them, {v.whole_sm / 1e6:g} across whole-cache programs"
+                          f"microsecond across them, {v.whole_programs_per_sm} whole-cache programs an SM reading "
+                          f"{v.whole_sm / 1e6:g} across them"
                           if v.split_sm else " (its SM rounds not fitted)")
                        for k, v in fit.engine_program_pace_tokens_per_s.items())
            + ", the prompt attention's share of the prefill rate at a full tile of query rows "
@@ -516,8 +516,10 @@ def report(table: list[dict] | None = None) -> str:
            "blocks of its graph's batch, the empty ones among them (vLLM's upper bound), and past 264 blocks a "
            "third program shares an SM. With the SM's rate across whole-cache programs fitted alike (23.7), "
            "Qwen2.5-7B's, Qwen3-14B's and Mistral-Nemo's whole-cache steps come from 9-10% short to within 2%, and "
-           "the int8-over-bf16 ITL ratios within 10% on 11 of 12 pairs. Qwen2.5-3B's first waves (8 query heads a "
-           "KV head) stay 14% short. Batch b24, predicted before it ran on three models no trace fitted (Qwen3-8B, "
+           "the int8-over-bf16 ITL ratios within 10% on 11 of 12 pairs. Qwen2.5-3B (8 query heads a KV head, whose "
+           "bytes run in waves of 2 programs an SM) climbs where the grid puts a third on an SM (32.4 -> 38.3 ms "
+           "from 88 to 89 requests); with the programs an SM holds fitted apart from the waves (3), its steps at "
+           "89-128 requests come from 14% short to 7-8% long (b20, b21). Batch b24, predicted before it ran on three models no trace fitted (Qwen3-8B, "
            "Qwen2.5-1.5B, Qwen2.5-32B-Instruct), climbed where the committed steps did, at every count predicted "
            "(Qwen3-8B 68.9 -> 79.1 ms from 24 to 25 requests, committed 69.4 -> 77.9): 153 of 153 counts within "
            "10% (docs/step-trace.md), p50 ITL within 6% and p50 TTFT within 8% on its three points. One request "

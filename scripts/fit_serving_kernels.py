@@ -33,7 +33,7 @@ PACE_TERM = "engine_program_pace_tokens_per_s"
 PACE_BATCHES = ("b22-prompt-tiles", "b25-int4-pace")
 PACE_LEAST_TOKENS = 8000
 PACE_GRID = [round(1e5 * k) for k in range(10, 1001)]  # 1 to 100 tokens a microsecond, 0.1 apart
-SPLIT_PROGRAMS_PER_SM = range(1, 9)
+PROGRAMS_PER_SM = range(1, 9)
 # the formats whose programs an SM holds a ramp of steps has shown: int8_per_token_head's decode steps climb where its
 # segments need another round of 4 an SM (b18's and b23's Qwen2.5 ramps, out of the fit, and b24's, predicted). The
 # trace groups the pair is fitted on barely tell the counts apart (int8: 169.4 against 175.0 with the pace alone), so
@@ -110,7 +110,7 @@ def fit_program_pace(points: list[dict], terms: dict, trace_rows: Callable[[dict
         pace = {"whole": whole, "split": split}
         if fmt in ROUNDS_FORMATS:
             pace.update(_fit_split_rounds(fmt, pace, terms, trace_rows, request_term))
-            pace["whole_sm"] = _pace_on_grid(fmt, pace, "whole_sm", terms, trace_rows, request_term)[0]
+            pace.update(_fit_sm_share(fmt, pace, "whole", terms, trace_rows, request_term))
         paces[fmt] = pace
     return paces
 
@@ -137,11 +137,20 @@ def _trace_error(fmt: str, trial: dict, trace_rows: Callable[[dict], list[dict]]
 
 def _fit_split_rounds(fmt: str, pace: dict, terms: dict, trace_rows: Callable[[dict], list[dict]],
                       request_term: str) -> dict:
-    """The segment programs an SM holds at once (SPLIT_PROGRAMS_PER_SM) and the cached tokens an SM reads a second
-    across them (PACE_GRID), the pair leaving the least squared relative error of the same step groups as the whole
-    pace's (each counted once a step), both paces fixed: the count sets where a step's segments need another round,
-    the rate how long a round of them takes."""
-    fits = {per_sm: _pace_on_grid(fmt, {**pace, "split_programs_per_sm": per_sm}, "split_sm", terms, trace_rows,
-                                  request_term) for per_sm in SPLIT_PROGRAMS_PER_SM}
+    """The segment programs an SM holds at once (PROGRAMS_PER_SM) and the cached tokens an SM reads a second across
+    them (PACE_GRID), the pair leaving the least squared relative error of the same step groups as the whole pace's
+    (each counted once a step), both paces fixed: the count sets where a step's segments need another round, the
+    rate how long a round of them takes."""
+    return _fit_sm_share(fmt, pace, "split", terms, trace_rows, request_term)
+
+
+def _fit_sm_share(fmt: str, pace: dict, grid: str, terms: dict, trace_rows: Callable[[dict], list[dict]],
+                  request_term: str) -> dict:
+    """`grid`'s ("split": segment, "whole": whole-cache) programs an SM holds at once (PROGRAMS_PER_SM) and the
+    cached tokens an SM reads a second across them (PACE_GRID): the pair leaving the least squared relative error
+    of the step groups `trace_rows` gives (each counted once a step), the rest of `pace` fixed."""
+    count, rate = f"{grid}_programs_per_sm", f"{grid}_sm"
+    fits = {per_sm: _pace_on_grid(fmt, {**pace, count: per_sm}, rate, terms, trace_rows, request_term)
+            for per_sm in PROGRAMS_PER_SM}
     per_sm = min(fits, key=lambda k: fits[k][1])
-    return {"split_programs_per_sm": per_sm, "split_sm": fits[per_sm][0]}
+    return {count: per_sm, rate: fits[per_sm][0]}

@@ -212,6 +212,35 @@ def test_whole_cache_steps_climb_where_the_launched_grid_puts_a_third_program_on
                   and above * model.kv_heads_per_rank <= model.kv_wave_programs, within=0.06)
 
 
+@pytest.mark.parametrize(("tag", "below", "above"), [
+    # 8 query heads a KV head (BLOCK_Q 2), whose kernel reads its bytes in waves of 2 programs an SM: Qwen2.5-3B (2
+    # KV heads) pads 88 requests to a graph of 88, (44 + 88) x 2 = 264 blocks, and 89 to 96: 288, a third on some
+    # SMs; Qwen3-30B-A3B (4) 40 -> 240 blocks, 41 pad to 48 -> 288. Both steps stay in one wave of the bytes
+    # (178 and 164 programs of 264): the climb is the programs an SM holds, fitted apart from the waves. The
+    # Qwen2.5-3B server is out of the fit; Qwen3-30B-A3B's ramp steps are too (groups of 20 steps or more)
+    ("b21-qwen25-3b-int8", 88, 89),
+    ("b16-qwen3moe-int8", 40, 41),
+])
+def test_an_sm_holds_more_whole_cache_programs_than_its_kernels_waves_put_there(tag, below, above):
+    _assert_climb(tag, below, above, lambda model: model.split_kv_requests < below
+                  and above * model.kv_heads_per_rank <= model.kv_wave_programs
+                  and model.kv_whole_programs_per_sm * model.multiprocessors > model.kv_wave_programs, within=0.08)
+
+
+def test_the_programs_an_sm_holds_are_fitted_apart_from_the_waves():
+    fit = step_overhead()
+    pace = fit.engine_program_pace_tokens_per_s["int8_per_token_head"]
+    waves = fit.engine_query_group_waves["int8_per_token_head"][8]
+    assert pace.whole_programs_per_sm > waves.programs_per_sm
+    eight = _replica("qwen3-30b-a3b")
+    four = _replica()
+    assert queries_per_kv_head(eight.shape) == 8 and queries_per_kv_head(four.shape) == 4
+    for model in (eight, four):
+        assert model.kv_whole_programs_per_sm == pace.whole_programs_per_sm
+    assert eight.kv_wave_programs == waves.programs_per_sm * eight.multiprocessors
+    assert four.kv_wave_programs == fit.engine_programs_per_sm["int8_per_token_head"] * four.multiprocessors
+
+
 def test_a_decode_step_launches_its_graphs_batch():
     model = _replica()
     sizes = model.graphs.decode_batches
@@ -254,7 +283,7 @@ def test_int4_takes_its_own_pace_and_no_sm_rounds_until_a_ramp_shows_them():
     assert {p for p in fit.fitted_on if p.startswith("b25-")} == {
         "b25-qwen25-7b-int4-p01-i8000-o32-c1", "b25-qwen25-7b-int4-p02-i32000-o32-c1",
         "b25-llama8b-int4-p01-i8000-o32-c1", "b25-llama8b-int4-p02-i32000-o32-c1"}
-    assert pace.split_programs_per_sm is pace.split_sm is pace.whole_sm is None
+    assert pace.split_programs_per_sm is pace.split_sm is pace.whole_programs_per_sm is pace.whole_sm is None
     model = _replica(fmt="int4_per_token_head")
     assert model.kv_split_pace_tokens_per_s == pace.split and model.kv_split_programs_per_sm == 0
     # one request of 32,000 tokens reads at the pace, not at the format's split share
@@ -264,5 +293,5 @@ def test_int4_takes_its_own_pace_and_no_sm_rounds_until_a_ramp_shows_them():
 def test_the_sm_terms_of_a_pace_come_together():
     data = step_overhead().model_dump()
     data["engine_program_pace_tokens_per_s"]["int4_per_token_head"]["split_sm"] = 2e7
-    with pytest.raises(ValidationError, match="all three or none"):
+    with pytest.raises(ValidationError, match="all four or none"):
         StepOverhead.model_validate(data)

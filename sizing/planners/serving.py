@@ -465,5 +465,7 @@ def _kv_kernel(scenario, e, multiprocessors: int, fitted: dict, engine_kv: dict[
                 split_kv_requests=split_kv_requests(scenario, e.engine, heads),
                 kv_whole_pace_tokens_per_s=pace.get("whole", 0.0), kv_split_pace_tokens_per_s=pace.get("split", 0.0),
                 kv_split_segments=SPLIT_KV_SEGMENTS, kv_split_programs_per_sm=pace.get("split_programs_per_sm") or 0,
-                kv_split_sm_tokens_per_s=pace.get("split_sm") or 0.0, kv_whole_sm_tokens_per_s=pace.get("whole_sm") or 0.0,
+                kv_split_sm_tokens_per_s=pace.get("split_sm") or 0.0,
+                kv_whole_programs_per_sm=pace.get("whole_programs_per_sm") or 0,
+                kv_whole_sm_tokens_per_s=pace.get("whole_sm") or 0.0,
                 multiprocessors=multiprocessors)

@@ -70,7 +70,7 @@ class ProgramPace(BaseModel):
     KV head (the 2D grid) and one of a segment of it (the 3D grid, whose partial results a second kernel reduces);
     and the segment programs one SM holds at once, with the cached tokens an SM reads a second across them (the
     segments of many requests run in rounds of that many programs an SM, each program slower than alone once the
-    SM's own rate is shared), and the SM's rate across the whole-cache programs it holds."""
+    SM's own rate is shared), and the whole-cache programs one SM holds at once with the SM's rate across them."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     whole: float = Field(gt=0, le=1e9)
@@ -78,12 +78,16 @@ class ProgramPace(BaseModel):
     # None: not fitted (no ramp of steps has shown the format's rounds), a program's pace alone bounds its read
     split_programs_per_sm: int | None = Field(default=None, ge=1, le=64)
     split_sm: float | None = Field(default=None, gt=0, le=1e10)
-    whole_sm: float | None = Field(default=None, gt=0, le=1e10)  # across the whole-cache programs an SM holds
+    # the whole-cache programs one SM holds at once, sharing its rate, and that rate across them: the launched grid
+    # puts up to this many on an SM whatever the waves its read's bytes take (QueryGroupWaves)
+    whole_programs_per_sm: int | None = Field(default=None, ge=1, le=64)
+    whole_sm: float | None = Field(default=None, gt=0, le=1e10)
 
     @model_validator(mode="after")
     def _sm_terms_together(self):
-        if len({self.split_programs_per_sm is None, self.split_sm is None, self.whole_sm is None}) > 1:
-            raise ValueError("split_programs_per_sm, split_sm and whole_sm: all three or none")
+        terms = (self.split_programs_per_sm, self.split_sm, self.whole_programs_per_sm, self.whole_sm)
+        if len({term is None for term in terms}) > 1:
+            raise ValueError("split_programs_per_sm, split_sm, whole_programs_per_sm and whole_sm: all four or none")
         return self
 
 
@@ -353,6 +357,7 @@ class StepModel:
     # (0: a split read is bound by one program's pace alone)
     kv_split_programs_per_sm: int = 0
     kv_split_sm_tokens_per_s: float = 0.0
+    kv_whole_programs_per_sm: int = 0  # the whole-cache programs an SM holds at once (0: as many as a wave puts there)
     kv_whole_sm_tokens_per_s: float = 0.0  # the same across the whole-cache programs an SM holds (0: no SM bound)
     multiprocessors: int = 0
 
@@ -417,7 +422,8 @@ class StepModel:
         segments = self.kv_split_segments if split else 1
         tokens = self.layout.read_tokens(_rounded(-(-mean_tokens // segments)))
         per_sm, sm_rate = ((self.kv_split_programs_per_sm, self.kv_split_sm_tokens_per_s) if split else
-                           (self.kv_wave_programs // max(self.multiprocessors, 1), self.kv_whole_sm_tokens_per_s))
+                           (self.kv_whole_programs_per_sm or self.kv_wave_programs // max(self.multiprocessors, 1),
+                            self.kv_whole_sm_tokens_per_s))
         if not (per_sm and sm_rate and self.multiprocessors):
             return max(read, tokens / pace)
         programs = decoding * self.kv_heads_per_rank * segments
