@@ -218,6 +218,16 @@ GRID_BLOCKS_LARGE = [closed(8000, 128, 40, 40)]
 # and Llama-3.1-8B (8, 4); Qwen2.5-7B then at 24 of 16,000 tokens (1,536 segment programs, past two rounds of 528)
 INT4_PACE = [closed(8000, 32, 1, 3), closed(32000, 32, 1, 2)]
 INT4_ROUNDS = INT4_PACE + [closed(16000, 128, 24, 24)]
+# batch b26, on two H200s side by side: int4_per_token_head's SM terms, never fitted (no ramp of its steps has run:
+# b25's 24-request loop was left), judged on Qwen2.5-7B-Instruct (4 KV heads, 7 queries a KV head): 24 requests of
+# 16,000 tokens, whose last ones finish one by one through every count of split steps (64 segment programs a
+# request: 576 and 1,088 at 9 and 17 requests, past rounds of 528 if 4 an SM), and 64 of 8,000 through its
+# whole-cache steps (graphs of 40 and 48 at 40 -> 41 requests: 240 and 288 blocks). Beside it the programs an SM
+# holds, now fitted apart from the waves, judged where no trace fitted them: Qwen2.5-3B (2 KV heads, 8 queries a KV
+# head) in int8_per_token_head at 136 requests of 16,000 tokens (its climbs at 88 -> 89 and 128 -> 129 twice as
+# long a cache as b21's) and 176 of 4,000
+INT4_RAMPS = [closed(16000, 128, 24, 24), closed(8000, 128, 64, 64)]
+HELD_RAMPS = [closed(16000, 512, 136, 136), closed(4000, 128, 176, 176)]
 TP2_LADDER = [closed(1000, 256, c, 2 * c) for c in (16, 64, 192)] + [closed(8000, 256, c, 2 * c) for c in (8, 32)] + \
     [opened(1000, 256, 4, 120)]
 
@@ -290,6 +300,7 @@ def plan() -> dict:
     b14, b15, b16, b17 = "b14-kv-formats", "b15-format-check", "b16-wave-edges", "b17-unsplit-check"
     b18, b19, b20, b21 = "b18-wave-ratio", "b19-count-or-family", "b20-group-waves", "b21-wave-fill"
     b22, b23, b24, b25 = "b22-prompt-tiles", "b23-long-waves", "b24-grid-blocks", "b25-int4-pace"
+    b26 = "b26-held-ramps"
     ran = {b1: {"0": ["llama8b-bf16", "qwen3moe-bf16"], "1": ["llama8b-fp8", "dsv2lite-bf16"],
                 "0,1": ["qwen25-32b-tp2-bf16"]}}
     ran[b2], ran[b3] = ran[b1], ran[b1]  # b1-b3 ran as one set of lanes
@@ -321,17 +332,19 @@ def plan() -> dict:
                 "1": ["b22-qwen25-15b-int8", "b22-qwen25-7b-int8", "b22-llama8b-int8"], "0,1": []}
     ran[b23] = {"0": ["b23-qwen25-3b-int8"], "1": ["b23-qwen25-7b-int8"], "0,1": []}
     ran[b24] = {"0": ["b24-qwen3-8b-int8", "b24-qwen25-15b-int8"], "1": ["b24-qwen25-32b-int8"], "0,1": []}
-    # planned, not run yet, on a two-GPU machine: what the kit runs next
+    # ran in part on two H200s (Qwen2.5-7B's 24-request loop was left, and runs again in b26)
     ran[b25] = {"0": ["b25-qwen25-7b-int4"], "1": ["b25-llama8b-int4"], "0,1": []}
+    # planned, not run yet, on a two-GPU machine: what the kit runs next
+    ran[b26] = {"0": ["b26-qwen25-7b-int4"], "1": ["b26-qwen25-3b-int8"], "0,1": []}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
         bench="vllm bench serve --backend vllm --dataset-name random (ignore_eos), --percentile-metrics "
               "ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --save-result --save-detailed",
         batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16, b17, b18, b19, b20, b21, b22, b23,
-                 b24, b25],
+                 b24, b25, b26],
         # lanes run side by side; a lane's servers run one after another; '0,1' runs once both others are done.
         # `lanes` are the newest batch's (what the kit runs); `lanes_by_batch` keeps each batch's
-        lanes=ran[b25], lanes_by_batch=ran,
+        lanes=ran[b26], lanes_by_batch=ran,
         servers=[
             server("llama8b-bf16", b1, "llama-3.1-8b", "0", 8101, 65536, LLAMA_POINTS),
             server("llama8b-fp8", b1, "llama-3.1-8b", "1", 8102, 65536, LLAMA_POINTS, kv_cache_dtype="fp8"),
@@ -446,6 +459,9 @@ def plan() -> dict:
             server("b25-llama8b-int4", b25, "llama-3.1-8b", "1", 8322, 32768, INT4_PACE,
                    kv_cache_dtype="int4_per_token_head", prefill_tokens_per_s=10000, itl_guess_s=0.015,
                    step_trace=True),
+            wave_server("b26-qwen25-7b-int4", b26, "qwen2.5-7b-instruct", "0", 8331, INT4_RAMPS, 6000, 0.04,
+                        kv_cache_dtype="int4_per_token_head"),
+            wave_server("b26-qwen25-3b-int8", b26, "qwen2.5-3b", "1", 8332, HELD_RAMPS, 12000, 0.06),
         ],
     )
 
