@@ -22,11 +22,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from sizing.evidence.bench import JOINED_CHUNKS  # noqa: E402
 from sizing.evidence.serving import SPEED_BARS, held_to, predict_point, served_figures, served_settings  # noqa: E402
 from sizing.evidence.slo_rate import Target, compared, most_held, target  # noqa: E402
 from sizing.planners.step_model import step_overhead  # noqa: E402
+from speed_misses import MISSES  # noqa: E402
 
 SERVING = ROOT / "measure" / "serving"
 POINTS = SERVING / "points.json"
@@ -419,9 +421,9 @@ def report(table: list[dict] | None = None) -> str:
            + ", a program's pace (cached tokens a microsecond, of a request's whole cache and of a split one's segment) "
            + ", ".join(f"{k} {v.whole / 1e6:g} and {v.split / 1e6:g}"
                        + (f", {v.split_programs_per_sm} segment programs an SM at once reading {v.split_sm / 1e6:g} a "
-                          f"microsecond across them, {v.whole_programs_per_sm} whole-cache programs an SM reading "
-                          f"{v.whole_sm / 1e6:g} across them"
-                          if v.split_sm else " (its SM rounds not fitted)")
+                          "microsecond across them" if v.split_sm else " (its SM rounds not fitted)")
+                       + (f", {v.whole_programs_per_sm} whole-cache programs an SM reading {v.whole_sm / 1e6:g}"
+                          if v.whole_sm else ", its whole-cache programs sharing an SM not fitted")
                        for k, v in fit.engine_program_pace_tokens_per_s.items())
            + ", the prompt attention's share of the prefill rate at a full tile of query rows "
            + ", ".join(f"{k} {v}" for k, v in fit.engine_prefill_attention_share.items())
@@ -440,120 +442,7 @@ def report(table: list[dict] | None = None) -> str:
            "committed figures are held apart, batch by batch, under 'Predicted before seen'.", "",
            "## Summary", "", "```", *summary(table), "```", "",
            "## Where it misses, and the mechanism each miss points to", "",
-           "- TTFT when a closed loop starts all its requests together. The per-request start times of b5 show its shape: "
-           "the first request of a burst gets its first token about one full 8,192-token prefill step after its own "
-           "prefill (Qwen3-8B at 32 in flight: 267 ms against 48 ms alone), and the rest come in groups of 8 "
-           "prompts of 1,000 tokens, one group a step, every first token of a group within 1 ms. The simulation now "
-           "delivers each token when the step after the one that sampled it ends (async scheduling: vLLM 0.33 "
-           "launches step N+1 before it processes step N's output), which cuts the median p50 TTFT error out of the fit "
-           "from 57.7% to 36.4%; what is left: the measured delay holds for the first steps of a burst of 1,000-token prompts "
-           "at TP 1, not for 8,000-token prompts nor for Llama-3.1-70B at TP 2, and the API server hands a new "
-           "request to the engine tens of milliseconds after it was sent (8,000-token prompts: replacements of "
-           "finished requests pile up meanwhile and are prefilled one after another). The simulation now holds a "
-           "constant part of that handling (16.6 ms a request, fitted on b7's short prompts alone, which took the "
-           "median p50 TTFT error out of the fit from 39.5% to 16.7%); what grows with the load, the front end's "
-           "queue, is not simulated. A closed loop has two steady states, and b8's Llama-3.1-8B at 256 in flight "
-           "shows both: under one API server, which admits the opening burst in order, the first wave's 256 "
-           "requests finished within 1.2 s of each other (their first tokens 5.5 s apart: the later ones decoded in "
-           "steps no new prompt shared), so the second wave was sent in a burst and waited for its prefills (p50 "
-           "TTFT 3.3 s); under four, which admit it out of order, the first wave finished over 5.2 s, the "
-           "replacements arrived one by one, and each waited about 0.8 s, the simulation's state (0.83 s "
-           "simulated). An open loop, a planner's traffic, has only the second.",
-           "- The smallest model (Llama-3.2-1B, 16 layers): its GPU step is about 1.3 ms, the server's 1.7-2.5 ms "
-           "whatever the batch up to 32 (its gaps spread from 1.2 to 3 ms within a request): the host's side of "
-           "a step, which the fit takes as a floor of 1.9 ms. At many streams the front end sets the pace: batch "
-           "b8 ran the same loads under one API server and under four, Llama-3.2-1B's gaps at 64-512 in flight "
-           "3.9-29.4 ms under one (about 58 us a stream) and 2.7-9.3 ms under four; the simulation now paces a "
-           "step by the tokens its API servers stream (shared among them) and lengthens the host's side of a step "
-           "by the engine core's work on each stream (about 15 us after the 1.9 ms floor), fitted on those points "
-           "(each within 11%: four API servers at 128 in flight 10% short). At 64 and 128 in flight under one API server "
-           "its chunks carried 1.6 and 2.3 tokens ('Chunks of more than one token' below): the engine ran at 3.1 and "
-           "4.3 ms a token (TPOT) while the API server sent a chunk every 3.9 and 8.1 ms, so there the simulation, "
-           "whose API server paces the engine's steps, overstates the engine's pace (TPOT 3.7 and 7.5 ms). The figure is the host's (b7's same loads, on a host busy with a "
-           "build, were 1.5-1.9 times slower), and the queue the front end puts before a first token is not "
-           "simulated: Llama-3.1-8B's closed-loop TTFT at 256 in flight is 3.32 s under one API server, 0.99 s "
-           "under four, 0.66 s simulated.",
-           "- The front end under an arrival rate (batches b9 and b10, Llama-3.2-1B at 128/256 and Llama-3.1-8B at "
-           "1,000/256, open loops): the gaps grow with the streams faster than the closed loops the front end "
-           "was fitted on say. One API server held Llama-3.2-1B to about 59 requests/s (15.1K tokens/s, "
-           "p50 ITL 2.8 and 5.1 ms at 30 and 60/s against 2.2 and 2.5 simulated) and fell behind past it (p50 TTFT 26 s at "
-           "90 and 120/s, 44 and 65 requests/s served). The gap rises with the streams in flight: about 40 us a "
-           "decoding request a step on top of the GPU's, a serial host cost rather than one overlapped with the "
-           "GPU. And it is the host's: the same four-API-server server at 90/s gave p50 ITL 5.4 ms on a "
-           "four-GPU host with three other servers beside it and 12.6 ms alone on a one-GPU host of 16 CPU cores. "
-           "Llama-3.1-8B's p50 TTFT is simulated 14-23% long at 8-20/s (its constant handling, fitted on "
-           "Llama-3.2-1B's one-request points, is too long for it) and 38% short at 28/s, its KV pool not full.",
-           "- Prefill of the MoE and MLA models: 80-150 ms for 1,000 tokens where their FLOPs take about 10 ms. "
-           "Steps longer than the largest CUDA graph run eagerly, and a MoE or MLA layer launches many more kernels "
-           "than a dense one; an eager cost per layer kind needs a second model of each kind to be fitted and checked.",
-           "- fp8 over bf16 KV: the engine's own read share per format, fitted on the step traces, holds the ratio "
-           "within 3% at every pair but b1's 128 and 256 in flight (+21%: there b1's fp8 server ran slower than "
-           "its bf16 one, 0.93 and 0.94, where every later ladder ran it faster) and b4's 768 in flight (-15%).",
-           "- The per-token-head integer formats (batch b14): vLLM 0.33.0 runs int4_per_token_head and "
-           "int8_per_token_head under TRITON_ATTN only, 2-3x slower a decode step than bf16 at 8,000-token prompts "
-           "and 7x slower a 32,000-token prefill. Their read shares, the waves of their whole-request programs and "
-           "their prompt attention are fitted on b14's Llama-3.1-8B (docs/formulas.md): its closed-loop p50 gaps "
-           "come within 16% of int4's and 13% of int8's at 8 to 256 in flight, int4's open loop at 16 a second 32% "
-           "short; batch b15's Mistral-Nemo-12B, which the fit never saw, within 10% on 10 of 12 points (13% the "
-           "worst, 3 of 12 as committed before it ran, under one share a format). The first 1,000-token requests "
-           "pay the engine compiling its packed-attention kernel (a JIT warning in the log), not modelled.",
-           "- One long request in a per-token-head format (batch b22, int8_per_token_head on five models of 2-8 KV "
-           "heads): its decode splits the cache into 16 segments a KV head, 32-128 programs that each walk 500-2,000 "
-           "tokens at 7-8 tokens a microsecond, a few percent of the HBM rate, so p50 ITL at 32,000 tokens was "
-           "2.1-3.9x what the read shares gave (as committed before the batch ran). A program's pace now bounds the "
-           "read (docs/formulas.md): those points within 7%, the 2,000-token ones, out of the fit, within 11%, and "
-           "the first waves of Qwen2.5-3B (b20, b21), which also walk whole 8,000-token caches, from -30% to -14%. "
-           "Their prompt attention fills a Triton program's 16 query rows with 16 // q positions of q query heads: "
-           "Qwen2.5-1.5B's prompts (q = 6) were 20-33% slower than a full tile; the fill brings them within 8% "
-           "beside decoders (b21) and 13-17% alone (b22).",
-           "- Many long requests in int8_per_token_head (batch b23, Qwen2.5-3B and -7B at 40-72 requests of 16,000 "
-           "tokens): the split decode steps climbed in stairs where the segment programs needed another round of 4 "
-           "an SM (Qwen2.5-3B 16.6 -> 19.7 ms from 33 to 34 requests), 15% slower than the read share gave as "
-           "committed. The rounds, fitted on the format traces (4 programs an SM, 22.1 tokens a microsecond an SM), "
-           "bring every int8 server's median split step within 4% and the int8-over-bf16 ITL ratios within 10% on 9 "
-           "of 12 pairs (7 before). The whole-cache steps of Qwen2.5-7B past 40 requests ran 13-15% slower than at "
-           "33-40, at 8,000 and 16,000 tokens alike, and Llama-3.1-8B's past 24: a decode step launches the query "
-           "blocks of its graph's batch, the empty ones among them (vLLM's upper bound), and past 264 blocks a "
-           "third program shares an SM. With the SM's rate across whole-cache programs fitted alike (23.7), "
-           "Qwen2.5-7B's, Qwen3-14B's and Mistral-Nemo's whole-cache steps come from 9-10% short to within 2%, and "
-           "the int8-over-bf16 ITL ratios within 10% on 11 of 12 pairs. Qwen2.5-3B (8 query heads a KV head, whose "
-           "bytes run in waves of 2 programs an SM) climbs where the grid puts a third on an SM (32.4 -> 38.3 ms "
-           "from 88 to 89 requests); with the programs an SM holds fitted apart from the waves (3), its steps at "
-           "89-128 requests come from 14% short to 7-8% long (b20, b21). Batch b24, predicted before it ran on three models no trace fitted (Qwen3-8B, "
-           "Qwen2.5-1.5B, Qwen2.5-32B-Instruct), climbed where the committed steps did, at every count predicted "
-           "(Qwen3-8B 68.9 -> 79.1 ms from 24 to 25 requests, committed 69.4 -> 77.9): 153 of 153 counts within "
-           "10% (docs/step-trace.md), p50 ITL within 6% and p50 TTFT within 8% on its three points. One request "
-           "in int4_per_token_head (batch b25, Qwen2.5-7B-Instruct and Llama-3.1-8B at 8,000 and 32,000 tokens) "
-           "decoded 30-53% slower than committed, its pace never fitted. Its pace is now fitted on those four "
-           "points as b22's were for int8; its segment rounds are not, no ramp of its steps having run (b25's "
-           "24-request loop was left): the trace groups alone cannot tell its programs an SM apart.",
-           "- ITL p99 of closed loops of long prompts (b23, b24: 26-51% short, p90 within 8%): the slowest 1-1.5% "
-           "of gaps are steps whose token reached the client together with the next step's. In those fresh "
-           "servers it happened once at each new multiple of 8 requests running in a step with a prompt chunk "
-           "(Qwen3-8B at 16,000 tokens: a 2.7 s gap, then 0.02 s, where the neighbouring pairs ran 1.1-1.9 s "
-           "each); a later point on the same server repeated it only at counts not seen before: a first use per "
-           "padded batch, not the steady state, and not simulated.",
-           "- ITL p99 in sparse open loops: a prompt arriving beside one decoding request stalls it for a whole "
-           "prefill step in the simulation more often than the server's 1% tail shows.",
-           "- Past the pool (batch b4): the preemptions are counted about right (78 against 80 for Llama-3.1-8B at 768 "
-           "in flight, 4 against 5 and 2 against 3 at 8,000 tokens) and p50 ITL at 8,000/256 holds (-7% bf16, +1% "
-           "Qwen3-30B-A3B), but at 768 in flight of 1,000/256 p50 ITL is 36-37% low with bf16 and with fp8 KV alike, "
-           "the fp8 pool never full: the miss is the stream of new prompts' prefill chunks in the decode steps, not "
-           "preemption.",
-           "- MoE decode: a MoE layer launches the fused-MoE kernels' router, top-k, block alignment and combine "
-           "beside its two grouped GEMMs (vLLM 0.33.0 `fused_moe.py`), which a dense MLP does not; their cost, "
-           "11.9 us a MoE layer a step, is fitted on Qwen3-30B-A3B's three one-request points (-12% to -13% before, "
-           "within 2% after). Out of the fit it holds: Mixtral-8x7B one request -6% to -1%, Qwen3-30B-A3B at 3 to 96 "
-           "in flight within 4%; the experts read are the expected distinct ones, E(1-(1-k/E)^n) for n tokens a step. "
-           "What is left: DeepSeek-V2-Lite 14-24% short at one request (its MLA kernels, two shared experts, and a "
-           "fused-MoE tile config vLLM has none for on H200: the server logged its default), 30% at 256 in flight; "
-           "gpt-oss-20b 27% short at one request and 31% at 16 (vLLM's `TRITON` MXFP4 backend: triton_kernels' "
-           "routing and matmul_ogs, a fixed cost and a read share of their own that one model's two points, one of "
-           "them paying Triton compilation, cannot separate), and the sparse open loop of Qwen3-30B-A3B at 4 "
-           "requests a second, +12%.",
-           "- Models the fit never met: gpt-oss-20b's first "
-           "point at 16 in flight paid Triton kernels compiled during the requests (p50 TTFT 3.8 s; the server "
-           "logged the compilation). Mixtral-8x7B's decode is within 15% (ITL p50 +1% to +15%), its TTFT 40-82% low.", "",
+           *MISSES, "",
            "## fp8 over bf16 KV", "", "```", *speedups(table), "```", "",
            "## The per-token-head integer formats over bf16 KV", "",
            "Batch b14's servers against the newest bf16 server of the same model, lengths and load (another batch, "

@@ -34,11 +34,14 @@ PACE_BATCHES = ("b22-prompt-tiles", "b25-int4-pace")
 PACE_LEAST_TOKENS = 8000
 PACE_GRID = [round(1e5 * k) for k in range(10, 1001)]  # 1 to 100 tokens a microsecond, 0.1 apart
 PROGRAMS_PER_SM = range(1, 9)
-# the formats whose programs an SM holds a ramp of steps has shown: int8_per_token_head's decode steps climb where its
-# segments need another round of 4 an SM (b18's and b23's Qwen2.5 ramps, out of the fit, and b24's, predicted). The
-# trace groups the pair is fitted on barely tell the counts apart (int8: 169.4 against 175.0 with the pace alone), so
-# a format no ramp has shown keeps the pace alone: int4_per_token_head (b25's 24-request loop did not run)
-ROUNDS_FORMATS = ("int8_per_token_head",)
+# per grid, the formats whose programs sharing an SM a ramp of steps has shown. int8_per_token_head's decode steps
+# climb where its segments need another round of 4 an SM and where the launched grid puts a third whole-cache program
+# on one (b18's, b21's and b23's Qwen2.5 ramps, out of the fit, and b24's, predicted); int4_per_token_head's segments
+# where b26's ramp climbed (8 -> 9 and 16 -> 17 requests: rounds of 4 an SM). Its whole-cache steps climbed there
+# too (40 -> 41), but its whole pace, fitted on steady steps where three programs share an SM, is no faster than the
+# SM's rate shared among three, so no pair places that climb: its whole-cache read keeps the pace alone
+SM_SHARE_FORMATS = {"split": ("int4_per_token_head", "int8_per_token_head"), "whole": ("int8_per_token_head",)}
+CLIMB = 0.05  # a step 5% or more above the one of one request fewer: another round, or another program on an SM
 
 
 def settings_format(settings: dict) -> str:
@@ -92,12 +95,14 @@ def pace_fitted_on(points: list[dict]) -> list[dict]:
 
 
 def fit_program_pace(points: list[dict], terms: dict, trace_rows: Callable[[dict], list[dict]],
-                     request_term: str) -> dict[str, dict[str, float]]:
+                     request_term: str, ramp_rows: Callable[[dict], list[dict]] = lambda trial: []
+                     ) -> dict[str, dict[str, float]]:
     """Per format, the cached tokens a program reads a second, every other term fixed, each the value on PACE_GRID
     leaving the least squared relative error: a segment's (the split cache) against the measured median inter-token
     gaps of its one-request points (pace_fitted_on), the whole cache's pace left unbound; then a whole request's
     against the median periods of the decode-only step groups `trace_rows` gives (the format traces', each group
-    counted once a step), the split pace fixed."""
+    counted once a step), the split pace fixed. `ramp_rows`: the groups of every count of the ramps among them,
+    where a format's SM edges show (_fit_sm_share)."""
     paces = {}
     unbound = float(PACE_GRID[-1])
     for fmt, own in sorted(_by_format(pace_fitted_on(points)).items()):
@@ -108,9 +113,9 @@ def fit_program_pace(points: list[dict], terms: dict, trace_rows: Callable[[dict
         split = float(_least_on_grid(PACE_GRID, split_error))
         whole, _ = _pace_on_grid(fmt, {"split": split}, "whole", terms, trace_rows, request_term)
         pace = {"whole": whole, "split": split}
-        if fmt in ROUNDS_FORMATS:
-            pace.update(_fit_split_rounds(fmt, pace, terms, trace_rows, request_term))
-            pace.update(_fit_sm_share(fmt, pace, "whole", terms, trace_rows, request_term))
+        for grid in ("split", "whole"):
+            if fmt in SM_SHARE_FORMATS[grid]:
+                pace.update(_fit_sm_share(fmt, pace, grid, terms, trace_rows, request_term, ramp_rows))
         paces[fmt] = pace
     return paces
 
@@ -135,22 +140,29 @@ def _trace_error(fmt: str, trial: dict, trace_rows: Callable[[dict], list[dict]]
                for r in trace_rows(trial) if r["format"] == fmt)
 
 
-def _fit_split_rounds(fmt: str, pace: dict, terms: dict, trace_rows: Callable[[dict], list[dict]],
-                      request_term: str) -> dict:
-    """The segment programs an SM holds at once (PROGRAMS_PER_SM) and the cached tokens an SM reads a second across
-    them (PACE_GRID), the pair leaving the least squared relative error of the same step groups as the whole pace's
-    (each counted once a step), both paces fixed: the count sets where a step's segments need another round, the
-    rate how long a round of them takes."""
-    return _fit_sm_share(fmt, pace, "split", terms, trace_rows, request_term)
-
-
 def _fit_sm_share(fmt: str, pace: dict, grid: str, terms: dict, trace_rows: Callable[[dict], list[dict]],
-                  request_term: str) -> dict:
+                  request_term: str, ramp_rows: Callable[[dict], list[dict]]) -> dict:
     """`grid`'s ("split": segment, "whole": whole-cache) programs an SM holds at once (PROGRAMS_PER_SM) and the
-    cached tokens an SM reads a second across them (PACE_GRID): the pair leaving the least squared relative error
-    of the step groups `trace_rows` gives (each counted once a step), the rest of `pace` fixed."""
+    cached tokens an SM reads a second across them (PACE_GRID), the rest of `pace` fixed. For each count, the rate
+    leaving the least squared relative error of the step groups `trace_rows` gives (each counted once a step). The
+    count: where `ramp_rows` holds the format's ramps, the fewest programs an SM whose simulated steps climb where
+    the ramps' measured ones do, missing as few climbs as any count (a count sets where a step needs another round
+    or another program on an SM, which a ramp shows count by count and squared errors barely see; a count above
+    every climb the ramps reached is not shown by them); else the count whose pair leaves the least squared error."""
     count, rate = f"{grid}_programs_per_sm", f"{grid}_sm"
     fits = {per_sm: _pace_on_grid(fmt, {**pace, count: per_sm}, rate, terms, trace_rows, request_term)
             for per_sm in PROGRAMS_PER_SM}
-    per_sm = min(fits, key=lambda k: fits[k][1])
+
+    def missed_climbs(per_sm: int) -> int:
+        trial = {**terms, PACE_TERM: {fmt: {**pace, count: per_sm, rate: fits[per_sm][0]}}}
+        rows = [r for r in ramp_rows(trial) if r["format"] == fmt]
+        steps = {(r["point"], r["decoding"]): (r["measured"], r["base"] + r["kv"] + trial[request_term] * r["decoding"])
+                 for r in rows}
+        return sum((above[0] >= (1 + CLIMB) * below[0]) != (above[1] >= (1 + CLIMB) * below[1])
+                   for (point, n), below in steps.items() if (above := steps.get((point, n + 1))))
+    if any(r["format"] == fmt for r in ramp_rows(terms)):
+        missed = {per_sm: missed_climbs(per_sm) for per_sm in fits}
+        per_sm = min(fits, key=lambda k: (missed[k], k))
+    else:
+        per_sm = min(fits, key=lambda k: fits[k][1])
     return {count: per_sm, rate: fits[per_sm][0]}

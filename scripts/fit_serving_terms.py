@@ -63,7 +63,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from sizing.evidence.serving import point_replica, predict_point, served_settings  # noqa: E402
 from sizing.planners.step_model import SERVING_PROFILE, queries_per_kv_head  # noqa: E402
 from sizing.profiles import matching_gpus, measured_efficiency  # noqa: E402
-from measure.steps import decode_groups, gpu_paced_servers, server_settings  # noqa: E402
+from measure.steps import LEAST_STEPS, decode_groups, gpu_paced_servers, server_settings  # noqa: E402
 from least_squares import best_count, relative_least_squares  # noqa: E402
 from fit_serving_kernels import (PACE_TERM, PREFILL_ATTENTION_TERM, fit_prefill_attention,  # noqa: E402
                                  fit_program_pace, pace_fitted_on, prefill_attention_fitted_on, settings_format)
@@ -130,12 +130,21 @@ QUERY_GROUP_TRACE_SERVERS = ("b16-qwen3moe-int8", "b18-qwen3-32b-int8")
 QUERY_GROUP_TRACE_BATCHES = ("b16-wave-edges", "b18-wave-ratio")
 
 
+# the traced servers whose ramps (a closed loop's last requests finishing one by one, every count of requests a step
+# or two) show a format's SM terms where its format trace's groups cannot tell them apart: batch b26's
+# Qwen2.5-7B-Instruct in int4_per_token_head climbed where its segments needed another round of 4 an SM (8 -> 9 and
+# 16 -> 17 requests of 16,000 tokens) and where the launched grid put a third whole-cache program on an SM (40 -> 41
+# of 8,000). Every count's group is read, each counted once a step
+RAMP_TRACE_SERVERS = ("b26-qwen25-7b-int4",)
+RAMP_TRACE_BATCHES = ("b26-held-ramps",)
+
+
 @cache
-def trace_groups(batches: tuple[str, ...] = TRACE_FIT_BATCHES, servers: tuple[str, ...] | None = None
-                 ) -> tuple[tuple[dict, tuple[dict, ...]], ...]:
+def trace_groups(batches: tuple[str, ...] = TRACE_FIT_BATCHES, servers: tuple[str, ...] | None = None,
+                 least: int = LEAST_STEPS) -> tuple[tuple[dict, tuple[dict, ...]], ...]:
     """Each GPU-paced traced server of `batches` (those of them `servers` names, if given): its settings and its
-    groups of decode-only steps, read once for every round of the fit."""
-    return tuple((server_settings(s), tuple(decode_groups(s))) for s in gpu_paced_servers(batches)
+    groups of decode-only steps (of `least` steps or more), read once for every round of the fit."""
+    return tuple((server_settings(s), tuple(decode_groups(s, least))) for s in gpu_paced_servers(batches)
                  if servers is None or s["tag"] in servers)
 
 
@@ -469,11 +478,15 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
     front = frontend_rows(points, fixed) if "frontend" in terms else []
     frontend = fit_frontend(front, fixed["step_floor_s"]) if front else dict(FRONTEND_OFF)
     fixed.update(frontend)
+    def ramp_rows(trial: dict) -> list[dict]:
+        return trace_rows(trial, trace_groups(RAMP_TRACE_BATCHES, RAMP_TRACE_SERVERS, least=1))
     fixed[PACE_TERM] = fit_program_pace(points, fixed, lambda trial: format_trace_rows(trial) + trace_rows(
-        trial, trace_groups(QUERY_GROUP_TRACE_BATCHES, QUERY_GROUP_TRACE_SERVERS)), REQUEST_TERM)
+        trial, trace_groups(QUERY_GROUP_TRACE_BATCHES, QUERY_GROUP_TRACE_SERVERS)) + ramp_rows(trial), REQUEST_TERM,
+        ramp_rows)
     fixed[PREFILL_ATTENTION_TERM] = fit_prefill_attention(points, fixed, FORMAT_TRACE_SERVERS)
     trace_points += _group_points(trace_groups(FORMAT_TRACE_BATCHES, FORMAT_TRACE_SERVERS))
     trace_points += _group_points(trace_groups(QUERY_GROUP_TRACE_BATCHES, QUERY_GROUP_TRACE_SERVERS))
+    trace_points += _group_points(trace_groups(RAMP_TRACE_BATCHES, RAMP_TRACE_SERVERS, least=1))
 
     named = ([p["id"] for p in fitted_on(points) + moe_points + [r["point"] for r in eager]
               + [r["point"] for r in front] + (handling_fitted_on(points) if fits_handling else [])
@@ -512,7 +525,10 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
                       "programs an SM holds at once (1 to 8) and the cached tokens an SM reads a second across them, "
                       "the grid pair leaving the least squared relative error of the same traces' decode-only step "
                       "groups as the whole cache's pace, both paces fixed; then the same pair for the whole-cache "
-                      "programs an SM holds at once, the split's fixed; and the share "
+                      "programs an SM holds at once, the split's fixed (int8_per_token_head's alone); where the fit "
+                      "reads a ramp of the format (batch b26's Qwen2.5-7B-Instruct in int4_per_token_head, every count "
+                      "of requests its closed loops passed through), the count is the fewest programs an SM whose "
+                      "simulated steps climb where the ramp's measured ones do; and the share "
                       "of the prefill "
                       "FLOP rate their prompt attention reaches, the grid value (0.01 apart) leaving the least squared "
                       "relative error of the simulated against the measured median TTFT of their closed-loop points "

@@ -276,22 +276,38 @@ def test_steps_committed_before_b24_ran_climb_where_the_engines_did(tag, below, 
     assert step[1]["measured_ms"] > 1.05 * step[0]["measured_ms"]
 
 
-def test_int4_takes_its_own_pace_and_no_sm_rounds_until_a_ramp_shows_them():
+def test_int4_takes_its_own_pace_and_the_segment_rounds_its_ramp_showed():
     fit = step_overhead()
     pace = fit.engine_program_pace_tokens_per_s["int4_per_token_head"]
     # fitted on b25's one request at 8,000 and 32,000 tokens (scripts/fit_serving_kernels.py, PACE_BATCHES)
     assert {p for p in fit.fitted_on if p.startswith("b25-")} == {
         "b25-qwen25-7b-int4-p01-i8000-o32-c1", "b25-qwen25-7b-int4-p02-i32000-o32-c1",
         "b25-llama8b-int4-p01-i8000-o32-c1", "b25-llama8b-int4-p02-i32000-o32-c1"}
-    assert pace.split_programs_per_sm is pace.split_sm is pace.whole_programs_per_sm is pace.whole_sm is None
+    # the segment rounds from b26's ramp (its climbs place the count); the whole-cache pair is not fitted
+    assert {p for p in fit.fitted_on if p.startswith("b26-")} == {
+        "b26-qwen25-7b-int4-p01-i16000-o128-c24", "b26-qwen25-7b-int4-p02-i8000-o128-c64"}
+    assert pace.split_programs_per_sm == 4 and pace.split < pace.split_sm
+    assert pace.whole_programs_per_sm is pace.whole_sm is None
     model = _replica(fmt="int4_per_token_head")
-    assert model.kv_split_pace_tokens_per_s == pace.split and model.kv_split_programs_per_sm == 0
-    # one request of 32,000 tokens reads at the pace, not at the format's split share
+    assert model.kv_split_pace_tokens_per_s == pace.split and model.kv_split_programs_per_sm == 4
+    assert model.kv_whole_sm_tokens_per_s == 0.0
+    # one request of 32,000 tokens (128 segment programs, one an SM) reads at the pace, not at the split share
     assert _kv(model, 1, 32000) == pytest.approx(32 * 32000 / 16 / pace.split, rel=0.02)
 
 
-def test_the_sm_terms_of_a_pace_come_together():
+@pytest.mark.parametrize(("below", "above"), [(8, 9), (16, 17)])
+def test_int4_split_steps_climb_where_its_segments_need_another_round(below, above):
+    # Qwen2.5-7B-Instruct (4 KV heads x 16 segments) at 16,000 tokens: 8 requests are 512 programs, one round of 528
+    # on 132 SMs at 4 an SM, 9 are 576; 16 -> 17 crosses 1,056. In the fit (it places the count): the mechanism wired
+    _assert_climb("b26-qwen25-7b-int4", below, above, lambda model: model.split_kv_requests >= above, within=0.10)
+
+
+@pytest.mark.parametrize(("fmt", "term", "value", "pair"), [
+    ("int8_per_token_head", "split_programs_per_sm", None, "split"),
+    ("int4_per_token_head", "whole_sm", 2e7, "whole"),
+])
+def test_the_sm_terms_of_a_pace_come_in_pairs(fmt, term, value, pair):
     data = step_overhead().model_dump()
-    data["engine_program_pace_tokens_per_s"]["int4_per_token_head"]["split_sm"] = 2e7
-    with pytest.raises(ValidationError, match="all four or none"):
+    data["engine_program_pace_tokens_per_s"][fmt][term] = value
+    with pytest.raises(ValidationError, match=f"{pair}_programs_per_sm and {pair}_sm: both or neither"):
         StepOverhead.model_validate(data)

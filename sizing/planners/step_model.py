@@ -75,7 +75,7 @@ class ProgramPace(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     whole: float = Field(gt=0, le=1e9)
     split: float = Field(gt=0, le=1e9)
-    # None: not fitted (no ramp of steps has shown the format's rounds), a program's pace alone bounds its read
+    # None: not fitted (no ramp of steps has shown them), a program's pace alone bounds its read
     split_programs_per_sm: int | None = Field(default=None, ge=1, le=64)
     split_sm: float | None = Field(default=None, gt=0, le=1e10)
     # the whole-cache programs one SM holds at once, sharing its rate, and that rate across them: the launched grid
@@ -85,9 +85,9 @@ class ProgramPace(BaseModel):
 
     @model_validator(mode="after")
     def _sm_terms_together(self):
-        terms = (self.split_programs_per_sm, self.split_sm, self.whole_programs_per_sm, self.whole_sm)
-        if len({term is None for term in terms}) > 1:
-            raise ValueError("split_programs_per_sm, split_sm, whole_programs_per_sm and whole_sm: all four or none")
+        for grid in ("split", "whole"):
+            if (getattr(self, f"{grid}_programs_per_sm") is None) != (getattr(self, f"{grid}_sm") is None):
+                raise ValueError(f"{grid}_programs_per_sm and {grid}_sm: both or neither")
         return self
 
 
