@@ -417,6 +417,8 @@ def report(table: list[dict] | None = None) -> str:
            + ", ".join(f"{k} {v}" for k, v in fit.engine_programs_per_sm.items())
            + ", and where the engine's kernel is compiled for another count of query heads a KV head, "
            + ", ".join(f"{k} at {q}: {w.programs_per_sm} programs an SM, {w.kv_efficiency} a full wave"
+                       + (f", {w.whole_programs_per_sm} whole-cache programs an SM at once reading {w.whole_sm / 1e6:g}"
+                          " a microsecond across them" if w.whole_sm else "")
                        for k, groups in fit.engine_query_group_waves.items() for q, w in groups.items())
            + ", a program's pace (cached tokens a microsecond, of a request's whole cache and of a split one's segment) "
            + ", ".join(f"{k} {v.whole / 1e6:g} and {v.split / 1e6:g}"

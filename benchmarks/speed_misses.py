@@ -81,8 +81,9 @@ MISSES = (
     "Qwen2.5-7B's, Qwen3-14B's and Mistral-Nemo's whole-cache steps come from 9-10% short to within 2%, and "
     "the int8-over-bf16 ITL ratios within 10% on 11 of 12 pairs. Qwen2.5-3B (8 query heads a KV head, whose "
     "bytes run in waves of 2 programs an SM) climbs where the grid puts a third on an SM (32.4 -> 38.3 ms "
-    "from 88 to 89 requests); with the programs an SM holds fitted apart from the waves (3), its steps at "
-    "89-128 requests come from 14% short to 7-8% long (b20, b21). Batch b24, predicted before it ran on three models no trace fitted (Qwen3-8B, "
+    "from 88 to 89 requests) and a fourth (128 -> 130); with the programs an SM holds fitted apart from the "
+    "waves (4 for that build, on the Qwen3 traces' ramps), its steps at 89-128 requests come from 14% short "
+    "to within 2% (b20, b21). Batch b24, predicted before it ran on three models no trace fitted (Qwen3-8B, "
     "Qwen2.5-1.5B, Qwen2.5-32B-Instruct), climbed where the committed steps did, at every count predicted "
     "(Qwen3-8B 68.9 -> 79.1 ms from 24 to 25 requests, committed 69.4 -> 77.9): 153 of 153 counts within "
     "10% (docs/step-trace.md), p50 ITL within 6% and p50 TTFT within 8% on its three points. One request "
@@ -94,7 +95,7 @@ MISSES = (
     "fitted on that ramp (the count where its steps climb), the whole-cache sharing not (b26's p50 ITL as "
     "committed +10% and +2%). Qwen2.5-3B in int8 at 16,000 tokens climbed from 88 to 89 requests as "
     "committed (98 of 105 counts within 10%) and from 128 to 130 (a fourth program on an SM), which the "
-    "simulation puts at 133, its bytes' second wave.",
+    "committed steps put at 133 (the bytes' second wave); the build's own 4 an SM now puts it at 129.",
     "- ITL p99 of closed loops of long prompts (b23, b24: 26-51% short, p90 within 8%): the slowest 1-1.5% "
     "of gaps are steps whose token reached the client together with the next step's. In those fresh "
     "servers it happened once at each new multiple of 8 requests running in a step with a prompt chunk "

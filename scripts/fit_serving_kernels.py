@@ -14,6 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from measure.steps import LEAST_STEPS  # noqa: E402
 from sizing.evidence.serving import point_replica, predict_point, served_settings  # noqa: E402
 
 # the prompt attention of the formats the format traces read: their servers' closed-loop points of 8,000 tokens and
@@ -142,27 +143,63 @@ def _trace_error(fmt: str, trial: dict, trace_rows: Callable[[dict], list[dict]]
 
 def _fit_sm_share(fmt: str, pace: dict, grid: str, terms: dict, trace_rows: Callable[[dict], list[dict]],
                   request_term: str, ramp_rows: Callable[[dict], list[dict]]) -> dict:
-    """`grid`'s ("split": segment, "whole": whole-cache) programs an SM holds at once (PROGRAMS_PER_SM) and the
-    cached tokens an SM reads a second across them (PACE_GRID), the rest of `pace` fixed. For each count, the rate
-    leaving the least squared relative error of the step groups `trace_rows` gives (each counted once a step). The
-    count: where `ramp_rows` holds the format's ramps, the fewest programs an SM whose simulated steps climb where
-    the ramps' measured ones do, missing as few climbs as any count (a count sets where a step needs another round
-    or another program on an SM, which a ramp shows count by count and squared errors barely see; a count above
-    every climb the ramps reached is not shown by them); else the count whose pair leaves the least squared error."""
+    """`grid`'s ("split": segment, "whole": whole-cache) programs an SM holds at once and the cached tokens an SM
+    reads a second across them (fit_sm_pair), the rest of `fmt`'s pace fixed."""
     count, rate = f"{grid}_programs_per_sm", f"{grid}_sm"
-    fits = {per_sm: _pace_on_grid(fmt, {**pace, count: per_sm}, rate, terms, trace_rows, request_term)
-            for per_sm in PROGRAMS_PER_SM}
+    per_sm, value = fit_sm_pair(fmt, lambda k, r: {**terms, PACE_TERM: {fmt: {**pace, count: k, rate: r}}},
+                                trace_rows, ramp_rows, request_term)
+    return {count: per_sm, rate: value}
+
+
+def fit_sm_pair(fmt: str, trial_at: Callable[[int, float], dict], trace_rows: Callable[[dict], list[dict]],
+                ramp_rows: Callable[[dict], list[dict]], request_term: str) -> tuple[int, float]:
+    """(programs an SM holds at once on PROGRAMS_PER_SM, cached tokens an SM reads a second across them on
+    PACE_GRID), the terms `trial_at(count, rate)` gives. For each count, the rate leaving the least squared relative
+    error of the step groups `trace_rows` gives (each counted once a step). The count: where `ramp_rows` holds ramps
+    of `fmt`, the fewest programs an SM whose simulated steps climb where the ramps' measured ones do, missing as few
+    climbs as any count (a count sets where a step needs another round or another program on an SM, which a ramp
+    shows count by count and squared errors barely see; a count above every climb the ramps reached is not shown by
+    them); else the count whose pair leaves the least squared error."""
+    fits = {}
+    for per_sm in PROGRAMS_PER_SM:
+        @cache
+        def error(k: int, per_sm=per_sm) -> float:
+            return _trace_error(fmt, trial_at(per_sm, float(PACE_GRID[k])), trace_rows, request_term)
+        value = _least_on_grid(PACE_GRID, error)
+        fits[per_sm] = (float(value), error(PACE_GRID.index(value)))
 
     def missed_climbs(per_sm: int) -> int:
-        trial = {**terms, PACE_TERM: {fmt: {**pace, count: per_sm, rate: fits[per_sm][0]}}}
-        rows = [r for r in ramp_rows(trial) if r["format"] == fmt]
+        trial = trial_at(per_sm, fits[per_sm][0])
         steps = {(r["point"], r["decoding"]): (r["measured"], r["base"] + r["kv"] + trial[request_term] * r["decoding"])
-                 for r in rows}
+                 for r in ramp_rows(trial) if r["format"] == fmt}
         return sum((above[0] >= (1 + CLIMB) * below[0]) != (above[1] >= (1 + CLIMB) * below[1])
                    for (point, n), below in steps.items() if (above := steps.get((point, n + 1))))
-    if any(r["format"] == fmt for r in ramp_rows(terms)):
+    if any(r["format"] == fmt for r in ramp_rows(trial_at(1, fits[1][0]))):
         missed = {per_sm: missed_climbs(per_sm) for per_sm in fits}
         per_sm = min(fits, key=lambda k: (missed[k], k))
     else:
         per_sm = min(fits, key=lambda k: fits[k][1])
-    return {count: per_sm, rate: fits[per_sm][0]}
+    return per_sm, fits[per_sm][0]
+
+
+def fit_query_group_sm(terms: dict, group_rows: Callable[[dict, int], list[dict]],
+                       request_term: str) -> dict[str, dict[int, dict]]:
+    """`terms`' engine_query_group_waves with, per format whose whole-cache programs share an SM (SM_SHARE_FORMATS)
+    and count of query heads a KV head it holds, the programs that build's SM holds at once and the SM's rate across
+    them (fit_sm_pair), every other term fixed: the rate on the decode-only groups of the traces its waves were
+    fitted on (`group_rows(trial, least)`: groups of `least` steps or more), the count where their ramps climb (a
+    closed loop passes through every count of requests)."""
+    out = {f: dict(groups) for f, groups in terms["engine_query_group_waves"].items()}
+    for f, groups in out.items():
+        if f not in SM_SHARE_FORMATS["whole"]:
+            continue
+        for q, waves in groups.items():
+            def trial_at(k: int, rate: float, f=f, q=q, waves=waves) -> dict:
+                return {**terms, "engine_query_group_waves": {**out, f: {**out[f], q: {
+                    **waves, "whole_programs_per_sm": k, "whole_sm": rate}}}}
+
+            def rows(trial: dict, least: int = LEAST_STEPS, q=q) -> list[dict]:
+                return [r for r in group_rows(trial, least) if r["queries_per_kv"] == q]
+            k, rate = fit_sm_pair(f, trial_at, rows, lambda trial: rows(trial, 1), request_term)
+            groups[q] = {**waves, "whole_programs_per_sm": k, "whole_sm": rate}
+    return out

@@ -66,7 +66,8 @@ from sizing.profiles import matching_gpus, measured_efficiency  # noqa: E402
 from measure.steps import LEAST_STEPS, decode_groups, gpu_paced_servers, server_settings  # noqa: E402
 from least_squares import best_count, relative_least_squares  # noqa: E402
 from fit_serving_kernels import (PACE_TERM, PREFILL_ATTENTION_TERM, fit_prefill_attention,  # noqa: E402
-                                 fit_program_pace, pace_fitted_on, prefill_attention_fitted_on, settings_format)
+                                 fit_program_pace, fit_query_group_sm, pace_fitted_on, prefill_attention_fitted_on,
+                                 settings_format)
 
 POINTS = ROOT / "measure" / "serving" / "points.json"
 # the step terms fitted; the rest are left at their neutral values (weights: kvsize's kernels' efficiency; 0 s)
@@ -483,6 +484,8 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
     fixed[PACE_TERM] = fit_program_pace(points, fixed, lambda trial: format_trace_rows(trial) + trace_rows(
         trial, trace_groups(QUERY_GROUP_TRACE_BATCHES, QUERY_GROUP_TRACE_SERVERS)) + ramp_rows(trial), REQUEST_TERM,
         ramp_rows)
+    fixed["engine_query_group_waves"] = fit_query_group_sm(fixed, lambda trial, least: trace_rows(
+        trial, trace_groups(QUERY_GROUP_TRACE_BATCHES, QUERY_GROUP_TRACE_SERVERS, least)), REQUEST_TERM)
     fixed[PREFILL_ATTENTION_TERM] = fit_prefill_attention(points, fixed, FORMAT_TRACE_SERVERS)
     trace_points += _group_points(trace_groups(FORMAT_TRACE_BATCHES, FORMAT_TRACE_SERVERS))
     trace_points += _group_points(trace_groups(QUERY_GROUP_TRACE_BATCHES, QUERY_GROUP_TRACE_SERVERS))
@@ -528,7 +531,9 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
                       "programs an SM holds at once, the split's fixed (int8_per_token_head's alone); where the fit "
                       "reads a ramp of the format (batch b26's Qwen2.5-7B-Instruct in int4_per_token_head, every count "
                       "of requests its closed loops passed through), the count is the fewest programs an SM whose "
-                      "simulated steps climb where the ramp's measured ones do; and the share "
+                      "simulated steps climb where the ramp's measured ones do; for the kernel compiled for 8 query "
+                      "heads a KV head, its own whole-cache pair on b16's and b18's Qwen3 traces, the count where "
+                      "their ramps climb; and the share "
                       "of the prefill "
                       "FLOP rate their prompt attention reaches, the grid value (0.01 apart) leaving the least squared "
                       "relative error of the simulated against the measured median TTFT of their closed-loop points "

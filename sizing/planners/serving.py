@@ -461,6 +461,8 @@ def _kv_kernel(scenario, e, multiprocessors: int, fitted: dict, engine_kv: dict[
     whole = with_twins(engine_kv, twins)[e.k_format]
     split = with_twins(fitted["engine_split_kv_efficiency"], twins)[e.k_format]
     pace = with_twins(fitted["engine_program_pace_tokens_per_s"], twins).get(e.k_format, {})
+    if group is not None and group.get("whole_sm"):  # this build's own programs sharing an SM
+        pace = {**pace, "whole_programs_per_sm": group["whole_programs_per_sm"], "whole_sm": group["whole_sm"]}
     return dict(kv_wave_programs=multiprocessors * per_sm, split_kv_time_ratio=whole / split,
                 split_kv_requests=split_kv_requests(scenario, e.engine, heads),
                 kv_whole_pace_tokens_per_s=pace.get("whole", 0.0), kv_split_pace_tokens_per_s=pace.get("split", 0.0),

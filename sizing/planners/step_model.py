@@ -58,11 +58,22 @@ SERVING_PROFILE = Path(__file__).resolve().parents[2] / "profiles" / "serving.js
 
 class QueryGroupWaves(BaseModel):
     """A whole-request kernel as compiled for one count of query heads a KV head: the programs each SM runs at once
-    and the share of HBM bandwidth a full wave of them reads at."""
+    in the waves its read's bytes take and the share of HBM bandwidth a full wave of them reads at, and where its
+    build holds another count of programs an SM than the format's, that count and the SM's rate across them."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     programs_per_sm: int = Field(ge=1, le=64)
     kv_efficiency: float = Field(gt=0, le=1)
+    # the whole-cache programs one SM holds at once, sharing its rate, and that rate across them, where this build's
+    # differ from the format's (ProgramPace); None: the format's
+    whole_programs_per_sm: int | None = Field(default=None, ge=1, le=64)
+    whole_sm: float | None = Field(default=None, gt=0, le=1e10)
+
+    @model_validator(mode="after")
+    def _sm_pair_together(self):
+        if (self.whole_programs_per_sm is None) != (self.whole_sm is None):
+            raise ValueError("whole_programs_per_sm and whole_sm: both or neither")
+        return self
 
 
 class ProgramPace(BaseModel):
