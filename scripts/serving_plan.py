@@ -228,6 +228,14 @@ INT4_ROUNDS = INT4_PACE + [closed(16000, 128, 24, 24)]
 # long a cache as b21's) and 176 of 4,000
 INT4_RAMPS = [closed(16000, 128, 24, 24), closed(8000, 128, 64, 64)]
 HELD_RAMPS = [closed(16000, 512, 136, 136), closed(4000, 128, 176, 176)]
+# batch b27, on two H200s side by side: the SM terms fitted on b26's ramps and on the Qwen3 traces' ramps, judged
+# where no ramp fitted them. Llama-3.1-8B (8 KV heads, 4 queries a KV head) in int4_per_token_head: 16 requests of
+# 16,000 tokens (128 segment programs a request: 640, 1,152 and 1,664 at 5, 9 and 13 requests, past rounds of 528)
+# and 48 of 8,000 (its whole-cache programs sharing an SM, not fitted: graphs of 24 and 32, 240 and 320 blocks);
+# Qwen3-30B-A3B (4 KV heads, 8 queries a KV head) in int8_per_token_head at 72 requests of 12,000 tokens, longer than b16's
+# 8,000 (graphs of 40, 48 and 72: 240, 288 and 432 blocks, the build's 4 an SM)
+ROUNDS_CHECK_INT4 = [closed(16000, 128, 16, 16), closed(8000, 128, 48, 48)]
+HELD_CHECK_MOE = [closed(12000, 128, 72, 72)]
 TP2_LADDER = [closed(1000, 256, c, 2 * c) for c in (16, 64, 192)] + [closed(8000, 256, c, 2 * c) for c in (8, 32)] + \
     [opened(1000, 256, 4, 120)]
 
@@ -300,7 +308,7 @@ def plan() -> dict:
     b14, b15, b16, b17 = "b14-kv-formats", "b15-format-check", "b16-wave-edges", "b17-unsplit-check"
     b18, b19, b20, b21 = "b18-wave-ratio", "b19-count-or-family", "b20-group-waves", "b21-wave-fill"
     b22, b23, b24, b25 = "b22-prompt-tiles", "b23-long-waves", "b24-grid-blocks", "b25-int4-pace"
-    b26 = "b26-held-ramps"
+    b26, b27 = "b26-held-ramps", "b27-ramps-check"
     ran = {b1: {"0": ["llama8b-bf16", "qwen3moe-bf16"], "1": ["llama8b-fp8", "dsv2lite-bf16"],
                 "0,1": ["qwen25-32b-tp2-bf16"]}}
     ran[b2], ran[b3] = ran[b1], ran[b1]  # b1-b3 ran as one set of lanes
@@ -334,17 +342,19 @@ def plan() -> dict:
     ran[b24] = {"0": ["b24-qwen3-8b-int8", "b24-qwen25-15b-int8"], "1": ["b24-qwen25-32b-int8"], "0,1": []}
     # ran in part on two H200s (Qwen2.5-7B's 24-request loop was left, and runs again in b26)
     ran[b25] = {"0": ["b25-qwen25-7b-int4"], "1": ["b25-llama8b-int4"], "0,1": []}
-    # planned, not run yet, on a two-GPU machine: what the kit runs next
+    # ran on two H200s side by side
     ran[b26] = {"0": ["b26-qwen25-7b-int4"], "1": ["b26-qwen25-3b-int8"], "0,1": []}
+    # planned, not run yet, on a two-GPU machine: what the kit runs next
+    ran[b27] = {"0": ["b27-llama8b-int4"], "1": ["b27-qwen3moe-int8"], "0,1": []}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
         bench="vllm bench serve --backend vllm --dataset-name random (ignore_eos), --percentile-metrics "
               "ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --save-result --save-detailed",
         batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16, b17, b18, b19, b20, b21, b22, b23,
-                 b24, b25, b26],
+                 b24, b25, b26, b27],
         # lanes run side by side; a lane's servers run one after another; '0,1' runs once both others are done.
         # `lanes` are the newest batch's (what the kit runs); `lanes_by_batch` keeps each batch's
-        lanes=ran[b26], lanes_by_batch=ran,
+        lanes=ran[b27], lanes_by_batch=ran,
         servers=[
             server("llama8b-bf16", b1, "llama-3.1-8b", "0", 8101, 65536, LLAMA_POINTS),
             server("llama8b-fp8", b1, "llama-3.1-8b", "1", 8102, 65536, LLAMA_POINTS, kv_cache_dtype="fp8"),
@@ -462,6 +472,10 @@ def plan() -> dict:
             wave_server("b26-qwen25-7b-int4", b26, "qwen2.5-7b-instruct", "0", 8331, INT4_RAMPS, 6000, 0.04,
                         kv_cache_dtype="int4_per_token_head"),
             wave_server("b26-qwen25-3b-int8", b26, "qwen2.5-3b", "1", 8332, HELD_RAMPS, 12000, 0.06),
+            server("b27-llama8b-int4", b27, "llama-3.1-8b", "0", 8341, 32768, ROUNDS_CHECK_INT4,
+                   kv_cache_dtype="int4_per_token_head", prefill_tokens_per_s=8000, itl_guess_s=0.03, step_trace=True),
+            server("b27-qwen3moe-int8", b27, "qwen3-30b-a3b", "1", 8342, 32768, HELD_CHECK_MOE,
+                   kv_cache_dtype="int8_per_token_head", prefill_tokens_per_s=8000, itl_guess_s=0.1, step_trace=True),
         ],
     )
 
