@@ -2,7 +2,7 @@
 lines that run it on a machine's GPUs.
 
 usage: python scripts/sglang_corpus_plan.py first-h100s > plan.json      (or second, architectures, variants, first-0.5.23,
-       hybrids-0.5.23, panels-0.5.16-0.5.17)
+       hybrids-0.5.23, panels-0.5.16-0.5.17, tp2-0.5.23)
        python scripts/sglang_corpus_plan.py first-h100s --lanes 2   (one srun.sh line per lane, TP starts last)
 Every start is a dict of SGLang ServerArgs fields on a config in tests/fixtures/vllm-starts/configs/ (the same
 configs the vLLM starts use), with the tool's defaults (dummy weights, triton attention, CUDA graphs off,
@@ -149,6 +149,16 @@ def hybrids_0523():
     ]
 
 
+def tp2_0523():
+    """SGLang 0.5.23 at TP 2 beside first-0.5.23's Qwen3-30B-A3B: a dense model (0.5.14 ran it at TP 2) and an MLA
+    model, whose latent cache every rank holds whole, on two GPUs."""
+    v = "0.5.23"
+    return [
+        start(v, "llama-3.1-8b", "tp2", tp_size=2, context_length=16384),
+        start(v, "deepseek-v2-lite", "tp2", tp_size=2, context_length=32768),
+    ]
+
+
 def panels_0516_0517():
     """SGLang 0.5.16 and 0.5.17, both on the image's torch 2.11 and on either side of the Mamba pool's padding slot
     (0.5.17 counts it inside mamba_full_memory_ratio's share, 0.5.16 allocates it beside): the core layouts and
@@ -184,7 +194,7 @@ def lanes(plan: list[dict], n: int) -> list[str]:
 if __name__ == "__main__":
     plan = {"first-h100s": first_h100s, "second": second, "architectures": architectures,
             "variants": variants, "first-0.5.23": first_0523, "hybrids-0.5.23": hybrids_0523,
-            "panels-0.5.16-0.5.17": panels_0516_0517}[sys.argv[1]]()
+            "panels-0.5.16-0.5.17": panels_0516_0517, "tp2-0.5.23": tp2_0523}[sys.argv[1]]()
     plan = [s for s in plan if (CONFIGS / Path(s["config"]).name).exists()]
     if sys.argv[2:3] == ["--lanes"]:
         print("\n".join(lanes(plan, int(sys.argv[3]))))
