@@ -58,7 +58,11 @@ def test_within_one_percent_and_never_half_a_percent_above(start, check):
 QWEN2_WEIGHTS = ("SGLang 0.5.14 loads Qwen2.5's weights 0.11 GiB (7B) and 0.16 GiB (1.5B) above kvsize's count, "
                  "which no tensor of the checkpoint explains; max_total_num_tokens is still within +0.14%")
 KNOWN_WEIGHT_GAPS = {"h200-sglang-0.5.14-qwen2.5-7b-instruct": QWEN2_WEIGHTS,
-                     "h200-sglang-0.5.14-qwen2.5-1.5b": QWEN2_WEIGHTS}
+                     "h200-sglang-0.5.14-qwen2.5-1.5b": QWEN2_WEIGHTS,
+                     "h200-sglang-0.5.23-qwen3-30b-a3b-tp2": (
+                         "SGLang 0.5.23 at TP 2 loads 28.56 GiB of Qwen3-30B-A3B a rank, 0.115 GiB above kvsize's "
+                         "share (28.45; one GPU: 56.89 against 56.88), the first MoE started at TP 2 on SGLang; "
+                         "the pool is still within +0.18%")}
 
 
 @pytest.mark.parametrize("start", [pytest.param(s, marks=pytest.mark.xfail(strict=True, reason=KNOWN_WEIGHT_GAPS[s.id]))
@@ -81,6 +85,21 @@ def test_default_fraction_is_sglangs_own(start):
     inputs = fraction_inputs(replace(scenario, cudagraph_mode=None), scenario.shape, engine)
     tp = int(start.args.get("tp_size", 1))
     assert engine.default_fraction(scenario.nvml_mib, tp, 1, inputs) == float(start.printed.graphs_default_fraction[0])
+
+
+def test_a_multimodal_model_served_as_one_lowers_the_default_fraction():
+    # Qwen3.5-35B-A3B (a vision tower of 1,152 wide): served multimodal, SGLang 0.5.23 asked for 0.835063359375 (its
+    # start then failed on the processor a config-only folder lacks, the default already logged); served text-only
+    # (enable_multimodal off), 0.903, the same model's dense default
+    starts = {s.id: s for s in STARTS}
+    for sid in ("h200-sglang-0.5.23-qwen3.5-35b-a3b-multimodal", "h200-sglang-0.5.23-qwen3.5-35b-a3b"):
+        start = starts[sid]
+        scenario = start_scenario(start)
+        engine = get_engine(f"sglang@{start.version}")
+        inputs = fraction_inputs(replace(scenario, cudagraph_mode=None), scenario.shape, engine)
+        assert engine.default_fraction(scenario.nvml_mib, 1, 1, inputs) == pytest.approx(
+            float(start.printed.graphs_default_fraction[0]), abs=1e-9)
+    assert float(starts["h200-sglang-0.5.23-qwen3.5-35b-a3b-multimodal"].printed.graphs_default_fraction[0]) < 0.9
 
 
 def test_failed_starts_keep_sglangs_reason():
@@ -126,9 +145,15 @@ def test_check_log_reads_sglangs_lines_within_one_percent(start, capsys):
 
 
 HYBRID = [s for s in SIZED if "Mamba Cache is allocated" in (CORPUS / s.log).read_text()]
+# a start whose budget kvsize holds within 0.1% yet on the other side of a slot's edge
+SLOT_EDGE = {"h200-sglang-0.5.23-qwen3.5-35b-a3b": (
+    "kvsize's weights of Qwen3.5-35B-A3B are 0.04 GiB under SGLang's (65.45 against 65.49 GiB), so its budget is 0.09% "
+    "high and holds 474 Mamba slots where SGLang allocated 473; the request cap (94) and the pool (+0.09%) hold")}
+HYBRID_CASES = [pytest.param(s, marks=pytest.mark.xfail(strict=True, reason=SLOT_EDGE[s.id])) if s.id in SLOT_EDGE
+                else s for s in HYBRID]
 
 
-@pytest.mark.parametrize("start", HYBRID, ids=[s.id for s in HYBRID])
+@pytest.mark.parametrize("start", HYBRID_CASES, ids=[s.id for s in HYBRID])
 def test_the_mamba_state_pool_and_its_request_cap_are_the_engines(start):
     # SGLang's own lines: "Mamba Cache is allocated. max_mamba_cache_size: N, conv_state size: X GB, ssm_state size:
     # Y GB" and "max_running_requests is capped to M by the mamba state cache": kvsize's state pool has N slots, whose
@@ -151,7 +176,7 @@ def test_the_mamba_state_pool_and_its_request_cap_are_the_engines(start):
     assert len(HYBRID) >= 2
 
 
-@pytest.mark.parametrize("start", HYBRID, ids=[s.id for s in HYBRID])
+@pytest.mark.parametrize("start", HYBRID_CASES, ids=[s.id for s in HYBRID])
 def test_check_log_holds_the_mamba_slots_and_request_cap_to_the_log(start, capsys):
     # a planner's own SGLang hybrid log: check-log shows SGLang's slots and request cap beside kvsize's
     from app.cli import main

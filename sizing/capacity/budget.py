@@ -181,7 +181,8 @@ def fraction_inputs(s: Scenario, shape: ModelShape, engine: Engine):
                           chunked_prefill_size=s.max_num_batched_tokens, cuda_graph_max_bs=s.cuda_graph_max_bs,
                           cuda_graphs=s.cudagraph_mode != "NONE",
                           prefill_graphs=rule is None or rule.captures(shape),
-                          prefill_graphs_capped_by_context=rule is None or rule.sizes_capped_by_context)
+                          prefill_graphs_capped_by_context=rule is None or rule.sizes_capped_by_context,
+                          vision_tower=shape.vision_tower if s.serve_multimodal else None)
 
 
 def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, index: int, stage: range,

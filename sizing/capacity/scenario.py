@@ -80,6 +80,9 @@ class Scenario:
     max_cudagraph_capture_size: int | None = None
     # SGLang's --cuda-graph-max-bs (its default fraction reserves 2 MiB per decode graph batch); None: its rule
     cuda_graph_max_bs: int | None = None
+    # a multimodal model served as one (SGLang's enable_multimodal, unless language_only): its vision tower lowers
+    # SGLang's default memory fraction
+    serve_multimodal: bool = True
     # SGLang's --mamba-full-memory-ratio (its state pool's memory over attention memory; None: the release's), and
     # the SSM state's dtype (SGLang --mamba-ssm-dtype, vLLM --mamba-ssm-cache-dtype: fp32, bf16 or fp16; None: the
     # engine's rule from the config)

@@ -25,6 +25,19 @@ def language_config(raw: dict[str, Any]) -> dict[str, Any]:
 
 def read_vision(r: Reading) -> None:
     r.vision = _vision_params(r.raw.get("vision_config"))
+    r.vision_tower = _sglang_vision_tower(r.raw.get("vision_config"))
+
+
+def _sglang_vision_tower(vision: Any) -> tuple[int, int] | None:
+    """(layers, hidden size) of a vision tower as SGLang reads them to lower its default memory fraction
+    (arg_groups/memory_hook.py adjust_mem_fraction_for_vlm: getattr of num_hidden_layers, else 24, and of hidden_size,
+    else 1024, the ViT-L/14 baseline; a tower whose layers are named `depth` is read as 24); None without one."""
+    if not isinstance(vision, dict):
+        return None
+    layers, hidden = vision.get("num_hidden_layers") or 24, vision.get("hidden_size") or 1024
+    if not (isinstance(layers, int) and isinstance(hidden, int)):
+        raise KvsizeError("config.json: vision_config num_hidden_layers and hidden_size must be whole numbers")
+    return layers, hidden
 
 
 def _vision_params(vision: Any) -> int:

@@ -174,6 +174,7 @@ def _shape(r: Reading) -> ModelShape:
         embedding_params=embedding,
         lm_head_params=0 if r.tied else embedding,
         vision_params=r.vision,
+        vision_tower=r.vision_tower,
         per_layer_input_size=r.per_layer_input_size,
         per_layer_input_vocab=r.per_layer_input_vocab,
         layer_params=tuple(r.layer_params),

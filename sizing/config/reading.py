@@ -82,6 +82,7 @@ class Reading:
     mlp_unquantized: bool = False
     # multimodal.read_vision
     vision: int = 0
+    vision_tower: tuple[int, int] | None = None
     # mla.read_latent_sizes
     index_head_dim: int = 0
     mla_head_dim: int = 0

@@ -114,6 +114,7 @@ class ModelShape:
     # state to the same width, and per layer a gate (hidden -> width) and a projection back (width -> hidden)
     per_layer_input_size: int = 0
     per_layer_input_vocab: int = 0  # vocab_size_per_layer_input (0 without per-layer inputs)
+    vision_tower: tuple[int, int] | None = None  # (layers, hidden size) as SGLang's default fraction reads them
     parsed_with: str = "transformers"
     architectures: tuple[str, ...] = ()  # config.json's architectures: which vLLM model runner serves it
     notes: tuple[str, ...] = field(default=())
@@ -198,6 +199,8 @@ class ModelShape:
         for key in ("layer_kv_heads", "layer_head_dims", "layer_v_head_dims", "layer_compress_ratios", "architectures"):
             data[key] = tuple(data.get(key, ()))
         data["rope_scalings"] = tuple(tuple(r) for r in data.get("rope_scalings", ()))
+        if data.get("vision_tower") is not None:
+            data["vision_tower"] = tuple(data["vision_tower"])
         return cls(**data)
 
 

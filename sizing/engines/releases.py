@@ -250,6 +250,7 @@ class FractionInputs:
     max_prefill_tokens: int = 16384  # server_args.py default, used where chunked prefill is off
     prefill_graphs: bool = True  # the release keeps the model's prefill graphs on (PrefillGraphRule)
     prefill_graphs_capped_by_context: bool = True  # their sizes stop at the context length
+    vision_tower: tuple[int, int] | None = None  # a multimodal model served as one: its ViT's (layers, hidden size)
 
 
 class FractionByParallelSize(_Strict):
@@ -291,6 +292,9 @@ class FractionByReserve(_Strict):
     mla_prefill_graphs_mib: float | None = Field(default=None, ge=0)  # MLA models: instead of the per-graph term
     floor_mib: float = Field(ge=0)
     floor_above_gpu_mib: int = Field(ge=0)
+    # a multimodal model: the fraction times this base and a factor from its ViT's size against ViT-L/14's
+    # (vlm_fraction); None where the release's rule is not known to lower it
+    vlm_base_factor: float | None = Field(default=None, gt=0, le=1)
 
     def bucket(self, gpu_mib: int) -> GpuBucket:
         return next((b for b in self.buckets if b.below_mib is None or gpu_mib < b.below_mib), self.buckets[-1])
@@ -316,7 +320,18 @@ class FractionByReserve(_Strict):
                 reserve += self.mib_per_prefill_graph * len(prefill_graph_sizes(largest))
         if gpu_mib > self.floor_above_gpu_mib:
             reserve = max(reserve, self.floor_mib)
-        return round((gpu_mib - reserve) / gpu_mib, 3)
+        fraction = round((gpu_mib - reserve) / gpu_mib, 3)
+        if given.vision_tower and self.vlm_base_factor is not None:
+            fraction *= vlm_fraction(self.vlm_base_factor, *given.vision_tower)
+        return fraction
+
+
+def vlm_fraction(base: float, layers: int, hidden: int) -> float:
+    """The factor SGLang lowers a multimodal model's default fraction by (memory_hook.py
+    adjust_mem_fraction_for_vlm): base x (1 - 0.1 x (layers x hidden^2 / (24 x 1024^2) - 1)), the second factor
+    kept within 0.8-1.05."""
+    ratio = layers * hidden * hidden / (24 * 1024 * 1024)
+    return base * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
 
 
 class PrefillGraphRule(_Strict):

@@ -100,6 +100,11 @@ def read_server_args(args: dict) -> SglangSettings:
             fields["cuda_graph_max_bs"] = _positive(value, name)
         elif name == "mamba_full_memory_ratio":
             fields["mamba_full_memory_ratio"] = _ratio(value, name)
+        elif name in ("enable_multimodal", "language_only", "language_model_only"):
+            # SGLang serves a multimodal architecture as one unless told otherwise, and then lowers its default
+            # memory fraction for the vision tower (memory_hook.py adjust_mem_fraction_for_vlm)
+            served = _flag(value, name) if name == "enable_multimodal" else not _flag(value, name)
+            fields["serve_multimodal"] = fields.get("serve_multimodal", True) and served
         elif name == "mamba_ssm_dtype":
             fields["mamba_ssm_dtype"] = _choice(value, name, STATE_DTYPES)
         elif name == "disable_radix_cache" and not _flag(value, name):
