@@ -19,6 +19,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..errors import KvsizeError
+from .sglang_fraction import prefill_graph_sizes, vlm_fraction
 from .state_pool import StatePoolRule
 
 ENGINES_DIR = Path(__file__).resolve().parents[2] / "profiles" / "engines"
@@ -326,14 +327,6 @@ class FractionByReserve(_Strict):
         return fraction
 
 
-def vlm_fraction(base: float, layers: int, hidden: int) -> float:
-    """The factor SGLang lowers a multimodal model's default fraction by (memory_hook.py
-    adjust_mem_fraction_for_vlm): base x (1 - 0.1 x (layers x hidden^2 / (24 x 1024^2) - 1)), the second factor
-    kept within 0.8-1.05."""
-    ratio = layers * hidden * hidden / (24 * 1024 * 1024)
-    return base * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
-
-
 class PrefillGraphRule(_Strict):
     """Which models a release turns its prefill CUDA graphs off for before it picks its default memory fraction,
     so that the fraction reserves nothing for them (SGLang's checks of the breakable prefill graph against the
@@ -352,14 +345,6 @@ class PrefillGraphRule(_Strict):
                              or (self.off_for_mla == "without_indexer" and not shape.index_head_dim)):
             return False
         return not self.off_for_architectures.intersection(shape.architectures)
-
-
-def prefill_graph_sizes(max_tokens: int) -> list[int]:
-    """The token counts SGLang captures piecewise prefill graphs for (server_args.py,
-    _generate_piecewise_cuda_graph_tokens)."""
-    sizes = (list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32))
-             + list(range(576, 1025, 64)) + list(range(1280, 4097, 256)) + list(range(4608, max_tokens + 1, 512)))
-    return [x for x in sizes if x <= max_tokens]
 
 
 class DefaultContextRule(_Strict):
