@@ -11,7 +11,8 @@ import pytest
 from sizing.engines import get_engine
 from sizing.capacity.budget import fraction_inputs
 from sizing.engines.releases import find_release
-from sizing.evidence.sglang_starts import CORPUS, check_start, check_start_log, load_corpus, start_scenario
+from sizing.evidence.sglang_starts import (CORPUS, check_start, check_start_log, load_corpus, planned_sglang_scenario,
+                                          start_scenario)
 
 STARTS = load_corpus()
 SIZED = [s for s in STARTS if s.status == "sized"]
@@ -100,6 +101,13 @@ def test_a_multimodal_model_served_as_one_lowers_the_default_fraction():
         assert engine.default_fraction(scenario.nvml_mib, 1, 1, inputs) == pytest.approx(
             float(start.printed.graphs_default_fraction[0]), abs=1e-9)
     assert float(starts["h200-sglang-0.5.23-qwen3.5-35b-a3b-multimodal"].printed.graphs_default_fraction[0]) < 0.9
+    # served as a language model only (SGLang's language_only / language_model_only), the text-only fraction
+    for args in ({"language_only": True}, {"language_model_only": True}):
+        start = starts["h200-sglang-0.5.23-qwen3.5-35b-a3b-multimodal"]
+        scenario = planned_sglang_scenario(CORPUS / start.config, start.gpu, start.version, {**start.args, **args})
+        engine = get_engine(f"sglang@{start.version}")
+        inputs = fraction_inputs(replace(scenario, cudagraph_mode=None), scenario.shape, engine)
+        assert engine.default_fraction(scenario.nvml_mib, 1, 1, inputs) == 0.903
 
 
 def test_failed_starts_keep_sglangs_reason():

@@ -182,7 +182,7 @@ def fraction_inputs(s: Scenario, shape: ModelShape, engine: Engine):
                           cuda_graphs=s.cudagraph_mode != "NONE",
                           prefill_graphs=rule is None or rule.captures(shape),
                           prefill_graphs_capped_by_context=rule is None or rule.sizes_capped_by_context,
-                          vision_tower=shape.vision_tower if s.serve_multimodal else None)
+                          vision_tower=shape.vision_tower if s.serve_multimodal and not s.language_model_only else None)
 
 
 def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, index: int, stage: range,
