@@ -238,12 +238,13 @@ def committed_steps(server: dict, gpu: str = "h200") -> list[dict]:
             for g in decode_groups(server, least=1) if str(g["decoding"]) in committed.get(g["point"], {})]
 
 
-def climbs(rows: list[dict], least: float = 0.05) -> list[tuple[dict, dict]]:
-    """(row below, row above) of one point's consecutive counts of requests where the committed step climbs by
-    `least` or more: where the simulation said another round or another program an SM begins."""
+def climbs(rows: list[dict], least: float = 0.05, key: str = "committed_ms") -> list[tuple[dict, dict]]:
+    """(row below, row above) of one point's consecutive counts of requests (rows in that order) where the step
+    `key` names (the committed one unless named) climbs by `least` or more: where another round of programs, or
+    another program an SM, begins."""
     out = []
     for below, above in zip(rows, rows[1:]):
         if (below["point"] == above["point"] and above["decoding"] == below["decoding"] + 1
-                and above["committed_ms"] >= (1 + least) * below["committed_ms"]):
+                and above[key] >= (1 + least) * below[key]):
             out.append((below, above))
     return out

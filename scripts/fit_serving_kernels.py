@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from measure.steps import LEAST_STEPS  # noqa: E402
+from measure.steps import LEAST_STEPS, climbs  # noqa: E402
 from sizing.evidence.serving import point_replica, predict_point, served_settings  # noqa: E402
 
 # the prompt attention of the formats the format traces read: their servers' closed-loop points of 8,000 tokens and
@@ -42,7 +42,6 @@ PROGRAMS_PER_SM = range(1, 9)
 # too (40 -> 41), but its whole pace, fitted on steady steps where three programs share an SM, is no faster than the
 # SM's rate shared among three, so no pair places that climb: its whole-cache read keeps the pace alone
 SM_SHARE_FORMATS = {"split": ("int4_per_token_head", "int8_per_token_head"), "whole": ("int8_per_token_head",)}
-CLIMB = 0.05  # a step 5% or more above the one of one request fewer: another round, or another program on an SM
 
 
 def settings_format(settings: dict) -> str:
@@ -168,17 +167,27 @@ def fit_sm_pair(fmt: str, trial_at: Callable[[int, float], dict], trace_rows: Ca
         value = _least_on_grid(PACE_GRID, error)
         fits[per_sm] = (float(value), error(PACE_GRID.index(value)))
 
-    def missed_climbs(per_sm: int) -> int:
+    def missed_climbs(per_sm: int) -> int | None:
+        """The counts where the ramps' measured step climbs (measure.steps.climbs) and the simulated one does not,
+        or the other way round; None without a ramp of `fmt`."""
         trial = trial_at(per_sm, fits[per_sm][0])
-        steps = {(r["point"], r["decoding"]): (r["measured"], r["base"] + r["kv"] + trial[request_term] * r["decoding"])
-                 for r in ramp_rows(trial) if r["format"] == fmt}
-        return sum((above[0] >= (1 + CLIMB) * below[0]) != (above[1] >= (1 + CLIMB) * below[1])
-                   for (point, n), below in steps.items() if (above := steps.get((point, n + 1))))
-    if any(r["format"] == fmt for r in ramp_rows(trial_at(1, fits[1][0]))):
-        missed = {per_sm: missed_climbs(per_sm) for per_sm in fits}
-        per_sm = min(fits, key=lambda k: (missed[k], k))
-    else:
+        rows = sorted((dict(point=r["point"], decoding=r["decoding"], measured=r["measured"],
+                            simulated=r["base"] + r["kv"] + trial[request_term] * r["decoding"])
+                       for r in ramp_rows(trial) if r["format"] == fmt), key=lambda r: (r["point"], r["decoding"]))
+        if not rows:
+            return None
+        measured, simulated = ({(b["point"], b["decoding"]) for b, _ in climbs(rows, key=key)}
+                               for key in ("measured", "simulated"))
+        return len(measured ^ simulated)
+    missed = {}
+    for per_sm in fits:  # the first count tells whether there is a ramp at all
+        missed[per_sm] = missed_climbs(per_sm)
+        if missed[per_sm] is None:
+            break
+    if None in missed.values():
         per_sm = min(fits, key=lambda k: fits[k][1])
+    else:
+        per_sm = min(fits, key=lambda k: (missed[k], k))
     return per_sm, fits[per_sm][0]
 
 
