@@ -38,10 +38,11 @@ PROGRAMS_PER_SM = range(1, 9)
 # per grid, the formats whose programs sharing an SM a ramp of steps has shown. int8_per_token_head's decode steps
 # climb where its segments need another round of 4 an SM and where the launched grid puts a third whole-cache program
 # on one (b18's, b21's and b23's Qwen2.5 ramps, out of the fit, and b24's, predicted); int4_per_token_head's segments
-# where b26's ramp climbed (8 -> 9 and 16 -> 17 requests: rounds of 4 an SM). Its whole-cache steps climbed there
-# too (40 -> 41), but its whole pace, fitted on steady steps where three programs share an SM, is no faster than the
-# SM's rate shared among three, so no pair places that climb: its whole-cache read keeps the pace alone
-SM_SHARE_FORMATS = {"split": ("int4_per_token_head", "int8_per_token_head"), "whole": ("int8_per_token_head",)}
+# where b26's ramp climbed (8 -> 9 and 16 -> 17 requests: rounds of 4 an SM), and its whole-cache steps at 40 -> 41
+# (a third program on an SM), which only a pace of one program alone fitted beside the pair places: fitted first on
+# steady steps where three share an SM, that pace is no faster than the SM's rate shared among three
+SM_SHARE_FORMATS = {"split": ("int4_per_token_head", "int8_per_token_head"),
+                    "whole": ("int4_per_token_head", "int8_per_token_head")}
 
 
 def settings_format(settings: dict) -> str:
@@ -143,34 +144,58 @@ def _trace_error(fmt: str, trial: dict, trace_rows: Callable[[dict], list[dict]]
 def _fit_sm_share(fmt: str, pace: dict, grid: str, terms: dict, trace_rows: Callable[[dict], list[dict]],
                   request_term: str, ramp_rows: Callable[[dict], list[dict]]) -> dict:
     """`grid`'s ("split": segment, "whole": whole-cache) programs an SM holds at once and the cached tokens an SM
-    reads a second across them (fit_sm_pair), the rest of `fmt`'s pace fixed."""
+    reads a second across them (fit_sm_pair), the rest of `fmt`'s pace fixed; the whole cache's with its pace alone
+    refitted beside them (fit_sm_pair's `alone`): that pace was fitted on steps where as many programs share an SM
+    as the pair now binds, so it is then known only where fewer do."""
     count, rate = f"{grid}_programs_per_sm", f"{grid}_sm"
+    if grid == "whole":
+        per_sm, value, alone = fit_sm_pair(
+            fmt, lambda k, r, a: {**terms, PACE_TERM: {fmt: {**pace, grid: a, count: k, rate: r}}},
+            trace_rows, ramp_rows, request_term, alone=True)
+        return {grid: alone, count: per_sm, rate: value}
     per_sm, value = fit_sm_pair(fmt, lambda k, r: {**terms, PACE_TERM: {fmt: {**pace, count: k, rate: r}}},
                                 trace_rows, ramp_rows, request_term)
     return {count: per_sm, rate: value}
 
 
-def fit_sm_pair(fmt: str, trial_at: Callable[[int, float], dict], trace_rows: Callable[[dict], list[dict]],
-                ramp_rows: Callable[[dict], list[dict]], request_term: str) -> tuple[int, float]:
+def _rate_on_grid(fmt: str, trial: Callable[[float], dict], trace_rows: Callable[[dict], list[dict]],
+                  request_term: str) -> tuple[float, float]:
+    """(value, squared error) of the rate on PACE_GRID that `trial(rate)` leaves the least squared relative error of
+    `fmt`'s step groups `trace_rows` gives under."""
+    @cache
+    def error(k: int) -> float:
+        return _trace_error(fmt, trial(float(PACE_GRID[k])), trace_rows, request_term)
+    value = _least_on_grid(PACE_GRID, error)
+    return float(value), error(PACE_GRID.index(value))
+
+
+def fit_sm_pair(fmt: str, trial_at: Callable[..., dict], trace_rows: Callable[[dict], list[dict]],
+                ramp_rows: Callable[[dict], list[dict]], request_term: str, alone: bool = False) -> tuple:
     """(programs an SM holds at once on PROGRAMS_PER_SM, cached tokens an SM reads a second across them on
     PACE_GRID), the terms `trial_at(count, rate)` gives. For each count, the rate leaving the least squared relative
-    error of the step groups `trace_rows` gives (each counted once a step). The count: where `ramp_rows` holds ramps
-    of `fmt`, the fewest programs an SM whose simulated steps climb where the ramps' measured ones do, missing as few
-    climbs as any count (a count sets where a step needs another round or another program on an SM, which a ramp
-    shows count by count and squared errors barely see; a count above every climb the ramps reached is not shown by
-    them); else the count whose pair leaves the least squared error."""
-    fits = {}
+    error of the step groups `trace_rows` gives (each counted once a step). With `alone`, `trial_at(count, rate,
+    pace)` also takes the pace of one program alone, and the answer ends with it: for each count the SM's rate with
+    that pace unbound, then the pace, then the rate again, each on PACE_GRID. The count: where `ramp_rows` holds
+    ramps of `fmt`, the fewest programs an SM whose simulated steps climb where the ramps' measured ones do, missing
+    as few climbs as any count (a count sets where a step needs another round or another program on an SM, which a
+    ramp shows count by count and squared errors barely see; a count above every climb the ramps reached is not
+    shown by them); else the count whose pair leaves the least squared error."""
+    unbound = float(PACE_GRID[-1])
+    fits: dict[int, tuple[tuple[float, ...], float]] = {}
     for per_sm in PROGRAMS_PER_SM:
-        @cache
-        def error(k: int, per_sm=per_sm) -> float:
-            return _trace_error(fmt, trial_at(per_sm, float(PACE_GRID[k])), trace_rows, request_term)
-        value = _least_on_grid(PACE_GRID, error)
-        fits[per_sm] = (float(value), error(PACE_GRID.index(value)))
+        if not alone:
+            value, error = _rate_on_grid(fmt, lambda r, k=per_sm: trial_at(k, r), trace_rows, request_term)
+            fits[per_sm] = ((value,), error)
+            continue
+        rate, _ = _rate_on_grid(fmt, lambda r, k=per_sm: trial_at(k, r, unbound), trace_rows, request_term)
+        pace, _ = _rate_on_grid(fmt, lambda a, k=per_sm, r=rate: trial_at(k, r, a), trace_rows, request_term)
+        rate, error = _rate_on_grid(fmt, lambda r, k=per_sm, a=pace: trial_at(k, r, a), trace_rows, request_term)
+        fits[per_sm] = ((rate, pace), error)
 
     def missed_climbs(per_sm: int) -> int | None:
         """The counts where the ramps' measured step climbs (measure.steps.climbs) and the simulated one does not,
         or the other way round; None without a ramp of `fmt`."""
-        trial = trial_at(per_sm, fits[per_sm][0])
+        trial = trial_at(per_sm, *fits[per_sm][0])
         rows = sorted((dict(point=r["point"], decoding=r["decoding"], measured=r["measured"],
                             simulated=r["base"] + r["kv"] + trial[request_term] * r["decoding"])
                        for r in ramp_rows(trial) if r["format"] == fmt), key=lambda r: (r["point"], r["decoding"]))
@@ -188,7 +213,7 @@ def fit_sm_pair(fmt: str, trial_at: Callable[[int, float], dict], trace_rows: Ca
         per_sm = min(fits, key=lambda k: fits[k][1])
     else:
         per_sm = min(fits, key=lambda k: (missed[k], k))
-    return per_sm, fits[per_sm][0]
+    return (per_sm, *fits[per_sm][0])
 
 
 def fit_query_group_sm(terms: dict, group_rows: Callable[[dict, int], list[dict]],

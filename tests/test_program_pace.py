@@ -301,14 +301,17 @@ def test_int4_takes_its_own_pace_and_the_segment_rounds_its_ramp_showed():
     assert {p for p in fit.fitted_on if p.startswith("b25-")} == {
         "b25-qwen25-7b-int4-p01-i8000-o32-c1", "b25-qwen25-7b-int4-p02-i32000-o32-c1",
         "b25-llama8b-int4-p01-i8000-o32-c1", "b25-llama8b-int4-p02-i32000-o32-c1"}
-    # the segment rounds from b26's ramp (its climbs place the count); the whole-cache pair is not fitted
+    # the segment rounds and the whole-cache pair from b26's ramp (its climbs place the counts)
     assert {p for p in fit.fitted_on if p.startswith("b26-")} == {
         "b26-qwen25-7b-int4-p01-i16000-o128-c24", "b26-qwen25-7b-int4-p02-i8000-o128-c64"}
     assert pace.split_programs_per_sm == 4 and pace.split < pace.split_sm
-    assert pace.whole_programs_per_sm is pace.whole_sm is None
+    # fitted beside the pair, the pace alone is faster than the SM's rate shared among the programs it holds, and
+    # slower than among fewer: else no count of programs an SM could place the ramp's 40 -> 41 climb
+    assert pace.whole_programs_per_sm == 3
+    assert pace.whole_sm / 3 < pace.whole < pace.whole_sm / 2
     model = _replica(fmt="int4_per_token_head")
     assert model.kv_split_pace_tokens_per_s == pace.split and model.kv_split_programs_per_sm == 4
-    assert model.kv_whole_sm_tokens_per_s == 0.0
+    assert (model.kv_whole_programs_per_sm, model.kv_whole_sm_tokens_per_s) == (3, pace.whole_sm)
     # one request of 32,000 tokens (128 segment programs, one an SM) reads at the pace, not at the split share
     assert _kv(model, 1, 32000) == pytest.approx(32 * 32000 / 16 / pace.split, rel=0.02)
 
@@ -320,9 +323,21 @@ def test_int4_split_steps_climb_where_its_segments_need_another_round(below, abo
     _assert_climb("b26-qwen25-7b-int4", below, above, lambda model: model.split_kv_requests >= above, within=0.10)
 
 
+@pytest.mark.parametrize(("tag", "below", "above"), [
+    # int4's packed kernel past the split: Qwen2.5-7B-Instruct 40 -> 41 requests of 8,000 tokens (240 -> 288
+    # blocks: a third program on an SM), in the fit (it places the count); Llama-3.1-8B 24 -> 25 (240 -> 320), out of
+    # it (batch b27, its whole-cache steps 13-15% long before the pace alone was fitted beside the pair)
+    ("b26-qwen25-7b-int4", 40, 41),
+    ("b27-llama8b-int4", 24, 25),
+])
+def test_int4_whole_cache_steps_climb_where_a_third_program_shares_an_sm(tag, below, above):
+    _assert_climb(tag, below, above, lambda model: model.split_kv_requests < below
+                  and model.kv_whole_programs_per_sm == 3, within=0.10)
+
+
 @pytest.mark.parametrize(("fmt", "term", "value", "pair"), [
     ("int8_per_token_head", "split_programs_per_sm", None, "split"),
-    ("int4_per_token_head", "whole_sm", 2e7, "whole"),
+    ("int4_per_token_head", "whole_programs_per_sm", None, "whole"),
 ])
 def test_the_sm_terms_of_a_pace_come_in_pairs(fmt, term, value, pair):
     data = step_overhead().model_dump()
