@@ -105,20 +105,56 @@ def fit_program_pace(points: list[dict], terms: dict, trace_rows: Callable[[dict
     counted once a step), the split pace fixed. `ramp_rows`: the groups of every count of the ramps among them,
     where a format's SM edges show (_fit_sm_share)."""
     paces = {}
-    unbound = float(PACE_GRID[-1])
     for fmt, own in sorted(_by_format(pace_fitted_on(points)).items()):
-        @cache
-        def split_error(k: int, fmt=fmt, own=own) -> float:
-            return _squared_error(own, {**terms, PACE_TERM: {fmt: {"whole": unbound, "split": float(PACE_GRID[k])}}},
-                                  "itl")
-        split = float(_least_on_grid(PACE_GRID, split_error))
-        whole, _ = _pace_on_grid(fmt, {"split": split}, "whole", terms, trace_rows, request_term)
-        pace = {"whole": whole, "split": split}
+        alone = fit_split_alone(fmt, own, terms)
+        whole, _ = _pace_on_grid(fmt, alone, "whole", terms, trace_rows, request_term)
+        pace = {"whole": whole, **alone}
         for grid in ("split", "whole"):
             if fmt in SM_SHARE_FORMATS[grid]:
                 pace.update(_fit_sm_share(fmt, pace, grid, terms, trace_rows, request_term, ramp_rows))
         paces[fmt] = pace
     return paces
+
+
+def paced_split_shares(points: list[dict], terms: dict) -> dict[str, float]:
+    """`terms`' engine_split_kv_efficiency with each format whose pace is fitted (pace_fitted_on) at its whole
+    cache's share: the split share was fitted on the format traces before any pace, so it took in the time the
+    programs' pace and rounds now give (int4_per_token_head 0.065 against 0.116 whole); fitted again beside them, no
+    trace step is bound by it (the squared error is flat from 0.08 up), and the bytes of a split read are the same
+    bytes over the same HBM as a whole-cache read's."""
+    paced = {settings_format(p["settings"]) for p in pace_fitted_on(points)}
+    return {f: terms["engine_kv_efficiency"][f] if f in paced else share
+            for f, share in terms["engine_split_kv_efficiency"].items()}
+
+
+def fit_split_alone(fmt: str, own: list[dict], terms: dict) -> dict[str, float]:
+    """A split program's pace alone and the seconds its read costs each KV layer beside it ("split", and
+    "split_layer_s" where above zero), every other term fixed: the pair leaving the least squared relative error of
+    the simulated median inter-token gaps of the one-request points `own` against the measured ones, the whole cache's
+    pace unbound. One request's step reads its segments in one round, so its gap is linear in both, base + tokens /
+    pace + layers x seconds: three simulations a point give the three, least squares the pair (the seconds held at
+    zero where they would come out below it), the pace then put on PACE_GRID and the seconds to 0.1 us."""
+    unbound = float(PACE_GRID[-1])
+
+    def gaps(split: float, layer_s: float) -> list[float]:
+        trial = {**terms, PACE_TERM: {fmt: {"whole": unbound, "split": split, "split_layer_s": layer_s}}}
+        return [predict_point(served_settings(p), ROOT, terms=trial).itl_ms[50] for p in own]
+    slow, fast, probe = 5e6, 10e6, 5e-5
+    at_slow, at_fast, probed = gaps(slow, 0.0), gaps(fast, 0.0), gaps(slow, probe)
+    rows = []
+    for p, a, b, c in zip(own, at_slow, at_fast, probed):
+        measured = p["measured"]["itl_p50_ms"]
+        tokens = (a - b) / (1 / slow - 1 / fast)  # ms a token a second of pace
+        rows.append(((a - tokens / slow) / measured - 1, tokens / measured, (c - a) / probe / measured))
+    xx, yy, xy = (sum(r[i] * r[j] for r in rows) for i, j in ((1, 1), (2, 2), (1, 2)))
+    cx, cy = (sum(r[0] * r[i] for r in rows) for i in (1, 2))
+    det = xx * yy - xy * xy
+    inverse, layer_s = (-(cx * yy - cy * xy) / det, -(cy * xx - cx * xy) / det) if det else (0.0, 0.0)
+    if layer_s <= 0:
+        inverse, layer_s = -cx / xx, 0.0
+    split = float(min(PACE_GRID, key=lambda v: abs(v - 1 / inverse)))
+    layer_s = round(layer_s, 7)
+    return {"split": split, **({"split_layer_s": layer_s} if layer_s > 0 else {})}
 
 
 def _pace_on_grid(fmt: str, pace: dict, term: str, terms: dict, trace_rows: Callable[[dict], list[dict]],
@@ -176,10 +212,11 @@ def fit_sm_pair(fmt: str, trial_at: Callable[..., dict], trace_rows: Callable[[d
     error of the step groups `trace_rows` gives (each counted once a step). With `alone`, `trial_at(count, rate,
     pace)` also takes the pace of one program alone, and the answer ends with it: for each count the SM's rate with
     that pace unbound, then the pace, then the rate again, each on PACE_GRID. The count: where `ramp_rows` holds
-    ramps of `fmt`, the fewest programs an SM whose simulated steps climb where the ramps' measured ones do, missing
-    as few climbs as any count (a count sets where a step needs another round or another program on an SM, which a
-    ramp shows count by count and squared errors barely see; a count above every climb the ramps reached is not
-    shown by them); else the count whose pair leaves the least squared error."""
+    ramps of `fmt`, the count whose simulated steps climb where the ramps' measured ones do, missing as few climbs
+    as any count (a count sets where a step needs another round or another program on an SM, which a ramp shows
+    count by count and squared errors barely see), of those the one whose pair leaves the least squared error, and
+    of equal ones the fewest programs (a count above every climb the ramps reached is not shown by them); else the
+    count whose pair leaves the least squared error."""
     unbound = float(PACE_GRID[-1])
     fits: dict[int, tuple[tuple[float, ...], float]] = {}
     for per_sm in PROGRAMS_PER_SM:
@@ -212,7 +249,7 @@ def fit_sm_pair(fmt: str, trial_at: Callable[..., dict], trace_rows: Callable[[d
     if None in missed.values():
         per_sm = min(fits, key=lambda k: fits[k][1])
     else:
-        per_sm = min(fits, key=lambda k: (missed[k], k))
+        per_sm = min(fits, key=lambda k: (missed[k], fits[k][1], k))
     return (per_sm, *fits[per_sm][0])
 
 

@@ -66,7 +66,8 @@ from sizing.profiles import matching_gpus, measured_efficiency  # noqa: E402
 from measure.steps import LEAST_STEPS, decode_groups, gpu_paced_servers, server_settings  # noqa: E402
 from least_squares import best_count, relative_least_squares  # noqa: E402
 from fit_serving_kernels import (PACE_TERM, PREFILL_ATTENTION_TERM, fit_prefill_attention,  # noqa: E402
-                                 fit_program_pace, fit_query_group_sm, pace_fitted_on, prefill_attention_fitted_on,
+                                 fit_program_pace, fit_query_group_sm, pace_fitted_on, paced_split_shares,
+                                 prefill_attention_fitted_on,
                                  settings_format)
 
 POINTS = ROOT / "measure" / "serving" / "points.json"
@@ -135,9 +136,10 @@ QUERY_GROUP_TRACE_BATCHES = ("b16-wave-edges", "b18-wave-ratio")
 # or two) show a format's SM terms where its format trace's groups cannot tell them apart: batch b26's
 # Qwen2.5-7B-Instruct in int4_per_token_head climbed where its segments needed another round of 4 an SM (8 -> 9 and
 # 16 -> 17 requests of 16,000 tokens) and where the launched grid put a third whole-cache program on an SM (40 -> 41
-# of 8,000). Every count's group is read, each counted once a step
-RAMP_TRACE_SERVERS = ("b26-qwen25-7b-int4",)
-RAMP_TRACE_BATCHES = ("b26-held-ramps",)
+# of 8,000); batch b27's Llama-3.1-8B, predicted before it ran, climbed at 4 -> 5, 8 -> 9 and 12 -> 13 of 16,000 and
+# 24 -> 25 of 8,000 (now in the fit: a later batch judges it). Every count's group is read, each counted once a step
+RAMP_TRACE_SERVERS = ("b26-qwen25-7b-int4", "b27-llama8b-int4")
+RAMP_TRACE_BATCHES = ("b26-held-ramps", "b27-ramps-check")
 
 
 @cache
@@ -481,6 +483,7 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
     fixed.update(frontend)
     def ramp_rows(trial: dict) -> list[dict]:
         return trace_rows(trial, trace_groups(RAMP_TRACE_BATCHES, RAMP_TRACE_SERVERS, least=1))
+    fixed["engine_split_kv_efficiency"] = paced_split_shares(points, fixed)
     fixed[PACE_TERM] = fit_program_pace(points, fixed, lambda trial: format_trace_rows(trial) + trace_rows(
         trial, trace_groups(QUERY_GROUP_TRACE_BATCHES, QUERY_GROUP_TRACE_SERVERS)) + ramp_rows(trial), REQUEST_TERM,
         ramp_rows)
@@ -524,16 +527,20 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
                       "count's programs an SM and full-wave read efficiency alike; the cached tokens one of their programs reads a "
                       "second, the grid value (0.1 a microsecond apart) leaving the least squared relative error of "
                       "the simulated against the measured median inter-token gap of batch b22's one-request points "
-                      "of 8,000 and 32,000 tokens (five models, 2-8 KV heads), every other term fixed; the segment "
+                      "of 8,000 and 32,000 tokens (five models, 2-8 KV heads; b25's two for int4_per_token_head), every "
+                      "other term fixed, with what a split read costs each KV layer once a step (one request's gap is "
+                      "linear in both, so three simulations a point and least squares give the pair); a paced "
+                      "format's split read at its whole cache's share; the segment "
                       "programs an SM holds at once (1 to 8) and the cached tokens an SM reads a second across them, "
                       "the grid pair leaving the least squared relative error of the same traces' decode-only step "
                       "groups as the whole cache's pace, both paces fixed; then the same pair for the whole-cache "
                       "programs an SM holds at once, the split's fixed, fitted with the whole cache's pace of one "
                       "program alone (for each count, the SM's rate with that pace unbound, then the pace, then the "
                       "rate again); where the fit "
-                      "reads a ramp of the format (batch b26's Qwen2.5-7B-Instruct in int4_per_token_head, every count "
-                      "of requests its closed loops passed through), the count is the fewest programs an SM whose "
-                      "simulated steps climb where the ramp's measured ones do; for the kernel compiled for 8 query "
+                      "reads a ramp of the format (batch b26's Qwen2.5-7B-Instruct and b27's Llama-3.1-8B in "
+                      "int4_per_token_head, every count of requests their closed loops passed through), the count "
+                      "whose simulated steps climb where the ramps' measured ones do, missing the fewest, of those "
+                      "the one leaving the least squared error; for the kernel compiled for 8 query "
                       "heads a KV head, its own whole-cache pair on b16's and b18's Qwen3 traces, the count where "
                       "their ramps climb; and the share "
                       "of the prefill "

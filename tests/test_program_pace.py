@@ -301,9 +301,10 @@ def test_int4_takes_its_own_pace_and_the_segment_rounds_its_ramp_showed():
     assert {p for p in fit.fitted_on if p.startswith("b25-")} == {
         "b25-qwen25-7b-int4-p01-i8000-o32-c1", "b25-qwen25-7b-int4-p02-i32000-o32-c1",
         "b25-llama8b-int4-p01-i8000-o32-c1", "b25-llama8b-int4-p02-i32000-o32-c1"}
-    # the segment rounds and the whole-cache pair from b26's ramp (its climbs place the counts)
-    assert {p for p in fit.fitted_on if p.startswith("b26-")} == {
-        "b26-qwen25-7b-int4-p01-i16000-o128-c24", "b26-qwen25-7b-int4-p02-i8000-o128-c64"}
+    # the segment rounds and the whole-cache pair from b26's and b27's ramps (their climbs place the counts)
+    assert {p for p in fit.fitted_on if p.startswith(("b26-", "b27-")) and "int4" in p} == {
+        "b26-qwen25-7b-int4-p01-i16000-o128-c24", "b26-qwen25-7b-int4-p02-i8000-o128-c64",
+        "b27-llama8b-int4-p01-i16000-o128-c16", "b27-llama8b-int4-p02-i8000-o128-c48"}
     assert pace.split_programs_per_sm == 4 and pace.split < pace.split_sm
     # fitted beside the pair, the pace alone is faster than the SM's rate shared among the programs it holds, and
     # slower than among fewer: else no count of programs an SM could place the ramp's 40 -> 41 climb
@@ -316,6 +317,27 @@ def test_int4_takes_its_own_pace_and_the_segment_rounds_its_ramp_showed():
     assert _kv(model, 1, 32000) == pytest.approx(32 * 32000 / 16 / pace.split, rel=0.02)
 
 
+def test_a_split_read_of_int4_pays_each_layer_once_beside_its_pace():
+    # b25's one request at 8,000 and 32,000 tokens: Llama-3.1-8B's gap grows 5.96 ms for 24,000 tokens more (32
+    # layers of 1,500 more a segment: 8.0 tokens a microsecond), Qwen2.5-7B's 5.24 for 28 layers (8.0); the pace
+    # fitted on the gaps alone (6.2) had taken in a cost each layer pays once a step, which b27's ramp shows: a
+    # lone segment program past a full round adds 2.9-3.7 ms where one request's read takes 5.2
+    fit = step_overhead()
+    int4 = fit.engine_program_pace_tokens_per_s["int4_per_token_head"]
+    int8 = fit.engine_program_pace_tokens_per_s["int8_per_token_head"]
+    assert int4.split_layer_s and 2e-5 < int4.split_layer_s < 1e-4
+    assert int4.split == pytest.approx(8.0e6, rel=0.05)
+    assert int8.split_layer_s is None  # its two lengths' gaps are its pace alone
+    model = _replica(fmt="int4_per_token_head")
+    assert model.kv_split_layer_s == int4.split_layer_s and model.kv_layers == 32
+    one = model._kv_read_seconds(1, 32000, False)
+    assert one == pytest.approx(32 * int4.split_layer_s + 32 * 32000 / 16 / int4.split, rel=0.02)
+    # the split share of a format whose pace is fitted is its whole cache's: fitted before the pace it had taken in
+    # the pace's time (0.065), and beside the pace no traced step is bound by it
+    assert fit.engine_split_kv_efficiency["int4_per_token_head"] == fit.engine_kv_efficiency["int4_per_token_head"]
+    assert model.split_kv_time_ratio == 1.0
+
+
 @pytest.mark.parametrize(("below", "above"), [(8, 9), (16, 17)])
 def test_int4_split_steps_climb_where_its_segments_need_another_round(below, above):
     # Qwen2.5-7B-Instruct (4 KV heads x 16 segments) at 16,000 tokens: 8 requests are 512 programs, one round of 528
@@ -325,8 +347,8 @@ def test_int4_split_steps_climb_where_its_segments_need_another_round(below, abo
 
 @pytest.mark.parametrize(("tag", "below", "above"), [
     # int4's packed kernel past the split: Qwen2.5-7B-Instruct 40 -> 41 requests of 8,000 tokens (240 -> 288
-    # blocks: a third program on an SM), in the fit (it places the count); Llama-3.1-8B 24 -> 25 (240 -> 320), out of
-    # it (batch b27, its whole-cache steps 13-15% long before the pace alone was fitted beside the pair)
+    # blocks: a third program on an SM); Llama-3.1-8B 24 -> 25 (240 -> 320), whose whole-cache steps were 13-15%
+    # long as batch b27 ran before the pace alone was fitted beside the pair. Both ramps place the count
     ("b26-qwen25-7b-int4", 40, 41),
     ("b27-llama8b-int4", 24, 25),
 ])

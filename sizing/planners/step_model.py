@@ -86,6 +86,9 @@ class ProgramPace(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     whole: float = Field(gt=0, le=1e9)
     split: float = Field(gt=0, le=1e9)
+    # seconds a split read costs each KV layer beside its programs' tokens, once a step however many rounds they run
+    # in (None: none fitted); a one-request step at two lengths tells it from the pace
+    split_layer_s: float | None = Field(default=None, ge=0, le=1e-3)
     # None: not fitted (no ramp of steps has shown them), a program's pace alone bounds its read
     split_programs_per_sm: int | None = Field(default=None, ge=1, le=64)
     split_sm: float | None = Field(default=None, gt=0, le=1e10)
@@ -259,11 +262,14 @@ def slow_kernel_note(kv_format: str) -> str | None:
         return None
     twin = f" (as {measured}, the same kernel)" if measured != kv_format else ""
     split = fit.engine_split_kv_efficiency.get(measured)
-    few = f"{split:g} (a few requests, each cache split) to " if split is not None else ""
+    whole = fit.engine_kv_efficiency[measured]
+    few = f"{split:g} (a few requests, each cache split) to " if split not in (None, whole) else ""
+    pace = fit.engine_program_pace_tokens_per_s.get(measured)
+    paced = (f", a program of a split cache reading {pace.split / 1e6:g} tokens a microsecond" if pace is not None
+             else "")
     return (f"{kv_format}: {fit.fitted_engine}'s servers ran it slower than bf16{twin}, decode reading at "
-            f"{few}{fit.engine_kv_efficiency[measured]:g} of the HBM rate against bf16's "
-            f"{fit.engine_kv_efficiency.get('bf16', 1.0):g} and prompt attention at {share:g} of the prefill rate "
-            "at a full tile (docs/speed-accuracy.md)")
+            f"{few}{whole:g} of the HBM rate against bf16's {fit.engine_kv_efficiency.get('bf16', 1.0):g}{paced} "
+            f"and prompt attention at {share:g} of the prefill rate at a full tile (docs/speed-accuracy.md)")
 
 
 def engine_read_basis(kv_format: str, gpu_id: str, efficiency: DecodeEfficiency) -> str | None:
@@ -364,6 +370,7 @@ class StepModel:
     kv_whole_pace_tokens_per_s: float = 0.0
     kv_split_pace_tokens_per_s: float = 0.0
     kv_split_segments: int = 1  # the segments a split read cuts each request's cache into, one program each
+    kv_split_layer_s: float = 0.0  # a split read's cost each KV layer beside its programs' tokens (ProgramPace)
     # the segment programs an SM holds at once, the cached tokens an SM reads a second across them, and the SMs
     # (0: a split read is bound by one program's pace alone)
     kv_split_programs_per_sm: int = 0
@@ -435,8 +442,9 @@ class StepModel:
         per_sm, sm_rate = ((self.kv_split_programs_per_sm, self.kv_split_sm_tokens_per_s) if split else
                            (self.kv_whole_programs_per_sm or self.kv_wave_programs // max(self.multiprocessors, 1),
                             self.kv_whole_sm_tokens_per_s))
+        fixed = self.kv_split_layer_s * self.kv_layers if split else 0.0
         if not (per_sm and sm_rate and self.multiprocessors):
-            return max(read, tokens / pace)
+            return max(read, fixed + tokens / pace)
         programs = decoding * self.kv_heads_per_rank * segments
         # a decode-only step launches the query blocks of its graph's batch (vLLM's upper bound, q tokens // BLOCK_Q
         # + sequences, a KV head and segment), the empty ones among them; in a step with prompt chunks only the
@@ -448,8 +456,12 @@ class StepModel:
             # above), and the pace binds the programs an SM holds at once
             held = min(per_sm, -(-launched // self.multiprocessors))
             return max(read, tokens / min(pace, sm_rate / held))
-        return max(read, program_rounds_seconds(programs, launched, self.multiprocessors, per_sm, tokens, pace,
-                                                sm_rate))
+        return max(read, fixed + program_rounds_seconds(programs, launched, self.multiprocessors, per_sm, tokens,
+                                                        pace, sm_rate))
+
+    @cached_property
+    def kv_layers(self) -> int:
+        return sum(layers for _, layers in self.layout.distinct_kv())
 
     def kv_kernel_factor(self, decoding: int, prompts: bool) -> tuple[float, bool]:
         """The decoding requests' KV read time over a read of its bytes at the format's share, and whether the
