@@ -236,6 +236,16 @@ HELD_RAMPS = [closed(16000, 512, 136, 136), closed(4000, 128, 176, 176)]
 # 8,000 (graphs of 40, 48 and 72: 240, 288 and 432 blocks, the build's 4 an SM)
 ROUNDS_CHECK_INT4 = [closed(16000, 128, 16, 16), closed(8000, 128, 48, 48)]
 HELD_CHECK_MOE = [closed(12000, 128, 72, 72)]
+# batch b28, on two H200s side by side: int4_per_token_head's split read as refitted on b25-b27 (a cost each KV layer
+# once a step beside its programs' pace, the split bytes at the whole cache's share, rounds of 4 segment programs an
+# SM), judged on three models no int4 point has run: one request of 8,000 and 32,000 tokens (the pace and the layer
+# cost, 36 and 40 layers against the fit's 28 and 32), then a ramp. Qwen3-8B (8 KV heads, 4 queries a KV head, 128
+# segment programs a request) at 16 of 16,000 tokens (rounds at 4 -> 5, 8 -> 9, 12 -> 13) and 48 of 8,000 (a third
+# whole-cache program on an SM at 24 -> 25); Qwen3-14B (8, 5, BLOCK_Q 3) at 16 of 16,000; Qwen2.5-1.5B (2, 6, 32
+# programs a request) at 64 of 16,000 (rounds at 16 -> 17, 33 -> 34 and 49 -> 50)
+INT4_JUDGE_EIGHT = INT4_PACE + [closed(16000, 128, 16, 16), closed(8000, 128, 48, 48)]
+INT4_JUDGE_FOURTEEN = INT4_PACE + [closed(16000, 128, 16, 16)]
+INT4_JUDGE_SMALL = INT4_PACE + [closed(16000, 128, 64, 64)]
 TP2_LADDER = [closed(1000, 256, c, 2 * c) for c in (16, 64, 192)] + [closed(8000, 256, c, 2 * c) for c in (8, 32)] + \
     [opened(1000, 256, 4, 120)]
 
@@ -308,7 +318,7 @@ def plan() -> dict:
     b14, b15, b16, b17 = "b14-kv-formats", "b15-format-check", "b16-wave-edges", "b17-unsplit-check"
     b18, b19, b20, b21 = "b18-wave-ratio", "b19-count-or-family", "b20-group-waves", "b21-wave-fill"
     b22, b23, b24, b25 = "b22-prompt-tiles", "b23-long-waves", "b24-grid-blocks", "b25-int4-pace"
-    b26, b27 = "b26-held-ramps", "b27-ramps-check"
+    b26, b27, b28 = "b26-held-ramps", "b27-ramps-check", "b28-int4-judge"
     ran = {b1: {"0": ["llama8b-bf16", "qwen3moe-bf16"], "1": ["llama8b-fp8", "dsv2lite-bf16"],
                 "0,1": ["qwen25-32b-tp2-bf16"]}}
     ran[b2], ran[b3] = ran[b1], ran[b1]  # b1-b3 ran as one set of lanes
@@ -344,17 +354,19 @@ def plan() -> dict:
     ran[b25] = {"0": ["b25-qwen25-7b-int4"], "1": ["b25-llama8b-int4"], "0,1": []}
     # ran on two H200s side by side
     ran[b26] = {"0": ["b26-qwen25-7b-int4"], "1": ["b26-qwen25-3b-int8"], "0,1": []}
-    # planned, not run yet, on a two-GPU machine: what the kit runs next
+    # ran on two H200s side by side
     ran[b27] = {"0": ["b27-llama8b-int4"], "1": ["b27-qwen3moe-int8"], "0,1": []}
+    # planned, not run yet, on a two-GPU machine: what the kit runs next
+    ran[b28] = {"0": ["b28-qwen3-8b-int4"], "1": ["b28-qwen3-14b-int4", "b28-qwen25-15b-int4"], "0,1": []}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
         bench="vllm bench serve --backend vllm --dataset-name random (ignore_eos), --percentile-metrics "
               "ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --save-result --save-detailed",
         batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16, b17, b18, b19, b20, b21, b22, b23,
-                 b24, b25, b26, b27],
+                 b24, b25, b26, b27, b28],
         # lanes run side by side; a lane's servers run one after another; '0,1' runs once both others are done.
         # `lanes` are the newest batch's (what the kit runs); `lanes_by_batch` keeps each batch's
-        lanes=ran[b27], lanes_by_batch=ran,
+        lanes=ran[b28], lanes_by_batch=ran,
         servers=[
             server("llama8b-bf16", b1, "llama-3.1-8b", "0", 8101, 65536, LLAMA_POINTS),
             server("llama8b-fp8", b1, "llama-3.1-8b", "1", 8102, 65536, LLAMA_POINTS, kv_cache_dtype="fp8"),
@@ -476,6 +488,12 @@ def plan() -> dict:
                    kv_cache_dtype="int4_per_token_head", prefill_tokens_per_s=8000, itl_guess_s=0.03, step_trace=True),
             server("b27-qwen3moe-int8", b27, "qwen3-30b-a3b", "1", 8342, 32768, HELD_CHECK_MOE,
                    kv_cache_dtype="int8_per_token_head", prefill_tokens_per_s=8000, itl_guess_s=0.1, step_trace=True),
+            wave_server("b28-qwen3-8b-int4", b28, "qwen3-8b", "0", 8351, INT4_JUDGE_EIGHT, 8000, 0.03,
+                        kv_cache_dtype="int4_per_token_head"),
+            wave_server("b28-qwen3-14b-int4", b28, "qwen3-14b", "1", 8352, INT4_JUDGE_FOURTEEN, 5000, 0.04,
+                        kv_cache_dtype="int4_per_token_head"),
+            wave_server("b28-qwen25-15b-int4", b28, "qwen2.5-1.5b", "1", 8353, INT4_JUDGE_SMALL, 20000, 0.03,
+                        kv_cache_dtype="int4_per_token_head"),
         ],
     )
 
