@@ -1,0 +1,1 @@
+-m vllm.entrypoints.openai.api_server --model measure/serving/models/qwen2.5-1.5b --tokenizer serve-kit/tokenizers/qwen2.5-1.5b --served-model-name m --load-format dummy --port 8353 --max-model-len 32768 --gpu-memory-utilization 0.9 --max-num-seqs 1024 --max-num-batched-tokens 8192 --tensor-parallel-size 1 --kv-cache-dtype int4_per_token_head --no-enable-prefix-caching

@@ -1,0 +1,1 @@
+-m vllm.entrypoints.openai.api_server --model measure/serving/models/qwen3-14b --tokenizer serve-kit/tokenizers/qwen3-14b --served-model-name m --load-format dummy --port 8352 --max-model-len 32768 --gpu-memory-utilization 0.9 --max-num-seqs 1024 --max-num-batched-tokens 8192 --tensor-parallel-size 1 --kv-cache-dtype int4_per_token_head --no-enable-prefix-caching
