@@ -246,6 +246,11 @@ HELD_CHECK_MOE = [closed(12000, 128, 72, 72)]
 INT4_JUDGE_EIGHT = INT4_PACE + [closed(16000, 128, 16, 16), closed(8000, 128, 48, 48)]
 INT4_JUDGE_FOURTEEN = INT4_PACE + [closed(16000, 128, 16, 16)]
 INT4_JUDGE_SMALL = INT4_PACE + [closed(16000, 128, 64, 64)]
+# batch b29, on two H200s side by side: the most requests a second a replica holds under a target (issue 48's goal),
+# read off a ladder fine enough to bracket it: b6's open loops of Llama-3.1-8B (1,000 tokens in, 256 out) were 4/s
+# apart, 20-33% at the knee, so 37 of 45 ladders' answers could not be read within 10%. Here 2/s apart from 18 to 32
+# a second (7-11%), 30 s of arrivals each, in bf16 and in fp8 KV side by side (the fp8-over-bf16 gain at the knee)
+KNEE_LADDER = [opened(1000, 256, rate, 30 * rate) for rate in (18, 20, 22, 24, 26, 28, 30, 32)]
 TP2_LADDER = [closed(1000, 256, c, 2 * c) for c in (16, 64, 192)] + [closed(8000, 256, c, 2 * c) for c in (8, 32)] + \
     [opened(1000, 256, 4, 120)]
 
@@ -318,7 +323,7 @@ def plan() -> dict:
     b14, b15, b16, b17 = "b14-kv-formats", "b15-format-check", "b16-wave-edges", "b17-unsplit-check"
     b18, b19, b20, b21 = "b18-wave-ratio", "b19-count-or-family", "b20-group-waves", "b21-wave-fill"
     b22, b23, b24, b25 = "b22-prompt-tiles", "b23-long-waves", "b24-grid-blocks", "b25-int4-pace"
-    b26, b27, b28 = "b26-held-ramps", "b27-ramps-check", "b28-int4-judge"
+    b26, b27, b28, b29 = "b26-held-ramps", "b27-ramps-check", "b28-int4-judge", "b29-knee-ladder"
     ran = {b1: {"0": ["llama8b-bf16", "qwen3moe-bf16"], "1": ["llama8b-fp8", "dsv2lite-bf16"],
                 "0,1": ["qwen25-32b-tp2-bf16"]}}
     ran[b2], ran[b3] = ran[b1], ran[b1]  # b1-b3 ran as one set of lanes
@@ -356,17 +361,18 @@ def plan() -> dict:
     ran[b26] = {"0": ["b26-qwen25-7b-int4"], "1": ["b26-qwen25-3b-int8"], "0,1": []}
     # ran on two H200s side by side
     ran[b27] = {"0": ["b27-llama8b-int4"], "1": ["b27-qwen3moe-int8"], "0,1": []}
-    # planned, not run yet, on a two-GPU machine: what the kit runs next
     ran[b28] = {"0": ["b28-qwen3-8b-int4"], "1": ["b28-qwen3-14b-int4", "b28-qwen25-15b-int4"], "0,1": []}
+    # planned, not run yet, on a two-GPU machine: what the kit runs next
+    ran[b29] = {"0": ["b29-llama8b-bf16"], "1": ["b29-llama8b-fp8"], "0,1": []}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
         bench="vllm bench serve --backend vllm --dataset-name random (ignore_eos), --percentile-metrics "
               "ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --save-result --save-detailed",
         batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16, b17, b18, b19, b20, b21, b22, b23,
-                 b24, b25, b26, b27, b28],
+                 b24, b25, b26, b27, b28, b29],
         # lanes run side by side; a lane's servers run one after another; '0,1' runs once both others are done.
         # `lanes` are the newest batch's (what the kit runs); `lanes_by_batch` keeps each batch's
-        lanes=ran[b28], lanes_by_batch=ran,
+        lanes=ran[b29], lanes_by_batch=ran,
         servers=[
             server("llama8b-bf16", b1, "llama-3.1-8b", "0", 8101, 65536, LLAMA_POINTS),
             server("llama8b-fp8", b1, "llama-3.1-8b", "1", 8102, 65536, LLAMA_POINTS, kv_cache_dtype="fp8"),
@@ -494,6 +500,10 @@ def plan() -> dict:
                         kv_cache_dtype="int4_per_token_head"),
             wave_server("b28-qwen25-15b-int4", b28, "qwen2.5-1.5b", "1", 8353, INT4_JUDGE_SMALL, 20000, 0.03,
                         kv_cache_dtype="int4_per_token_head"),
+            server("b29-llama8b-bf16", b29, "llama-3.1-8b", "0", 8361, 65536, KNEE_LADDER, itl_guess_s=0.015,
+                   step_trace=True),
+            server("b29-llama8b-fp8", b29, "llama-3.1-8b", "1", 8362, 65536, KNEE_LADDER, kv_cache_dtype="fp8",
+                   itl_guess_s=0.015, step_trace=True),
         ],
     )
 
