@@ -34,6 +34,7 @@ PACE_TERM = "engine_program_pace_tokens_per_s"
 PACE_BATCHES = ("b22-prompt-tiles", "b25-int4-pace")
 PACE_LEAST_TOKENS = 8000
 PACE_GRID = [round(1e5 * k) for k in range(10, 1001)]  # 1 to 100 tokens a microsecond, 0.1 apart
+UNBOUND_PACE = float(PACE_GRID[-1])  # a pace no step reaches: the read is bound by everything else
 PROGRAMS_PER_SM = range(1, 9)
 # per grid, the formats whose programs sharing an SM a ramp of steps has shown. int8_per_token_head's decode steps
 # climb where its segments need another round of 4 an SM and where the launched grid puts a third whole-cache program
@@ -99,15 +100,16 @@ def fit_program_pace(points: list[dict], terms: dict, trace_rows: Callable[[dict
                      request_term: str, ramp_rows: Callable[[dict], list[dict]] = lambda trial: []
                      ) -> dict[str, dict[str, float]]:
     """Per format, the cached tokens a program reads a second, every other term fixed, each the value on PACE_GRID
-    leaving the least squared relative error: a segment's (the split cache) against the measured median inter-token
-    gaps of its one-request points (pace_fitted_on), the whole cache's pace left unbound; then a whole request's
+    leaving the least squared relative error: a segment's (the split cache), with its cost each layer, against the
+    measured median inter-token gaps of its one-request points (fit_split_alone); then a whole request's
     against the median periods of the decode-only step groups `trace_rows` gives (the format traces', each group
     counted once a step), the split pace fixed. `ramp_rows`: the groups of every count of the ramps among them,
     where a format's SM edges show (_fit_sm_share)."""
     paces = {}
     for fmt, own in sorted(_by_format(pace_fitted_on(points)).items()):
         alone = fit_split_alone(fmt, own, terms)
-        whole, _ = _pace_on_grid(fmt, alone, "whole", terms, trace_rows, request_term)
+        whole, _ = _rate_on_grid(fmt, lambda v: {**terms, PACE_TERM: {fmt: {**alone, "whole": v}}}, trace_rows,
+                                 request_term)
         pace = {"whole": whole, **alone}
         for grid in ("split", "whole"):
             if fmt in SM_SHARE_FORMATS[grid]:
@@ -134,10 +136,9 @@ def fit_split_alone(fmt: str, own: list[dict], terms: dict) -> dict[str, float]:
     pace unbound. One request's step reads its segments in one round, so its gap is linear in both, base + tokens /
     pace + layers x seconds: three simulations a point give the three, least squares the pair (the seconds held at
     zero where they would come out below it), the pace then put on PACE_GRID and the seconds to 0.1 us."""
-    unbound = float(PACE_GRID[-1])
 
     def gaps(split: float, layer_s: float) -> list[float]:
-        trial = {**terms, PACE_TERM: {fmt: {"whole": unbound, "split": split, "split_layer_s": layer_s}}}
+        trial = {**terms, PACE_TERM: {fmt: {"whole": UNBOUND_PACE, "split": split, "split_layer_s": layer_s}}}
         return [predict_point(served_settings(p), ROOT, terms=trial).itl_ms[50] for p in own]
     slow, fast, probe = 5e6, 10e6, 5e-5
     at_slow, at_fast, probed = gaps(slow, 0.0), gaps(fast, 0.0), gaps(slow, probe)
@@ -155,19 +156,6 @@ def fit_split_alone(fmt: str, own: list[dict], terms: dict) -> dict[str, float]:
     split = float(min(PACE_GRID, key=lambda v: abs(v - 1 / inverse)))
     layer_s = round(layer_s, 7)
     return {"split": split, **({"split_layer_s": layer_s} if layer_s > 0 else {})}
-
-
-def _pace_on_grid(fmt: str, pace: dict, term: str, terms: dict, trace_rows: Callable[[dict], list[dict]],
-                  request_term: str) -> tuple[float, float]:
-    """(value, squared error) of one rate of `fmt`'s pace, `term`, on PACE_GRID: the value leaving the least squared
-    relative error of the decode-only step groups `trace_rows` gives, each counted once a step, the rest of `pace`
-    fixed."""
-    @cache
-    def error(k: int) -> float:
-        return _trace_error(fmt, {**terms, PACE_TERM: {fmt: {**pace, term: float(PACE_GRID[k])}}}, trace_rows,
-                            request_term)
-    value = _least_on_grid(PACE_GRID, error)
-    return float(value), error(PACE_GRID.index(value))
 
 
 def _trace_error(fmt: str, trial: dict, trace_rows: Callable[[dict], list[dict]], request_term: str) -> float:
@@ -217,14 +205,13 @@ def fit_sm_pair(fmt: str, trial_at: Callable[..., dict], trace_rows: Callable[[d
     count by count and squared errors barely see), of those the one whose pair leaves the least squared error, and
     of equal ones the fewest programs (a count above every climb the ramps reached is not shown by them); else the
     count whose pair leaves the least squared error."""
-    unbound = float(PACE_GRID[-1])
     fits: dict[int, tuple[tuple[float, ...], float]] = {}
     for per_sm in PROGRAMS_PER_SM:
         if not alone:
             value, error = _rate_on_grid(fmt, lambda r, k=per_sm: trial_at(k, r), trace_rows, request_term)
             fits[per_sm] = ((value,), error)
             continue
-        rate, _ = _rate_on_grid(fmt, lambda r, k=per_sm: trial_at(k, r, unbound), trace_rows, request_term)
+        rate, _ = _rate_on_grid(fmt, lambda r, k=per_sm: trial_at(k, r, UNBOUND_PACE), trace_rows, request_term)
         pace, _ = _rate_on_grid(fmt, lambda a, k=per_sm, r=rate: trial_at(k, r, a), trace_rows, request_term)
         rate, error = _rate_on_grid(fmt, lambda r, k=per_sm, a=pace: trial_at(k, r, a), trace_rows, request_term)
         fits[per_sm] = ((rate, pace), error)
