@@ -67,8 +67,7 @@ from measure.steps import LEAST_STEPS, decode_groups, gpu_paced_servers, server_
 from least_squares import best_count, relative_least_squares  # noqa: E402
 from fit_serving_kernels import (PACE_TERM, PREFILL_ATTENTION_TERM, fit_prefill_attention,  # noqa: E402
                                  fit_program_pace, fit_query_group_sm, pace_fitted_on, paced_split_shares,
-                                 prefill_attention_fitted_on,
-                                 settings_format)
+                                 prefill_attention_fitted_on, settings_format)
 
 POINTS = ROOT / "measure" / "serving" / "points.json"
 # the step terms fitted; the rest are left at their neutral values (weights: kvsize's kernels' efficiency; 0 s)
@@ -167,6 +166,11 @@ def trace_rows(terms: dict, groups=None) -> list[dict]:
                              split=model.kv_kernel_factor(n, False)[1],
                              base=model.gpu_seconds(n, tokens, []) - kv, measured=g["measured_s"]))
     return rows
+
+
+def ramp_groups() -> tuple[tuple[dict, tuple[dict, ...]], ...]:
+    """The ramps' servers (RAMP_TRACE_SERVERS) with every count's group of decode-only steps, however few its steps."""
+    return trace_groups(RAMP_TRACE_BATCHES, RAMP_TRACE_SERVERS, least=1)
 
 
 def _group_points(groups) -> list[str]:
@@ -483,7 +487,7 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
     frontend = fit_frontend(front, fixed["step_floor_s"]) if front else dict(FRONTEND_OFF)
     fixed.update(frontend)
     def ramp_rows(trial: dict) -> list[dict]:
-        return trace_rows(trial, trace_groups(RAMP_TRACE_BATCHES, RAMP_TRACE_SERVERS, least=1))
+        return trace_rows(trial, ramp_groups())
     fixed["engine_split_kv_efficiency"] = paced_split_shares(points, fixed)
     fixed[PACE_TERM] = fit_program_pace(points, fixed, lambda trial: format_trace_rows(trial) + trace_rows(
         trial, trace_groups(QUERY_GROUP_TRACE_BATCHES, QUERY_GROUP_TRACE_SERVERS)) + ramp_rows(trial), REQUEST_TERM,
@@ -493,7 +497,7 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
     fixed[PREFILL_ATTENTION_TERM] = fit_prefill_attention(points, fixed, FORMAT_TRACE_SERVERS)
     trace_points += _group_points(trace_groups(FORMAT_TRACE_BATCHES, FORMAT_TRACE_SERVERS))
     trace_points += _group_points(trace_groups(QUERY_GROUP_TRACE_BATCHES, QUERY_GROUP_TRACE_SERVERS))
-    trace_points += _group_points(trace_groups(RAMP_TRACE_BATCHES, RAMP_TRACE_SERVERS, least=1))
+    trace_points += _group_points(ramp_groups())
 
     named = ([p["id"] for p in fitted_on(points) + moe_points + [r["point"] for r in eager]
               + [r["point"] for r in front] + (handling_fitted_on(points) if fits_handling else [])
