@@ -1,6 +1,6 @@
 """Write the plans of real vLLM starts that make tests/fixtures/vllm-starts (one JSON list a machine).
 
-usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200|architectures|checkpoints|compile-cache|integer-checkpoints|one-h100|release-panels|torch-stage-panels|panel-gaps|tp2-0.33|tp4-0.33|panels-0.32-0.31|panels-0.29-0.27|tp-0.32-0.27|small-gpu-defaults|pp2|pp-vocab|panels-0.20-patches > plan.json
+usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200|architectures|checkpoints|compile-cache|integer-checkpoints|one-h100|release-panels|torch-stage-panels|panel-gaps|tp2-0.33|tp4-0.33|panels-0.32-0.31|panels-0.29-0.27|tp-0.32-0.27|tp-0.30-0.27.1|small-gpu-defaults|pp2|pp-vocab|panels-0.20-patches > plan.json
 Every start is an EngineArgs dict on a config in tests/fixtures/vllm-starts/configs/, in vLLM's
 `vllm serve` usage context unless it says `llm`. Starts whose config is not there are left out.
 """
@@ -353,6 +353,24 @@ def tp_032_027():
     ]
 
 
+def tp_030_0271():
+    """Tensor parallel 2 on 0.30.0 and 0.27.1, the last torch-2.13 releases never started at TP (issue 49 §1: every
+    other release from 0.27.0 to 0.33.0 has TP 2 starts on H200), on two H200s: 0.27.1 from its own torch-2.13 stage,
+    0.30.0 as a vLLM overlay on it. A dense model, an MoE and MLA on each, and a 70B and Qwen3-8B with fp8 KV on
+    0.30.0; one of each release first, in case the machine is taken back."""
+    a, b = "0.30.0", "0.27.1"
+    return [
+        start(a, "llama-3.1-8b", "tp2", tensor_parallel_size=2),
+        start(b, "llama-3.1-8b", "tp2", tensor_parallel_size=2),
+        start(a, "qwen3-30b-a3b", "tp2", tensor_parallel_size=2, max_model_len=32768),
+        start(b, "qwen3-30b-a3b", "tp2", tensor_parallel_size=2, max_model_len=32768),
+        start(a, "deepseek-v2-lite", "tp2", tensor_parallel_size=2, max_model_len=32768),
+        start(b, "deepseek-v2-lite", "tp2", tensor_parallel_size=2, max_model_len=32768),
+        start(a, "llama-3.1-70b", "tp2-fp8", tensor_parallel_size=2, kv_cache_dtype="fp8", max_model_len=32768),
+        start(a, "qwen3-8b", "tp2-fp8", tensor_parallel_size=2, kv_cache_dtype="fp8"),
+    ]
+
+
 def small_gpu_defaults():
     """The batch defaults vLLM gives a GPU under 70 GiB (2,048 batched tokens, 256 sequences; arg_utils.py
     get_batch_defaults), set by hand on an H200: the 0.27-0.30 non-torch term that grows with the vocabulary was
@@ -402,7 +420,7 @@ if __name__ == "__main__":
             "integer-checkpoints": integer_checkpoints, "one-h100": one_h100,
             "release-panels": release_panels, "torch-stage-panels": torch_stage_panels,
             "panel-gaps": panel_gaps, "tp2-0.33": tp2_033, "tp4-0.33": tp4_033, "panels-0.29-0.27": panels_029_027,
-            "panels-0.32-0.31": panels_032_031, "tp-0.32-0.27": tp_032_027,
+            "panels-0.32-0.31": panels_032_031, "tp-0.32-0.27": tp_032_027, "tp-0.30-0.27.1": tp_030_0271,
             "small-gpu-defaults": small_gpu_defaults, "pp2": pp2, "pp-vocab": pp_vocab,
             "panels-0.20-patches": panels_020_patches}[sys.argv[1]]()
     plan = [s for s in plan if (CONFIGS / Path(s["config"]).name).exists()]
