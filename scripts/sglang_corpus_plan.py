@@ -2,7 +2,7 @@
 lines that run it on a machine's GPUs.
 
 usage: python scripts/sglang_corpus_plan.py first-h100s > plan.json      (or second, architectures, variants, first-0.5.23,
-       hybrids-0.5.23, panels-0.5.16-0.5.17, tp2-0.5.23)
+       hybrids-0.5.23, panels-0.5.16-0.5.17, tp2-0.5.23, panel-0.5.18)
        python scripts/sglang_corpus_plan.py first-h100s --lanes 2   (one srun.sh line per lane, TP starts last)
 Every start is a dict of SGLang ServerArgs fields on a config in tests/fixtures/vllm-starts/configs/ (the same
 configs the vLLM starts use), with the tool's defaults (dummy weights, triton attention, CUDA graphs off,
@@ -169,6 +169,15 @@ def panels_0516_0517():
     return out
 
 
+def panel_0518():
+    """SGLang 0.5.18, the first release that pins torch 2.13.0 (on the vLLM 0.27.1 stage's torch, not the image's
+    2.11): the core layouts, Nemotron-H under flashinfer attention as 0.5.16 and 0.5.17 ran it, and a dense model at
+    TP 2, so that 0.5.18 stands beside its started neighbours 0.5.17 and 0.5.23."""
+    v = "0.5.18"
+    return [*core_layouts(v), start(v, "nemotron-h-8b-base-8k", "flashinfer", attention_backend="flashinfer"),
+            start(v, "llama-3.1-8b", "tp2", tp_size=2, context_length=16384)]
+
+
 def lanes(plan: list[dict], n: int) -> list[str]:
     """srun.sh command lines: one-GPU starts dealt over n lanes (one GPU each), then the TP starts on all."""
     single = [s for s in plan if s["args"].get("tp_size", 1) == 1]
@@ -194,7 +203,7 @@ def lanes(plan: list[dict], n: int) -> list[str]:
 if __name__ == "__main__":
     plan = {"first-h100s": first_h100s, "second": second, "architectures": architectures,
             "variants": variants, "first-0.5.23": first_0523, "hybrids-0.5.23": hybrids_0523,
-            "panels-0.5.16-0.5.17": panels_0516_0517, "tp2-0.5.23": tp2_0523}[sys.argv[1]]()
+            "panels-0.5.16-0.5.17": panels_0516_0517, "tp2-0.5.23": tp2_0523, "panel-0.5.18": panel_0518}[sys.argv[1]]()
     plan = [s for s in plan if (CONFIGS / Path(s["config"]).name).exists()]
     if sys.argv[2:3] == ["--lanes"]:
         print("\n".join(lanes(plan, int(sys.argv[3]))))
