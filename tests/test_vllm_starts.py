@@ -53,6 +53,12 @@ GEMMA2_V2_GRAPHS = (
     "of the fit; its KV budget is within 0.2%")
 KNOWN_BUDGET_GAPS = {"h200-0.26.0-nemotron-3-nano-30b-a3b": NEMOTRON3_ACTIVATION,
                      "h200-0.26.0-qwen3.5-35b-a3b-text-fp8": QWEN35_FP8_GRAPHS}
+QWEN3_MOE_V1_TP = (
+    "Qwen3-30B-A3B at TP 2 on 0.27.1 runs the V1 runner (as 0.27.0's TP 4 start did; kvsize predicts it, and its "
+    "torch peak within 0.01 GiB), and its two ranks print different figures: 0.38 GiB of non-torch memory and 0.71 "
+    "of CUDA graphs on the rank that binds, against kvsize's V1 figures 0.18 and 0.54 (0.22.1's TP 2 start of the "
+    "same model printed 0.52 of graphs, 0.27.0's TP 4 0.57). Mechanism not found; KV tokens +0.40%, within 1% but "
+    "above the engine")
 KNOWN_GRAPH_GAPS = {"h200-0.26.0-nemotron-3-nano-30b-a3b": MOE_PER_GRAPH,
                     "h200-0.26.0-nemotron-3-nano-30b-a3b-bt4096": MOE_PER_GRAPH,
                     "h200-0.26.0-glm-4.7-flash": MLA_PER_GRAPH, "h200-0.26.0-glm-4.7-flash-u70": MLA_PER_GRAPH,
@@ -60,7 +66,8 @@ KNOWN_GRAPH_GAPS = {"h200-0.26.0-nemotron-3-nano-30b-a3b": MOE_PER_GRAPH,
                     "h200-0.26.0-qwen3.5-35b-a3b-text-fp8": QWEN35_FP8_GRAPHS,
                     "h200-0.33.0-gemma-2-9b": GEMMA2_V2_GRAPHS,
                     "h200-0.22.1-deepseek-v2-lite-tp4": MLA_TP4_GRAPHS,
-                    "h200-0.26.0-phi-3.5-moe-instruct": PHI_MOE_GRAPHS}
+                    "h200-0.26.0-phi-3.5-moe-instruct": PHI_MOE_GRAPHS,
+                    "h200-0.27.1-qwen3-30b-a3b-tp2": QWEN3_MOE_V1_TP}
 COHERE_EAGER_FORWARD = (
     "Command-R without torch.compile prints 1.69 GiB against kvsize's 1.56: its attention and MLP run in "
     "parallel off one normed input, so the attention's output (8,192 x 8,192 bf16, 0.125 GiB) is alive beside "
@@ -80,7 +87,7 @@ PP_LAST_STAGE_NON_TORCH = (
     "it. 0.06 GiB a stage that no term models (the stages' send and receive buffers are a candidate); its KV tokens "
     "are +0.21%")
 TP_NON_TORCH_ENVELOPE = (
-    "vLLM 0.27.0-0.33.0 at TP 2 and 4 leave -0.13 to +0.18 GiB of non-torch memory beside the sampler's per-request "
+    "vLLM 0.27.0-0.33.0 at TP 2 and 4 leave -0.38 to +0.18 GiB of non-torch memory beside the sampler's per-request "
     "state and the rank's embedding shard (mostly 0.01-0.09 for the dense models and DeepSeek-V2-Lite, up to 0.18 for "
     "Qwen3-30B-A3B and 0.16 for gemma-2-9b); kvsize keeps the largest (scripts/fit_vllm_terms.py fit_tensor_parallel_non_torch) "
     "so that no start uses more than it leaves, and is above this start's figure by more than 0.05 GiB: its KV budget "
@@ -97,7 +104,11 @@ KNOWN_ACTIVATION_GAPS = {**{sid: TP_NON_TORCH_ENVELOPE for sid in (
                              "h200-0.29.0-deepseek-v2-lite-tp2", "h200-0.27.0-llama-3.1-8b-tp2",
                              "h200-0.29.0-llama-3.1-8b-tp4", "h200-0.32.0-llama-3.1-70b-tp4",
                              "h200-0.32.0-gemma-2-9b-tp2", "h200-0.28.0-qwen3-8b-tp2-fp8",
-                             "h200-0.29.0-qwen3-30b-a3b-tp2", "h200-0.33.0-deepseek-v2-lite-tp2-fp8")},
+                             "h200-0.29.0-qwen3-30b-a3b-tp2", "h200-0.33.0-deepseek-v2-lite-tp2-fp8",
+                             "h200-0.30.0-llama-3.1-8b-tp2", "h200-0.27.1-llama-3.1-8b-tp2",
+                             "h200-0.30.0-qwen3-30b-a3b-tp2", "h200-0.30.0-deepseek-v2-lite-tp2",
+                             "h200-0.27.1-deepseek-v2-lite-tp2")},
+                         "h200-0.27.1-qwen3-30b-a3b-tp2": QWEN3_MOE_V1_TP,
                          **{sid: GPT_OSS_MXFP4 for sid in ("h200-0.33.0-gpt-oss-120b", "h200-0.33.0-gpt-oss-120b-tp4")},
                          **{f"h200-{v}-deepseek-v2-lite": DEEPSEEK_V2_EMBEDDING_NON_TORCH
                             for v in ("0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0")},
@@ -415,8 +426,9 @@ def test_every_started_release_of_0_27_to_0_33_is_within_1_percent():
     # the panel starts (6 a release, 0.30.0's five), the TP starts of the torch-2.13 releases (0.27.0: 2, 0.28.0: 2,
     # 0.29.0: 3, 0.31.0: 2, 0.32.0: 3), 0.28.0's and 0.29.0's one-GPU fp8 and gemma leftovers folded into their
     # panels, the small-GPU batch defaults (0.29.0: 2, 0.31.0: 1), and 0.33.0's 23, its 3 PP 2 starts and its 3 MLA
-    # starts with fp8 KV (mla-fp8-0.33)
-    assert len({r.id for r in rows}) == (6 + 2) + 6 + (6 + 2) + (6 + 3 + 2) + 5 + (6 + 2 + 1) + (6 + 3) + 23 + 3 + 3
+    # starts with fp8 KV (mla-fp8-0.33), and the TP 2 starts of 0.27.1 and 0.30.0 (3 each, tp-0.30-0.27.1)
+    assert len({r.id for r in rows}) == ((6 + 2) + 6 + (6 + 2) + (6 + 3 + 2) + 5 + (6 + 2 + 1) + (6 + 3) + 23 + 3 + 3
+                                         + 3 + 3)
     for r in rows:
         # a pipeline-parallel start's binding (last) stage prints no "Available KV cache memory": tokens alone
         assert r.kv_tokens_error is not None and abs(r.kv_tokens_error) < 0.01, r.id
