@@ -20,7 +20,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from measure.steps import LEAST_STEPS, climbs, committed_steps, server_rows, traced_servers  # noqa: E402
+from measure.steps import (LEAST_STEPS, climbs, committed_steps, first_count_holds, server_rows,  # noqa: E402
+                           traced_servers)
+from sizing.planners.serving import FIRST_USE_LIMIT, FIRST_USE_PAD  # noqa: E402
 
 
 def _err(row: dict) -> str:
@@ -60,7 +62,7 @@ def report() -> str:
                 f"| {r['prompt_requests']} | {r['measured_ms']:.2f} | {r['simulated_ms']:.2f} | {_err(r)} |"
                 for r in prompt]
         out += ["", _summary(decode, prompt), ""]
-    return "\n".join(out + _ahead())
+    return "\n".join(out + _ahead() + _holds())
 
 
 def _ahead() -> list[str]:
@@ -85,6 +87,34 @@ def _ahead() -> list[str]:
         out.append(f"| {server['tag']} | {len(rows)} | {sum(abs(e) <= 0.10 for e in errors)} "
                    f"| {statistics.median(errors):+.1%} | {steps or 'none'} |")
     return out + ([""] if found else ["| none yet | | | | |", ""])
+
+
+def _holds() -> list[str]:
+    """Where a step with prompt chunks first ran more requests (in FIRST_USE_PAD) than any such step of its server
+    before: how often the step before had its output held back (its update late, the next one soon after)."""
+    out = ["## First counts: the output held back", "",
+           f"A step with prompt chunks whose requests, counted in {FIRST_USE_PAD}s, outnumber every such step its "
+           "server ran before: where the engine core processed the step before's output late and this step's soon "
+           "after (its period under 0.6 of the one before), that output was held back a step (measure/steps.py "
+           "first_count_holds). The simulation holds it back at first counts under "
+           f"{FIRST_USE_LIMIT} requests on one GPU (sizing/planners/serving.py FIRST_USE_PAD).", "",
+           f"| server | GPUs | held, under {FIRST_USE_LIMIT} | held, {FIRST_USE_LIMIT} and more |",
+           "| --- | ---: | ---: | ---: |"]
+    totals = {1: [0, 0, 0, 0], 2: [0, 0, 0, 0]}
+    for server in traced_servers():
+        h = first_count_holds(server)
+        tp = server["tensor_parallel_size"]
+        t = totals[1 if tp == 1 else 2]
+        t[0] += h["below"][0]
+        t[1] += h["below"][1]
+        t[2] += h["above"][0]
+        t[3] += h["above"][1]
+        out.append(f"| {server['tag']} | {tp} | {h['below'][0]} of {h['below'][1]} | {h['above'][0]} of "
+                   f"{h['above'][1]} |")
+    one, more = totals[1], totals[2]
+    out += ["", f"One GPU: held at {one[0]} of {one[1]} first counts under {FIRST_USE_LIMIT}, {one[2]} of {one[3]} "
+            f"from it on; more than one GPU: {more[0]} of {more[1]} and {more[2]} of {more[3]}.", ""]
+    return out
 
 
 def _summary(decode: list[dict], prompt: list[dict]) -> str:

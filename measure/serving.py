@@ -200,6 +200,9 @@ class Point(BaseModel):
     measured: Measured
     metrics: ServerMetrics
     server_start: ServerStart
+    # the most requests the server had running at once before this point: its earlier points' /metrics peak (their
+    # concurrency where none was scraped), at least the load generator's one-prompt test run before each point
+    server_running_before: int = Field(default=1, ge=1)
 
 
 class PointsFile(BaseModel):
@@ -364,6 +367,7 @@ def build_points(serving: Path = SERVING) -> list[Point]:
             log = read_text(d / "server.log") if (d / "server.log").exists() else ""
             start = server_start(log)
             rows = metrics_rows(read_text(d / "metrics.tsv")) if (d / "metrics.tsv").exists() else []
+            running_before = 1  # `vllm bench serve` sends one prompt alone before each load
             for p in s["points"]:
                 raw = d / f"{p['id']}.json.gz"
                 if not raw.exists():
@@ -391,9 +395,12 @@ def build_points(serving: Path = SERVING) -> list[Point]:
                     output_tokens_per_s=bench.output_throughput, requests_per_s=bench.request_throughput,
                     total_output_tokens=bench.total_output_tokens, tokens_per_chunk=_per_chunk(bench),
                     sent_s=sent_times(bench) if p["request_rate"] is not None else None)
+                metrics = point_metrics(rows, p["id"])
                 out.append(Point(id=p["id"], batch=batch, server=tag, raw=str(raw.relative_to(serving)),
-                                 settings=settings, measured=measured, metrics=point_metrics(rows, p["id"]),
-                                 server_start=start))
+                                 settings=settings, measured=measured, metrics=metrics, server_start=start,
+                                 server_running_before=running_before))
+                peak = metrics.running_max if metrics.running_max is not None else p["concurrency"]
+                running_before = max(running_before, int(peak or 0))
     return out
 
 

@@ -248,3 +248,28 @@ def climbs(rows: list[dict], least: float = 0.05, key: str = "committed_ms") -> 
                 and above[key] >= (1 + least) * below[key]):
             out.append((below, above))
     return out
+
+
+HELD_RATIO = 0.6  # an update this much sooner after the one before than that one after its own is a held one
+
+
+def first_count_holds(server: dict) -> dict[str, list[int]]:
+    """Where a step with prompt chunks first runs more requests, counted in FIRST_USE_PAD, than any such step of its
+    server before, whether the step before it had its output held back: that step's update came late, and this
+    step's own soon after (under HELD_RATIO of the other's period). [held, first steps] below FIRST_USE_LIMIT
+    requests ("below") and from it on ("above")."""
+    from sizing.planners.serving import FIRST_USE_LIMIT, FIRST_USE_PAD
+
+    steps = read_steps(SERVING / server["batch"] / server["tag"] / "steps.tsv.gz")
+    out = {"below": [0, 0], "above": [0, 0]}
+    seen = 0
+    for before, first in zip(steps, steps[1:]):
+        padded = -(-(first.prompt_requests + first.decoding) // FIRST_USE_PAD) * FIRST_USE_PAD
+        if first.prompt_requests == 0 or padded <= seen:
+            continue
+        seen = padded
+        side = out["below" if padded < FIRST_USE_LIMIT else "above"]
+        side[1] += 1
+        if before.period_s and first.period_s is not None and first.period_s < HELD_RATIO * before.period_s:
+            side[0] += 1
+    return out

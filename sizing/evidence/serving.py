@@ -35,9 +35,11 @@ def point_scenario(settings: dict, root) -> Scenario:
 def served_settings(point: dict) -> dict:
     """A measured point's settings as the server served them: a request the server refused (a 400 answer) never ran,
     so the load is the completed requests under the same concurrency limit or rate, sent when the load generator
-    sent them where it recorded that (an open loop's own Poisson draws)."""
+    sent them where it recorded that (an open loop's own Poisson draws), on a server that had run as many requests
+    at once as its earlier points had (FIRST_USE_PAD)."""
     sent = point["measured"].get("sent_s")
     return {**point["settings"], "num_prompts": point["measured"]["completed"],
+            "server_seen_requests": point.get("server_running_before", 1),
             **({"sent_s": sent} if sent and len(sent) == point["measured"]["completed"] else {})}
 
 
@@ -58,7 +60,8 @@ def predict_point(settings: dict, root, per_layer_overhead_s: float | None = Non
     fit gives its trial ones)."""
     model, engine = point_replica(settings, root, per_layer_overhead_s, prefill_mfu, engine_kv, terms)
     load = Load(settings["input_len"], settings["output_len"], settings["num_prompts"], settings["concurrency"],
-                settings["request_rate"], settings.get("seed") or 0, sent_at=tuple(settings.get("sent_s") or ()))
+                settings["request_rate"], settings.get("seed") or 0, sent_at=tuple(settings.get("sent_s") or ()),
+                server_seen_requests=settings.get("server_seen_requests"))
     return simulate(model, engine, load)
 
 

@@ -43,6 +43,17 @@ SIMULATED = "serving simulation"  # the basis of a figure this simulation gave (
 # 120 requests/s sent, one host held 107.6 and the other 74.4 (b9-llama1b-api4-p04, b10-llama1b-api4-p02)
 HOST_PACED_SHARE = 0.5
 HOST_SPREAD = "the same server ran 2.3x apart on two H200 hosts and held 108 and 74 requests/s at most"
+# The first step with prompt chunks whose requests, counted in eights, outnumber any such step the server has run
+# holds back the last step's output until it has run itself: vLLM 0.33.0's engine core processed that output one
+# step late, then the step's own at once (b21's Qwen2.5-3B in int8_per_token_head: 714 ms then 38 ms between
+# output updates, against 356 ms either side, at the first steps of 65 and 73 requests; 25 of the 31 first counts
+# below 256 of measure/serving/b21-wave-fill/b21-qwen25-3b-int8/steps.tsv.gz). Its clients saw a gap of two steps,
+# the slowest 1% of gaps of a burst of long prompts on a fresh server. Over the one-GPU traces of batches b11-b29
+# (measure/steps.py first_count_holds; docs/step-trace.md), 353 of 606 such first steps below 256 requests held
+# it back (159 of the other 253 come straight after another first step, whose late update hides theirs), and 16
+# of 197 from 256 on, as often as the steps' own spread gives: none past FIRST_USE_LIMIT.
+FIRST_USE_PAD = 8
+FIRST_USE_LIMIT = 256
 
 
 @dataclass(frozen=True)
@@ -68,6 +79,10 @@ class Load:
     # in order): replayed instead of drawing Poisson arrivals from the seed, so that a measured run is held to the
     # very load it sent; empty: drawn
     sent_at: tuple[float, ...] = ()
+    # the most requests the server had in flight at once before this load (its earlier loads'), which sets the
+    # counts of requests its steps with prompt chunks have already run (FIRST_USE_PAD); None: a server that has run
+    # every count, as one serving traffic for a while has (the planner's steady state)
+    server_seen_requests: int | None = None
 
     def length(self, k: int) -> tuple[int, int]:
         """The k-th request's input and output tokens."""
@@ -93,6 +108,11 @@ class Load:
                              or any(b < a for a, b in zip(self.sent_at, self.sent_at[1:]))):
             raise KvsizeError(f"the load's send times must be {self.num_prompts} times in order, of at least 0 s, "
                               "and only for an open loop (a request rate)")
+        if self.server_seen_requests is not None and (isinstance(self.server_seen_requests, bool)
+                                                      or not isinstance(self.server_seen_requests, int)
+                                                      or self.server_seen_requests < 0):
+            raise KvsizeError(f"the load's earlier requests in flight must be a whole number of at least 0, got "
+                              f"{self.server_seen_requests!r}")
         if self.measured is not None and not (0 <= self.measured[0] < self.measured[1] <= self.num_prompts):
             raise KvsizeError(f"the load's measured requests {self.measured} must be a range within its "
                               f"{self.num_prompts} prompts")
@@ -109,6 +129,10 @@ class Scheduler:
     # steps a sampled token waits before it reaches the client: with async scheduling the engine schedules and
     # launches step N+1 before it processes step N's output (a batch queue of two), 0 without
     output_delay_steps: int = 0
+    # a step with prompt chunks of more requests than any before holds back the last step's output (FIRST_USE_PAD):
+    # where the engine core launches the steps itself, one GPU under async scheduling (b16's Llama-3.1-70B at TP 2,
+    # whose workers run them, kept its updates a step apart through 23 such steps)
+    first_use_holds: bool = False
 
 
 @dataclass
@@ -179,6 +203,10 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
     finished: list[_Request] = []
     free_blocks = engine.num_blocks
     now, steps, preemptions = 0.0, 0, 0
+    # the request counts (in FIRST_USE_PAD) of the steps with prompt chunks the server has run; None: all of them
+    seen = None if load.server_seen_requests is None or not engine.first_use_holds else _padded(
+        load.server_seen_requests)
+    held: set[float] = set()  # the ends of the steps whose output the next step held back
     step_time = host_time = 0.0  # every step's seconds, and those of the steps the host set
 
     def blocks(tokens: int) -> int:
@@ -291,6 +319,10 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
                 break
             chunks.append((r, n))
             budget -= n
+        if chunks and seen is not None and _padded(len(decoding) + len(chunks)) > seen:
+            seen = _padded(len(decoding) + len(chunks))
+            if seen < FIRST_USE_LIMIT:
+                held.add(now)
         cached = sum(r.in_cache for r in decoding)
         dt = model.seconds(len(decoding), cached, [(r.done_prefill, r.done_prefill + n) for r, n in chunks])
         step_time += dt
@@ -315,18 +347,25 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
                 r.times.append(now)
         retire()
     for r in finished:
-        _deliver(r, ends, engine.output_delay_steps)
+        _deliver(r, ends, engine.output_delay_steps, held)
     return replace(_figures(finished, load, preemptions, steps), host_paced_share=host_time / step_time if step_time
                    else 0.0)
 
 
-def _deliver(r: _Request, ends: dict[float, float], delay: int) -> None:
+def _padded(requests: int) -> int:
+    return -(-requests // FIRST_USE_PAD) * FIRST_USE_PAD
+
+
+def _deliver(r: _Request, ends: dict[float, float], delay: int, held: set[float] | None = None) -> None:
     """When the client receives each token: the end of the step that sampled it or, with async scheduling, of the
     step after (the engine processes a step's output once the next step is launched; where none followed, the
-    engine waited on the step itself). Sets the request's first and last token times and its gaps."""
+    engine waited on the step itself), a step later again where that next step held the output back (`held`:
+    FIRST_USE_PAD). Sets the request's first and last token times and its gaps."""
     times = r.times
     for _ in range(delay):
         times = [ends.get(t, t) for t in times]
+    if delay and held:
+        times = [ends.get(d, d) if t in held else d for t, d in zip(r.times, times)]
     if r.first_token_at is None:  # sampled here, not shipped with a prefilled prompt's KV
         r.first_token_at = times[0]
         times = times[1:]
@@ -432,9 +471,10 @@ def serving_replica(scenario, hbm_bandwidth_gb_s: float, bf16_dense_tflops: floa
                       **_kv_kernel(s, e, multiprocessors, fitted, kv, group))
     paged = e.pool.paged
     release = e.engine.release
+    delay = release.in_flight_extra_batches if release is not None else 0
     engine = Scheduler(s.max_num_batched_tokens, s.max_num_seqs, e.block_size if paged else 1,
-                       e.num_blocks if paged else e.max_tokens,
-                       release.in_flight_extra_batches if release is not None else 0)
+                       e.num_blocks if paged else e.max_tokens, delay,
+                       first_use_holds=delay > 0 and s.tensor_parallel_size * s.pipeline_parallel_size == 1)
     return model, engine
 
 
