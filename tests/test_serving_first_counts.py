@@ -99,3 +99,23 @@ def test_each_point_records_the_most_its_server_had_running_before_it():
 def test_an_earlier_count_that_is_not_a_whole_number_is_refused_in_one_line(value):
     with pytest.raises(KvsizeError, match=re.escape("earlier requests in flight must be a whole number")):
         Load(1000, 16, 4, concurrency=4, server_seen_requests=value)
+
+
+def test_check_serve_takes_the_servers_history(capsys):
+    from app.cli import main
+
+    point = _point(BURST)
+    server = ["--model", str(SERVING / "models" / "qwen2.5-3b" / "config.json"), "--gpu", "h200",
+              "--engine", "vllm@0.33.0", "--max-model-len", "32768", "--gpu-memory-utilization", "0.9",
+              "--max-num-batched-tokens", "8192", "--max-num-seqs", "1024", "--kv-cache-dtype", "int8_per_token_head"]
+    main(["check-serve", str(SERVING / point["raw"]), *server, "--requests-before", "64", "--format", "json"])
+    held = json.loads(capsys.readouterr().out)
+    main(["check-serve", str(SERVING / point["raw"]), *server, "--format", "json"])
+    warm = json.loads(capsys.readouterr().out)
+    p99 = {d["requests_before"]: next(r for r in d["rows"] if r["figure"] == "itl_p99_ms") for d in (held, warm)}
+    # the accuracy page's figure for this point, from its server's history; a warm server's slowest gaps are one step
+    assert p99[64]["kvsize"] == pytest.approx(predict_point(served_settings(point), ROOT).itl_ms[99])
+    assert p99[64]["within"] and not p99[None]["within"]
+    code = main(["check-serve", str(SERVING / point["raw"]), *server, "--requests-before", "0"])
+    out = capsys.readouterr()
+    assert code == 2 and "--requests-before" in out.err

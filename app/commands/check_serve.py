@@ -25,11 +25,18 @@ def add_parser(sub) -> None:
     p.add_argument("--kv-cache-dtype", default="auto", help="the server's --kv-cache-dtype (default auto)")
     p.add_argument("--api-server-count", type=_api_servers, default=1,
                    help="the server's --api-server-count: the processes that stream its tokens (default 1, vLLM's)")
+    p.add_argument("--requests-before", type=_positive_int, default=None, metavar="N",
+                   help="the most requests the server had in flight at once before this run (1 for a server just "
+                        "started: the load generator's one-prompt test); a step with prompt chunks of more requests "
+                        "than ever before holds the last step's output back (docs/formulas.md). Default: a server "
+                        "that has run every count")
     p.add_argument("--format", choices=["table", "json"], default="table", help="output form (default table)")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     from sizing.evidence.bench import MAX_BENCH_BYTES, read_bench
     from sizing.evidence.serving import held_to, served_figures
     from sizing.inputs import read_limited
@@ -44,9 +51,9 @@ def run(args: argparse.Namespace) -> int:
     model, engine = serving_replica(scenario, gpu.hbm_bandwidth_gb_s, gpu.bf16_dense_tflops, gpu.multiprocessors,
                                     measured_efficiency(),
                                     api_servers=args.api_server_count)
-    served = simulate(model, engine, bench.load)
+    load = replace(bench.load, server_seen_requests=args.requests_before)
+    served = simulate(model, engine, load)
     rows = held_to(bench.measured, served_figures(served))
-    load = bench.load
     loop = (f"closed loop of {load.concurrency}" if load.concurrency is not None
             else f"open loop at {load.request_rate:g} requests/s "
             + ("(its own send times replayed)" if load.sent_at else "(Poisson, seeded)"))
@@ -54,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(dict(schema="kvsize.check-serve/1", model=scenario.model_name, gpu=scenario.gpu_name,
                               engine=scenario.engine, kv_cache_dtype=args.kv_cache_dtype,
-                              api_server_count=args.api_server_count,
+                              api_server_count=args.api_server_count, requests_before=args.requests_before,
                               load=dict(input_tokens=load.input_tokens, output_tokens=load.output_tokens,
                                         prompts=load.num_prompts, concurrency=load.concurrency,
                                         request_rate=load.request_rate),
@@ -69,7 +76,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"{scenario.model_name} on {scenario.gpu_name}, {scenario.engine}, KV {args.kv_cache_dtype}, "
               f"{args.api_server_count} API server{'s' if args.api_server_count > 1 else ''}: {loop}, "
               f"{load.num_prompts} prompts of {load.input_tokens:,} tokens in and {load.output_tokens:,} out; "
-              f"kvsize's pool {engine.num_blocks:,} blocks of {engine.block_size}")
+              f"kvsize's pool {engine.num_blocks:,} blocks of {engine.block_size}; the server "
+              + ("had run every count before" if args.requests_before is None
+                 else f"had run at most {args.requests_before:,} requests at once before"))
         print(f"  {'figure':<22}{'measured':>12}{'kvsize':>12}{'error':>9}  bar")
         for r in rows:
             error = f"{r['error']:+.1%}" if r["error"] is not None else "-"
