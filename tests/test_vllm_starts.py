@@ -55,10 +55,11 @@ KNOWN_BUDGET_GAPS = {"h200-0.26.0-nemotron-3-nano-30b-a3b": NEMOTRON3_ACTIVATION
                      "h200-0.26.0-qwen3.5-35b-a3b-text-fp8": QWEN35_FP8_GRAPHS}
 QWEN3_MOE_V1_TP = (
     "Qwen3-30B-A3B at TP 2 on 0.27.1 runs the V1 runner (as 0.27.0's TP 4 start did; kvsize predicts it, and its "
-    "torch peak within 0.01 GiB), and its two ranks print different figures: 0.38 GiB of non-torch memory and 0.71 "
-    "of CUDA graphs on the rank that binds, against kvsize's V1 figures 0.18 and 0.54 (0.22.1's TP 2 start of the "
-    "same model printed 0.52 of graphs, 0.27.0's TP 4 0.57). Mechanism not found; KV tokens +0.40%, within 1% but "
-    "above the engine")
+    "torch peak within 0.01 GiB). Its graph estimate is vLLM's own sampling of a few captures, each rounded to 2 MiB "
+    "pages: the two ranks measured 8 and 10 MiB a PIECEWISE graph and printed 0.62 and 0.71 GiB (kvsize 0.54; "
+    "0.22.1's TP 2 start printed 0.52, 0.27.0's TP 4 ranks 6-8 MiB a graph, 0.57). Its non-torch memory is 0.38 "
+    "GiB against kvsize's 0.18 (0.27.0's TP 4: 0.19), mechanism not found; KV tokens +0.40%, within 1% but above "
+    "the engine")
 KNOWN_GRAPH_GAPS = {"h200-0.26.0-nemotron-3-nano-30b-a3b": MOE_PER_GRAPH,
                     "h200-0.26.0-nemotron-3-nano-30b-a3b-bt4096": MOE_PER_GRAPH,
                     "h200-0.26.0-glm-4.7-flash": MLA_PER_GRAPH, "h200-0.26.0-glm-4.7-flash-u70": MLA_PER_GRAPH,
