@@ -100,15 +100,12 @@ def _holds() -> list[str]:
            f"{FIRST_USE_LIMIT} requests on one GPU (sizing/planners/serving.py FIRST_USE_PAD).", "",
            f"| server | GPUs | held, under {FIRST_USE_LIMIT} | held, {FIRST_USE_LIMIT} and more |",
            "| --- | ---: | ---: | ---: |"]
-    totals = {1: [0, 0, 0, 0], 2: [0, 0, 0, 0]}
+    totals = {1: [0, 0, 0, 0], 2: [0, 0, 0, 0]}  # held and first counts below the limit, then from it on
     for server in traced_servers():
         h = first_count_holds(server)
         tp = server["tensor_parallel_size"]
-        t = totals[1 if tp == 1 else 2]
-        t[0] += h["below"][0]
-        t[1] += h["below"][1]
-        t[2] += h["above"][0]
-        t[3] += h["above"][1]
+        side = totals[1 if tp == 1 else 2]
+        side[:] = [a + b for a, b in zip(side, h["below"] + h["above"])]
         out.append(f"| {server['tag']} | {tp} | {h['below'][0]} of {h['below'][1]} | {h['above'][0]} of "
                    f"{h['above'][1]} |")
     one, more = totals[1], totals[2]

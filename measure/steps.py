@@ -258,13 +258,13 @@ def first_count_holds(server: dict) -> dict[str, list[int]]:
     server before, whether the step before it had its output held back: that step's update came late, and this
     step's own soon after (under HELD_RATIO of the other's period). [held, first steps] below FIRST_USE_LIMIT
     requests ("below") and from it on ("above")."""
-    from sizing.planners.serving import FIRST_USE_LIMIT, FIRST_USE_PAD
+    from sizing.planners.serving import FIRST_USE_LIMIT, padded_requests
 
     steps = read_steps(SERVING / server["batch"] / server["tag"] / "steps.tsv.gz")
     out = {"below": [0, 0], "above": [0, 0]}
     seen = 0
     for before, first in zip(steps, steps[1:]):
-        padded = -(-(first.prompt_requests + first.decoding) // FIRST_USE_PAD) * FIRST_USE_PAD
+        padded = padded_requests(first.prompt_requests + first.decoding)
         if first.prompt_requests == 0 or padded <= seen:
             continue
         seen = padded

@@ -204,7 +204,7 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
     free_blocks = engine.num_blocks
     now, steps, preemptions = 0.0, 0, 0
     # the request counts (in FIRST_USE_PAD) of the steps with prompt chunks the server has run; None: all of them
-    seen = None if load.server_seen_requests is None or not engine.first_use_holds else _padded(
+    seen = None if load.server_seen_requests is None or not engine.first_use_holds else padded_requests(
         load.server_seen_requests)
     held: set[float] = set()  # the ends of the steps whose output the next step held back
     step_time = host_time = 0.0  # every step's seconds, and those of the steps the host set
@@ -319,9 +319,10 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
                 break
             chunks.append((r, n))
             budget -= n
-        if chunks and seen is not None and _padded(len(decoding) + len(chunks)) > seen:
-            seen = _padded(len(decoding) + len(chunks))
-            if seen < FIRST_USE_LIMIT:
+        count = padded_requests(len(decoding) + len(chunks))
+        if chunks and seen is not None and count > seen:
+            seen = count
+            if count < FIRST_USE_LIMIT:
                 held.add(now)
         cached = sum(r.in_cache for r in decoding)
         dt = model.seconds(len(decoding), cached, [(r.done_prefill, r.done_prefill + n) for r, n in chunks])
@@ -352,7 +353,8 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
                    else 0.0)
 
 
-def _padded(requests: int) -> int:
+def padded_requests(requests: int) -> int:
+    """A step's requests rounded up to FIRST_USE_PAD, the count by which the engine tells a first use."""
     return -(-requests // FIRST_USE_PAD) * FIRST_USE_PAD
 
 
