@@ -429,12 +429,15 @@ def report(table: list[dict] | None = None) -> str:
                        for k, v in fit.engine_program_pace_tokens_per_s.items())
            + ", the prompt attention's share of the prefill rate at a full tile of query rows "
            + ", ".join(f"{k} {v}" for k, v in fit.engine_prefill_attention_share.items())
+           + f", the front end's handling of a request {fit.request_handling_s * 1e3:.1f} ms and "
+           f"{fit.prompt_in_s_per_token * 1e6:.2f} us a prompt token on the way in, "
+           f"{fit.first_token_s_per_prompt_token * 1e6:.2f} us on the first token's way back"
            + "; one request in flight on every dense size and on Qwen3-30B-A3B (b2) for the MoE layer, the step "
            "traces of b11 and b12 for the KV read and each request's cost, b14's Llama-3.1-8B traces for the "
            "per-token-head formats' read and waves, b16's Qwen3-30B-A3B and b18's Qwen3-32B traces for the "
            "waves of 8 query heads a KV head and, the split pace fixed, the whole cache's pace and the split "
            "segments' rounds, b22's one request of "
-           "8,000 and 32,000 tokens for the split pace, and b14's Llama-3.1-8B points of 8,000 tokens and more for the per-token-head formats' prompt attention), and "
+           "8,000 and 32,000 tokens for the split pace, b14's Llama-3.1-8B points of 8,000 tokens and more for the per-token-head formats' prompt attention, and the traces of b22, b25 and b28's requests alone for the front end's handling), and "
            "the rest, which the fit never saw: out of the fit. Batches b1-b3 were measured "
            "before the simulation was written, so they are out of the fit but not predicted before seen; what was "
            "predicted before they ran came from kvsize's earlier speed model, the plan's decode step and one prompt's "

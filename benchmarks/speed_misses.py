@@ -12,10 +12,11 @@ MISSES = (
     "from 57.7% to 36.4%; what is left: the measured delay holds for the first steps of a burst of 1,000-token prompts "
     "at TP 1, not for 8,000-token prompts nor for Llama-3.1-70B at TP 2, and the API server hands a new "
     "request to the engine tens of milliseconds after it was sent (8,000-token prompts: replacements of "
-    "finished requests pile up meanwhile and are prefilled one after another). The simulation now holds a "
-    "constant part of that handling (16.6 ms a request, fitted on b7's short prompts alone, which took the "
-    "median p50 TTFT error out of the fit from 39.5% to 16.7%); what grows with the load, the front end's "
-    "queue, is not simulated. A closed loop has two steady states, and b8's Llama-3.1-8B at 256 in flight "
+    "finished requests pile up meanwhile and are prefilled one after another). The simulation holds that "
+    "handling (a constant part, fitted first on b7's short prompts alone, which took the median p50 TTFT error out "
+    "of the fit from 39.5% to 16.7%; now read off the step traces of requests alone, with a part per prompt token "
+    "on the way in and one on the first token's way back); what "
+    "the API server's streaming work adds to its queue under load is not simulated. A closed loop has two steady states, and b8's Llama-3.1-8B at 256 in flight "
     "shows both: under one API server, which admits the opening burst in order, the first wave's 256 "
     "requests finished within 1.2 s of each other (their first tokens 5.5 s apart: the later ones decoded in "
     "steps no new prompt shared), so the second wave was sent in a burst and waited for its prefills (p50 "
@@ -52,8 +53,9 @@ MISSES = (
     "decoding request a step on top of the GPU's, a serial host cost rather than one overlapped with the "
     "GPU. And it is the host's: the same four-API-server server at 90/s gave p50 ITL 5.4 ms on a "
     "four-GPU host with three other servers beside it and 12.6 ms alone on a one-GPU host of 16 CPU cores. "
-    "Llama-3.1-8B's p50 TTFT is simulated 14-23% long at 8-20/s (its constant handling, fitted on "
-    "Llama-3.2-1B's one-request points, is too long for it) and 38% short at 28/s, its KV pool not full.",
+    "Llama-3.1-8B's p50 TTFT was simulated 14-23% long at 8-20/s while a constant handling fitted on "
+    "Llama-3.2-1B's one-request points stood for the front end, and 4-15% short with the handling read off the "
+    "traces; it is 17-28% short at 28/s, its KV pool not full.",
     "- Prefill of the MoE and MLA models: 80-150 ms for 1,000 tokens where their FLOPs take about 10 ms. "
     "Steps longer than the largest CUDA graph run eagerly, and a MoE or MLA layer launches many more kernels "
     "than a dense one; an eager cost per layer kind needs a second model of each kind to be fitted and checked.",

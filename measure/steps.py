@@ -273,3 +273,44 @@ def first_count_holds(server: dict) -> dict[str, list[int]]:
         if before.period_s and first.period_s is not None and first.period_s < HELD_RATIO * before.period_s:
             side[0] += 1
     return out
+
+
+HANDLING_BOUND_S = 0.5  # a request whose time outside the steps is past this was paired with another's steps
+
+
+def prompt_handling_rows(server: dict) -> list[dict]:
+    """Per request of the server's one-request points (each alone on the engine, so its steps are the run of steps
+    from its first prompt chunk on): the time the server spent on it outside the engine's steps, in two parts read
+    off the client's timestamps against the trace's (two clocks, so only differences within one request are taken):
+
+    - `outside_s`: its latency less the span from its first chunk's schedule() to its last token's update: the
+      front end's way in (HTTP, tokenizing, the hand-off to the engine core) and the last token's way out;
+    - `first_token_s`: its TTFT less the span from its first chunk's schedule() to the update of the step after its
+      prompt's last chunk (under async scheduling the first token reaches the client with the second's step): the
+      way in and the first token's way out.
+
+    Both grow with the prompt (b22, b25, b28: about 2 and 5 us a prompt token), the first token's more: what it
+    carries beyond the last token's is the first output's handling, once a request."""
+    steps = read_steps(SERVING / server["batch"] / server["tag"] / "steps.tsv.gz")
+    folder = SERVING / server["batch"] / server["tag"]
+    rows = []
+    for t0, t1, point in point_windows(server):
+        if point.get("concurrency") != 1:
+            continue
+        bench = read_bench(folder / f"{point['id']}.json.gz")
+        window = [s for s in steps if t0 <= s.scheduled_at <= t1]
+        # a request's run begins with a prompt chunk after a step without one; the load generator's test request
+        # comes first, so the point's requests are the last runs
+        firsts = [i for i, s in enumerate(window) if s.prompt_requests and (i == 0 or not window[i - 1].prompt_requests)]
+        chunks = -(-point["input_len"] // max(server_settings(server)["max_num_batched_tokens"], 1))
+        for i, ttft, latency in zip(firsts[-len(bench.ttfts):], bench.ttfts, bench.latencies):
+            last = i + chunks - 1 + point["output_len"] - 1
+            if ttft <= 0 or last >= len(window):
+                continue
+            start = window[i].scheduled_at
+            second, final = window[i + chunks], window[last]
+            outside = latency - (final.updated_at + final.update_s - start)
+            first = ttft - (second.updated_at + second.update_s - start)
+            if 0 <= outside <= HANDLING_BOUND_S and 0 <= first <= HANDLING_BOUND_S:
+                rows.append(dict(point=point["id"], prompt=point["input_len"], outside_s=outside, first_token_s=first))
+    return rows

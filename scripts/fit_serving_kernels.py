@@ -23,7 +23,7 @@ from sizing.evidence.serving import point_replica, predict_point, served_setting
 # first requests (a JIT warning in the server's log) and little attention
 PREFILL_ATTENTION_TERM = "engine_prefill_attention_share"
 PREFILL_ATTENTION_LEAST_TOKENS = 8000
-SHARE_GRID = [round(0.01 * k, 2) for k in range(1, 101)]  # 0.01-1.00
+SHARE_GRID = [round(0.001 * k, 3) for k in range(1, 1001)]  # 0.001-1.000
 
 # the program pace: batch b22's one request in flight on five models in int8_per_token_head (2 to 8 KV heads, 4 to
 # 8 query heads a KV head) at prompts of 8,000 and 32,000 tokens, where each decode step splits the request's cache
@@ -36,6 +36,7 @@ PACE_LEAST_TOKENS = 8000
 PACE_GRID = [round(1e5 * k) for k in range(10, 1001)]  # 1 to 100 tokens a microsecond, 0.1 apart
 UNBOUND_PACE = float(PACE_GRID[-1])  # a pace no step reaches: the read is bound by everything else
 PROGRAMS_PER_SM = range(1, 9)
+SM_ERROR_TIE = 0.001  # counts whose squared errors lie within this share of the least are the fit's tie
 # per grid, the formats whose programs sharing an SM a ramp of steps has shown. int8_per_token_head's decode steps
 # climb where its segments need another round of 4 an SM and where the launched grid puts a third whole-cache program
 # on one (b18's, b21's and b23's Qwen2.5 ramps, out of the fit, and b24's, predicted); int4_per_token_head's segments
@@ -202,9 +203,9 @@ def fit_sm_pair(fmt: str, trial_at: Callable[..., dict], trace_rows: Callable[[d
     that pace unbound, then the pace, then the rate again, each on PACE_GRID. The count: where `ramp_rows` holds
     ramps of `fmt`, the count whose simulated steps climb where the ramps' measured ones do, missing as few climbs
     as any count (a count sets where a step needs another round or another program on an SM, which a ramp shows
-    count by count and squared errors barely see), of those the one whose pair leaves the least squared error, and
-    of equal ones the fewest programs (a count above every climb the ramps reached is not shown by them); else the
-    count whose pair leaves the least squared error."""
+    count by count and squared errors barely see), of those the one whose pair leaves the least squared error; else
+    the count whose pair leaves the least squared error; either way, of counts within SM_ERROR_TIE of that least
+    error, the fewest programs (a count above every climb the ramps reached is not shown by them)."""
     fits: dict[int, tuple[tuple[float, ...], float]] = {}
     for per_sm in PROGRAMS_PER_SM:
         if not alone:
@@ -233,10 +234,11 @@ def fit_sm_pair(fmt: str, trial_at: Callable[..., dict], trace_rows: Callable[[d
         missed[per_sm] = missed_climbs(per_sm)
         if missed[per_sm] is None:
             break
-    if None in missed.values():
-        per_sm = min(fits, key=lambda k: fits[k][1])
-    else:
-        per_sm = min(fits, key=lambda k: (missed[k], fits[k][1], k))
+    candidates = list(fits) if None in missed.values() else [k for k in fits if missed[k] == min(missed.values())]
+    least = min(fits[k][1] for k in candidates)
+    # squared errors this close do not tell counts apart (int8_per_token_head's split read: 4 and 6 an SM within
+    # 0.01% of each other, while its ramps out of the fit climb where rounds of 4 end): the fewest programs of them
+    per_sm = min(k for k in candidates if fits[k][1] <= least * (1 + SM_ERROR_TIE))
     return (per_sm, *fits[per_sm][0])
 
 

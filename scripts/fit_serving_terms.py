@@ -35,8 +35,8 @@ points of Qwen3-30B-A3B (prompts of 256 to 8,000 tokens, one prompt a step, unde
 under graphs up to 2,048 tokens), beside an offset that is not kept (see fit_eager). Last, the front end's seconds
 per streamed token, the engine core's (in the host's side of a step, after its floor) and the API servers' (a bound
 of their own; see fit_frontend), on batch b8's closed-loop Llama-3.2-1B points (one and four API servers). The
-request's handling by the front end (see fit_handling) is fitted with the MFU, in turn, on b7's one-request prompts
-a CUDA graph holds. Batch b7's Llama-3.2-1B points stay out of every other fit (see fitted_on and EAGER_SERVERS).
+request's handling by the front end (see fit_handling), a part the same for every request and one per prompt token,
+is read off the step traces of requests alone on the engine, before the MFU is fitted. Batch b7's Llama-3.2-1B points stay out of every other fit (see fitted_on and EAGER_SERVERS).
 Every other measured point
 (Mixtral-8x7B, gpt-oss-20b, DeepSeek-V2-Lite, Qwen3-30B-A3B at more than one request in flight and in batches b4 and
 b6, more than one request in flight elsewhere, the open loops, b7's Llama-3.2-1B prompts past their graph) is left out
@@ -63,7 +63,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from sizing.evidence.serving import point_replica, predict_point, served_settings  # noqa: E402
 from sizing.planners.step_model import SERVING_PROFILE, queries_per_kv_head  # noqa: E402
 from sizing.profiles import matching_gpus, measured_efficiency  # noqa: E402
-from measure.steps import LEAST_STEPS, decode_groups, gpu_paced_servers, server_settings  # noqa: E402
+from measure.steps import (LEAST_STEPS, decode_groups, gpu_paced_servers, prompt_handling_rows,  # noqa: E402
+                           server_settings, traced_servers)
 from least_squares import best_count, relative_least_squares  # noqa: E402
 from fit_serving_kernels import (PACE_TERM, PREFILL_ATTENTION_TERM, fit_prefill_attention,  # noqa: E402
                                  fit_program_pace, fit_query_group_sm, pace_fitted_on, paced_split_shares,
@@ -365,30 +366,35 @@ def fit_frontend(rows: list[dict], floor_s: float) -> dict[str, float]:
     return {"frontend_core_s_per_token": round(core, 9), "frontend_api_s_per_token": round(api, 9)}
 
 
-# the request's handling: b7's one-request points whose prompt (256-2,000 tokens) the largest CUDA graph holds, on
-# Llama-3.2-1B and Qwen3-30B-A3B under either graph size: their prefill is a few milliseconds of the GPU's, so what the
-# server takes beyond the simulated step is the front end's handling of the request and of its first token
+# the front end's handling of a request, read off the step traces of requests alone on the engine (measure/steps.py
+# prompt_handling_rows: the one-request batches b22, b25 and b28, prompts of 2,000 and 8,000 tokens on six dense
+# models), apart from the simulation: a part the same for every request and a part per prompt token, on the way in and
+# on the first token's way back
+HANDLING_BATCHES = ("b22-prompt-tiles", "b25-int4-pace", "b28-int4-judge")
 HANDLING_TERM = "request_handling_s"
+PROMPT_IN_TERM, FIRST_TOKEN_TERM = "prompt_in_s_per_token", "first_token_s_per_prompt_token"
+HANDLING_OFF = {HANDLING_TERM: 0.0, PROMPT_IN_TERM: 0.0, FIRST_TOKEN_TERM: 0.0}
 
 
-def handling_fitted_on(points: list[dict]) -> list[dict]:
-    out = []
-    for p in points:
-        st = p["settings"]
-        if p["batch"] in EAGER_BATCHES and st["loop"] == "closed" and st["concurrency"] == 1:
-            model, _ = point_replica(st, ROOT)
-            if not model.graphs.eager(st["input_len"], True):
-                out.append(p)
-    return out
+def _line(rows: list[dict], key: str) -> tuple[float, float]:
+    """(intercept, slope) of the least-squares line of rows' `key` on their prompt tokens."""
+    xs, ys = [r["prompt"] for r in rows], [r[key] for r in rows]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return my - slope * mx, slope
 
 
-def fit_handling(points: list[dict], terms: dict) -> float:
-    """The request's handling (seconds): the median over handling_fitted_on's points of the measured median TTFT less
-    the simulated one without it, every other term `terms`."""
-    bare = {**terms, HANDLING_TERM: 0.0}
-    return round(max(statistics.median(p["measured"]["ttft_p50_ms"] / 1e3
-                                       - predict_point(served_settings(p), ROOT, terms=bare).ttft_ms[50] / 1e3
-                                       for p in handling_fitted_on(points)), 0.0), 6)
+def fit_handling() -> tuple[dict[str, float], list[str]]:
+    """The request's handling: the first token's time outside the steps at no prompt (the line's intercept), the
+    way in's seconds per prompt token (the slope of the time a request spends outside its steps, its last token's way
+    out being the same at any length) and the first token's way back's (the slope of the first token's time outside
+    the steps, less the way in's); and the points they were read from."""
+    rows = [r for server in traced_servers() if server["batch"] in HANDLING_BATCHES
+            for r in prompt_handling_rows(server)]
+    way_in = max(_line(rows, "outside_s")[1], 0.0)
+    fixed, first = _line(rows, "first_token_s")
+    return ({HANDLING_TERM: round(max(fixed, 0.0), 6), PROMPT_IN_TERM: round(way_in, 11),
+             FIRST_TOKEN_TERM: round(max(first - way_in, 0.0), 11)}, sorted({r["point"] for r in rows}))
 
 
 def step_rows(points: list[dict], engine_kv: dict[str, float], request: float) -> list[dict]:
@@ -453,8 +459,10 @@ def fit_step(points: list[dict], engine_kv: dict[str, float], terms: tuple[str, 
 def fit_mfu(points: list[dict], terms: dict) -> float:
     """The prefill MFU from the one-request points' median TTFT, the step terms `terms`."""
     mfus = []
-    handling_ms = 1e3 * terms.get(HANDLING_TERM, 0.0)  # the request's handling is no part of the prefill's time
     for p in mfu_fitted_on(points):
+        # the request's handling is no part of the prefill's time
+        handling_ms = 1e3 * (terms.get(HANDLING_TERM, 0.0) + p["settings"]["input_len"] * (
+            terms.get(PROMPT_IN_TERM, 0.0) + terms.get(FIRST_TOKEN_TERM, 0.0)))
         simulated = predict_point(served_settings(p), ROOT, terms={**terms, "prefill_mfu": REFERENCE_MFU})
         mfus.append(REFERENCE_MFU * (simulated.ttft_ms[50] - handling_ms)
                     / (p["measured"]["ttft_p50_ms"] - handling_ms))
@@ -463,21 +471,19 @@ def fit_mfu(points: list[dict], terms: dict) -> float:
 
 def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
     traced = {"engine_kv_efficiency": {}, **NO_WAVES, REQUEST_TERM: 0.0}
-    handling = 0.0
-    fits_handling = "handling" in terms
+    # read off the traces apart from the simulation, so fixed before the MFU, which is fitted on the TTFT less it
+    handling, handling_ids = fit_handling() if "handling" in terms else (dict(HANDLING_OFF), [])
+    handling_points = [p for p in points if p["id"] in set(handling_ids)]
     for _ in range(FIT_ROUNDS):
         # fit_step's terms start from NEUTRAL: every term fitted later (the front end's among them) is off here
         trial = {**fit_step(points, traced["engine_kv_efficiency"], terms, traced[REQUEST_TERM]), **traced,
-                 HANDLING_TERM: handling, PACE_TERM: {}}
+                 PACE_TERM: {}, **handling}
         trial["prefill_mfu"] = fit_mfu(points, trial)
-        handling = trial[HANDLING_TERM] = fit_handling(points, trial) if fits_handling else 0.0
         trial["moe_layer_step_overhead_s"] = fit_moe_layer(points, trial) if "moe_layer" in terms else 0.0
         traced = fit_trace(trial)
     fixed = {**fit_step(points, traced["engine_kv_efficiency"], terms, traced[REQUEST_TERM]), **traced,
-             HANDLING_TERM: handling, PACE_TERM: {}}  # the pace is fitted last (fit_serving_kernels.py)
+             PACE_TERM: {}, **handling}  # the pace is fitted last (fit_serving_kernels.py)
     fixed["prefill_mfu"] = fit_mfu(points, fixed)
-    if fits_handling:
-        fixed[HANDLING_TERM] = fit_handling(points, fixed)
     trace_points = _group_points(trace_groups())
     fixed["moe_layer_step_overhead_s"] = fit_moe_layer(points, fixed) if "moe_layer" in terms else 0.0
     moe_points = moe_fitted_on(points) if "moe_layer" in terms else []
@@ -500,7 +506,7 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
     trace_points += _group_points(ramp_groups())
 
     named = ([p["id"] for p in fitted_on(points) + moe_points + [r["point"] for r in eager]
-              + [r["point"] for r in front] + (handling_fitted_on(points) if fits_handling else [])
+              + [r["point"] for r in front] + handling_points
               + pace_fitted_on(points) + prefill_attention_fitted_on(points, FORMAT_TRACE_SERVERS)]
              + trace_points)
     fixed["engine_kernel_twins"] = KERNEL_TWINS
@@ -511,7 +517,7 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
                                      "tp_per_layer_step_overhead_s", "step_floor_s",
                                      "moe_layer_step_overhead_s", EAGER_TERM)},
             **frontend,
-            HANDLING_TERM: fixed[HANDLING_TERM], REQUEST_TERM: fixed[REQUEST_TERM],
+            **handling, REQUEST_TERM: fixed[REQUEST_TERM],
             "fitted_on": named, **fitted_where(points, named),
             "source": "scripts/fit_serving_terms.py over the points it names (measure/serving/points.json): one "
                       "request in flight on the dense servers (Llama-3.2-1B, Llama-3.1-8B, Qwen3-8B, "
@@ -568,7 +574,12 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
                       "the request's handling by the front end (added to each TTFT), the "
                       "median over batch b7's one-request points whose prompt the largest CUDA graph holds of the "
                       "measured median TTFT less the simulated one without it, fitted in turn with the MFU (which is "
-                      "fitted on the TTFT less the handling)"}
+                      "fitted on the TTFT less the handling); the front end's seconds per prompt token, on the way "
+                      "in and on the first token's way back, the "
+                      "least-squares slopes on the prompt's tokens of the time each request of batches b22, b25 "
+                      "and b28's one-request points spent outside the engine's steps (its latency less its steps' "
+                      "span, and its TTFT less the span to the update of the step after its prompt), read off the "
+                      "step traces"}
 
 
 def fitted_where(points: list[dict], named: list[str]) -> dict[str, str]:

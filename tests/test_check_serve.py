@@ -85,17 +85,19 @@ def test_the_servers_api_server_count_sets_the_front_ends_pace(capsys):
     server = ["--model", str(ROOT / st["config"]), "--gpu", "h200", "--engine", f"vllm@{st['vllm_version']}",
               "--max-model-len", str(st["max_model_len"]), "--gpu-memory-utilization", str(st["gpu_memory_utilization"]),
               "--max-num-batched-tokens", str(st["max_num_batched_tokens"]), "--max-num-seqs", str(st["max_num_seqs"])]
-    gaps = {}
+    gaps, shares = {}, {}
     for count in (1, 4):
         main(["check-serve", str(SERVING / point["raw"]), *server, "--api-server-count", str(count), "--format", "json"])
         shown = json.loads(capsys.readouterr().out)
         assert shown["api_server_count"] == count
         gaps[count] = {r["figure"]: r for r in shown["rows"]}["itl_p50_ms"]["kvsize"]
+        shares[count] = shown["host_paced_share"]
     assert gaps[4] == pytest.approx(predict_point({**st, "num_prompts": point["measured"]["completed"]}, ROOT).itl_ms[50])
     assert gaps[1] > 2 * gaps[4]
-    # the host sets those steps, and the text says a miss may be the planner's host's
-    assert shown["host_paced_share"] >= 0.5
-    main(["check-serve", str(SERVING / point["raw"]), *server, "--api-server-count", "4"])
+    # under one API server its streaming sets those steps (29.4 ms measured, the GPU's about 4), and the text says a
+    # miss may be the planner's host's; four API servers take most of that away
+    assert shares[1] >= 0.5 and shares[1] > shares[4]
+    main(["check-serve", str(SERVING / point["raw"]), *server, "--api-server-count", "1"])
     note = capsys.readouterr().out.strip().splitlines()[-1]
     assert note.startswith("  note: the host sets ") and "2.3x apart on two H200 hosts" in note
 

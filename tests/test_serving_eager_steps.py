@@ -133,11 +133,12 @@ def test_the_front_end_paces_many_streams_and_more_api_servers_share_its_work():
     assert four.api_s_per_token == pytest.approx(fitted.frontend_api_s_per_token / 4)
     gpu = replace(one, core_s_per_token=0.0, api_s_per_token=0.0).decode_seconds(512, 512 * 256)
     host = one.floor_s + 512 * one.core_s_per_token
-    # one API server is the bound; four share its work and leave the engine core's side of the step the longest
-    # (the GPU's, its 512 requests' own cost a step among it, comes close)
-    assert 512 * four.api_s_per_token < gpu <= host < 512 * one.api_s_per_token
+    # one API server is the bound; four share its work and leave the engine core's side of the step and the GPU's
+    # (its 512 requests' own cost a step among it) within 2% of each other, the longer of them the step
+    assert 512 * four.api_s_per_token < min(gpu, host) and max(gpu, host) < 512 * one.api_s_per_token
+    assert gpu == pytest.approx(host, rel=0.02)
     assert one.decode_seconds(512, 512 * 256) == pytest.approx(512 * one.api_s_per_token)
-    assert four.decode_seconds(512, 512 * 256) == pytest.approx(host)
+    assert four.decode_seconds(512, 512 * 256) == pytest.approx(max(gpu, host))
     # held to the server: within 10% of b8's measured gaps at 512 in flight
     assert one.decode_seconds(512, 512 * 256) == pytest.approx(0.02936, rel=0.1)
     assert four.decode_seconds(512, 512 * 256) == pytest.approx(0.00925, rel=0.1)

@@ -17,7 +17,7 @@ def _replica(engine="vllm@0.33.0"):
                  max_num_batched_tokens=8192, max_num_seqs=1024)
     model, engine = serving_replica(s, g.hbm_bandwidth_gb_s, g.bf16_dense_tflops, g.multiprocessors, measured_efficiency())
     # the front end's handling of each request, a constant on every TTFT, is held apart (test_serving_sim)
-    return replace(model, request_handling_s=0.0), engine
+    return replace(model, request_handling_s=0.0, prompt_in_s_per_token=0.0, first_token_s_per_prompt_token=0.0), engine
 
 
 def test_async_scheduling_releases_delay_the_output_one_step_and_older_ones_do_not():

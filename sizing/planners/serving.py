@@ -194,9 +194,17 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
     pending: list[tuple[float, int, float]] = []
     # a prefilled request (disaggregated: its KV shipped from a prefill replica) was handled there, once
     handling = 0.0 if load.prefilled else model.request_handling_s
-    if load.request_rate is not None:  # in time order, so already a heap
+    per_prompt_token = 0.0 if load.prefilled else model.prompt_in_s_per_token
+
+    def at_engine(client_at: float, order: int) -> float:
+        # each request's own way in, however many arrive together: whether an API server takes a burst's prompts one
+        # after another (which would cap the requests a second it admits) is what batch b30 was planned to show
+        return client_at + handling + per_prompt_token * load.length(order)[0]
+
+    if load.request_rate is not None:
         for i, t in enumerate(load.sent_at or _poisson_sends(rng, load.request_rate, load.num_prompts)):
-            pending.append((t + handling, i, t))
+            pending.append((at_engine(t, i), i, t))
+        heapq.heapify(pending)  # a longer prompt's way in can put a later send ahead of an earlier one
     sent = 0
     waiting: deque[_Request] = deque()
     running: list[_Request] = []
@@ -218,8 +226,9 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
         waiting.append(_Request(sent, at, prompt, output, prompt, sent_at=client_at))
         sent += 1
 
-    def client_sends(at: float) -> None:  # a closed loop's request, on the engine's queue `handling` later
-        heapq.heappush(pending, (at + handling, sent + len(pending), at))
+    def client_sends(at: float) -> None:  # a closed loop's request, on the engine's queue once handled
+        order = sent + len(pending)
+        heapq.heappush(pending, (at_engine(at, order), order, at))
 
     def retire() -> None:
         """Finished requests leave the pool; a closed loop sends the next as each one finishes."""
@@ -347,8 +356,9 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
                 r.in_cache += 1
                 r.times.append(now)
         retire()
+    first_token_s = 0.0 if load.prefilled else model.first_token_s_per_prompt_token
     for r in finished:
-        _deliver(r, ends, engine.output_delay_steps, held)
+        _deliver(r, ends, engine.output_delay_steps, held, first_token_s * r.original_prompt)
     return replace(_figures(finished, load, preemptions, steps), host_paced_share=host_time / step_time if step_time
                    else 0.0)
 
@@ -358,19 +368,21 @@ def padded_requests(requests: int) -> int:
     return -(-requests // FIRST_USE_PAD) * FIRST_USE_PAD
 
 
-def _deliver(r: _Request, ends: dict[float, float], delay: int, held: set[float] | None = None) -> None:
+def _deliver(r: _Request, ends: dict[float, float], delay: int, held: set[float] | None = None,
+             first_token_s: float = 0.0) -> None:
     """When the client receives each token: the end of the step that sampled it or, with async scheduling, of the
     step after (the engine processes a step's output once the next step is launched; where none followed, the
     engine waited on the step itself), a step later again where that next step held the output back (`held`:
-    FIRST_USE_PAD). Sets the request's first and last token times and its gaps."""
+    FIRST_USE_PAD). The first token takes `first_token_s` more on its way back, and the tokens sampled meanwhile
+    reach the client with it. Sets the request's first and last token times and its gaps."""
     times = r.times
     for _ in range(delay):
         times = [ends.get(t, t) for t in times]
     if delay and held:
         times = [ends.get(d, d) if t in held else d for t, d in zip(r.times, times)]
     if r.first_token_at is None:  # sampled here, not shipped with a prefilled prompt's KV
-        r.first_token_at = times[0]
-        times = times[1:]
+        r.first_token_at = times[0] + first_token_s
+        times = [max(t, r.first_token_at) for t in times[1:]]
     clock = [r.first_token_at, *times]
     r.gaps = [b - a for a, b in zip(clock, clock[1:])]
     r.last_token_at = clock[-1]
@@ -470,7 +482,9 @@ def serving_replica(scenario, hbm_bandwidth_gb_s: float, bf16_dense_tflops: floa
                       fitted["frontend_core_s_per_token"], fitted["frontend_api_s_per_token"] / max(api_servers, 1),
                       fitted["request_handling_s"], fitted["request_step_overhead_s"],
                       _prompt_attention_share(fitted, e.k_format, s.shape),
-                      **_kv_kernel(s, e, multiprocessors, fitted, kv, group))
+                      **_kv_kernel(s, e, multiprocessors, fitted, kv, group),
+                      prompt_in_s_per_token=fitted["prompt_in_s_per_token"],
+                      first_token_s_per_prompt_token=fitted["first_token_s_per_prompt_token"])
     paged = e.pool.paged
     release = e.engine.release
     delay = release.in_flight_extra_batches if release is not None else 0

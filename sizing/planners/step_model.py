@@ -160,6 +160,11 @@ class StepOverhead(BaseModel):
     # the front end's handling of a request, from the client's send to the engine's queue (HTTP, tokenizing, the
     # hand-off to the engine core) and of its first token back: every request's first token comes this much later
     request_handling_s: float = Field(default=0.0, ge=0, le=1.0)
+    # what the front end spends on each prompt token: on the way in (tokenizing, the request's token list handed to
+    # the engine core) and on the first token's way back (the first output's handling), both read off the step traces
+    # of requests alone on the engine (measure/steps.py prompt_handling_rows)
+    prompt_in_s_per_token: float = Field(default=0.0, ge=0, le=1e-4)
+    first_token_s_per_prompt_token: float = Field(default=0.0, ge=0, le=1e-4)
     # each request a step carries (decoding or prefilling a chunk): the work serialized with the step's kernels that
     # grows with its requests apart from the KV they read (the model runner's per-request inputs, the sampler's row,
     # the attention kernels' per-sequence work); the step traces of closed-loop ladders (one model at 1,000- and
@@ -378,6 +383,8 @@ class StepModel:
     kv_whole_programs_per_sm: int = 0  # the whole-cache programs an SM holds at once (0: as many as a wave puts there)
     kv_whole_sm_tokens_per_s: float = 0.0  # the same across the whole-cache programs an SM holds (0: no SM bound)
     multiprocessors: int = 0
+    prompt_in_s_per_token: float = 0.0  # an API server's time on each prompt token before the engine's queue
+    first_token_s_per_prompt_token: float = 0.0  # the first token's way back, per prompt token
 
     def seconds(self, decoding: int, decode_tokens_in_cache: int, chunks: list[tuple[int, int]]) -> float:
         """`decoding` requests reading `decode_tokens_in_cache` cached tokens in all; `chunks`: (start, end) of the
@@ -403,6 +410,12 @@ class StepModel:
         eager = self.eager_overhead_s if self.graphs.eager(step_tokens, bool(chunks)) else 0.0
         requests = (decoding + len(chunks)) * self.request_overhead_s
         return gemms + attention + kv + self.layers_overhead_s + eager + requests
+
+    def handling_seconds(self, prompt_tokens: int) -> float:
+        """The front end's time on one request alone, outside the engine's steps: its handling, its prompt's way in
+        and its first token's way back."""
+        return self.request_handling_s + prompt_tokens * (self.prompt_in_s_per_token
+                                                          + self.first_token_s_per_prompt_token)
 
     def host_seconds(self, decoding: int) -> float:
         """The host's part of a step of `decoding` streams: the engine core's side (its floor and its work on each
