@@ -254,6 +254,16 @@ KNEE_LADDER = [opened(1000, 256, rate, 30 * rate) for rate in (18, 20, 22, 24, 2
 TP2_LADDER = [closed(1000, 256, c, 2 * c) for c in (16, 64, 192)] + [closed(8000, 256, c, 2 * c) for c in (8, 32)] + \
     [opened(1000, 256, 4, 120)]
 
+# batch b30, on two H200s side by side: the front end's handling as read off b22-b28's traces (a part the same for
+# every request, one per prompt token on the way in and one on the first token's way back), judged on two bf16 servers
+# no trace fitted it on: one request alone at 500-30,000 tokens (past the 8,000 it was read at); closed-loop bursts of
+# 32 and 64 prompts of 1,000 tokens sent together (one wave each: whether an API server takes a burst's prompts one
+# after another, so that the first step carries the first prompt alone); an open loop of 1,000-token prompts; the same
+# under four API servers, which would take a burst four at a time
+HANDLING_JUDGE = [closed(500, 32, 1, 3), closed(2000, 32, 1, 3), closed(4000, 32, 1, 3), closed(16000, 32, 1, 3),
+                  closed(30000, 32, 1, 2), closed(1000, 64, 32, 32), closed(1000, 64, 64, 64),
+                  opened(1000, 128, 8, 160)]
+
 
 def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len: int, points: list[dict],
            kv_cache_dtype: str = "auto", tp: int = 1, prefill_tokens_per_s: float = 15000.0,
@@ -324,6 +334,7 @@ def plan() -> dict:
     b18, b19, b20, b21 = "b18-wave-ratio", "b19-count-or-family", "b20-group-waves", "b21-wave-fill"
     b22, b23, b24, b25 = "b22-prompt-tiles", "b23-long-waves", "b24-grid-blocks", "b25-int4-pace"
     b26, b27, b28, b29 = "b26-held-ramps", "b27-ramps-check", "b28-int4-judge", "b29-knee-ladder"
+    b30 = "b30-front-door"
     ran = {b1: {"0": ["llama8b-bf16", "qwen3moe-bf16"], "1": ["llama8b-fp8", "dsv2lite-bf16"],
                 "0,1": ["qwen25-32b-tp2-bf16"]}}
     ran[b2], ran[b3] = ran[b1], ran[b1]  # b1-b3 ran as one set of lanes
@@ -362,17 +373,18 @@ def plan() -> dict:
     # ran on two H200s side by side
     ran[b27] = {"0": ["b27-llama8b-int4"], "1": ["b27-qwen3moe-int8"], "0,1": []}
     ran[b28] = {"0": ["b28-qwen3-8b-int4"], "1": ["b28-qwen3-14b-int4", "b28-qwen25-15b-int4"], "0,1": []}
-    # planned, not run yet, on a two-GPU machine: what the kit runs next
     ran[b29] = {"0": ["b29-llama8b-bf16"], "1": ["b29-llama8b-fp8"], "0,1": []}
+    # planned, not run yet, on a two-GPU machine: what the kit runs next
+    ran[b30] = {"0": ["b30-qwen3-8b", "b30-qwen3-8b-api4"], "1": ["b30-nemo12b", "b30-nemo12b-api4"], "0,1": []}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
         bench="vllm bench serve --backend vllm --dataset-name random (ignore_eos), --percentile-metrics "
               "ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --save-result --save-detailed",
         batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16, b17, b18, b19, b20, b21, b22, b23,
-                 b24, b25, b26, b27, b28, b29],
+                 b24, b25, b26, b27, b28, b29, b30],
         # lanes run side by side; a lane's servers run one after another; '0,1' runs once both others are done.
         # `lanes` are the newest batch's (what the kit runs); `lanes_by_batch` keeps each batch's
-        lanes=ran[b29], lanes_by_batch=ran,
+        lanes=ran[b30], lanes_by_batch=ran,
         servers=[
             server("llama8b-bf16", b1, "llama-3.1-8b", "0", 8101, 65536, LLAMA_POINTS),
             server("llama8b-fp8", b1, "llama-3.1-8b", "1", 8102, 65536, LLAMA_POINTS, kv_cache_dtype="fp8"),
@@ -504,6 +516,12 @@ def plan() -> dict:
                    step_trace=True),
             server("b29-llama8b-fp8", b29, "llama-3.1-8b", "1", 8362, 65536, KNEE_LADDER, kv_cache_dtype="fp8",
                    itl_guess_s=0.015, step_trace=True),
+            *(server(f"b30-{tag}{suffix}", b30, model, gpu, port + i, 32768, HANDLING_JUDGE, itl_guess_s=itl,
+                     prefill_tokens_per_s=tokens_per_s, step_trace=True, **extra)
+              for tag, model, gpu, port, itl, tokens_per_s in (("qwen3-8b", "qwen3-8b", "0", 8371, 0.008, 25000),
+                                                               ("nemo12b", "mistral-nemo-instruct-2407", "1", 8373,
+                                                                0.010, 18000))
+              for i, (suffix, extra) in enumerate((("", {}), ("-api4", {"api_server_count": 4})))),
         ],
     )
 
