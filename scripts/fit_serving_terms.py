@@ -63,9 +63,10 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from sizing.evidence.serving import point_replica, predict_point, served_settings  # noqa: E402
 from sizing.planners.step_model import SERVING_PROFILE, queries_per_kv_head  # noqa: E402
 from sizing.profiles import matching_gpus, measured_efficiency  # noqa: E402
-from measure.steps import (LEAST_STEPS, decode_groups, gpu_paced_servers, prompt_handling_rows,  # noqa: E402
-                           server_settings, traced_servers)
+from measure.steps import LEAST_STEPS, decode_groups, gpu_paced_servers, server_settings  # noqa: E402
 from least_squares import best_count, relative_least_squares  # noqa: E402
+from fit_serving_handling import (FIRST_TOKEN_TERM, HANDLING_OFF, HANDLING_TERM, PROMPT_IN_TERM,  # noqa: E402
+                                  fit_handling)
 from fit_serving_kernels import (PACE_TERM, PREFILL_ATTENTION_TERM, fit_prefill_attention,  # noqa: E402
                                  fit_program_pace, fit_query_group_sm, pace_fitted_on, paced_split_shares,
                                  prefill_attention_fitted_on, settings_format)
@@ -364,37 +365,6 @@ def fit_frontend(rows: list[dict], floor_s: float) -> dict[str, float]:
 
     _, core, api = min((error(c, a), c, a) for c in CORE_GRID_S for a in API_GRID_S)
     return {"frontend_core_s_per_token": round(core, 9), "frontend_api_s_per_token": round(api, 9)}
-
-
-# the front end's handling of a request, read off the step traces of requests alone on the engine (measure/steps.py
-# prompt_handling_rows: the one-request batches b22, b25 and b28, prompts of 2,000 and 8,000 tokens on six dense
-# models), apart from the simulation: a part the same for every request and a part per prompt token, on the way in and
-# on the first token's way back
-HANDLING_BATCHES = ("b22-prompt-tiles", "b25-int4-pace", "b28-int4-judge")
-HANDLING_TERM = "request_handling_s"
-PROMPT_IN_TERM, FIRST_TOKEN_TERM = "prompt_in_s_per_token", "first_token_s_per_prompt_token"
-HANDLING_OFF = {HANDLING_TERM: 0.0, PROMPT_IN_TERM: 0.0, FIRST_TOKEN_TERM: 0.0}
-
-
-def _line(rows: list[dict], key: str) -> tuple[float, float]:
-    """(intercept, slope) of the least-squares line of rows' `key` on their prompt tokens."""
-    xs, ys = [r["prompt"] for r in rows], [r[key] for r in rows]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    return my - slope * mx, slope
-
-
-def fit_handling() -> tuple[dict[str, float], list[str]]:
-    """The request's handling: the first token's time outside the steps at no prompt (the line's intercept), the
-    way in's seconds per prompt token (the slope of the time a request spends outside its steps, its last token's way
-    out being the same at any length) and the first token's way back's (the slope of the first token's time outside
-    the steps, less the way in's); and the points they were read from."""
-    rows = [r for server in traced_servers() if server["batch"] in HANDLING_BATCHES
-            for r in prompt_handling_rows(server)]
-    way_in = max(_line(rows, "outside_s")[1], 0.0)
-    fixed, first = _line(rows, "first_token_s")
-    return ({HANDLING_TERM: round(max(fixed, 0.0), 6), PROMPT_IN_TERM: round(way_in, 11),
-             FIRST_TOKEN_TERM: round(max(first - way_in, 0.0), 11)}, sorted({r["point"] for r in rows}))
 
 
 def step_rows(points: list[dict], engine_kv: dict[str, float], request: float) -> list[dict]:

@@ -35,7 +35,7 @@ def test_the_traces_time_outside_the_steps_grows_with_the_prompt():
 
 
 def test_the_profiles_handling_is_what_the_traces_give():
-    from fit_serving_terms import fit_handling
+    from fit_serving_handling import fit_handling
 
     fitted, points = fit_handling()
     terms = step_overhead()
