@@ -25,9 +25,19 @@ LEAST_STEPS = 20  # a group of fewer steps is not shown
 LONGEST_S = 0.25  # a longer period is the engine waiting for work, not a step
 
 
+def server_folder(server: dict) -> Path:
+    """Where a planned server's files are kept: its batch's folder, then its tag."""
+    return SERVING / server["batch"] / server["tag"]
+
+
+def server_trace(server: dict) -> list:
+    """The server's steps, in order (read_steps of its steps.tsv.gz)."""
+    return read_steps(server_folder(server) / "steps.tsv.gz")
+
+
 def traced_servers() -> list[dict]:
     plan = read_json(SERVING / "plan.json")
-    return [s for s in plan["servers"] if s.get("step_trace") and (SERVING / s["batch"] / s["tag"] / "steps.tsv.gz").exists()]
+    return [s for s in plan["servers"] if s.get("step_trace") and (server_folder(s) / "steps.tsv.gz").exists()]
 
 
 HOST_PACED_SERVERS = ("b11-llama1b-api4",)  # its steps are the host's (docs/step-trace.md): no GPU term shows there
@@ -41,7 +51,7 @@ def gpu_paced_servers(batches: tuple[str, ...]) -> list[dict]:
 def point_windows(server: dict) -> list[tuple[float, float, dict]]:
     """(start, end, point) of each point the server ran, from its meta file and the bench's duration."""
     out = []
-    folder = SERVING / server["batch"] / server["tag"]
+    folder = server_folder(server)
     for p in server["points"]:
         meta = folder / f"{p['id']}.meta.json"
         raw = folder / f"{p['id']}.json.gz"
@@ -79,7 +89,7 @@ def point_steps(server: dict):
     decode step of about 50 requests before a lone 1,000-token chunk 21.2 ms, the chunk's own 11.2, a decode step
     otherwise 7.2). A decode-only step followed by a chunk is therefore no decode step's length, and a step with
     chunks is measured together with the one before it (prompt_rows)."""
-    steps = read_steps(SERVING / server["batch"] / server["tag"] / "steps.tsv.gz")
+    steps = server_trace(server)
     windows = point_windows(server)
     points, scheduled = [], {}
     for step in steps:  # every step, the long ones too, counts toward where the next chunk starts
@@ -260,7 +270,7 @@ def first_count_holds(server: dict) -> dict[str, list[int]]:
     requests ("below") and from it on ("above")."""
     from sizing.planners.serving import FIRST_USE_LIMIT, padded_requests
 
-    steps = read_steps(SERVING / server["batch"] / server["tag"] / "steps.tsv.gz")
+    steps = server_trace(server)
     out = {"below": [0, 0], "above": [0, 0]}
     seen = 0
     for before, first in zip(steps, steps[1:]):
@@ -291,8 +301,7 @@ def prompt_handling_rows(server: dict) -> list[dict]:
 
     Both grow with the prompt (b22, b25, b28: about 2 and 5 us a prompt token), the first token's more: what it
     carries beyond the last token's is the first output's handling, once a request."""
-    steps = read_steps(SERVING / server["batch"] / server["tag"] / "steps.tsv.gz")
-    folder = SERVING / server["batch"] / server["tag"]
+    steps, folder = server_trace(server), server_folder(server)
     rows = []
     for t0, t1, point in point_windows(server):
         if point.get("concurrency") != 1:
@@ -302,7 +311,7 @@ def prompt_handling_rows(server: dict) -> list[dict]:
         # a request's run begins with a prompt chunk after a step without one; the load generator's test request
         # comes first, so the point's requests are the last runs
         firsts = [i for i, s in enumerate(window) if s.prompt_requests and (i == 0 or not window[i - 1].prompt_requests)]
-        chunks = -(-point["input_len"] // max(server_settings(server)["max_num_batched_tokens"], 1))
+        chunks = -(-point["input_len"] // server["max_num_batched_tokens"])  # prefilled a budget's chunk a step
         for i, ttft, latency in zip(firsts[-len(bench.ttfts):], bench.ttfts, bench.latencies):
             last = i + chunks - 1 + point["output_len"] - 1
             if ttft <= 0 or last >= len(window):

@@ -10,6 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from measure.steps import prompt_handling_rows, traced_servers  # noqa: E402
+from least_squares import line  # noqa: E402
 
 # the front end's handling of a request, read off the step traces of requests alone on the engine (measure/steps.py
 # prompt_handling_rows: the one-request batches b22, b25 and b28, prompts of 2,000 and 8,000 tokens on six dense
@@ -21,22 +22,16 @@ PROMPT_IN_TERM, FIRST_TOKEN_TERM = "prompt_in_s_per_token", "first_token_s_per_p
 HANDLING_OFF = {HANDLING_TERM: 0.0, PROMPT_IN_TERM: 0.0, FIRST_TOKEN_TERM: 0.0}
 
 
-def _line(rows: list[dict], key: str) -> tuple[float, float]:
-    """(intercept, slope) of the least-squares line of rows' `key` on their prompt tokens."""
-    xs, ys = [r["prompt"] for r in rows], [r[key] for r in rows]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    return my - slope * mx, slope
-
-
 def fit_handling() -> tuple[dict[str, float], list[str]]:
-    """The request's handling: the first token's time outside the steps at no prompt (the line's intercept), the
-    way in's seconds per prompt token (the slope of the time a request spends outside its steps, its last token's way
-    out being the same at any length) and the first token's way back's (the slope of the first token's time outside
-    the steps, less the way in's); and the points they were read from."""
+    """The request's handling: the first token's time outside the steps at no prompt (the intercept of its
+    least-squares line on the prompt's tokens), the way in's seconds per prompt token (the slope of the time a
+    request spends outside its steps, its last token's way out being the same at any length) and the first token's
+    way back's (the slope of the first token's time outside the steps, less the way in's); and the points they were
+    read from."""
     rows = [r for server in traced_servers() if server["batch"] in HANDLING_BATCHES
             for r in prompt_handling_rows(server)]
-    way_in = max(_line(rows, "outside_s")[1], 0.0)
-    fixed, first = _line(rows, "first_token_s")
+    prompts = [r["prompt"] for r in rows]
+    way_in = max(line(prompts, [r["outside_s"] for r in rows])[1], 0.0)
+    fixed, first = line(prompts, [r["first_token_s"] for r in rows])
     return ({HANDLING_TERM: round(max(fixed, 0.0), 6), PROMPT_IN_TERM: round(way_in, 11),
              FIRST_TOKEN_TERM: round(max(first - way_in, 0.0), 11)}, sorted({r["point"] for r in rows}))

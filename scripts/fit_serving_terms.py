@@ -65,8 +65,7 @@ from sizing.planners.step_model import SERVING_PROFILE, queries_per_kv_head  # n
 from sizing.profiles import matching_gpus, measured_efficiency  # noqa: E402
 from measure.steps import LEAST_STEPS, decode_groups, gpu_paced_servers, server_settings  # noqa: E402
 from least_squares import best_count, relative_least_squares  # noqa: E402
-from fit_serving_handling import (FIRST_TOKEN_TERM, HANDLING_OFF, HANDLING_TERM, PROMPT_IN_TERM,  # noqa: E402
-                                  fit_handling)
+from fit_serving_handling import HANDLING_OFF, fit_handling  # noqa: E402
 from fit_serving_kernels import (PACE_TERM, PREFILL_ATTENTION_TERM, fit_prefill_attention,  # noqa: E402
                                  fit_program_pace, fit_query_group_sm, pace_fitted_on, paced_split_shares,
                                  prefill_attention_fitted_on, settings_format)
@@ -431,8 +430,8 @@ def fit_mfu(points: list[dict], terms: dict) -> float:
     mfus = []
     for p in mfu_fitted_on(points):
         # the request's handling is no part of the prefill's time
-        handling_ms = 1e3 * (terms.get(HANDLING_TERM, 0.0) + p["settings"]["input_len"] * (
-            terms.get(PROMPT_IN_TERM, 0.0) + terms.get(FIRST_TOKEN_TERM, 0.0)))
+        model, _ = point_replica(p["settings"], ROOT, terms=terms)
+        handling_ms = 1e3 * model.handling_seconds(p["settings"]["input_len"])
         simulated = predict_point(served_settings(p), ROOT, terms={**terms, "prefill_mfu": REFERENCE_MFU})
         mfus.append(REFERENCE_MFU * (simulated.ttft_ms[50] - handling_ms)
                     / (p["measured"]["ttft_p50_ms"] - handling_ms))

@@ -43,3 +43,10 @@ def best_count(rows_at, columns: list, fixed, counts) -> tuple[int, list[float]]
                        ** 2 for r in rows), beta)
     k = min(fits, key=lambda k: fits[k][0])
     return k, fits[k][1]
+
+
+def line(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """(intercept, slope) of the ordinary least-squares line of `ys` on `xs`."""
+    intercept, slope = solve([[len(xs), sum(xs)], [sum(xs), sum(x * x for x in xs)]],
+                             [sum(ys), sum(x * y for x, y in zip(xs, ys))])
+    return intercept, slope
