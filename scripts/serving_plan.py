@@ -263,6 +263,15 @@ TP2_LADDER = [closed(1000, 256, c, 2 * c) for c in (16, 64, 192)] + [closed(8000
 HANDLING_JUDGE = [closed(500, 32, 1, 3), closed(2000, 32, 1, 3), closed(4000, 32, 1, 3), closed(16000, 32, 1, 3),
                   closed(30000, 32, 1, 2), closed(1000, 64, 32, 32), closed(1000, 64, 64, 64),
                   opened(1000, 128, 8, 160)]
+# batch b31, on two H200s side by side: the host's launch of a step past the largest CUDA graph (512 tokens). Under
+# async scheduling the engine core launches a step before it takes the previous step's tokens, so the previous step's
+# period shows the launch: b30's Qwen3-8B, a 1,000-token chunk beside 8 decoding requests, 37 ms before it and 4 after,
+# the GPU's part about 24 ms; Llama-3.1-8B's (b29) 22 ms before and 11 after. One request alone at 400 tokens (under
+# the graph) to 3,000 (past it), on four dense models of 28-40 layers whose GPU part at 600-1,000 tokens runs from far
+# shorter than such a launch (Qwen2.5-1.5B) to about as long (Qwen3-14B); open loops of 1,000-token prompts beside a
+# few decoding requests; and Qwen3-8B with graphs captured to 2,048 tokens, where the same prompts launch no layer
+EAGER_LAUNCH = [closed(400, 32, 1, 4), closed(600, 32, 1, 4), closed(800, 32, 1, 4), closed(1000, 32, 1, 4),
+                closed(1500, 32, 1, 4), closed(3000, 32, 1, 4), opened(1000, 128, 4, 60), opened(1000, 128, 8, 120)]
 
 
 def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len: int, points: list[dict],
@@ -334,7 +343,7 @@ def plan() -> dict:
     b18, b19, b20, b21 = "b18-wave-ratio", "b19-count-or-family", "b20-group-waves", "b21-wave-fill"
     b22, b23, b24, b25 = "b22-prompt-tiles", "b23-long-waves", "b24-grid-blocks", "b25-int4-pace"
     b26, b27, b28, b29 = "b26-held-ramps", "b27-ramps-check", "b28-int4-judge", "b29-knee-ladder"
-    b30 = "b30-front-door"
+    b30, b31 = "b30-front-door", "b31-eager-launch"
     ran = {b1: {"0": ["llama8b-bf16", "qwen3moe-bf16"], "1": ["llama8b-fp8", "dsv2lite-bf16"],
                 "0,1": ["qwen25-32b-tp2-bf16"]}}
     ran[b2], ran[b3] = ran[b1], ran[b1]  # b1-b3 ran as one set of lanes
@@ -374,17 +383,19 @@ def plan() -> dict:
     ran[b27] = {"0": ["b27-llama8b-int4"], "1": ["b27-qwen3moe-int8"], "0,1": []}
     ran[b28] = {"0": ["b28-qwen3-8b-int4"], "1": ["b28-qwen3-14b-int4", "b28-qwen25-15b-int4"], "0,1": []}
     ran[b29] = {"0": ["b29-llama8b-bf16"], "1": ["b29-llama8b-fp8"], "0,1": []}
-    # planned, not run yet, on a two-GPU machine: what the kit runs next
     ran[b30] = {"0": ["b30-qwen3-8b", "b30-qwen3-8b-api4"], "1": ["b30-nemo12b", "b30-nemo12b-api4"], "0,1": []}
+    # planned, not run yet, on a two-GPU machine: what the kit runs next
+    ran[b31] = {"0": ["b31-qwen3-14b", "b31-qwen25-7b", "b31-qwen3-8b-cg2048"], "1": ["b31-llama8b", "b31-qwen25-15b"],
+                "0,1": []}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
         bench="vllm bench serve --backend vllm --dataset-name random (ignore_eos), --percentile-metrics "
               "ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --save-result --save-detailed",
         batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16, b17, b18, b19, b20, b21, b22, b23,
-                 b24, b25, b26, b27, b28, b29, b30],
+                 b24, b25, b26, b27, b28, b29, b30, b31],
         # lanes run side by side; a lane's servers run one after another; '0,1' runs once both others are done.
         # `lanes` are the newest batch's (what the kit runs); `lanes_by_batch` keeps each batch's
-        lanes=ran[b30], lanes_by_batch=ran,
+        lanes=ran[b31], lanes_by_batch=ran,
         servers=[
             server("llama8b-bf16", b1, "llama-3.1-8b", "0", 8101, 65536, LLAMA_POINTS),
             server("llama8b-fp8", b1, "llama-3.1-8b", "1", 8102, 65536, LLAMA_POINTS, kv_cache_dtype="fp8"),
@@ -522,6 +533,15 @@ def plan() -> dict:
                                                                ("nemo12b", "mistral-nemo-instruct-2407", "1", 8373,
                                                                 0.010, 18000))
               for i, (suffix, extra) in enumerate((("", {}), ("-api4", {"api_server_count": 4})))),
+            *(server(f"b31-{tag}", b31, model, gpu, port, 32768, EAGER_LAUNCH, itl_guess_s=itl,
+                     prefill_tokens_per_s=tokens_per_s, step_trace=True, tokenizer_only=model.startswith("qwen"),
+                     **extra)
+              for tag, model, gpu, port, itl, tokens_per_s, extra in (
+                  ("qwen3-14b", "qwen3-14b", "0", 8381, 0.012, 15000, {}),
+                  ("qwen25-7b", "qwen2.5-7b-instruct", "0", 8382, 0.008, 25000, {}),
+                  ("qwen3-8b-cg2048", "qwen3-8b", "0", 8383, 0.008, 25000, {"max_cudagraph_capture_size": 2048}),
+                  ("llama8b", "llama-3.1-8b", "1", 8384, 0.008, 25000, {}),
+                  ("qwen25-15b", "qwen2.5-1.5b", "1", 8385, 0.004, 60000, {}))),
         ],
     )
 
