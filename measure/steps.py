@@ -49,15 +49,16 @@ def gpu_paced_servers(batches: tuple[str, ...]) -> list[dict]:
 
 
 def point_windows(server: dict) -> list[tuple[float, float, dict]]:
-    """(start, end, point) of each point the server ran, from its meta file and the bench's duration."""
+    """(start, end, point) of each point the server ran: its load generator's process, from start to exit, as the
+    meta file stamps it. A window never reaches past the generator's own exit: a point of a few seconds is followed
+    within milliseconds by the next, whose steps are not its own."""
     out = []
     folder = server_folder(server)
     for p in server["points"]:
         meta = folder / f"{p['id']}.meta.json"
-        raw = folder / f"{p['id']}.json.gz"
-        if meta.exists() and raw.exists():
-            started = read_json(meta)["started"]
-            out.append((started, started + read_bench(raw).duration + 5.0, p))
+        if meta.exists() and (folder / f"{p['id']}.json.gz").exists():
+            stamps = read_json(meta)
+            out.append((stamps["started"], stamps["ended"], p))
     return out
 
 
@@ -322,4 +323,26 @@ def prompt_handling_rows(server: dict) -> list[dict]:
             first = ttft - (second.updated_at + second.update_s - start)
             if 0 <= outside <= HANDLING_BOUND_S and 0 <= first <= HANDLING_BOUND_S:
                 rows.append(dict(point=point["id"], prompt=point["input_len"], outside_s=outside, first_token_s=first))
+    return rows
+
+
+def eager_launch_rows(server: dict) -> list[dict]:
+    """Per step of the server with prompt chunks past the largest CUDA graph (kvsize's estimate of the engine's,
+    sizing/planners/graph_steps.py) where the trace shows the host's launch of it: under async scheduling the engine
+    core launches that step, layer by layer, before it takes the previous step's tokens, so the previous step's period
+    is the launch wherever it outlasts that step on the GPU. Taken where the previous step only decoded and lasted more
+    than twice the decode-only step after the chunk (b30's Qwen3-8B: 37 ms before a 1,000-token chunk, 5 after it):
+    the point, the model's layers, the launch in seconds and whether the model is dense (no routed experts, no MLA)."""
+    model, _ = point_replica(server_settings(server), ROOT)
+    rows = []
+    for step, point, previous, following in point_steps(server):
+        tokens = step.prompt_tokens + step.decoding
+        if (not step.prompt_requests or previous is None or following is None or previous.prompt_requests
+                or following.prompt_requests or not model.graphs.eager(tokens, True)):
+            continue
+        if None in (previous.period_s, following.period_s) or previous.period_s > LONGEST_S:
+            continue
+        if previous.period_s > 2 * following.period_s:
+            rows.append(dict(point=point["id"], layers=model.shape.num_layers, tokens=tokens,
+                             launch_s=previous.period_s, dense=not (model.shape.num_experts or model.shape.is_mla)))
     return rows

@@ -1,5 +1,6 @@
-"""The front end's handling of a request for profiles/serving.json (scripts/fit_serving_terms.py takes it before the
-MFU): read off the engine core's step traces of requests alone on the engine, apart from the simulation."""
+"""What the host spends beside the GPU's work, for profiles/serving.json (scripts/fit_serving_terms.py takes both
+before the MFU), read off the engine core's step traces apart from the simulation: the front end's handling of a
+request (the traces of requests alone on the engine) and the launch of a step past the largest CUDA graph."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from measure.steps import prompt_handling_rows, traced_servers  # noqa: E402
+import statistics  # noqa: E402
+
+from measure.steps import (eager_launch_rows, gpu_paced_servers, prompt_handling_rows, server_settings,  # noqa: E402
+                           traced_servers)
 from least_squares import line  # noqa: E402
 
 # the front end's handling of a request, read off the step traces of requests alone on the engine (measure/steps.py
@@ -35,3 +39,24 @@ def fit_handling() -> tuple[dict[str, float], list[str]]:
     fixed, first = line(prompts, [r["first_token_s"] for r in rows])
     return ({HANDLING_TERM: round(max(fixed, 0.0), 6), PROMPT_IN_TERM: round(way_in, 11),
              FIRST_TOKEN_TERM: round(max(first - way_in, 0.0), 11)}, sorted({r["point"] for r in rows}))
+
+
+# the host's launch of a step past the largest CUDA graph, a layer's kernels at a time (measure/steps.py
+# eager_launch_rows): the dense GPU-paced servers of the fitted step-trace batches (Llama-3.1-8B's) in the formats
+# whose prompt attention runs in FlashAttention's kernels. The per-token-head integer formats' prompt attention runs in Triton kernels, whose
+# launch from Python is slower (b14's Llama-3.1-8B: 1.2 and 1.5 ms a layer, 0.7-0.8 in bf16 and fp8): a term of
+# their own, not fitted; b30's Qwen3-8B (1.04 ms a layer) and Mistral-Nemo-12B (0.74-0.75) judge the term
+LAUNCH_BATCHES = ("b11-step-trace", "b12-step-ladder", "b29-knee-ladder")
+LAUNCH_FORMATS = ("auto", "bf16", "fp8", "fp8_e4m3")
+LAUNCH_TERM = "eager_layer_launch_s"
+LAUNCH_OFF = {LAUNCH_TERM: 0.0}
+
+
+def fit_eager_launch() -> tuple[dict[str, float], list[str]]:
+    """The launch's seconds a layer: the median over every such step of its launch over the model's layers; and the
+    points they were read from."""
+    rows = [r for server in gpu_paced_servers(LAUNCH_BATCHES)
+            if server_settings(server)["kv_cache_dtype"] in LAUNCH_FORMATS
+            for r in eager_launch_rows(server) if r["dense"]]
+    per_layer = statistics.median(r["launch_s"] / r["layers"] for r in rows)
+    return {LAUNCH_TERM: round(per_layer, 7)}, sorted({r["point"] for r in rows})

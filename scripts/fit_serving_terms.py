@@ -65,7 +65,7 @@ from sizing.planners.step_model import SERVING_PROFILE, queries_per_kv_head  # n
 from sizing.profiles import matching_gpus, measured_efficiency  # noqa: E402
 from measure.steps import LEAST_STEPS, decode_groups, gpu_paced_servers, server_settings  # noqa: E402
 from least_squares import best_count, relative_least_squares  # noqa: E402
-from fit_serving_handling import HANDLING_OFF, fit_handling  # noqa: E402
+from fit_serving_handling import HANDLING_OFF, LAUNCH_OFF, fit_eager_launch, fit_handling  # noqa: E402
 from fit_serving_kernels import (PACE_TERM, PREFILL_ATTENTION_TERM, fit_prefill_attention,  # noqa: E402
                                  fit_program_pace, fit_query_group_sm, pace_fitted_on, paced_split_shares,
                                  prefill_attention_fitted_on, settings_format)
@@ -73,7 +73,7 @@ from fit_serving_kernels import (PACE_TERM, PREFILL_ATTENTION_TERM, fit_prefill_
 POINTS = ROOT / "measure" / "serving" / "points.json"
 # the step terms fitted; the rest are left at their neutral values (weights: kvsize's kernels' efficiency; 0 s)
 DENSE_TERMS = ("weights", "layer", "tp_layer", "floor")
-TERMS = (*DENSE_TERMS, "moe_layer", "eager", "frontend", "handling")
+TERMS = (*DENSE_TERMS, "moe_layer", "eager", "frontend", "handling", "launch")
 FLOOR_GRID_S = 1e-5
 FLOOR_MAX_S = 5e-3
 
@@ -442,7 +442,9 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
     traced = {"engine_kv_efficiency": {}, **NO_WAVES, REQUEST_TERM: 0.0}
     # read off the traces apart from the simulation, so fixed before the MFU, which is fitted on the TTFT less it
     handling, handling_ids = fit_handling() if "handling" in terms else (dict(HANDLING_OFF), [])
-    handling_points = [p for p in points if p["id"] in set(handling_ids)]
+    launch, launch_ids = fit_eager_launch() if "launch" in terms else (dict(LAUNCH_OFF), [])
+    handling = {**handling, **launch}
+    handling_points = [p for p in points if p["id"] in set(handling_ids) | set(launch_ids)]
     for _ in range(FIT_ROUNDS):
         # fit_step's terms start from NEUTRAL: every term fitted later (the front end's among them) is off here
         trial = {**fit_step(points, traced["engine_kv_efficiency"], terms, traced[REQUEST_TERM]), **traced,
@@ -548,7 +550,11 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
                       "least-squares slopes on the prompt's tokens of the time each request of batches b22, b25 "
                       "and b28's one-request points spent outside the engine's steps (its latency less its steps' "
                       "span, and its TTFT less the span to the update of the step after its prompt), read off the "
-                      "step traces"}
+                      "step traces; the host's launch of a step past the largest CUDA graph, a layer at a time, the "
+                      "median over the Llama-3.1-8B bf16 and fp8 servers' steps of batches b11, b12 and b29 with "
+                      "a prompt chunk past the graph after a step that only decoded of the period of that step "
+                      "(the launch, under async scheduling) over the layers, where it lasted more than twice the "
+                      "decode-only step after the chunk"}
 
 
 def fitted_where(points: list[dict], named: list[str]) -> dict[str, str]:

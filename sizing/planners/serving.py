@@ -38,7 +38,7 @@ from .step_model import (StepModel, engine_efficiency, query_group_waves, query_
 MAX_SIMULATED_STEPS = 2_000_000  # a point of 10^4 prompts of 10^3 tokens at batch 8 takes ~10^6 steps
 PERCENTILES = (50, 90, 99)
 SIMULATED = "serving simulation"  # the basis of a figure this simulation gave (a design held to it: held.py)
-# past this share of its step time set by the host (StepModel.host_seconds), a run's speed is the host CPUs' as much
+# past this share of its step time set by the host (StepModel.host_side_seconds), a run's speed is the host CPUs' as much
 # as the GPU's: the same server and load ran 5.4 ms and 12.6 ms a gap on two H200 hosts (batches b9, b10), and at
 # 120 requests/s sent, one host held 107.6 and the other 74.4 (b9-llama1b-api4-p04, b10-llama1b-api4-p02)
 HOST_PACED_SHARE = 0.5
@@ -167,7 +167,7 @@ class Served:
     # each request's mean gap between its tokens, (last − first token) / (output − 1): the load generator's TPOT,
     # over requests of more than one token
     tpot_ms: dict[int, float] = field(default_factory=dict)
-    # the share of the run's step time the host set (StepModel.host_seconds at least the step): there the figures
+    # the share of the run's step time the host set (StepModel.host_side_seconds at least the step): there the figures
     # are the host CPUs' more than the GPU's, and hosts differ
     host_paced_share: float = 0.0
 
@@ -260,7 +260,7 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
             # steps that only decode, until the first request finishes or the next one arrives: every request gets
             # the same tokens at the same times, the step by step loop's arithmetic in one pass
             times, used = run
-            host = model.host_seconds(len(running))
+            host = model.host_side_seconds(len(running), [])
             step_time += sum(times)
             host_time += sum(dt for dt in times if host >= dt)
             steps += len(times)
@@ -334,9 +334,10 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
             if count < FIRST_USE_LIMIT:
                 held.add(now)
         cached = sum(r.in_cache for r in decoding)
-        dt = model.seconds(len(decoding), cached, [(r.done_prefill, r.done_prefill + n) for r, n in chunks])
+        spans = [(r.done_prefill, r.done_prefill + n) for r, n in chunks]
+        dt = model.seconds(len(decoding), cached, spans)
         step_time += dt
-        if model.host_seconds(len(decoding)) >= dt:
+        if model.host_side_seconds(len(decoding), spans) >= dt:
             host_time += dt
         if any(r.arrival < now for r in decoding) or any(r.arrival < now for r, _ in chunks):
             # launched with work the engine held before the last step ended (async scheduling queues it behind
@@ -484,7 +485,8 @@ def serving_replica(scenario, hbm_bandwidth_gb_s: float, bf16_dense_tflops: floa
                       _prompt_attention_share(fitted, e.k_format, s.shape),
                       **_kv_kernel(s, e, multiprocessors, fitted, kv, group),
                       prompt_in_s_per_token=fitted["prompt_in_s_per_token"],
-                      first_token_s_per_prompt_token=fitted["first_token_s_per_prompt_token"])
+                      first_token_s_per_prompt_token=fitted["first_token_s_per_prompt_token"],
+                      eager_layer_launch_s=fitted["eager_layer_launch_s"])
     paged = e.pool.paged
     release = e.engine.release
     delay = release.in_flight_extra_batches if release is not None else 0

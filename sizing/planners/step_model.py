@@ -15,16 +15,18 @@ cost per layer (and per layer's all-reduce where TP > 1), never less than the en
            + requests in the step × per-request step overhead               (beside their KV read)
     host = step floor + decoding requests × core                            (the engine core's side of the step)
     API  = decoding requests × API / API servers                            (the tokens the API servers stream)
-    step = max(GPU, host, API)                                              (FLOP/s = dense bf16 × MFU × TP)
+    launch = layers × eager launch per layer                                (a step past the largest CUDA graph)
+    step = max(GPU, host, API, launch)                                      (FLOP/s = dense bf16 × MFU × TP)
 
 The host's side of a step is the engine core's: a fixed floor (scheduling, sampling, sending the tokens) and its
 work on each decoding request's output, one after the other in its one process; the engine overlaps it with the
 GPU's, so it shows only where the GPU's part is shorter (a small model), and there it grows with the streams. A step
 of more tokens than the largest CUDA graph the engine captured (kvsize's estimate of its capture sizes,
 sizing/planners/graph_steps.py) runs without one: its kernels are launched from the host layer by layer, and an MoE
-layer's fused-expert path runs its Python, a cost a step much larger than a graph's replay. A dense layer's share of
-that cost is not a term of its own: it is not separable from the prefill MFU, fitted on prompts that all run past
-the graph. The front end (the engine core's output handling above and the API servers', processes of their own that
+layer's fused-expert path runs its Python, a cost a step much larger than a graph's replay. The engine core launches
+a step while the GPU runs the one before (async scheduling), so the launch of every layer's kernels is a bound of its
+own beside the GPU's part rather than a cost added to it: the step traces show it as the period before a prompt chunk
+(measure/steps.py eager_launch_rows), and it sets the step where the chunk's GEMMs are shorter. The front end (the engine core's output handling above and the API servers', processes of their own that
 stream each decoding request's token beside the engine's step) hands each request to the engine a fixed time after
 the client sent it, which its TTFT carries. A KV format the engine decodes in programs that each read one request's
 whole cache for one KV head (vLLM's TRITON_ATTN, the only backend of its per-token-head integer formats) reads in
@@ -152,6 +154,10 @@ class StepOverhead(BaseModel):
     # a step past the largest CUDA graph the engine captured: each layer with routed experts, its fused-MoE path
     # launched from the host (a step of Qwen3-30B-A3B runs ~50-100 ms longer than under a graph)
     eager_moe_layer_step_overhead_s: float = Field(default=0.0, ge=0, le=0.01)
+    # a step past the largest CUDA graph: the host's launch of each layer's kernels one by one (the compiled pieces
+    # called from Python). The engine core launches a step while the GPU runs the one before, so the launch hides
+    # behind the GPU's work and bounds the step only where it is the longer (a short prompt, a small model)
+    eager_layer_launch_s: float = Field(default=0.0, ge=0, le=0.01)
     # the front end's work per token it streams: the engine core's output handling, in the host's side of a step
     # beside the floor (one process whatever the API servers), and the API server's (detokenizing, the SSE chunk),
     # shared among `--api-server-count` processes, a bound of its own (the host paces small models at many streams)
@@ -385,11 +391,20 @@ class StepModel:
     multiprocessors: int = 0
     prompt_in_s_per_token: float = 0.0  # an API server's time on each prompt token before the engine's queue
     first_token_s_per_prompt_token: float = 0.0  # the first token's way back, per prompt token
+    eager_layer_launch_s: float = 0.0  # the host's launch of one layer's kernels in a step run without a graph
 
     def seconds(self, decoding: int, decode_tokens_in_cache: int, chunks: list[tuple[int, int]]) -> float:
         """`decoding` requests reading `decode_tokens_in_cache` cached tokens in all; `chunks`: (start, end) of the
         prompt tokens each prefilling request computes this step."""
-        return max(self.gpu_seconds(decoding, decode_tokens_in_cache, chunks), self.host_seconds(decoding))
+        return max(self.gpu_seconds(decoding, decode_tokens_in_cache, chunks), self.host_side_seconds(decoding, chunks))
+
+    def host_side_seconds(self, decoding: int, chunks: list[tuple[int, int]]) -> float:
+        """The host's part of a step: its streams' (host_seconds) or, in a step past the largest CUDA graph, the
+        launch of its layers' kernels one by one, the longer. The launch overlaps the step before it on the GPU, so
+        it sets the step only where the GPU's part is shorter."""
+        tokens = decoding + sum(end - start for start, end in chunks)
+        launch = self.eager_launch_s if self.graphs.eager(tokens, bool(chunks)) else 0.0
+        return max(self.host_seconds(decoding), launch)
 
     def gpu_seconds(self, decoding: int, decode_tokens_in_cache: int, chunks: list[tuple[int, int]]) -> float:
         """The GPU's side of `seconds`: the step's kernels and what is serialized with them."""
@@ -432,6 +447,11 @@ class StepModel:
     def eager_overhead_s(self) -> float:
         """What a step run without a CUDA graph adds: each MoE layer's fused-expert path launched from the host."""
         return self._moe_layers * self.eager_moe_layer_overhead_s
+
+    @cached_property
+    def eager_launch_s(self) -> float:
+        """The host's launch of a step run without a CUDA graph, layer by layer."""
+        return self.shape.num_layers * self.eager_layer_launch_s
 
     @cached_property
     def _moe_layers(self) -> int:
