@@ -20,8 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from measure.steps import (LEAST_STEPS, climbs, committed_steps, first_count_holds, server_rows,  # noqa: E402
-                           traced_servers)
+from measure.steps import (LEAST_STEPS, climbs, committed_steps, eager_launch_rows, first_count_holds,  # noqa: E402
+                           lone_prompt_rows, server_rows, traced_servers)
 from sizing.planners.serving import FIRST_USE_LIMIT, FIRST_USE_PAD  # noqa: E402
 
 
@@ -62,7 +62,7 @@ def report() -> str:
                 f"| {r['prompt_requests']} | {r['measured_ms']:.2f} | {r['simulated_ms']:.2f} | {_err(r)} |"
                 for r in prompt]
         out += ["", _summary(decode, prompt), ""]
-    return "\n".join(out + _ahead() + _holds())
+    return "\n".join(out + _ahead() + _holds() + _launches())
 
 
 def _ahead() -> list[str]:
@@ -114,6 +114,41 @@ def _holds() -> list[str]:
     return out
 
 
+LAUNCH_BOUND = 1.5  # a step this many times its simulated GPU part, or longer, shows the host's launch
+
+
+def _median_ms(values: list[float]) -> str:
+    return f"{1e3 * statistics.median(values):.2f} ({len(values)})" if values else "-"
+
+
+def _launches() -> list[str]:
+    """The host's launch of a step with a prompt chunk, a layer at a time: under load, the period before a chunk past
+    the largest graph (measure/steps.py eager_launch_rows); alone on an idle engine, a prompt step's own span where it
+    outlasts its simulated GPU part (lone_prompt_rows)."""
+    out = ["## The launch of a step with a prompt chunk", "",
+           "Under async scheduling the engine core launches a step while the GPU runs the one before, and takes that "
+           "step's tokens once the launch is done: under load, the period of a decode-only step before a chunk past "
+           "the largest CUDA graph is the chunk's launch wherever it lasted more than twice the decode-only step after "
+           "it (measure/steps.py eager_launch_rows; the simulation's `eager_layer_launch_s` is the median of b11, b12 "
+           "and b29's Llama-3.1-8B). Alone on an idle engine (the one-request points), a prompt step's span from "
+           "schedule() to its update, where it lasted at least "
+           f"{LAUNCH_BOUND:g} times the simulated GPU part (lone_prompt_rows): under the graph, each layer's "
+           "attention is launched between the graph's pieces; past it, every kernel. Milliseconds a layer, the median "
+           "(steps).", "",
+           "| server | layers | under load, past the graph | alone, under the graph | alone, past the graph |",
+           "| --- | ---: | ---: | ---: | ---: |"]
+    for server in traced_servers():
+        loaded = [r["launch_s"] / r["layers"] for r in eager_launch_rows(server)]
+        lone = [r for r in lone_prompt_rows(server) if r["span_s"] >= LAUNCH_BOUND * r["gpu_s"]]
+        if len(loaded) < 3 and not lone:
+            continue
+        layers = (lone or eager_launch_rows(server))[0]["layers"]
+        out.append(f"| {server['tag']} | {layers} | {_median_ms(loaded) if len(loaded) >= 3 else '-'} "
+                   f"| {_median_ms([r['span_s'] / r['layers'] for r in lone if not r['eager']])} "
+                   f"| {_median_ms([r['span_s'] / r['layers'] for r in lone if r['eager']])} |")
+    return out + [""]
+
+
 def _summary(decode: list[dict], prompt: list[dict]) -> str:
     """The step-weighted mean error of each kind of step, and the engine core's own calls per request decoding
     (a least-squares line over the decode-only groups)."""
@@ -152,3 +187,4 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+

@@ -326,6 +326,30 @@ def prompt_handling_rows(server: dict) -> list[dict]:
     return rows
 
 
+
+def lone_prompt_rows(server: dict) -> list[dict]:
+    """Per prompt step of the server's one-request points (a whole prompt in one chunk, nothing decoding beside it):
+    the step's span from its schedule() to its update, the model's layers, whether the step ran past the largest CUDA
+    graph (kvsize's estimate of the engine's, sizing/planners/graph_steps.py) and the GPU's part of it as the
+    simulation gives it. Alone on the engine the step's span is the longer of the GPU's part and the host's launch of
+    its layers (a step with a prompt chunk replays no full graph: each layer's attention is launched between the
+    graph's pieces, or, past the graph, every kernel)."""
+    model, _ = point_replica(server_settings(server), ROOT)
+    steps = server_trace(server)
+    rows = []
+    for t0, t1, point in point_windows(server):
+        if point.get("concurrency") != 1:
+            continue
+        tokens = point["input_len"]
+        for s in steps:
+            if t0 <= s.scheduled_at <= t1 and s.prompt_requests == 1 and s.decoding == 0 and s.prompt_tokens == tokens:
+                rows.append(dict(point=point["id"], layers=model.shape.num_layers, tokens=tokens,
+                                 eager=model.graphs.eager(tokens, True), span_s=s.updated_at - s.scheduled_at,
+                                 gpu_s=model.gpu_seconds(0, 0, [(0, tokens)]),
+                                 dense=not (model.shape.num_experts or model.shape.is_mla)))
+    return rows
+
+
 def eager_launch_rows(server: dict) -> list[dict]:
     """Per step of the server with prompt chunks past the largest CUDA graph (kvsize's estimate of the engine's,
     sizing/planners/graph_steps.py) where the trace shows the host's launch of it: under async scheduling the engine

@@ -42,21 +42,32 @@ def fit_handling() -> tuple[dict[str, float], list[str]]:
 
 
 # the host's launch of a step past the largest CUDA graph, a layer's kernels at a time (measure/steps.py
-# eager_launch_rows): the dense GPU-paced servers of the fitted step-trace batches (Llama-3.1-8B's) in the formats
-# whose prompt attention runs in FlashAttention's kernels. The per-token-head integer formats' prompt attention runs in Triton kernels, whose
-# launch from Python is slower (b14's Llama-3.1-8B: 1.2 and 1.5 ms a layer, 0.7-0.8 in bf16 and fp8): a term of
-# their own, not fitted; b30's Qwen3-8B (1.04 ms a layer) and Mistral-Nemo-12B (0.74-0.75) judge the term
-LAUNCH_BATCHES = ("b11-step-trace", "b12-step-ladder", "b29-knee-ladder")
+# eager_launch_rows), under load: every dense GPU-paced server of the traced batches in a format whose prompt attention
+# runs in FlashAttention's kernels (bf16, fp8), each model's median one vote (its servers' steps together), as the
+# layers of the models measured
+# launch at 0.72-1.12 ms each (Llama-3.1-8B the fastest, Qwen2.5-7B the slowest; per-head q and k norms are no
+# cause: Qwen3-14B's 0.93 lies between). The per-token-head integer formats' prompt attention runs in Triton kernels,
+# launched from Python more slowly (b14's Llama-3.1-8B: 1.2 and 1.5 ms a layer): a term of their own, not fitted
+LAUNCH_BATCHES = ("b11-step-trace", "b12-step-ladder", "b29-knee-ladder", "b30-front-door", "b31-eager-launch")
 LAUNCH_FORMATS = ("auto", "bf16", "fp8", "fp8_e4m3")
+LAUNCH_LEAST_STEPS = 20  # a model of fewer such steps gets no vote
 LAUNCH_TERM = "eager_layer_launch_s"
 LAUNCH_OFF = {LAUNCH_TERM: 0.0}
 
 
+def launch_votes() -> dict[str, list[dict]]:
+    """Per model that votes on the launch, its servers' rows (eager_launch_rows)."""
+    votes = {}
+    for server in gpu_paced_servers(LAUNCH_BATCHES):
+        if server_settings(server)["kv_cache_dtype"] in LAUNCH_FORMATS:
+            votes.setdefault(server["model"], []).extend(r for r in eager_launch_rows(server) if r["dense"])
+    return {model: rows for model, rows in votes.items() if len(rows) >= LAUNCH_LEAST_STEPS}
+
+
 def fit_eager_launch() -> tuple[dict[str, float], list[str]]:
-    """The launch's seconds a layer: the median over every such step of its launch over the model's layers; and the
-    points they were read from."""
-    rows = [r for server in gpu_paced_servers(LAUNCH_BATCHES)
-            if server_settings(server)["kv_cache_dtype"] in LAUNCH_FORMATS
-            for r in eager_launch_rows(server) if r["dense"]]
-    per_layer = statistics.median(r["launch_s"] / r["layers"] for r in rows)
-    return {LAUNCH_TERM: round(per_layer, 7)}, sorted({r["point"] for r in rows})
+    """The launch's seconds a layer: the median over the voting models of each one's median launch over its layers;
+    and the points they were read from."""
+    votes = launch_votes()
+    per_layer = statistics.median(statistics.median(r["launch_s"] / r["layers"] for r in rows)
+                                  for rows in votes.values())
+    return {LAUNCH_TERM: round(per_layer, 7)}, sorted({r["point"] for rows in votes.values() for r in rows})

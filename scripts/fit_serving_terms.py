@@ -84,8 +84,9 @@ def is_dense(p: dict) -> bool:
 
 # batches run to measure one mechanism, not the step: kept out of the dense one-request fit (see fitted_on); b22's
 # one request in int8_per_token_head and b25's in int4_per_token_head time the program pace (fit_serving_kernels.py),
-# and b28's judge that pace on models the fit never saw; b30's judge the front end's handling
-NOT_STEP_BATCHES = ("b7-prefill-graphs", "b22-prompt-tiles", "b25-int4-pace", "b28-int4-judge", "b30-front-door")
+# and b28's judge that pace on models the fit never saw; b30's judge the front end's handling; b31's the launch of a step with a prompt chunk (its one-request points are short prompts on an idle engine)
+NOT_STEP_BATCHES = ("b7-prefill-graphs", "b22-prompt-tiles", "b25-int4-pace", "b28-int4-judge", "b30-front-door",
+                    "b31-eager-launch")
 
 
 def fitted_on(points: list[dict]) -> list[dict]:
@@ -550,11 +551,11 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
                       "least-squares slopes on the prompt's tokens of the time each request of batches b22, b25 "
                       "and b28's one-request points spent outside the engine's steps (its latency less its steps' "
                       "span, and its TTFT less the span to the update of the step after its prompt), read off the "
-                      "step traces; the host's launch of a step past the largest CUDA graph, a layer at a time, the "
-                      "median over the Llama-3.1-8B bf16 and fp8 servers' steps of batches b11, b12 and b29 with "
-                      "a prompt chunk past the graph after a step that only decoded of the period of that step "
-                      "(the launch, under async scheduling) over the layers, where it lasted more than twice the "
-                      "decode-only step after the chunk"}
+                      "step traces; the host's launch of a step past the largest CUDA graph, a layer at a time: over "
+                      "the steps of batches b11, b12, b29, b30 and b31's dense bf16 and fp8 servers with a prompt "
+                      "chunk past the graph after a step that only decoded, the period of that step (the launch, "
+                      "under async scheduling) over the layers, where it lasted more than twice the decode-only "
+                      "step after the chunk; each model's median, then the median over the models"}
 
 
 def fitted_where(points: list[dict], named: list[str]) -> dict[str, str]:

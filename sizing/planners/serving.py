@@ -261,8 +261,10 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
             # the same tokens at the same times, the step by step loop's arithmetic in one pass
             times, used = run
             host = model.host_side_seconds(len(running), [])
-            step_time += sum(times)
-            host_time += sum(dt for dt in times if host >= dt)
+            for dt in times:  # step by step, as the loop below adds them: the same sums to the last bit
+                step_time += dt
+                if host >= dt:
+                    host_time += dt
             steps += len(times)
             if steps > MAX_SIMULATED_STEPS:
                 raise KvsizeError(f"the simulated load ran past {MAX_SIMULATED_STEPS:,} engine steps; fewer prompts")
