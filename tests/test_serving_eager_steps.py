@@ -171,7 +171,8 @@ def test_the_eager_term_is_fitted_on_b7s_moe_prompts_and_closes_the_gap_they_sho
         measured = points[i]["measured"]["ttft_p50_ms"]
         now = predict_point(served_settings(points[i]), ROOT).ttft_ms[50]
         assert abs(now / measured - 1) < abs(before[i] / measured - 1), i
-        # within 50%: the 2,000-token prompt is -46% since the launch bound (c_launch) took part of this fit (-40% before)
+        # within 50%: the 2,000-token prompt is -46% since the launch bound (c_launch) took part of this fit (-40%
+        # before)
         assert abs(now / measured - 1) < 0.5, i
 
 

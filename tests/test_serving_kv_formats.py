@@ -106,9 +106,9 @@ def test_decode_steps_of_the_per_token_head_formats_within_a_bound():
     # kernels' efficiency put them (50-80% short), or as one share a format left them (up to 37%)
     assert len(errors) >= 25
     assert max(map(abs, errors)) <= 0.20 and statistics.median(map(abs, errors)) <= 0.10
-    # the named miss: one or two long requests decoding alone run faster than the share says (their steps under a
-    # 32,000-token prompt's chunks: 5.0-5.2 ms measured in int8_per_token_head)
-    assert max(lone) > 0.4
+    # one or two requests decoding alone: once named a miss (40% and more long), they were steps of the next point
+    # taken for this one's, its window running 5 s past its last request (measure/steps.py point_windows)
+    assert len(lone) >= 4 and max(map(abs, lone)) <= 0.10
 
 
 def test_b15s_decode_steps_which_the_fit_never_saw():

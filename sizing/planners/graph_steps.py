@@ -3,7 +3,8 @@ step, in tokens, that the engine replays from a captured graph, from kvsize's ow
 ones its CUDA-graph memory term counts, sizing/engines/cudagraphs.py). vLLM pads a step to the next captured size
 and replays that graph; a step past the largest runs without one, each kernel launched from the host (the compiled
 pieces called one by one from Python, and for an MoE layer the fused-MoE path's Python), which the serving
-simulation prices per MoE layer (sizing/planners/step_model.py, StepModel)."""
+simulation prices as a launch a layer that bounds the step and a cost per MoE layer (sizing/planners/step_model.py,
+StepModel)."""
 
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ from .step_model import (StepModel, engine_efficiency, query_group_waves, query_
 MAX_SIMULATED_STEPS = 2_000_000  # a point of 10^4 prompts of 10^3 tokens at batch 8 takes ~10^6 steps
 PERCENTILES = (50, 90, 99)
 SIMULATED = "serving simulation"  # the basis of a figure this simulation gave (a design held to it: held.py)
-# past this share of its step time set by the host (StepModel.host_side_seconds), a run's speed is the host CPUs' as much
+# past this share of its step time set by the host (StepModel.host_side_seconds), a run's speed is the host's as much
 # as the GPU's: the same server and load ran 5.4 ms and 12.6 ms a gap on two H200 hosts (batches b9, b10), and at
 # 120 requests/s sent, one host held 107.6 and the other 74.4 (b9-llama1b-api4-p04, b10-llama1b-api4-p02)
 HOST_PACED_SHARE = 0.5
@@ -48,8 +48,8 @@ HOST_SPREAD = "the same server ran 2.3x apart on two H200 hosts and held 108 and
 # step late, then the step's own at once (b21's Qwen2.5-3B in int8_per_token_head: 714 ms then 38 ms between
 # output updates, against 356 ms either side, at the first steps of 65 and 73 requests; 25 of the 31 first counts
 # below 256 of measure/serving/b21-wave-fill/b21-qwen25-3b-int8/steps.tsv.gz). Its clients saw a gap of two steps,
-# the slowest 1% of gaps of a burst of long prompts on a fresh server. Over the one-GPU traces of batches b11-b30
-# (measure/steps.py first_count_holds; docs/step-trace.md), 369 of 638 such first steps below 256 requests held
+# the slowest 1% of gaps of a burst of long prompts on a fresh server. Over the one-GPU traces of batches b11-b31
+# (measure/steps.py first_count_holds; docs/step-trace.md), 373 of 648 such first steps below 256 requests held
 # it back (many of the others come straight after another first step, whose late update hides theirs), and 16
 # of 197 from 256 on, as often as the steps' own spread gives: none past FIRST_USE_LIMIT.
 FIRST_USE_PAD = 8

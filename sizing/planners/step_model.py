@@ -26,7 +26,8 @@ sizing/planners/graph_steps.py) runs without one: its kernels are launched from 
 layer's fused-expert path runs its Python, a cost a step much larger than a graph's replay. The engine core launches
 a step while the GPU runs the one before (async scheduling), so the launch of every layer's kernels is a bound of its
 own beside the GPU's part rather than a cost added to it: the step traces show it as the period before a prompt chunk
-(measure/steps.py eager_launch_rows), and it sets the step where the chunk's GEMMs are shorter. The front end (the engine core's output handling above and the API servers', processes of their own that
+(measure/steps.py eager_launch_rows), and it sets the step where the chunk's GEMMs are shorter. The front end (the
+engine core's output handling above and the API servers', processes of their own that
 stream each decoding request's token beside the engine's step) hands each request to the engine a fixed time after
 the client sent it, which its TTFT carries. A KV format the engine decodes in programs that each read one request's
 whole cache for one KV head (vLLM's TRITON_ATTN, the only backend of its per-token-head integer formats) reads in
