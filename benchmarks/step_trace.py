@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from measure.steps import (LEAST_STEPS, climbs, committed_steps, eager_launch_rows, first_count_holds,  # noqa: E402
-                           lone_prompt_rows, server_rows, traced_servers)
+                           lone_prompt_rows, server_rows, server_settings, traced_servers)
 from sizing.planners.serving import FIRST_USE_LIMIT, FIRST_USE_PAD  # noqa: E402
 
 
@@ -129,8 +129,8 @@ def _launches() -> list[str]:
            "Under async scheduling the engine core launches a step while the GPU runs the one before, and takes that "
            "step's tokens once the launch is done: under load, the period of a decode-only step before a chunk past "
            "the largest CUDA graph is the chunk's launch wherever it lasted more than twice the decode-only step after "
-           "it (measure/steps.py eager_launch_rows; the simulation's `eager_layer_launch_s` is the median of b11, b12 "
-           "and b29's Llama-3.1-8B). Alone on an idle engine (the one-request points), a prompt step's span from "
+           "it (measure/steps.py eager_launch_rows; the simulation's `eager_layer_launch_s` is the median over the "
+           "dense models in bf16 and fp8 of each model's median, scripts/fit_serving_handling.py). Alone on an idle engine (the one-request points), a prompt step's span from "
            "schedule() to its update, where it lasted at least "
            f"{LAUNCH_BOUND:g} times the simulated GPU part (lone_prompt_rows): under the graph, each layer's "
            "attention is launched between the graph's pieces; past it, every kernel. Milliseconds a layer, the median "
@@ -139,7 +139,11 @@ def _launches() -> list[str]:
            "| --- | ---: | ---: | ---: | ---: |"]
     for server in traced_servers():
         loaded = [r["launch_s"] / r["layers"] for r in eager_launch_rows(server)]
-        lone = [r for r in lone_prompt_rows(server) if r["span_s"] >= LAUNCH_BOUND * r["gpu_s"]]
+        # the dense models in the formats whose prompt attention runs in FlashAttention's kernels: the others' GPU
+        # part is not what the simulation's prefill terms were fitted on alone
+        flash = server_settings(server)["kv_cache_dtype"] in ("auto", "bf16", "fp8", "fp8_e4m3")
+        lone = [r for r in lone_prompt_rows(server) if flash and r["dense"]
+                and r["span_s"] >= LAUNCH_BOUND * r["gpu_s"]]
         if len(loaded) < 3 and not lone:
             continue
         layers = (lone or eager_launch_rows(server))[0]["layers"]
