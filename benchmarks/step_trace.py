@@ -20,8 +20,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from measure.steps import (LEAST_STEPS, climbs, committed_steps, eager_launch_rows, first_count_holds,  # noqa: E402
-                           lone_prompt_rows, server_rows, server_settings, traced_servers)
+from measure.steps import (FLASH_KV_CACHE_DTYPES, LEAST_STEPS, climbs, committed_steps,  # noqa: E402
+                           eager_launch_rows, first_count_holds, lone_prompt_rows, server_rows, server_settings,
+                           traced_servers)
 from sizing.planners.serving import FIRST_USE_LIMIT, FIRST_USE_PAD  # noqa: E402
 
 
@@ -138,15 +139,16 @@ def _launches() -> list[str]:
            "| server | layers | under load, past the graph | alone, under the graph | alone, past the graph |",
            "| --- | ---: | ---: | ---: | ---: |"]
     for server in traced_servers():
-        loaded = [r["launch_s"] / r["layers"] for r in eager_launch_rows(server)]
+        launches = eager_launch_rows(server)
+        loaded = [r["launch_s"] / r["layers"] for r in launches]
         # the dense models in the formats whose prompt attention runs in FlashAttention's kernels: the others' GPU
         # part is not what the simulation's prefill terms were fitted on alone
-        flash = server_settings(server)["kv_cache_dtype"] in ("auto", "bf16", "fp8", "fp8_e4m3")
+        flash = server_settings(server)["kv_cache_dtype"] in FLASH_KV_CACHE_DTYPES
         lone = [r for r in lone_prompt_rows(server) if flash and r["dense"]
                 and r["span_s"] >= LAUNCH_BOUND * r["gpu_s"]]
         if len(loaded) < 3 and not lone:
             continue
-        layers = (lone or eager_launch_rows(server))[0]["layers"]
+        layers = (lone or launches)[0]["layers"]
         out.append(f"| {server['tag']} | {layers} | {_median_ms(loaded) if len(loaded) >= 3 else '-'} "
                    f"| {_median_ms([r['span_s'] / r['layers'] for r in lone if not r['eager']])} "
                    f"| {_median_ms([r['span_s'] / r['layers'] for r in lone if r['eager']])} |")
@@ -191,4 +193,3 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
-

@@ -23,6 +23,9 @@ DECODING_BINS = (1, 16, 32, 64, 96, 128, 160, 192, 256, 320, 512)
 PROMPT_BINS = (1, 256, 1024, 2048, 4096, 8193)
 LEAST_STEPS = 20  # a group of fewer steps is not shown
 LONGEST_S = 0.25  # a longer period is the engine waiting for work, not a step
+# the --kv-cache-dtype values whose prompt attention vLLM runs in FlashAttention's kernels (the per-token-head integer
+# formats run theirs in Triton kernels, launched from Python more slowly)
+FLASH_KV_CACHE_DTYPES = ("auto", "bf16", "fp8", "fp8_e4m3")
 
 
 def server_folder(server: dict) -> Path:
@@ -326,6 +329,10 @@ def prompt_handling_rows(server: dict) -> list[dict]:
     return rows
 
 
+def _dense(model) -> bool:
+    """Whether a step model's architecture is dense: no routed experts, no MLA (their layers launch more)."""
+    return not (model.shape.num_experts or model.shape.is_mla)
+
 
 def lone_prompt_rows(server: dict) -> list[dict]:
     """Per prompt step of the server's one-request points (a whole prompt in one chunk, nothing decoding beside it):
@@ -345,8 +352,7 @@ def lone_prompt_rows(server: dict) -> list[dict]:
             if t0 <= s.scheduled_at <= t1 and s.prompt_requests == 1 and s.decoding == 0 and s.prompt_tokens == tokens:
                 rows.append(dict(point=point["id"], layers=model.shape.num_layers, tokens=tokens,
                                  eager=model.graphs.eager(tokens, True), span_s=s.updated_at - s.scheduled_at,
-                                 gpu_s=model.gpu_seconds(0, 0, [(0, tokens)]),
-                                 dense=not (model.shape.num_experts or model.shape.is_mla)))
+                                 gpu_s=model.gpu_seconds(0, 0, [(0, tokens)]), dense=_dense(model)))
     return rows
 
 
@@ -368,5 +374,5 @@ def eager_launch_rows(server: dict) -> list[dict]:
             continue
         if previous.period_s > 2 * following.period_s:
             rows.append(dict(point=point["id"], layers=model.shape.num_layers, tokens=tokens,
-                             launch_s=previous.period_s, dense=not (model.shape.num_experts or model.shape.is_mla)))
+                             launch_s=previous.period_s, dense=_dense(model)))
     return rows

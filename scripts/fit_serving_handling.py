@@ -12,8 +12,8 @@ sys.path.insert(0, str(ROOT))
 
 import statistics  # noqa: E402
 
-from measure.steps import (eager_launch_rows, gpu_paced_servers, prompt_handling_rows, server_settings,  # noqa: E402
-                           traced_servers)
+from measure.steps import (FLASH_KV_CACHE_DTYPES, eager_launch_rows, gpu_paced_servers,  # noqa: E402
+                           prompt_handling_rows, server_settings, traced_servers)
 from least_squares import line  # noqa: E402
 
 # the front end's handling of a request, read off the step traces of requests alone on the engine (measure/steps.py
@@ -49,7 +49,6 @@ def fit_handling() -> tuple[dict[str, float], list[str]]:
 # cause: Qwen3-14B's 0.93 lies between). The per-token-head integer formats' prompt attention runs in Triton kernels,
 # launched from Python more slowly (b14's Llama-3.1-8B: 1.2 and 1.5 ms a layer): a term of their own, not fitted
 LAUNCH_BATCHES = ("b11-step-trace", "b12-step-ladder", "b29-knee-ladder", "b30-front-door", "b31-eager-launch")
-LAUNCH_FORMATS = ("auto", "bf16", "fp8", "fp8_e4m3")
 LAUNCH_LEAST_STEPS = 20  # a model of fewer such steps gets no vote
 LAUNCH_TERM = "eager_layer_launch_s"
 LAUNCH_OFF = {LAUNCH_TERM: 0.0}
@@ -59,7 +58,7 @@ def launch_votes() -> dict[str, list[dict]]:
     """Per model that votes on the launch, its servers' rows (eager_launch_rows)."""
     votes = {}
     for server in gpu_paced_servers(LAUNCH_BATCHES):
-        if server_settings(server)["kv_cache_dtype"] in LAUNCH_FORMATS:
+        if server_settings(server)["kv_cache_dtype"] in FLASH_KV_CACHE_DTYPES:
             votes.setdefault(server["model"], []).extend(r for r in eager_launch_rows(server) if r["dense"])
     return {model: rows for model, rows in votes.items() if len(rows) >= LAUNCH_LEAST_STEPS}
 

@@ -36,7 +36,9 @@ under graphs up to 2,048 tokens), beside an offset that is not kept (see fit_eag
 per streamed token, the engine core's (in the host's side of a step, after its floor) and the API servers' (a bound
 of their own; see fit_frontend), on batch b8's closed-loop Llama-3.2-1B points (one and four API servers). The
 request's handling by the front end (see fit_handling), a part the same for every request and one per prompt token,
-is read off the step traces of requests alone on the engine, before the MFU is fitted. Batch b7's Llama-3.2-1B points stay out of every other fit (see fitted_on and EAGER_SERVERS).
+and the host's launch of a step past the largest CUDA graph (see fit_eager_launch) are read off the step traces
+(scripts/fit_serving_handling.py), before the MFU is fitted. Batch b7's Llama-3.2-1B points stay out of every other
+fit (see fitted_on and EAGER_SERVERS).
 Every other measured point
 (Mixtral-8x7B, gpt-oss-20b, DeepSeek-V2-Lite, Qwen3-30B-A3B at more than one request in flight and in batches b4 and
 b6, more than one request in flight elsewhere, the open loops, b7's Llama-3.2-1B prompts past their graph) is left out
@@ -445,17 +447,17 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
     # read off the traces apart from the simulation, so fixed before the MFU, which is fitted on the TTFT less it
     handling, handling_ids = fit_handling() if "handling" in terms else (dict(HANDLING_OFF), [])
     launch, launch_ids = fit_eager_launch() if "launch" in terms else (dict(LAUNCH_OFF), [])
-    handling = {**handling, **launch}
-    handling_points = [p for p in points if p["id"] in set(handling_ids) | set(launch_ids)]
+    host_terms = {**handling, **launch}  # the host's side, both read off the step traces
+    host_points = [p for p in points if p["id"] in set(handling_ids) | set(launch_ids)]
     for _ in range(FIT_ROUNDS):
         # fit_step's terms start from NEUTRAL: every term fitted later (the front end's among them) is off here
         trial = {**fit_step(points, traced["engine_kv_efficiency"], terms, traced[REQUEST_TERM]), **traced,
-                 PACE_TERM: {}, **handling}
+                 PACE_TERM: {}, **host_terms}
         trial["prefill_mfu"] = fit_mfu(points, trial)
         trial["moe_layer_step_overhead_s"] = fit_moe_layer(points, trial) if "moe_layer" in terms else 0.0
         traced = fit_trace(trial)
     fixed = {**fit_step(points, traced["engine_kv_efficiency"], terms, traced[REQUEST_TERM]), **traced,
-             PACE_TERM: {}, **handling}  # the pace is fitted last (fit_serving_kernels.py)
+             PACE_TERM: {}, **host_terms}  # the pace is fitted last (fit_serving_kernels.py)
     fixed["prefill_mfu"] = fit_mfu(points, fixed)
     trace_points = _group_points(trace_groups())
     fixed["moe_layer_step_overhead_s"] = fit_moe_layer(points, fixed) if "moe_layer" in terms else 0.0
@@ -479,7 +481,7 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
     trace_points += _group_points(ramp_groups())
 
     named = ([p["id"] for p in fitted_on(points) + moe_points + [r["point"] for r in eager]
-              + [r["point"] for r in front] + handling_points
+              + [r["point"] for r in front] + host_points
               + pace_fitted_on(points) + prefill_attention_fitted_on(points, FORMAT_TRACE_SERVERS)]
              + trace_points)
     fixed["engine_kernel_twins"] = KERNEL_TWINS
@@ -490,7 +492,7 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
                                      "tp_per_layer_step_overhead_s", "step_floor_s",
                                      "moe_layer_step_overhead_s", EAGER_TERM)},
             **frontend,
-            **handling, REQUEST_TERM: fixed[REQUEST_TERM],
+            **host_terms, REQUEST_TERM: fixed[REQUEST_TERM],
             "fitted_on": named, **fitted_where(points, named),
             "source": "scripts/fit_serving_terms.py over the points it names (measure/serving/points.json): one "
                       "request in flight on the dense servers (Llama-3.2-1B, Llama-3.1-8B, Qwen3-8B, "
@@ -544,12 +546,10 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
                       "processes), every other term fixed, the grid pair leaving the least squared relative error of "
                       "the measured median inter-token gap of batch b8's closed-loop Llama-3.2-1B points to the "
                       "largest of the simulated GPU step, floor + streams x core and streams x API / API servers; "
-                      "the request's handling by the front end (added to each TTFT), the "
-                      "median over batch b7's one-request points whose prompt the largest CUDA graph holds of the "
-                      "measured median TTFT less the simulated one without it, fitted in turn with the MFU (which is "
-                      "fitted on the TTFT less the handling); the front end's seconds per prompt token, on the way "
-                      "in and on the first token's way back, the "
-                      "least-squares slopes on the prompt's tokens of the time each request of batches b22, b25 "
+                      "the request's handling by the front end (added to each TTFT, and taken off it before the MFU "
+                      "is fitted): a part the same for every request, the intercept, and the front end's seconds per "
+                      "prompt token, on the way in and on the first token's way back, the "
+                      "least-squares lines on the prompt's tokens of the time each request of batches b22, b25 "
                       "and b28's one-request points spent outside the engine's steps (its latency less its steps' "
                       "span, and its TTFT less the span to the update of the step after its prompt), read off the "
                       "step traces; the host's launch of a step past the largest CUDA graph, a layer at a time: over "
