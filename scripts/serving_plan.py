@@ -274,6 +274,18 @@ EAGER_LAUNCH = [closed(400, 32, 1, 4), closed(600, 32, 1, 4), closed(800, 32, 1,
                 closed(1500, 32, 1, 4), closed(3000, 32, 1, 4), opened(1000, 128, 4, 60), opened(1000, 128, 8, 120)]
 
 
+# batch b32, on two H200s side by side: a step with a prompt chunk under the largest CUDA graph. One request alone
+# under the 512-token graph took 14-21 ms from schedule() to update on 28-40-layer models whose GPU part is 3-18 ms
+# (b31), and the step before a chunk of Llama-3.2-1B's 128-token prompts beside 160 decoding requests lasted 8.4 ms
+# where a decode step lasted 5.5 (b11): the host's launch of a step that replays the graph's pieces, its attention
+# launched between them, which the simulation does not price. Prompts of 200-300 tokens alone, beside 3 long decoders,
+# in a closed loop of 16 and in open loops of 4 and 16 a second, on models of 16 to 36 layers (whether it goes by the
+# layer or by the step), and Qwen3-8B with graphs to 2,048 tokens at 1,000-token prompts (b31's open loops left)
+PIECEWISE_PROMPTS = [closed(200, 32, 1, 4), closed(200, 512, 4, 8), closed(300, 128, 16, 48), opened(300, 128, 4, 60),
+                     opened(300, 128, 16, 240)]
+PIECEWISE_WIDE = PIECEWISE_PROMPTS + [opened(1000, 128, 4, 60), opened(1000, 128, 8, 120)]
+
+
 def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len: int, points: list[dict],
            kv_cache_dtype: str = "auto", tp: int = 1, prefill_tokens_per_s: float = 15000.0,
            itl_guess_s: float = 0.012, tokenizer_only: bool = False, instead_of: str | None = None,
@@ -343,7 +355,7 @@ def plan() -> dict:
     b18, b19, b20, b21 = "b18-wave-ratio", "b19-count-or-family", "b20-group-waves", "b21-wave-fill"
     b22, b23, b24, b25 = "b22-prompt-tiles", "b23-long-waves", "b24-grid-blocks", "b25-int4-pace"
     b26, b27, b28, b29 = "b26-held-ramps", "b27-ramps-check", "b28-int4-judge", "b29-knee-ladder"
-    b30, b31 = "b30-front-door", "b31-eager-launch"
+    b30, b31, b32 = "b30-front-door", "b31-eager-launch", "b32-piecewise-prompts"
     ran = {b1: {"0": ["llama8b-bf16", "qwen3moe-bf16"], "1": ["llama8b-fp8", "dsv2lite-bf16"],
                 "0,1": ["qwen25-32b-tp2-bf16"]}}
     ran[b2], ran[b3] = ran[b1], ran[b1]  # b1-b3 ran as one set of lanes
@@ -384,18 +396,21 @@ def plan() -> dict:
     ran[b28] = {"0": ["b28-qwen3-8b-int4"], "1": ["b28-qwen3-14b-int4", "b28-qwen25-15b-int4"], "0,1": []}
     ran[b29] = {"0": ["b29-llama8b-bf16"], "1": ["b29-llama8b-fp8"], "0,1": []}
     ran[b30] = {"0": ["b30-qwen3-8b", "b30-qwen3-8b-api4"], "1": ["b30-nemo12b", "b30-nemo12b-api4"], "0,1": []}
-    # planned, not run yet, on a two-GPU machine: what the kit runs next
+    # ran on two H200s side by side (38 of its 40 points: the Qwen3-8B-cg2048 open loops run again in b32)
     ran[b31] = {"0": ["b31-qwen3-14b", "b31-qwen25-7b", "b31-qwen3-8b-cg2048"], "1": ["b31-llama8b", "b31-qwen25-15b"],
+                "0,1": []}
+    # planned, not run yet, on a two-GPU machine: what the kit runs next
+    ran[b32] = {"0": ["b32-llama1b", "b32-qwen3-8b-cg2048", "b32-qwen25-7b"], "1": ["b32-qwen25-15b", "b32-llama8b"],
                 "0,1": []}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
         bench="vllm bench serve --backend vllm --dataset-name random (ignore_eos), --percentile-metrics "
               "ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --save-result --save-detailed",
         batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16, b17, b18, b19, b20, b21, b22, b23,
-                 b24, b25, b26, b27, b28, b29, b30, b31],
+                 b24, b25, b26, b27, b28, b29, b30, b31, b32],
         # lanes run side by side; a lane's servers run one after another; '0,1' runs once both others are done.
         # `lanes` are the newest batch's (what the kit runs); `lanes_by_batch` keeps each batch's
-        lanes=ran[b31], lanes_by_batch=ran,
+        lanes=ran[b32], lanes_by_batch=ran,
         servers=[
             server("llama8b-bf16", b1, "llama-3.1-8b", "0", 8101, 65536, LLAMA_POINTS),
             server("llama8b-fp8", b1, "llama-3.1-8b", "1", 8102, 65536, LLAMA_POINTS, kv_cache_dtype="fp8"),
@@ -542,6 +557,16 @@ def plan() -> dict:
                   ("qwen3-8b-cg2048", "qwen3-8b", "0", 8383, 0.008, 25000, {"max_cudagraph_capture_size": 2048}),
                   ("llama8b", "llama-3.1-8b", "1", 8384, 0.008, 25000, {}),
                   ("qwen25-15b", "qwen2.5-1.5b", "1", 8385, 0.004, 60000, {}))),
+            *(server(f"b32-{tag}", b32, model, gpu, port, 32768, points, itl_guess_s=itl,
+                     prefill_tokens_per_s=tokens_per_s, step_trace=True, tokenizer_only=model.startswith("qwen"),
+                     **extra)
+              for tag, model, gpu, port, itl, tokens_per_s, points, extra in (
+                  ("llama1b", "llama-3.2-1b-instruct", "0", 8391, 0.003, 60000, PIECEWISE_PROMPTS, {}),
+                  ("qwen3-8b-cg2048", "qwen3-8b", "0", 8392, 0.008, 25000, PIECEWISE_WIDE,
+                   {"max_cudagraph_capture_size": 2048}),
+                  ("qwen25-7b", "qwen2.5-7b-instruct", "0", 8393, 0.008, 25000, PIECEWISE_PROMPTS, {}),
+                  ("qwen25-15b", "qwen2.5-1.5b", "1", 8394, 0.004, 60000, PIECEWISE_PROMPTS, {}),
+                  ("llama8b", "llama-3.1-8b", "1", 8395, 0.008, 25000, PIECEWISE_PROMPTS, {}))),
         ],
     )
 
