@@ -400,8 +400,8 @@ def plan() -> dict:
     ran[b31] = {"0": ["b31-qwen3-14b", "b31-qwen25-7b", "b31-qwen3-8b-cg2048"], "1": ["b31-llama8b", "b31-qwen25-15b"],
                 "0,1": []}
     # planned, not run yet, on a two-GPU machine: what the kit runs next
-    ran[b32] = {"0": ["b32-llama1b", "b32-qwen3-8b-cg2048", "b32-qwen25-7b"], "1": ["b32-qwen25-15b", "b32-llama8b"],
-                "0,1": []}
+    ran[b32] = {"0": ["b32-llama1b", "b32-qwen3-8b-cg2048", "b32-qwen25-7b", "b32-qwen3-14b"],
+                "1": ["b32-qwen25-15b", "b32-llama8b", "b32-qwen25-3b"], "0,1": []}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
         bench="vllm bench serve --backend vllm --dataset-name random (ignore_eos), --percentile-metrics "
@@ -566,7 +566,10 @@ def plan() -> dict:
                    {"max_cudagraph_capture_size": 2048}),
                   ("qwen25-7b", "qwen2.5-7b-instruct", "0", 8393, 0.008, 25000, PIECEWISE_PROMPTS, {}),
                   ("qwen25-15b", "qwen2.5-1.5b", "1", 8394, 0.004, 60000, PIECEWISE_PROMPTS, {}),
-                  ("llama8b", "llama-3.1-8b", "1", 8395, 0.008, 25000, PIECEWISE_PROMPTS, {}))),
+                  ("llama8b", "llama-3.1-8b", "1", 8395, 0.008, 25000, PIECEWISE_PROMPTS, {}),
+                  # added once the first five had run, the device time left: 36 and 40 layers
+                  ("qwen25-3b", "qwen2.5-3b", "1", 8396, 0.005, 40000, PIECEWISE_PROMPTS, {}),
+                  ("qwen3-14b", "qwen3-14b", "0", 8397, 0.012, 15000, PIECEWISE_PROMPTS, {}))),
         ],
     )
 
