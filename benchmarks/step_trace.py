@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from measure.steps import (FLASH_KV_CACHE_DTYPES, LEAST_STEPS, climbs, committed_steps,  # noqa: E402
-                           eager_launch_rows, first_count_holds, lone_prompt_rows, server_rows, server_settings,
+                           launch_rows, first_count_holds, lone_prompt_rows, server_rows, server_settings,
                            traced_servers)
 from sizing.planners.serving import FIRST_USE_LIMIT, FIRST_USE_PAD  # noqa: E402
 
@@ -124,13 +124,13 @@ def _median_ms(values: list[float]) -> str:
 
 def _launches() -> list[str]:
     """The host's launch of a step with a prompt chunk, a layer at a time: under load, the period before a chunk past
-    the largest graph (measure/steps.py eager_launch_rows); alone on an idle engine, a prompt step's own span where it
+    the largest graph (measure/steps.py launch_rows); alone on an idle engine, a prompt step's own span where it
     outlasts its simulated GPU part (lone_prompt_rows)."""
     out = ["## The launch of a step with a prompt chunk", "",
            "Under async scheduling the engine core launches a step while the GPU runs the one before, and takes that "
            "step's tokens once the launch is done: under load, the period of a decode-only step before a chunk past "
            "the largest CUDA graph is the chunk's launch wherever it lasted more than twice the decode-only step after "
-           "it (measure/steps.py eager_launch_rows; the simulation's `eager_layer_launch_s` is the median over the "
+           "it (measure/steps.py launch_rows; the simulation's `eager_layer_launch_s` is the median over the "
            "dense models in bf16 and fp8 of each model's median, scripts/fit_serving_handling.py). Alone on an idle engine (the one-request points), a prompt step's span from "
            "schedule() to its update, where it lasted at least "
            f"{LAUNCH_BOUND:g} times the simulated GPU part (lone_prompt_rows): under the graph, each layer's "
@@ -139,7 +139,7 @@ def _launches() -> list[str]:
            "| server | layers | under load, past the graph | alone, under the graph | alone, past the graph |",
            "| --- | ---: | ---: | ---: | ---: |"]
     for server in traced_servers():
-        launches = eager_launch_rows(server)
+        launches = launch_rows(server)
         loaded = [r["launch_s"] / r["layers"] for r in launches]
         # the dense models in the formats whose prompt attention runs in FlashAttention's kernels: the others' GPU
         # part is not what the simulation's prefill terms were fitted on alone

@@ -12,7 +12,7 @@ sys.path.insert(0, str(ROOT))
 
 import statistics  # noqa: E402
 
-from measure.steps import (FLASH_KV_CACHE_DTYPES, eager_launch_rows, gpu_paced_servers,  # noqa: E402
+from measure.steps import (FLASH_KV_CACHE_DTYPES, launch_rows, gpu_paced_servers,  # noqa: E402
                            prompt_handling_rows, server_settings, traced_servers)
 from least_squares import line  # noqa: E402
 
@@ -41,32 +41,37 @@ def fit_handling() -> tuple[dict[str, float], list[str]]:
              FIRST_TOKEN_TERM: round(max(first - way_in, 0.0), 11)}, sorted({r["point"] for r in rows}))
 
 
-# the host's launch of a step past the largest CUDA graph, a layer's kernels at a time (measure/steps.py
-# eager_launch_rows), under load: every dense GPU-paced server of the traced batches in a format whose prompt attention
-# runs in FlashAttention's kernels (bf16, fp8), each model's median one vote (its servers' steps together), as the
-# layers of the models measured
-# launch at 0.72-1.12 ms each (Llama-3.1-8B the fastest, Qwen2.5-7B the slowest; per-head q and k norms are no
-# cause: Qwen3-14B's 0.93 lies between). The per-token-head integer formats' prompt attention runs in Triton kernels,
-# launched from Python more slowly (b14's Llama-3.1-8B: 1.2 and 1.5 ms a layer): a term of their own, not fitted
-LAUNCH_BATCHES = ("b11-step-trace", "b12-step-ladder", "b29-knee-ladder", "b30-front-door", "b31-eager-launch")
+# the host's launch of a step with prompt chunks, a layer at a time (measure/steps.py launch_rows), under load: past the
+# largest CUDA graph every kernel launched from Python, under it the graph's pieces replayed and each layer's attention
+# launched between them. Every dense GPU-paced server of the traced batches in a format whose prompt attention runs in
+# FlashAttention's kernels (bf16, fp8), each model's median one vote (its servers' steps together), as the layers of
+# the models measured launch at 0.74-1.11 ms each past the graph (Llama-3.1-8B the fastest, Qwen2.5-7B the slowest;
+# per-head q and k norms are no cause: Qwen3-14B's 0.94 lies between) and 0.33-0.53 ms under it (b32). The
+# per-token-head integer formats' prompt attention runs in Triton kernels, launched from Python more slowly (b14's
+# Llama-3.1-8B: 1.2 and 1.5 ms a layer past the graph): a term of their own, not fitted
+LAUNCH_BATCHES = ("b11-step-trace", "b12-step-ladder", "b29-knee-ladder", "b30-front-door", "b31-eager-launch",
+                  "b32-piecewise-prompts")
 LAUNCH_LEAST_STEPS = 20  # a model of fewer such steps gets no vote
-LAUNCH_TERM = "eager_layer_launch_s"
-LAUNCH_OFF = {LAUNCH_TERM: 0.0}
+LAUNCH_TERM, PIECEWISE_LAUNCH_TERM = "eager_layer_launch_s", "piecewise_layer_launch_s"
+LAUNCH_OFF = {LAUNCH_TERM: 0.0, PIECEWISE_LAUNCH_TERM: 0.0}
 
 
-def launch_votes() -> dict[str, list[dict]]:
-    """Per model that votes on the launch, its servers' rows (eager_launch_rows)."""
+def launch_votes(past_graph: bool = True) -> dict[str, list[dict]]:
+    """Per model that votes on the launch past the largest graph (or under it), its servers' rows (launch_rows)."""
     votes = {}
     for server in gpu_paced_servers(LAUNCH_BATCHES):
         if server_settings(server)["kv_cache_dtype"] in FLASH_KV_CACHE_DTYPES:
-            votes.setdefault(server["model"], []).extend(r for r in eager_launch_rows(server) if r["dense"])
+            votes.setdefault(server["model"], []).extend(r for r in launch_rows(server, past_graph) if r["dense"])
     return {model: rows for model, rows in votes.items() if len(rows) >= LAUNCH_LEAST_STEPS}
 
 
-def fit_eager_launch() -> tuple[dict[str, float], list[str]]:
-    """The launch's seconds a layer: the median over the voting models of each one's median launch over its layers;
-    and the points they were read from."""
-    votes = launch_votes()
-    per_layer = statistics.median(statistics.median(r["launch_s"] / r["layers"] for r in rows)
-                                  for rows in votes.values())
-    return {LAUNCH_TERM: round(per_layer, 7)}, sorted({r["point"] for rows in votes.values() for r in rows})
+def fit_launch() -> tuple[dict[str, float], list[str]]:
+    """The launch's seconds a layer past the largest graph and under it: each the median over the voting models of
+    each one's median launch over its layers; and the points they were read from."""
+    terms, points = {}, set()
+    for term, past_graph in ((LAUNCH_TERM, True), (PIECEWISE_LAUNCH_TERM, False)):
+        votes = launch_votes(past_graph)
+        terms[term] = round(statistics.median(statistics.median(r["launch_s"] / r["layers"] for r in rows)
+                                              for rows in votes.values()), 7)
+        points |= {r["point"] for rows in votes.values() for r in rows}
+    return terms, sorted(points)

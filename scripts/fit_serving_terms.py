@@ -36,7 +36,7 @@ under graphs up to 2,048 tokens), beside an offset that is not kept (see fit_eag
 per streamed token, the engine core's (in the host's side of a step, after its floor) and the API servers' (a bound
 of their own; see fit_frontend), on batch b8's closed-loop Llama-3.2-1B points (one and four API servers). The
 request's handling by the front end (see fit_handling), a part the same for every request and one per prompt token,
-and the host's launch of a step past the largest CUDA graph (see fit_eager_launch) are read off the step traces
+and the host's launch of a step with a prompt chunk, past the largest CUDA graph and under it (see fit_launch), are read off the step traces
 (scripts/fit_serving_handling.py), before the MFU is fitted. Batch b7's Llama-3.2-1B points stay out of every other
 fit (see fitted_on and EAGER_SERVERS).
 Every other measured point
@@ -67,7 +67,7 @@ from sizing.planners.step_model import SERVING_PROFILE, queries_per_kv_head  # n
 from sizing.profiles import matching_gpus, measured_efficiency  # noqa: E402
 from measure.steps import LEAST_STEPS, decode_groups, gpu_paced_servers, server_settings  # noqa: E402
 from least_squares import best_count, relative_least_squares  # noqa: E402
-from fit_serving_handling import HANDLING_OFF, LAUNCH_OFF, fit_eager_launch, fit_handling  # noqa: E402
+from fit_serving_handling import HANDLING_OFF, LAUNCH_OFF, fit_handling, fit_launch  # noqa: E402
 from fit_serving_kernels import (PACE_TERM, PREFILL_ATTENTION_TERM, fit_prefill_attention,  # noqa: E402
                                  fit_program_pace, fit_query_group_sm, pace_fitted_on, paced_split_shares,
                                  prefill_attention_fitted_on, settings_format)
@@ -86,10 +86,10 @@ def is_dense(p: dict) -> bool:
 
 # batches run to measure one mechanism, not the step: kept out of the dense one-request fit (see fitted_on); b22's
 # one request in int8_per_token_head and b25's in int4_per_token_head time the program pace (fit_serving_kernels.py),
-# and b28's judge that pace on models the fit never saw; b30's judge the front end's handling; b31's the launch of
+# and b28's judge that pace on models the fit never saw; b30's judge the front end's handling; b31 and b32 the launch of
 # a step with a prompt chunk (its one-request points are short prompts on an idle engine)
 NOT_STEP_BATCHES = ("b7-prefill-graphs", "b22-prompt-tiles", "b25-int4-pace", "b28-int4-judge", "b30-front-door",
-                    "b31-eager-launch")
+                    "b31-eager-launch", "b32-piecewise-prompts")
 
 
 def fitted_on(points: list[dict]) -> list[dict]:
@@ -446,7 +446,7 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
     traced = {"engine_kv_efficiency": {}, **NO_WAVES, REQUEST_TERM: 0.0}
     # read off the traces apart from the simulation, so fixed before the MFU, which is fitted on the TTFT less it
     handling, handling_ids = fit_handling() if "handling" in terms else (dict(HANDLING_OFF), [])
-    launch, launch_ids = fit_eager_launch() if "launch" in terms else (dict(LAUNCH_OFF), [])
+    launch, launch_ids = fit_launch() if "launch" in terms else (dict(LAUNCH_OFF), [])
     host_terms = {**handling, **launch}  # the host's side, both read off the step traces
     host_points = [p for p in points if p["id"] in set(handling_ids) | set(launch_ids)]
     for _ in range(FIT_ROUNDS):
@@ -552,11 +552,12 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
                       "least-squares lines on the prompt's tokens of the time each request of batches b22, b25 "
                       "and b28's one-request points spent outside the engine's steps (its latency less its steps' "
                       "span, and its TTFT less the span to the update of the step after its prompt), read off the "
-                      "step traces; the host's launch of a step past the largest CUDA graph, a layer at a time: over "
-                      "the steps of batches b11, b12, b29, b30 and b31's dense bf16 and fp8 servers with a prompt "
-                      "chunk past the graph after a step that only decoded, the period of that step (the launch, "
-                      "under async scheduling) over the layers, where it lasted more than twice the decode-only "
-                      "step after the chunk; each model's median, then the median over the models"}
+                      "step traces; the host's launch of a step with a prompt chunk, a layer at a time, past the largest "
+                      "CUDA graph and under it (the graph's pieces, each layer's attention between them) apart: over "
+                      "the steps of batches b11, b12, b29, b30, b31 and b32's dense bf16 and fp8 servers with a "
+                      "prompt chunk after a step that only decoded, the period of that step (the launch, under async "
+                      "scheduling) over the layers, where it lasted more than twice the decode-only step after the "
+                      "chunk; each model's median, then the median over the models"}
 
 
 def fitted_where(points: list[dict], named: list[str]) -> dict[str, str]:

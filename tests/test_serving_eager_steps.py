@@ -22,8 +22,10 @@ def _replica(name="llama-3.1-8b", **kw):
     s = scenario(name, "h200", max_model_len=32768, memory_fraction=0.9, max_num_batched_tokens=8192,
                  max_num_seqs=1024, **kw)
     model, engine = serving_replica(s, g.hbm_bandwidth_gb_s, g.bf16_dense_tflops, g.multiprocessors, measured_efficiency())
-    # the launch's bound is held apart (test_a_dense_models_step_past_the_graph_lasts_at_least_its_launch)
-    return replace(model, eager_moe_layer_overhead_s=EAGER_MOE, floor_s=0.0, eager_layer_launch_s=0.0), engine
+    # the launches' bounds are held apart (test_a_dense_models_step_past_the_graph_lasts_at_least_its_launch and
+    # test_a_prompt_step_under_the_graph_lasts_at_least_its_pieces_launch)
+    return replace(model, eager_moe_layer_overhead_s=EAGER_MOE, floor_s=0.0, eager_layer_launch_s=0.0,
+                   piecewise_layer_launch_s=0.0), engine
 
 
 def _points() -> dict:
@@ -34,7 +36,8 @@ def _moe(point="b7-qwen3moe-p03-i520-o32-c1"):
     from sizing.evidence.serving import point_replica
 
     moe, _ = point_replica(_points()[point]["settings"], ROOT)
-    return replace(moe, eager_moe_layer_overhead_s=EAGER_MOE, floor_s=0.0, eager_layer_launch_s=0.0)
+    return replace(moe, eager_moe_layer_overhead_s=EAGER_MOE, floor_s=0.0, eager_layer_launch_s=0.0,
+                   piecewise_layer_launch_s=0.0)
 
 
 def test_a_prompt_one_token_past_the_largest_graph_pays_every_moe_layers_eager_cost():
@@ -59,7 +62,7 @@ def test_a_dense_models_step_past_the_graph_lasts_at_least_its_launch():
     # a small chunk past the graph: the GPU's part is shorter than the launch, which sets the step
     assert dense.gpu_seconds(0, 0, [(0, 600)]) < dense.eager_launch_s
     assert dense.seconds(0, 0, [(0, 600)]) == pytest.approx(dense.eager_launch_s)
-    # the same chunk under the graph launches nothing, and a long chunk's GPU part hides the launch
+    # the same chunk under the graph launches only its pieces (none here), and a long chunk's GPU part hides the launch
     assert dense.seconds(0, 0, [(0, 500)]) == pytest.approx(max(dense.gpu_seconds(0, 0, [(0, 500)]),
                                                                 dense.host_seconds(0)))
     assert dense.seconds(0, 0, [(0, 8000)]) == pytest.approx(dense.gpu_seconds(0, 0, [(0, 8000)]))
@@ -67,26 +70,52 @@ def test_a_dense_models_step_past_the_graph_lasts_at_least_its_launch():
     assert dense.host_side_seconds(513, []) >= dense.eager_launch_s > dense.host_side_seconds(8, [])
 
 
-def test_the_profiles_launch_is_what_the_fitted_traces_give():
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from fit_serving_handling import fit_eager_launch, launch_votes
+def test_a_prompt_step_under_the_graph_lasts_at_least_its_pieces_launch():
+    # under FULL_AND_PIECEWISE a step with a prompt chunk replays the graph's pieces, each layer's attention launched
+    # between them: a bound beside the GPU's part; a decode-only step replays one FULL graph and launches no layer
+    dense, _ = _replica()
+    dense = replace(dense, piecewise_layer_launch_s=0.4e-3)
+    assert dense.graphs.piecewise_prompts
+    launch = 32 * 0.4e-3
+    assert dense.gpu_seconds(2, 2000, [(0, 300)]) < launch
+    assert dense.seconds(2, 2000, [(0, 300)]) == pytest.approx(launch)
+    assert dense.host_side_seconds(8, []) == pytest.approx(dense.host_seconds(8))
+    # past the graph the eager launch stands instead (none here), and a long chunk's GPU part hides the pieces'
+    assert dense.host_side_seconds(0, [(0, 600)]) == pytest.approx(dense.host_seconds(0))
+    assert dense.seconds(0, 0, [(0, 500)]) == pytest.approx(max(dense.gpu_seconds(0, 0, [(0, 500)]), launch))
+    # under FULL_DECODE_ONLY a prompt step has no graph at all: it is launched eagerly, never in pieces
+    only = replace(dense, graphs=GraphedSteps(0, 512, dense.graphs.decode_batches))
+    assert not only.graphs.piecewise(300, True) and only.graphs.eager(300, True)
 
-    fitted, points = fit_eager_launch()
+
+def test_the_profiles_launches_are_what_the_fitted_traces_give():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from fit_serving_handling import fit_launch, launch_votes
+
+    fitted, points = fit_launch()
     fit = step_overhead()
-    assert fitted == {"eager_layer_launch_s": fit.eager_layer_launch_s}
+    assert fitted == {"eager_layer_launch_s": fit.eager_layer_launch_s,
+                      "piecewise_layer_launch_s": fit.piecewise_layer_launch_s}
     assert set(points) <= set(fit.fitted_on) and len(points) >= 10
-    # six dense models vote, one each, however many of their servers ran (docs/formulas.md, 'c_launch')
+    # past the graph six dense models vote, one each, however many of their servers ran (docs/formulas.md,
+    # 'c_launch'); under it the seven of b32
     votes = launch_votes()
     assert len(votes) == 6 and "llama-3.1-8b" in votes and "qwen2.5-7b-instruct" in votes
     per_model = sorted(sorted(r["launch_s"] / r["layers"] for r in rows)[len(rows) // 2] for rows in votes.values())
     assert per_model[0] == pytest.approx(0.74e-3, abs=0.03e-3) and per_model[-1] == pytest.approx(1.12e-3, abs=0.03e-3)
     assert per_model[2] <= fit.eager_layer_launch_s <= per_model[3]
+    pieces = launch_votes(past_graph=False)
+    assert len(pieces) == 7 and "llama-3.2-1b-instruct" in pieces and "qwen3-14b" in pieces
+    per_model = sorted(sorted(r["launch_s"] / r["layers"] for r in rows)[len(rows) // 2] for rows in pieces.values())
+    assert 0.3e-3 < per_model[0] and per_model[-1] < 0.6e-3 and per_model[3] == fit.piecewise_layer_launch_s
+    # the pieces' launch is about half the eager one, on every model that ran both
+    assert 0.3 < fit.piecewise_layer_launch_s / fit.eager_layer_launch_s < 0.6
 
 
 def test_a_launch_shows_as_the_period_before_the_chunk_on_every_dense_server_that_ran_one():
-    from measure.steps import eager_launch_rows, traced_servers
+    from measure.steps import launch_rows, traced_servers
 
-    by_server = {s["tag"]: [r["launch_s"] / r["layers"] for r in eager_launch_rows(s)] for s in traced_servers()
+    by_server = {s["tag"]: [r["launch_s"] / r["layers"] for r in launch_rows(s)] for s in traced_servers()
                  if s["batch"] == "b30-front-door"}
     # Mistral-Nemo-12B's layers launch as Llama-3.1-8B's (b29: 0.75), Qwen3-8B's about 40% slower
     for tag, values in by_server.items():

@@ -24,6 +24,9 @@ class GraphedSteps:
     # the batch sizes of the FULL graphs a decode-only step is padded to, attention inside them (empty: its attention
     # runs with the step's own requests)
     decode_batches: tuple[int, ...] = ()
+    # whether a step with prompt chunks under the largest graph replays the graph's pieces, each layer's attention
+    # launched from the host between them (PIECEWISE, FULL_AND_PIECEWISE), rather than one FULL graph
+    piecewise_prompts: bool = False
 
     def padded_batch(self, decoding: int) -> int:
         """The requests a decode-only step of `decoding` launches its attention for: the next FULL graph's batch."""
@@ -33,6 +36,12 @@ class GraphedSteps:
         """Whether a step of `tokens` tokens (with prompt chunks or not) runs without a graph."""
         largest = self.prefill_tokens if prefills else self.decode_tokens
         return largest is not None and tokens > largest
+
+    def piecewise(self, tokens: int, prefills: bool) -> bool:
+        """Whether a step of `tokens` tokens with prompt chunks (`prefills`) replays the graph's pieces, its layers'
+        attention launched between them. A decode-only step is not counted: under FULL_AND_PIECEWISE it replays a
+        FULL graph, and under PIECEWISE alone its launch has not been measured."""
+        return prefills and self.piecewise_prompts and not self.eager(tokens, prefills)
 
 
 UNLIMITED = GraphedSteps()
@@ -47,6 +56,8 @@ SPLIT_KV_GRID = 128
 SPLIT_KV_SEGMENTS = 16
 # the CUDA-graph modes whose decode-only steps replay a FULL graph, attention inside it at the graph's batch
 FULL_DECODE_MODES = ("FULL_AND_PIECEWISE", "FULL_DECODE_ONLY", "FULL")
+# the CUDA-graph modes whose steps with prompt chunks replay piecewise graphs (the attention between the pieces)
+PIECEWISE_PROMPT_MODES = ("FULL_AND_PIECEWISE", "PIECEWISE")
 
 
 def split_kv_requests(scenario, engine, kv_heads_per_rank: int) -> int:
@@ -101,4 +112,4 @@ def graphed_steps(scenario, engine) -> GraphedSteps:
         # FULL graphs of uniform decode batches alone (up to max_num_seqs requests): a step with a prompt chunk
         # is never replayed from one
         return GraphedSteps(0, min(max(c.piecewise), scenario.max_num_seqs), full)
-    return GraphedSteps(max(c.piecewise), max(c.piecewise), full)
+    return GraphedSteps(max(c.piecewise), max(c.piecewise), full, piecewise_prompts=mode in PIECEWISE_PROMPT_MODES)

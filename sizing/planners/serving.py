@@ -488,7 +488,8 @@ def serving_replica(scenario, hbm_bandwidth_gb_s: float, bf16_dense_tflops: floa
                       **_kv_kernel(s, e, multiprocessors, fitted, kv, group),
                       prompt_in_s_per_token=fitted["prompt_in_s_per_token"],
                       first_token_s_per_prompt_token=fitted["first_token_s_per_prompt_token"],
-                      eager_layer_launch_s=fitted["eager_layer_launch_s"])
+                      eager_layer_launch_s=fitted["eager_layer_launch_s"],
+                      piecewise_layer_launch_s=fitted["piecewise_layer_launch_s"])
     paged = e.pool.paged
     release = e.engine.release
     delay = release.in_flight_extra_batches if release is not None else 0

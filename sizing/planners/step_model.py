@@ -26,7 +26,9 @@ sizing/planners/graph_steps.py) runs without one: its kernels are launched from 
 layer's fused-expert path runs its Python, a cost a step much larger than a graph's replay. The engine core launches
 a step while the GPU runs the one before (async scheduling), so the launch of every layer's kernels is a bound of its
 own beside the GPU's part rather than a cost added to it: the step traces show it as the period before a prompt chunk
-(measure/steps.py eager_launch_rows), and it sets the step where the chunk's GEMMs are shorter. The front end (the
+(measure/steps.py launch_rows), and it sets the step where the chunk's GEMMs are shorter. A step with a prompt chunk
+under the largest graph replays the graph's pieces and launches each layer's attention between them, a bound of the
+same kind at a cost of its own a layer. The front end (the
 engine core's output handling above and the API servers', processes of their own that
 stream each decoding request's token beside the engine's step) hands each request to the engine a fixed time after
 the client sent it, which its TTFT carries. A KV format the engine decodes in programs that each read one request's
@@ -159,6 +161,10 @@ class StepOverhead(BaseModel):
     # called from Python). The engine core launches a step while the GPU runs the one before, so the launch hides
     # behind the GPU's work and bounds the step only where it is the longer (a short prompt, a small model)
     eager_layer_launch_s: float = Field(default=0.0, ge=0, le=0.01)
+    # a step with prompt chunks under the largest CUDA graph: the host's launch of each layer, the graph's pieces
+    # replayed and the layer's attention launched between them (a decode-only step replays one FULL graph instead).
+    # A bound beside the GPU's part, as the launch past the graph
+    piecewise_layer_launch_s: float = Field(default=0.0, ge=0, le=0.01)
     # the front end's work per token it streams: the engine core's output handling, in the host's side of a step
     # beside the floor (one process whatever the API servers), and the API server's (detokenizing, the SSE chunk),
     # shared among `--api-server-count` processes, a bound of its own (the host paces small models at many streams)
@@ -393,6 +399,7 @@ class StepModel:
     prompt_in_s_per_token: float = 0.0  # an API server's time on each prompt token before the engine's queue
     first_token_s_per_prompt_token: float = 0.0  # the first token's way back, per prompt token
     eager_layer_launch_s: float = 0.0  # the host's launch of one layer's kernels in a step run without a graph
+    piecewise_layer_launch_s: float = 0.0  # the same in a step with prompt chunks replaying the graph's pieces
 
     def seconds(self, decoding: int, decode_tokens_in_cache: int, chunks: list[tuple[int, int]]) -> float:
         """`decoding` requests reading `decode_tokens_in_cache` cached tokens in all; `chunks`: (start, end) of the
@@ -400,11 +407,17 @@ class StepModel:
         return max(self.gpu_seconds(decoding, decode_tokens_in_cache, chunks), self.host_side_seconds(decoding, chunks))
 
     def host_side_seconds(self, decoding: int, chunks: list[tuple[int, int]]) -> float:
-        """The host's part of a step: its streams' (host_seconds) or, in a step past the largest CUDA graph, the
-        launch of its layers' kernels one by one, the longer. The launch overlaps the step before it on the GPU, so
-        it sets the step only where the GPU's part is shorter."""
+        """The host's part of a step: its streams' (host_seconds) or the launch of its layers, the longer: in a step
+        past the largest CUDA graph every kernel one by one, in a step with prompt chunks under it the graph's pieces
+        and each layer's attention between them. The launch overlaps the step before it on the GPU, so it sets the
+        step only where the GPU's part is shorter."""
         tokens = decoding + sum(end - start for start, end in chunks)
-        launch = self.eager_launch_s if self.graphs.eager(tokens, bool(chunks)) else 0.0
+        if self.graphs.eager(tokens, bool(chunks)):
+            launch = self.eager_launch_s
+        elif self.graphs.piecewise(tokens, bool(chunks)):
+            launch = self.shape.num_layers * self.piecewise_layer_launch_s
+        else:
+            launch = 0.0
         return max(self.host_seconds(decoding), launch)
 
     def gpu_seconds(self, decoding: int, decode_tokens_in_cache: int, chunks: list[tuple[int, int]]) -> float:
