@@ -124,32 +124,38 @@ def _median_ms(values: list[float]) -> str:
 
 def _launches() -> list[str]:
     """The host's launch of a step with a prompt chunk, a layer at a time: under load, the period before a chunk past
-    the largest graph (measure/steps.py launch_rows); alone on an idle engine, a prompt step's own span where it
-    outlasts its simulated GPU part (lone_prompt_rows)."""
+    the largest graph and under it (measure/steps.py launch_rows); alone on an idle engine, a prompt step's own span
+    where it outlasts its simulated GPU part (lone_prompt_rows)."""
     out = ["## The launch of a step with a prompt chunk", "",
            "Under async scheduling the engine core launches a step while the GPU runs the one before, and takes that "
-           "step's tokens once the launch is done: under load, the period of a decode-only step before a chunk past "
-           "the largest CUDA graph is the chunk's launch wherever it lasted more than twice the decode-only step after "
-           "it (measure/steps.py launch_rows; the simulation's `eager_layer_launch_s` is the median over the "
-           "dense models in bf16 and fp8 of each model's median, scripts/fit_serving_handling.py). Alone on an idle engine (the one-request points), a prompt step's span from "
+           "step's tokens once the launch is done: under load, the period of a decode-only step before a chunk is "
+           "the chunk's launch wherever it lasted more than twice the decode-only step after it (measure/steps.py "
+           "launch_rows), past the largest CUDA graph (every kernel) and under it (the graph's pieces, each layer's "
+           "attention launched between them); the simulation's `eager_layer_launch_s` and "
+           "`piecewise_layer_launch_s` are the median over the dense models in bf16 and fp8 of each model's median "
+           "(scripts/fit_serving_handling.py). Alone on an idle engine (the one-request points), a prompt step's "
+           "span from "
            "schedule() to its update, where it lasted at least "
            f"{LAUNCH_BOUND:g} times the simulated GPU part (lone_prompt_rows): under the graph, each layer's "
            "attention is launched between the graph's pieces; past it, every kernel. Milliseconds a layer, the median "
            "(steps).", "",
-           "| server | layers | under load, past the graph | alone, under the graph | alone, past the graph |",
-           "| --- | ---: | ---: | ---: | ---: |"]
+           "| server | layers | under load, past the graph | under load, under the graph | alone, under the graph "
+           "| alone, past the graph |",
+           "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for server in traced_servers():
-        launches = launch_rows(server)
+        launches, pieces = launch_rows(server), launch_rows(server, past_graph=False)
         loaded = [r["launch_s"] / r["layers"] for r in launches]
+        under = [r["launch_s"] / r["layers"] for r in pieces]
         # the dense models in the formats whose prompt attention runs in FlashAttention's kernels: the others' GPU
         # part is not what the simulation's prefill terms were fitted on alone
         flash = server_settings(server)["kv_cache_dtype"] in FLASH_KV_CACHE_DTYPES
         lone = [r for r in lone_prompt_rows(server) if flash and r["dense"]
                 and r["span_s"] >= LAUNCH_BOUND * r["gpu_s"]]
-        if len(loaded) < 3 and not lone:
+        if len(loaded) < 3 and len(under) < 3 and not lone:
             continue
-        layers = (lone or launches)[0]["layers"]
+        layers = (lone or launches or pieces)[0]["layers"]
         out.append(f"| {server['tag']} | {layers} | {_median_ms(loaded) if len(loaded) >= 3 else '-'} "
+                   f"| {_median_ms(under) if len(under) >= 3 else '-'} "
                    f"| {_median_ms([r['span_s'] / r['layers'] for r in lone if not r['eager']])} "
                    f"| {_median_ms([r['span_s'] / r['layers'] for r in lone if r['eager']])} |")
     return out + [""]
