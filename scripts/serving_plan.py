@@ -286,6 +286,16 @@ PIECEWISE_PROMPTS = [closed(200, 32, 1, 4), closed(200, 512, 4, 8), closed(300, 
 PIECEWISE_WIDE = PIECEWISE_PROMPTS + [opened(1000, 128, 4, 60), opened(1000, 128, 8, 120)]
 
 
+# batch b33, on two H200s side by side: what a short prompt spends outside the engine's steps. b32's 200-token prompts
+# alone spent 3.7 ms outside their steps before the first token (the client's TTFT less the trace's span from the
+# prompt's schedule() to the update after it), where the handling read off b22-b28's 2,000-8,000-token prompts gives
+# 1.0, and b22's line alone gives 1.5 ms beside 3.9 us a token. One request alone at 50-1,000 tokens (where the part
+# the same for every request shows), a burst of 4 and of 16 sent together (whether an API server hands a burst over
+# one request at a time) and an open loop, each server under one API server and under four, on two dense models
+PROMPT_DOOR = [closed(50, 32, 1, 4), closed(100, 32, 1, 4), closed(200, 32, 1, 4), closed(500, 32, 1, 4),
+               closed(1000, 32, 1, 4), closed(200, 32, 4, 4), closed(200, 32, 16, 16), opened(200, 128, 8, 120)]
+
+
 def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len: int, points: list[dict],
            kv_cache_dtype: str = "auto", tp: int = 1, prefill_tokens_per_s: float = 15000.0,
            itl_guess_s: float = 0.012, tokenizer_only: bool = False, instead_of: str | None = None,
@@ -330,11 +340,11 @@ def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len
 
 
 def frontend_pair(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len: int, points: list[dict],
-                  prefill_tokens_per_s: float, itl_guess_s: float) -> tuple[dict, dict]:
+                  prefill_tokens_per_s: float, itl_guess_s: float, **options) -> tuple[dict, dict]:
     """One server under vLLM's one API server and the same under four (`TAG-api4`, the next port): the front-end
-    batches run every load both ways."""
+    batches run every load both ways (`options`: server()'s others, the same for both)."""
     return tuple(server(f"{tag}{suffix}", batch, model, gpus, port + i, max_model_len, points,
-                        prefill_tokens_per_s=prefill_tokens_per_s, itl_guess_s=itl_guess_s, **extra)
+                        prefill_tokens_per_s=prefill_tokens_per_s, itl_guess_s=itl_guess_s, **extra, **options)
                  for i, (suffix, extra) in enumerate((("", {}), ("-api4", {"api_server_count": 4}))))
 
 
@@ -355,7 +365,7 @@ def plan() -> dict:
     b18, b19, b20, b21 = "b18-wave-ratio", "b19-count-or-family", "b20-group-waves", "b21-wave-fill"
     b22, b23, b24, b25 = "b22-prompt-tiles", "b23-long-waves", "b24-grid-blocks", "b25-int4-pace"
     b26, b27, b28, b29 = "b26-held-ramps", "b27-ramps-check", "b28-int4-judge", "b29-knee-ladder"
-    b30, b31, b32 = "b30-front-door", "b31-eager-launch", "b32-piecewise-prompts"
+    b30, b31, b32, b33 = "b30-front-door", "b31-eager-launch", "b32-piecewise-prompts", "b33-prompt-door"
     ran = {b1: {"0": ["llama8b-bf16", "qwen3moe-bf16"], "1": ["llama8b-fp8", "dsv2lite-bf16"],
                 "0,1": ["qwen25-32b-tp2-bf16"]}}
     ran[b2], ran[b3] = ran[b1], ran[b1]  # b1-b3 ran as one set of lanes
@@ -399,18 +409,20 @@ def plan() -> dict:
     # ran on two H200s side by side (38 of its 40 points: the Qwen3-8B-cg2048 open loops run again in b32)
     ran[b31] = {"0": ["b31-qwen3-14b", "b31-qwen25-7b", "b31-qwen3-8b-cg2048"], "1": ["b31-llama8b", "b31-qwen25-15b"],
                 "0,1": []}
-    # planned, not run yet, on a two-GPU machine: what the kit runs next
+    # ran on two H200s side by side (its last two servers added before they ran, on a second machine)
     ran[b32] = {"0": ["b32-llama1b", "b32-qwen3-8b-cg2048", "b32-qwen25-7b", "b32-qwen3-14b"],
                 "1": ["b32-qwen25-15b", "b32-llama8b", "b32-qwen25-3b"], "0,1": []}
+    # planned, not run yet, on a two-GPU machine: what the kit runs next
+    ran[b33] = {"0": ["b33-llama8b", "b33-llama8b-api4"], "1": ["b33-qwen25-15b", "b33-qwen25-15b-api4"], "0,1": []}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
         bench="vllm bench serve --backend vllm --dataset-name random (ignore_eos), --percentile-metrics "
               "ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --save-result --save-detailed",
         batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16, b17, b18, b19, b20, b21, b22, b23,
-                 b24, b25, b26, b27, b28, b29, b30, b31, b32],
+                 b24, b25, b26, b27, b28, b29, b30, b31, b32, b33],
         # lanes run side by side; a lane's servers run one after another; '0,1' runs once both others are done.
         # `lanes` are the newest batch's (what the kit runs); `lanes_by_batch` keeps each batch's
-        lanes=ran[b32], lanes_by_batch=ran,
+        lanes=ran[b33], lanes_by_batch=ran,
         servers=[
             server("llama8b-bf16", b1, "llama-3.1-8b", "0", 8101, 65536, LLAMA_POINTS),
             server("llama8b-fp8", b1, "llama-3.1-8b", "1", 8102, 65536, LLAMA_POINTS, kv_cache_dtype="fp8"),
@@ -570,6 +582,10 @@ def plan() -> dict:
                   # added once the first five had run, the device time left: 36 and 40 layers
                   ("qwen25-3b", "qwen2.5-3b", "1", 8396, 0.005, 40000, PIECEWISE_PROMPTS, {}),
                   ("qwen3-14b", "qwen3-14b", "0", 8397, 0.012, 15000, PIECEWISE_PROMPTS, {}))),
+            *frontend_pair("b33-llama8b", b33, "llama-3.1-8b", "0", 8401, 32768, PROMPT_DOOR, 25000, 0.008,
+                           step_trace=True),
+            *frontend_pair("b33-qwen25-15b", b33, "qwen2.5-1.5b", "1", 8403, 32768, PROMPT_DOOR, 60000, 0.004,
+                           step_trace=True, tokenizer_only=True),
         ],
     )
 
