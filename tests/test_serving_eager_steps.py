@@ -250,10 +250,11 @@ def test_the_front_end_paces_many_streams_and_more_api_servers_share_its_work():
 
 def test_the_share_of_step_time_the_host_sets_is_counted_over_the_run():
     # Llama-3.2-1B at 128 streams (b8): nearly every step is the host's; Llama-3.1-8B at 256 (b6): every one the GPU's
+    # but the burst's first, its first prompt alone under the graph, which the host's launch of its layers sets
     from sizing.evidence.serving import predict_point
 
     points = _points()
     small = predict_point(points["b8-llama1b-p02-i128-o256-c128"]["settings"], ROOT)
     large = predict_point(points["b6-llama8b-bf16-p08-i1000-o256-c256"]["settings"], ROOT)
     assert 0.9 <= small.host_paced_share <= 1.0
-    assert large.host_paced_share == 0.0
+    assert 0.0 < large.host_paced_share < 0.01

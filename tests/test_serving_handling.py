@@ -60,19 +60,43 @@ def test_a_longer_prompt_waits_longer_outside_the_engine():
         assert with_it - without == pytest.approx(1e3 * per_token * tokens, rel=0.05)
 
 
-def test_each_request_of_a_burst_pays_its_own_way_in():
+def test_an_api_server_hands_a_burst_over_one_request_after_another():
     model, engine = _replica()
-    at_once = replace(model, prompt_in_s_per_token=0.0)
+    slow = replace(model, request_handling_s=0.01, prompt_in_s_per_token=0.0, first_token_s_per_prompt_token=0.0)
 
-    def first_token_ms(m, request: int) -> float:
-        # thirty-two 1,000-token prompts sent together; the figures of one of them
-        return simulate(m, engine, Load(1000, 64, 32, concurrency=32, measured=(request, request + 1))).ttft_ms[50]
+    def first_token_ms(api_servers: int, request: int) -> float:
+        # eight 200-token prompts sent together, a 10 ms way in each; the first token of one of them
+        scheduler = replace(engine, api_servers=api_servers)
+        load = Load(200, 16, 8, concurrency=8, measured=(request, request + 1))
+        return simulate(slow, scheduler, load).ttft_ms[50]
 
-    # every prompt reaches the engine its own way in later, none queued behind another's (whether an API server
-    # takes a burst one prompt after another is what batch b30 was planned to show): the burst moves as one
-    way_in_ms = 1e3 * 1000 * model.prompt_in_s_per_token
-    for request in (0, 31):
-        assert first_token_ms(model, request) == pytest.approx(first_token_ms(at_once, request) + way_in_ms, rel=0.02)
+    one, four, eight = ([first_token_ms(n, request) for request in (0, 7)] for n in (1, 4, 8))
+    # one API server takes them one after another, the last 70 ms after the first: the first prompt is alone in the
+    # engine's first step, sooner than any when eight take them together, in one step
+    assert one[1] - one[0] > 60 and one[0] < eight[0] == pytest.approx(eight[1])
+    # four take them in two rounds of 10 ms: the first four share the first step, the last comes sooner than with one
+    assert one[0] < four[0] < four[1] < one[1]
+
+
+def test_the_engines_first_step_of_a_burst_carries_its_first_prompt_alone():
+    # b32's bursts of 4 and 16 prompts of 200-300 tokens sent together: the first request reached an idle engine
+    # before the others, which came in the next step (the one API server took them one after another)
+    from measure.steps import point_windows, server_trace
+
+    seen = 0
+    for server in traced_servers():
+        if server["batch"] != "b32-piecewise-prompts":
+            continue
+        steps = server_trace(server)
+        for t0, t1, point in point_windows(server):
+            if point.get("concurrency") not in (4, 16):
+                continue
+            burst = [s for s in steps if t0 <= s.scheduled_at <= t1][:3]
+            assert burst[0].prompt_requests == 1 and burst[0].decoding == 0, point["id"]
+            # the rest came in the next step or two (a budget of 8,192 tokens holds 16 of 300 tokens and more)
+            assert burst[1].prompt_requests + burst[2].prompt_requests == point["concurrency"] - 1, point["id"]
+            seen += 1
+    assert seen == 14
 
 
 def test_a_prefilled_request_pays_no_handling_on_the_decode_replica():

@@ -48,8 +48,8 @@ HOST_SPREAD = "the same server ran 2.3x apart on two H200 hosts and held 108 and
 # step late, then the step's own at once (b21's Qwen2.5-3B in int8_per_token_head: 714 ms then 38 ms between
 # output updates, against 356 ms either side, at the first steps of 65 and 73 requests; 25 of the 31 first counts
 # below 256 of measure/serving/b21-wave-fill/b21-qwen25-3b-int8/steps.tsv.gz). Its clients saw a gap of two steps,
-# the slowest 1% of gaps of a burst of long prompts on a fresh server. Over the one-GPU traces of batches b11-b31
-# (measure/steps.py first_count_holds; docs/step-trace.md), 373 of 648 such first steps below 256 requests held
+# the slowest 1% of gaps of a burst of long prompts on a fresh server. Over the one-GPU traces of batches b11-b32
+# (measure/steps.py first_count_holds; docs/step-trace.md), 385 of 669 such first steps below 256 requests held
 # it back (many of the others come straight after another first step, whose late update hides theirs), and 16
 # of 197 from 256 on, as often as the steps' own spread gives: none past FIRST_USE_LIMIT.
 FIRST_USE_PAD = 8
@@ -133,6 +133,9 @@ class Scheduler:
     # where the engine core launches the steps itself, one GPU under async scheduling (b16's Llama-3.1-70B at TP 2,
     # whose workers run them, kept its updates a step apart through 23 such steps)
     first_use_holds: bool = False
+    # the API server processes (--api-server-count): each takes the requests it is handed one after another, so a
+    # burst reaches the engine spread by their ways in, the first alone
+    api_servers: int = 1
 
 
 @dataclass
@@ -196,14 +199,19 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
     handling = 0.0 if load.prefilled else model.request_handling_s
     per_prompt_token = 0.0 if load.prefilled else model.prompt_in_s_per_token
 
+    # when each API server is next free: a request is handled by the first free one, after the requests it took before
+    api_free = [0.0] * max(engine.api_servers, 1)
+
     def at_engine(client_at: float, order: int) -> float:
-        # each request's own way in, however many arrive together: whether an API server takes a burst's prompts one
-        # after another (which would cap the requests a second it admits) is what batch b30 was planned to show
-        return client_at + handling + per_prompt_token * load.length(order)[0]
+        start = max(client_at, heapq.heappop(api_free))
+        done = start + handling + per_prompt_token * load.length(order)[0]
+        heapq.heappush(api_free, done)
+        return done
 
     if load.request_rate is not None:
-        for i, t in enumerate(load.sent_at or _poisson_sends(rng, load.request_rate, load.num_prompts)):
-            pending.append((at_engine(t, i), i, t))
+        sends = load.sent_at or _poisson_sends(rng, load.request_rate, load.num_prompts)
+        for i in sorted(range(len(sends)), key=sends.__getitem__):  # the API servers take them as they come
+            pending.append((at_engine(sends[i], i), i, sends[i]))
         heapq.heapify(pending)  # a longer prompt's way in can put a later send ahead of an earlier one
     sent = 0
     waiting: deque[_Request] = deque()
@@ -495,7 +503,8 @@ def serving_replica(scenario, hbm_bandwidth_gb_s: float, bf16_dense_tflops: floa
     delay = release.in_flight_extra_batches if release is not None else 0
     engine = Scheduler(s.max_num_batched_tokens, s.max_num_seqs, e.block_size if paged else 1,
                        e.num_blocks if paged else e.max_tokens, delay,
-                       first_use_holds=delay > 0 and s.tensor_parallel_size * s.pipeline_parallel_size == 1)
+                       first_use_holds=delay > 0 and s.tensor_parallel_size * s.pipeline_parallel_size == 1,
+                       api_servers=max(api_servers, 1))
     return model, engine
 
 
