@@ -212,7 +212,7 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
         sends = load.sent_at or _poisson_sends(rng, load.request_rate, load.num_prompts)
         for i in sorted(range(len(sends)), key=sends.__getitem__):  # the API servers take them as they come
             pending.append((at_engine(sends[i], i), i, sends[i]))
-        heapq.heapify(pending)  # a longer prompt's way in can put a later send ahead of an earlier one
+        heapq.heapify(pending)  # among API servers, a shorter way in can put a later send ahead of an earlier one
     sent = 0
     waiting: deque[_Request] = deque()
     running: list[_Request] = []
