@@ -143,9 +143,9 @@ def _launches() -> list[str]:
            "| alone, past the graph |",
            "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for server in traced_servers():
-        launches, pieces = launch_rows(server), launch_rows(server, past_graph=False)
-        loaded = [r["launch_s"] / r["layers"] for r in launches]
-        under = [r["launch_s"] / r["layers"] for r in pieces]
+        launches = launch_rows(server)
+        loaded = [r["launch_s"] / r["layers"] for r in launches if r["eager"]]
+        under = [r["launch_s"] / r["layers"] for r in launches if not r["eager"]]
         # the dense models in the formats whose prompt attention runs in FlashAttention's kernels: the others' GPU
         # part is not what the simulation's prefill terms were fitted on alone
         flash = server_settings(server)["kv_cache_dtype"] in FLASH_KV_CACHE_DTYPES
@@ -153,7 +153,7 @@ def _launches() -> list[str]:
                 and r["span_s"] >= LAUNCH_BOUND * r["gpu_s"]]
         if len(loaded) < 3 and len(under) < 3 and not lone:
             continue
-        layers = (lone or launches or pieces)[0]["layers"]
+        layers = (lone or launches)[0]["layers"]
         out.append(f"| {server['tag']} | {layers} | {_median_ms(loaded) if len(loaded) >= 3 else '-'} "
                    f"| {_median_ms(under) if len(under) >= 3 else '-'} "
                    f"| {_median_ms([r['span_s'] / r['layers'] for r in lone if not r['eager']])} "

@@ -356,25 +356,27 @@ def lone_prompt_rows(server: dict) -> list[dict]:
     return rows
 
 
-def launch_rows(server: dict, past_graph: bool = True) -> list[dict]:
-    """Per step of the server with prompt chunks where the trace shows the host's launch of it: past the largest CUDA
-    graph (kvsize's estimate of the engine's, sizing/planners/graph_steps.py; every kernel launched from Python) or,
-    `past_graph` False, under it (the graph's pieces replayed, each layer's attention launched between them). Under
-    async scheduling the engine core launches that step before it takes the previous step's tokens, so the previous
-    step's period is the launch wherever it outlasts that step on the GPU. Taken where the previous step only decoded
-    and lasted more than twice the decode-only step after the chunk (b30's Qwen3-8B: 37 ms before a 1,000-token chunk
-    past the graph, 5 after it; b32's Qwen2.5-3B: 15 ms before a 300-token chunk under it, 3 after): the point, the
-    model's layers, the launch in seconds and whether the model is dense (no routed experts, no MLA)."""
+def launch_rows(server: dict) -> list[dict]:
+    """Per step of the server with prompt chunks where the trace shows the host's launch of it, past the largest CUDA
+    graph (kvsize's estimate of the engine's, sizing/planners/graph_steps.py; every kernel launched from Python) or
+    under it (the graph's pieces replayed, each layer's attention launched between them). Under async scheduling the
+    engine core launches that step before it takes the previous step's tokens, so the previous step's period is the
+    launch wherever it outlasts that step on the GPU. Taken where the previous step only decoded and lasted more than
+    twice the decode-only step after the chunk (b30's Qwen3-8B: 37 ms before a 1,000-token chunk past the graph, 5
+    after it; b32's Qwen2.5-3B: 15 ms before a 300-token chunk under it, 3 after): the point, the model's layers,
+    whether the step ran past the graph, the launch in seconds and whether the model is dense (no routed experts, no
+    MLA)."""
     model, _ = point_replica(server_settings(server), ROOT)
     rows = []
     for step, point, previous, following in point_steps(server):
-        tokens = step.prompt_tokens + step.decoding
         if (not step.prompt_requests or previous is None or following is None or previous.prompt_requests
-                or following.prompt_requests or model.graphs.eager(tokens, True) != past_graph):
+                or following.prompt_requests):
             continue
         if None in (previous.period_s, following.period_s) or previous.period_s > LONGEST_S:
             continue
         if previous.period_s > 2 * following.period_s:
+            tokens = step.prompt_tokens + step.decoding
             rows.append(dict(point=point["id"], layers=model.shape.num_layers, tokens=tokens,
-                             launch_s=previous.period_s, dense=_dense(model)))
+                             eager=model.graphs.eager(tokens, True), launch_s=previous.period_s,
+                             dense=_dense(model)))
     return rows

@@ -1,6 +1,7 @@
 """What the host spends beside the GPU's work, for profiles/serving.json (scripts/fit_serving_terms.py takes both
 before the MFU), read off the engine core's step traces apart from the simulation: the front end's handling of a
-request (the traces of requests alone on the engine) and the launch of a step past the largest CUDA graph."""
+request (the traces of requests alone on the engine) and the launch of a step with a prompt chunk, past the largest
+CUDA graph and under it."""
 
 from __future__ import annotations
 
@@ -60,22 +61,34 @@ LAUNCH_TERM, PIECEWISE_LAUNCH_TERM = "eager_layer_launch_s", "piecewise_layer_la
 LAUNCH_OFF = {LAUNCH_TERM: 0.0, PIECEWISE_LAUNCH_TERM: 0.0}
 
 
-def launch_votes(past_graph: bool = True) -> dict[str, list[dict]]:
-    """Per model that votes on the launch past the largest graph (or under it), its servers' rows (launch_rows)."""
-    votes = {}
+def _launch_rows_by_model() -> dict[str, list[dict]]:
+    """Per model, its dense servers' launch rows (launch_rows) in the formats the launches are fitted on, each trace
+    read once for both launches."""
+    rows = {}
     for server in gpu_paced_servers(LAUNCH_BATCHES):
         if server_settings(server)["kv_cache_dtype"] in FLASH_KV_CACHE_DTYPES:
-            votes.setdefault(server["model"], []).extend(r for r in launch_rows(server, past_graph) if r["dense"])
-    return {model: rows for model, rows in votes.items() if len(rows) >= LAUNCH_LEAST_STEPS}
+            rows.setdefault(server["model"], []).extend(r for r in launch_rows(server) if r["dense"])
+    return rows
+
+
+def _votes(rows: dict[str, list[dict]], past_graph: bool) -> dict[str, list[dict]]:
+    chosen = {model: [r for r in part if r["eager"] == past_graph] for model, part in rows.items()}
+    return {model: part for model, part in chosen.items() if len(part) >= LAUNCH_LEAST_STEPS}
+
+
+def launch_votes(past_graph: bool = True) -> dict[str, list[dict]]:
+    """Per model that votes on the launch past the largest graph (or under it), its servers' rows."""
+    return _votes(_launch_rows_by_model(), past_graph)
 
 
 def fit_launch() -> tuple[dict[str, float], list[str]]:
     """The launch's seconds a layer past the largest graph and under it: each the median over the voting models of
     each one's median launch over its layers; and the points they were read from."""
+    rows = _launch_rows_by_model()
     terms, points = {}, set()
     for term, past_graph in ((LAUNCH_TERM, True), (PIECEWISE_LAUNCH_TERM, False)):
-        votes = launch_votes(past_graph)
-        terms[term] = round(statistics.median(statistics.median(r["launch_s"] / r["layers"] for r in rows)
-                                              for rows in votes.values()), 7)
-        points |= {r["point"] for rows in votes.values() for r in rows}
+        votes = _votes(rows, past_graph)
+        terms[term] = round(statistics.median(statistics.median(r["launch_s"] / r["layers"] for r in part)
+                                              for part in votes.values()), 7)
+        points |= {r["point"] for part in votes.values() for r in part}
     return terms, sorted(points)

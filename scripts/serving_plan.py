@@ -348,6 +348,15 @@ def frontend_pair(tag: str, batch: str, model: str, gpus: str, port: int, max_mo
                  for i, (suffix, extra) in enumerate((("", {}), ("-api4", {"api_server_count": 4}))))
 
 
+def launch_server(tag: str, batch: str, model: str, gpus: str, port: int, points: list[dict], itl_guess_s: float,
+                  prefill_tokens_per_s: float, **extra) -> dict:
+    """A server of the launch batches (b31 on): a dense model in bf16 at 32,768 tokens, its steps timed, a Qwen model's
+    word-level tokenizer read from its own folder."""
+    return server(tag, batch, model, gpus, port, 32768, points, itl_guess_s=itl_guess_s,
+                  prefill_tokens_per_s=prefill_tokens_per_s, step_trace=True, tokenizer_only=model.startswith("qwen"),
+                  **extra)
+
+
 def wave_server(tag: str, batch: str, model: str, gpus: str, port: int, points: list[dict],
                 prefill_tokens_per_s: float, itl_guess_s: float, kv_cache_dtype: str = "int8_per_token_head") -> dict:
     """A server of the wave batches (b18 on): a Qwen model in a per-token-head format (int8_per_token_head unless
@@ -560,18 +569,14 @@ def plan() -> dict:
                                                                ("nemo12b", "mistral-nemo-instruct-2407", "1", 8373,
                                                                 0.010, 18000))
               for i, (suffix, extra) in enumerate((("", {}), ("-api4", {"api_server_count": 4})))),
-            *(server(f"b31-{tag}", b31, model, gpu, port, 32768, EAGER_LAUNCH, itl_guess_s=itl,
-                     prefill_tokens_per_s=tokens_per_s, step_trace=True, tokenizer_only=model.startswith("qwen"),
-                     **extra)
+            *(launch_server(f"b31-{tag}", b31, model, gpu, port, EAGER_LAUNCH, itl, tokens_per_s, **extra)
               for tag, model, gpu, port, itl, tokens_per_s, extra in (
                   ("qwen3-14b", "qwen3-14b", "0", 8381, 0.012, 15000, {}),
                   ("qwen25-7b", "qwen2.5-7b-instruct", "0", 8382, 0.008, 25000, {}),
                   ("qwen3-8b-cg2048", "qwen3-8b", "0", 8383, 0.008, 25000, {"max_cudagraph_capture_size": 2048}),
                   ("llama8b", "llama-3.1-8b", "1", 8384, 0.008, 25000, {}),
                   ("qwen25-15b", "qwen2.5-1.5b", "1", 8385, 0.004, 60000, {}))),
-            *(server(f"b32-{tag}", b32, model, gpu, port, 32768, points, itl_guess_s=itl,
-                     prefill_tokens_per_s=tokens_per_s, step_trace=True, tokenizer_only=model.startswith("qwen"),
-                     **extra)
+            *(launch_server(f"b32-{tag}", b32, model, gpu, port, points, itl, tokens_per_s, **extra)
               for tag, model, gpu, port, itl, tokens_per_s, points, extra in (
                   ("llama1b", "llama-3.2-1b-instruct", "0", 8391, 0.003, 60000, PIECEWISE_PROMPTS, {}),
                   ("qwen3-8b-cg2048", "qwen3-8b", "0", 8392, 0.008, 25000, PIECEWISE_WIDE,

@@ -15,7 +15,7 @@ cost per layer (and per layer's all-reduce where TP > 1), never less than the en
            + requests in the step × per-request step overhead               (beside their KV read)
     host = step floor + decoding requests × core                            (the engine core's side of the step)
     API  = decoding requests × API / API servers                            (the tokens the API servers stream)
-    launch = layers × eager launch per layer                                (a step past the largest CUDA graph)
+    launch = layers × launch per layer     (eager past the largest CUDA graph; the pieces' under it, with prompts)
     step = max(GPU, host, API, launch)                                      (FLOP/s = dense bf16 × MFU × TP)
 
 The host's side of a step is the engine core's: a fixed floor (scheduling, sampling, sending the tokens) and its
