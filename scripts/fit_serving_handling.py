@@ -18,32 +18,42 @@ from measure.steps import (FLASH_KV_CACHE_DTYPES, launch_rows, gpu_paced_servers
 from least_squares import line  # noqa: E402
 
 # the front end's handling of a request, read off the step traces of requests alone on the engine (measure/steps.py
-# prompt_handling_rows: the one-request batches b22, b25 and b28, prompts of 2,000 and 8,000 tokens on six dense
-# models), apart from the simulation: a part the same for every request and a part per prompt token, on the way in and
-# on the first token's way back
-# b30-b32's one-request points (200-30,000 tokens) stay out. Read over every length, the line's fixed part comes out
-# 1.4 ms (b32's 200-token prompts spend 3.7 ms outside their steps before the first token, where this fit gives 1.0),
-# and the prefill MFU fitted after it rises from 0.657 to 0.678, which moves 9 most-requests-a-second answers across
-# the 10% bar, 8 of them to promise more than the server held: kept apart until what differs at short prompts is found
+# prompt_handling_rows), apart from the simulation: a part the same for every request and a part per prompt token, on
+# the way in and on the first token's way back. Each part is read where it weighs most: the parts per prompt token on
+# the long prompts of the one-request batches b22, b25 and b28 (2,000 and 8,000 tokens on six dense models), and the
+# part the same for every request on the short prompts of b30-b33 (50-1,000 tokens on nine dense models in bf16),
+# where the per-token parts are a few tenths of a millisecond. One line over every length (b30-b32 beside b22-b28)
+# gave a fixed part of 1.4 ms and a steeper slope, and the prefill MFU fitted after it rose from 0.657 to 0.678, moving
+# 9 most-requests-a-second answers across the 10% bar, 8 of them to promise more than the server held; b22-b28's line
+# alone gives 0.09 ms at no prompt, where b33's 50-token prompts spend 2.5-4.2 ms outside their steps before the first
+# token
 HANDLING_BATCHES = ("b22-prompt-tiles", "b25-int4-pace", "b28-int4-judge")
+SHORT_HANDLING_BATCHES = ("b30-front-door", "b31-eager-launch", "b32-piecewise-prompts", "b33-prompt-door")
+SHORT_PROMPT_TOKENS = 1000  # a prompt this long or shorter reads the fixed part
 HANDLING_TERM = "request_handling_s"
 PROMPT_IN_TERM, FIRST_TOKEN_TERM = "prompt_in_s_per_token", "first_token_s_per_prompt_token"
 HANDLING_OFF = {HANDLING_TERM: 0.0, PROMPT_IN_TERM: 0.0, FIRST_TOKEN_TERM: 0.0}
 
 
 def fit_handling() -> tuple[dict[str, float], list[str]]:
-    """The request's handling: the first token's time outside the steps at no prompt (the intercept of its
-    least-squares line on the prompt's tokens), the way in's seconds per prompt token (the slope of the time a
-    request spends outside its steps, its last token's way out being the same at any length) and the first token's
-    way back's (the slope of the first token's time outside the steps, less the way in's); and the points they were
-    read from."""
-    rows = [r for server in traced_servers() if server["batch"] in HANDLING_BATCHES
-            for r in prompt_handling_rows(server)]
-    prompts = [r["prompt"] for r in rows]
-    way_in = max(line(prompts, [r["outside_s"] for r in rows])[1], 0.0)
-    fixed, first = line(prompts, [r["first_token_s"] for r in rows])
+    """The request's handling: the way in's seconds per prompt token (the slope of the time a long-prompt request
+    spends outside its steps, its last token's way out being the same at any length), the first token's way back's
+    (the slope of a long-prompt request's first token's time outside the steps, less the way in's), and the first
+    token's time outside the steps at no prompt (the median over the short-prompt requests of that time less both
+    per-token parts); and the points they were read from."""
+    batches = HANDLING_BATCHES + SHORT_HANDLING_BATCHES
+    rows = {batch: [] for batch in batches}
+    for server in traced_servers():
+        if server["batch"] in rows:
+            rows[server["batch"]].extend(prompt_handling_rows(server))
+    long = [r for batch in HANDLING_BATCHES for r in rows[batch]]
+    short = [r for batch in SHORT_HANDLING_BATCHES for r in rows[batch] if r["prompt"] <= SHORT_PROMPT_TOKENS]
+    prompts = [r["prompt"] for r in long]
+    way_in = max(line(prompts, [r["outside_s"] for r in long])[1], 0.0)
+    first = line(prompts, [r["first_token_s"] for r in long])[1]
+    fixed = statistics.median(r["first_token_s"] - first * r["prompt"] for r in short)
     return ({HANDLING_TERM: round(max(fixed, 0.0), 6), PROMPT_IN_TERM: round(way_in, 11),
-             FIRST_TOKEN_TERM: round(max(first - way_in, 0.0), 11)}, sorted({r["point"] for r in rows}))
+             FIRST_TOKEN_TERM: round(max(first - way_in, 0.0), 11)}, sorted({r["point"] for r in long + short}))
 
 
 # the host's launch of a step with prompt chunks, a layer at a time (measure/steps.py launch_rows), under load: past the
