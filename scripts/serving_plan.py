@@ -296,6 +296,13 @@ PROMPT_DOOR = [closed(50, 32, 1, 4), closed(100, 32, 1, 4), closed(200, 32, 1, 4
                closed(1000, 32, 1, 4), closed(200, 32, 4, 4), closed(200, 32, 16, 16), opened(200, 128, 8, 120)]
 
 
+# batch b34, on two H200s side by side: the handling's part the same for every request, now read at b30-b33's short
+# prompts (3.2 ms), judged on models whose short prompts no fit read: Qwen2.5-32B and Qwen3-32B (64 layers, dense),
+# Qwen3-30B-A3B (MoE) and DeepSeek-V2-Lite (MLA), in bf16. One request alone at 100 and 500 tokens, a closed loop of
+# 16 and open loops of 4 and 16 a second of 300-token prompts (b32's open loops of short prompts were 12-41% short)
+SHORT_JUDGE = [closed(100, 32, 1, 4), closed(500, 32, 1, 4), opened(300, 128, 4, 60), opened(300, 128, 16, 240),
+               closed(300, 128, 16, 48)]
+
 def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len: int, points: list[dict],
            kv_cache_dtype: str = "auto", tp: int = 1, prefill_tokens_per_s: float = 15000.0,
            itl_guess_s: float = 0.012, tokenizer_only: bool = False, instead_of: str | None = None,
@@ -350,8 +357,8 @@ def frontend_pair(tag: str, batch: str, model: str, gpus: str, port: int, max_mo
 
 def launch_server(tag: str, batch: str, model: str, gpus: str, port: int, points: list[dict], itl_guess_s: float,
                   prefill_tokens_per_s: float, **extra) -> dict:
-    """A server of the launch batches (b31 on): a dense model in bf16 at 32,768 tokens, its steps timed, a Qwen model's
-    word-level tokenizer read from its own folder."""
+    """A server of the launch batches (b31 on) and of b34: a model in bf16 at 32,768 tokens, its steps timed, a Qwen
+    model's word-level tokenizer read from its own folder."""
     return server(tag, batch, model, gpus, port, 32768, points, itl_guess_s=itl_guess_s,
                   prefill_tokens_per_s=prefill_tokens_per_s, step_trace=True, tokenizer_only=model.startswith("qwen"),
                   **extra)
@@ -375,6 +382,7 @@ def plan() -> dict:
     b22, b23, b24, b25 = "b22-prompt-tiles", "b23-long-waves", "b24-grid-blocks", "b25-int4-pace"
     b26, b27, b28, b29 = "b26-held-ramps", "b27-ramps-check", "b28-int4-judge", "b29-knee-ladder"
     b30, b31, b32, b33 = "b30-front-door", "b31-eager-launch", "b32-piecewise-prompts", "b33-prompt-door"
+    b34 = "b34-short-judge"
     ran = {b1: {"0": ["llama8b-bf16", "qwen3moe-bf16"], "1": ["llama8b-fp8", "dsv2lite-bf16"],
                 "0,1": ["qwen25-32b-tp2-bf16"]}}
     ran[b2], ran[b3] = ran[b1], ran[b1]  # b1-b3 ran as one set of lanes
@@ -421,17 +429,19 @@ def plan() -> dict:
     # ran on two H200s side by side (its last two servers added before they ran, on a second machine)
     ran[b32] = {"0": ["b32-llama1b", "b32-qwen3-8b-cg2048", "b32-qwen25-7b", "b32-qwen3-14b"],
                 "1": ["b32-qwen25-15b", "b32-llama8b", "b32-qwen25-3b"], "0,1": []}
-    # planned, not run yet, on a two-GPU machine: what the kit runs next
+    # ran on two H200s side by side
     ran[b33] = {"0": ["b33-llama8b", "b33-llama8b-api4"], "1": ["b33-qwen25-15b", "b33-qwen25-15b-api4"], "0,1": []}
+    # planned, not run yet, on a two-GPU machine: what the kit runs next
+    ran[b34] = {"0": ["b34-qwen25-32b", "b34-qwen3-32b"], "1": ["b34-qwen3moe", "b34-dsv2lite"], "0,1": []}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
         bench="vllm bench serve --backend vllm --dataset-name random (ignore_eos), --percentile-metrics "
               "ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --save-result --save-detailed",
         batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16, b17, b18, b19, b20, b21, b22, b23,
-                 b24, b25, b26, b27, b28, b29, b30, b31, b32, b33],
+                 b24, b25, b26, b27, b28, b29, b30, b31, b32, b33, b34],
         # lanes run side by side; a lane's servers run one after another; '0,1' runs once both others are done.
         # `lanes` are the newest batch's (what the kit runs); `lanes_by_batch` keeps each batch's
-        lanes=ran[b33], lanes_by_batch=ran,
+        lanes=ran[b34], lanes_by_batch=ran,
         servers=[
             server("llama8b-bf16", b1, "llama-3.1-8b", "0", 8101, 65536, LLAMA_POINTS),
             server("llama8b-fp8", b1, "llama-3.1-8b", "1", 8102, 65536, LLAMA_POINTS, kv_cache_dtype="fp8"),
@@ -591,6 +601,12 @@ def plan() -> dict:
                            step_trace=True),
             *frontend_pair("b33-qwen25-15b", b33, "qwen2.5-1.5b", "1", 8403, 32768, PROMPT_DOOR, 60000, 0.004,
                            step_trace=True, tokenizer_only=True),
+            *(launch_server(f"b34-{tag}", b34, model, gpu, port, SHORT_JUDGE, itl, tokens_per_s)
+              for tag, model, gpu, port, itl, tokens_per_s in (
+                  ("qwen25-32b", "qwen2.5-32b-instruct", "0", 8411, 0.020, 6000),
+                  ("qwen3-32b", "qwen3-32b", "0", 8412, 0.020, 6000),
+                  ("qwen3moe", "qwen3-30b-a3b", "1", 8413, 0.012, 20000),
+                  ("dsv2lite", "deepseek-v2-lite", "1", 8414, 0.012, 20000))),
         ],
     )
 
