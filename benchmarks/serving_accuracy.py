@@ -439,7 +439,7 @@ def report(table: list[dict] | None = None) -> str:
            "per-token-head formats' read and waves, b16's Qwen3-30B-A3B and b18's Qwen3-32B traces for the "
            "waves of 8 query heads a KV head and, the split pace fixed, the whole cache's pace and the split "
            "segments' rounds, b22's one request of "
-           "8,000 and 32,000 tokens for the split pace, b14's Llama-3.1-8B points of 8,000 tokens and more for the per-token-head formats' prompt attention, the traces of b22, b25 and b28's requests alone for the front end's handling, and the dense bf16 and fp8 servers' traces of b11, b12 and b29-b32 for the launches), and "
+           "8,000 and 32,000 tokens for the split pace, b14's Llama-3.1-8B points of 8,000 tokens and more for the per-token-head formats' prompt attention, the traces of requests alone for the front end's handling (its parts per prompt token on b22, b25 and b28's long prompts, its part the same for every request on b30-b33's short ones), and the dense bf16 and fp8 servers' traces of b11, b12 and b29-b32 for the launches), and "
            "the rest, which the fit never saw: out of the fit. Batches b1-b3 were measured "
            "before the simulation was written, so they are out of the fit but not predicted before seen; what was "
            "predicted before they ran came from kvsize's earlier speed model, the plan's decode step and one prompt's "

@@ -67,7 +67,8 @@ from sizing.planners.step_model import SERVING_PROFILE, queries_per_kv_head  # n
 from sizing.profiles import matching_gpus, measured_efficiency  # noqa: E402
 from measure.steps import LEAST_STEPS, decode_groups, gpu_paced_servers, server_settings  # noqa: E402
 from least_squares import best_count, relative_least_squares  # noqa: E402
-from fit_serving_handling import HANDLING_OFF, LAUNCH_OFF, fit_handling, fit_launch  # noqa: E402
+from fit_serving_handling import (HANDLING_BATCHES, HANDLING_OFF, LAUNCH_BATCHES, LAUNCH_OFF,  # noqa: E402
+                                  SHORT_HANDLING_BATCHES, SHORT_PROMPT_TOKENS, fit_handling, fit_launch)
 from fit_serving_kernels import (PACE_TERM, PREFILL_ATTENTION_TERM, fit_prefill_attention,  # noqa: E402
                                  fit_program_pace, fit_query_group_sm, pace_fitted_on, paced_split_shares,
                                  prefill_attention_fitted_on, settings_format)
@@ -549,17 +550,25 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
                       "the request's handling by the front end (added to each TTFT, and taken off it before the MFU "
                       "is fitted), read off the step traces of requests alone on the engine: the front end's "
                       "seconds per prompt token, on the way in and on the first token's way back, the slopes of the "
-                      "least-squares lines on the prompt's tokens of the time each request of batches b22, b25 "
-                      "and b28's one-request points (2,000 and 8,000 tokens) spent outside the engine's steps (its "
+                      f"least-squares lines on the prompt's tokens of the time each request of batches "
+                      f"{named_batches(HANDLING_BATCHES)}'s one-request points (2,000 and 8,000 tokens) spent outside "
+                      "the engine's steps (its "
                       "latency less its steps' span, and its TTFT less the span to the update of the step after its "
                       "prompt); and the part the same for every request, the median over the one-request points of "
-                      "batches b30-b33 of 1,000 tokens or fewer of the first token's time outside the steps less "
+                      f"batches {named_batches(SHORT_HANDLING_BATCHES)} of {SHORT_PROMPT_TOKENS:,} tokens or fewer "
+                      "of the first token's time outside the steps less "
                       "those per-token parts; the host's launch of a step with a prompt chunk, a layer at a time, past the largest "
                       "CUDA graph and under it (the graph's pieces, each layer's attention between them) apart: over "
-                      "the steps of batches b11, b12, b29, b30, b31 and b32's dense bf16 and fp8 servers with a "
+                      f"the steps of batches {named_batches(LAUNCH_BATCHES)}'s dense bf16 and fp8 servers with a "
                       "prompt chunk after a step that only decoded, the period of that step (the launch, under async "
                       "scheduling) over the layers, where it lasted more than twice the decode-only step after the "
                       "chunk; each model's median, then the median over the models"}
+
+
+def named_batches(batches: tuple[str, ...]) -> str:
+    """Batches by their numbers, as the source text names them: 'b22, b25 and b28'."""
+    numbers = [b.split("-", 1)[0] for b in batches]
+    return numbers[0] if len(numbers) == 1 else ", ".join(numbers[:-1]) + " and " + numbers[-1]
 
 
 def fitted_where(points: list[dict], named: list[str]) -> dict[str, str]:
