@@ -303,6 +303,16 @@ PROMPT_DOOR = [closed(50, 32, 1, 4), closed(100, 32, 1, 4), closed(200, 32, 1, 4
 SHORT_JUDGE = [closed(100, 32, 1, 4), closed(500, 32, 1, 4), opened(300, 128, 4, 60), opened(300, 128, 16, 240),
                closed(300, 128, 16, 48)]
 
+# batch b35, on two H200s side by side: the first token's way out under load, read request by request. b34's traces
+# put a first token at the client with the update of its own step, not the next one's, and the API server holding a
+# step's outputs together (a burst's first tokens reach the client within 0.05 ms of each other, all late by the
+# burst's first outputs); the bursts and loops of b30-b34 were of short prompts. Each server runs one request alone at
+# the lengths it then runs loaded (the client's and the trace's clocks are tied by the requests alone), bursts of 8
+# and 32 prompts of 1,000 tokens and of 8 of 8,000 (a step after an eager prompt step), and an open loop, on a dense
+# 8B, a dense 32B, an MoE and a model of 14B
+WAY_OUT = [closed(1000, 64, 1, 4), closed(8000, 64, 1, 2), closed(1000, 128, 8, 16), closed(1000, 128, 32, 64),
+           closed(8000, 128, 8, 16), opened(1000, 128, 8, 80)]
+
 def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len: int, points: list[dict],
            kv_cache_dtype: str = "auto", tp: int = 1, prefill_tokens_per_s: float = 15000.0,
            itl_guess_s: float = 0.012, tokenizer_only: bool = False, instead_of: str | None = None,
@@ -382,7 +392,7 @@ def plan() -> dict:
     b22, b23, b24, b25 = "b22-prompt-tiles", "b23-long-waves", "b24-grid-blocks", "b25-int4-pace"
     b26, b27, b28, b29 = "b26-held-ramps", "b27-ramps-check", "b28-int4-judge", "b29-knee-ladder"
     b30, b31, b32, b33 = "b30-front-door", "b31-eager-launch", "b32-piecewise-prompts", "b33-prompt-door"
-    b34 = "b34-short-judge"
+    b34, b35 = "b34-short-judge", "b35-way-out"
     ran = {b1: {"0": ["llama8b-bf16", "qwen3moe-bf16"], "1": ["llama8b-fp8", "dsv2lite-bf16"],
                 "0,1": ["qwen25-32b-tp2-bf16"]}}
     ran[b2], ran[b3] = ran[b1], ran[b1]  # b1-b3 ran as one set of lanes
@@ -431,17 +441,19 @@ def plan() -> dict:
                 "1": ["b32-qwen25-15b", "b32-llama8b", "b32-qwen25-3b"], "0,1": []}
     # ran on two H200s side by side
     ran[b33] = {"0": ["b33-llama8b", "b33-llama8b-api4"], "1": ["b33-qwen25-15b", "b33-qwen25-15b-api4"], "0,1": []}
-    # planned, not run yet, on a two-GPU machine: what the kit runs next
+    # ran on two H200s side by side
     ran[b34] = {"0": ["b34-qwen25-32b", "b34-qwen3-32b"], "1": ["b34-qwen3moe", "b34-dsv2lite"], "0,1": []}
+    # planned, not run yet, on a two-GPU machine: what the kit runs next
+    ran[b35] = {"0": ["b35-llama8b", "b35-qwen25-32b"], "1": ["b35-qwen3moe", "b35-qwen3-14b"], "0,1": []}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
         bench="vllm bench serve --backend vllm --dataset-name random (ignore_eos), --percentile-metrics "
               "ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --save-result --save-detailed",
         batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16, b17, b18, b19, b20, b21, b22, b23,
-                 b24, b25, b26, b27, b28, b29, b30, b31, b32, b33, b34],
+                 b24, b25, b26, b27, b28, b29, b30, b31, b32, b33, b34, b35],
         # lanes run side by side; a lane's servers run one after another; '0,1' runs once both others are done.
         # `lanes` are the newest batch's (what the kit runs); `lanes_by_batch` keeps each batch's
-        lanes=ran[b34], lanes_by_batch=ran,
+        lanes=ran[b35], lanes_by_batch=ran,
         servers=[
             server("llama8b-bf16", b1, "llama-3.1-8b", "0", 8101, 65536, LLAMA_POINTS),
             server("llama8b-fp8", b1, "llama-3.1-8b", "1", 8102, 65536, LLAMA_POINTS, kv_cache_dtype="fp8"),
@@ -607,6 +619,12 @@ def plan() -> dict:
                   ("qwen3-32b", "qwen3-32b", "0", 8412, 0.020, 6000),
                   ("qwen3moe", "qwen3-30b-a3b", "1", 8413, 0.012, 20000),
                   ("dsv2lite", "deepseek-v2-lite", "1", 8414, 0.012, 20000))),
+            *(launch_server(f"b35-{tag}", b35, model, gpu, port, WAY_OUT, itl, tokens_per_s)
+              for tag, model, gpu, port, itl, tokens_per_s in (
+                  ("llama8b", "llama-3.1-8b", "0", 8421, 0.008, 25000),
+                  ("qwen25-32b", "qwen2.5-32b-instruct", "0", 8422, 0.020, 6000),
+                  ("qwen3moe", "qwen3-30b-a3b", "1", 8423, 0.012, 20000),
+                  ("qwen3-14b", "qwen3-14b", "1", 8424, 0.012, 15000))),
         ],
     )
 
