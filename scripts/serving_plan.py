@@ -313,6 +313,13 @@ SHORT_JUDGE = [closed(100, 32, 1, 4), closed(500, 32, 1, 4), opened(300, 128, 4,
 WAY_OUT = [closed(1000, 64, 1, 4), closed(8000, 64, 1, 2), closed(1000, 128, 8, 16), closed(1000, 128, 32, 64),
            closed(8000, 128, 8, 16), opened(1000, 128, 8, 80)]
 
+# batch b36, on two H200s side by side (another host than b35's): b35's requests alone at 1,000 tokens spent 12.7 ms
+# (Llama-3.1-8B) outside the engine's steps beyond the per-token parts, where b30-b33's short prompts give 3.2 ms:
+# the host's share of the handling, read again on a second host, with b35's bursts of 1,000-token prompts (their
+# first tokens late by the step's other first outputs) and its open loop beside, on two of b35's models
+WAY_OUT_AGAIN = [closed(50, 32, 1, 4), closed(200, 32, 1, 4), closed(1000, 64, 1, 4), closed(1000, 128, 8, 16),
+                 closed(1000, 128, 32, 64), opened(1000, 128, 8, 80)]
+
 def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len: int, points: list[dict],
            kv_cache_dtype: str = "auto", tp: int = 1, prefill_tokens_per_s: float = 15000.0,
            itl_guess_s: float = 0.012, tokenizer_only: bool = False, instead_of: str | None = None,
@@ -392,7 +399,7 @@ def plan() -> dict:
     b22, b23, b24, b25 = "b22-prompt-tiles", "b23-long-waves", "b24-grid-blocks", "b25-int4-pace"
     b26, b27, b28, b29 = "b26-held-ramps", "b27-ramps-check", "b28-int4-judge", "b29-knee-ladder"
     b30, b31, b32, b33 = "b30-front-door", "b31-eager-launch", "b32-piecewise-prompts", "b33-prompt-door"
-    b34, b35 = "b34-short-judge", "b35-way-out"
+    b34, b35, b36 = "b34-short-judge", "b35-way-out", "b36-way-out-again"
     ran = {b1: {"0": ["llama8b-bf16", "qwen3moe-bf16"], "1": ["llama8b-fp8", "dsv2lite-bf16"],
                 "0,1": ["qwen25-32b-tp2-bf16"]}}
     ran[b2], ran[b3] = ran[b1], ran[b1]  # b1-b3 ran as one set of lanes
@@ -443,17 +450,19 @@ def plan() -> dict:
     ran[b33] = {"0": ["b33-llama8b", "b33-llama8b-api4"], "1": ["b33-qwen25-15b", "b33-qwen25-15b-api4"], "0,1": []}
     # ran on two H200s side by side
     ran[b34] = {"0": ["b34-qwen25-32b", "b34-qwen3-32b"], "1": ["b34-qwen3moe", "b34-dsv2lite"], "0,1": []}
-    # planned, not run yet, on a two-GPU machine: what the kit runs next
+    # ran on two H200s side by side
     ran[b35] = {"0": ["b35-llama8b", "b35-qwen25-32b"], "1": ["b35-qwen3moe", "b35-qwen3-14b"], "0,1": []}
+    # planned, not run yet, on a two-GPU machine: what the kit runs next
+    ran[b36] = {"0": ["b36-llama8b"], "1": ["b36-qwen3-14b"], "0,1": []}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
         bench="vllm bench serve --backend vllm --dataset-name random (ignore_eos), --percentile-metrics "
               "ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --save-result --save-detailed",
         batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16, b17, b18, b19, b20, b21, b22, b23,
-                 b24, b25, b26, b27, b28, b29, b30, b31, b32, b33, b34, b35],
+                 b24, b25, b26, b27, b28, b29, b30, b31, b32, b33, b34, b35, b36],
         # lanes run side by side; a lane's servers run one after another; '0,1' runs once both others are done.
         # `lanes` are the newest batch's (what the kit runs); `lanes_by_batch` keeps each batch's
-        lanes=ran[b35], lanes_by_batch=ran,
+        lanes=ran[b36], lanes_by_batch=ran,
         servers=[
             server("llama8b-bf16", b1, "llama-3.1-8b", "0", 8101, 65536, LLAMA_POINTS),
             server("llama8b-fp8", b1, "llama-3.1-8b", "1", 8102, 65536, LLAMA_POINTS, kv_cache_dtype="fp8"),
@@ -625,6 +634,10 @@ def plan() -> dict:
                   ("qwen25-32b", "qwen2.5-32b-instruct", "0", 8422, 0.020, 6000),
                   ("qwen3moe", "qwen3-30b-a3b", "1", 8423, 0.012, 20000),
                   ("qwen3-14b", "qwen3-14b", "1", 8424, 0.012, 15000))),
+            *(launch_server(f"b36-{tag}", b36, model, gpu, port, WAY_OUT_AGAIN, itl, tokens_per_s)
+              for tag, model, gpu, port, itl, tokens_per_s in (
+                  ("llama8b", "llama-3.1-8b", "0", 8431, 0.008, 25000),
+                  ("qwen3-14b", "qwen3-14b", "1", 8432, 0.012, 15000))),
         ],
     )
 
