@@ -48,8 +48,8 @@ HOST_SPREAD = "the same server ran 2.3x apart on two H200 hosts and held 108 and
 # step late, then the step's own at once (b21's Qwen2.5-3B in int8_per_token_head: 714 ms then 38 ms between
 # output updates, against 356 ms either side, at the first steps of 65 and 73 requests; 25 of the 31 first counts
 # below 256 of measure/serving/b21-wave-fill/b21-qwen25-3b-int8/steps.tsv.gz). Its clients saw a gap of two steps,
-# the slowest 1% of gaps of a burst of long prompts on a fresh server. Over the one-GPU traces of batches b11-b35
-# (measure/steps.py first_count_holds; docs/step-trace.md), 429 of 737 such first steps below 256 requests held
+# the slowest 1% of gaps of a burst of long prompts on a fresh server. Over the one-GPU traces of batches b11-b36
+# (measure/steps.py first_count_holds; docs/step-trace.md), 433 of 745 such first steps below 256 requests held
 # it back (many of the others come straight after another first step, whose late update hides theirs), and 16
 # of 197 from 256 on, as often as the steps' own spread gives: none past FIRST_USE_LIMIT.
 FIRST_USE_PAD = 8
@@ -379,13 +379,18 @@ def padded_requests(requests: int) -> int:
     return -(-requests // FIRST_USE_PAD) * FIRST_USE_PAD
 
 
-# The engine core processes a step's output once the next step is launched, not once it has run: b34's Qwen2.5-32B
-# handed a 100-token prompt's first token over with that step's own update, 24.3 ms after its schedule(), where the
-# next step's update came at 42.0 (TTFT 30.2; simulated 48.4). Delivering at the end of the step or of the next
-# one's launch, the handling read to match (the first token's time outside the steps up to its own step's update:
-# 6.9 ms a request) and every term refitted, p50 TTFT within 10% fell from 253 to 192 of 529 points and the most
-# requests a second within 10% from 118 to 98 of 192; kept as below until the handling's split between the way in
-# and the way back is read off the traces
+# The engine lets a first token out with its own step's update, not the next one's (measure/first_token.py,
+# docs/first-token-way.md): in b35's and b36's bursts of 32 prompts of 1,000 tokens the first tokens follow that update
+# within 4.0-13.9 ms (the middle 80%) and the next step's only within 104.7-786.4 ms, 23.5-27.1 ms later than a request
+# alone, about what the API server spends on the step's other first outputs (18.5-18.7 ms by the fitted per-token
+# term). A step launched kernel by kernel holds the engine core until the GPU has nearly run it, so the update before
+# it and the schedule after it both wait for it. Simulated so (the update after the next step's launch, past the graph
+# after the whole next step; the API server's time on each step's outputs; a closed loop's client sending on the last
+# token; a step holding the requests that reached the engine by the start of the step before, or by its own start
+# after a step past the graph; the handling read to match and every term refitted), over the 553 points after b35
+# p50 TTFT within 10% rose from 265 to 275 but p99 ITL within 25% fell from 398 to 384, output tokens/s within 10%
+# from 446 to 433 and most requests a second from 118 to 117 of 192; b36, committed both ways before it ran, came
+# within 10% on 8 of 12 as below and 6 so. The one-step wait stays, standing in for those mechanisms together
 def _deliver(r: _Request, ends: dict[float, float], delay: int, held: set[float] | None = None,
              first_token_s: float = 0.0) -> None:
     """When the client receives each token: the end of the step that sampled it or, with async scheduling, of the
