@@ -452,7 +452,7 @@ def plan() -> dict:
     ran[b34] = {"0": ["b34-qwen25-32b", "b34-qwen3-32b"], "1": ["b34-qwen3moe", "b34-dsv2lite"], "0,1": []}
     # ran on two H200s side by side
     ran[b35] = {"0": ["b35-llama8b", "b35-qwen25-32b"], "1": ["b35-qwen3moe", "b35-qwen3-14b"], "0,1": []}
-    # planned, not run yet, on a two-GPU machine: what the kit runs next
+    # ran on two H200s side by side, on another host than b35's: the newest batch, what the kit runs
     ran[b36] = {"0": ["b36-llama8b"], "1": ["b36-qwen3-14b"], "0,1": []}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
