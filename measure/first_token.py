@@ -16,8 +16,9 @@ prompt tokens are not its prompts end to end (a preempted request prefilled agai
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 
-from .serving import read_bench
+from .serving import percentile, read_bench
 from .steps import point_windows, server_folder, server_trace
 
 
@@ -39,9 +40,7 @@ def first_token_matches(steps: list, sent_s: list[float], ttfts_s: list[float], 
     for k, j in enumerate(order):
         if k in lasts and lasts[k] + 1 < len(steps):
             out.append(dict(request=j, first_step=firsts[k], last_step=lasts[k], arrival_s=sent_s[j] + ttfts_s[j]))
-    sampled = {}
-    for row in out:
-        sampled[row["last_step"]] = sampled.get(row["last_step"], 0) + 1
+    sampled = Counter(row["last_step"] for row in out)
     for row in out:
         row["same_step_firsts"] = sampled[row["last_step"]]
     return out
@@ -73,9 +72,8 @@ def request_rows(server: dict) -> list[dict]:
 
 
 def _spread(values: list[float]) -> float:
-    """The middle 80%'s width: the 90th percentile less the 10th."""
-    s = sorted(values)
-    return s[int(0.9 * (len(s) - 1))] - s[int(0.1 * (len(s) - 1))]
+    """The middle 80%'s width: the 90th percentile less the 10th, as the load generator computes percentiles."""
+    return percentile(values, 90) - percentile(values, 10)
 
 
 def way_out_rows(server: dict, first_token_s_per_prompt_token: float, api_s_per_token: float) -> list[dict]:

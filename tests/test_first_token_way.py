@@ -3,6 +3,7 @@ first token's way out; docs/first-token-way.md is benchmarks/first_token_way.py'
 
 from __future__ import annotations
 
+from functools import cache
 from types import SimpleNamespace
 
 from helpers import load_script
@@ -41,19 +42,20 @@ def test_a_point_whose_prompt_tokens_are_not_its_prompts_end_to_end_is_left_out(
     assert first_token_matches(_steps([1000, 1000, 600]), [1.0, 2.0], [0.1, 0.1], 1000) is None
 
 
-def _b35_bursts() -> list[dict]:
+@cache
+def _b35_bursts() -> tuple[dict, ...]:
     fitted = step_overhead()
     out = []
     for server in traced_servers():
         if server["batch"] == "b35-way-out":
             rows = way_out_rows(server, fitted.first_token_s_per_prompt_token, fitted.frontend_api_s_per_token)
             out += [r for r in rows if r["point"].endswith("-i1000-o128-c32")]
-    return out
+    return tuple(out)
 
 
 def test_b35s_first_tokens_leave_with_their_own_steps_update():
     # b35's bursts of 32 prompts of 1,000 tokens on four models (8 prefilled a step): the first tokens' time past
-    # their own step's update spread 5.7-13.9 ms (middle 80%), past the next step's 104.7-786.4 ms
+    # their own step's update spread 5.7-14.0 ms (middle 80%), past the next step's 105.1-786.4 ms
     bursts = _b35_bursts()
     assert len(bursts) == 4
     for r in bursts:

@@ -381,7 +381,7 @@ def padded_requests(requests: int) -> int:
 
 # The engine lets a first token out with its own step's update, not the next one's (measure/first_token.py,
 # docs/first-token-way.md): in b35's and b36's bursts of 32 prompts of 1,000 tokens the first tokens follow that update
-# within 4.0-13.9 ms (the middle 80%) and the next step's only within 104.7-786.4 ms, 23.5-27.1 ms later than a request
+# within 4.0-14.0 ms (the middle 80%) and the next step's only within 105.1-786.4 ms, 23.5-27.1 ms later than a request
 # alone, about what the API server spends on the step's other first outputs (18.5-18.7 ms by the fitted per-token
 # term). A step launched kernel by kernel holds the engine core until the GPU has nearly run it, so the update before
 # it and the schedule after it both wait for it. Simulated so (the update after the next step's launch, past the graph
