@@ -50,19 +50,27 @@ def _update_end(step) -> float:
     return step.updated_at + step.update_s
 
 
-def request_rows(server: dict) -> list[dict]:
-    """Per matched request of the server's points: the point, its load, its prompt, the client's first-token arrival
-    less its own step's update end and less the next step's (`own_s`, `next_s`, on the two clocks' offset), the
-    requests decoding in its own step and the first tokens that step sampled."""
+def _point_matches(server: dict):
+    """(point, its load generator's result, its steps, first_token_matches) of each point of the server whose
+    requests the steps' prompt tokens match."""
     steps = server_trace(server)
-    rows = []
     for t0, t1, point in point_windows(server):
         bench = read_bench(server_folder(server) / f"{point['id']}.json.gz")
         if bench.failed or not bench.start_times or len(bench.start_times) != len(bench.ttfts):
             continue
         window = [s for s in steps if t0 <= s.scheduled_at <= t1]
         matches = first_token_matches(window, bench.start_times, bench.ttfts, point["input_len"])
-        for m in matches or []:
+        if matches:
+            yield point, bench, window, matches
+
+
+def request_rows(server: dict) -> list[dict]:
+    """Per matched request of the server's points: the point, its load, its prompt, the client's first-token arrival
+    less its own step's update end and less the next step's (`own_s`, `next_s`, on the two clocks' offset), the
+    requests decoding in its own step and the first tokens that step sampled."""
+    rows = []
+    for point, bench, window, matches in _point_matches(server):
+        for m in matches:
             own, following = window[m["last_step"]], window[m["last_step"] + 1]
             rows.append(dict(point=point["id"], concurrency=point.get("concurrency"),
                              request_rate=point.get("request_rate"), prompt=point["input_len"],
@@ -103,3 +111,30 @@ def way_out_rows(server: dict, first_token_s_per_prompt_token: float, api_s_per_
                         next_spread_ms=1e3 * _spread([r["next_s"] for r in part]),
                         outputs_ms=1e3 * statistics.median(outputs)))
     return out
+
+
+def burst_rows(server: dict) -> list[dict]:
+    """Per closed loop of more than one request in flight the server ran under one API server (its opening requests
+    sent together) with requests alone at the same prompt length: the requests sent together and the wait of the
+    first of them from its send to the schedule() of the step that took it, beyond a request alone's (the median over
+    the server's requests alone; the two clocks' offset cancels). One API server's loop reads and checks every
+    request of the burst before it hands the first to the engine (sizing/planners/front_end.py)."""
+    if (server.get("api_server_count") or 1) != 1:
+        return []
+    matched = list(_point_matches(server))
+    lone = {}
+    for point, bench, window, matches in matched:
+        if point.get("concurrency") == 1:
+            for m in matches:
+                wait = window[m["first_step"]].scheduled_at - bench.start_times[m["request"]]
+                lone.setdefault(point["input_len"], []).append(wait)
+    rows = []
+    for point, bench, window, matches in matched:
+        together = point.get("concurrency") or 0
+        if together < 2 or point["input_len"] not in lone:
+            continue
+        first = min(matches, key=lambda m: bench.start_times[m["request"]])
+        wait = window[first["first_step"]].scheduled_at - bench.start_times[first["request"]]
+        rows.append(dict(point=point["id"], together=min(together, len(bench.start_times)), prompt=point["input_len"],
+                         extra_s=wait - statistics.median(lone[point["input_len"]])))
+    return rows

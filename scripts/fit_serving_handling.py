@@ -13,6 +13,7 @@ sys.path.insert(0, str(ROOT))
 
 import statistics  # noqa: E402
 
+from measure.first_token import burst_rows  # noqa: E402
 from measure.steps import (FLASH_KV_CACHE_DTYPES, launch_rows, gpu_paced_servers,  # noqa: E402
                            prompt_handling_rows, server_settings, traced_servers)
 from least_squares import line  # noqa: E402
@@ -30,9 +31,9 @@ from least_squares import line  # noqa: E402
 HANDLING_BATCHES = ("b22-prompt-tiles", "b25-int4-pace", "b28-int4-judge")
 SHORT_HANDLING_BATCHES = ("b30-front-door", "b31-eager-launch", "b32-piecewise-prompts", "b33-prompt-door")
 SHORT_PROMPT_TOKENS = 1000  # a prompt this long or shorter reads the fixed part
-HANDLING_TERM = "request_handling_s"
+HANDLING_TERM, PARSE_TERM = "request_handling_s", "request_parse_s"
 PROMPT_IN_TERM, FIRST_TOKEN_TERM = "prompt_in_s_per_token", "first_token_s_per_prompt_token"
-HANDLING_OFF = {HANDLING_TERM: 0.0, PROMPT_IN_TERM: 0.0, FIRST_TOKEN_TERM: 0.0}
+HANDLING_OFF = {HANDLING_TERM: 0.0, PARSE_TERM: 0.0, PROMPT_IN_TERM: 0.0, FIRST_TOKEN_TERM: 0.0}
 
 
 def fit_handling() -> tuple[dict[str, float], list[str]]:
@@ -51,9 +52,27 @@ def fit_handling() -> tuple[dict[str, float], list[str]]:
     prompts = [r["prompt"] for r in long]
     way_in = max(line(prompts, [r["outside_s"] for r in long])[1], 0.0)
     first = line(prompts, [r["first_token_s"] for r in long])[1]
-    fixed = statistics.median(r["first_token_s"] - first * r["prompt"] for r in short)
-    return ({HANDLING_TERM: round(max(fixed, 0.0), 6), PROMPT_IN_TERM: round(way_in, 11),
-             FIRST_TOKEN_TERM: round(max(first - way_in, 0.0), 11)}, sorted({r["point"] for r in long + short}))
+    fixed = round(max(statistics.median(r["first_token_s"] - first * r["prompt"] for r in short), 0.0), 6)
+    parse, bursts = fit_parse()
+    return ({HANDLING_TERM: fixed, PARSE_TERM: min(parse, fixed), PROMPT_IN_TERM: round(way_in, 11),
+             FIRST_TOKEN_TERM: round(max(first - way_in, 0.0), 11)},
+            sorted({r["point"] for r in long + short} | set(bursts)))
+
+
+# the bursts the loop's parse is read from: every traced batch whose servers ran requests alone beside bursts at the
+# same prompt length under one API server, but b15, kept out of every fit to judge the formats
+PARSE_BATCHES = ("b28-int4-judge", "b32-piecewise-prompts", "b33-prompt-door", "b35-way-out", "b36-way-out-again")
+
+
+def fit_parse() -> tuple[float, list[str]]:
+    """The part of the handling an API server's loop spends on a request before its tokenizer: over the traced bursts
+    of PARSE_BATCHES under one API server (measure/first_token.py burst_rows), the least-squares slope through the
+    origin of the first request's wait beyond a request alone's on the other requests sent with it (their parses
+    come before its hand-over: sizing/planners/front_end.py); and the points it was read from."""
+    rows = [r for server in traced_servers() if server["batch"] in PARSE_BATCHES for r in burst_rows(server)]
+    others = [r["together"] - 1 for r in rows]
+    slope = sum(n * r["extra_s"] for n, r in zip(others, rows)) / sum(n * n for n in others)
+    return round(max(slope, 0.0), 6), [r["point"] for r in rows]
 
 
 # the host's launch of a step with prompt chunks, a layer at a time (measure/steps.py launch_rows), under load: past the

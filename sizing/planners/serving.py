@@ -15,8 +15,11 @@ stages) the engine schedules and launches step N+1 before it processes step N's 
 when the step after the one that sampled it ends; where no step follows, when its own ends. Every gap keeps its
 length; the first token comes one step later, which in a burst of prompts is a whole prefill step.
 
-A closed loop (N in flight, `vllm bench serve --max-concurrency N --request-rate inf`) starts N requests at once and
-each finished one's client sends the next; an open loop sends them at a Poisson rate. The result is the load
+A request reaches the engine through its API server's event loop (sizing/planners/front_end.py): its parse, its
+prompt tokenized beside the loop, its hand-over, in turn with the other requests' and with the streaming of every
+step's tokens. A closed loop (N in flight, `vllm bench serve --max-concurrency N --request-rate inf`) starts N requests
+at once and each finished one's client sends the next once the loop has streamed its last token; an open loop sends
+them at a Poisson rate. The result is the load
 generator's figures: TTFT and ITL percentiles over requests and gaps, output tokens and requests per second.
 """
 
@@ -31,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from ..cache.layers import kv_heads_per_rank
 from ..efficiency import DecodeEfficiency
 from ..errors import KvsizeError
+from .front_end import FrontEnd
 from .graph_steps import SPLIT_KV_SEGMENTS, graphed_steps, split_kv_requests
 from .step_model import (StepModel, engine_efficiency, query_group_waves, query_tile_fill, step_overhead,
                          with_twins)
@@ -133,8 +137,7 @@ class Scheduler:
     # where the engine core launches the steps itself, one GPU under async scheduling (b16's Llama-3.1-70B at TP 2,
     # whose workers run them, kept its updates a step apart through 23 such steps)
     first_use_holds: bool = False
-    # the API server processes (--api-server-count): each takes the requests it is handed one after another, so a
-    # burst reaches the engine spread by their ways in, the first alone
+    # the API server processes (--api-server-count), each one event loop (front_end.py)
     api_servers: int = 1
 
 
@@ -193,27 +196,19 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
     """Run the load against one replica, step by step (runs of steps that only decode in one pass, unless
     `decode_runs` is off: the same figures, slower)."""
     rng = random.Random(load.seed)
-    # requests the client has sent that have not reached the engine yet: (at the engine, order, sent by the client)
-    pending: list[tuple[float, int, float]] = []
     # a prefilled request (disaggregated: its KV shipped from a prefill replica) was handled there, once
     handling = 0.0 if load.prefilled else model.request_handling_s
-    per_prompt_token = 0.0 if load.prefilled else model.prompt_in_s_per_token
-
-    # when each API server is next free: a request is handled by the first free one, after the requests it took before
-    api_free = [0.0] * max(engine.api_servers, 1)
-
-    def at_engine(client_at: float, order: int) -> float:
-        start = max(client_at, heapq.heappop(api_free))
-        done = start + handling + per_prompt_token * load.length(order)[0]
-        heapq.heappush(api_free, done)
-        return done
-
+    parse = min(model.request_parse_s, handling)
+    front = FrontEnd(engine.api_servers, parse, handling - parse,
+                     0.0 if load.prefilled else model.prompt_in_s_per_token,
+                     0.0 if load.prefilled else model.api_s_per_token * engine.api_servers)
+    # requests handed to the engine that it has not taken yet: (at the engine, order sent, sent by the client)
+    pending: list[tuple[float, int, float]] = []
+    sends = 0  # requests the client has sent
     if load.request_rate is not None:
-        sends = load.sent_at or _poisson_sends(rng, load.request_rate, load.num_prompts)
-        for i in sorted(range(len(sends)), key=sends.__getitem__):  # the API servers take them as they come
-            pending.append((at_engine(sends[i], i), i, sends[i]))
-        heapq.heapify(pending)  # among API servers, a shorter way in can put a later send ahead of an earlier one
-    sent = 0
+        sends = load.num_prompts
+        for i, at in enumerate(load.sent_at or _poisson_sends(rng, load.request_rate, load.num_prompts)):
+            front.send(at, i, load.length(i)[0])
     waiting: deque[_Request] = deque()
     running: list[_Request] = []
     finished: list[_Request] = []
@@ -228,15 +223,14 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
     def blocks(tokens: int) -> int:
         return -(-tokens // engine.block_size)
 
-    def send(at: float, client_at: float) -> None:
-        nonlocal sent
-        prompt, output = load.length(sent)
-        waiting.append(_Request(sent, at, prompt, output, prompt, sent_at=client_at))
-        sent += 1
+    def send(at: float, order: int, client_at: float) -> None:
+        prompt, output = load.length(order)
+        waiting.append(_Request(order, at, prompt, output, prompt, sent_at=client_at))
 
-    def client_sends(at: float) -> None:  # a closed loop's request, on the engine's queue once handled
-        order = sent + len(pending)
-        heapq.heappush(pending, (at_engine(at, order), order, at))
+    def client_sends(at: float, on_last_token: bool = True) -> None:  # a closed loop's next request
+        nonlocal sends
+        front.send(at, sends, load.length(sends)[0], on_last_token)
+        sends += 1
 
     def retire() -> None:
         """Finished requests leave the pool; a closed loop sends the next as each one finishes."""
@@ -248,22 +242,24 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
         for r in done:
             free_blocks += blocks(r.in_cache)
             finished.append(r)
-            if load.concurrency is not None and sent + len(pending) < load.num_prompts:
+            if load.concurrency is not None and sends < load.num_prompts:
                 client_sends(now)
 
     ends: dict[float, float] = {}  # each step's end by its start
     if load.concurrency is not None:
         for _ in range(min(load.concurrency, load.num_prompts)):
-            client_sends(0.0)
+            client_sends(0.0, on_last_token=False)
     while len(finished) < load.num_prompts:
+        for handed in front.advance(now):
+            heapq.heappush(pending, handed)
         while pending and pending[0][0] <= now:
-            at, _, client_at = heapq.heappop(pending)
-            send(at, client_at)
+            send(*heapq.heappop(pending))
+        # the next request to reach the engine comes no sooner than the front end's next piece of work
+        next_in = min(pending[0][0] if pending else math.inf, front.next_at())
         if not waiting and not running:
-            now = pending[0][0]  # idle until the next arrival
+            now = next_in  # idle until the next arrival
             continue
-        run = decode_runs and _decode_run(model, engine, running, waiting, free_blocks, now,
-                                          pending[0][0] if pending else math.inf)
+        run = decode_runs and _decode_run(model, engine, running, waiting, free_blocks, now, next_in)
         if run:
             # steps that only decode, until the first request finishes or the next one arrives: every request gets
             # the same tokens at the same times, the step by step loop's arithmetic in one pass
@@ -281,6 +277,8 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
                 now += dt
                 clock.append(now)
             ends.update(zip(clock, clock[1:]))
+            for end in clock[1:]:
+                front.stream(end, len(running))
             for r in running:
                 r.generated += len(times)
                 r.in_cache += len(times)
@@ -355,6 +353,7 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
             # the client had the last token) did not hold back the last step's output
             ends[now] = now + dt
         now += dt
+        front.stream(now, len(decoding) + sum(1 for r, n in chunks if r.done_prefill + n >= r.prompt))
         for r in decoding:
             r.generated += 1
             r.in_cache += 1
@@ -509,7 +508,8 @@ def serving_replica(scenario, hbm_bandwidth_gb_s: float, bf16_dense_tflops: floa
                       prompt_in_s_per_token=fitted["prompt_in_s_per_token"],
                       first_token_s_per_prompt_token=fitted["first_token_s_per_prompt_token"],
                       eager_layer_launch_s=fitted["eager_layer_launch_s"],
-                      piecewise_layer_launch_s=fitted["piecewise_layer_launch_s"])
+                      piecewise_layer_launch_s=fitted["piecewise_layer_launch_s"],
+                      request_parse_s=fitted["request_parse_s"])
     paged = e.pool.paged
     release = e.engine.release
     delay = release.in_flight_extra_batches if release is not None else 0

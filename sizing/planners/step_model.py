@@ -21,23 +21,22 @@ cost per layer (and per layer's all-reduce where TP > 1), never less than the en
 The host's side of a step is the engine core's: a fixed floor (scheduling, sampling, sending the tokens) and its
 work on each decoding request's output, one after the other in its one process; the engine overlaps it with the
 GPU's, so it shows only where the GPU's part is shorter (a small model), and there it grows with the streams. A step
-of more tokens than the largest CUDA graph the engine captured (kvsize's estimate of its capture sizes,
-sizing/planners/graph_steps.py) runs without one: its kernels are launched from the host layer by layer, and an MoE
-layer's fused-expert path runs its Python, a cost a step much larger than a graph's replay. The engine core launches
-a step while the GPU runs the one before (async scheduling), so the launch of every layer's kernels is a bound of its
-own beside the GPU's part rather than a cost added to it: the step traces show it as the period before a prompt chunk
-(measure/steps.py launch_rows), and it sets the step where the chunk's GEMMs are shorter. A step with a prompt chunk
-under the largest graph replays the graph's pieces and launches each layer's attention between them, a bound of the
-same kind at a cost of its own a layer. The front end (the
-engine core's output handling above and the API servers', processes of their own that
-stream each decoding request's token beside the engine's step) hands each request to the engine a fixed time after
-the client sent it, which its TTFT carries. A KV format the engine decodes in programs that each read one request's
-whole cache for one KV head (vLLM's TRITON_ATTN, the only backend of its per-token-head integer formats) reads in
-waves of as many programs as the GPU runs at once, the last wave as long as a full one; with few requests decoding
-the engine splits each request's cache into segments instead, read at a share of its own and in rounds of as many
-segment programs as an SM holds. No program reads faster than its pace alone, nor than the SM's rate shared among the
-programs the SM holds (for whole caches, as many as the launched grid, its empty query blocks included, puts there).
-Every term is fitted on the points profiles/serving.json names (scripts/fit_serving_terms.py).
+of more tokens than the largest CUDA graph the engine captured (graph_steps.py's estimate of its capture sizes) runs
+without one: its kernels are launched from the host layer by layer, and an MoE layer's fused-expert path runs its
+Python, a cost a step much larger than a graph's replay. The engine core launches a step while the GPU runs the one
+before (async scheduling), so the launch of every layer's kernels is a bound of its own beside the GPU's part rather
+than a cost added to it: the step traces show it as the period before a prompt chunk (measure/steps.py launch_rows),
+and it sets the step where the chunk's GEMMs are shorter. A step with a prompt chunk under the largest graph replays
+the graph's pieces and launches each layer's attention between them, a bound of the same kind at a cost of its own a
+layer. The API servers, processes of their own that stream each decoding request's token beside the engine's step,
+hand each request to the engine (sizing/planners/front_end.py). A KV format the engine decodes in programs that each
+read one request's whole cache for one KV head (vLLM's TRITON_ATTN, the only backend of its per-token-head integer
+formats) reads in waves of as many programs as the GPU runs at once, the last wave as long as a full one; with few
+requests decoding the engine splits each request's cache into segments instead, read at a share of its own and in
+rounds of as many segment programs as an SM holds. No program reads faster than its pace alone, nor than the SM's
+rate shared among the programs the SM holds (for whole caches, as many as the launched grid, its empty query blocks
+included, puts there). Every term is fitted on the points profiles/serving.json names
+(scripts/fit_serving_terms.py).
 """
 
 from __future__ import annotations
@@ -121,8 +120,7 @@ class StepOverhead(BaseModel):
     engine_kv_efficiency: dict[str, float] = Field(default_factory=dict)
     # per KV format whose prompt attention the engine runs in another kernel than bf16's (vLLM runs the per-token-head
     # integer formats under TRITON_ATTN only, dequantizing the cached chunks), the share of the prefill FLOP rate it
-    # reaches with its programs' query rows full (query_tile_fill scales it); a format not named runs at the prefill
-    # MFU
+    # reaches with its programs' query rows full (query_tile_fill scales it); a format not named: the prefill MFU
     engine_prefill_attention_share: dict[str, float] = Field(default_factory=dict)
     # a format no server ran that the engine decodes and prefills in the same kernel as a measured one: it takes that
     # format's shares (vLLM runs fp8_per_token_head through the same TRITON_ATTN path as int8_per_token_head, one byte
@@ -173,6 +171,8 @@ class StepOverhead(BaseModel):
     # the front end's handling of a request, from the client's send to the engine's queue (HTTP, tokenizing, the
     # hand-off to the engine core) and of its first token back: every request's first token comes this much later
     request_handling_s: float = Field(default=0.0, ge=0, le=1.0)
+    # its part on an API server's loop before the tokenizer thread (front_end.py; fitted: first_token.py burst_rows)
+    request_parse_s: float = Field(default=0.0, ge=0, le=1.0)
     # what the front end spends on each prompt token: on the way in (tokenizing, the request's token list handed to
     # the engine core) and on the first token's way back (the first output's handling), both read off the step traces
     # of requests alone on the engine (measure/steps.py prompt_handling_rows)
@@ -200,6 +200,8 @@ class StepOverhead(BaseModel):
 
     @model_validator(mode="after")
     def _twins_measured(self):
+        if self.request_parse_s > self.request_handling_s:
+            raise ValueError(f"request_parse_s {self.request_parse_s} must not exceed request_handling_s, its whole")
         for twin, measured in self.engine_kernel_twins.items():
             if measured not in self.engine_kv_efficiency or twin in self.engine_kv_efficiency:
                 raise ValueError(f"engine_kernel_twins {twin}: needs a measured format ({measured} must be in "
@@ -321,8 +323,7 @@ def with_twins(shares: dict, twins: dict[str, str]) -> dict:
 
 
 def queries_per_kv_head(shape: ModelShape) -> int:
-    """The query heads that share one KV head: the count the engine's attention kernel is compiled for (the same on
-    every TP rank, which splits both alike)."""
+    """The query heads sharing one KV head: the count the engine's attention kernel is compiled for (alike per rank)."""
     return max(shape.num_attention_heads // max(shape.num_kv_heads, 1), 1)
 
 
@@ -400,6 +401,7 @@ class StepModel:
     first_token_s_per_prompt_token: float = 0.0  # the first token's way back, per prompt token
     eager_layer_launch_s: float = 0.0  # the host's launch of one layer's kernels in a step run without a graph
     piecewise_layer_launch_s: float = 0.0  # the same in a step with prompt chunks replaying the graph's pieces
+    request_parse_s: float = 0.0  # of request_handling_s, an API server's loop's part before the tokenizer's
 
     def seconds(self, decoding: int, decode_tokens_in_cache: int, chunks: list[tuple[int, int]]) -> float:
         """`decoding` requests reading `decode_tokens_in_cache` cached tokens in all; `chunks`: (start, end) of the
@@ -441,8 +443,7 @@ class StepModel:
         return gemms + attention + kv + self.layers_overhead_s + eager + requests
 
     def handling_seconds(self, prompt_tokens: int) -> float:
-        """The front end's time on one request alone, outside the engine's steps: its handling, its prompt's way in
-        and its first token's way back."""
+        """The front end's time on one request alone outside the steps: handling, the way in, the first token's back."""
         return self.request_handling_s + prompt_tokens * (self.prompt_in_s_per_token
                                                           + self.first_token_s_per_prompt_token)
 

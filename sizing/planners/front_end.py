@@ -1,0 +1,96 @@
+"""The API servers' way in, simulated: when each request a client sends reaches the engine's queue (docs/formulas.md,
+'The API server's event loop').
+
+An API server is one Python process whose event loop runs one piece of work at a time, in the order the pieces
+became ready: a new request's reading and checking (its parse), then, once its prompt is tokenized on the server's
+tokenizer thread beside the loop, its hand-over to the engine; and the streaming of every step's tokens to the
+clients. A request alone on an idle server takes the three one after another (the handling fitted on requests
+alone). Requests sent together queue their parses ahead of the first one's hand-over, so a burst's first request
+reaches the engine once every parse is done, the rest right after it (batches b28-b36: the first of a burst of 32
+prompts of 1,000 tokens reached the engine 59-74 ms later than a request alone on the dense models); and while the
+loop streams many requests' tokens, the replacements a closed loop sends wait behind that work and reach the engine
+late and together, so a closed loop of fixed lengths keeps its waves (b12's Llama-3.1-8B at 64 in flight: none of the
+63 replacements sent while its first wave finished reached the engine before the last of that wave had finished).
+
+A step's tokens that reach a loop still streaming an earlier step's join the chunks it has not sent (vLLM's output
+collector merges a request's outputs its client has not taken), so a loop behind adds no work for them and streams
+more tokens a chunk (b8's Llama-3.2-1B under one API server: 1.6 and 2.3 tokens a chunk at 64 and 128 in flight).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from dataclasses import dataclass, field
+
+_PARSE, _HAND_OVER, _STREAM = 0, 1, 2
+
+
+@dataclass
+class FrontEnd:
+    """`servers` API server processes: their loops' and tokenizer threads' next free times and the work not yet run."""
+
+    servers: int
+    parse_s: float  # a request's first part on the loop: reading and checking it
+    hand_over_s: float  # its last part on the loop: its prompt's hand-over to the engine
+    tokenize_s_per_token: float  # its prompt on the server's tokenizer thread, per token
+    stream_s_per_token: float = 0.0  # the loop's time per token it streams (a server streams its share of each step)
+    _loop_free: list[float] = field(init=False)
+    _thread_free: list[float] = field(init=False)
+    _stream_start: list[float] = field(init=False)
+    _stream_done: list[float] = field(init=False)
+    _queue: list = field(init=False, default_factory=list)
+    _order: itertools.count = field(init=False, default_factory=itertools.count)
+    _streamed: tuple[float, float] = field(init=False, default=(-math.inf, 0.0))  # a step's end, its tokens streamed
+
+    def __post_init__(self) -> None:
+        self.servers = max(self.servers, 1)
+        self._loop_free = [0.0] * self.servers
+        self._thread_free = [0.0] * self.servers
+        self._stream_start = [-math.inf] * self.servers  # each loop's latest stream: when it begins and ends
+        self._stream_done = [0.0] * self.servers
+
+    def send(self, at: float, request: int, prompt_tokens: int, on_last_token: bool = False) -> None:
+        """The client sends request `request` (the order it was sent in) at `at`, or (`on_last_token`: a closed
+        loop's next) once the loops have streamed the tokens of the step that ended at `at`."""
+        heapq.heappush(self._queue, (at, next(self._order), _PARSE, -1, (request, prompt_tokens, on_last_token)))
+
+    def stream(self, at: float, tokens: int) -> None:
+        """A step's `tokens` reach the API servers at `at`, an equal share each."""
+        if self.stream_s_per_token > 0 and tokens > 0:
+            work = tokens * self.stream_s_per_token / self.servers
+            for s in range(self.servers):
+                heapq.heappush(self._queue, (at, next(self._order), _STREAM, s, work))
+
+    def next_at(self) -> float:
+        """When the earliest piece of work not yet run became ready (inf: none)."""
+        return self._queue[0][0] if self._queue else math.inf
+
+    def advance(self, until: float) -> list[tuple[float, int, float]]:
+        """Run every piece of work that became ready by `until`, in that order: (at the engine, request, sent by the
+        client) of each request handed over (a hand-over may end after `until`)."""
+        handed = []
+        while self._queue and self._queue[0][0] <= until:
+            at, _, kind, s, payload = heapq.heappop(self._queue)
+            if kind == _STREAM:
+                if self._stream_start[s] <= at:  # else the tokens join the chunks of a stream not yet begun
+                    self._stream_start[s] = max(at, self._loop_free[s])
+                    self._loop_free[s] = self._stream_done[s] = self._stream_start[s] + payload
+                done = self._stream_done[s]
+                self._streamed = (at, max(done, self._streamed[1]) if self._streamed[0] == at else done)
+            elif kind == _PARSE:
+                request, prompt_tokens, on_last_token = payload
+                if on_last_token and self._streamed[0] == at:
+                    at = self._streamed[1]
+                s = min(range(self.servers), key=self._loop_free.__getitem__)
+                parsed = max(at, self._loop_free[s]) + self.parse_s
+                self._loop_free[s] = parsed
+                tokenized = max(parsed, self._thread_free[s]) + prompt_tokens * self.tokenize_s_per_token
+                self._thread_free[s] = tokenized
+                heapq.heappush(self._queue, (tokenized, next(self._order), _HAND_OVER, s, (request, at)))
+            else:
+                done = max(at, self._loop_free[s]) + self.hand_over_s
+                self._loop_free[s] = done
+                handed.append((done, *payload))
+        return handed
