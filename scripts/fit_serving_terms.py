@@ -92,7 +92,7 @@ def is_dense(p: dict) -> bool:
 # and b36's requests alone tie the client's clock to the trace's for their loaded points (the first token's way out)
 NOT_STEP_BATCHES = ("b7-prefill-graphs", "b22-prompt-tiles", "b25-int4-pace", "b28-int4-judge", "b30-front-door",
                     "b31-eager-launch", "b32-piecewise-prompts", "b33-prompt-door", "b34-short-judge", "b35-way-out",
-                    "b36-way-out-again")
+                    "b36-way-out-again", "b37-waves")
 
 
 def fitted_on(points: list[dict]) -> list[dict]:

@@ -320,6 +320,14 @@ WAY_OUT = [closed(1000, 64, 1, 4), closed(8000, 64, 1, 2), closed(1000, 128, 8, 
 WAY_OUT_AGAIN = [closed(50, 32, 1, 4), closed(200, 32, 1, 4), closed(1000, 64, 1, 4), closed(1000, 128, 8, 16),
                  closed(1000, 128, 32, 64), opened(1000, 128, 8, 80)]
 
+# batch b37, on two H200s side by side: the API server's event loop (sizing/planners/front_end.py) judged on models no
+# closed loop of many short prompts ran on, under one API server and four. Closed loops of 32-128 prompts of 1,000
+# tokens (a closed loop of fixed lengths keeps its waves where the loop hands the replacements over late and
+# together), a request alone to tie the clocks, and an open loop
+WAVES = [closed(1000, 64, 1, 4), closed(1000, 128, 32, 64), closed(1000, 256, 64, 128), closed(1000, 256, 128, 256),
+         opened(1000, 128, 16, 240)]
+
+
 def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len: int, points: list[dict],
            kv_cache_dtype: str = "auto", tp: int = 1, prefill_tokens_per_s: float = 15000.0,
            itl_guess_s: float = 0.012, tokenizer_only: bool = False, instead_of: str | None = None,
@@ -452,17 +460,19 @@ def plan() -> dict:
     ran[b34] = {"0": ["b34-qwen25-32b", "b34-qwen3-32b"], "1": ["b34-qwen3moe", "b34-dsv2lite"], "0,1": []}
     # ran on two H200s side by side
     ran[b35] = {"0": ["b35-llama8b", "b35-qwen25-32b"], "1": ["b35-qwen3moe", "b35-qwen3-14b"], "0,1": []}
-    # ran on two H200s side by side, on another host than b35's: the newest batch, what the kit runs
+    # ran on two H200s side by side, on another host than b35's
     ran[b36] = {"0": ["b36-llama8b"], "1": ["b36-qwen3-14b"], "0,1": []}
+    b37 = "b37-waves"  # the newest batch, what the kit runs
+    ran[b37] = {"0": ["b37-qwen3-8b", "b37-qwen3-8b-api4"], "1": ["b37-qwen25-7b", "b37-qwen25-7b-api4"], "0,1": []}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
         bench="vllm bench serve --backend vllm --dataset-name random (ignore_eos), --percentile-metrics "
               "ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --save-result --save-detailed",
         batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16, b17, b18, b19, b20, b21, b22, b23,
-                 b24, b25, b26, b27, b28, b29, b30, b31, b32, b33, b34, b35, b36],
+                 b24, b25, b26, b27, b28, b29, b30, b31, b32, b33, b34, b35, b36, b37],
         # lanes run side by side; a lane's servers run one after another; '0,1' runs once both others are done.
         # `lanes` are the newest batch's (what the kit runs); `lanes_by_batch` keeps each batch's
-        lanes=ran[b36], lanes_by_batch=ran,
+        lanes=ran[b37], lanes_by_batch=ran,
         servers=[
             server("llama8b-bf16", b1, "llama-3.1-8b", "0", 8101, 65536, LLAMA_POINTS),
             server("llama8b-fp8", b1, "llama-3.1-8b", "1", 8102, 65536, LLAMA_POINTS, kv_cache_dtype="fp8"),
@@ -638,6 +648,11 @@ def plan() -> dict:
               for tag, model, gpu, port, itl, tokens_per_s in (
                   ("llama8b", "llama-3.1-8b", "0", 8431, 0.008, 25000),
                   ("qwen3-14b", "qwen3-14b", "1", 8432, 0.012, 15000))),
+            *(launch_server(f"b37-{tag}{suffix}", b37, model, gpu, port + k, WAVES, itl, tokens_per_s, **extra)
+              for tag, model, gpu, port, itl, tokens_per_s in (
+                  ("qwen3-8b", "qwen3-8b", "0", 8441, 0.008, 25000),
+                  ("qwen25-7b", "qwen2.5-7b-instruct", "1", 8443, 0.008, 25000))
+              for k, (suffix, extra) in enumerate((("", {}), ("-api4", {"api_server_count": 4})))),
         ],
     )
 
