@@ -89,10 +89,11 @@ def is_dense(p: dict) -> bool:
 # one request in int8_per_token_head and b25's in int4_per_token_head time the program pace (fit_serving_kernels.py),
 # and b28's judge that pace on models the fit never saw; b30's, b33's and b34's judge the front end's handling; b31 and
 # b32 the launch of a step with a prompt chunk (its one-request points are short prompts on an idle engine); b35's
-# and b36's requests alone tie the client's clock to the trace's for their loaded points (the first token's way out)
+# and b36's requests alone tie the client's clock to the trace's for their loaded points (the first token's way out);
+# b37's and b38's judge the API server's event loop
 NOT_STEP_BATCHES = ("b7-prefill-graphs", "b22-prompt-tiles", "b25-int4-pace", "b28-int4-judge", "b30-front-door",
                     "b31-eager-launch", "b32-piecewise-prompts", "b33-prompt-door", "b34-short-judge", "b35-way-out",
-                    "b36-way-out-again", "b37-waves")
+                    "b36-way-out-again", "b37-waves", "b38-burst-sizes")
 
 
 def fitted_on(points: list[dict]) -> list[dict]:

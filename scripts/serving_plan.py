@@ -327,6 +327,13 @@ WAY_OUT_AGAIN = [closed(50, 32, 1, 4), closed(200, 32, 1, 4), closed(1000, 64, 1
 WAVES = [closed(1000, 64, 1, 4), closed(1000, 128, 32, 64), closed(1000, 256, 64, 128), closed(1000, 256, 128, 256),
          opened(1000, 128, 16, 240)]
 
+# batch b38, on two H200s side by side: how long a burst's first request waits in the API server as the burst grows.
+# b32-b36's bursts of 4-48 waited about 2 ms a request sent with it (the loop reads them before handing the first
+# over), b37's of 64 and 128 no more than of 32. Bursts alone (as many prompts as in flight, 32 tokens out) of 16 to
+# 256 prompts of 1,000 tokens and of 64 of 200, with requests alone at both lengths to tie the clocks
+BURST_SIZES = [closed(1000, 32, 1, 4), closed(1000, 32, 16, 16), closed(1000, 32, 32, 32), closed(1000, 32, 64, 64),
+               closed(1000, 32, 128, 128), closed(1000, 32, 256, 256), closed(200, 32, 1, 4), closed(200, 32, 64, 64)]
+
 
 def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len: int, points: list[dict],
            kv_cache_dtype: str = "auto", tp: int = 1, prefill_tokens_per_s: float = 15000.0,
@@ -462,17 +469,18 @@ def plan() -> dict:
     ran[b35] = {"0": ["b35-llama8b", "b35-qwen25-32b"], "1": ["b35-qwen3moe", "b35-qwen3-14b"], "0,1": []}
     # ran on two H200s side by side, on another host than b35's
     ran[b36] = {"0": ["b36-llama8b"], "1": ["b36-qwen3-14b"], "0,1": []}
-    b37 = "b37-waves"  # the newest batch, what the kit runs
+    b37, b38 = "b37-waves", "b38-burst-sizes"
     ran[b37] = {"0": ["b37-qwen3-8b", "b37-qwen3-8b-api4"], "1": ["b37-qwen25-7b", "b37-qwen25-7b-api4"], "0,1": []}
+    ran[b38] = {"0": ["b38-llama8b"], "1": ["b38-qwen3-8b"], "0,1": []}  # the newest batch, what the kit runs
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
         bench="vllm bench serve --backend vllm --dataset-name random (ignore_eos), --percentile-metrics "
               "ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --save-result --save-detailed",
         batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16, b17, b18, b19, b20, b21, b22, b23,
-                 b24, b25, b26, b27, b28, b29, b30, b31, b32, b33, b34, b35, b36, b37],
+                 b24, b25, b26, b27, b28, b29, b30, b31, b32, b33, b34, b35, b36, b37, b38],
         # lanes run side by side; a lane's servers run one after another; '0,1' runs once both others are done.
         # `lanes` are the newest batch's (what the kit runs); `lanes_by_batch` keeps each batch's
-        lanes=ran[b37], lanes_by_batch=ran,
+        lanes=ran[b38], lanes_by_batch=ran,
         servers=[
             server("llama8b-bf16", b1, "llama-3.1-8b", "0", 8101, 65536, LLAMA_POINTS),
             server("llama8b-fp8", b1, "llama-3.1-8b", "1", 8102, 65536, LLAMA_POINTS, kv_cache_dtype="fp8"),
@@ -653,6 +661,10 @@ def plan() -> dict:
                   ("qwen3-8b", "qwen3-8b", "0", 8441, 0.008, 25000),
                   ("qwen25-7b", "qwen2.5-7b-instruct", "1", 8443, 0.008, 25000))
               for k, (suffix, extra) in enumerate((("", {}), ("-api4", {"api_server_count": 4})))),
+            *(launch_server(f"b38-{tag}", b38, model, gpu, port, BURST_SIZES, itl, tokens_per_s)
+              for tag, model, gpu, port, itl, tokens_per_s in (
+                  ("llama8b", "llama-3.1-8b", "0", 8451, 0.008, 25000),
+                  ("qwen3-8b", "qwen3-8b", "1", 8452, 0.008, 25000))),
         ],
     )
 

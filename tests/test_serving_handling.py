@@ -87,8 +87,9 @@ def test_an_api_server_reads_a_whole_burst_before_it_hands_the_first_request_ove
 
 def test_a_bursts_first_request_waits_for_the_others_reads():
     # the first-sent request of a burst under one API server reached the engine later than a request alone, by more
-    # the more requests were sent with it (b32-b36's traces: 2-16 ms at 4-8 together, 59-74 ms at 32 on the dense
-    # models), what one loop reading every request before handing the first over gives (front_end.py)
+    # at 32 or more sent together than at 4-8 (b32-b36's traces: 2-13 ms at 4-8, 59-74 ms at 32 on the dense
+    # models), what one loop reading the others before handing the first over gives (front_end.py); b37's bursts of
+    # 64 and 128 waited 31-43 ms, not more than at 32: the loop read only some of them first (docs/formulas.md)
     from fit_serving_handling import fit_parse
     from measure.first_token import burst_rows
 
@@ -96,7 +97,9 @@ def test_a_bursts_first_request_waits_for_the_others_reads():
     assert len(rows) >= 20
     small = [r["extra_s"] for r in rows if r["together"] <= 8]
     large = [r["extra_s"] for r in rows if r["together"] >= 32]
-    assert large and max(small) < min(large) and min(large) > 0.04
+    assert large and max(small) < min(large) and max(small) < 0.015 < 0.03 < min(large)
+    beyond = [r["extra_s"] for r in rows if r["together"] >= 64]
+    assert beyond and max(beyond) < 0.05  # b37: no more than at 32
     parse, points = fit_parse()
     assert parse == step_overhead().request_parse_s and set(points) <= set(step_overhead().fitted_on)
     assert 0.001 < parse < step_overhead().request_handling_s
