@@ -87,19 +87,25 @@ def test_an_api_server_reads_a_whole_burst_before_it_hands_the_first_request_ove
 
 def test_a_bursts_first_request_waits_for_the_others_reads():
     # the first-sent request of a burst under one API server reached the engine later than a request alone, by more
-    # at 32 or more sent together than at 4-8 (b32-b36's traces: 2-13 ms at 4-8, 59-74 ms at 32 on the dense
-    # models), what one loop reading the others before handing the first over gives (front_end.py); b37's bursts of
-    # 64 and 128 waited 31-43 ms, not more than at 32: the loop read only some of them first (docs/formulas.md)
+    # the more requests were sent with it (front_end.py: the loop reads them before it hands the first over): on each
+    # server, a burst of 32 or more 1,000-token prompts waited longer than one of 8-16, and b38's bursts alone of 256
+    # longer than of 32 (80-86 ms against 19-29). How much a request adds is the host's: 59-74 ms at 32 on b35's and
+    # b36's hosts (about 2 ms each); past 32 it varies (b37's closed loops: 31-71 ms at 32-128)
     from fit_serving_handling import fit_parse
     from measure.first_token import burst_rows
 
-    rows = [r for server in traced_servers() for r in burst_rows(server)]
-    assert len(rows) >= 20
-    small = [r["extra_s"] for r in rows if r["together"] <= 8]
-    large = [r["extra_s"] for r in rows if r["together"] >= 32]
-    assert large and max(small) < min(large) and max(small) < 0.015 < 0.03 < min(large)
-    beyond = [r["extra_s"] for r in rows if r["together"] >= 64]
-    assert beyond and max(beyond) < 0.05  # b37: no more than at 32
+    servers = 0
+    for server in traced_servers():
+        rows = [r for r in burst_rows(server) if r["prompt"] == 1000]
+        small = [r["extra_s"] for r in rows if r["together"] <= 16]
+        large = [r["extra_s"] for r in rows if r["together"] >= 32]
+        if small and large:
+            assert max(small) + 0.005 < min(large), server["tag"]
+            servers += 1
+        alone = {r["together"]: r["extra_s"] for r in rows if server["batch"] == "b38-burst-sizes"}
+        if alone:
+            assert alone[256] > alone[32] + 0.04, server["tag"]
+    assert servers >= 8
     parse, points = fit_parse()
     assert parse == step_overhead().request_parse_s and set(points) <= set(step_overhead().fitted_on)
     assert 0.001 < parse < step_overhead().request_handling_s
