@@ -7,12 +7,13 @@ tokenizer thread beside the loop, its hand-over to the engine; and the streaming
 clients. A request alone on an idle server takes the three one after another (the handling fitted on requests
 alone). Requests sent together queue their parses ahead of the first one's hand-over, so a burst's first request
 reaches the engine once every parse is done, the rest right after it (batches b28-b36: the first of a burst of 32
-prompts of 1,000 tokens reached the engine 59-74 ms later than a request alone on the dense models); and while the
+prompts of 1,000 tokens reached the engine 59-74 ms later than a request alone on the dense models; past 32 the wait
+grows more slowly than that, and by the host: 80-86 ms at 256 on b38's, which the simulation does not hold); while the
 loop streams many requests' tokens, the replacements a closed loop sends wait behind that work and reach the engine
 late and together, so a closed loop of fixed lengths keeps its waves (b12's Llama-3.1-8B at 64 in flight: none of the
 63 replacements sent while its first wave finished reached the engine before the last of that wave had finished).
 
-A step's tokens that reach a loop still streaming an earlier step's join the chunks it has not sent (vLLM's output
+A step's tokens that reach a loop whose stream of an earlier step has not begun join it (vLLM's output
 collector merges a request's outputs its client has not taken), so a loop behind adds no work for them and streams
 more tokens a chunk (b8's Llama-3.2-1B under one API server: 1.6 and 2.3 tokens a chunk at 64 and 128 in flight).
 """

@@ -257,6 +257,9 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
         # the next request to reach the engine comes no sooner than the front end's next piece of work
         next_in = min(pending[0][0] if pending else math.inf, front.next_at())
         if not waiting and not running:
+            if next_in == math.inf:
+                raise KvsizeError(f"the simulated load left {load.num_prompts - len(finished)} requests that never "
+                                  "reached the engine")
             now = next_in  # idle until the next arrival
             continue
         run = decode_runs and _decode_run(model, engine, running, waiting, free_blocks, now, next_in)
