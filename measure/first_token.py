@@ -64,6 +64,12 @@ def _point_matches(server: dict):
             yield point, bench, window, matches
 
 
+def _way_in_s(window: list, bench, match: dict) -> float:
+    """A matched request's time from its send (the client's clock) to the schedule() of its first prompt step (the
+    trace's): its way in and its wait in the engine's queue, on the two clocks' offset."""
+    return window[match["first_step"]].scheduled_at - bench.start_times[match["request"]]
+
+
 def request_rows(server: dict) -> list[dict]:
     """Per matched request of the server's points: the point, its load, its prompt, the client's first-token arrival
     less its own step's update end and less the next step's (`own_s`, `next_s`, on the two clocks' offset), the
@@ -117,24 +123,21 @@ def burst_rows(server: dict) -> list[dict]:
     """Per closed loop of more than one request in flight the server ran under one API server (its opening requests
     sent together) with requests alone at the same prompt length: the requests sent together and the wait of the
     first of them from its send to the schedule() of the step that took it, beyond a request alone's (the median over
-    the server's requests alone; the two clocks' offset cancels). One API server's loop reads and checks every
-    request of the burst before it hands the first to the engine (sizing/planners/front_end.py)."""
+    the server's requests alone; the two clocks' offset cancels). One API server's loop reads and checks the requests
+    that reached it before it hands the first to the engine (sizing/planners/front_end.py)."""
     if (server.get("api_server_count") or 1) != 1:
         return []
     matched = list(_point_matches(server))
     lone = {}
     for point, bench, window, matches in matched:
         if point.get("concurrency") == 1:
-            for m in matches:
-                wait = window[m["first_step"]].scheduled_at - bench.start_times[m["request"]]
-                lone.setdefault(point["input_len"], []).append(wait)
+            lone.setdefault(point["input_len"], []).extend(_way_in_s(window, bench, m) for m in matches)
     rows = []
     for point, bench, window, matches in matched:
         together = point.get("concurrency") or 0
         if together < 2 or point["input_len"] not in lone:
             continue
         first = min(matches, key=lambda m: bench.start_times[m["request"]])
-        wait = window[first["first_step"]].scheduled_at - bench.start_times[first["request"]]
         rows.append(dict(point=point["id"], together=min(together, len(bench.start_times)), prompt=point["input_len"],
-                         extra_s=wait - statistics.median(lone[point["input_len"]])))
+                         extra_s=_way_in_s(window, bench, first) - statistics.median(lone[point["input_len"]])))
     return rows

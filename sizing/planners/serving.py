@@ -204,9 +204,8 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
                      0.0 if load.prefilled else model.api_s_per_token * engine.api_servers)
     # requests handed to the engine that it has not taken yet: (at the engine, order sent, sent by the client)
     pending: list[tuple[float, int, float]] = []
-    sends = 0  # requests the client has sent
+    sends = 0  # requests a closed loop's client has sent
     if load.request_rate is not None:
-        sends = load.num_prompts
         for i, at in enumerate(load.sent_at or _poisson_sends(rng, load.request_rate, load.num_prompts)):
             front.send(at, i, load.length(i)[0])
     waiting: deque[_Request] = deque()
@@ -356,11 +355,11 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
             # the client had the last token) did not hold back the last step's output
             ends[now] = now + dt
         now += dt
-        front.stream(now, len(decoding) + sum(1 for r, n in chunks if r.done_prefill + n >= r.prompt))
         for r in decoding:
             r.generated += 1
             r.in_cache += 1
             r.times.append(now)
+        sampled = len(decoding)
         for r, n in chunks:
             r.done_prefill += n
             r.in_cache += n
@@ -368,6 +367,8 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
                 r.generated += 1  # the step that prefills the last chunk samples a token
                 r.in_cache += 1
                 r.times.append(now)
+                sampled += 1
+        front.stream(now, sampled)
         retire()
     first_token_s = 0.0 if load.prefilled else model.first_token_s_per_prompt_token
     for r in finished:
