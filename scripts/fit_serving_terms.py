@@ -28,24 +28,24 @@ the engine's kernel is compiled for another count of query heads a KV head (8: b
 in int8_per_token_head), that count's waves come from those traces alike (see fit_query_groups). Then,
 those terms fixed, the cost per MoE layer a step (the fused-MoE kernels' router, top-k,
 block alignment and combine, which a dense MLP does not launch): a least-squares fit of the relative error of the
-measured median gap of Qwen3-30B-A3B's one-request points of batch b2 (prompts of 1K, 8K and 32K tokens). Then,
-every one of those fixed, the cost per MoE layer of a step run past the largest CUDA graph kvsize estimates the
-engine captured: a least-squares fit of the relative error of the measured median TTFT of batch b7's one-request
-points of Qwen3-30B-A3B (prompts of 256 to 8,000 tokens, one prompt a step, under vLLM's default largest graph and
-under graphs up to 2,048 tokens), beside an offset that is not kept (see fit_eager). Last, the front end's seconds
+measured median gap of Qwen3-30B-A3B's one-request points of batch b2 (prompts of 1K, 8K and 32K tokens). Then, every
+one of those fixed, a MoE layer's prompt work (scripts/fit_serving_moe.py): the host's launch of its fused-MoE path
+in a step past the largest CUDA graph kvsize estimates the engine captured, read off b35's trace of Qwen3-30B-A3B's
+1,000-token prompts alone, and the share of the prefill FLOP rate its routed experts' grouped GEMMs reach, fitted on
+Qwen3-30B-A3B's one-request TTFTs of 8,000 tokens and more. Last, the front end's seconds
 per streamed token, the engine core's (in the host's side of a step, after its floor) and the API servers' (a bound
 of their own; see fit_frontend), on batch b8's closed-loop Llama-3.2-1B points (one and four API servers). The
 request's handling by the front end (see fit_handling), a part the same for every request and one per prompt token,
 and the host's launch of a step with a prompt chunk, past the largest CUDA graph and under it (see fit_launch), are read off the step traces
 (scripts/fit_serving_handling.py), before the MFU is fitted. Batch b7's Llama-3.2-1B points stay out of every other
-fit (see fitted_on and EAGER_SERVERS).
+fit (see fitted_on).
 Every other measured point
 (Mixtral-8x7B, gpt-oss-20b, DeepSeek-V2-Lite, Qwen3-30B-A3B at more than one request in flight and in batches b4 and
 b6, more than one request in flight elsewhere, the open loops, b7's Llama-3.2-1B prompts past their graph) is left out
 of the fit, so the accuracy page reports those apart as out of the fit.
 
 usage: python scripts/fit_serving_terms.py           (rewrites profiles/serving.json)
-       python scripts/fit_serving_terms.py --terms=weights,layer,tp_layer,floor   (a subset; moe_layer, eager,
+       python scripts/fit_serving_terms.py --terms=weights,layer,tp_layer,floor   (a subset; moe_layer, moe_prompt,
                                                                                    frontend, handling among them)
        python scripts/fit_serving_terms.py --check   (exit 1 if the file differs from the fit)
 """
@@ -68,7 +68,9 @@ from sizing.profiles import matching_gpus, measured_efficiency  # noqa: E402
 from measure.steps import LEAST_STEPS, decode_groups, gpu_paced_servers, server_settings  # noqa: E402
 from least_squares import best_count, relative_least_squares  # noqa: E402
 from fit_serving_handling import (HANDLING_BATCHES, HANDLING_OFF, LAUNCH_BATCHES, LAUNCH_OFF,  # noqa: E402
-                                  SHORT_HANDLING_BATCHES, SHORT_PROMPT_TOKENS, fit_handling, fit_launch)
+                                  LAUNCH_TERM, SHORT_HANDLING_BATCHES, SHORT_PROMPT_TOKENS, fit_handling, fit_launch)
+from fit_serving_moe import (EXPERT_SHARE_TERM, MOE_LAUNCH_TERM, MOE_PROMPT_OFF, expert_share_points,  # noqa: E402
+                             fit_expert_share, fit_moe_launch)
 from fit_serving_kernels import (PACE_TERM, PREFILL_ATTENTION_TERM, fit_prefill_attention,  # noqa: E402
                                  fit_program_pace, fit_query_group_sm, pace_fitted_on, paced_split_shares,
                                  prefill_attention_fitted_on, settings_format)
@@ -76,7 +78,7 @@ from fit_serving_kernels import (PACE_TERM, PREFILL_ATTENTION_TERM, fit_prefill_
 POINTS = ROOT / "measure" / "serving" / "points.json"
 # the step terms fitted; the rest are left at their neutral values (weights: kvsize's kernels' efficiency; 0 s)
 DENSE_TERMS = ("weights", "layer", "tp_layer", "floor")
-TERMS = (*DENSE_TERMS, "moe_layer", "eager", "frontend", "handling", "launch")
+TERMS = (*DENSE_TERMS, "moe_layer", "moe_prompt", "frontend", "handling", "launch")
 FLOOR_GRID_S = 1e-5
 FLOOR_MAX_S = 5e-3
 
@@ -266,7 +268,7 @@ FIT_ROUNDS = 2  # the step terms read the KV at the engine's efficiency and that
 FRONTEND_OFF = {"frontend_core_s_per_token": 0.0, "frontend_api_s_per_token": 0.0}  # until fit_frontend
 NEUTRAL = {"per_layer_step_overhead_s": 0.0, "tp_per_layer_step_overhead_s": 0.0, "step_floor_s": 0.0,
            REQUEST_TERM: 0.0,
-           "moe_layer_step_overhead_s": 0.0, "eager_moe_layer_step_overhead_s": 0.0, **FRONTEND_OFF}
+           "moe_layer_step_overhead_s": 0.0, **MOE_PROMPT_OFF, **FRONTEND_OFF}
 # the MoE layer's cost: the one-request points of this server (Qwen3-30B-A3B, batch b2: prompts of 1K, 8K and 32K
 # tokens); every other MoE point (Mixtral-8x7B, gpt-oss-20b, DeepSeek-V2-Lite, Qwen3-30B-A3B at more than one request
 # in flight and in batch b4) stays out of the fit to judge it
@@ -293,50 +295,6 @@ def fit_moe_layer(points: list[dict], terms: dict) -> float:
         y = (measured - model.decode_seconds(1, tokens)) / measured
         num, den = num + x * y, den + x * x
     return round(max(num / den, 0.0), 9) if den else 0.0
-
-
-# the eager step's cost: the one-request points of these servers (Qwen3-30B-A3B, prompts of 256 to 8,000 tokens,
-# with vLLM's default largest CUDA graph and with graphs up to 2,048 tokens); the earlier MoE servers' prompts past
-# their graphs (Mixtral-8x7B, DeepSeek-V2-Lite at 1,000 tokens and more, Qwen3-30B-A3B's open loops) judge it.
-# No dense term: Llama-3.2-1B's prompts of 520-2,000 tokens come 12-20 ms sooner under a 2,048-token graph, but a
-# cost per dense layer fitted on them (0.9-1.7 ms) puts Llama-3.1-8B's and Qwen2.5-32B's 1,000-token prompts 65-86%
-# long: on the larger dense models the host's launches hide behind the GPU's work, and the prefill MFU, fitted on b1's
-# prompts (all past the graph), already holds what shows
-EAGER_BATCHES = ("b7-prefill-graphs",)
-EAGER_SERVERS = ("b7-qwen3moe", "b7-qwen3moe-cg2048")
-EAGER_TERM = "eager_moe_layer_step_overhead_s"
-EAGER_PROBE_S = 1e-3  # a trial cost per layer: a prompt's TTFT grows by it times the layers of its eager steps
-
-
-def eager_rows(points: list[dict], terms: dict) -> list[dict]:
-    """Per one-request point of the eager servers: its model, the simulated median TTFT without the eager cost, how
-    much that grows per second of the eager term (the MoE layers of the steps before its first token that run past
-    the largest graph: from the simulation, so a prompt in chunks counts each; 0 for a prompt a graph holds), and the
-    measured one (seconds)."""
-    rows = []
-    for p in points:
-        st = p["settings"]
-        if not (p["batch"] in EAGER_BATCHES and p["server"] in EAGER_SERVERS and st["loop"] == "closed"
-                and st["concurrency"] == 1):
-            continue
-        bare = {**terms, EAGER_TERM: 0.0}
-        t0 = predict_point(served_settings(p), ROOT, terms=bare).ttft_ms[50] / 1e3
-        probed = predict_point(served_settings(p), ROOT, terms={**bare, EAGER_TERM: EAGER_PROBE_S}).ttft_ms[50] / 1e3
-        rows.append(dict(point=p, model=st["model"], bare=t0, slope=(probed - t0) / EAGER_PROBE_S,
-                         measured=p["measured"]["ttft_p50_ms"] / 1e3))
-    return rows
-
-
-def fit_eager(rows: list[dict]) -> float:
-    """The eager step's cost per MoE layer, every other term fixed: a least-squares fit of the relative error of the
-    measured median TTFT, beside one fixed offset per model that is not kept: what the request's handling (fit_handling,
-    in `terms`) leaves of the 10-20 ms by which every prompt of b7 came later than simulated without it, even where a
-    graph holds it (Qwen3-30B-A3B's 256-token prompt: 31.3 ms measured, 21.3 simulated; Llama-3.2-1B's 18.7 and 3.8):
-    fitted without the offset, the eager term would take it for its own. A cost the fit puts below 0 is 0."""
-    models = sorted({r["model"] for r in rows})
-    columns = [lambda r: r["slope"]] + [lambda r, m=m: float(r["model"] == m) for m in models]
-    cost = relative_least_squares(rows, columns, lambda r: r["bare"])[0]
-    return round(max(cost, 0.0), 9)
 
 
 # the front end's pace: the closed-loop points of these servers (Llama-3.2-1B, 128 tokens in and 256 out at 64-512 in
@@ -466,8 +424,10 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
     trace_points = _group_points(trace_groups())
     fixed["moe_layer_step_overhead_s"] = fit_moe_layer(points, fixed) if "moe_layer" in terms else 0.0
     moe_points = moe_fitted_on(points) if "moe_layer" in terms else []
-    eager = eager_rows(points, fixed) if "eager" in terms else []
-    fixed[EAGER_TERM] = fit_eager(eager) if eager else 0.0
+    moe_launch, moe_launch_ids = fit_moe_launch(fixed[LAUNCH_TERM]) if "moe_prompt" in terms else (0.0, [])
+    fixed[MOE_LAUNCH_TERM] = moe_launch
+    fixed[EXPERT_SHARE_TERM] = fit_expert_share(points, fixed) if "moe_prompt" in terms else 1.0
+    share_points = expert_share_points(points) if "moe_prompt" in terms else []
     front = frontend_rows(points, fixed) if "frontend" in terms else []
     frontend = fit_frontend(front, fixed["step_floor_s"]) if front else dict(FRONTEND_OFF)
     fixed.update(frontend)
@@ -484,17 +444,17 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
     trace_points += _group_points(trace_groups(QUERY_GROUP_TRACE_BATCHES, QUERY_GROUP_TRACE_SERVERS))
     trace_points += _group_points(ramp_groups())
 
-    named = ([p["id"] for p in fitted_on(points) + moe_points + [r["point"] for r in eager]
+    named = ([p["id"] for p in fitted_on(points) + moe_points + share_points
               + [r["point"] for r in front] + host_points
               + pace_fitted_on(points) + prefill_attention_fitted_on(points, FORMAT_TRACE_SERVERS)]
-             + trace_points)
+             + trace_points + moe_launch_ids)
     fixed["engine_kernel_twins"] = KERNEL_TWINS
     return {**{k: fixed[k] for k in ("per_layer_step_overhead_s", "prefill_mfu", "engine_kv_efficiency",
                                      PREFILL_ATTENTION_TERM, "engine_kernel_twins", "engine_programs_per_sm",
                                      "engine_split_kv_efficiency", "engine_query_group_waves",
                                      "engine_waves_query_groups", PACE_TERM, "engine_weights_efficiency",
                                      "tp_per_layer_step_overhead_s", "step_floor_s",
-                                     "moe_layer_step_overhead_s", EAGER_TERM)},
+                                     "moe_layer_step_overhead_s", MOE_LAUNCH_TERM, EXPERT_SHARE_TERM)},
             **frontend,
             **host_terms, REQUEST_TERM: fixed[REQUEST_TERM],
             "fitted_on": named, **fitted_where(points, named),
@@ -539,13 +499,14 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
                       "of 8,000 tokens and more, every other term fixed; the cost per MoE layer "
                       "a step (router, top-k, block alignment and combine of the fused-MoE kernels), with those terms "
                       "fixed, a least-squares fit of the relative error of the measured median inter-token gap of "
-                      "Qwen3-30B-A3B's one-request points of batch b2; the cost per MoE layer of a step past the "
-                      "largest CUDA graph kvsize estimates the engine captured (its fused-MoE path launched from the "
-                      "host, without a graph), with every other term fixed, a least-squares fit of the relative "
-                      "error of the measured median TTFT of batch b7's one-request points of Qwen3-30B-A3B (prompts "
-                      "of 256 to 8,000 tokens, vLLM's default largest graph and graphs up to 2,048 tokens), beside "
-                      "a fixed offset per model that is not kept (what the request's handling, below, leaves of "
-                      "their lateness); the front end's seconds per streamed token, the engine core's (in the "
+                      "Qwen3-30B-A3B's one-request points of batch b2; the host's launch of a MoE layer's fused-MoE "
+                      "path in a step past the largest CUDA graph kvsize estimates the engine captured, beyond a dense "
+                      "layer's launch (below), the median over b35's Qwen3-30B-A3B prompts of 1,000 tokens alone of "
+                      "the step's span less the dense launch, over the MoE layers; the share of the prefill FLOP rate "
+                      "the routed experts' grouped GEMMs reach, the grid value (0.01 apart) leaving the least squared "
+                      "relative error of the simulated against the measured median TTFT of Qwen3-30B-A3B's "
+                      "one-request points of 8,000 tokens and more (batches b2, b7 and b35), every other term "
+                      "fixed; the front end's seconds per streamed token, the engine core's (in the "
                       "host's side of a step, after its floor) and the API servers' (shared among --api-server-count "
                       "processes), every other term fixed, the grid pair leaving the least squared relative error of "
                       "the measured median inter-token gap of batch b8's closed-loop Llama-3.2-1B points to the "

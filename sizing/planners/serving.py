@@ -504,7 +504,7 @@ def serving_replica(scenario, hbm_bandwidth_gb_s: float, bf16_dense_tflops: floa
                       engine_efficiency(efficiency, kv, fitted["engine_weights_efficiency"]), e.k_format,
                       overhead, mfu, fitted["tp_per_layer_step_overhead_s"], fitted["step_floor_s"],
                       fitted["moe_layer_step_overhead_s"], graphed_steps(s, e.engine),
-                      fitted["eager_moe_layer_step_overhead_s"],
+                      fitted["eager_moe_layer_launch_s"],
                       fitted["frontend_core_s_per_token"], fitted["frontend_api_s_per_token"] / max(api_servers, 1),
                       fitted["request_handling_s"], fitted["request_step_overhead_s"],
                       _prompt_attention_share(fitted, e.k_format, s.shape),
@@ -513,7 +513,8 @@ def serving_replica(scenario, hbm_bandwidth_gb_s: float, bf16_dense_tflops: floa
                       first_token_s_per_prompt_token=fitted["first_token_s_per_prompt_token"],
                       eager_layer_launch_s=fitted["eager_layer_launch_s"],
                       piecewise_layer_launch_s=fitted["piecewise_layer_launch_s"],
-                      request_parse_s=fitted["request_parse_s"])
+                      request_parse_s=fitted["request_parse_s"],
+                      expert_gemm_share=fitted["moe_expert_gemm_share"])
     paged = e.pool.paged
     release = e.engine.release
     delay = release.in_flight_extra_batches if release is not None else 0

@@ -99,6 +99,14 @@ def active_params(shape: ModelShape) -> int:
 
 
 @lru_cache(maxsize=4096)
+def routed_expert_params(shape: ModelShape) -> int:
+    """Of active_params, the routed experts' (top_k / num_experts of them): the grouped GEMMs a MoE engine runs in
+    its fused-expert kernels rather than the dense GEMMs of the rest."""
+    share = shape.num_experts_per_tok / shape.num_experts if shape.num_experts else 0
+    return int(sum(p.experts * share for p in shape.layer_params))
+
+
+@lru_cache(maxsize=4096)
 def head_params(shape: ModelShape) -> int:
     """The lm_head's parameters, which only a sampled position passes through: the engines compute logits for the
     last scheduled token of each request in a step (vLLM's logits_indices), not for every prompt token."""

@@ -5,28 +5,30 @@ A step is its GEMMs (the larger of reading the weights and computing with them),
 cost per layer (and per layer's all-reduce where TP > 1), never less than the engine's fixed floor per step:
 
     GPU  = max(weights read / (HBM bandwidth × engine weights efficiency),
-               2 × (active params × step tokens + lm_head × requests) / FLOP/s)
+               2 × ((active − routed) params × step tokens + lm_head × requests) / FLOP/s
+               + 2 × routed params × step tokens / (FLOP/s × expert GEMM share))
                                            (the GEMMs: reads overlap compute; logits only at each request's last token)
            + Σ KV read of the decoding requests / (HBM bandwidth × efficiency) × the kernel's waves
            + causal attention FLOPs of the prompt chunks / (FLOP/s × the format's prefill attention share)
            + layers × (per-layer step overhead + TP all-reduce per layer if TP > 1)
            + MoE layers × per-MoE-layer step overhead                        (the fused-expert kernels' own cost)
-           + MoE layers × eager per-MoE-layer                               (a step past the largest CUDA graph)
            + requests in the step × per-request step overhead               (beside their KV read)
     host = step floor + decoding requests × core                            (the engine core's side of the step)
     API  = decoding requests × API / API servers                            (the tokens the API servers stream)
     launch = layers × launch per layer     (eager past the largest CUDA graph; the pieces' under it, with prompts)
+             + MoE layers × eager MoE launch                  (past the graph: the fused-expert path's own launches)
     step = max(GPU, host, API, launch)                                      (FLOP/s = dense bf16 × MFU × TP)
 
 The host's side of a step is the engine core's: a fixed floor (scheduling, sampling, sending the tokens) and its
 work on each decoding request's output, one after the other in its one process; the engine overlaps it with the
 GPU's, so it shows only where the GPU's part is shorter (a small model), and there it grows with the streams. A step
 of more tokens than the largest CUDA graph the engine captured (graph_steps.py's estimate of its capture sizes) runs
-without one: its kernels are launched from the host layer by layer, and an MoE layer's fused-expert path runs its
-Python, a cost a step much larger than a graph's replay. The engine core launches a step while the GPU runs the one
-before (async scheduling), so the launch of every layer's kernels is a bound of its own beside the GPU's part rather
-than a cost added to it: the step traces show it as the period before a prompt chunk (measure/steps.py launch_rows),
-and it sets the step where the chunk's GEMMs are shorter. A step with a prompt chunk under the largest graph replays
+without one: its kernels are launched from the host layer by layer, an MoE layer's fused-expert path (router, top-k,
+block alignment, combine and its grouped GEMMs, whose Triton kernel reaches a FLOP rate of its own) a launch of its
+own. The engine core launches a step while the GPU runs the one before (async scheduling), so the launch of every
+layer's kernels is a bound of its own beside the GPU's part rather than a cost added to it: the step traces show it
+as the period before a prompt chunk (measure/steps.py launch_rows), and it sets the step where the chunk's GEMMs are
+shorter. A step with a prompt chunk under the largest graph replays
 the graph's pieces and launches each layer's attention between them, a bound of the same kind at a cost of its own a
 layer. The API servers, processes of their own that stream each decoding request's token beside the engine's step,
 hand each request to the engine (sizing/planners/front_end.py). A KV format the engine decodes in programs that each
@@ -55,7 +57,7 @@ from ..efficiency import DecodeEfficiency
 from ..engines.memory import WeightFormat
 from ..errors import KvsizeError
 from .graph_steps import UNLIMITED, GraphedSteps
-from .speed import decode_step, gemm_flops, prefill_attention_flops
+from .speed import decode_step, gemm_flops, prefill_attention_flops, routed_expert_params
 
 SERVING_PROFILE = Path(__file__).resolve().parents[2] / "profiles" / "serving.json"
 
@@ -152,9 +154,9 @@ class StepOverhead(BaseModel):
     step_floor_s: float = Field(default=0.0, ge=0, le=0.1)  # the host's side of a step, overlapped with the GPU's
     # each MoE layer's fused-expert kernels beyond a dense MLP's (router, top-k, block alignment, combine), a step
     moe_layer_step_overhead_s: float = Field(default=0.0, ge=0, le=0.01)
-    # a step past the largest CUDA graph the engine captured: each layer with routed experts, its fused-MoE path
-    # launched from the host (a step of Qwen3-30B-A3B runs ~50-100 ms longer than under a graph)
-    eager_moe_layer_step_overhead_s: float = Field(default=0.0, ge=0, le=0.01)
+    # past the largest CUDA graph, the host's launch of a MoE layer's fused-MoE path beyond a dense layer's
+    eager_moe_layer_launch_s: float = Field(default=0.0, ge=0, le=0.01)
+    moe_expert_gemm_share: float = Field(default=1.0, gt=0, le=1)  # of the prefill rate, the routed experts' GEMMs
     # a step past the largest CUDA graph: the host's launch of each layer's kernels one by one (the compiled pieces
     # called from Python). The engine core launches a step while the GPU runs the one before, so the launch hides
     # behind the GPU's work and bounds the step only where it is the longer (a short prompt, a small model)
@@ -376,7 +378,7 @@ class StepModel:
     floor_s: float = 0.0  # the least a step takes: the host's side, overlapped with the GPU's
     moe_layer_overhead_s: float = 0.0  # each layer with routed experts: its fused-MoE kernels beyond a dense MLP's
     graphs: GraphedSteps = UNLIMITED  # the largest steps run under a CUDA graph (the default: every step)
-    eager_moe_layer_overhead_s: float = 0.0  # each layer with routed experts, in a step run without a graph
+    eager_moe_layer_launch_s: float = 0.0  # each layer with routed experts: its launch beyond a dense layer's, eager
     core_s_per_token: float = 0.0  # the engine core's work on each decoding request's token, in the host's side
     api_s_per_token: float = 0.0  # an API server's time per streamed token, divided among the API servers
     request_handling_s: float = 0.0  # from the client's send to the engine's queue, and the first token back
@@ -402,6 +404,7 @@ class StepModel:
     eager_layer_launch_s: float = 0.0  # the host's launch of one layer's kernels in a step run without a graph
     piecewise_layer_launch_s: float = 0.0  # the same in a step with prompt chunks replaying the graph's pieces
     request_parse_s: float = 0.0  # of request_handling_s, an API server's loop's part before the tokenizer's
+    expert_gemm_share: float = 1.0  # the share of the prefill FLOP rate the routed experts' grouped GEMMs reach
 
     def seconds(self, decoding: int, decode_tokens_in_cache: int, chunks: list[tuple[int, int]]) -> float:
         """`decoding` requests reading `decode_tokens_in_cache` cached tokens in all; `chunks`: (start, end) of the
@@ -427,20 +430,15 @@ class StepModel:
         mean = decode_tokens_in_cache // decoding if decoding else 0
         # Every token of the step, prompt chunks included, goes through the same GEMMs: their weights are read once
         # (every expert a token is routed to) while they compute; only each request's last token goes through the
-        # lm_head. Attention is kernels of its own: the decoding requests' KV reads and the chunks' causal attention
-        # add to the GEMMs' time.
+        # lm_head. Attention is kernels of its own, the decoding requests' KV reads and the chunks' causal attention.
         step_tokens = decoding + sum(end - start for start, end in chunks)
-        gemms = max(self._weights(_rounded(max(step_tokens, 1))),
-                    gemm_flops(self.shape, step_tokens, decoding + len(chunks)) / self._flops())
-        attention = (sum(self._attention(end) - self._attention(start) for start, end in chunks)
-                     / self._attention_flops())
+        gemms = max(self._weights(_rounded(max(step_tokens, 1))), self._gemm_seconds(step_tokens,
+                                                                                    decoding + len(chunks)))
+        attention = sum(self._attention(end) - self._attention(start) for start, end in chunks)
+        attention /= self._attention_flops()
         kv = self._kv_read_seconds(decoding, mean, bool(chunks)) if decoding else 0.0
-        # a step of more tokens than the largest graph (or any step where the engine captures none) is launched
-        # from the host; the engine pads smaller ones to a captured size and replays it. A decode-only step's
-        # tokens are its requests, so `_decode_only`'s cache by batch and length stays exact.
-        eager = self.eager_overhead_s if self.graphs.eager(step_tokens, bool(chunks)) else 0.0
         requests = (decoding + len(chunks)) * self.request_overhead_s
-        return gemms + attention + kv + self.layers_overhead_s + eager + requests
+        return gemms + attention + kv + self.layers_overhead_s + requests
 
     def handling_seconds(self, prompt_tokens: int) -> float:
         """The front end's time on one request alone outside the steps: handling, the way in, the first token's back."""
@@ -459,14 +457,10 @@ class StepModel:
         return self.shape.num_layers * per_layer + self._moe_layers * self.moe_layer_overhead_s
 
     @cached_property
-    def eager_overhead_s(self) -> float:
-        """What a step run without a CUDA graph adds: each MoE layer's fused-expert path launched from the host."""
-        return self._moe_layers * self.eager_moe_layer_overhead_s
-
-    @cached_property
     def eager_launch_s(self) -> float:
-        """The host's launch of a step run without a CUDA graph, layer by layer."""
-        return self.shape.num_layers * self.eager_layer_launch_s
+        """The host's launch of a step run without a CUDA graph, layer by layer, each MoE layer's fused-expert path
+        beyond a dense layer's."""
+        return self.shape.num_layers * self.eager_layer_launch_s + self._moe_layers * self.eager_moe_layer_launch_s
 
     @cached_property
     def _moe_layers(self) -> int:
@@ -532,7 +526,13 @@ class StepModel:
 
     def prefill_compute_seconds(self, tokens: int) -> float:
         """The least time a prompt of `tokens` takes in any chunking: its GEMMs' and its causal attention's FLOPs."""
-        return gemm_flops(self.shape, tokens, 1) / self._flops() + self._attention(tokens) / self._attention_flops()
+        return self._gemm_seconds(tokens, 1) + self._attention(tokens) / self._attention_flops()
+
+    def _gemm_seconds(self, step_tokens: int, sampled: int) -> float:
+        """The step's GEMMs' FLOPs at the prefill rate, the routed experts' at their share of it."""
+        routed = 2 * routed_expert_params(self.shape) * step_tokens
+        return ((gemm_flops(self.shape, step_tokens, sampled) - routed) / self._flops()
+                + routed / (self._flops() * self.expert_gemm_share))
 
     def decode_seconds(self, decoding: int, decode_tokens_in_cache: int) -> float:
         """A step that only decodes: `seconds` with no chunks, kept per batch and rounded mean length."""
