@@ -334,6 +334,15 @@ WAVES = [closed(1000, 64, 1, 4), closed(1000, 128, 32, 64), closed(1000, 256, 64
 BURST_SIZES = [closed(1000, 32, 1, 4), closed(1000, 32, 16, 16), closed(1000, 32, 32, 32), closed(1000, 32, 64, 64),
                closed(1000, 32, 128, 128), closed(1000, 32, 256, 256), closed(200, 32, 1, 4), closed(200, 32, 64, 64)]
 
+# batch b39, on two H200s side by side: a MoE layer's prompt work, now the host's launch of its fused-MoE path past the
+# largest CUDA graph (read off b35's Qwen3-30B-A3B prompts alone) and its routed experts' grouped GEMMs at a share of
+# the prefill rate (Qwen3-30B-A3B's prompts of 8,000 tokens and more), judged on the MoE models no fit read, Mixtral-8x7B
+# (32 layers of 8 experts, 2 a token) and DeepSeek-V2-Lite (MLA, 26 MoE layers of 64), and on Qwen3-30B-A3B on another
+# host. One request alone under the 512-token graph and past it (1,000-16,000 tokens), a burst of 16 and open loops of
+# 4 and 12 a second of 1,000-token prompts (each prompt step beside the decoding requests runs past the graph)
+MOE_JUDGE = [closed(300, 32, 1, 4), closed(1000, 32, 1, 4), closed(2000, 32, 1, 4), closed(4000, 32, 1, 3),
+             closed(16000, 32, 1, 2), closed(1000, 128, 16, 32), opened(1000, 128, 4, 40), opened(1000, 128, 12, 120)]
+
 
 def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len: int, points: list[dict],
            kv_cache_dtype: str = "auto", tp: int = 1, prefill_tokens_per_s: float = 15000.0,
@@ -471,16 +480,19 @@ def plan() -> dict:
     ran[b36] = {"0": ["b36-llama8b"], "1": ["b36-qwen3-14b"], "0,1": []}
     b37, b38 = "b37-waves", "b38-burst-sizes"
     ran[b37] = {"0": ["b37-qwen3-8b", "b37-qwen3-8b-api4"], "1": ["b37-qwen25-7b", "b37-qwen25-7b-api4"], "0,1": []}
-    ran[b38] = {"0": ["b38-llama8b"], "1": ["b38-qwen3-8b"], "0,1": []}  # the newest batch, what the kit runs
+    ran[b38] = {"0": ["b38-llama8b"], "1": ["b38-qwen3-8b"], "0,1": []}
+    b39 = "b39-moe-launch"
+    # the newest batch, what the kit runs
+    ran[b39] = {"0": ["b39-mixtral"], "1": ["b39-qwen3moe", "b39-dsv2lite"], "0,1": []}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
         bench="vllm bench serve --backend vllm --dataset-name random (ignore_eos), --percentile-metrics "
               "ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --save-result --save-detailed",
         batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16, b17, b18, b19, b20, b21, b22, b23,
-                 b24, b25, b26, b27, b28, b29, b30, b31, b32, b33, b34, b35, b36, b37, b38],
+                 b24, b25, b26, b27, b28, b29, b30, b31, b32, b33, b34, b35, b36, b37, b38, b39],
         # lanes run side by side; a lane's servers run one after another; '0,1' runs once both others are done.
         # `lanes` are the newest batch's (what the kit runs); `lanes_by_batch` keeps each batch's
-        lanes=ran[b38], lanes_by_batch=ran,
+        lanes=ran[b39], lanes_by_batch=ran,
         servers=[
             server("llama8b-bf16", b1, "llama-3.1-8b", "0", 8101, 65536, LLAMA_POINTS),
             server("llama8b-fp8", b1, "llama-3.1-8b", "1", 8102, 65536, LLAMA_POINTS, kv_cache_dtype="fp8"),
@@ -665,6 +677,11 @@ def plan() -> dict:
               for tag, model, gpu, port, itl, tokens_per_s in (
                   ("llama8b", "llama-3.1-8b", "0", 8451, 0.008, 25000),
                   ("qwen3-8b", "qwen3-8b", "1", 8452, 0.008, 25000))),
+            *(launch_server(f"b39-{tag}", b39, model, gpu, port, MOE_JUDGE, itl, tokens_per_s)
+              for tag, model, gpu, port, itl, tokens_per_s in (
+                  ("mixtral", "mixtral-8x7b-v0.1", "0", 8461, 0.012, 10000),
+                  ("qwen3moe", "qwen3-30b-a3b", "1", 8462, 0.012, 20000),
+                  ("dsv2lite", "deepseek-v2-lite", "1", 8463, 0.012, 20000))),
         ],
     )
 
