@@ -187,8 +187,10 @@ def ahead_section(ahead: list[dict]) -> list[str]:
               "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in ahead:
         cells = " | ".join(f"{r[k][0]:,.1f} | {r[k][1]:,.1f}" for k in ("ttft_p50_ms", "itl_p50_ms", "itl_p99_ms"))
+        # a point shorter than the metrics scrape's period has no preemption count ("-")
+        pre = " | ".join("-" if v is None else f"{v:,.0f}" for v in r["preemptions"])
         lines.append(f"| {r['id']} | {cells} | {r['output_tokens_per_s'][0]:,.0f} | {r['output_tokens_per_s'][1]:,.0f} "
-                     f"| {r['preemptions'][0]:,.0f} | {r['preemptions'][1]:,.0f} |")
+                     f"| {pre} |")
     return lines + [""]
 
 

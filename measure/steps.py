@@ -334,14 +334,14 @@ def _dense(model) -> bool:
     return not (model.shape.num_experts or model.shape.is_mla)
 
 
-def lone_prompt_rows(server: dict) -> list[dict]:
+def lone_prompt_rows(server: dict, terms: dict | None = None) -> list[dict]:
     """Per prompt step of the server's one-request points (a whole prompt in one chunk, nothing decoding beside it):
     the step's span from its schedule() to its update, the model's layers (and of them its MoE layers), whether the step ran past the largest CUDA
     graph (kvsize's estimate of the engine's, sizing/planners/graph_steps.py) and the GPU's part of it as the
-    simulation gives it. Alone on the engine the step's span is the longer of the GPU's part and the host's launch of
+    simulation gives it (with `terms`, profiles/serving.json's unless given). Alone on the engine the step's span is the longer of the GPU's part and the host's launch of
     its layers (a step with a prompt chunk replays no full graph: each layer's attention is launched between the
     graph's pieces, or, past the graph, every kernel)."""
-    model, _ = point_replica(server_settings(server), ROOT)
+    model, _ = point_replica(server_settings(server), ROOT, terms=terms)
     steps = server_trace(server)
     rows = []
     for t0, t1, point in point_windows(server):

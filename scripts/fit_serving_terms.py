@@ -30,9 +30,9 @@ those terms fixed, the cost per MoE layer a step (the fused-MoE kernels' router,
 block alignment and combine, which a dense MLP does not launch): a least-squares fit of the relative error of the
 measured median gap of Qwen3-30B-A3B's one-request points of batch b2 (prompts of 1K, 8K and 32K tokens). Then, every
 one of those fixed, a MoE layer's prompt work (scripts/fit_serving_moe.py): the host's launch of its fused-MoE path
-in a step past the largest CUDA graph kvsize estimates the engine captured, read off b35's trace of Qwen3-30B-A3B's
-1,000-token prompts alone, and the share of the prefill FLOP rate its routed experts' grouped GEMMs reach, fitted on
-Qwen3-30B-A3B's one-request TTFTs of 8,000 tokens and more. Last, the front end's seconds
+in a step past the largest CUDA graph kvsize estimates the engine captured, read off the traces of Qwen3-30B-A3B's
+prompts alone on b35's and b39's hosts, and the fixed cost each tile of its grouped GEMMs pays in elements of its K loop, fitted
+on Qwen3-30B-A3B's one-request TTFTs of 8,000 tokens and more. Last, the front end's seconds
 per streamed token, the engine core's (in the host's side of a step, after its floor) and the API servers' (a bound
 of their own; see fit_frontend), on batch b8's closed-loop Llama-3.2-1B points (one and four API servers). The
 request's handling by the front end (see fit_handling), a part the same for every request and one per prompt token,
@@ -68,9 +68,9 @@ from sizing.profiles import matching_gpus, measured_efficiency  # noqa: E402
 from measure.steps import LEAST_STEPS, decode_groups, gpu_paced_servers, server_settings  # noqa: E402
 from least_squares import best_count, relative_least_squares  # noqa: E402
 from fit_serving_handling import (HANDLING_BATCHES, HANDLING_OFF, LAUNCH_BATCHES, LAUNCH_OFF,  # noqa: E402
-                                  LAUNCH_TERM, SHORT_HANDLING_BATCHES, SHORT_PROMPT_TOKENS, fit_handling, fit_launch)
-from fit_serving_moe import (EXPERT_SHARE_TERM, MOE_LAUNCH_TERM, MOE_PROMPT_OFF, expert_share_points,  # noqa: E402
-                             fit_expert_share, fit_moe_launch)
+                                  SHORT_HANDLING_BATCHES, SHORT_PROMPT_TOKENS, fit_handling, fit_launch)
+from fit_serving_moe import (MOE_LAUNCH_TERM, MOE_PROMPT_OFF, TILE_K_TERM, fit_moe_launch,  # noqa: E402
+                             fit_tile_k, tile_k_points)
 from fit_serving_kernels import (PACE_TERM, PREFILL_ATTENTION_TERM, fit_prefill_attention,  # noqa: E402
                                  fit_program_pace, fit_query_group_sm, pace_fitted_on, paced_split_shares,
                                  prefill_attention_fitted_on, settings_format)
@@ -424,10 +424,13 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
     trace_points = _group_points(trace_groups())
     fixed["moe_layer_step_overhead_s"] = fit_moe_layer(points, fixed) if "moe_layer" in terms else 0.0
     moe_points = moe_fitted_on(points) if "moe_layer" in terms else []
-    moe_launch, moe_launch_ids = fit_moe_launch(fixed[LAUNCH_TERM]) if "moe_prompt" in terms else (0.0, [])
+    # the tiles' cost first, on prompts whose GPU part outlasts any launch; the launch's steps then told host-bound
+    # by a GPU part simulated with it
+    fixed.update(MOE_PROMPT_OFF)
+    fixed[TILE_K_TERM] = fit_tile_k(points, fixed) if "moe_prompt" in terms else 0.0
+    share_points = tile_k_points(points) if "moe_prompt" in terms else []
+    moe_launch, moe_launch_ids = fit_moe_launch(fixed) if "moe_prompt" in terms else (0.0, [])
     fixed[MOE_LAUNCH_TERM] = moe_launch
-    fixed[EXPERT_SHARE_TERM] = fit_expert_share(points, fixed) if "moe_prompt" in terms else 1.0
-    share_points = expert_share_points(points) if "moe_prompt" in terms else []
     front = frontend_rows(points, fixed) if "frontend" in terms else []
     frontend = fit_frontend(front, fixed["step_floor_s"]) if front else dict(FRONTEND_OFF)
     fixed.update(frontend)
@@ -454,7 +457,7 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
                                      "engine_split_kv_efficiency", "engine_query_group_waves",
                                      "engine_waves_query_groups", PACE_TERM, "engine_weights_efficiency",
                                      "tp_per_layer_step_overhead_s", "step_floor_s",
-                                     "moe_layer_step_overhead_s", MOE_LAUNCH_TERM, EXPERT_SHARE_TERM)},
+                                     "moe_layer_step_overhead_s", MOE_LAUNCH_TERM, TILE_K_TERM)},
             **frontend,
             **host_terms, REQUEST_TERM: fixed[REQUEST_TERM],
             "fitted_on": named, **fitted_where(points, named),
@@ -501,12 +504,14 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
                       "fixed, a least-squares fit of the relative error of the measured median inter-token gap of "
                       "Qwen3-30B-A3B's one-request points of batch b2; the host's launch of a MoE layer's fused-MoE "
                       "path in a step past the largest CUDA graph kvsize estimates the engine captured, beyond a dense "
-                      "layer's launch (below), the median over b35's Qwen3-30B-A3B prompts of 1,000 tokens alone of "
-                      "the step's span less the dense launch, over the MoE layers; the share of the prefill FLOP rate "
-                      "the routed experts' grouped GEMMs reach, the grid value (0.01 apart) leaving the least squared "
-                      "relative error of the simulated against the measured median TTFT of Qwen3-30B-A3B's "
-                      "one-request points of 8,000 tokens and more (batches b2, b7 and b35), every other term "
-                      "fixed; the front end's seconds per streamed token, the engine core's (in the "
+                      "layer's launch (below), over b35's and b39's Qwen3-30B-A3B servers (one vote each), the "
+                      "median of each one's prompts alone past the graph, where the step lasted at least twice its "
+                      "simulated GPU part, of the step's span less the dense launch, over the MoE layers; the fixed "
+                      "cost a fused-MoE GEMM tile pays in elements of its K loop (the routed experts' FLOPs take "
+                      "(2 (1 + k0 / hidden) + (1 + k0 / expert intermediate)) / 3 of the dense rate's time), the grid "
+                      "value (25 apart) leaving the least squared relative error of the simulated against the "
+                      "measured median TTFT of Qwen3-30B-A3B's one-request points of 8,000 tokens and more (batches "
+                      "b2, b7, b35 and b39), every other term fixed; the front end's seconds per streamed token, the engine core's (in the "
                       "host's side of a step, after its floor) and the API servers' (shared among --api-server-count "
                       "processes), every other term fixed, the grid pair leaving the least squared relative error of "
                       "the measured median inter-token gap of batch b8's closed-loop Llama-3.2-1B points to the "

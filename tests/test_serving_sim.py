@@ -197,7 +197,7 @@ def test_the_step_terms_are_fitted_on_every_dense_size_one_request_at_a_time_and
     fit = step_overhead()
     # the MoE layer's cost, its launch past the graph and its experts' rate are fitted on Qwen3-30B-A3B's one-request
     # points alone, the dense terms on the rest
-    moe = ("qwen3moe-bf16", "b7-qwen3moe", "b7-qwen3moe-cg2048", "b35-qwen3moe")
+    moe = ("qwen3moe-bf16", "b7-qwen3moe", "b7-qwen3moe-cg2048", "b35-qwen3moe", "b39-qwen3moe")
     one = [points[i] for i in fit.fitted_on if points[i]["settings"]["concurrency"] == 1
            and points[i]["server"] not in moe]
     assert one

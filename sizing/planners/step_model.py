@@ -6,7 +6,7 @@ cost per layer (and per layer's all-reduce where TP > 1), never less than the en
 
     GPU  = max(weights read / (HBM bandwidth × engine weights efficiency),
                2 × ((active − routed) params × step tokens + lm_head × requests) / FLOP/s
-               + 2 × routed params × step tokens / (FLOP/s × expert GEMM share))
+               + 2 × routed params × step tokens × tile_k / FLOP/s)   (tile_k: the experts' K loops, below)
                                            (the GEMMs: reads overlap compute; logits only at each request's last token)
            + Σ KV read of the decoding requests / (HBM bandwidth × efficiency) × the kernel's waves
            + causal attention FLOPs of the prompt chunks / (FLOP/s × the format's prefill attention share)
@@ -22,15 +22,15 @@ cost per layer (and per layer's all-reduce where TP > 1), never less than the en
 The host's side of a step is the engine core's: a fixed floor (scheduling, sampling, sending the tokens) and its
 work on each decoding request's output, one after the other in its one process; the engine overlaps it with the
 GPU's, so it shows only where the GPU's part is shorter (a small model), and there it grows with the streams. A step
-of more tokens than the largest CUDA graph the engine captured (graph_steps.py's estimate of its capture sizes) runs
-without one: its kernels are launched from the host layer by layer, an MoE layer's fused-expert path (router, top-k,
-block alignment, combine and its grouped GEMMs, whose Triton kernel reaches a FLOP rate of its own) a launch of its
-own. The engine core launches a step while the GPU runs the one before (async scheduling), so the launch of every
-layer's kernels is a bound of its own beside the GPU's part rather than a cost added to it: the step traces show it
-as the period before a prompt chunk (measure/steps.py launch_rows), and it sets the step where the chunk's GEMMs are
-shorter. A step with a prompt chunk under the largest graph replays
-the graph's pieces and launches each layer's attention between them, a bound of the same kind at a cost of its own a
-layer. The API servers, processes of their own that stream each decoding request's token beside the engine's step,
+of more tokens than the largest CUDA graph the engine captured (graph_steps.py's estimate) runs without one: the host
+launches its kernels layer by layer, a MoE layer's fused-expert path (router, top-k, alignment, grouped GEMMs, combine)
+beyond a dense layer's. The engine core launches a step while the GPU runs the one before (async scheduling), so the
+launch is a bound beside the GPU's part, not a cost added to it: the traces show it as the period before a prompt
+chunk (measure/steps.py launch_rows). A step with a prompt chunk under the graph replays the graph's pieces and
+launches each layer's attention between them, a bound of the same kind at a cost of its own a layer. The fused-MoE
+GEMMs pay each tile a fixed cost worth `k0` elements of its K loop: tile_k = (2 (1 + k0 / hidden) + (1 + k0 /
+expert intermediate)) / 3 (gate and up reduce over the hidden size, down over the expert's, a third of the FLOPs).
+The API servers, processes of their own that stream each decoding request's token beside the engine's step,
 hand each request to the engine (sizing/planners/front_end.py). A KV format the engine decodes in programs that each
 read one request's whole cache for one KV head (vLLM's TRITON_ATTN, the only backend of its per-token-head integer
 formats) reads in waves of as many programs as the GPU runs at once, the last wave as long as a full one; with few
@@ -156,14 +156,12 @@ class StepOverhead(BaseModel):
     moe_layer_step_overhead_s: float = Field(default=0.0, ge=0, le=0.01)
     # past the largest CUDA graph, the host's launch of a MoE layer's fused-MoE path beyond a dense layer's
     eager_moe_layer_launch_s: float = Field(default=0.0, ge=0, le=0.01)
-    moe_expert_gemm_share: float = Field(default=1.0, gt=0, le=1)  # of the prefill rate, the routed experts' GEMMs
-    # a step past the largest CUDA graph: the host's launch of each layer's kernels one by one (the compiled pieces
-    # called from Python). The engine core launches a step while the GPU runs the one before, so the launch hides
-    # behind the GPU's work and bounds the step only where it is the longer (a short prompt, a small model)
+    moe_tile_fixed_k: float = Field(default=0.0, ge=0, le=1e5)  # a fused-MoE tile's fixed cost, in K-loop elements
+    # past the largest CUDA graph, the host's launch of each layer's kernels one by one (the compiled pieces called
+    # from Python): hidden behind the GPU's work of the step before, a bound only where it is the longer
     eager_layer_launch_s: float = Field(default=0.0, ge=0, le=0.01)
-    # a step with prompt chunks under the largest CUDA graph: the host's launch of each layer, the graph's pieces
-    # replayed and the layer's attention launched between them (a decode-only step replays one FULL graph instead).
-    # A bound beside the GPU's part, as the launch past the graph
+    # a step with prompt chunks under the largest CUDA graph: the graph's pieces replayed, each layer's attention
+    # launched between them (a decode-only step replays one FULL graph), a bound as the launch past the graph
     piecewise_layer_launch_s: float = Field(default=0.0, ge=0, le=0.01)
     # the front end's work per token it streams: the engine core's output handling, in the host's side of a step
     # beside the floor (one process whatever the API servers), and the API server's (detokenizing, the SSE chunk),
@@ -404,7 +402,7 @@ class StepModel:
     eager_layer_launch_s: float = 0.0  # the host's launch of one layer's kernels in a step run without a graph
     piecewise_layer_launch_s: float = 0.0  # the same in a step with prompt chunks replaying the graph's pieces
     request_parse_s: float = 0.0  # of request_handling_s, an API server's loop's part before the tokenizer's
-    expert_gemm_share: float = 1.0  # the share of the prefill FLOP rate the routed experts' grouped GEMMs reach
+    moe_tile_fixed_k: float = 0.0  # a fused-MoE GEMM tile's fixed cost, in elements of its K loop
 
     def seconds(self, decoding: int, decode_tokens_in_cache: int, chunks: list[tuple[int, int]]) -> float:
         """`decoding` requests reading `decode_tokens_in_cache` cached tokens in all; `chunks`: (start, end) of the
@@ -432,10 +430,8 @@ class StepModel:
         # (every expert a token is routed to) while they compute; only each request's last token goes through the
         # lm_head. Attention is kernels of its own, the decoding requests' KV reads and the chunks' causal attention.
         step_tokens = decoding + sum(end - start for start, end in chunks)
-        gemms = max(self._weights(_rounded(max(step_tokens, 1))), self._gemm_seconds(step_tokens,
-                                                                                    decoding + len(chunks)))
-        attention = sum(self._attention(end) - self._attention(start) for start, end in chunks)
-        attention /= self._attention_flops()
+        gemms = max(self._weights(_rounded(step_tokens or 1)), self._gemm_seconds(step_tokens, len(chunks) + decoding))
+        attention = sum(self._attention(b) - self._attention(a) for a, b in chunks) / self._attention_flops()
         kv = self._kv_read_seconds(decoding, mean, bool(chunks)) if decoding else 0.0
         requests = (decoding + len(chunks)) * self.request_overhead_s
         return gemms + attention + kv + self.layers_overhead_s + requests
@@ -529,10 +525,14 @@ class StepModel:
         return self._gemm_seconds(tokens, 1) + self._attention(tokens) / self._attention_flops()
 
     def _gemm_seconds(self, step_tokens: int, sampled: int) -> float:
-        """The step's GEMMs' FLOPs at the prefill rate, the routed experts' at their share of it."""
+        """The step's GEMMs' FLOPs at the prefill rate, the routed experts' lengthened by their tiles' fixed cost."""
         routed = 2 * routed_expert_params(self.shape) * step_tokens
-        return ((gemm_flops(self.shape, step_tokens, sampled) - routed) / self._flops()
-                + routed / (self._flops() * self.expert_gemm_share))
+        return (gemm_flops(self.shape, step_tokens, sampled) + routed * (self._tile_k - 1)) / self._flops()
+
+    @cached_property
+    def _tile_k(self) -> float:
+        k0, shape = self.moe_tile_fixed_k, self.shape
+        return 1 + k0 * (2 / shape.hidden_size + 1 / shape.moe_intermediate_size) / 3 if shape.num_experts else 1.0
 
     def decode_seconds(self, decoding: int, decode_tokens_in_cache: int) -> float:
         """A step that only decodes: `seconds` with no chunks, kept per batch and rounded mean length."""
