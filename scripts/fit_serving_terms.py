@@ -92,10 +92,10 @@ def is_dense(p: dict) -> bool:
 # and b28's judge that pace on models the fit never saw; b30's, b33's and b34's judge the front end's handling; b31 and
 # b32 the launch of a step with a prompt chunk (its one-request points are short prompts on an idle engine); b35's
 # and b36's requests alone tie the client's clock to the trace's for their loaded points (the first token's way out);
-# b37's and b38's judge the API server's event loop; b39's a MoE layer's launch past the graph and its experts' rate
+# b37's and b38's judge the API server's event loop; b39's and b40's a MoE layer's launch and its GEMMs' tiles
 NOT_STEP_BATCHES = ("b7-prefill-graphs", "b22-prompt-tiles", "b25-int4-pace", "b28-int4-judge", "b30-front-door",
                     "b31-eager-launch", "b32-piecewise-prompts", "b33-prompt-door", "b34-short-judge", "b35-way-out",
-                    "b36-way-out-again", "b37-waves", "b38-burst-sizes", "b39-moe-launch")
+                    "b36-way-out-again", "b37-waves", "b38-burst-sizes", "b39-moe-launch", "b40-moe-tiles")
 
 
 def fitted_on(points: list[dict]) -> list[dict]:

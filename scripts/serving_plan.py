@@ -343,6 +343,13 @@ BURST_SIZES = [closed(1000, 32, 1, 4), closed(1000, 32, 16, 16), closed(1000, 32
 MOE_JUDGE = [closed(300, 32, 1, 4), closed(1000, 32, 1, 4), closed(2000, 32, 1, 4), closed(4000, 32, 1, 3),
              closed(16000, 32, 1, 2), closed(1000, 128, 16, 32), opened(1000, 128, 4, 40), opened(1000, 128, 12, 120)]
 
+# batch b40, on two H200s side by side: the fused-MoE tiles' fixed cost (k0, fitted on Qwen3-30B-A3B's experts of 2,048
+# and 768) judged on expert shapes no fit read: Phi-3.5-MoE (hidden 4,096, experts of 6,400, 16 of them, 2 a token)
+# and GLM-4.7-Flash (MLA, hidden 2,048, experts of 1,536, 64 of them, 4 a token); and the MoE launch on a third host's
+# Qwen3-30B-A3B. One request alone under the graph and past it (1,000-16,000 tokens) and an open loop of 4 a second
+MOE_SHAPES = [closed(300, 32, 1, 4), closed(1000, 32, 1, 4), closed(4000, 32, 1, 3), closed(16000, 32, 1, 2),
+              opened(1000, 128, 4, 40)]
+
 
 def server(tag: str, batch: str, model: str, gpus: str, port: int, max_model_len: int, points: list[dict],
            kv_cache_dtype: str = "auto", tp: int = 1, prefill_tokens_per_s: float = 15000.0,
@@ -482,17 +489,19 @@ def plan() -> dict:
     ran[b37] = {"0": ["b37-qwen3-8b", "b37-qwen3-8b-api4"], "1": ["b37-qwen25-7b", "b37-qwen25-7b-api4"], "0,1": []}
     ran[b38] = {"0": ["b38-llama8b"], "1": ["b38-qwen3-8b"], "0,1": []}
     b39 = "b39-moe-launch"
-    # the newest batch, what the kit runs
     ran[b39] = {"0": ["b39-mixtral"], "1": ["b39-qwen3moe", "b39-dsv2lite"], "0,1": []}
+    b40 = "b40-moe-tiles"
+    # the newest batch, what the kit runs
+    ran[b40] = {"0": ["b40-phimoe", "b40-qwen3moe"], "1": ["b40-glm47flash"], "0,1": []}
     return dict(
         vllm_version=VLLM_VERSION, gpu=GPU, load_format="dummy",
         bench="vllm bench serve --backend vllm --dataset-name random (ignore_eos), --percentile-metrics "
               "ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --save-result --save-detailed",
         batches=[b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16, b17, b18, b19, b20, b21, b22, b23,
-                 b24, b25, b26, b27, b28, b29, b30, b31, b32, b33, b34, b35, b36, b37, b38, b39],
+                 b24, b25, b26, b27, b28, b29, b30, b31, b32, b33, b34, b35, b36, b37, b38, b39, b40],
         # lanes run side by side; a lane's servers run one after another; '0,1' runs once both others are done.
         # `lanes` are the newest batch's (what the kit runs); `lanes_by_batch` keeps each batch's
-        lanes=ran[b39], lanes_by_batch=ran,
+        lanes=ran[b40], lanes_by_batch=ran,
         servers=[
             server("llama8b-bf16", b1, "llama-3.1-8b", "0", 8101, 65536, LLAMA_POINTS),
             server("llama8b-fp8", b1, "llama-3.1-8b", "1", 8102, 65536, LLAMA_POINTS, kv_cache_dtype="fp8"),
@@ -682,6 +691,11 @@ def plan() -> dict:
                   ("mixtral", "mixtral-8x7b-v0.1", "0", 8461, 0.012, 10000),
                   ("qwen3moe", "qwen3-30b-a3b", "1", 8462, 0.012, 20000),
                   ("dsv2lite", "deepseek-v2-lite", "1", 8463, 0.012, 20000))),
+            *(launch_server(f"b40-{tag}", b40, model, gpu, port, MOE_SHAPES, itl, tokens_per_s)
+              for tag, model, gpu, port, itl, tokens_per_s in (
+                  ("phimoe", "phi-3.5-moe-instruct", "0", 8471, 0.012, 10000),
+                  ("qwen3moe", "qwen3-30b-a3b", "0", 8472, 0.012, 20000),
+                  ("glm47flash", "glm-4.7-flash", "1", 8473, 0.012, 15000))),
         ],
     )
 
