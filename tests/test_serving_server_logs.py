@@ -27,8 +27,14 @@ def test_the_serving_runs_started_servers_of_every_kind():
 # 2,048 tokens loses 0.77 GiB of KV against vLLM's default graphs (65.43 GiB against 66.20 logged) where its CUDA-graph
 # estimate grows by 0.08 GiB (the utilization it prints as equivalent: 0.8912 and 0.8906); kvsize's graphs grow by
 # 0.92 GiB, and its default is already 0.9% below this server (the same settings elsewhere log 65.50 GiB).
+# And one on the dangerous side, open in issue 49: GLM-4.7-Flash (MLA, bf16 KV) on vLLM 0.33.0, whose bf16 latent cache
+# runs under FLASH_ATTN_MLA (FLASHMLA under fp8): its profile run peaked at 4.46 GiB of activations where kvsize gives
+# 1.50, and its non-torch memory was 1.25 GiB against kvsize's 0.72, which kvsize's larger CUDA-graph term (2.36 GiB)
+# only partly offsets.
 KNOWN_MISSES = {"b7-qwen3moe-cg2048": "kvsize's CUDA graphs at max_cudagraph_capture_size 2048 under the V2 runner: "
-                                      "-1.10% (706,752 tokens against 714,624)"}
+                                      "-1.10% (706,752 tokens against 714,624)",
+                "b40-glm47flash": "GLM-4.7-Flash's bf16 MLA cache under FLASH_ATTN_MLA: activations 4.46 GiB "
+                                  "against kvsize's 1.50: +1.79% (1,297,696 tokens against 1,274,864)"}
 
 
 def _param(server: dict):
@@ -60,7 +66,9 @@ def _memory_predictions() -> list:
         for row in data.get("servers", [data]):
             batch = data["batch"]
             log = SERVING / batch / row["server"] / "server.log"
-            out.append(pytest.param(row, log, id=f"{row['server']}{'' if log.exists() else ' (not run)'}"))
+            reason = KNOWN_MISSES.get(row["server"]) if log.exists() else None
+            marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+            out.append(pytest.param(row, log, id=f"{row['server']}{'' if log.exists() else ' (not run)'}", marks=marks))
     return out
 
 

@@ -52,8 +52,8 @@ HOST_SPREAD = "the same server ran 2.3x apart on two H200 hosts and held 108 and
 # step late, then the step's own at once (b21's Qwen2.5-3B in int8_per_token_head: 714 ms then 38 ms between
 # output updates, against 356 ms either side, at the first steps of 65 and 73 requests; 25 of the 31 first counts
 # below 256 of measure/serving/b21-wave-fill/b21-qwen25-3b-int8/steps.tsv.gz). Its clients saw a gap of two steps,
-# the slowest 1% of gaps of a burst of long prompts on a fresh server. Over the one-GPU traces of batches b11-b39
-# (measure/steps.py first_count_holds; docs/step-trace.md), 500 of 904 such first steps below 256 requests held
+# the slowest 1% of gaps of a burst of long prompts on a fresh server. Over the one-GPU traces of batches b11-b40
+# (measure/steps.py first_count_holds; docs/step-trace.md), 505 of 915 such first steps below 256 requests held
 # it back (many of the others come straight after another first step, whose late update hides theirs), and 16
 # of 199 from 256 on, as often as the steps' own spread gives: none past FIRST_USE_LIMIT.
 FIRST_USE_PAD = 8

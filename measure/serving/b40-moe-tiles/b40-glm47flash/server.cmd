@@ -1,0 +1,1 @@
+-m vllm.entrypoints.openai.api_server --model /work/main/measure/serving/kit/models/glm-4.7-flash --served-model-name m --load-format dummy --port 8473 --max-model-len 32768 --gpu-memory-utilization 0.9 --max-num-seqs 1024 --max-num-batched-tokens 8192 --tensor-parallel-size 1 --kv-cache-dtype auto --no-enable-prefix-caching
