@@ -412,6 +412,14 @@ def launch_server(tag: str, batch: str, model: str, gpus: str, port: int, points
                   **extra)
 
 
+def launch_servers(batch: str, points: list[dict], rows: tuple) -> list[dict]:
+    """launch_server for each (tag, model, GPUs, port, ITL guess, prefill tokens/s) row, tagged by the batch's
+    number (b34 on)."""
+    number = batch.split("-")[0]
+    return [launch_server(f"{number}-{tag}", batch, model, gpus, port, points, itl, tokens_per_s)
+            for tag, model, gpus, port, itl, tokens_per_s in rows]
+
+
 def wave_server(tag: str, batch: str, model: str, gpus: str, port: int, points: list[dict],
                 prefill_tokens_per_s: float, itl_guess_s: float, kv_cache_dtype: str = "int8_per_token_head") -> dict:
     """A server of the wave batches (b18 on): a Qwen model in a per-token-head format (int8_per_token_head unless
@@ -661,41 +669,41 @@ def plan() -> dict:
                            step_trace=True),
             *frontend_pair("b33-qwen25-15b", b33, "qwen2.5-1.5b", "1", 8403, 32768, PROMPT_DOOR, 60000, 0.004,
                            step_trace=True, tokenizer_only=True),
-            *(launch_server(f"b34-{tag}", b34, model, gpu, port, SHORT_JUDGE, itl, tokens_per_s)
-              for tag, model, gpu, port, itl, tokens_per_s in (
-                  ("qwen25-32b", "qwen2.5-32b-instruct", "0", 8411, 0.020, 6000),
-                  ("qwen3-32b", "qwen3-32b", "0", 8412, 0.020, 6000),
-                  ("qwen3moe", "qwen3-30b-a3b", "1", 8413, 0.012, 20000),
-                  ("dsv2lite", "deepseek-v2-lite", "1", 8414, 0.012, 20000))),
-            *(launch_server(f"b35-{tag}", b35, model, gpu, port, WAY_OUT, itl, tokens_per_s)
-              for tag, model, gpu, port, itl, tokens_per_s in (
-                  ("llama8b", "llama-3.1-8b", "0", 8421, 0.008, 25000),
-                  ("qwen25-32b", "qwen2.5-32b-instruct", "0", 8422, 0.020, 6000),
-                  ("qwen3moe", "qwen3-30b-a3b", "1", 8423, 0.012, 20000),
-                  ("qwen3-14b", "qwen3-14b", "1", 8424, 0.012, 15000))),
-            *(launch_server(f"b36-{tag}", b36, model, gpu, port, WAY_OUT_AGAIN, itl, tokens_per_s)
-              for tag, model, gpu, port, itl, tokens_per_s in (
-                  ("llama8b", "llama-3.1-8b", "0", 8431, 0.008, 25000),
-                  ("qwen3-14b", "qwen3-14b", "1", 8432, 0.012, 15000))),
+            *launch_servers(b34, SHORT_JUDGE, (
+                ("qwen25-32b", "qwen2.5-32b-instruct", "0", 8411, 0.020, 6000),
+                ("qwen3-32b", "qwen3-32b", "0", 8412, 0.020, 6000),
+                ("qwen3moe", "qwen3-30b-a3b", "1", 8413, 0.012, 20000),
+                ("dsv2lite", "deepseek-v2-lite", "1", 8414, 0.012, 20000),
+            )),
+            *launch_servers(b35, WAY_OUT, (
+                ("llama8b", "llama-3.1-8b", "0", 8421, 0.008, 25000),
+                ("qwen25-32b", "qwen2.5-32b-instruct", "0", 8422, 0.020, 6000),
+                ("qwen3moe", "qwen3-30b-a3b", "1", 8423, 0.012, 20000),
+                ("qwen3-14b", "qwen3-14b", "1", 8424, 0.012, 15000),
+            )),
+            *launch_servers(b36, WAY_OUT_AGAIN, (
+                ("llama8b", "llama-3.1-8b", "0", 8431, 0.008, 25000),
+                ("qwen3-14b", "qwen3-14b", "1", 8432, 0.012, 15000),
+            )),
             *(launch_server(f"b37-{tag}{suffix}", b37, model, gpu, port + k, WAVES, itl, tokens_per_s, **extra)
               for tag, model, gpu, port, itl, tokens_per_s in (
                   ("qwen3-8b", "qwen3-8b", "0", 8441, 0.008, 25000),
                   ("qwen25-7b", "qwen2.5-7b-instruct", "1", 8443, 0.008, 25000))
               for k, (suffix, extra) in enumerate((("", {}), ("-api4", {"api_server_count": 4})))),
-            *(launch_server(f"b38-{tag}", b38, model, gpu, port, BURST_SIZES, itl, tokens_per_s)
-              for tag, model, gpu, port, itl, tokens_per_s in (
-                  ("llama8b", "llama-3.1-8b", "0", 8451, 0.008, 25000),
-                  ("qwen3-8b", "qwen3-8b", "1", 8452, 0.008, 25000))),
-            *(launch_server(f"b39-{tag}", b39, model, gpu, port, MOE_JUDGE, itl, tokens_per_s)
-              for tag, model, gpu, port, itl, tokens_per_s in (
-                  ("mixtral", "mixtral-8x7b-v0.1", "0", 8461, 0.012, 10000),
-                  ("qwen3moe", "qwen3-30b-a3b", "1", 8462, 0.012, 20000),
-                  ("dsv2lite", "deepseek-v2-lite", "1", 8463, 0.012, 20000))),
-            *(launch_server(f"b40-{tag}", b40, model, gpu, port, MOE_SHAPES, itl, tokens_per_s)
-              for tag, model, gpu, port, itl, tokens_per_s in (
-                  ("phimoe", "phi-3.5-moe-instruct", "0", 8471, 0.012, 10000),
-                  ("qwen3moe", "qwen3-30b-a3b", "0", 8472, 0.012, 20000),
-                  ("glm47flash", "glm-4.7-flash", "1", 8473, 0.012, 15000))),
+            *launch_servers(b38, BURST_SIZES, (
+                ("llama8b", "llama-3.1-8b", "0", 8451, 0.008, 25000),
+                ("qwen3-8b", "qwen3-8b", "1", 8452, 0.008, 25000),
+            )),
+            *launch_servers(b39, MOE_JUDGE, (
+                ("mixtral", "mixtral-8x7b-v0.1", "0", 8461, 0.012, 10000),
+                ("qwen3moe", "qwen3-30b-a3b", "1", 8462, 0.012, 20000),
+                ("dsv2lite", "deepseek-v2-lite", "1", 8463, 0.012, 20000),
+            )),
+            *launch_servers(b40, MOE_SHAPES, (
+                ("phimoe", "phi-3.5-moe-instruct", "0", 8471, 0.012, 10000),
+                ("qwen3moe", "qwen3-30b-a3b", "0", 8472, 0.012, 20000),
+                ("glm47flash", "glm-4.7-flash", "1", 8473, 0.012, 15000),
+            )),
         ],
     )
 
