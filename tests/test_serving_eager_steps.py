@@ -71,6 +71,8 @@ def test_the_routed_experts_pay_each_tile_of_their_k_loops_a_fixed_cost():
     gemms = [m.prefill_compute_seconds(tokens) - m._attention(tokens) / m._attention_flops() for m in (bare, tiled)]
     lengthened = 2 * routed * tokens * 1000 * (2 / 2048 + 1 / 768) / 3
     assert gemms[1] - gemms[0] == pytest.approx(lengthened / bare._flops(), rel=1e-9)
+    # at TP 2 each rank holds half of every expert's intermediate size: down's K loop is 384 long
+    assert replace(tiled, tp=2)._tile_k - 1 == pytest.approx(1000 * (2 / 2048 + 2 / 768) / 3)
     # Mixtral-8x7B's experts reduce over 4,096 and 14,336: the same cost lengthens them about a quarter as much
     mixtral = _moe("b39-mixtral-p04-i4000-o32-c1")
     per_flop = {m: (2 / m.shape.hidden_size + 1 / m.shape.moe_intermediate_size) / 3 for m in (moe, mixtral)}

@@ -29,7 +29,7 @@ launch is a bound beside the GPU's part, not a cost added to it: the traces show
 chunk (measure/steps.py launch_rows). A step with a prompt chunk under the graph replays the graph's pieces and
 launches each layer's attention between them, a bound of the same kind at a cost of its own a layer. The fused-MoE
 GEMMs pay each tile a fixed cost worth `k0` elements of its K loop: tile_k = (2 (1 + k0 / hidden) + (1 + k0 /
-expert intermediate)) / 3 (gate and up reduce over the hidden size, down over the expert's, a third of the FLOPs).
+expert intermediate per rank)) / 3 (gate and up reduce over the hidden size, down over the expert's, a third).
 The API servers, processes of their own that stream each decoding request's token beside the engine's step,
 hand each request to the engine (sizing/planners/front_end.py). A KV format the engine decodes in programs that each
 read one request's whole cache for one KV head (vLLM's TRITON_ATTN, the only backend of its per-token-head integer
@@ -454,8 +454,7 @@ class StepModel:
 
     @cached_property
     def eager_launch_s(self) -> float:
-        """The host's launch of a step run without a CUDA graph, layer by layer, each MoE layer's fused-expert path
-        beyond a dense layer's."""
+        """The host's launch of a step run without a CUDA graph, layer by layer (a MoE layer's beyond a dense one's)."""
         return self.shape.num_layers * self.eager_layer_launch_s + self._moe_layers * self.eager_moe_layer_launch_s
 
     @cached_property
@@ -530,9 +529,10 @@ class StepModel:
         return (gemm_flops(self.shape, step_tokens, sampled) + routed * (self._tile_k - 1)) / self._flops()
 
     @cached_property
-    def _tile_k(self) -> float:
+    def _tile_k(self) -> float:  # TP splits each expert's intermediate size, down's K loop, among the ranks
         k0, shape = self.moe_tile_fixed_k, self.shape
-        return 1 + k0 * (2 / shape.hidden_size + 1 / shape.moe_intermediate_size) / 3 if shape.num_experts else 1.0
+        per_element = (2 / shape.hidden_size + self.tp / shape.moe_intermediate_size) / 3 if shape.num_experts else 0
+        return 1 + k0 * per_element
 
     def decode_seconds(self, decoding: int, decode_tokens_in_cache: int) -> float:
         """A step that only decodes: `seconds` with no chunks, kept per batch and rounded mean length."""
