@@ -31,8 +31,8 @@ block alignment and combine, which a dense MLP does not launch): a least-squares
 measured median gap of Qwen3-30B-A3B's one-request points of batch b2 (prompts of 1K, 8K and 32K tokens). Then, every
 one of those fixed, a MoE layer's prompt work (scripts/fit_serving_moe.py): the host's launch of its fused-MoE path
 in a step past the largest CUDA graph kvsize estimates the engine captured, read off the traces of Qwen3-30B-A3B's
-prompts alone on b35's and b39's hosts, and the fixed cost each tile of its grouped GEMMs pays in elements of its K loop, fitted
-on Qwen3-30B-A3B's one-request TTFTs of 8,000 tokens and more. Last, the front end's seconds
+prompts alone on b35's and b39's hosts, and the fixed cost each tile of its grouped GEMMs pays in elements of its K
+loop, fitted on Qwen3-30B-A3B's one-request TTFTs of 8,000 tokens and more. Last, the front end's seconds
 per streamed token, the engine core's (in the host's side of a step, after its floor) and the API servers' (a bound
 of their own; see fit_frontend), on batch b8's closed-loop Llama-3.2-1B points (one and four API servers). The
 request's handling by the front end (see fit_handling), a part the same for every request and one per prompt token,
@@ -424,13 +424,14 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
     trace_points = _group_points(trace_groups())
     fixed["moe_layer_step_overhead_s"] = fit_moe_layer(points, fixed) if "moe_layer" in terms else 0.0
     moe_points = moe_fitted_on(points) if "moe_layer" in terms else []
-    # the tiles' cost first, on prompts whose GPU part outlasts any launch; the launch's steps then told host-bound
-    # by a GPU part simulated with it
     fixed.update(MOE_PROMPT_OFF)
-    fixed[TILE_K_TERM] = fit_tile_k(points, fixed) if "moe_prompt" in terms else 0.0
-    share_points = tile_k_points(points) if "moe_prompt" in terms else []
-    moe_launch, moe_launch_ids = fit_moe_launch(fixed) if "moe_prompt" in terms else (0.0, [])
-    fixed[MOE_LAUNCH_TERM] = moe_launch
+    tile_k_fitted_on, moe_launch_ids = [], []
+    if "moe_prompt" in terms:
+        # the tiles' cost first, on prompts whose GPU part outlasts any launch; the launch's steps then told
+        # host-bound by a GPU part simulated with it
+        fixed[TILE_K_TERM] = fit_tile_k(points, fixed)
+        tile_k_fitted_on = tile_k_points(points)
+        fixed[MOE_LAUNCH_TERM], moe_launch_ids = fit_moe_launch(fixed)
     front = frontend_rows(points, fixed) if "frontend" in terms else []
     frontend = fit_frontend(front, fixed["step_floor_s"]) if front else dict(FRONTEND_OFF)
     fixed.update(frontend)
@@ -447,7 +448,7 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
     trace_points += _group_points(trace_groups(QUERY_GROUP_TRACE_BATCHES, QUERY_GROUP_TRACE_SERVERS))
     trace_points += _group_points(ramp_groups())
 
-    named = ([p["id"] for p in fitted_on(points) + moe_points + share_points
+    named = ([p["id"] for p in fitted_on(points) + moe_points + tile_k_fitted_on
               + [r["point"] for r in front] + host_points
               + pace_fitted_on(points) + prefill_attention_fitted_on(points, FORMAT_TRACE_SERVERS)]
              + trace_points + moe_launch_ids)
@@ -511,7 +512,8 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
                       "(2 (1 + k0 / hidden) + (1 + k0 / expert intermediate)) / 3 of the dense rate's time), the grid "
                       "value (25 apart) leaving the least squared relative error of the simulated against the "
                       "measured median TTFT of Qwen3-30B-A3B's one-request points of 8,000 tokens and more (batches "
-                      "b2, b7, b35 and b39), every other term fixed; the front end's seconds per streamed token, the engine core's (in the "
+                      "b2, b7, b35 and b39), every other term fixed; the front end's seconds per streamed token, the "
+                      "engine core's (in the "
                       "host's side of a step, after its floor) and the API servers' (shared among --api-server-count "
                       "processes), every other term fixed, the grid pair leaving the least squared relative error of "
                       "the measured median inter-token gap of batch b8's closed-loop Llama-3.2-1B points to the "
@@ -528,7 +530,8 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
                       "of the first token's time outside the steps less "
                       "those per-token parts, and its part on an API server's loop before the tokenizer, the "
                       "least-squares slope through the origin, over the traced bursts under one API server, of the "
-                      "first request's wait beyond a request alone's on the requests sent with it; the host's launch of a step with a prompt chunk, a layer at a time, past the largest "
+                      "first request's wait beyond a request alone's on the requests sent with it; the host's launch "
+                      "of a step with a prompt chunk, a layer at a time, past the largest "
                       "CUDA graph and under it (the graph's pieces, each layer's attention between them) apart: over "
                       f"the steps of batches {named_batches(LAUNCH_BATCHES)}'s dense bf16 and fp8 servers with a "
                       "prompt chunk after a step that only decoded, the period of that step (the launch, under async "

@@ -39,10 +39,13 @@ KNOWN_MISSES = {"b7-qwen3moe-cg2048": "kvsize's CUDA graphs at max_cudagraph_cap
                                   "against 1,274,864)"}
 
 
+def _known_miss(tag: str) -> list:
+    reason = KNOWN_MISSES.get(tag)
+    return [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+
+
 def _param(server: dict):
-    reason = KNOWN_MISSES.get(server["tag"])
-    marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-    return pytest.param(server, id=server["tag"], marks=marks)
+    return pytest.param(server, id=server["tag"], marks=_known_miss(server["tag"]))
 
 
 @pytest.mark.parametrize("server", [_param(s) for s in STARTED])
@@ -68,8 +71,7 @@ def _memory_predictions() -> list:
         for row in data.get("servers", [data]):
             batch = data["batch"]
             log = SERVING / batch / row["server"] / "server.log"
-            reason = KNOWN_MISSES.get(row["server"]) if log.exists() else None
-            marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+            marks = _known_miss(row["server"]) if log.exists() else []
             out.append(pytest.param(row, log, id=f"{row['server']}{'' if log.exists() else ' (not run)'}", marks=marks))
     return out
 

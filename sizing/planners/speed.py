@@ -90,11 +90,16 @@ def weights_read_bytes(shape: ModelShape, fmt: WeightFormat, tp: int, batch: flo
     return always + int(experts * touched)
 
 
+def _routed_share(shape: ModelShape) -> float:
+    """The share of each layer's routed experts a token passes through: top_k / num_experts (0 for a dense model)."""
+    return shape.num_experts_per_tok / shape.num_experts if shape.num_experts else 0
+
+
 @lru_cache(maxsize=4096)
 def active_params(shape: ModelShape) -> int:
     """Parameters every token of a step passes through: its layers (routed experts at top_k / num_experts). The
     lm_head is not among them: see head_params."""
-    share = shape.num_experts_per_tok / shape.num_experts if shape.num_experts else 0
+    share = _routed_share(shape)
     return int(sum(p.attention + p.mlp + p.other + p.experts * share for p in shape.layer_params))
 
 
@@ -102,7 +107,7 @@ def active_params(shape: ModelShape) -> int:
 def routed_expert_params(shape: ModelShape) -> int:
     """Of active_params, the routed experts' (top_k / num_experts of them): the grouped GEMMs a MoE engine runs in
     its fused-expert kernels rather than the dense GEMMs of the rest."""
-    share = shape.num_experts_per_tok / shape.num_experts if shape.num_experts else 0
+    share = _routed_share(shape)
     return int(sum(p.experts * share for p in shape.layer_params))
 
 

@@ -450,15 +450,15 @@ class StepModel:
     def layers_overhead_s(self) -> float:
         """The fixed cost of a step's layers: each layer's, its all-reduce where TP > 1, and each MoE layer's."""
         per_layer = self.per_layer_overhead_s + (self.tp_layer_overhead_s if self.tp > 1 else 0.0)
-        return self.shape.num_layers * per_layer + self._moe_layers * self.moe_layer_overhead_s
+        return self.shape.num_layers * per_layer + self.moe_layers * self.moe_layer_overhead_s
 
     @cached_property
     def eager_launch_s(self) -> float:
         """The host's launch of a step run without a CUDA graph, layer by layer (a MoE layer's beyond a dense one's)."""
-        return self.shape.num_layers * self.eager_layer_launch_s + self._moe_layers * self.eager_moe_layer_launch_s
+        return self.shape.num_layers * self.eager_layer_launch_s + self.moe_layers * self.eager_moe_layer_launch_s
 
     @cached_property
-    def _moe_layers(self) -> int:
+    def moe_layers(self) -> int:
         return sum(1 for p in self.shape.layer_params if p.experts > 0)
 
     def read_seconds(self, decoding: int, tokens_in_cache: int) -> tuple[float, float]:
