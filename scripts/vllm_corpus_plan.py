@@ -1,6 +1,6 @@
 """Write the plans of real vLLM starts that make tests/fixtures/vllm-starts (one JSON list a machine).
 
-usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200|architectures|checkpoints|compile-cache|integer-checkpoints|one-h100|release-panels|torch-stage-panels|panel-gaps|tp2-0.33|tp4-0.33|panels-0.32-0.31|panels-0.29-0.27|tp-0.32-0.27|tp-0.30-0.27.1|small-gpu-defaults|pp2|pp-vocab|panels-0.20-patches > plan.json
+usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200|architectures|checkpoints|compile-cache|integer-checkpoints|one-h100|release-panels|torch-stage-panels|panel-gaps|tp2-0.33|tp4-0.33|panels-0.32-0.31|panels-0.29-0.27|tp-0.32-0.27|tp-0.30-0.27.1|small-gpu-defaults|pp2|pp-vocab|mla-graphs-0.33|panels-0.20-patches > plan.json
 Every start is an EngineArgs dict on a config in tests/fixtures/vllm-starts/configs/, in vLLM's
 `vllm serve` usage context unless it says `llm`. Starts whose config is not there are left out.
 """
@@ -413,6 +413,26 @@ def pp_vocab():
     ]
 
 
+def mla_graphs_033():
+    """The CUDA-graph estimate of FLASH_ATTN_MLA (a 16-bit MLA cache on Hopper) under 0.33.0's Model Runner V2, whose
+    FULL graphs it extrapolates from two captured samples (issue 49: GLM-4.7-Flash's server printed 3.24 GiB against
+    kvsize's 2.36, DeepSeek-V2-Lite's 1.53 against 1.64): the two MLA models that fit one GPU, of 47 x 20 and 27 x 16
+    layers x heads, each at the default 1,024 sequences and fewer (the FULL graphs' count and largest batch), and
+    both at TP 2 (10 and 8 heads a rank). The staged engine prints profile_cudagraph_memory's samples
+    (measure/graph_samples.py); its figures are unchanged."""
+    r = "0.33.0"
+    return [
+        start(r, "glm-4.7-flash", max_model_len=32768),
+        start(r, "deepseek-v2-lite", "s1024", max_model_len=32768),
+        start(r, "glm-4.7-flash", "s256", max_model_len=32768, max_num_seqs=256),
+        start(r, "deepseek-v2-lite", "s256", max_model_len=32768, max_num_seqs=256),
+        start(r, "glm-4.7-flash", "s64", max_model_len=32768, max_num_seqs=64),
+        start(r, "deepseek-v2-lite", "s64", max_model_len=32768, max_num_seqs=64),
+        start(r, "glm-4.7-flash", "tp2", tensor_parallel_size=2, max_model_len=32768),
+        start(r, "deepseek-v2-lite", "tp2-probe", tensor_parallel_size=2, max_model_len=32768),
+    ]
+
+
 if __name__ == "__main__":
     plan = {"four-gpus": four_gpus, "one-gpu": one_gpu, "four-h100s": four_h100s, "two-h100s": two_h100s,
             "one-h200": one_h200, "architectures": architectures,
@@ -422,6 +442,7 @@ if __name__ == "__main__":
             "panel-gaps": panel_gaps, "tp2-0.33": tp2_033, "tp4-0.33": tp4_033, "panels-0.29-0.27": panels_029_027,
             "panels-0.32-0.31": panels_032_031, "tp-0.32-0.27": tp_032_027, "tp-0.30-0.27.1": tp_030_0271,
             "small-gpu-defaults": small_gpu_defaults, "pp2": pp2, "pp-vocab": pp_vocab,
+            "mla-graphs-0.33": mla_graphs_033,
             "panels-0.20-patches": panels_020_patches}[sys.argv[1]]()
     plan = [s for s in plan if (CONFIGS / Path(s["config"]).name).exists()]
     json.dump(plan, sys.stdout, indent=1)
