@@ -51,6 +51,23 @@ GEMMA2_V2_GRAPHS = (
     "Gemma-2-9B (sliding and full layers alternating) on 0.33.0's V2 runner prints a graph estimate of 1.23 GiB "
     "where the per-layer fit gives 1.10: 15.3 MB a layer above the V1 model against 8.5-12.7 for the other models "
     "of the fit; its KV budget is within 0.2%")
+MLA_V2_GRAPHS = (
+    "FLASH_ATTN_MLA under 0.33.0's V2 runner, taken apart by the mla-graphs-0.33 starts (graph-samples-0.33-h200.json): "
+    "kvsize's MLA graph model (the V1 runner's 64 splits x the largest FULL batch, plus V2's 12.3 MB a layer) is over "
+    "V2's estimate at fewer sequences (GLM-4.7-Flash 1.70 against 1.39 GiB at 256, 0.89 against 0.52 at 64; "
+    "DeepSeek-V2-Lite 0.54 against 0.38 at 64) and at TP 2 (GLM-4.7-Flash 1.74 against 1.38), its other terms under by "
+    "0.1-0.2 GiB each; the KV tokens within 0.26%. These starts are held out of the fits they would move "
+    "(scripts/fit_vllm_terms.py HELD_OUT) so that they judge them")
+GLM_TP_WEIGHTS = (
+    "GLM-4.7-Flash at TP 2 loads 28.08 GiB a rank against kvsize's 27.91: 0.17 GiB that TP does not split, not "
+    "found in kvsize's sharding of its MLA and MoE layers; graphs and activation as MLA_V2_GRAPHS; KV tokens -0.26%")
+GLM_V2_NON_TORCH = (
+    "GLM-4.7-Flash on 0.33.0 leaves 0.1 GiB more non-torch memory than kvsize's rule at 64 and 256 sequences (0.25 "
+    "and 0.36 GiB printed), as with fp8 KV at 1,024 (GLM_FLASH_NON_TORCH); DeepSeek-V2-Lite's starts are within 0.03")
+CHECK_LOG_SEQS = (
+    "check-log on an LLM-class start of 0.33.0 at fewer than the default 1,024 sequences: the log prints no "
+    "max_num_seqs (LLM() logs no non-default args), so kvsize takes the default and says so ('assumed'); estimate, "
+    "given the setting, is within 0.26%")
 KNOWN_BUDGET_GAPS = {"h200-0.26.0-nemotron-3-nano-30b-a3b": NEMOTRON3_ACTIVATION,
                      "h200-0.26.0-qwen3.5-35b-a3b-text-fp8": QWEN35_FP8_GRAPHS}
 QWEN3_MOE_V1_TP = (
@@ -68,7 +85,10 @@ KNOWN_GRAPH_GAPS = {"h200-0.26.0-nemotron-3-nano-30b-a3b": MOE_PER_GRAPH,
                     "h200-0.33.0-gemma-2-9b": GEMMA2_V2_GRAPHS,
                     "h200-0.22.1-deepseek-v2-lite-tp4": MLA_TP4_GRAPHS,
                     "h200-0.26.0-phi-3.5-moe-instruct": PHI_MOE_GRAPHS,
-                    "h200-0.27.1-qwen3-30b-a3b-tp2": QWEN3_MOE_V1_TP}
+                    "h200-0.27.1-qwen3-30b-a3b-tp2": QWEN3_MOE_V1_TP,
+                    **{sid: MLA_V2_GRAPHS for sid in ("h200-0.33.0-glm-4.7-flash-s256", "h200-0.33.0-glm-4.7-flash-s64",
+                                                     "h200-0.33.0-deepseek-v2-lite-s64")},
+                    "h200-0.33.0-glm-4.7-flash-tp2": GLM_TP_WEIGHTS}
 COHERE_EAGER_FORWARD = (
     "Command-R without torch.compile prints 1.69 GiB against kvsize's 1.56: its attention and MLP run in "
     "parallel off one normed input, so the attention's output (8,192 x 8,192 bf16, 0.125 GiB) is alive beside "
@@ -114,6 +134,9 @@ KNOWN_ACTIVATION_GAPS = {**{sid: TP_NON_TORCH_ENVELOPE for sid in (
                          **{f"h200-{v}-deepseek-v2-lite": DEEPSEEK_V2_EMBEDDING_NON_TORCH
                             for v in ("0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0")},
                          "h200-0.33.0-glm-4.7-flash-fp8": GLM_FLASH_NON_TORCH,
+                         **{sid: GLM_V2_NON_TORCH for sid in ("h200-0.33.0-glm-4.7-flash-s256",
+                                                             "h200-0.33.0-glm-4.7-flash-s64")},
+                         "h200-0.33.0-deepseek-v2-lite-tp2-probe": TP_NON_TORCH_ENVELOPE,
                          "h200-0.33.0-qwen3-8b-pp2": PP_LAST_STAGE_NON_TORCH,
                          "h200-0.26.0-nemotron-3-nano-30b-a3b": NEMOTRON3_ACTIVATION,
                          "h200-0.26.0-c4ai-command-r-v01-eager-compile0": COHERE_EAGER_FORWARD}
@@ -158,8 +181,21 @@ def test_every_start_keeps_its_log_and_config(start):
         assert start.reason, "a start that did not size says why"
 
 
-@pytest.mark.parametrize("check", [check_start, check_start_log], ids=["estimate", "check-log"])
-@pytest.mark.parametrize("start", known(SIZED, KNOWN_BUDGET_GAPS), ids=[s.id for s in SIZED])
+CHECK_LOG_GAPS = {sid: CHECK_LOG_SEQS for sid in ("h200-0.33.0-glm-4.7-flash-s256", "h200-0.33.0-glm-4.7-flash-s64",
+                                                  "h200-0.33.0-deepseek-v2-lite-s64")}
+
+
+def _start_checks():
+    out = []
+    for s in SIZED:
+        for name, check in (("estimate", check_start), ("check-log", check_start_log)):
+            reason = KNOWN_BUDGET_GAPS.get(s.id) or (CHECK_LOG_GAPS.get(s.id) if name == "check-log" else None)
+            marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+            out.append(pytest.param(s, check, marks=marks, id=f"{s.id}-{name}"))
+    return out
+
+
+@pytest.mark.parametrize(("start", "check"), _start_checks())
 def test_within_one_percent_of_the_real_engine(start, check):
     # estimate from the start's settings, and check-log from its log alone (the GPU given)
     result = check(start)
@@ -427,9 +463,11 @@ def test_every_started_release_of_0_27_to_0_33_is_within_1_percent():
     # the panel starts (6 a release, 0.30.0's five), the TP starts of the torch-2.13 releases (0.27.0: 2, 0.28.0: 2,
     # 0.29.0: 3, 0.31.0: 2, 0.32.0: 3), 0.28.0's and 0.29.0's one-GPU fp8 and gemma leftovers folded into their
     # panels, the small-GPU batch defaults (0.29.0: 2, 0.31.0: 1), and 0.33.0's 23, its 3 PP 2 starts and its 3 MLA
-    # starts with fp8 KV (mla-fp8-0.33), and the TP 2 starts of 0.27.1 and 0.30.0 (3 each, tp-0.30-0.27.1)
+    # starts with fp8 KV (mla-fp8-0.33), the TP 2 starts of 0.27.1 and 0.30.0 (3 each, tp-0.30-0.27.1), and 0.33.0's
+    # seven MLA graph starts (mla-graphs-0.33), whose check-log misses the sequences a start set (CHECK_LOG_GAPS)
     assert len({r.id for r in rows}) == ((6 + 2) + 6 + (6 + 2) + (6 + 3 + 2) + 5 + (6 + 2 + 1) + (6 + 3) + 23 + 3 + 3
-                                         + 3 + 3)
+                                         + 3 + 3 + 7)
+    rows = [r for r in rows if not (r.id in CHECK_LOG_GAPS and r.by == "check-log")]
     for r in rows:
         # a pipeline-parallel start's binding (last) stage prints no "Available KV cache memory": tokens alone
         assert r.kv_tokens_error is not None and abs(r.kv_tokens_error) < 0.01, r.id

@@ -14,7 +14,7 @@ from ..engines.started import (CarriedTerms, architecture_evidence, gpu_evidence
                                release_evidence)
 from ..cache.formats import FormatOptions, get_format
 from ..cache.layers import CacheLayout, build_layout, parse_layer_overrides
-from ..engines.cudagraphs import cuda_graph_estimate, v2_per_layer_bytes
+from ..engines.cudagraphs import cuda_graph_estimate, released_warmup_accumulator_bytes, v2_per_layer_bytes
 from ..engines.memory import (MLA_WORKSPACE_FULL_LENGTH, SGLANG_PER_LAYER_INPUTS, VLLM_PER_LAYER_INPUTS,
                               ActivationEstimate, engine_weight_format, mla_workspace_tokens,
                               per_layer_input_buffer_bytes, profiling_peak, resolve_weights_dtype, weight_bytes)
@@ -23,7 +23,7 @@ from ..engines.state_pool import StatePool
 from ..engines.support import support
 from ..config import DTYPE_BYTES, ModelShape
 from ..config.family import family
-from ..units import cdiv, ceil_fraction
+from ..units import GiB, cdiv, ceil_fraction
 from .scenario import Scenario
 
 
@@ -267,6 +267,17 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
         notes += (f"cuda graphs: with an fp8 KV cache {engine.release.name} measured more per graph than kvsize's "
                   f"estimate ({estimate_model.fp8_kv_above_model}): the KV pool may be that much smaller; "
                   "kvsize verify measures it",)
+    if graphs and runner == "v2" and profiled and s.cuda_graph_bytes is None and estimate_model is not None:
+        second = released_warmup_accumulator_bytes(shape, estimate_model, s.cudagraph_mode, s.tensor_parallel_size,
+                                                   stage, s.max_num_seqs, s.max_num_batched_tokens,
+                                                   s.cudagraph_capture_sizes, s.max_cudagraph_capture_size, k_name,
+                                                   s.gpu_architecture)
+        if second:
+            notes += (f"cuda graphs: {engine.release.name}'s estimate adds back the FLASH_ATTN_MLA accumulators its "
+                      f"second FULL capture's warm-up released ({second / GiB:.2f} GiB here), twice where PyTorch's "
+                      "allocator split their freed block (GLM-4.7-Flash at 1,024 sequences on 0.33.0: 3.24 GiB "
+                      "estimated, kvsize 2.36): the KV pool may be up to that much smaller; kvsize verify measures "
+                      "it",)
     terms = MemoryTerms(s.gpu_memory_bytes, weights, act.peak_bytes, non_torch, graphs, profiled)
     budget = engine.budget(terms, fraction, s.headroom)
     if s.kv_cache_memory_bytes is not None:

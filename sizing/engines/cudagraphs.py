@@ -199,3 +199,22 @@ def split_kv_accumulator_bytes(shape: ModelShape, model: CudaGraphEstimateModel,
 def mlp_width_values(shape: ModelShape, layers: range, tp: int) -> float:
     """The widest MLP intermediate per token on one GPU: intermediate_size, or top-k experts' widths."""
     return mlp_width(shape, layers, tp, values=True)
+
+
+def released_warmup_accumulator_bytes(shape: ModelShape, model: CudaGraphEstimateModel, mode: str | None, tp: int,
+                                      layers: range, max_num_seqs: int, max_num_batched_tokens: int,
+                                      sizes: tuple[int, ...] | None = None, largest: int | None = None,
+                                      kv_format: str | None = None, architecture: str | None = None) -> int:
+    """FLASH_ATTN_MLA's split accumulators for the second-largest FULL graph's batch (`v2_warmup_splits` splits x
+    batch x heads per rank x kv_lora_rank, fp32): what Model Runner V2's estimate adds back once for the warm-up
+    forward its second FULL capture releases, and twice where the allocator split the freed block (0 where the
+    decode is not FLASH_ATTN_MLA's or fewer than two FULL graphs are captured)."""
+    if not (model.v2_warmup_splits and shape.is_mla) or flashmla_decode(shape, model, kv_format, architecture):
+        return 0
+    if captured_mode(shape, model, mode, layers) not in ("FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"):
+        return 0
+    full = graph_captures(shape, model, tp, layers, max_num_seqs, max_num_batched_tokens, sizes, largest).full
+    if len(full) < 2:
+        return 0
+    heads = max(1, shape.num_attention_heads // tp)
+    return model.v2_warmup_splits * full[-2] * heads * shape.mla_kv_lora_rank * 4

@@ -212,6 +212,11 @@ class CudaGraphEstimateModel(_Strict):
     # what each further FULL graph holds; the per-layer figures below are the mean over both modes' further
     # graphs (vLLM captures as many of each), so a PIECEWISE graph holds twice that less this (0: the same)
     full_per_graph_bytes: int = Field(default=0, ge=0)
+    # Model Runner V2's FULL extrapolation adds back what its second FULL capture released: the warm-up forward of
+    # that batch, run just before, whose FLASH_ATTN_MLA split accumulators are cudaMalloc'd anew and freed when the
+    # capture empties the cache. They are sized for this many splits (vllm/config/attention.py
+    # flash_attn_max_num_splits_for_cuda_graph); 0 where the release has no such extrapolation
+    v2_warmup_splits: int = Field(default=0, ge=0)
     # evidence that vLLM measures more per graph with an fp8 KV cache than this model holds (None: none seen)
     fp8_kv_above_model: str | None = None
     per_graph_layer_bytes: int = Field(ge=0)
