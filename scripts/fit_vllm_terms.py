@@ -62,7 +62,7 @@ NON_TORCH_GROUPS = {"0.27": "0.27-0.30", "0.29": "0.27-0.30", "0.31": "0.31-0.32
 # absorbs: fitted on, they would move the dense models' terms to cover an MLA miss
 HELD_OUT = frozenset(f"h200-0.33.0-{tag}" for tag in (
     "deepseek-v2-lite-s1024", "deepseek-v2-lite-s256", "deepseek-v2-lite-s64", "deepseek-v2-lite-tp2-probe",
-    "glm-4.7-flash-s256", "glm-4.7-flash-s64", "glm-4.7-flash-tp2"))
+    "glm-4.7-flash", "glm-4.7-flash-s256", "glm-4.7-flash-s64", "glm-4.7-flash-tp2"))
 
 
 def fitted_corpus() -> list:
