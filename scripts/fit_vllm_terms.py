@@ -56,10 +56,10 @@ LOGIT_FILE = "vllm-0.27-0.33.json"
 # baseline snapshot (tests/fixtures/vllm-starts: the one-GPU panels of each release)
 NON_TORCH_GROUPS = {"0.27": "0.27-0.30", "0.29": "0.27-0.30", "0.31": "0.31-0.32", "0.33": "0.33"}
 
-# starts that judge the fits without entering them: the mla-graphs-0.33 batch took FLASH_ATTN_MLA's V2 graph estimate
-# apart (tests/fixtures/vllm-starts/graph-samples-0.33-h200.json) and found kvsize's MLA graph model over it at fewer
-# sequences and at TP 2 (tests/test_vllm_starts.py MLA_V2_GRAPHS), a structure no per-layer or per-rank constant
-# absorbs: fitted on, they would move the dense models' terms to cover an MLA miss
+# starts kept out of the fits of the other models' terms: the mla-graphs-0.33 batch, which took FLASH_ATTN_MLA's V2
+# graph estimate apart (tests/fixtures/vllm-starts/graph-samples-0.33-h200.json) and is what fit_v2_flash_attn_mla
+# fits; their non-torch memory and weights show GLM-4.7-Flash's own misses (tests/test_vllm_starts.py), which would
+# otherwise move the dense models' terms
 HELD_OUT = frozenset(f"h200-0.33.0-{tag}" for tag in (
     "deepseek-v2-lite-s1024", "deepseek-v2-lite-s256", "deepseek-v2-lite-s64", "deepseek-v2-lite-tp2-probe",
     "glm-4.7-flash", "glm-4.7-flash-s256", "glm-4.7-flash-s64", "glm-4.7-flash-tp2"))
@@ -407,7 +407,7 @@ def fit_v2_graph_per_layer(unsplit: bool = False) -> tuple[int, list[str]]:
     out (graphs_built_otherwise); with `unsplit`, over the starts whose decode attention schedules its splits its
     own way instead (cudagraphs.own_decode_scratch: gpt-oss's sinks, the KV formats TRITON_ATTN serves, FlashMLA's
     fp8 MLA decode)."""
-    from sizing.engines.cudagraphs import cuda_graph_estimate, own_decode_scratch
+    from sizing.engines.cudagraphs import cuda_graph_estimate, flash_attn_mla_decode, own_decode_scratch
     from sizing.units import GiB
 
     layers, above, ids = [], [], []
@@ -421,8 +421,9 @@ def fit_v2_graph_per_layer(unsplit: bool = False) -> tuple[int, list[str]]:
         if release.cuda_graph_estimate is None or not release.model_runners.v2_profiles_cuda_graphs:
             continue
         own = own_decode_scratch(s.shape, release.cuda_graph_estimate, s.k_cache_dtype, s.gpu_architecture)
-        if own != unsplit or (not unsplit and graphs_built_otherwise(s)):
-            continue
+        if own != unsplit or (not unsplit and graphs_built_otherwise(s)) \
+                or flash_attn_mla_decode(s.shape, release.cuda_graph_estimate, s.k_cache_dtype, s.gpu_architecture):
+            continue  # FLASH_ATTN_MLA's V2 estimate is modelled part by part (fit_v2_flash_attn_mla)
         v1 = cuda_graph_estimate(s.shape, release.cuda_graph_estimate, "FULL_AND_PIECEWISE", 1,
                                  range(s.shape.num_layers), s.max_num_seqs, s.max_num_batched_tokens,
                                  s.cudagraph_capture_sizes, s.max_cudagraph_capture_size,
@@ -435,6 +436,75 @@ def fit_v2_graph_per_layer(unsplit: bool = False) -> tuple[int, list[str]]:
         return 0, []
     x = np.array(layers, float)
     return int(round(float(x @ np.array(above) / (x @ x)))), sorted(ids)
+
+
+# the start whose second FULL warm-up released two copies of its accumulators (the allocator split the freed block):
+# V2's estimate there is not the one-copy mechanism the fit models (tests/test_vllm_starts.py GLM_SPLIT_BLOCK)
+SPLIT_BLOCK_STARTS = frozenset({"h200-0.33.0-glm-4.7-flash"})
+GRAPH_SAMPLES = "graph-samples-0.33-h200.json"
+
+
+def _probed_estimates() -> dict[str, int]:
+    """V2's estimate, exact, where measure/graph_samples.py printed its parts: measured - s1 + (FULL graphs - 1) x
+    max(s1, 1 MiB) (cudagraph_utils.py profile_cudagraph_memory and _extrapolate_full_graph_memory)."""
+    import json
+
+    out = {}
+    for r in json.loads((CORPUS / GRAPH_SAMPLES).read_text())["starts"]:
+        s1 = r["samples_bytes"][1]
+        out[r["id"]] = r["measured_bytes"] - s1 + (r["full_graphs"] - 1) * max(s1, MiB)
+    return out
+
+
+def fit_v2_flash_attn_mla() -> tuple[int, int, list[str]]:
+    """V2's CUDA-graph estimate where the decode runs FLASH_ATTN_MLA: what is left of each start's estimate once the
+    FULL parts are taken off (the first two FULL batches' split accumulators and the floor per further FULL graph,
+    from source), fitted as base + figure x (PIECEWISE graphs - 1) x attention layers, least squares over the V2
+    starts with that decode whose estimate is printed or probed (graph-samples-0.33-h200.json), at any TP."""
+    from sizing.engines.cudagraphs import flash_attn_mla_accumulator_bytes, flash_attn_mla_decode
+    from sizing.units import GiB
+
+    probed = _probed_estimates()
+    xs, ys, ids = [], [], []
+    for start in load_corpus():
+        p = start.printed
+        if start.status != "sized" or p.runner != "v2" or start.id in SPLIT_BLOCK_STARTS \
+                or start.args.get("pipeline_parallel_size", 1) != 1:
+            continue
+        estimate = probed.get(start.id) or (round(float(p.cuda_graph_gib[0]) * GiB) if p.cuda_graph_gib else None)
+        if estimate is None:
+            continue
+        s = with_engine_defaults(start_scenario(start))
+        model = get_engine(s.engine).release.cuda_graph_estimate
+        if model is None or not model.v2_warmup_splits \
+                or not flash_attn_mla_decode(s.shape, model, s.k_cache_dtype, s.gpu_architecture):
+            continue
+        c = graph_captures(s.shape, model, s.tensor_parallel_size, range(s.shape.num_layers), s.max_num_seqs,
+                           s.max_num_batched_tokens, s.cudagraph_capture_sizes, s.max_cudagraph_capture_size)
+        full = sum(flash_attn_mla_accumulator_bytes(s.shape, model, s.tensor_parallel_size, b) for b in c.full[-2:]) \
+            + (len(c.full) - 1) * model.v2_full_graph_floor_bytes
+        xs.append((len(c.piecewise) - 1) * c.splitting_layers)
+        ys.append(estimate - full)
+        ids.append(start.id)
+    if len(ids) < 2:
+        return 0, 0, []
+    a = np.column_stack([np.ones(len(xs)), np.array(xs, float)])
+    base, per_graph_layer = np.linalg.lstsq(a, np.array(ys, float), rcond=None)[0]
+    return int(round(base)), int(round(per_graph_layer)), sorted(ids)
+
+
+def write_v2_flash_attn_mla(base: int, per_graph_layer: int, ids: list[str]) -> None:
+    def change(data: dict) -> None:
+        data["cuda_graph_estimate"]["v2_mla_piecewise_base_bytes"] = base
+        data["cuda_graph_estimate"]["v2_mla_piecewise_graph_layer_bytes"] = per_graph_layer
+        data["sources"]["cuda_graph_estimate.v2_mla_piecewise"] = (
+            "scripts/fit_vllm_terms.py --write (fit_v2_flash_attn_mla): V2's estimate where the decode runs "
+            "FLASH_ATTN_MLA, less its FULL parts from source, as base + figure x (PIECEWISE graphs - 1) x attention "
+            "layers, least squares over " + ", ".join(ids) + " (the estimate printed, or probed exactly by "
+            "measure/graph_samples.py: tests/fixtures/vllm-starts/" + GRAPH_SAMPLES + "); "
+            + ", ".join(sorted(SPLIT_BLOCK_STARTS)) + " kept out, whose warm-up released two copies")
+
+    _edit_release(LOGIT_FILE, change)
 
 
 def write_sampled_logit_non_torch(fits: dict[str, dict]) -> None:
@@ -490,6 +560,9 @@ def main() -> int:
     unsplit_per_layer, unsplit_ids = fit_v2_graph_per_layer(unsplit=True)
     print(f"  where the decode attention runs unsplit: {unsplit_per_layer:,} B per layer over "
           f"{len(unsplit_ids)} starts ({', '.join(unsplit_ids)})")
+    mla_base, mla_per_graph_layer, mla_ids = fit_v2_flash_attn_mla()
+    print(f"V2 FLASH_ATTN_MLA PIECEWISE phase: {mla_base:,} B + {mla_per_graph_layer:,} B a further graph and layer "
+          f"over {len(mla_ids)} starts ({', '.join(mla_ids)})")
     tp_non_torch, tp_copies = fit_tensor_parallel_non_torch(), fit_tensor_parallel_logit_copies()
     if tp_non_torch:
         per_logit = ", ".join(f"{k} {v}" for k, v in tp_non_torch["per_logit_by_range"].items())
@@ -504,6 +577,8 @@ def main() -> int:
         write(fitted_constants(first, further))
         write_sampled_logit_non_torch(logits)
         write_v2_graph_per_layer(per_layer, v2_ids, unsplit_per_layer, unsplit_ids)
+        if mla_ids:
+            write_v2_flash_attn_mla(mla_base, mla_per_graph_layer, mla_ids)
         if tp_non_torch and tp_copies:
             write_tensor_parallel(tp_non_torch, tp_copies)
     return 0

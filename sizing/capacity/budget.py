@@ -14,7 +14,8 @@ from ..engines.started import (CarriedTerms, architecture_evidence, gpu_evidence
                                release_evidence)
 from ..cache.formats import FormatOptions, get_format
 from ..cache.layers import CacheLayout, build_layout, parse_layer_overrides
-from ..engines.cudagraphs import cuda_graph_estimate, released_warmup_accumulator_bytes, v2_per_layer_bytes
+from ..engines.cudagraphs import (cuda_graph_estimate, flash_attn_mla_decode, split_block_risk_bytes,
+                                  v2_flash_attn_mla_estimate, v2_per_layer_bytes)
 from ..engines.memory import (MLA_WORKSPACE_FULL_LENGTH, SGLANG_PER_LAYER_INPUTS, VLLM_PER_LAYER_INPUTS,
                               ActivationEstimate, engine_weight_format, mla_workspace_tokens,
                               per_layer_input_buffer_bytes, profiling_peak, resolve_weights_dtype, weight_bytes)
@@ -268,16 +269,15 @@ def _build_stage_setup(s: Scenario, engine: Engine, k_name: str, v_name: str, in
                   f"estimate ({estimate_model.fp8_kv_above_model}): the KV pool may be that much smaller; "
                   "kvsize verify measures it",)
     if graphs and runner == "v2" and profiled and s.cuda_graph_bytes is None and estimate_model is not None:
-        second = released_warmup_accumulator_bytes(shape, estimate_model, s.cudagraph_mode, s.tensor_parallel_size,
-                                                   stage, s.max_num_seqs, s.max_num_batched_tokens,
-                                                   s.cudagraph_capture_sizes, s.max_cudagraph_capture_size, k_name,
-                                                   s.gpu_architecture)
-        if second:
-            notes += (f"cuda graphs: {engine.release.name}'s estimate adds back the FLASH_ATTN_MLA accumulators its "
-                      f"second FULL capture's warm-up released ({second / GiB:.2f} GiB here), twice where PyTorch's "
+        twice = split_block_risk_bytes(shape, estimate_model, s.cudagraph_mode, s.tensor_parallel_size, stage,
+                                       s.max_num_seqs, s.max_num_batched_tokens, s.cudagraph_capture_sizes,
+                                       s.max_cudagraph_capture_size, k_name, s.gpu_architecture)
+        if twice:
+            notes += (f"cuda graphs: {engine.release.name}'s estimate holds the FLASH_ATTN_MLA accumulators of its "
+                      f"two largest FULL graphs ({twice / GiB:.2f} GiB here), and holds them twice where PyTorch's "
                       "allocator split their freed block (GLM-4.7-Flash at 1,024 sequences on 0.33.0: 3.24 GiB "
-                      "estimated, kvsize 2.36): the KV pool may be up to that much smaller; kvsize verify measures "
-                      "it",)
+                      "estimated against 2.02 otherwise): the KV pool may be up to that much smaller; kvsize verify "
+                      "measures it",)
     terms = MemoryTerms(s.gpu_memory_bytes, weights, act.peak_bytes, non_torch, graphs, profiled)
     budget = engine.budget(terms, fraction, s.headroom)
     if s.kv_cache_memory_bytes is not None:
@@ -367,4 +367,9 @@ def _cuda_graph_bytes(s: Scenario, engine: Engine, rules, shape: ModelShape, sta
     # printed 0.41-0.59 GiB above the V1 model of its layers, what a one-GPU start of the same model prints
     if runner != "v2" or not v1:
         return v1
+    if model.v2_mla_piecewise_graph_layer_bytes and flash_attn_mla_decode(shape, model, kv_format,
+                                                                           s.gpu_architecture):
+        return v2_flash_attn_mla_estimate(shape, model, s.cudagraph_mode, s.tensor_parallel_size, stage,
+                                          s.max_num_seqs, s.max_num_batched_tokens, s.cudagraph_capture_sizes,
+                                          s.max_cudagraph_capture_size, compiled=s.torch_compile)
     return v1 + shape.num_layers * v2_per_layer_bytes(shape, model, kv_format, s.gpu_architecture)

@@ -127,7 +127,7 @@ def own_decode_scratch(shape: ModelShape, model: CudaGraphEstimateModel, kv_form
     """Whether the decode attention schedules its splits its own way rather than FlashAttention's: unsplit
     (unsplit_attention) or FlashMLA's SM parts (flashmla_decode). Both take V2's smaller per-layer figure: 0.33.0's
     fp8 MLA starts printed 4.5 and 5.6 MiB a layer above the V1 model, the unsplit figure's 4.3, not FlashAttention's
-    12.3 (tests/fixtures/vllm-starts: h200-0.33.0-glm-4.7-flash-fp8, h200-0.33.0-deepseek-v2-lite-fp8-s128)."""
+    12.9 (tests/fixtures/vllm-starts: h200-0.33.0-glm-4.7-flash-fp8, h200-0.33.0-deepseek-v2-lite-fp8-s128)."""
     return unsplit_attention(shape, model, kv_format) or flashmla_decode(shape, model, kv_format, architecture)
 
 
@@ -201,20 +201,51 @@ def mlp_width_values(shape: ModelShape, layers: range, tp: int) -> float:
     return mlp_width(shape, layers, tp, values=True)
 
 
-def released_warmup_accumulator_bytes(shape: ModelShape, model: CudaGraphEstimateModel, mode: str | None, tp: int,
-                                      layers: range, max_num_seqs: int, max_num_batched_tokens: int,
-                                      sizes: tuple[int, ...] | None = None, largest: int | None = None,
-                                      kv_format: str | None = None, architecture: str | None = None) -> int:
-    """FLASH_ATTN_MLA's split accumulators for the second-largest FULL graph's batch (`v2_warmup_splits` splits x
-    batch x heads per rank x kv_lora_rank, fp32): what Model Runner V2's estimate adds back once for the warm-up
-    forward its second FULL capture releases, and twice where the allocator split the freed block (0 where the
-    decode is not FLASH_ATTN_MLA's or fewer than two FULL graphs are captured)."""
-    if not (model.v2_warmup_splits and shape.is_mla) or flashmla_decode(shape, model, kv_format, architecture):
+def flash_attn_mla_decode(shape: ModelShape, model: CudaGraphEstimateModel, kv_format: str | None,
+                          architecture: str | None) -> bool:
+    """Whether an MLA model's decode runs FLASH_ATTN_MLA: a 16-bit cache (not FlashMLA's formats) on a GPU where vLLM
+    runs FlashAttention 3 (the backend's kernel; fa_utils.py get_flash_attn_version)."""
+    return (shape.is_mla and not flashmla_decode(shape, model, kv_format, architecture)
+            and flash_attn_version(architecture) == 3)
+
+
+def v2_flash_attn_mla_estimate(shape: ModelShape, model: CudaGraphEstimateModel, mode: str | None, tp: int,
+                               layers: range, max_num_seqs: int, max_num_batched_tokens: int,
+                               sizes: tuple[int, ...] | None = None, largest: int | None = None,
+                               compiled: bool = True) -> int:
+    """Model Runner V2's CUDA-graph estimate where the decode runs FLASH_ATTN_MLA, part by part as its
+    profile_cudagraph_memory makes it (docs/formulas.md, 'CUDA graphs'): the PIECEWISE phase (a base and a figure per
+    further graph and attention layer), the first FULL graph's split accumulators for its batch, the second's
+    warm-up accumulators that the extrapolation adds back, and a floor per further FULL graph."""
+    mode = captured_mode(shape, model, mode, layers, compiled)
+    if mode == "NONE":
         return 0
-    if captured_mode(shape, model, mode, layers) not in ("FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"):
+    c = graph_captures(shape, model, tp, layers, max_num_seqs, max_num_batched_tokens, sizes, largest)
+    n_piecewise = len(c.piecewise) if mode in ("PIECEWISE", "FULL_AND_PIECEWISE") else 0
+    full = c.full if mode != "PIECEWISE" else ()
+    piecewise = (model.v2_mla_piecewise_base_bytes + (n_piecewise - 1) * c.splitting_layers
+                 * model.v2_mla_piecewise_graph_layer_bytes) if n_piecewise else 0
+    full_bytes = (sum(flash_attn_mla_accumulator_bytes(shape, model, tp, b) for b in full[-2:])
+                  + max(0, len(full) - 1) * model.v2_full_graph_floor_bytes)
+    return piecewise + full_bytes
+
+
+def flash_attn_mla_accumulator_bytes(shape: ModelShape, model: CudaGraphEstimateModel, tp: int, batch: int) -> int:
+    """FLASH_ATTN_MLA's fp32 split accumulators for a FULL graph of `batch` requests: `v2_warmup_splits` splits x
+    batch x query heads per rank x kv_lora_rank (the absorbed decode's output width)."""
+    return model.v2_warmup_splits * batch * max(1, shape.num_attention_heads // tp) * shape.mla_kv_lora_rank * 4
+
+
+def split_block_risk_bytes(shape: ModelShape, model: CudaGraphEstimateModel, mode: str | None, tp: int,
+                           layers: range, max_num_seqs: int, max_num_batched_tokens: int,
+                           sizes: tuple[int, ...] | None = None, largest: int | None = None,
+                           kv_format: str | None = None, architecture: str | None = None) -> int:
+    """What V2's FLASH_ATTN_MLA estimate holds once more where PyTorch's allocator split the freed accumulator block
+    in the warm-ups of its two largest FULL graphs (each then cudaMalloc's a second block): their accumulators
+    again. 0 where the decode is not FLASH_ATTN_MLA's or no FULL graph is captured."""
+    if not model.v2_warmup_splits or not flash_attn_mla_decode(shape, model, kv_format, architecture):
+        return 0
+    if captured_mode(shape, model, mode, layers) == "PIECEWISE":
         return 0
     full = graph_captures(shape, model, tp, layers, max_num_seqs, max_num_batched_tokens, sizes, largest).full
-    if len(full) < 2:
-        return 0
-    heads = max(1, shape.num_attention_heads // tp)
-    return model.v2_warmup_splits * full[-2] * heads * shape.mla_kv_lora_rank * 4
+    return sum(flash_attn_mla_accumulator_bytes(shape, model, tp, b) for b in full[-2:])

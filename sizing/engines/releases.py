@@ -217,6 +217,12 @@ class CudaGraphEstimateModel(_Strict):
     # capture empties the cache. They are sized for this many splits (vllm/config/attention.py
     # flash_attn_max_num_splits_for_cuda_graph); 0 where the release has no such extrapolation
     v2_warmup_splits: int = Field(default=0, ge=0)
+    # V2's estimate where the decode runs FLASH_ATTN_MLA (sizing/engines/cudagraphs.py v2_flash_attn_mla_estimate):
+    # its PIECEWISE phase as a base plus a figure per further graph and attention layer, fitted; each FULL graph past
+    # the first at least `v2_full_graph_floor_bytes` (cudagraph_utils.py _MIN_PER_GRAPH_BYTES). 0: not modelled
+    v2_mla_piecewise_base_bytes: int = Field(default=0, ge=0)
+    v2_mla_piecewise_graph_layer_bytes: int = Field(default=0, ge=0)
+    v2_full_graph_floor_bytes: int = Field(default=0, ge=0)
     # evidence that vLLM measures more per graph with an fp8 KV cache than this model holds (None: none seen)
     fp8_kv_above_model: str | None = None
     per_graph_layer_bytes: int = Field(ge=0)
