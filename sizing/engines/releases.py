@@ -212,14 +212,11 @@ class CudaGraphEstimateModel(_Strict):
     # what each further FULL graph holds; the per-layer figures below are the mean over both modes' further
     # graphs (vLLM captures as many of each), so a PIECEWISE graph holds twice that less this (0: the same)
     full_per_graph_bytes: int = Field(default=0, ge=0)
-    # Model Runner V2's FULL extrapolation adds back what its second FULL capture released: the warm-up forward of
-    # that batch, run just before, whose FLASH_ATTN_MLA split accumulators are cudaMalloc'd anew and freed when the
-    # capture empties the cache. They are sized for this many splits (vllm/config/attention.py
-    # flash_attn_max_num_splits_for_cuda_graph); 0 where the release has no such extrapolation
+    # V2's estimate where the decode runs FLASH_ATTN_MLA (cudagraphs.py v2_flash_attn_mla_estimate): the split
+    # accumulators of its two largest FULL batches at this many splits (attention.py
+    # flash_attn_max_num_splits_for_cuda_graph), a fitted PIECEWISE phase, and a floor per further FULL graph
+    # (cudagraph_utils.py _MIN_PER_GRAPH_BYTES). 0: not modelled
     v2_warmup_splits: int = Field(default=0, ge=0)
-    # V2's estimate where the decode runs FLASH_ATTN_MLA (sizing/engines/cudagraphs.py v2_flash_attn_mla_estimate):
-    # its PIECEWISE phase as a base plus a figure per further graph and attention layer, fitted; each FULL graph past
-    # the first at least `v2_full_graph_floor_bytes` (cudagraph_utils.py _MIN_PER_GRAPH_BYTES). 0: not modelled
     v2_mla_piecewise_base_bytes: int = Field(default=0, ge=0)
     v2_mla_piecewise_graph_layer_bytes: int = Field(default=0, ge=0)
     v2_full_graph_floor_bytes: int = Field(default=0, ge=0)
