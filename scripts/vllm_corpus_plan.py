@@ -1,6 +1,6 @@
 """Write the plans of real vLLM starts that make tests/fixtures/vllm-starts (one JSON list a machine).
 
-usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200|architectures|checkpoints|compile-cache|integer-checkpoints|one-h100|release-panels|torch-stage-panels|panel-gaps|tp2-0.33|tp4-0.33|panels-0.32-0.31|panels-0.29-0.27|tp-0.32-0.27|tp-0.30-0.27.1|small-gpu-defaults|pp2|pp-vocab|mla-graphs-0.33|panels-0.20-patches > plan.json
+usage: python scripts/vllm_corpus_plan.py four-gpus|one-gpu|four-h100s|two-h100s|one-h200|architectures|checkpoints|compile-cache|integer-checkpoints|one-h100|release-panels|torch-stage-panels|panel-gaps|tp2-0.33|tp4-0.33|panels-0.32-0.31|panels-0.29-0.27|tp-0.32-0.27|tp-0.30-0.27.1|small-gpu-defaults|pp2|pp-vocab|mla-graphs-0.33|mla-graphs-check-0.33|panels-0.20-patches > plan.json
 Every start is an EngineArgs dict on a config in tests/fixtures/vllm-starts/configs/, in vLLM's
 `vllm serve` usage context unless it says `llm`. Starts whose config is not there are left out.
 """
@@ -433,6 +433,19 @@ def mla_graphs_033():
     ]
 
 
+
+def mla_graphs_check_033():
+    """The FLASH_ATTN_MLA graph model of 0.33.0's V2 runner (fitted on mla-graphs-0.33) judged at sequence counts it
+    was not fitted on, on one H200: GLM-4.7-Flash at 512 (the same FULL batches as 1,024, where its warm-ups' block
+    was split) and 128, DeepSeek-V2-Lite at 512 and 128. The staged engine prints its estimate's parts as before."""
+    r = "0.33.0"
+    return [
+        start(r, "glm-4.7-flash", "s512", max_model_len=32768, max_num_seqs=512),
+        start(r, "deepseek-v2-lite", "s512", max_model_len=32768, max_num_seqs=512),
+        start(r, "glm-4.7-flash", "s128", max_model_len=32768, max_num_seqs=128),
+        start(r, "deepseek-v2-lite", "s128", max_model_len=32768, max_num_seqs=128),
+    ]
+
 if __name__ == "__main__":
     plan = {"four-gpus": four_gpus, "one-gpu": one_gpu, "four-h100s": four_h100s, "two-h100s": two_h100s,
             "one-h200": one_h200, "architectures": architectures,
@@ -442,7 +455,7 @@ if __name__ == "__main__":
             "panel-gaps": panel_gaps, "tp2-0.33": tp2_033, "tp4-0.33": tp4_033, "panels-0.29-0.27": panels_029_027,
             "panels-0.32-0.31": panels_032_031, "tp-0.32-0.27": tp_032_027, "tp-0.30-0.27.1": tp_030_0271,
             "small-gpu-defaults": small_gpu_defaults, "pp2": pp2, "pp-vocab": pp_vocab,
-            "mla-graphs-0.33": mla_graphs_033,
+            "mla-graphs-0.33": mla_graphs_033, "mla-graphs-check-0.33": mla_graphs_check_033,
             "panels-0.20-patches": panels_020_patches}[sys.argv[1]]()
     plan = [s for s in plan if (CONFIGS / Path(s["config"]).name).exists()]
     json.dump(plan, sys.stdout, indent=1)
