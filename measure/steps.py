@@ -336,8 +336,8 @@ def _dense(model) -> bool:
 
 def lone_prompt_rows(server: dict, terms: dict | None = None) -> list[dict]:
     """Per prompt step of the server's one-request points (a whole prompt in one chunk, nothing decoding beside it):
-    the step's span from its schedule() to its update, the model's layers (and of them its MoE layers), whether the
-    step ran past the largest CUDA graph (kvsize's estimate of the engine's, sizing/planners/graph_steps.py) and the
+    the step's span from its schedule() to its update, the model's layers (and of them its MoE and MLA layers), whether
+    the step ran past the largest CUDA graph or replayed its pieces (kvsize's estimate of the engine's, sizing/planners/graph_steps.py) and the
     GPU's part of it as the simulation gives it (with `terms`, profiles/serving.json's unless given). Alone on the
     engine the step's span is the longer of the GPU's part and the host's launch of its layers (a step with a prompt
     chunk replays no full graph: each layer's attention is launched between the graph's pieces, or, past the graph,
@@ -352,8 +352,9 @@ def lone_prompt_rows(server: dict, terms: dict | None = None) -> list[dict]:
         for s in steps:
             if t0 <= s.scheduled_at <= t1 and s.prompt_requests == 1 and s.decoding == 0 and s.prompt_tokens == tokens:
                 rows.append(dict(point=point["id"], layers=model.shape.num_layers, tokens=tokens,
-                                 moe_layers=model.moe_layers,
-                                 eager=model.graphs.eager(tokens, True), span_s=s.updated_at - s.scheduled_at,
+                                 moe_layers=model.moe_layers, mla_layers=model.mla_layers,
+                                 eager=model.graphs.eager(tokens, True), piecewise=model.graphs.piecewise(tokens, True),
+                                 span_s=s.updated_at - s.scheduled_at,
                                  gpu_s=model.gpu_seconds(0, 0, [(0, tokens)]), dense=_dense(model)))
     return rows
 

@@ -13,9 +13,9 @@ from helpers import scenario
 from sizing.cache.layers import SlidingWindowSpec
 from sizing.planners.graph_steps import SPLIT_KV_SEGMENTS
 from sizing.planners.serving import serving_replica
-from sizing.planners.step_model import (QueryGroupWaves, StepOverhead, queries_per_kv_head, query_tile_fill, simulation_source,
-                                        program_rounds_seconds, query_block_positions,
-                                        step_overhead)
+from sizing.planners.step_model import (QueryGroupWaves, StepOverhead, program_rounds_seconds, queries_per_kv_head,
+                                        query_block_positions, query_tile_fill, step_overhead)
+from sizing.planners.step_notes import simulation_source
 from sizing.profiles import gpu_profile, load_model, measured_efficiency
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,7 +9,8 @@ import pytest
 
 from conftest import ROOT
 from sizing.evidence.serving import point_replica, predict_point, served_settings
-from sizing.planners.step_model import StepOverhead, queries_per_kv_head, simulation_source, step_overhead
+from sizing.planners.step_model import StepOverhead, queries_per_kv_head, step_overhead
+from sizing.planners.step_notes import simulation_source
 
 POINTS = {p["id"]: p for p in json.loads((ROOT / "measure" / "serving" / "points.json").read_text())["points"]}
 H200_SMS = 132  # profiles/gpus: the H200's multiprocessors, which the replica's waves are counted on

@@ -112,9 +112,11 @@ def test_decode_steps_of_the_per_token_head_formats_within_a_bound():
 
 
 def test_b15s_decode_steps_which_the_fit_never_saw():
-    # batch b15 (Mistral-Nemo-12B: 40 layers, 8 KV heads) ran after its figures were committed; no point of it is
-    # fitted on. Its groups at 16-128 requests decoding straddle both of the kernel's grids and a partly filled wave
-    assert not {p["id"] for p in _points("b15-format-check")} & set(step_overhead().fitted_on)
+    # batch b15's Mistral-Nemo-12B (40 layers, 8 KV heads) ran after its figures were committed; no point of it is
+    # fitted on (its DeepSeek-V2-Lite's prompts alone vote on the MLA launch, scripts/fit_serving_mla.py). Its groups
+    # at 16-128 requests decoding straddle both of the kernel's grids and a partly filled wave
+    nemo = {p["id"] for p in _points("b15-format-check") if p["settings"]["model"] == "mistral-nemo-instruct-2407"}
+    assert len(nemo) >= 8 and not nemo & set(step_overhead().fitted_on)
     errors, _ = _decode_errors("b15-format-check")
     assert len(errors) >= 12
     assert max(map(abs, errors)) <= 0.15 and statistics.median(map(abs, errors)) <= 0.08
@@ -124,7 +126,7 @@ def test_b15s_decode_steps_which_the_fit_never_saw():
 
 
 def test_the_simulations_source_names_what_it_carries():
-    from sizing.planners.step_model import simulation_source
+    from sizing.planners.step_notes import simulation_source
 
     home = simulation_source("vllm", "0.33.0", "h200", "bf16")
     assert home == "step terms fitted on vllm 0.33.0 servers on h200"
@@ -139,7 +141,7 @@ def test_the_simulations_source_names_what_it_carries():
 
 
 def test_fp8_per_token_head_takes_int8s_kernel_and_says_so():
-    from sizing.planners.step_model import simulation_source
+    from sizing.planners.step_notes import simulation_source
 
     fit = step_overhead()
     assert fit.engine_kernel_twins == {"fp8_per_token_head": "int8_per_token_head"}

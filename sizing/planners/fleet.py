@@ -31,7 +31,8 @@ from ..capacity.budget import engine_weight_bytes
 from ..config import ModelShape
 from ..efficiency import DecodeEfficiency
 from .speed import decode_step, itl_slope_seconds_per_token, prefill_seconds
-from .step_model import engine_efficiency, engine_read_basis, engine_shares_note
+from .step_model import engine_efficiency
+from .step_notes import engine_read_basis, engine_shares_note
 from ..units import GiB
 from .workload import Bucket, Workload
 

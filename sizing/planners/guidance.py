@@ -89,7 +89,8 @@ def evaluate_rules(workload: Workload, rules: tuple[Rule, ...] = RULES, engine: 
 def _slow_kernels(named: list[str], engine: str | None) -> list[str]:
     """The notes of the named formats the engine's own servers ran slower than bf16 (the serving fit's engine only:
     another engine's kernels are not the ones measured)."""
-    from .step_model import slow_kernel_note, step_overhead
+    from .step_model import step_overhead
+    from .step_notes import slow_kernel_note
 
     if engine is None or get_engine_name(engine) != step_overhead().fitted_engine_name:
         return []

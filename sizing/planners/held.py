@@ -22,7 +22,8 @@ from ..efficiency import DecodeEfficiency
 from ..engines import get_engine
 from .fleet import Candidate, replica_model
 from .serving import HOST_SPREAD, SIMULATED, Load, Served, serving_replica, simulate
-from .step_model import queries_per_kv_head, simulation_source
+from .step_model import queries_per_kv_head
+from .step_notes import simulation_source
 from ..errors import KvsizeError
 from .slo import MAX_PREFILL_BUSY, Design, Targets, _failed, _prefill, disaggregated_design, prefill_pool
 from .workload import Workload
@@ -79,7 +80,7 @@ class Replica:
     prompt_seconds: float  # the mix's mean prompt at the least it takes to prefill here (its FLOPs)
     api_servers: int = 1  # vLLM's --api-server-count: its API servers share the streaming (StepModel.api_s_per_token)
     more_api_servers: bool = False  # the engine runs several API servers (vLLM's --api-server-count)
-    speed_source: str = ""  # step_model.simulation_source for this replica
+    speed_source: str = ""  # step_notes.simulation_source for this replica
 
     def with_api_servers(self, n: int) -> Replica:
         """The same replica under `n` API servers, which share the API server's streaming work."""

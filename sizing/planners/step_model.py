@@ -17,6 +17,7 @@ cost per layer (and per layer's all-reduce where TP > 1), never less than the en
     API  = decoding requests × API / API servers                            (the tokens the API servers stream)
     launch = layers × launch per layer     (eager past the largest CUDA graph; the pieces' under it, with prompts)
              + MoE layers × eager MoE launch                  (past the graph: the fused-expert path's own launches)
+             + MLA layers × MLA launch, eager or under the graph     (the latent's up-projection inside attention)
     step = max(GPU, host, API, launch)                                      (FLOP/s = dense bf16 × MFU × TP)
 
 The host's side of a step is the engine core's: a fixed floor (scheduling, sampling, sending the tokens) and its
@@ -27,7 +28,9 @@ launches its kernels layer by layer, a MoE layer's fused-expert path (router, to
 beyond a dense layer's. The engine core launches a step while the GPU runs the one before (async scheduling), so the
 launch is a bound beside the GPU's part, not a cost added to it: the traces show it as the period before a prompt
 chunk (measure/steps.py launch_rows). A step with a prompt chunk under the graph replays the graph's pieces and
-launches each layer's attention between them, a bound of the same kind at a cost of its own a layer. The fused-MoE
+launches each layer's attention between them, a bound of the same kind at a cost of its own a layer. An MLA layer's
+attention launches more, eager or between the pieces: its prompt path up-projects the cached latent (kv_b_proj), splits
+it into keys and values and pads the values to the keys' head size around FlashAttention's kernel. The fused-MoE
 GEMMs pay each tile a fixed cost worth `k0` elements of its K loop: tile_k = (2 (1 + k0 / hidden) + (1 + k0 /
 expert intermediate per rank)) / 3 (gate and up reduce over the hidden size, down over the expert's, a third).
 The API servers, processes of their own that stream each decoding request's token beside the engine's step,
@@ -156,6 +159,10 @@ class StepOverhead(BaseModel):
     moe_layer_step_overhead_s: float = Field(default=0.0, ge=0, le=0.01)
     # past the largest CUDA graph, the host's launch of a MoE layer's fused-MoE path beyond a dense layer's
     eager_moe_layer_launch_s: float = Field(default=0.0, ge=0, le=0.01)
+    # the host's launch of an MLA layer's prompt path beyond a dense layer's: past the largest CUDA graph, and under
+    # it between the graph's pieces (scripts/fit_serving_mla.py)
+    eager_mla_layer_launch_s: float = Field(default=0.0, ge=0, le=0.01)
+    piecewise_mla_layer_launch_s: float = Field(default=0.0, ge=0, le=0.01)
     moe_tile_fixed_k: float = Field(default=0.0, ge=0, le=1e5)  # a fused-MoE tile's fixed cost, in K-loop elements
     # past the largest CUDA graph, the host's launch of each layer's kernels one by one (the compiled pieces called
     # from Python): hidden behind the GPU's work of the step before, a bound only where it is the longer
@@ -244,79 +251,6 @@ def step_overhead() -> StepOverhead:
         raise KvsizeError(f"profile {SERVING_PROFILE.name} is invalid: {str(e).splitlines()[0]}") from None
 
 
-def simulation_source(engine: str, version: str | None, gpu_id: str, kv_format: str,
-                      queries_per_kv: int | None = None) -> str:
-    """Where a simulated replica's step terms were measured, and what of them is carried from there: to another GPU
-    (by its bandwidth and FLOP/s), another engine or release, a KV format whose read no engine server measured
-    (kvsize's own kernel's efficiency stands in), or a format's waves to a count of query heads a KV head
-    (`queries_per_kv`, the model's) whose kernel no server ran."""
-    fit = step_overhead()
-    carried = []
-    groups = fit.engine_waves_query_groups.get(fit.engine_kernel_twins.get(kv_format, kv_format), ())
-    if queries_per_kv is not None and groups and queries_per_kv not in groups:
-        carried.append(f"{kv_format}'s decode waves to {queries_per_kv} query heads a KV head from "
-                       f"{', '.join(map(str, groups))} (the engine compiles its kernel for each count; no server "
-                       f"ran {queries_per_kv})")
-    if gpu_id != fit.fitted_gpu:
-        carried.append(f"to {gpu_id} by its bandwidth and FLOP/s")
-        if fit.engine_kernel_twins.get(kv_format, kv_format) in fit.engine_program_pace_tokens_per_s:
-            carried.append(f"{kv_format}'s program pace unchanged (a pace of the SM's, not measured on {gpu_id})")
-    if engine != fit.fitted_engine_name or (version or "") != fit.fitted_engine_version:
-        carried.append(f"to {engine}{' ' + version if version else ''}")
-    if kv_format in fit.engine_kernel_twins:
-        carried.append(f"{kv_format}'s kernel as {fit.engine_kernel_twins[kv_format]}'s (the engine's same attention "
-                       "path), no engine server measured it")
-    elif kv_format not in fit.engine_kv_efficiency:
-        carried.append(f"{kv_format}'s KV read at kvsize's own kernel's efficiency, no engine server measured")
-    own = f"step terms fitted on {fit.fitted_engine} servers on {fit.fitted_gpu}"
-    return own + (f"; carried {'; '.join(carried)}" if carried else "")
-
-
-def slow_kernel_note(kv_format: str) -> str | None:
-    """Where the engine's servers ran `kv_format` in a kernel slower than bf16's (its prompt attention below the
-    prefill rate: sizing's fitted engine_prefill_attention_share, a twin's included), the figures that say so."""
-    fit = step_overhead()
-    measured = fit.engine_kernel_twins.get(kv_format, kv_format)
-    share = fit.engine_prefill_attention_share.get(measured)
-    if share is None or share >= 1.0:
-        return None
-    twin = f" (as {measured}, the same kernel)" if measured != kv_format else ""
-    split = fit.engine_split_kv_efficiency.get(measured)
-    whole = fit.engine_kv_efficiency[measured]
-    few = f"{split:g} (a few requests, each cache split) to " if split not in (None, whole) else ""
-    pace = fit.engine_program_pace_tokens_per_s.get(measured)
-    paced = (f", a program of a split cache reading {pace.split / 1e6:g} tokens a microsecond" if pace is not None
-             else "")
-    return (f"{kv_format}: {fit.fitted_engine}'s servers ran it slower than bf16{twin}, decode reading at "
-            f"{few}{whole:g} of the HBM rate against bf16's {fit.engine_kv_efficiency.get('bf16', 1.0):g}{paced} "
-            f"and prompt attention at {share:g} of the prefill rate at a full tile (docs/speed-accuracy.md)")
-
-
-def engine_read_basis(kv_format: str, gpu_id: str, efficiency: DecodeEfficiency) -> str | None:
-    """Where the engine's own read share of `kv_format` was measured (None: no engine server ran it or its twin, or
-    the user set the format's figure in `efficiency`)."""
-    fit = step_overhead()
-    measured = fit.engine_kernel_twins.get(kv_format, kv_format)
-    if measured not in fit.engine_kv_efficiency or kv_format in efficiency.given:
-        return None
-    twin = f" as {measured}'s (the same kernel)" if measured != kv_format else ""
-    where = f"{fit.fitted_engine} servers on {fit.fitted_gpu}"
-    return (f"the engine's own read share{twin}, {fit.engine_kv_efficiency[measured]:g}, measured on {where}"
-            + ("" if gpu_id == fit.fitted_gpu else f", carried to {gpu_id} as a share of its bandwidth"))
-
-
-def engine_shares_note(efficiency: DecodeEfficiency) -> str:
-    """What engine_efficiency puts over `efficiency`: the engine's own read shares, named with where they were
-    measured (the user's figures excepted)."""
-    fit = step_overhead()
-    shares = {k: v for k, v in fit.engine_kv_efficiency.items() if k not in efficiency.given}
-    weights = ("" if fit.engine_weights_efficiency is None or "weights" in efficiency.given
-               else f", weights {fit.engine_weights_efficiency:g}")
-    return ("read at the engine's own shares where its servers ran the format ("
-            f"{fit.fitted_engine} on {fit.fitted_gpu}, profiles/serving.json): "
-            + ", ".join(f"{k} {v:g}" for k, v in shares.items()) + weights)
-
-
 def with_twins(shares: dict, twins: dict[str, str]) -> dict:
     """`shares` (per KV format) with each twin format taking its measured format's share."""
     return {**{twin: shares[measured] for twin, measured in twins.items() if measured in shares}, **shares}
@@ -403,6 +337,8 @@ class StepModel:
     piecewise_layer_launch_s: float = 0.0  # the same in a step with prompt chunks replaying the graph's pieces
     request_parse_s: float = 0.0  # of request_handling_s, an API server's loop's part before the tokenizer's
     moe_tile_fixed_k: float = 0.0  # a fused-MoE GEMM tile's fixed cost, in elements of its K loop
+    eager_mla_layer_launch_s: float = 0.0  # each MLA layer: its launch beyond a dense layer's, eager
+    piecewise_mla_layer_launch_s: float = 0.0  # the same between the graph's pieces
 
     def seconds(self, decoding: int, decode_tokens_in_cache: int, chunks: list[tuple[int, int]]) -> float:
         """`decoding` requests reading `decode_tokens_in_cache` cached tokens in all; `chunks`: (start, end) of the
@@ -418,7 +354,8 @@ class StepModel:
         if self.graphs.eager(tokens, bool(chunks)):
             launch = self.eager_launch_s
         elif self.graphs.piecewise(tokens, bool(chunks)):
-            launch = self.shape.num_layers * self.piecewise_layer_launch_s
+            launch = (self.shape.num_layers * self.piecewise_layer_launch_s
+                      + self.mla_layers * self.piecewise_mla_layer_launch_s)
         else:
             launch = 0.0
         return max(self.host_seconds(decoding), launch)
@@ -454,8 +391,15 @@ class StepModel:
 
     @cached_property
     def eager_launch_s(self) -> float:
-        """The host's launch of a step run without a CUDA graph, layer by layer (a MoE layer's beyond a dense one's)."""
-        return self.shape.num_layers * self.eager_layer_launch_s + self.moe_layers * self.eager_moe_layer_launch_s
+        """The host's launch of a step run without a CUDA graph, layer by layer (a MoE or MLA layer's beyond a dense
+        one's)."""
+        return (self.shape.num_layers * self.eager_layer_launch_s + self.moe_layers * self.eager_moe_layer_launch_s
+                + self.mla_layers * self.eager_mla_layer_launch_s)
+
+    @property
+    def mla_layers(self) -> int:
+        """The layers whose attention is MLA (every layer of an MLA model; vLLM builds them alike)."""
+        return self.shape.num_layers if self.shape.is_mla else 0
 
     @cached_property
     def moe_layers(self) -> int:
