@@ -71,7 +71,8 @@ from fit_serving_handling import (HANDLING_BATCHES, HANDLING_OFF, LAUNCH_BATCHES
                                   SHORT_HANDLING_BATCHES, SHORT_PROMPT_TOKENS, fit_handling, fit_launch)
 from fit_serving_moe import (MOE_LAUNCH_TERM, MOE_PROMPT_OFF, TILE_K_TERM, fit_moe_launch,  # noqa: E402
                              fit_tile_k, tile_k_points)
-from fit_serving_mla import EAGER_MLA_TERM, MLA_LAUNCH_OFF, PIECEWISE_MLA_TERM, fit_mla_launch  # noqa: E402
+from fit_serving_mla import (EAGER_MLA_TERM, MLA_LAYER_TERM, MLA_OFF, PIECEWISE_MLA_TERM, fit_mla_launch,  # noqa: E402
+                             fit_mla_layer, mla_layer_points)
 from fit_serving_kernels import (PACE_TERM, PREFILL_ATTENTION_TERM, fit_prefill_attention,  # noqa: E402
                                  fit_program_pace, fit_query_group_sm, pace_fitted_on, paced_split_shares,
                                  prefill_attention_fitted_on, settings_format)
@@ -79,7 +80,7 @@ from fit_serving_kernels import (PACE_TERM, PREFILL_ATTENTION_TERM, fit_prefill_
 POINTS = ROOT / "measure" / "serving" / "points.json"
 # the step terms fitted; the rest are left at their neutral values (weights: kvsize's kernels' efficiency; 0 s)
 DENSE_TERMS = ("weights", "layer", "tp_layer", "floor")
-TERMS = (*DENSE_TERMS, "moe_layer", "moe_prompt", "frontend", "handling", "launch", "mla_launch")
+TERMS = (*DENSE_TERMS, "moe_layer", "moe_prompt", "frontend", "handling", "launch", "mla")
 FLOOR_GRID_S = 1e-5
 FLOOR_MAX_S = 5e-3
 
@@ -269,7 +270,7 @@ FIT_ROUNDS = 2  # the step terms read the KV at the engine's efficiency and that
 FRONTEND_OFF = {"frontend_core_s_per_token": 0.0, "frontend_api_s_per_token": 0.0}  # until fit_frontend
 NEUTRAL = {"per_layer_step_overhead_s": 0.0, "tp_per_layer_step_overhead_s": 0.0, "step_floor_s": 0.0,
            REQUEST_TERM: 0.0,
-           "moe_layer_step_overhead_s": 0.0, **MOE_PROMPT_OFF, **FRONTEND_OFF, **MLA_LAUNCH_OFF}
+           "moe_layer_step_overhead_s": 0.0, **MOE_PROMPT_OFF, **FRONTEND_OFF, **MLA_OFF}
 # the MoE layer's cost: the one-request points of this server (Qwen3-30B-A3B, batch b2: prompts of 1K, 8K and 32K
 # tokens); every other MoE point (Mixtral-8x7B, gpt-oss-20b, DeepSeek-V2-Lite, Qwen3-30B-A3B at more than one request
 # in flight and in batch b4) stays out of the fit to judge it
@@ -433,11 +434,14 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
         fixed[TILE_K_TERM] = fit_tile_k(points, fixed)
         tile_k_fitted_on = tile_k_points(points)
         fixed[MOE_LAUNCH_TERM], moe_launch_ids = fit_moe_launch(fixed)
-    fixed.update(MLA_LAUNCH_OFF)
-    mla_launch_ids = []
-    if "mla_launch" in terms:  # last: no other term reads an MLA model's points
-        mla_launch, _, mla_launch_ids = fit_mla_launch(fixed)
+    fixed.update(MLA_OFF)
+    mla_ids = []
+    if "mla" in terms:  # last: no other term reads an MLA model's points; the layer's cost before the launch, whose
+        # lone prompts' GPU part it is in
+        fixed[MLA_LAYER_TERM] = fit_mla_layer(points, fixed)
+        mla_launch, _, mla_ids = fit_mla_launch(fixed)
         fixed.update(mla_launch)
+        mla_ids += [p["id"] for p in mla_layer_points(points)]
     front = frontend_rows(points, fixed) if "frontend" in terms else []
     frontend = fit_frontend(front, fixed["step_floor_s"]) if front else dict(FRONTEND_OFF)
     fixed.update(frontend)
@@ -457,7 +461,7 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
     named = ([p["id"] for p in fitted_on(points) + moe_points + tile_k_fitted_on
               + [r["point"] for r in front] + host_points
               + pace_fitted_on(points) + prefill_attention_fitted_on(points, FORMAT_TRACE_SERVERS)]
-             + trace_points + moe_launch_ids + mla_launch_ids)
+             + trace_points + moe_launch_ids + mla_ids)
     fixed["engine_kernel_twins"] = KERNEL_TWINS
     return {**{k: fixed[k] for k in ("per_layer_step_overhead_s", "prefill_mfu", "engine_kv_efficiency",
                                      PREFILL_ATTENTION_TERM, "engine_kernel_twins", "engine_programs_per_sm",
@@ -465,7 +469,7 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
                                      "engine_waves_query_groups", PACE_TERM, "engine_weights_efficiency",
                                      "tp_per_layer_step_overhead_s", "step_floor_s",
                                      "moe_layer_step_overhead_s", MOE_LAUNCH_TERM, TILE_K_TERM,
-                                     EAGER_MLA_TERM, PIECEWISE_MLA_TERM)},
+                                     MLA_LAYER_TERM, EAGER_MLA_TERM, PIECEWISE_MLA_TERM)},
             **frontend,
             **host_terms, REQUEST_TERM: fixed[REQUEST_TERM],
             "fitted_on": named, **fitted_where(points, named),
@@ -519,7 +523,11 @@ def fit(points: list[dict], terms: tuple[str, ...] = TERMS) -> dict:
                       "(2 (1 + k0 / hidden) + (1 + k0 / expert intermediate)) / 3 of the dense rate's time), the grid "
                       "value (25 apart) leaving the least squared relative error of the simulated against the "
                       "measured median TTFT of Qwen3-30B-A3B's one-request points of 8,000 tokens and more (batches "
-                      "b2, b7, b35 and b39), every other term fixed; the host's launch of an MLA layer's prompt path "
+                      "b2, b7, b35 and b39), every other term fixed; the cost per MLA layer a step (its absorbed "
+                      "projections and cache write beyond a dense layer's attention), every other term fixed, a "
+                      "least-squares fit of the relative error of the measured median inter-token gap of "
+                      "DeepSeek-V2-Lite's one-request points of prompts up to 4,000 tokens (GLM-4.7-Flash's judge "
+                      "it); the host's launch of an MLA layer's prompt path "
                       "beyond a dense layer's, past the graph and under it (between the graph's pieces), "
                       "every other term fixed, the median over the traced servers of MLA models in bf16 or fp8 "
                       "(DeepSeek-V2-Lite, GLM-4.7-Flash) of each one's grid value (10 us apart) leaving the least "

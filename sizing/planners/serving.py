@@ -516,7 +516,8 @@ def serving_replica(scenario, hbm_bandwidth_gb_s: float, bf16_dense_tflops: floa
                       request_parse_s=fitted["request_parse_s"],
                       moe_tile_fixed_k=fitted["moe_tile_fixed_k"],
                       eager_mla_layer_launch_s=fitted["eager_mla_layer_launch_s"],
-                      piecewise_mla_layer_launch_s=fitted["piecewise_mla_layer_launch_s"])
+                      piecewise_mla_layer_launch_s=fitted["piecewise_mla_layer_launch_s"],
+                      mla_layer_overhead_s=fitted["mla_layer_step_overhead_s"])
     paged = e.pool.paged
     release = e.engine.release
     delay = release.in_flight_extra_batches if release is not None else 0

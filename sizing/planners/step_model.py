@@ -12,6 +12,7 @@ cost per layer (and per layer's all-reduce where TP > 1), never less than the en
            + causal attention FLOPs of the prompt chunks / (FLOP/s × the format's prefill attention share)
            + layers × (per-layer step overhead + TP all-reduce per layer if TP > 1)
            + MoE layers × per-MoE-layer step overhead                        (the fused-expert kernels' own cost)
+           + MLA layers × per-MLA-layer step overhead        (the latent's projections around the attention kernel)
            + requests in the step × per-request step overhead               (beside their KV read)
     host = step floor + decoding requests × core                            (the engine core's side of the step)
     API  = decoding requests × API / API servers                            (the tokens the API servers stream)
@@ -157,6 +158,9 @@ class StepOverhead(BaseModel):
     step_floor_s: float = Field(default=0.0, ge=0, le=0.1)  # the host's side of a step, overlapped with the GPU's
     # each MoE layer's fused-expert kernels beyond a dense MLP's (router, top-k, block alignment, combine), a step
     moe_layer_step_overhead_s: float = Field(default=0.0, ge=0, le=0.01)
+    # each MLA layer's kernels beyond a dense layer's attention (the queries' and outputs' absorbed projections, the
+    # latent's cache write), a step (scripts/fit_serving_mla.py)
+    mla_layer_step_overhead_s: float = Field(default=0.0, ge=0, le=0.01)
     # past the largest CUDA graph, the host's launch of a MoE layer's fused-MoE path beyond a dense layer's
     eager_moe_layer_launch_s: float = Field(default=0.0, ge=0, le=0.01)
     # the host's launch of an MLA layer's prompt path beyond a dense layer's: past the largest CUDA graph, and under
@@ -339,6 +343,7 @@ class StepModel:
     moe_tile_fixed_k: float = 0.0  # a fused-MoE GEMM tile's fixed cost, in elements of its K loop
     eager_mla_layer_launch_s: float = 0.0  # each MLA layer: its launch beyond a dense layer's, eager
     piecewise_mla_layer_launch_s: float = 0.0  # the same between the graph's pieces
+    mla_layer_overhead_s: float = 0.0  # each MLA layer's kernels beyond a dense layer's attention, a step
 
     def seconds(self, decoding: int, decode_tokens_in_cache: int, chunks: list[tuple[int, int]]) -> float:
         """`decoding` requests reading `decode_tokens_in_cache` cached tokens in all; `chunks`: (start, end) of the
@@ -385,9 +390,10 @@ class StepModel:
 
     @cached_property
     def layers_overhead_s(self) -> float:
-        """The fixed cost of a step's layers: each layer's, its all-reduce where TP > 1, and each MoE layer's."""
+        """The fixed cost of a step's layers: each layer's, its all-reduce where TP > 1, each MoE and MLA layer's."""
         per_layer = self.per_layer_overhead_s + (self.tp_layer_overhead_s if self.tp > 1 else 0.0)
-        return self.shape.num_layers * per_layer + self.moe_layers * self.moe_layer_overhead_s
+        return (self.shape.num_layers * per_layer + self.moe_layers * self.moe_layer_overhead_s
+                + self.mla_layers * self.mla_layer_overhead_s)
 
     @cached_property
     def eager_launch_s(self) -> float:

@@ -1,6 +1,7 @@
-"""An MLA layer's prompt path launches more than a dense layer's (sizing/planners/step_model.py, eager_mla_layer_launch_s
-and piecewise_mla_layer_launch_s): where it applies, its fit on the prompts alone of the traced MLA servers
-(scripts/fit_serving_mla.py), and the MLA points the fit never read."""
+"""An MLA layer's work beyond a dense layer's (sizing/planners/step_model.py): its prompt path's launch
+(eager_mla_layer_launch_s, piecewise_mla_layer_launch_s), where it applies, its fit on the prompts alone of the traced
+MLA servers (scripts/fit_serving_mla.py) and the MLA points the fit never read; and its kernels' cost a step
+(mla_layer_step_overhead_s), fitted on one MLA model's decode and held to the other's."""
 
 import json
 import statistics
@@ -67,10 +68,9 @@ def test_the_mla_launch_is_the_median_of_the_traced_mla_servers_votes():
 
 
 def test_the_mla_launch_brings_the_mla_points_the_fit_never_read_nearer():
-    # every MLA point not in the fit (loaded and open loops, and the first DeepSeek-V2-Lite server, untraced): p50 TTFT
-    # with the MLA launch against without it: 7 of 25 within 10% where 4 were, DeepSeek-V2-Lite's 1,000-token
-    # prompt alone on its first server -11% where it was -29%, the open loops of 1,000-token prompts -8% to -24% where
-    # they were -29% to -54%
+    # every MLA point not in the fit (loaded and open loops, long prompts alone): p50 TTFT with the MLA launch against
+    # without it: 8 of 24 within 10% where 3 were, the open loops of 1,000-token prompts -7% to -23% where they were
+    # -30% to -54%
     fit = step_overhead()
     off = {**fit.model_dump(), "eager_mla_layer_launch_s": 0.0, "piecewise_mla_layer_launch_s": 0.0}
     errors = {}
@@ -79,12 +79,37 @@ def test_the_mla_launch_brings_the_mla_points_the_fit_never_read_nearer():
             measured = p["measured"]["ttft_p50_ms"]
             errors[i] = tuple(predict_point(served_settings(p), ROOT, terms=terms).ttft_ms[50] / measured - 1
                               for terms in (off, None))
-    assert len(errors) >= 25
+    assert len(errors) >= 24
     within = [sum(abs(e[k]) < 0.1 for e in errors.values()) for k in (0, 1)]
     assert within[1] >= within[0] + 3, within
     assert (statistics.median(abs(e[1]) for e in errors.values())
             < statistics.median(abs(e[0]) for e in errors.values()))
-    for i in ("dsv2lite-bf16-p01-i1000-o256-c1", "dsv2lite-bf16-p11-i1000-o256-r4", "dsv2lite-bf16-p12-i1000-o256-r16",
+    for i in ("dsv2lite-bf16-p11-i1000-o256-r4", "dsv2lite-bf16-p12-i1000-o256-r16",
               "b39-dsv2lite-p07-i1000-o128-r4", "b39-dsv2lite-p08-i1000-o128-r12", "b40-glm47flash-p05-i1000-o128-r4"):
         before, now = errors[i]
         assert before < -0.25 and abs(now) < abs(before), (i, before, now)
+
+
+def test_an_mla_layers_decode_kernels_fitted_on_one_model_hold_the_other():
+    # the cost a step of an MLA layer's kernels beyond a dense layer's attention, fitted on DeepSeek-V2-Lite's
+    # one-request gaps (prompts up to 4,000 tokens): GLM-4.7-Flash (47 layers to 27), which the fit never read for
+    # it, decoding alone came 11-19% short without it
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from fit_serving_mla import MLA_LAYER_TERM, fit_mla_layer, mla_layer_points
+
+    fit = step_overhead()
+    points = _points()
+    chosen = mla_layer_points(list(points.values()))
+    assert {p["settings"]["model"] for p in chosen} == {"deepseek-v2-lite"} and len(chosen) >= 6
+    terms = fit.model_dump()
+    assert fit_mla_layer(list(points.values()), terms) == pytest.approx(fit.mla_layer_step_overhead_s, abs=1e-9)
+    assert 5e-6 < fit.mla_layer_step_overhead_s < 30e-6
+    off = {**terms, MLA_LAYER_TERM: 0.0}
+    glm = [p for p in points.values() if p["settings"]["model"] == "glm-4.7-flash"
+           and p["settings"]["loop"] == "closed" and p["settings"]["concurrency"] == 1]
+    assert len(glm) >= 4
+    for p in glm:
+        measured = p["measured"]["itl_p50_ms"]
+        before = predict_point(served_settings(p), ROOT, terms=off).itl_ms[50] / measured - 1
+        now = predict_point(served_settings(p), ROOT).itl_ms[50] / measured - 1
+        assert before < -0.1 and abs(now) < 0.1, (p["id"], before, now)
