@@ -35,6 +35,14 @@ def _terms(s):
     return model, layers
 
 
+def _captures(row):
+    """The start's scenario, its model terms and kvsize's CUDA-graph captures of it."""
+    s = _scenario(row["id"])
+    model, layers = _terms(s)
+    return s, model, graph_captures(s.shape, model, s.tensor_parallel_size, layers, s.max_num_seqs,
+                                    s.max_num_batched_tokens, s.cudagraph_capture_sizes, s.max_cudagraph_capture_size)
+
+
 @pytest.mark.parametrize("row", [r for r in SAMPLES if r["source"] == "log"], ids=lambda r: r["id"])
 def test_the_fixture_is_what_the_log_printed(row):
     m = PROBE.search((STARTS / "logs" / f"{row['id']}.log").read_text(errors="replace"))
@@ -45,19 +53,13 @@ def test_the_fixture_is_what_the_log_printed(row):
 
 @pytest.mark.parametrize("row", SAMPLES, ids=lambda r: r["id"])
 def test_kvsize_captures_as_many_graphs_of_each_mode(row):
-    s = _scenario(row["id"])
-    model, layers = _terms(s)
-    c = graph_captures(s.shape, model, s.tensor_parallel_size, layers, s.max_num_seqs, s.max_num_batched_tokens,
-                       s.cudagraph_capture_sizes, s.max_cudagraph_capture_size)
+    _, _, c = _captures(row)
     assert (len(c.full), len(c.piecewise)) == (row["full_graphs"], row["piecewise_graphs"])
 
 
 @pytest.mark.parametrize("row", SAMPLES, ids=lambda r: r["id"])
 def test_the_second_sample_releases_the_warm_up_accumulators(row):
-    s = _scenario(row["id"])
-    model, layers = _terms(s)
-    c = graph_captures(s.shape, model, s.tensor_parallel_size, layers, s.max_num_seqs, s.max_num_batched_tokens,
-                       s.cudagraph_capture_sizes, s.max_cudagraph_capture_size)
+    s, model, c = _captures(row)
     one_copy = flash_attn_mla_accumulator_bytes(s.shape, model, s.tensor_parallel_size, c.full[-2])
     released = -row["samples_bytes"][1]
     copies = 2 if row["id"] in SPLIT_BLOCK else 1
