@@ -56,13 +56,14 @@ LOGIT_FILE = "vllm-0.27-0.33.json"
 # baseline snapshot (tests/fixtures/vllm-starts: the one-GPU panels of each release)
 NON_TORCH_GROUPS = {"0.27": "0.27-0.30", "0.29": "0.27-0.30", "0.31": "0.31-0.32", "0.33": "0.33"}
 
-# starts kept out of the fits of the other models' terms: the mla-graphs-0.33 batch, which took FLASH_ATTN_MLA's V2
+# starts kept out of the fits of the other models' terms: the mla-graphs-0.33 batch (and its check), which took FLASH_ATTN_MLA's V2
 # graph estimate apart (tests/fixtures/vllm-starts/graph-samples-0.33-h200.json) and is what fit_v2_flash_attn_mla
 # fits; their non-torch memory and weights show GLM-4.7-Flash's own misses (tests/test_vllm_starts.py), which would
 # otherwise move the dense models' terms
 HELD_OUT = frozenset(f"h200-0.33.0-{tag}" for tag in (
     "deepseek-v2-lite-s1024", "deepseek-v2-lite-s256", "deepseek-v2-lite-s64", "deepseek-v2-lite-tp2-probe",
-    "glm-4.7-flash", "glm-4.7-flash-s256", "glm-4.7-flash-s64", "glm-4.7-flash-tp2"))
+    "glm-4.7-flash", "glm-4.7-flash-s256", "glm-4.7-flash-s64", "glm-4.7-flash-tp2",
+    "deepseek-v2-lite-s512", "glm-4.7-flash-s512"))
 
 
 def fitted_corpus() -> list:
@@ -440,7 +441,7 @@ def fit_v2_graph_per_layer(unsplit: bool = False) -> tuple[int, list[str]]:
 
 # the start whose second FULL warm-up released two copies of its accumulators (the allocator split the freed block):
 # V2's estimate there is not the one-copy mechanism the fit models (tests/test_vllm_starts.py GLM_SPLIT_BLOCK)
-SPLIT_BLOCK_STARTS = frozenset({"h200-0.33.0-glm-4.7-flash"})
+SPLIT_BLOCK_STARTS = frozenset({"h200-0.33.0-glm-4.7-flash", "h200-0.33.0-glm-4.7-flash-s512"})
 GRAPH_SAMPLES = "graph-samples-0.33-h200.json"
 
 

@@ -16,12 +16,14 @@ from sizing.evidence.starts import planned_scenario
 ROOT = Path(__file__).resolve().parent.parent
 STARTS = ROOT / "tests" / "fixtures" / "vllm-starts"
 SAMPLES = json.loads((STARTS / "graph-samples-0.33-h200.json").read_text())["starts"]
-PLAN = {f"h200-{p['id']}": p for p in json.loads((STARTS / "predictions" / "mla-graphs-0.33-plan.json").read_text())}
+PLAN = {f"h200-{p['id']}": p for batch in ("mla-graphs-0.33", "mla-graphs-check-0.33")
+        for p in json.loads((STARTS / "predictions" / f"{batch}-plan.json").read_text())}
 PROBE = re.compile(r"KVSIZE-GRAPH-SAMPLES measured=(-?\d+) samples=\[(-?\d+), (-?\d+)\] full_graphs=(\d+) "
                    r"piecewise_graphs=(\d+)")
-# the one start where the second sample released two copies: PyTorch's allocator split the freed accumulator
-# block and cudaMalloc'd another (1,340,080,128 B printed against 650,117,120 for one copy)
-SPLIT_BLOCK = {"h200-0.33.0-glm-4.7-flash"}
+# the starts where the second sample released two copies: PyTorch's allocator split the freed accumulator block and
+# cudaMalloc'd another (1,340,080,128 B printed against 650,117,120 for one copy); GLM-4.7-Flash at 1,024 and 512
+# sequences capture the same graphs (up to 512 requests) and printed the same line
+SPLIT_BLOCK = {"h200-0.33.0-glm-4.7-flash", "h200-0.33.0-glm-4.7-flash-s512"}
 
 
 def _scenario(start_id: str):
