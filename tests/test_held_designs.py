@@ -269,3 +269,20 @@ def test_an_sglang_decode_pool_is_never_held_with_more_api_servers():
     assert best.decode_replicas == pool.replicas
     commands = design_serve_commands(best, base, w, "meta-llama/Llama-3.2-1B-Instruct")
     assert all("api-server-count" not in c.command for _, c in commands)
+
+
+def test_prompts_launched_past_the_graph_say_their_ttft_is_the_hosts():
+    # Qwen3-30B-A3B's 1,000-token prompt alone past its 512-token graph: the launch of its layers (83 ms from the
+    # terms) sets the step, not its GPU part (about 18 ms); the same prompt spanned 58-63 ms on two H200 hosts and
+    # 86-109 on a third (b39, b40, b35). An 8,000-token prompt's GPU part outlasts the launch
+    from sizing.evidence.serving import predict_point, served_settings
+    from sizing.planners.held import host_note
+
+    root = Path(__file__).parent.parent
+    points = {p["id"]: p for p in json.loads((root / "measure/serving/points.json").read_text())["points"]}
+    short = predict_point(served_settings(points["b39-qwen3moe-p02-i1000-o32-c1"]), root)
+    long = predict_point(served_settings(points["qwen3moe-bf16-p05-i8000-o256-c1"]), root)
+    assert short.launch_paced_prompt_share > 0.9 and long.launch_paced_prompt_share == 0.0
+    note = host_note(short)
+    assert "sets 100% of its prompt steps' time" in note and "86-109 ms on a third" in note
+    assert "prompt steps" not in host_note(long)

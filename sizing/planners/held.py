@@ -21,7 +21,7 @@ from ..capacity.scenario import Scenario
 from ..efficiency import DecodeEfficiency
 from ..engines import get_engine
 from .fleet import Candidate, replica_model
-from .serving import HOST_SPREAD, SIMULATED, Load, Served, serving_replica, simulate
+from .serving import HOST_PACED_SHARE, HOST_SPREAD, LAUNCH_SPREAD, SIMULATED, Load, Served, serving_replica, simulate
 from .step_model import queries_per_kv_head
 from .step_notes import simulation_source
 from ..errors import KvsizeError
@@ -166,11 +166,18 @@ MORE_API_SERVERS = 4
 
 
 def host_note(served: Served) -> str:
-    """What a design's reason adds where the host sets most of its steps; empty where the GPU does."""
-    if not served.host_paced:
-        return ""
-    return (f"; the host sets {served.host_paced_share:.0%} of its step time (the engine core's work on each stream "
-            f"and the API server's streaming): the speed is the host CPUs' as much as the GPU's ({HOST_SPREAD})")
+    """What a design's reason adds where the host sets most of its steps, or its launch most of its prompt steps;
+    empty where the GPU does."""
+    note = ""
+    if served.host_paced:
+        note += (f"; the host sets {served.host_paced_share:.0%} of its step time (the engine core's work on each "
+                 f"stream and the API server's streaming, or the launch of its layers): the speed is the host CPUs' as "
+                 f"much as the GPU's ({HOST_SPREAD})")
+    if served.launch_paced_prompt_share >= HOST_PACED_SHARE:
+        note += (f"; the host's launch of the layers sets {served.launch_paced_prompt_share:.0%} of its prompt steps' "
+                 f"time (prompts past the largest CUDA graph launch every kernel from Python): its TTFT is the host "
+                 f"CPU's, which kvsize cannot know ({LAUNCH_SPREAD})")
+    return note
 
 
 def _more_api_servers(replica: Replica, workload: Workload, targets: Targets, found: tuple[int, Served],

@@ -47,6 +47,10 @@ SIMULATED = "serving simulation"  # the basis of a figure this simulation gave (
 # 120 requests/s sent, one host held 107.6 and the other 74.4 (b9-llama1b-api4-p04, b10-llama1b-api4-p02)
 HOST_PACED_SHARE = 0.5
 HOST_SPREAD = "the same server ran 2.3x apart on two H200 hosts and held 108 and 74 requests/s at most"
+# the launch is the host's too: Qwen3-30B-A3B's 1,000-token prompt alone past its 512-token graph (b35, b39, b40's
+# lone_prompt_rows, measure/steps.py)
+LAUNCH_SPREAD = ("a 1,000-token prompt of Qwen3-30B-A3B alone, launched past the graph, spanned 58-63 ms on two H200 "
+                 "hosts and 86-109 ms on a third")
 # The first step with prompt chunks whose requests, counted in eights, outnumber any such step the server has run
 # holds back the last step's output until it has run itself: vLLM 0.33.0's engine core processed that output one
 # step late, then the step's own at once (b21's Qwen2.5-3B in int8_per_token_head: 714 ms then 38 ms between
@@ -176,6 +180,9 @@ class Served:
     # the share of the run's step time the host set (StepModel.host_side_seconds at least the step): there the figures
     # are the host CPUs' more than the GPU's, and hosts differ
     host_paced_share: float = 0.0
+    # of the steps with prompt chunks, the share of their time the host's launch of the layers set (past the largest
+    # CUDA graph, or between its pieces): there the TTFT is the host CPU's
+    launch_paced_prompt_share: float = 0.0
 
     @property
     def host_paced(self) -> bool:
@@ -218,6 +225,7 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
         load.server_seen_requests)
     held: set[float] = set()  # the ends of the steps whose output the next step held back
     step_time = host_time = 0.0  # every step's seconds, and those of the steps the host set
+    prompt_time = launch_time = 0.0  # the steps with prompt chunks', and those of them the host's launch set
 
     def blocks(tokens: int) -> int:
         return -(-tokens // engine.block_size)
@@ -349,6 +357,10 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
         step_time += dt
         if model.host_side_seconds(len(decoding), spans) >= dt:
             host_time += dt
+        if spans:
+            prompt_time += dt
+            if model.launch_seconds(len(decoding), spans) >= dt:
+                launch_time += dt
         if any(r.arrival < now for r in decoding) or any(r.arrival < now for r, _ in chunks):
             # launched with work the engine held before the last step ended (async scheduling queues it behind
             # that step); a step of only requests that arrived at its start (a closed loop's successors, sent once
@@ -373,8 +385,9 @@ def simulate(model: StepModel, engine: Scheduler, load: Load, decode_runs: bool 
     first_token_s = 0.0 if load.prefilled else model.first_token_s_per_prompt_token
     for r in finished:
         _deliver(r, ends, engine.output_delay_steps, held, first_token_s * r.original_prompt)
-    return replace(_figures(finished, load, preemptions, steps), host_paced_share=host_time / step_time if step_time
-                   else 0.0)
+    return replace(_figures(finished, load, preemptions, steps),
+                   host_paced_share=host_time / step_time if step_time else 0.0,
+                   launch_paced_prompt_share=launch_time / prompt_time if prompt_time else 0.0)
 
 
 def padded_requests(requests: int) -> int:

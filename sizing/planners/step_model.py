@@ -355,15 +355,18 @@ class StepModel:
         past the largest CUDA graph every kernel one by one, in a step with prompt chunks under it the graph's pieces
         and each layer's attention between them. The launch overlaps the step before it on the GPU, so it sets the
         step only where the GPU's part is shorter."""
+        return max(self.host_seconds(decoding), self.launch_seconds(decoding, chunks))
+
+    def launch_seconds(self, decoding: int, chunks: list[tuple[int, int]]) -> float:
+        """The host's launch of a step's layers: past the largest CUDA graph every kernel, with prompt chunks under
+        it the attention between the graph's pieces; a step replaying one FULL graph launches none."""
         tokens = decoding + sum(end - start for start, end in chunks)
         if self.graphs.eager(tokens, bool(chunks)):
-            launch = self.eager_launch_s
-        elif self.graphs.piecewise(tokens, bool(chunks)):
-            launch = (self.shape.num_layers * self.piecewise_layer_launch_s
-                      + self.mla_layers * self.piecewise_mla_layer_launch_s)
-        else:
-            launch = 0.0
-        return max(self.host_seconds(decoding), launch)
+            return self.eager_launch_s
+        if self.graphs.piecewise(tokens, bool(chunks)):
+            return (self.shape.num_layers * self.piecewise_layer_launch_s
+                    + self.mla_layers * self.piecewise_mla_layer_launch_s)
+        return 0.0
 
     def gpu_seconds(self, decoding: int, decode_tokens_in_cache: int, chunks: list[tuple[int, int]]) -> float:
         """The GPU's side of `seconds`: the step's kernels and what is serialized with them."""
