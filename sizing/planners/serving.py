@@ -36,6 +36,7 @@ from ..efficiency import DecodeEfficiency
 from ..errors import KvsizeError
 from .front_end import FrontEnd
 from .graph_steps import SPLIT_KV_SEGMENTS, graphed_steps, split_kv_requests
+from .moe_routing import routing_overhead_s
 from .step_model import (StepModel, engine_efficiency, query_group_waves, query_tile_fill, step_overhead,
                          with_twins)
 
@@ -530,7 +531,9 @@ def serving_replica(scenario, hbm_bandwidth_gb_s: float, bf16_dense_tflops: floa
                       moe_tile_fixed_k=fitted["moe_tile_fixed_k"],
                       eager_mla_layer_launch_s=fitted["eager_mla_layer_launch_s"],
                       piecewise_mla_layer_launch_s=fitted["piecewise_mla_layer_launch_s"],
-                      mla_layer_overhead_s=fitted["mla_layer_step_overhead_s"])
+                      mla_layer_overhead_s=fitted["mla_layer_step_overhead_s"],
+                      moe_routing_overhead_s=routing_overhead_s(s.shape.architectures,
+                                                                fitted["moe_layer_step_overhead_s"]))
     paged = e.pool.paged
     release = e.engine.release
     delay = release.in_flight_extra_batches if release is not None else 0

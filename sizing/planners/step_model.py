@@ -11,7 +11,8 @@ cost per layer (and per layer's all-reduce where TP > 1), never less than the en
            + Σ KV read of the decoding requests / (HBM bandwidth × efficiency) × the kernel's waves
            + causal attention FLOPs of the prompt chunks / (FLOP/s × the format's prefill attention share)
            + layers × (per-layer step overhead + TP all-reduce per layer if TP > 1)
-           + MoE layers × per-MoE-layer step overhead                        (the fused-expert kernels' own cost)
+           + MoE layers × (per-MoE-layer step overhead + routing kernels × its share a kernel)
+                                                         (the fused-expert kernels' own cost; moe_routing.py)
            + MLA layers × per-MLA-layer step overhead        (the latent's projections around the attention kernel)
            + requests in the step × per-request step overhead               (beside their KV read)
     host = step floor + decoding requests × core                            (the engine core's side of the step)
@@ -344,6 +345,7 @@ class StepModel:
     eager_mla_layer_launch_s: float = 0.0  # each MLA layer: its launch beyond a dense layer's, eager
     piecewise_mla_layer_launch_s: float = 0.0  # the same between the graph's pieces
     mla_layer_overhead_s: float = 0.0  # each MLA layer's kernels beyond a dense layer's attention, a step
+    moe_routing_overhead_s: float = 0.0  # each MoE layer's routing run op by op, beyond the fused top-k (moe_routing.py)
 
     def seconds(self, decoding: int, decode_tokens_in_cache: int, chunks: list[tuple[int, int]]) -> float:
         """`decoding` requests reading `decode_tokens_in_cache` cached tokens in all; `chunks`: (start, end) of the
@@ -395,7 +397,8 @@ class StepModel:
     def layers_overhead_s(self) -> float:
         """The fixed cost of a step's layers: each layer's, its all-reduce where TP > 1, each MoE and MLA layer's."""
         per_layer = self.per_layer_overhead_s + (self.tp_layer_overhead_s if self.tp > 1 else 0.0)
-        return (self.shape.num_layers * per_layer + self.moe_layers * self.moe_layer_overhead_s
+        return (self.shape.num_layers * per_layer
+                + self.moe_layers * (self.moe_layer_overhead_s + self.moe_routing_overhead_s)
                 + self.mla_layers * self.mla_layer_overhead_s)
 
     @cached_property
