@@ -113,3 +113,23 @@ def test_an_mla_layers_decode_kernels_fitted_on_one_model_hold_the_other():
         before = predict_point(served_settings(p), ROOT, terms=off).itl_ms[50] / measured - 1
         now = predict_point(served_settings(p), ROOT).itl_ms[50] / measured - 1
         assert before < -0.1 and abs(now) < 0.1, (p["id"], before, now)
+
+
+def test_an_mla_prompt_attends_over_the_up_projected_keys_and_values():
+    # QK over qk_nope + qk_rope, PV over v_head_dim (config.json: DeepSeek-V2-Lite 128 + 64 and 128, GLM-4.7-Flash
+    # 192 + 64 and 256), where 2 x head_dim gave 128; a dense model's 2 x head_dim as before
+    from sizing.planners.speed import attention_head_widths, prefill_attention_flops
+
+    points = _points()
+    widths = {}
+    for i in ("b39-dsv2lite-p05-i16000-o32-c1", "b40-glm47flash-p04-i16000-o32-c1", "b39-qwen3moe-p05-i16000-o32-c1"):
+        model, _ = point_replica(points[i]["settings"], ROOT)
+        widths[points[i]["settings"]["model"]] = attention_head_widths(model.shape)
+        assert prefill_attention_flops(model.shape, 1000) == (model.shape.num_layers * model.shape.num_attention_heads
+                                                              * widths[points[i]["settings"]["model"]] * 1000 ** 2)
+    assert widths == {"deepseek-v2-lite": 320, "glm-4.7-flash": 512, "qwen3-30b-a3b": 256}
+    # the long prompts alone, where the GPU sets the step: 16-34% short with the rotary width alone
+    for i, before in (("dsv2lite-bf16-p09-i32000-o128-c1", -0.16), ("b39-dsv2lite-p05-i16000-o32-c1", -0.12),
+                      ("b40-glm47flash-p04-i16000-o32-c1", -0.34)):
+        now = predict_point(served_settings(points[i]), ROOT).ttft_ms[50] / points[i]["measured"]["ttft_p50_ms"] - 1
+        assert abs(now) < 0.1 and abs(now) < abs(before), (i, now)

@@ -174,10 +174,21 @@ def itl_slope_seconds_per_token(kv_bytes_per_token: int, batch: float, hbm_bandw
     return batch * kv_bytes_per_token / (hbm_bandwidth_gb_s * GB * kv_efficiency)
 
 
+def attention_head_widths(shape: ModelShape) -> int:
+    """A query head's QKᵀ width plus its PV width: 2 × head_dim; an MLA prompt's, whose keys are the up-projected
+    latent's no-position part and the rotary part (qk_nope + qk_rope) and whose values are v_head_dim wide, both read
+    from its kv_b_proj (heads × (qk_nope + v_head_dim) × kv_lora_rank)."""
+    if not (shape.is_mla and shape.mla_head_dim and shape.mla_kv_b_proj_params):
+        return 2 * shape.head_dim
+    nope_and_v = shape.mla_kv_b_proj_params // (shape.num_attention_heads * shape.mla_kv_lora_rank)
+    return shape.mla_head_dim + nope_and_v - (shape.mla_head_dim - shape.rotary_dim)
+
+
 def prefill_attention_flops(shape: ModelShape, prompt_tokens: int) -> int:
-    """Causal attention over a prompt: QKᵀ and PV, 2 × 2 × heads × head_dim × tokens² / 2 per attention layer."""
+    """Causal attention over a prompt: QKᵀ and PV, 2 × heads × (QK width + PV width) × tokens² / 2 per attention
+    layer."""
     attention_layers = sum(1 for k in shape.layer_kinds if k in ("full", "sliding", "chunked"))
-    return 2 * attention_layers * shape.num_attention_heads * shape.head_dim * prompt_tokens ** 2
+    return attention_layers * shape.num_attention_heads * attention_head_widths(shape) * prompt_tokens ** 2
 
 
 def prefill_seconds(shape: ModelShape, prompt_tokens: int, tp: int, tflops: float, mfu: float) -> float:
