@@ -138,6 +138,23 @@ def _load(kind: str, key: str, schema: type[BaseModel]) -> Any:
         raise KvsizeError(f"profile {path.name} is invalid: {' '.join(first)}") from None
 
 
+BUNDLED_PROFILE_LIMIT_BYTES = 16 << 20  # a bound on a bundled data file read whole (profiles/serving.json: 20 KB)
+
+
+def validated_profile(path: Path, schema: type[BaseModel]) -> Any:
+    """A bundled data file at `path`, bounded and validated by `schema`; one line naming the file where it is not."""
+    try:
+        if path.stat().st_size > BUNDLED_PROFILE_LIMIT_BYTES:
+            raise KvsizeError(f"profile {path.name} is over {BUNDLED_PROFILE_LIMIT_BYTES:,} bytes")
+        return schema.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the file"
+        raise KvsizeError(f"profile {path.name} is invalid: {where}: {first['msg']}") from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise KvsizeError(f"profile {path.name} is invalid: {str(e).splitlines()[0]}") from None
+
+
 # Suffixes of a checkpoint's name that keep its base model's architecture (the config.json that sizes it)
 VARIANT_SUFFIXES = ("-instruct", "-chat", "-it", "-hf", "-base")
 

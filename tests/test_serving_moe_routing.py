@@ -50,3 +50,23 @@ def test_phi_moe_decoding_alone_is_held_by_its_routing_kernels():
         before = now - 1e3 * 32 * model.moe_routing_overhead_s
         assert abs(now / measured - 1) < 0.03, (i, now, measured)
         assert before / measured - 1 < -0.2, (i, before, measured)
+
+
+def test_a_broken_routing_profile_is_one_line_naming_it(tmp_path, monkeypatch):
+    from sizing.errors import KvsizeError
+    from sizing.planners import moe_routing as routing
+
+    bad = tmp_path / "moe-routing.json"
+    bad.write_text(json.dumps({"schema": "kvsize.moe-routing/1", "fused_moe_kernels": 0, "fused_moe_kernels_source": "x",
+                               "routing": {}}))
+    monkeypatch.setattr(routing, "ROUTING_PROFILE", bad)
+    routing.moe_routing.cache_clear()
+    try:
+        with pytest.raises(KvsizeError, match=r"moe-routing\.json is invalid: .*fused_moe_kernels"):
+            routing.moe_routing()
+        bad.write_text("{")
+        routing.moe_routing.cache_clear()
+        with pytest.raises(KvsizeError, match=r"moe-routing\.json is invalid"):
+            routing.moe_routing()
+    finally:
+        routing.moe_routing.cache_clear()

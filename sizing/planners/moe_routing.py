@@ -4,13 +4,11 @@ one of the fused-MoE path's kernels does, the fitted per-MoE-layer cost over the
 
 from __future__ import annotations
 
-import json
 from functools import cache
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import KvsizeError
-from ..profiles import PROFILES_DIR
+from ..profiles import PROFILES_DIR, validated_profile
 
 ROUTING_PROFILE = PROFILES_DIR / "moe-routing.json"
 
@@ -31,10 +29,7 @@ class MoeRouting(BaseModel):
 
 @cache
 def moe_routing() -> MoeRouting:
-    try:
-        return MoeRouting.model_validate(json.loads(ROUTING_PROFILE.read_text(encoding="utf-8")))
-    except (OSError, ValidationError, json.JSONDecodeError) as e:
-        raise KvsizeError(f"profile {ROUTING_PROFILE.name} is invalid: {str(e).splitlines()[0]}") from None
+    return validated_profile(ROUTING_PROFILE, MoeRouting)
 
 
 def routing_overhead_s(architectures: tuple[str, ...], moe_layer_overhead_s: float) -> float:

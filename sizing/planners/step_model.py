@@ -48,19 +48,18 @@ included, puts there). Every term is fitted on the points profiles/serving.json 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from functools import cache, cached_property, lru_cache
 from pathlib import Path
 from types import MappingProxyType
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..cache.layers import CacheLayout, kv_heads_per_rank
 from ..config import ModelShape
 from ..efficiency import DecodeEfficiency
 from ..engines.memory import WeightFormat
-from ..errors import KvsizeError
+from ..profiles import validated_profile
 from .graph_steps import UNLIMITED, GraphedSteps
 from .speed import decode_step, gemm_flops, prefill_attention_flops, routed_expert_params
 
@@ -250,10 +249,7 @@ class StepOverhead(BaseModel):
 
 @cache
 def step_overhead() -> StepOverhead:
-    try:
-        return StepOverhead.model_validate(json.loads(SERVING_PROFILE.read_text(encoding="utf-8")))
-    except (OSError, ValidationError, json.JSONDecodeError) as e:
-        raise KvsizeError(f"profile {SERVING_PROFILE.name} is invalid: {str(e).splitlines()[0]}") from None
+    return validated_profile(SERVING_PROFILE, StepOverhead)
 
 
 def with_twins(shares: dict, twins: dict[str, str]) -> dict:
