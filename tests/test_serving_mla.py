@@ -69,7 +69,7 @@ def test_the_mla_launch_is_the_median_of_the_traced_mla_servers_votes():
 
 def test_the_mla_launch_brings_the_mla_points_the_fit_never_read_nearer():
     # every MLA point not in the fit (loaded and open loops, long prompts alone): p50 TTFT with the MLA launch against
-    # without it: 8 of 24 within 10% where 3 were, the open loops of 1,000-token prompts -7% to -23% where they were
+    # without it: 13 of 24 within 10% where 8 were, the open loops of 1,000-token prompts -7% to -23% where they were
     # -30% to -54%
     fit = step_overhead()
     off = {**fit.model_dump(), "eager_mla_layer_launch_s": 0.0, "piecewise_mla_layer_launch_s": 0.0}
