@@ -24,6 +24,14 @@ PROBE = ("            print(f\"KVSIZE-GRAPH-SAMPLES measured={measured} samples=
          "                  f\"full_graphs={num_full_graphs} piecewise_graphs=\"\n"
          "                  f\"{len(manager._capture_descs.get(CUDAGraphMode.PIECEWISE, []))}\", flush=True)\n")
 MARK = "KVSIZE-GRAPH-SAMPLES"
+MIN_PER_GRAPH_BYTES = 1 << 20  # cudagraph_utils.py _MIN_PER_GRAPH_BYTES: the least a further FULL graph is taken at
+
+
+def v2_estimate_bytes(row: dict) -> int:
+    """V2's estimate from a probe line's parts (a row of tests/fixtures/vllm-starts/graph-samples-0.33-h200.json):
+    measured - s1 + (FULL graphs - 1) x max(s1, 1 MiB), as _extrapolate_full_graph_memory makes it."""
+    s1 = row["samples_bytes"][1]
+    return row["measured_bytes"] - s1 + (row["full_graphs"] - 1) * max(s1, MIN_PER_GRAPH_BYTES)
 
 
 class ProbeError(Exception):

@@ -338,7 +338,8 @@ def lone_prompt_rows(server: dict, terms: dict | None = None) -> list[dict]:
     """Per prompt step of the server's one-request points (a whole prompt in one chunk, nothing decoding beside it):
     the step's span from its schedule() to its update, the model's layers (and of them its MoE and MLA layers), whether
     the step ran past the largest CUDA graph or replayed its pieces (kvsize's estimate of the engine's, sizing/planners/graph_steps.py) and the
-    GPU's part of it as the simulation gives it (with `terms`, profiles/serving.json's unless given). Alone on the
+    GPU's part of it and the host's launch as the simulation gives them (with `terms`, profiles/serving.json's
+    unless given). Alone on the
     engine the step's span is the longer of the GPU's part and the host's launch of its layers (a step with a prompt
     chunk replays no full graph: each layer's attention is launched between the graph's pieces, or, past the graph,
     every kernel)."""
@@ -355,7 +356,8 @@ def lone_prompt_rows(server: dict, terms: dict | None = None) -> list[dict]:
                                  moe_layers=model.moe_layers, mla_layers=model.mla_layers,
                                  eager=model.graphs.eager(tokens, True), piecewise=model.graphs.piecewise(tokens, True),
                                  span_s=s.updated_at - s.scheduled_at,
-                                 gpu_s=model.gpu_seconds(0, 0, [(0, tokens)]), dense=_dense(model)))
+                                 gpu_s=model.gpu_seconds(0, 0, [(0, tokens)]),
+                                 launch_s=model.launch_seconds(0, [(0, tokens)]), dense=_dense(model)))
     return rows
 
 

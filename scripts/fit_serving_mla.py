@@ -58,17 +58,12 @@ def mla_launch_rows(terms: dict) -> dict[str, list[dict]]:
     return rows
 
 
-def _base_launch_s(row: dict, terms: dict, past_graph: bool) -> float:
-    if past_graph:
-        return row["layers"] * terms["eager_layer_launch_s"] + row["moe_layers"] * terms["eager_moe_layer_launch_s"]
-    return row["layers"] * terms["piecewise_layer_launch_s"]
-
-
-def server_vote(rows: list[dict], terms: dict, past_graph: bool) -> float:
-    """The MLA launch a layer leaving the least squared relative error of the rows' simulated spans."""
+def server_vote(rows: list[dict]) -> float:
+    """The MLA launch a layer leaving the least squared relative error of the rows' simulated spans (each row's
+    launch simulated without the MLA terms)."""
     def error(per_layer: float) -> float:
-        return sum((max(r["gpu_s"], _base_launch_s(r, terms, past_graph) + r["mla_layers"] * per_layer)
-                    / r["span_s"] - 1) ** 2 for r in rows)
+        return sum((max(r["gpu_s"], r["launch_s"] + r["mla_layers"] * per_layer) / r["span_s"] - 1) ** 2
+                   for r in rows)
 
     return min(MLA_LAUNCH_GRID, key=error)
 
@@ -83,7 +78,7 @@ def fit_mla_launch(terms: dict) -> tuple[dict[str, float], dict[str, dict[str, f
         for tag, rows in by_server.items():
             chosen = [r for r in rows if (r["eager"] if past_graph else r["piecewise"])]
             if chosen:
-                votes[term][tag] = server_vote(chosen, terms, past_graph)
+                votes[term][tag] = server_vote(chosen)
                 points |= {r["point"] for r in chosen}
         fitted[term] = round(statistics.median(votes[term].values()), 7) if votes[term] else 0.0
     return fitted, votes, sorted(points)

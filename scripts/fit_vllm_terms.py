@@ -450,11 +450,9 @@ def _probed_estimates() -> dict[str, int]:
     max(s1, 1 MiB) (cudagraph_utils.py profile_cudagraph_memory and _extrapolate_full_graph_memory)."""
     import json
 
-    out = {}
-    for r in json.loads((CORPUS / GRAPH_SAMPLES).read_text())["starts"]:
-        s1 = r["samples_bytes"][1]
-        out[r["id"]] = r["measured_bytes"] - s1 + (r["full_graphs"] - 1) * max(s1, MiB)
-    return out
+    from measure.graph_samples import v2_estimate_bytes
+
+    return {r["id"]: v2_estimate_bytes(r) for r in json.loads((CORPUS / GRAPH_SAMPLES).read_text())["starts"]}
 
 
 def fit_v2_flash_attn_mla() -> tuple[int, int, list[str]]:
@@ -462,7 +460,7 @@ def fit_v2_flash_attn_mla() -> tuple[int, int, list[str]]:
     FULL parts are taken off (the first two FULL batches' split accumulators and the floor per further FULL graph,
     from source), fitted as base + figure x (PIECEWISE graphs - 1) x attention layers, least squares over the V2
     starts with that decode whose estimate is printed or probed (graph-samples-0.33-h200.json), at any TP."""
-    from sizing.engines.cudagraphs import flash_attn_mla_accumulator_bytes, flash_attn_mla_decode
+    from sizing.engines.cudagraphs import flash_attn_mla_decode, v2_flash_attn_mla_full_bytes
     from sizing.units import GiB
 
     probed = _probed_estimates()
@@ -482,10 +480,8 @@ def fit_v2_flash_attn_mla() -> tuple[int, int, list[str]]:
             continue
         c = graph_captures(s.shape, model, s.tensor_parallel_size, range(s.shape.num_layers), s.max_num_seqs,
                            s.max_num_batched_tokens, s.cudagraph_capture_sizes, s.max_cudagraph_capture_size)
-        full = sum(flash_attn_mla_accumulator_bytes(s.shape, model, s.tensor_parallel_size, b) for b in c.full[-2:]) \
-            + (len(c.full) - 1) * model.v2_full_graph_floor_bytes
         xs.append((len(c.piecewise) - 1) * c.splitting_layers)
-        ys.append(estimate - full)
+        ys.append(estimate - v2_flash_attn_mla_full_bytes(s.shape, model, s.tensor_parallel_size, c.full))
         ids.append(start.id)
     if len(ids) < 2:
         return 0, 0, []

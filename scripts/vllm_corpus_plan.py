@@ -433,7 +433,6 @@ def mla_graphs_033():
     ]
 
 
-
 def mla_graphs_check_033():
     """The FLASH_ATTN_MLA graph model of 0.33.0's V2 runner (fitted on mla-graphs-0.33) judged at sequence counts it
     was not fitted on, on one H200: GLM-4.7-Flash at 512 (the same FULL batches as 1,024, where its warm-ups' block

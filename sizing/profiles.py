@@ -138,7 +138,7 @@ def _load(kind: str, key: str, schema: type[BaseModel]) -> Any:
         raise KvsizeError(f"profile {path.name} is invalid: {' '.join(first)}") from None
 
 
-BUNDLED_PROFILE_LIMIT_BYTES = 16 << 20  # a bound on a bundled data file read whole (profiles/serving.json: 20 KB)
+BUNDLED_PROFILE_LIMIT_BYTES = 1 << 20  # a bundled data file read whole (the largest, vllm-flags/0.33.0.json: 75 KB)
 
 
 def validated_profile(path: Path, schema: type[BaseModel]) -> Any:

@@ -80,8 +80,9 @@ def test_kvsize_makes_the_estimate_the_probe_shows(row):
     from sizing.capacity.estimate import estimate
     from sizing.engines.cudagraphs import split_block_risk_bytes
 
-    s1 = row["samples_bytes"][1]
-    engine = row["measured_bytes"] - s1 + (row["full_graphs"] - 1) * max(s1, 1 << 20)
+    from measure.graph_samples import v2_estimate_bytes
+
+    engine = v2_estimate_bytes(row)
     s = _scenario(row["id"])
     model, layers = _terms(s)
     kvsize = estimate(s).breakdown.cuda_graph_bytes

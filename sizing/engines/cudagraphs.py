@@ -225,9 +225,19 @@ def v2_flash_attn_mla_estimate(shape: ModelShape, model: CudaGraphEstimateModel,
     full = c.full if mode != "PIECEWISE" else ()
     piecewise = (model.v2_mla_piecewise_base_bytes + (n_piecewise - 1) * c.splitting_layers
                  * model.v2_mla_piecewise_graph_layer_bytes) if n_piecewise else 0
-    full_bytes = (sum(flash_attn_mla_accumulator_bytes(shape, model, tp, b) for b in full[-2:])
-                  + max(0, len(full) - 1) * model.v2_full_graph_floor_bytes)
-    return piecewise + full_bytes
+    return piecewise + v2_flash_attn_mla_full_bytes(shape, model, tp, full)
+
+
+def v2_flash_attn_mla_full_bytes(shape: ModelShape, model: CudaGraphEstimateModel, tp: int,
+                                 full: tuple[int, ...]) -> int:
+    """The FULL part of V2's FLASH_ATTN_MLA estimate for the FULL batches `full` (ascending): the warm-up
+    accumulators of the two largest and a floor per further FULL graph."""
+    return warmup_accumulator_bytes(shape, model, tp, full) + max(0, len(full) - 1) * model.v2_full_graph_floor_bytes
+
+
+def warmup_accumulator_bytes(shape: ModelShape, model: CudaGraphEstimateModel, tp: int, full: tuple[int, ...]) -> int:
+    """The split accumulators the warm-ups of the two largest FULL batches of `full` (ascending) allocate."""
+    return sum(flash_attn_mla_accumulator_bytes(shape, model, tp, b) for b in full[-2:])
 
 
 def flash_attn_mla_accumulator_bytes(shape: ModelShape, model: CudaGraphEstimateModel, tp: int, batch: int) -> int:
@@ -248,4 +258,4 @@ def split_block_risk_bytes(shape: ModelShape, model: CudaGraphEstimateModel, mod
     if captured_mode(shape, model, mode, layers) == "PIECEWISE":
         return 0
     full = graph_captures(shape, model, tp, layers, max_num_seqs, max_num_batched_tokens, sizes, largest).full
-    return sum(flash_attn_mla_accumulator_bytes(shape, model, tp, b) for b in full[-2:])
+    return warmup_accumulator_bytes(shape, model, tp, full)

@@ -5,17 +5,15 @@ model). A flag that is in neither, nor read by kvsize, is unknown to kvsize, and
 
 from __future__ import annotations
 
-import json
 from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import KvsizeError
+from ..profiles import validated_profile
 
 FLAGS_PROFILE = Path(__file__).resolve().parents[2] / "profiles" / "engines" / "vllm-flags" / "0.33.0.json"
-PROFILE_LIMIT_BYTES = 1 << 20
 
 
 class FlagEffect(BaseModel):
@@ -42,12 +40,7 @@ class FlagTable(BaseModel):
 
 @cache
 def flag_table() -> FlagTable:
-    try:
-        if FLAGS_PROFILE.stat().st_size > PROFILE_LIMIT_BYTES:
-            raise KvsizeError(f"profile {FLAGS_PROFILE.name} is over {PROFILE_LIMIT_BYTES:,} bytes")
-        return FlagTable.model_validate(json.loads(FLAGS_PROFILE.read_text(encoding="utf-8")))
-    except (OSError, ValidationError, json.JSONDecodeError) as e:
-        raise KvsizeError(f"profile {FLAGS_PROFILE.name} is invalid: {str(e).splitlines()[0]}") from None
+    return validated_profile(FLAGS_PROFILE, FlagTable)
 
 
 def flag_effect(name: str) -> str | None:
