@@ -114,7 +114,8 @@ MISSES = (
     "every simulated step prefills the 8 replacements the last step freed (8,192 tokens, 0.2 s a step), so the "
     "last of the first wave wait 0.2 s a token and the replacements come one group a step; the engine's "
     "replacements reach it late enough that its first wave decodes on at 19 ms a token, and they arrive "
-    "together (p50 TTFT 3.4 s against 0.82 s simulated before the event loop, 1.12 s with it).",
+    "together (p50 TTFT 3.4 s against 0.82 s simulated before the event loop, 1.12 s with it, 1.49 s with the "
+    "streams ahead of a request's next piece).",
     "- The smallest model (Llama-3.2-1B, 16 layers): its GPU step is about 1.3 ms, the server's 1.7-2.5 ms "
     "whatever the batch up to 32 (its gaps spread from 1.2 to 3 ms within a request): the host's side of "
     "a step, which the fit takes as a floor of 1.9 ms. At many streams the front end sets the pace: batch "
