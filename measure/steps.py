@@ -339,8 +339,7 @@ def lone_prompt_rows(server: dict, terms: dict | None = None) -> list[dict]:
     the step's span from its schedule() to its update, the model's layers (and of them its MoE and MLA layers), whether
     the step ran past the largest CUDA graph or replayed its pieces (kvsize's estimate of the engine's, sizing/planners/graph_steps.py) and the
     GPU's part of it and the host's launch as the simulation gives them (with `terms`, profiles/serving.json's
-    unless given). Alone on the
-    engine the step's span is the longer of the GPU's part and the host's launch of its layers (a step with a prompt
+    unless given). Alone on the engine the step's span is the longer of the GPU's part and the host's launch of its layers (a step with a prompt
     chunk replays no full graph: each layer's attention is launched between the graph's pieces, or, past the graph,
     every kernel)."""
     model, _ = point_replica(server_settings(server), ROOT, terms=terms)

@@ -29,7 +29,7 @@ from sizing.engines import get_engine  # noqa: E402
 from sizing.config import DTYPE_BYTES  # noqa: E402
 from sizing.engines.cudagraphs import graph_captures, split_kv_accumulator_bytes  # noqa: E402
 from sizing.engines.releases import penalty_state_bytes  # noqa: E402
-from sizing.capacity.scenario import with_engine_defaults  # noqa: E402
+from sizing.capacity.scenario import built_shape, with_engine_defaults  # noqa: E402
 from sizing.evidence.starts import CORPUS, load_corpus, start_scenario  # noqa: E402
 from sizing.units import MiB  # noqa: E402
 
@@ -57,13 +57,13 @@ LOGIT_FILE = "vllm-0.27-0.33.json"
 # baseline snapshot (tests/fixtures/vllm-starts: the one-GPU panels of each release)
 NON_TORCH_GROUPS = {"0.27": "0.27-0.30", "0.29": "0.27-0.30", "0.31": "0.31-0.32", "0.33": "0.33"}
 
-# starts kept out of the fits of the other models' terms: the mla-graphs-0.33 batch (its check and graphs-edge-0.33's MLA
-# starts), which took FLASH_ATTN_MLA's V2
-# graph estimate apart (tests/fixtures/vllm-starts/graph-samples-0.33-h200.json) and is what fit_v2_flash_attn_mla
-# fits; their non-torch memory and weights show GLM-4.7-Flash's own misses (tests/test_vllm_starts.py), which would
-# otherwise move the dense models' terms; and graphs-edge-0.33's MiniCPM3-4B, whose V2 graph estimate is 0.36 GB
+# starts kept out of the fits of the other models' terms: the mla-graphs-0.33 batch (its check and
+# graphs-edge-0.33's MLA starts), which took FLASH_ATTN_MLA's V2 graph estimate apart
+# (tests/fixtures/vllm-starts/graph-samples-0.33-h200.json) and is what fit_v2_flash_attn_mla fits; their non-torch
+# memory and weights show GLM-4.7-Flash's own misses (tests/test_vllm_starts.py), which would otherwise move the
+# dense models' terms; and graphs-edge-0.33's MiniCPM3-4B, whose V2 graph estimate is 0.36 GB
 # above the V1 model where the dense models' per-layer figure gives 0.80 (62 layers): the V2 part does not follow the
-# layers there, a miss named in tests/test_vllm_starts.py (MINICPM3_V2_GRAPHS) rather than spread over the others
+# layers there, a miss named in tests/test_vllm_starts.py (MINICPM3_V2_TERMS) rather than spread over the others
 HELD_OUT = frozenset(f"h200-0.33.0-{tag}" for tag in (
     "deepseek-v2-lite-s1024", "deepseek-v2-lite-s256", "deepseek-v2-lite-s64", "deepseek-v2-lite-tp2-probe",
     "glm-4.7-flash", "glm-4.7-flash-s256", "glm-4.7-flash-s64", "glm-4.7-flash-tp2",
@@ -79,8 +79,7 @@ def built_scenario(start):
     MiniCPM3 without an MLA cache (sizing/engines/vllm.py _vllm_model), so its decode runs FLASH_ATTN, not
     FLASH_ATTN_MLA."""
     s = with_engine_defaults(start_scenario(start))
-    shape = get_engine(s.engine).build_model(s.shape, s.k_cache_dtype, s.v_cache_dtype)[0]
-    return replace(s, shape=shape)
+    return replace(s, shape=built_shape(s))
 
 
 def fitted_corpus() -> list:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sizing.capacity.scenario import with_engine_defaults
+from sizing.capacity.scenario import built_shape, with_engine_defaults
 from sizing.engines import get_engine
 from sizing.engines.cudagraphs import flash_attn_mla_accumulator_bytes, graph_captures, split_kv_accumulator_bytes
 from sizing.evidence.starts import planned_scenario
@@ -72,7 +72,7 @@ def test_kvsize_captures_as_many_graphs_of_each_mode(row):
 @pytest.mark.parametrize("row", SAMPLES, ids=lambda r: r["id"])
 def test_the_second_sample_releases_the_warm_up_accumulators(row):
     s, model, c = _captures(row)
-    built = get_engine(s.engine).build_model(s.shape, s.k_cache_dtype, s.v_cache_dtype)[0]
+    built = built_shape(s)
     # FLASH_ATTN_MLA's accumulators (kv_lora_rank wide) or, where vLLM builds no MLA cache, FlashAttention 3's
     one_copy = (flash_attn_mla_accumulator_bytes(s.shape, model, s.tensor_parallel_size, c.full[-2]) if built.is_mla
                 else split_kv_accumulator_bytes(built, model, s.tensor_parallel_size, c.full[-2], s.k_cache_dtype,

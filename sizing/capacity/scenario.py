@@ -226,6 +226,12 @@ def check_tensor_parallel(shape: ModelShape, tp: int, engine: Engine) -> None:
         )
 
 
+def built_shape(s: Scenario) -> ModelShape:
+    """The model as the scenario's engine release builds it, where that departs from config.json (vLLM builds
+    MiniCPM3 without an MLA cache: sizing/engines/vllm.py _vllm_model)."""
+    return get_engine(s.engine).build_model(s.shape, s.k_cache_dtype, s.v_cache_dtype)[0]
+
+
 def with_engine_defaults(s: Scenario, engine: Engine | None = None) -> Scenario:
     """The scenario with the engine release's batch defaults filled in where the user gave none."""
     engine = engine or get_engine(s.engine)

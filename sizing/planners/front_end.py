@@ -80,11 +80,15 @@ class FrontEnd:
             for s in range(self.servers):
                 heapq.heappush(self._queue, (at, _READY, at, next(self._order), _STREAM, s, work))
 
-    def _wait_for_loop(self, server: int, ready: float, kind: int, s: int, payload) -> None:
-        """A request's piece that finds its loop busy runs once the loop is free, after every step's stream that is
-        ready by then (the output handler streams a step's tokens before the loop takes up a request's next piece),
-        and among requests' pieces in the order they became ready (`ready`)."""
+    def _waits_for_loop(self, server: int, at: float, ready: float, kind: int, s: int, payload) -> bool:
+        """Whether a request's piece at `at` finds its loop busy (and the streams leave it idle time): then it runs once
+        the loop is free, after every step's stream that is ready by then (the output handler streams a step's tokens
+        before the loop takes up a request's next piece), and among requests' pieces in the order they became ready
+        (`ready`)."""
+        if self._loop_free[server] <= at or self._saturated:
+            return False
         heapq.heappush(self._queue, (self._loop_free[server], _WAITED, ready, next(self._order), kind, s, payload))
+        return True
 
     def next_at(self) -> float:
         """When the earliest piece of work not yet run became ready (inf: none)."""
@@ -108,8 +112,7 @@ class FrontEnd:
                     at = self._streamed[1]
                 sent = at if sent is None else sent  # the client's send, however long the loop kept it waiting
                 s = min(range(self.servers), key=self._loop_free.__getitem__)
-                if self._loop_free[s] > at and not self._saturated:
-                    self._wait_for_loop(s, ready, _PARSE, -1, (request, prompt_tokens, False, sent))
+                if self._waits_for_loop(s, at, ready, _PARSE, -1, (request, prompt_tokens, False, sent)):
                     continue
                 parsed = max(at, self._loop_free[s]) + self.parse_s
                 self._loop_free[s] = parsed
@@ -118,8 +121,7 @@ class FrontEnd:
                 heapq.heappush(self._queue, (tokenized, _READY, tokenized, next(self._order), _HAND_OVER, s,
                                              (request, sent)))
             else:
-                if self._loop_free[s] > at and not self._saturated:
-                    self._wait_for_loop(s, ready, _HAND_OVER, s, payload)
+                if self._waits_for_loop(s, at, ready, _HAND_OVER, s, payload):
                     continue
                 done = max(at, self._loop_free[s]) + self.hand_over_s
                 self._loop_free[s] = done

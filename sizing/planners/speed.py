@@ -180,7 +180,6 @@ def attention_head_widths(shape: ModelShape) -> int:
     from its kv_b_proj (heads × (qk_nope + v_head_dim) × kv_lora_rank)."""
     if not (shape.is_mla and shape.mla_head_dim and shape.mla_kv_b_proj_params):
         return 2 * shape.head_dim
-    # QK (qk_nope + qk_rope) plus PV (v_head_dim): kv_b_proj's qk_nope + v_head_dim a head, and the rotary part
     return shape.mla_kv_b_proj_params // (shape.num_attention_heads * shape.mla_kv_lora_rank) + shape.rotary_dim
 
 
