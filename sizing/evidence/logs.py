@@ -145,6 +145,9 @@ def _last_stage_lines(text: str) -> str:
                      if (m := _PP_WORKER.search(ln)) is None or int(m.group(1)) == last)
 
 
+TEXT_ONLY_LINE = "All limits of multimodal modalities supported by the model are set to 0, running in text-only mode"
+
+
 def _vllm(text: str) -> LoggedRun:
     version = (_first(r"LLM engine \(v(\d+\.\d+\.\d+[^)\n]{0,64})\)", text) or _first(r"vLLM API server version (\d+\.\d+\.\d+\S*)", text)
                or _first(r"(?<!NCCL )(?<!nccl )(?<!CUDA )(?<!torch )version (\d+\.\d+\.\d+)", text))
@@ -177,6 +180,10 @@ def _vllm(text: str) -> LoggedRun:
     seqs = _first(r"max_num_seqs to (\d+)", text, int)
     if seqs is not None and "max_num_seqs" not in settings:
         put("max_num_seqs", seqs, "scheduler line")
+    # vllm/config/model.py (0.33.0) says so where every modality's limit is 0, --language-model-only among them; 0.33.0's
+    # INFO log prints no non-default args line to read the flag from
+    if TEXT_ONLY_LINE in text and "language_model_only" not in settings:
+        put("language_model_only", True, "text-only line")
     util = _first(r"gpu_memory_utilization \(([\d.]+)\)", text, float) or _first(r"Requested memory: ([\d.]+) \(util\)",
                                                                                  text, float)
     if util is not None and "gpu_memory_utilization" not in settings:
