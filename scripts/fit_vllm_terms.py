@@ -566,6 +566,58 @@ def fit_v2_flash_attn_mla() -> tuple[int, int, list[str]]:
     return int(round(base)), int(round(per_graph_layer)), sorted(ids)
 
 
+# a probed FlashAttention 3 start whose second sample released more than this many copies of its accumulators had its
+# freed block split by the allocator (tests/test_graph_samples_starts.py SPLIT_BLOCK_FA3)
+SPLIT_RELEASE_COPIES = 1.5
+
+
+def fa3_part_by_part() -> dict:
+    """FlashAttention 3's V2 estimate taken apart as FLASH_ATTN_MLA's is (fit_v2_flash_attn_mla), not adopted
+    (docs/formulas.md, 'CUDA graphs'): each probed start's estimate less the two largest FULL batches' split
+    accumulators (32 x batch x query heads x value width x 4 B) and the floor per further FULL graph, least squares
+    as base + figure x (PIECEWISE graphs - 1) x attention layers over the one-GPU starts whose second sample released
+    one copy; the starts whose second sample released more (the allocator's split) are kept out and their distance
+    from the fit reported."""
+    from sizing.engines.cudagraphs import (flash_attn_mla_decode, flash_attn_version, split_kv_accumulator_bytes,
+                                           unsplit_attention)
+
+    probed, samples = _probed_estimates(), _probed_samples()
+    rows = []
+    for start in load_corpus():
+        if start.id not in samples or start.status != "sized" or start.args.get("tensor_parallel_size", 1) != 1:
+            continue
+        s = built_scenario(start)
+        model = get_engine(s.engine).release.cuda_graph_estimate
+        if model is None or not model.v2_warmup_splits or s.shape.is_mla or flash_attn_version(s.gpu_architecture) != 3 \
+                or unsplit_attention(s.shape, model, s.k_cache_dtype) \
+                or flash_attn_mla_decode(s.shape, model, s.k_cache_dtype, s.gpu_architecture):
+            continue
+        c = graph_captures(s.shape, model, 1, range(s.shape.num_layers), s.max_num_seqs, s.max_num_batched_tokens,
+                           s.cudagraph_capture_sizes, s.max_cudagraph_capture_size)
+        if len(c.full) < 2:
+            continue
+        copy = split_kv_accumulator_bytes(s.shape, model, 1, c.full[-2], s.k_cache_dtype, s.gpu_architecture)
+        full = (sum(split_kv_accumulator_bytes(s.shape, model, 1, b, s.k_cache_dtype, s.gpu_architecture)
+                    for b in c.full[-2:]) + (len(c.full) - 1) * model.v2_full_graph_floor_bytes)
+        rows.append((start.id, (len(c.piecewise) - 1) * c.splitting_layers, probed[start.id] - full,
+                     -samples[start.id][1] > SPLIT_RELEASE_COPIES * copy))
+    one = [r for r in rows if not r[3]]
+    if len(one) < 2:
+        return {}
+    a = np.column_stack([np.ones(len(one)), np.array([r[1] for r in one], float)])
+    base, per_graph_layer = np.linalg.lstsq(a, np.array([r[2] for r in one], float), rcond=None)[0]
+    return {"base_bytes": int(round(base)), "per_graph_layer_bytes": int(round(per_graph_layer)),
+            "starts": sorted(r[0] for r in one),
+            "above_fit_bytes": {r[0]: int(round(r[2] - base - per_graph_layer * r[1])) for r in rows}}
+
+
+def _probed_samples() -> dict[str, list[int]]:
+    import json
+
+    return {r["id"]: r["samples_bytes"] for r in json.loads((CORPUS / GRAPH_SAMPLES).read_text())["starts"]
+            if len(r["samples_bytes"]) == 2}
+
+
 def write_v2_flash_attn_mla(base: int, per_graph_layer: int, ids: list[str]) -> None:
     def change(data: dict) -> None:
         data["cuda_graph_estimate"]["v2_mla_piecewise_base_bytes"] = base
@@ -636,6 +688,12 @@ def main() -> int:
     mla_base, mla_per_graph_layer, mla_ids = fit_v2_flash_attn_mla()
     print(f"V2 FLASH_ATTN_MLA PIECEWISE phase: {mla_base:,} B + {mla_per_graph_layer:,} B a further graph and layer "
           f"over {len(mla_ids)} starts ({', '.join(mla_ids)})")
+    fa3 = fa3_part_by_part()
+    if fa3:
+        print(f"FlashAttention 3's V2 estimate part by part (not adopted): {fa3['base_bytes']:,} B + "
+              f"{fa3['per_graph_layer_bytes']:,} B a further graph and layer over {len(fa3['starts'])} starts; "
+              "each probed start above it (MB): " + ", ".join(f"{k} {v / 1e6:+.0f}"
+                                                            for k, v in sorted(fa3["above_fit_bytes"].items())))
     tp_non_torch, tp_copies = fit_tensor_parallel_non_torch(), fit_tensor_parallel_logit_copies()
     if tp_non_torch:
         per_logit = ", ".join(f"{k} {v}" for k, v in tp_non_torch["per_logit_by_range"].items())

@@ -246,16 +246,30 @@ def flash_attn_mla_accumulator_bytes(shape: ModelShape, model: CudaGraphEstimate
     return model.v2_warmup_splits * batch * max(1, shape.num_attention_heads // tp) * shape.mla_kv_lora_rank * 4
 
 
+def flash_attn_3_decode(shape: ModelShape, model: CudaGraphEstimateModel, kv_format: str | None,
+                        architecture: str | None) -> bool:
+    """Whether the decode runs FlashAttention 3's own split path: a model without an MLA cache on a GPU where vLLM runs
+    FlashAttention 3, in a format whose backend keeps its splits in the graph (not unsplit_attention)."""
+    return (not shape.is_mla and flash_attn_version(architecture) == 3
+            and not unsplit_attention(shape, model, kv_format))
+
+
 def split_block_risk_bytes(shape: ModelShape, model: CudaGraphEstimateModel, mode: str | None, tp: int,
                            layers: range, max_num_seqs: int, max_num_batched_tokens: int,
                            sizes: tuple[int, ...] | None = None, largest: int | None = None,
                            kv_format: str | None = None, architecture: str | None = None) -> int:
-    """What V2's FLASH_ATTN_MLA estimate holds once more where PyTorch's allocator split the freed accumulator block
-    in the warm-ups of its two largest FULL graphs (each then cudaMalloc's a second block): their accumulators
-    again. 0 where the decode is not FLASH_ATTN_MLA's or no FULL graph is captured."""
-    if not model.v2_warmup_splits or not flash_attn_mla_decode(shape, model, kv_format, architecture):
-        return 0
-    if captured_mode(shape, model, mode, layers) == "PIECEWISE":
+    """What V2's estimate may hold once more where PyTorch's allocator split the freed accumulator block in the
+    warm-ups of its largest FULL graphs (each then cudaMalloc's a second block): under FLASH_ATTN_MLA both warm-ups'
+    accumulators again (GLM-4.7-Flash at 1,024 sequences), under FlashAttention 3 about the largest batch's once
+    (0.7-1.0 of a copy above the others in the small-pool-0.33 probes: Qwen3-30B-A3B, Gemma-3-27B, Llama-3.1-70B with
+    fp8 weights). 0 where the decode is neither or no FULL graph is captured, or the release samples no warm-up."""
+    if not model.v2_warmup_splits or captured_mode(shape, model, mode, layers) == "PIECEWISE":
         return 0
     full = graph_captures(shape, model, tp, layers, max_num_seqs, max_num_batched_tokens, sizes, largest).full
-    return warmup_accumulator_bytes(shape, model, tp, full)
+    if not full:
+        return 0
+    if flash_attn_mla_decode(shape, model, kv_format, architecture):
+        return warmup_accumulator_bytes(shape, model, tp, full)
+    if flash_attn_3_decode(shape, model, kv_format, architecture):
+        return split_kv_accumulator_bytes(shape, model, tp, full[-1], kv_format, architecture)
+    return 0
