@@ -43,7 +43,7 @@ FA3_SPLIT_GRAPHS = ("FlashAttention 3's V2 estimate where the allocator split th
 MINICPM3_V2_GRAPHS = ("MiniCPM3-4B (62 layers, FLASH_ATTN) on 0.33.0: V2's estimate is 1.11 GiB (the probe's parts "
                       "give it to the byte) where kvsize's V1 model and per-layer V2 figure give 1.52: its part above "
                       "the V1 model is 0.36 GB, 5.8 MB a layer against the dense models' 11-16 (scripts/"
-                      "fit_vllm_terms.py HELD_OUT); KV tokens -0.13% and -0.30%, both predicted before they ran")
+                      "vllm_fit_corpus.py HELD_OUT); KV tokens -0.13% and -0.30%, both predicted before they ran")
 
 
 def _scenario(start_id: str):
@@ -178,7 +178,7 @@ def test_flash_attention_3s_estimate_part_by_part_leaves_the_split_copy():
     # batch's accumulators above it: the mechanism the answer names (split_block_risk_bytes) instead of holding it
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("fit_vllm_terms", ROOT / "scripts" / "fit_vllm_terms.py")
+    spec = importlib.util.spec_from_file_location("fit_vllm_graphs", ROOT / "scripts" / "fit_vllm_graphs.py")
     fit = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fit)
     result = fit.fa3_part_by_part()

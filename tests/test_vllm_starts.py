@@ -61,7 +61,7 @@ MINICPM3_V2_TERMS = (
     "figure over 62 layers; the probe, graph-samples-0.33-h200.json, gives vLLM's figure to the byte), its torch peak "
     "0.65 GiB at the default 1,024 sequences against 0.47 (0.43 both at 512: 6.3 B a logit more per added row), and "
     "0.05-0.08 GiB more non-torch memory; the three offset, and its KV tokens are -0.13% and -0.30%. Kept out of "
-    "the fits (scripts/fit_vllm_terms.py HELD_OUT)")
+    "the fits (scripts/vllm_fit_corpus.py HELD_OUT)")
 GLM_SPLIT_BLOCK = (
     "GLM-4.7-Flash on 0.33.0 at the default 1,024 sequences and at 512 (bf16 KV, FLASH_ATTN_MLA; both capture the "
     "same graphs, up to 512 requests): V2's graph estimate printed 3.24 GiB against kvsize's 2.02. The probe "
@@ -75,7 +75,7 @@ GEMMA3_V2_TERMS = (
     "0.64 (the per-layer V2 figure over 26 layers of 4 query heads; the probe, graph-samples-0.33-h200.json, shows "
     "its FlashAttention accumulators at 69 MB); its torch peak, 1.66 GiB, kvsize now makes 1.67 (the V2 sampler at "
     "3.2 copies of its 262,144-token vocabulary, fitted on the one-GPU starts; 2.8 copies gave 1.45), so the graph "
-    "term is no longer offset and its KV tokens are -0.11%. Kept out of the fits (scripts/fit_vllm_terms.py "
+    "term is no longer offset and its KV tokens are -0.11%. Kept out of the fits (scripts/vllm_fit_corpus.py "
     "HELD_OUT)")
 CHECK_LOG_SEQS = (
     "check-log on an LLM-class start of 0.33.0 at fewer than the default 1,024 sequences: the log prints no "
