@@ -293,6 +293,25 @@ def fit_tensor_parallel_non_torch() -> dict:
 LOGIT_COPY_GROUPS = {"0.27": "0.27-0.32", "0.29": "0.27-0.32", "0.31": "0.27-0.32", "0.33": "0.33"}
 
 
+def _sampler_peak_parts(s, copies_field: str) -> tuple[int, int, int]:
+    """A start's profiling peak taken apart around the V2 sampler's logit copies (`copies_field` set to 0): the
+    model-dtype logits of its sampled rows, what the sampler's peak holds beside the copies (the workspaces, the
+    sampler's hidden states and, at TP, the rank's shard), and the largest of the other peaks (the forward, the dense
+    layers before the MoE workspace, the compile-time examples)."""
+    from sizing.engines.memory import DTYPE_BYTES, profiling_peak
+
+    run = get_engine(s.engine).release.activation_v2
+    tokens = s.max_num_batched_tokens
+    rows = min(s.max_num_seqs, tokens)
+    bare = profiling_peak(s.shape, run.model_copy(update={copies_field: 0.0}), tokens, rows, s.tensor_parallel_size,
+                          range(s.shape.num_layers), True, True, s.gpu_multiprocessors or rows,
+                          s.torch_compile and not s.compile_cache_hit)
+    others = max(bare.workspace_bytes + bare.moe_workspace_bytes + bare.forward_bytes,
+                 bare.workspace_bytes + bare.forward_before_moe_bytes, bare.compile_examples_bytes)
+    return (rows * s.shape.vocab_size * DTYPE_BYTES[s.shape.serving_dtype],
+            bare.workspace_bytes + bare.moe_workspace_bytes + bare.sampler_bytes, others)
+
+
 def fit_tensor_parallel_logit_copies() -> dict:
     """Model-dtype copies of the full logits at the V2 sampler's peak at TP >= 2 (activation_v2
     tensor_parallel_logit_copies) beside the rank's shard, least squares (no intercept) per group of
@@ -300,28 +319,19 @@ def fit_tensor_parallel_logit_copies() -> dict:
     peak (the forward, the compile-time examples, the MoE workspace): what is left of the peak once the workspace,
     the hidden states and the shard are taken out, per logit of the model dtype. Models with soft-capped logits are
     left out (their capped copy is a floor)."""
-    from sizing.engines.memory import DTYPE_BYTES, profiling_peak
     from sizing.units import GiB
 
     groups: dict[str, tuple[list, list, list]] = {}
     for start, sub_range, s in _tensor_parallel_v2_starts():
         if not start.printed.torch_peak_gib or s.shape.logit_softcap:
             continue  # a soft-capped model's sampler keeps a capped copy whatever the copies (memory.py)
-        run = get_engine(s.engine).release.activation_v2
-        tp, tokens = s.tensor_parallel_size, s.max_num_batched_tokens
-        rows = min(s.max_num_seqs, tokens)
-        bare = profiling_peak(s.shape, run.model_copy(update={"tensor_parallel_logit_copies": 0.0}), tokens, rows, tp,
-                              range(s.shape.num_layers), True, True, s.gpu_multiprocessors or rows,
-                              s.torch_compile and not s.compile_cache_hit)
+        logits, beside, others = _sampler_peak_parts(s, "tensor_parallel_logit_copies")
         printed = max(map(float, start.printed.torch_peak_gib)) * GiB
-        others = max(bare.workspace_bytes + bare.moe_workspace_bytes + bare.forward_bytes,
-                     bare.workspace_bytes + bare.forward_before_moe_bytes, bare.compile_examples_bytes)
         if others >= printed:
             continue  # the sampler is not this start's peak
-        logits = rows * s.shape.vocab_size * DTYPE_BYTES[s.shape.serving_dtype]
         x, y, ids = groups.setdefault(LOGIT_COPY_GROUPS[sub_range], ([], [], []))
         x.append(logits)
-        y.append(printed - bare.workspace_bytes - bare.moe_workspace_bytes - bare.sampler_bytes)
+        y.append(printed - beside)
         ids.append(start.id)
     by_group = {}
     for group, (x, y, ids) in groups.items():
@@ -339,7 +349,6 @@ def fit_single_gpu_logit_copies() -> dict:
     models (their attention's context may be the peak). Empty where no release sets the figure."""
     import json
 
-    from sizing.engines.memory import DTYPE_BYTES, profiling_peak
     from sizing.engines.releases import ENGINES_DIR
     from sizing.units import GiB
 
@@ -355,16 +364,8 @@ def fit_single_gpu_logit_copies() -> dict:
         run = get_engine(s.engine).release.activation_v2
         if run is None or run.single_gpu_logit_copies is None or s.shape.logit_softcap or s.shape.is_mla:
             continue  # an MLA model's peak may be its attention's context, which the block size sets
-        tokens = s.max_num_batched_tokens
-        sampled = min(s.max_num_seqs, tokens)
-        bare = profiling_peak(s.shape, run.model_copy(update={"single_gpu_logit_copies": 0.0}), tokens, sampled, 1,
-                              range(s.shape.num_layers), True, True, s.gpu_multiprocessors or sampled,
-                              s.torch_compile and not s.compile_cache_hit)
-        others = max(bare.workspace_bytes + bare.moe_workspace_bytes + bare.forward_bytes,
-                     bare.workspace_bytes + bare.forward_before_moe_bytes, bare.compile_examples_bytes)
-        logits = sampled * s.shape.vocab_size * DTYPE_BYTES[s.shape.serving_dtype]
-        sampler_rest = bare.workspace_bytes + bare.moe_workspace_bytes + bare.sampler_bytes
-        rows.append((start.id, logits, max(map(float, p.torch_peak_gib)) * GiB - sampler_rest, others - sampler_rest))
+        logits, beside, others = _sampler_peak_parts(s, "single_gpu_logit_copies")
+        rows.append((start.id, logits, max(map(float, p.torch_peak_gib)) * GiB - beside, others - beside))
     copies = None
     for _ in range(10):  # the starts whose peak is the sampler's at the figure, until the figure settles
         kept = [r for r in rows if copies is None or r[3] < copies * r[1]]
